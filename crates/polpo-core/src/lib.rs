@@ -9,5 +9,6 @@
 
 pub mod message;
 pub mod model;
+pub mod policy;
 pub mod problem;
 pub mod tool;
