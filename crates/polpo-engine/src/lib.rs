@@ -1,2 +1,19 @@
-//! The Polpo runtime: resolves an agent, runs its turn loop (model → tools → model …) under
-//! tool policy and hooks, and records everything a run does.
+//! The Polpo runtime: runs an agent's turn loop (model → tools → model …) under tool policy
+//! and hooks, and reports everything the run does as [`RunEvent`]s.
+//!
+//! The loop itself ([`turn::run_turns`]) knows nothing about HTTP, files or stores: it takes
+//! an [`Invocation`] (everything resolved for one request) and a conversation, and emits
+//! events to a sink. The server, the CLI and durable runs are callers that decide where the
+//! events go (an SSE stream, a terminal, a journal).
+
+pub mod error;
+pub mod events;
+pub mod invocation;
+pub mod structured;
+pub mod tool_exec;
+pub mod turn;
+
+pub use error::EngineError;
+pub use events::{EventSink, RunEvent};
+pub use invocation::Invocation;
+pub use turn::{RunOutcome, run_turns};

@@ -1,0 +1,47 @@
+//! Errors that end a run, each with a stable code.
+
+use polpo_core::message::Message;
+use polpo_llm::LlmError;
+
+/// Why a run ended without a final answer.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The agent used all of its `maxTurns` model calls. The transcript so far is kept so the
+    /// caller can persist it and a person can see how far the agent got.
+    #[error("max_turns_exhausted: the agent used all {max_turns} turns without a final answer")]
+    MaxTurnsExhausted {
+        /// The limit that was reached.
+        max_turns: u32,
+        /// Messages produced before the limit (assistant turns and tool results).
+        transcript: Vec<Message>,
+    },
+    /// A forced `tool_choice` names a tool outside the effective set.
+    #[error("tool_policy_denied: {0}")]
+    ToolPolicyDenied(String),
+    /// The model call failed.
+    #[error("{0}")]
+    Model(#[from] LlmError),
+    /// The final answer did not match the requested `response_format`, even after one repair.
+    #[error("structured_output_invalid: {0}")]
+    StructuredOutputInvalid(String),
+    /// The request itself is not acceptable (bad schema, unsafe client tool …).
+    #[error("invalid_request: {0}")]
+    InvalidRequest(String),
+    /// The run was aborted by its caller.
+    #[error("aborted: the run was aborted")]
+    Aborted,
+}
+
+impl EngineError {
+    /// Stable snake_case code, as returned to HTTP clients.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::MaxTurnsExhausted { .. } => "max_turns_exhausted",
+            Self::ToolPolicyDenied(_) => "tool_policy_denied",
+            Self::Model(e) => e.kind.code(),
+            Self::StructuredOutputInvalid(_) => "structured_output_invalid",
+            Self::InvalidRequest(_) => "invalid_request",
+            Self::Aborted => "aborted",
+        }
+    }
+}

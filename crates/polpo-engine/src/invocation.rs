@@ -1,0 +1,106 @@
+//! Everything resolved for one request before the turn loop starts.
+//!
+//! Building an `Invocation` is where a request is checked against the agent's policy: a
+//! forced tool outside the effective set, a client tool that shadows a server tool, or
+//! parallel client calls fail here, before any model call is paid for.
+
+use crate::error::EngineError;
+use crate::structured::ResponseFormat;
+use crate::tool_exec::ToolSet;
+use polpo_core::policy::ToolPolicy;
+use polpo_core::tool::ToolSpec;
+use polpo_llm::{ModelProvider, ToolChoice};
+use polpo_tools::ToolContext;
+use std::sync::Arc;
+
+/// Most client tools one request may declare.
+pub const MAX_CLIENT_TOOLS: usize = 64;
+/// Largest client tool schema, in bytes of JSON.
+pub const MAX_CLIENT_TOOL_SCHEMA_BYTES: usize = 32 * 1024;
+/// Tool names the runtime reserves for itself (disclosure and interaction tools).
+pub const RESERVED_TOOL_NAMES: &[&str] = &["polpo_tool_list", "polpo_tool_search", "polpo_tool_load", "skill_list", "skill_read"];
+
+/// One request to one agent, fully resolved.
+pub struct Invocation {
+    /// Agent id (directory name).
+    pub agent: String,
+    /// System prompt: instructions plus identity, skills index, memory.
+    pub system_prompt: String,
+    /// The model to call (profiles and fallbacks already behind this provider).
+    pub provider: Arc<dyn ModelProvider>,
+    /// The provider's model name.
+    pub model: String,
+    /// The agent's server tools (shared between requests).
+    pub tools: Arc<ToolSet>,
+    /// The effective policy of this execution; consulted again at every call.
+    pub policy: ToolPolicy,
+    /// Request-scoped client tools: shown to the model, never executed here.
+    pub client_tools: Vec<ToolSpec>,
+    /// Tool choice.
+    pub tool_choice: ToolChoice,
+    /// Run read-only batches concurrently.
+    pub parallel_tool_calls: bool,
+    /// Required shape of the final answer.
+    pub response_format: ResponseFormat,
+    /// Cumulative model calls allowed (`maxTurns`).
+    pub max_turns: u32,
+    /// Reasoning effort passed to the provider.
+    pub reasoning: Option<String>,
+    /// Where and how tools run.
+    pub tool_context: ToolContext,
+}
+
+impl Invocation {
+    /// Reject what the request may not do before anything runs.
+    pub fn check(&self) -> Result<(), EngineError> {
+        if let ToolChoice::Tool(name) = &self.tool_choice {
+            let server = self.tools.get(name).is_some() && self.policy.allows(name);
+            let client = self.client_tools.iter().any(|t| &t.name == name);
+            if !server && !client {
+                return Err(EngineError::ToolPolicyDenied(format!("tool_choice forces `{name}`, which is not in the effective tool set of agent `{}`", self.agent)));
+            }
+        }
+        if self.client_tools.len() > MAX_CLIENT_TOOLS {
+            return Err(EngineError::InvalidRequest(format!("at most {MAX_CLIENT_TOOLS} client tools per request")));
+        }
+        if !self.client_tools.is_empty() && self.parallel_tool_calls {
+            return Err(EngineError::InvalidRequest("client tools require \"parallel_tool_calls\": false".into()));
+        }
+        for t in &self.client_tools {
+            if self.tools.get(&t.name).is_some() || RESERVED_TOOL_NAMES.contains(&t.name.as_str()) {
+                return Err(EngineError::InvalidRequest(format!("client tool `{}` shadows a runtime tool", t.name)));
+            }
+            if !valid_tool_name(&t.name) {
+                return Err(EngineError::InvalidRequest(format!("client tool name `{}` must match [A-Za-z0-9_-]{{1,64}}", t.name)));
+            }
+            let size = serde_json::to_vec(&t.parameters).map(|b| b.len()).unwrap_or(usize::MAX);
+            if size > MAX_CLIENT_TOOL_SCHEMA_BYTES || !t.parameters.is_object() {
+                return Err(EngineError::InvalidRequest(format!("client tool `{}` has an oversized or non-object parameters schema", t.name)));
+            }
+        }
+        if self.max_turns == 0 {
+            return Err(EngineError::InvalidRequest("maxTurns must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// The tool specs the model sees: allowed server tools, then client tools.
+    pub fn visible_tools(&self) -> Vec<ToolSpec> {
+        self.tools
+            .specs()
+            .filter(|s| self.policy.allows(&s.name))
+            .cloned()
+            .chain(self.client_tools.iter().cloned())
+            .collect()
+    }
+
+    /// True when `name` is a client tool of this request.
+    pub fn is_client_tool(&self, name: &str) -> bool {
+        self.client_tools.iter().any(|t| t.name == name)
+    }
+}
+
+/// OpenAI's rule for function names.
+fn valid_tool_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}

@@ -1,0 +1,187 @@
+//! The agent turn loop.
+//!
+//! model call → tool calls → model call … until the model answers without tools (the
+//! candidate final answer), a client tool must run in the caller, or `maxTurns` is used up.
+//! Cancellation is checked between every step and raced against every model stream and tool
+//! call, so an abort takes effect within one scheduler tick, not after the current turn.
+
+use crate::error::EngineError;
+use crate::events::{EventSink, RunEvent};
+use crate::invocation::Invocation;
+use crate::tool_exec::execute_batch;
+use futures::StreamExt;
+use polpo_core::message::{Content, FinishReason, Message, Role, ToolCall, Usage};
+use polpo_llm::{ModelEvent, ModelRequest, ToolChoice};
+use tokio_util::sync::CancellationToken;
+
+/// How a run ended when it did not fail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    /// The final answer (canonical JSON for structured outputs); `None` when handing
+    /// client tool calls back to the caller.
+    pub content: Option<String>,
+    /// `stop`, or `tool_calls` when client tools must run in the caller.
+    pub finish_reason: FinishReason,
+    /// Client tool calls the caller must execute, in the model's order.
+    pub client_tool_calls: Vec<ToolCall>,
+    /// Total tokens over every model call of this invocation.
+    pub usage: Usage,
+    /// Model calls made.
+    pub turns: u32,
+    /// Messages this invocation added (assistant turns and tool results), in order.
+    pub messages: Vec<Message>,
+}
+
+/// What one model call produced.
+struct ModelReply {
+    text: String,
+    tool_calls: Vec<ToolCall>,
+    usage: Usage,
+    finish: FinishReason,
+}
+
+/// Run the loop for `inv` over `history` (the conversation so far, without system prompt).
+pub async fn run_turns(
+    inv: &Invocation,
+    history: Vec<Message>,
+    sink: EventSink<'_>,
+    cancel: &CancellationToken,
+) -> Result<RunOutcome, EngineError> {
+    inv.check()?;
+    let mut conversation = Vec::with_capacity(history.len() + 8);
+    conversation.push(Message::system(inv.system_prompt.clone()));
+    conversation.extend(history);
+    let base_len = conversation.len();
+    let visible_tools = inv.visible_tools();
+    let buffer_text = inv.response_format.is_structured();
+    let mut usage = Usage::default();
+    let mut repaired = false;
+
+    for turn in 1..=inv.max_turns {
+        let tools_now = if repaired { Vec::new() } else { visible_tools.clone() };
+        let tool_choice = if repaired { ToolChoice::None } else if turn == 1 { inv.tool_choice.clone() } else { ToolChoice::Auto };
+        sink(RunEvent::TurnStarted { turn });
+        let reply = call_model(inv, &conversation, tools_now, tool_choice, buffer_text, sink, cancel).await?;
+        usage.add(reply.usage);
+        sink(RunEvent::TurnCompleted { turn, usage: reply.usage, finish_reason: reply.finish.clone() });
+
+        let assistant = Message {
+            role: Role::Assistant,
+            content: (!reply.text.is_empty()).then(|| Content::Text(reply.text.clone())),
+            tool_calls: reply.tool_calls.clone(),
+            tool_call_id: None,
+            name: None,
+        };
+        conversation.push(assistant.clone());
+        sink(RunEvent::MessageAppended { message: assistant });
+
+        if reply.tool_calls.is_empty() {
+            match inv.response_format.check(&reply.text) {
+                Ok(content) => {
+                    if buffer_text {
+                        sink(RunEvent::TextDelta { text: content.clone() });
+                    }
+                    return Ok(outcome(Some(content), FinishReason::Stop, Vec::new(), usage, turn, &conversation[base_len..]));
+                }
+                Err(diagnostics) if !repaired => {
+                    // One bounded, tool-free repair turn with model-visible diagnostics.
+                    repaired = true;
+                    let fix = Message::user(format!(
+                        "Your answer does not match the required response format: {diagnostics}. Reply again with only the corrected JSON value."
+                    ));
+                    conversation.push(fix.clone());
+                    sink(RunEvent::MessageAppended { message: fix });
+                    continue;
+                }
+                Err(diagnostics) => return Err(EngineError::StructuredOutputInvalid(diagnostics)),
+            }
+        }
+
+        let (client, server): (Vec<ToolCall>, Vec<ToolCall>) = reply.tool_calls.into_iter().partition(|c| inv.is_client_tool(&c.name));
+        if !server.is_empty() {
+            if cancel.is_cancelled() {
+                return Err(EngineError::Aborted);
+            }
+            for result in execute_batch(inv, &server, sink).await {
+                conversation.push(result.clone());
+                sink(RunEvent::MessageAppended { message: result });
+            }
+        }
+        if cancel.is_cancelled() {
+            return Err(EngineError::Aborted);
+        }
+        if !client.is_empty() {
+            return Ok(outcome(None, FinishReason::ToolCalls, client, usage, turn, &conversation[base_len..]));
+        }
+    }
+    Err(EngineError::MaxTurnsExhausted { max_turns: inv.max_turns, transcript: conversation.split_off(base_len) })
+}
+
+fn outcome(content: Option<String>, finish_reason: FinishReason, client_tool_calls: Vec<ToolCall>, usage: Usage, turns: u32, added: &[Message]) -> RunOutcome {
+    RunOutcome { content, finish_reason, client_tool_calls, usage, turns, messages: added.to_vec() }
+}
+
+/// One streamed model call, forwarding deltas to the sink as they arrive.
+async fn call_model(
+    inv: &Invocation,
+    conversation: &[Message],
+    tools: Vec<polpo_core::tool::ToolSpec>,
+    tool_choice: ToolChoice,
+    buffer_text: bool,
+    sink: EventSink<'_>,
+    cancel: &CancellationToken,
+) -> Result<ModelReply, EngineError> {
+    let request = ModelRequest {
+        model: inv.model.clone(),
+        messages: conversation.to_vec(),
+        tools,
+        tool_choice,
+        response_format: None,
+        reasoning: inv.reasoning.clone(),
+        max_output_tokens: None,
+        temperature: None,
+    };
+    let mut stream = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return Err(EngineError::Aborted),
+        s = inv.provider.stream(request) => s?,
+    };
+    let mut reply = ModelReply { text: String::new(), tool_calls: Vec::new(), usage: Usage::default(), finish: FinishReason::Stop };
+    // Per streamed call index: (id, name, arguments so far), for `preparing` events.
+    let mut preparing: Vec<(String, String, String)> = Vec::new();
+    loop {
+        let event = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(EngineError::Aborted),
+            e = stream.next() => e,
+        };
+        let Some(event) = event else { break };
+        match event? {
+            ModelEvent::TextDelta(t) => {
+                if !buffer_text {
+                    sink(RunEvent::TextDelta { text: t.clone() });
+                }
+                reply.text.push_str(&t);
+            }
+            ModelEvent::ReasoningDelta(t) => sink(RunEvent::ReasoningDelta { text: t }),
+            ModelEvent::ToolCallDelta { index, id, name, arguments } => {
+                if preparing.len() <= index {
+                    preparing.resize(index + 1, Default::default());
+                }
+                let slot = &mut preparing[index];
+                if let Some(id) = id {
+                    slot.0 = id;
+                }
+                if let Some(name) = name {
+                    slot.1 = name;
+                }
+                slot.2.push_str(&arguments);
+                sink(RunEvent::ToolPreparing { id: slot.0.clone(), name: slot.1.clone(), arguments_text: slot.2.clone() });
+            }
+            ModelEvent::ToolCall(call) => reply.tool_calls.push(call),
+            ModelEvent::Usage(u) => reply.usage = u,
+            ModelEvent::Finish(f) => reply.finish = f,
+        }
+    }
+    Ok(reply)
+}
