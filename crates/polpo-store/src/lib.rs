@@ -1,2 +1,101 @@
 //! Persistence for Polpo: one set of store traits, three backends (file, SQLite, PostgreSQL),
 //! one conformance suite that every backend passes.
+//!
+//! The engine and server hold a [`Store`] (a bundle of `Arc<dyn …>` trait objects) opened by
+//! [`open_store`] from `settings.storage`; they never know which backend is behind it. Time
+//! comes from the [`Clock`] given at open, so tests move time by hand.
+
+pub mod clock;
+pub mod error;
+pub mod file;
+pub mod model;
+pub mod page;
+pub mod sql;
+pub mod traits;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use error::StoreError;
+pub use file::FileStore;
+pub use model::*;
+pub use page::{Cursor, Page, PageRequest};
+pub use sql::{PgStore, SqliteStore};
+pub use traits::{EffectLedger, RunStore, SessionStore};
+
+/// Which backend holds the project's state (`settings.storage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StoreKind {
+    /// JSON/JSONL under `.polpo/` (the default).
+    #[default]
+    File,
+    /// One SQLite file, `.polpo/polpo.db`, in WAL mode.
+    Sqlite,
+    /// A PostgreSQL database (`DATABASE_URL` or `settings.databaseUrl`).
+    Postgres,
+}
+
+impl StoreKind {
+    /// Parse `settings.storage` (`file`, `sqlite`, `postgres`).
+    pub fn parse(s: &str) -> Result<Self, StoreError> {
+        match s {
+            "file" => Ok(StoreKind::File),
+            "sqlite" => Ok(StoreKind::Sqlite),
+            "postgres" | "postgresql" => Ok(StoreKind::Postgres),
+            other => Err(StoreError::Config(format!("unknown storage `{other}` (expected file, sqlite or postgres)"))),
+        }
+    }
+}
+
+/// Everything the runtime persists, behind trait objects so callers do not depend on the
+/// backend. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    /// Which backend this is.
+    pub kind: StoreKind,
+    /// Sessions and messages.
+    pub sessions: Arc<dyn SessionStore>,
+    /// Runs, run events, checkpoints and leases.
+    pub runs: Arc<dyn RunStore>,
+    /// The effect ledger.
+    pub effects: Arc<dyn EffectLedger>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("kind", &self.kind).finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Bundle one backend that implements every store trait.
+    pub fn from_backend<B>(kind: StoreKind, backend: B) -> Self
+    where
+        B: SessionStore + RunStore + EffectLedger + 'static,
+    {
+        let backend = Arc::new(backend);
+        Store { kind, sessions: backend.clone(), runs: backend.clone(), effects: backend }
+    }
+}
+
+/// Open the project's store: `file` under `<project_root>/.polpo/`, `sqlite` at
+/// `<project_root>/.polpo/polpo.db`, `postgres` at `database_url`. SQL backends apply pending
+/// migrations before returning.
+pub async fn open_store(
+    kind: StoreKind,
+    project_root: &Path,
+    database_url: Option<&str>,
+    clock: Arc<dyn Clock>,
+) -> Result<Store, StoreError> {
+    let data_dir = project_root.join(".polpo");
+    Ok(match kind {
+        StoreKind::File => Store::from_backend(kind, FileStore::open(&data_dir, clock).await?),
+        StoreKind::Sqlite => Store::from_backend(kind, SqliteStore::open(&data_dir.join("polpo.db"), clock).await?),
+        StoreKind::Postgres => {
+            let url = database_url
+                .ok_or_else(|| StoreError::Config("postgres storage needs DATABASE_URL or settings.databaseUrl".into()))?;
+            Store::from_backend(kind, PgStore::connect(url, clock).await?)
+        }
+    })
+}

@@ -1,0 +1,177 @@
+//! Durable file primitives for the file backend: atomic replace (temp, fsync, rename, fsync
+//! dir), fsynced journal appends, and journal reads that survive a torn last line.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::StoreError;
+
+/// Largest JSON document or journal the store will read into memory (guards against a file
+/// that is not ours).
+const MAX_FILE_BYTES: u64 = 1 << 30;
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Replace `path` with `bytes` so that a crash leaves either the old or the new content.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    let dir = path.parent().ok_or_else(|| StoreError::Invalid(format!("{} has no parent", path.display())))?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}-{}", std::process::id(), TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
+    let result = (|| {
+        let mut f = File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
+        f.write_all(bytes).map_err(|e| StoreError::io(&tmp, e))?;
+        f.sync_all().map_err(|e| StoreError::io(&tmp, e))?;
+        fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Pretty JSON (2 spaces, trailing newline, as every `.polpo/` file), written atomically.
+pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
+    let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    bytes.push(b'\n');
+    write_atomic(path, &bytes)
+}
+
+/// Read a JSON document; `None` when the file does not exist.
+pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StoreError> {
+    let Some(bytes) = read_bounded(path)? else { return Ok(None) };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| StoreError::Corrupt { path: path.to_owned(), message: e.to_string() })
+}
+
+/// Make a directory (and parents) and persist its entry in the parent directory.
+pub(crate) fn create_dir_durable(dir: &Path) -> Result<(), StoreError> {
+    fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+    match dir.parent() {
+        Some(parent) => sync_dir(parent),
+        None => Ok(()),
+    }
+}
+
+/// Persist directory entries (creations, renames, deletions) in `dir`.
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| StoreError::io(dir, e))
+}
+
+/// Append complete lines to a journal and fsync before returning, so an acknowledged append
+/// survives a crash. Lines are written with one `write_all` so a crash can tear only the last.
+pub(crate) fn append_lines<T: Serialize>(path: &Path, items: &[T]) -> Result<(), StoreError> {
+    let mut buf = Vec::new();
+    for item in items {
+        serde_json::to_writer(&mut buf, item).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        buf.push(b'\n');
+    }
+    let mut f = OpenOptions::new().append(true).create(true).open(path).map_err(|e| StoreError::io(path, e))?;
+    f.write_all(&buf).map_err(|e| StoreError::io(path, e))?;
+    f.sync_data().map_err(|e| StoreError::io(path, e))
+}
+
+/// Read every complete line of a journal. A last line without its newline is a write torn by
+/// a crash: it was never acknowledged, so it is skipped. A bad line in the middle is corruption.
+pub(crate) fn read_lines<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, StoreError> {
+    let Some(bytes) = read_bounded(path)? else { return Ok(Vec::new()) };
+    let complete = match bytes.iter().rposition(|&b| b == b'\n') {
+        Some(last) => &bytes[..=last],
+        None => &bytes[..0],
+    };
+    complete
+        .split(|&b| b == b'\n')
+        .filter(|line| !line.is_empty())
+        .enumerate()
+        .map(|(i, line)| {
+            serde_json::from_slice(line)
+                .map_err(|e| StoreError::Corrupt { path: path.to_owned(), message: format!("line {}: {e}", i + 1) })
+        })
+        .collect()
+}
+
+/// Cut a torn last line off a journal so the next append starts on a fresh line. Only safe
+/// while holding the store lock (nobody else is appending).
+pub(crate) fn repair_tail(path: &Path) -> Result<(), StoreError> {
+    let mut f = match OpenOptions::new().read(true).write(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(StoreError::io(path, e)),
+    };
+    let len = f.metadata().map_err(|e| StoreError::io(path, e))?.len();
+    if len == 0 {
+        return Ok(());
+    }
+    // Scan backwards in chunks for the last newline.
+    let mut end = len;
+    let mut buf = vec![0u8; 64 * 1024];
+    let keep = loop {
+        let start = end.saturating_sub(buf.len() as u64);
+        let chunk = &mut buf[..(end - start) as usize];
+        f.seek(SeekFrom::Start(start)).map_err(|e| StoreError::io(path, e))?;
+        f.read_exact(chunk).map_err(|e| StoreError::io(path, e))?;
+        if let Some(pos) = chunk.iter().rposition(|&b| b == b'\n') {
+            break start + pos as u64 + 1;
+        }
+        if start == 0 {
+            break 0;
+        }
+        end = start;
+    };
+    if keep < len {
+        tracing::warn!(path = %path.display(), dropped = len - keep, "dropping a torn journal line left by a crash");
+        f.set_len(keep).map_err(|e| StoreError::io(path, e))?;
+        f.sync_all().map_err(|e| StoreError::io(path, e))?;
+    }
+    Ok(())
+}
+
+fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+    let f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StoreError::io(path, e)),
+    };
+    let mut bytes = Vec::new();
+    f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(|e| StoreError::io(path, e))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(StoreError::Corrupt { path: path.to_owned(), message: "file larger than 1 GiB".into() });
+    }
+    Ok(Some(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_torn_last_line_is_skipped_then_cut_and_a_middle_one_is_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.jsonl");
+        append_lines(&p, &[1, 2]).unwrap();
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(b"{\"torn").unwrap();
+        assert_eq!(read_lines::<i32>(&p).unwrap(), vec![1, 2]);
+        repair_tail(&p).unwrap();
+        append_lines(&p, &[3]).unwrap();
+        assert_eq!(read_lines::<i32>(&p).unwrap(), vec![1, 2, 3]);
+        fs::write(&p, "1\nxx\n3\n").unwrap();
+        assert_eq!(read_lines::<i32>(&p).unwrap_err().code(), "store_corrupt");
+    }
+
+    #[test]
+    fn atomic_writes_replace_and_leave_no_temp_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.json");
+        write_json(&p, &serde_json::json!({"a": 1})).unwrap();
+        write_json(&p, &serde_json::json!({"a": 2})).unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), "{\n  \"a\": 2\n}\n");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}

@@ -1,0 +1,519 @@
+//! What the stores keep: sessions and their messages, runs with their event journal,
+//! checkpoints and leases, and the effect ledger. Plain data shared by every backend, plus the
+//! few rules every backend must apply the same way (ids, titles, reasoning size, run states).
+
+use chrono::{DateTime, Utc};
+use polpo_core::message::{Message, Role, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::StoreError;
+
+/// Longest id (session, run) a store accepts; ids become file names in the file backend.
+pub const MAX_ID_LEN: usize = 128;
+/// Longest effect key a store accepts.
+pub const MAX_EFFECT_KEY_LEN: usize = 512;
+/// Reasoning text kept per message; the rest is cut and `reasoning_truncated` is set.
+pub const MAX_REASONING_BYTES: usize = 64 * 1024;
+/// Largest run-event payload (serialized JSON), as in the reference run stream.
+pub const MAX_EVENT_BYTES: usize = 256 * 1024;
+/// Title length (characters) derived from the first user message.
+pub const TITLE_CHARS: usize = 60;
+
+/// A conversation with one agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    /// Stable id.
+    pub id: String,
+    /// The agent the session talks to.
+    pub agent: String,
+    /// Given at creation, else the first 60 characters of the first user message.
+    pub title: String,
+    /// The end user the session belongs to, when the caller knows one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Free-form caller metadata (a JSON object).
+    #[serde(default)]
+    pub metadata: Value,
+    /// When the session was created.
+    pub created_at: DateTime<Utc>,
+    /// When a message was last appended or the session last changed.
+    pub updated_at: DateTime<Utc>,
+    /// Number of stored messages.
+    pub message_count: u64,
+    /// Bumped on every change; pass it back as `expected_revision` to detect a concurrent writer.
+    pub revision: u64,
+}
+
+/// What a caller supplies to create a session.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NewSession {
+    /// Use this id instead of a generated one (import, idempotent create).
+    pub id: Option<String>,
+    /// The agent.
+    pub agent: String,
+    /// An explicit title; `None` derives it from the first user message.
+    pub title: Option<String>,
+    /// The end user.
+    pub user: Option<String>,
+    /// Caller metadata; `Null` is stored as `{}`.
+    pub metadata: Value,
+}
+
+/// A change to a session's title or metadata.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionPatch {
+    /// New title.
+    pub title: Option<String>,
+    /// New metadata (replaces the old object).
+    pub metadata: Option<Value>,
+}
+
+/// Which sessions to list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionFilter {
+    /// Only this agent's sessions.
+    pub agent: Option<String>,
+    /// Only this user's sessions.
+    pub user: Option<String>,
+}
+
+/// A message to append to a session: the runtime message plus what the store keeps beside it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMessage {
+    /// The message itself.
+    pub message: Message,
+    /// Model reasoning shown alongside (cut to 64 KiB).
+    pub reasoning: Option<String>,
+    /// The turn this message belongs to.
+    pub turn_id: Option<String>,
+    /// Tokens the model call that produced this message used.
+    pub usage: Option<Usage>,
+}
+
+impl NewMessage {
+    /// A message with nothing beside it.
+    pub fn new(message: Message) -> Self {
+        Self { message, reasoning: None, turn_id: None, usage: None }
+    }
+}
+
+/// A message as stored: the runtime message plus id, position and time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredMessage {
+    /// Store-assigned id.
+    pub id: String,
+    /// The session.
+    pub session_id: String,
+    /// 1-based position in the session; the order messages were appended in.
+    pub seq: u64,
+    /// When it was appended.
+    pub ts: DateTime<Utc>,
+    /// The message (role, content, tool calls …), flattened into this object.
+    #[serde(flatten)]
+    pub message: Message,
+    /// Model reasoning, at most 64 KiB of UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+    /// True when `reasoning` was cut to fit.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reasoning_truncated: bool,
+    /// The turn this message belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+    /// Token usage of the model call that produced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// The result of an append: the session after it, and the messages as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessagesAppended {
+    /// The session with its new count, revision and (maybe) title.
+    pub session: Session,
+    /// The appended messages, in order.
+    pub messages: Vec<StoredMessage>,
+}
+
+/// Where a run is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Executing (or waiting to be resumed after a crash).
+    Running,
+    /// Finished with an answer.
+    Completed,
+    /// Finished with an error.
+    Failed,
+    /// Stopped on request.
+    Aborted,
+    /// Waiting for input (ask-user, approval) and may resume.
+    Paused,
+}
+
+impl RunStatus {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Aborted => "aborted",
+            RunStatus::Paused => "paused",
+        }
+    }
+
+    /// Parse the stored spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        [RunStatus::Running, RunStatus::Completed, RunStatus::Failed, RunStatus::Aborted, RunStatus::Paused]
+            .into_iter()
+            .find(|st| st.as_str() == s)
+    }
+
+    /// Completed, failed and aborted runs never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, RunStatus::Completed | RunStatus::Failed | RunStatus::Aborted)
+    }
+
+    /// Check a status change against the run state machine.
+    pub fn check_transition(self, to: RunStatus) -> Result<(), StoreError> {
+        if self.is_terminal() && self != to {
+            return Err(StoreError::InvalidTransition { from: self.as_str().into(), to: to.as_str().into() });
+        }
+        Ok(())
+    }
+}
+
+/// One execution of an agent (a chat turn, a task, a loop step).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Run {
+    /// Stable id.
+    pub id: String,
+    /// The agent that runs.
+    pub agent: String,
+    /// The session the run belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Current status.
+    pub status: RunStatus,
+    /// When the run was created.
+    pub created_at: DateTime<Utc>,
+    /// Last status change or event.
+    pub updated_at: DateTime<Utc>,
+    /// Why it failed, for failed runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Bumped on every status change, for `expected_revision`.
+    pub revision: u64,
+    /// Sequence number of the last journal event (0 when none).
+    pub last_seq: u64,
+}
+
+/// What a caller supplies to create a run (it starts `running`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NewRun {
+    /// Use this id instead of a generated one.
+    pub id: Option<String>,
+    /// The agent.
+    pub agent: String,
+    /// The session, if any.
+    pub session_id: Option<String>,
+}
+
+/// Which runs to list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunFilter {
+    /// Only this agent's runs.
+    pub agent: Option<String>,
+    /// Only runs of this session.
+    pub session_id: Option<String>,
+    /// Only runs in this status.
+    pub status: Option<RunStatus>,
+}
+
+/// One entry of a run's append-only journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunEvent {
+    /// The run.
+    pub run_id: String,
+    /// 1-based, gap-free, assigned by the store.
+    #[serde(rename = "sequence")]
+    pub seq: u64,
+    /// Event type (`run.started`, `tool.completed` …).
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// Event payload.
+    pub data: Value,
+    /// When it was appended.
+    pub created_at: DateTime<Utc>,
+}
+
+/// The latest resumable state of a run, taken after journal event `seq`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Checkpoint {
+    /// The run.
+    pub run_id: String,
+    /// The journal position the state reflects.
+    pub seq: u64,
+    /// The engine's state, opaque to the store.
+    pub state: Value,
+    /// When it was written.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Who is executing a run, until when. A crashed owner stops renewing; after expiry another
+/// process may take the run over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// The run.
+    pub run_id: String,
+    /// The holder (process or worker id).
+    pub owner: String,
+    /// When the lease lapses unless renewed.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Whether an effect's outcome is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EffectStatus {
+    /// Intent recorded, outcome not (the effect may or may not have happened).
+    Pending,
+    /// Outcome recorded.
+    Done,
+}
+
+impl EffectStatus {
+    /// The stored spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EffectStatus::Pending => "pending",
+            EffectStatus::Done => "done",
+        }
+    }
+
+    /// Parse the stored spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pending" => Some(EffectStatus::Pending),
+            "done" => Some(EffectStatus::Done),
+            _ => None,
+        }
+    }
+}
+
+/// One side effect (a write tool call) recorded under an idempotency key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Effect {
+    /// The idempotency key (e.g. `run id + tool call id`).
+    pub key: String,
+    /// Pending or done.
+    pub status: EffectStatus,
+    /// The recorded outcome, once done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// When the intent was recorded.
+    pub created_at: DateTime<Utc>,
+    /// When the outcome was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+/// What recording an intent tells the caller.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EffectClaim {
+    /// First time this key is seen: the caller may perform the effect, then record its result.
+    Fresh,
+    /// An earlier attempt recorded its intent but no outcome: it may have happened. Do not
+    /// perform it blindly again.
+    Pending(Effect),
+    /// The effect already happened; here is its outcome. Do not perform it again.
+    Done(Effect),
+}
+
+/// Check an id before it names a row or a directory: 1–128 of `[A-Za-z0-9._-]`, not starting
+/// with a dot.
+pub fn validate_id(kind: &str, id: &str) -> Result<(), StoreError> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_ID_LEN
+        && !id.starts_with('.')
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok { Ok(()) } else { Err(StoreError::Invalid(format!("{kind} id must be 1-{MAX_ID_LEN} of [A-Za-z0-9._-], not starting with '.'"))) }
+}
+
+/// Check an effect idempotency key.
+pub(crate) fn validate_effect_key(key: &str) -> Result<(), StoreError> {
+    if key.is_empty() || key.len() > MAX_EFFECT_KEY_LEN {
+        return Err(StoreError::Invalid(format!("effect key must be 1-{MAX_EFFECT_KEY_LEN} bytes")));
+    }
+    Ok(())
+}
+
+/// The caller's id, or a fresh random one.
+pub(crate) fn id_or_new(kind: &str, id: Option<String>) -> Result<String, StoreError> {
+    let id = id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+    validate_id(kind, &id)?;
+    Ok(id)
+}
+
+/// A session as created: metadata normalised to an object, no messages yet.
+pub(crate) fn session_from_new(new: NewSession, now: DateTime<Utc>) -> Result<Session, StoreError> {
+    let id = id_or_new("session", new.id)?;
+    let metadata = normalise_metadata(new.metadata)?;
+    Ok(Session {
+        id,
+        agent: new.agent,
+        title: new.title.map(|t| t.chars().take(TITLE_CHARS).collect()).unwrap_or_default(),
+        user: new.user,
+        metadata,
+        created_at: now,
+        updated_at: now,
+        message_count: 0,
+        revision: 1,
+    })
+}
+
+/// `Null` → `{}`; anything else must be an object.
+pub(crate) fn normalise_metadata(metadata: Value) -> Result<Value, StoreError> {
+    match metadata {
+        Value::Null => Ok(Value::Object(Default::default())),
+        Value::Object(_) => Ok(metadata),
+        _ => Err(StoreError::Invalid("metadata must be a JSON object".into())),
+    }
+}
+
+/// Turn appended messages into stored ones, numbering them after `after_seq`, and update the
+/// session (count, revision, time, and a title from the first user message if it has none).
+pub(crate) fn apply_append(session: &mut Session, messages: Vec<NewMessage>, now: DateTime<Utc>) -> Result<Vec<StoredMessage>, StoreError> {
+    if messages.is_empty() {
+        return Err(StoreError::Invalid("no messages to append".into()));
+    }
+    let stored: Vec<StoredMessage> = messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let (reasoning, reasoning_truncated) = cap_reasoning(m.reasoning);
+            StoredMessage {
+                id: format!("msg_{}", uuid::Uuid::new_v4().simple()),
+                session_id: session.id.clone(),
+                seq: session.message_count + i as u64 + 1,
+                ts: now,
+                message: m.message,
+                reasoning,
+                reasoning_truncated,
+                turn_id: m.turn_id,
+                usage: m.usage,
+            }
+        })
+        .collect();
+    if session.title.is_empty()
+        && let Some(first_user) = stored.iter().find(|m| m.message.role == Role::User)
+    {
+        session.title = first_user.message.text_content().chars().take(TITLE_CHARS).collect();
+    }
+    session.message_count += stored.len() as u64;
+    session.revision += 1;
+    session.updated_at = now;
+    Ok(stored)
+}
+
+/// Cut reasoning to [`MAX_REASONING_BYTES`] on a character boundary.
+fn cap_reasoning(reasoning: Option<String>) -> (Option<String>, bool) {
+    match reasoning {
+        Some(mut r) if r.len() > MAX_REASONING_BYTES => {
+            let mut cut = MAX_REASONING_BYTES;
+            while !r.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            r.truncate(cut);
+            (Some(r), true)
+        }
+        other => (other, false),
+    }
+}
+
+/// Check a run-event payload's size and return its serialized form.
+pub(crate) fn encode_event_data(event_type: &str, data: &Value) -> Result<String, StoreError> {
+    if event_type.is_empty() || event_type.len() > 128 {
+        return Err(StoreError::Invalid("event type must be 1-128 bytes".into()));
+    }
+    let text = serde_json::to_string(data).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    if text.len() > MAX_EVENT_BYTES {
+        return Err(StoreError::Invalid(format!("run event payload exceeds {MAX_EVENT_BYTES} bytes")));
+    }
+    Ok(text)
+}
+
+/// Check `expected_revision` against the current one.
+pub(crate) fn check_revision(kind: &str, id: &str, expected: Option<u64>, actual: u64) -> Result<(), StoreError> {
+    match expected {
+        Some(e) if e != actual => Err(StoreError::stale_revision(kind, id, e, actual)),
+        _ => Ok(()),
+    }
+}
+
+/// Recording an effect's result twice is fine when it is the same result.
+pub(crate) fn same_result(effect: Effect, result: &Value) -> Result<Effect, StoreError> {
+    if effect.result.as_ref() == Some(result) {
+        Ok(effect)
+    } else {
+        Err(StoreError::Conflict(format!("effect `{}` already has a different result", effect.key)))
+    }
+}
+
+/// A new lease may be granted when nobody holds one, it has expired, or the caller holds it.
+pub(crate) fn lease_grantable(current: Option<&Lease>, owner: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
+    match current {
+        Some(l) if l.owner != owner && l.expires_at > now => Err(StoreError::LeaseHeld {
+            run_id: l.run_id.clone(),
+            owner: l.owner.clone(),
+            expires_at: l.expires_at,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Lease time-to-live as a chrono duration, refusing zero and absurd values.
+pub(crate) fn lease_ttl(ttl: std::time::Duration) -> Result<chrono::Duration, StoreError> {
+    chrono::Duration::from_std(ttl)
+        .ok()
+        .filter(|d| *d > chrono::Duration::zero() && *d <= chrono::Duration::days(7))
+        .ok_or_else(|| StoreError::Invalid("lease ttl must be between 1 ms and 7 days".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasoning_is_cut_on_a_char_boundary() {
+        let long = "é".repeat(MAX_REASONING_BYTES);
+        let (r, cut) = cap_reasoning(Some(long));
+        let r = r.unwrap();
+        assert!(cut);
+        assert!(r.len() <= MAX_REASONING_BYTES && r.len() > MAX_REASONING_BYTES - 4);
+        assert_eq!(cap_reasoning(Some("short".into())), (Some("short".into()), false));
+    }
+
+    #[test]
+    fn ids_that_could_escape_a_directory_are_refused() {
+        for bad in ["", "..", ".hidden", "a/b", "a b", &"x".repeat(129)] {
+            assert_eq!(validate_id("run", bad).unwrap_err().code(), "invalid_input", "{bad}");
+        }
+        validate_id("run", "run_01.A-b").unwrap();
+    }
+
+    #[test]
+    fn terminal_runs_do_not_come_back() {
+        RunStatus::Running.check_transition(RunStatus::Paused).unwrap();
+        RunStatus::Paused.check_transition(RunStatus::Running).unwrap();
+        assert_eq!(RunStatus::Completed.check_transition(RunStatus::Running).unwrap_err().code(), "invalid_transition");
+    }
+}

@@ -1,0 +1,46 @@
+//! SQLite backend: one file (`.polpo/polpo.db`) in WAL mode with full fsync, so an acknowledged
+//! write survives a crash and readers never block the writer.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+
+use crate::clock::Clock;
+
+/// The SQLite backend.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    clock: Arc<dyn Clock>,
+}
+
+const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "init", include_str!("../../migrations/sqlite/0001_init.sql"))];
+
+impl SqliteStore {
+    /// Open (creating if needed) the database file at `path` and apply pending migrations.
+    pub async fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+        }
+        let options = SqliteConnectOptions::from_str("sqlite:")?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(30));
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
+        super::migrator(MIGRATIONS).run(&pool).await?;
+        Ok(SqliteStore { pool, clock })
+    }
+
+    /// A write transaction. `BEGIN IMMEDIATE` takes the write lock up front, so two writers
+    /// queue on the busy timeout instead of failing to upgrade a read lock.
+    async fn tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+}
+
+super::sql_store_impl!(SqliteStore, sqlx::sqlite::SqliteRow);

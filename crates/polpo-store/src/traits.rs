@@ -1,0 +1,111 @@
+//! The store interfaces the engine and server code against. Object-safe (`Arc<dyn …>`) so the
+//! backend is chosen at run time from `settings.storage`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::error::StoreError;
+use crate::model::{
+    Checkpoint, Effect, EffectClaim, Lease, MessagesAppended, NewMessage, NewRun, NewSession, Run, RunEvent, RunFilter,
+    RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
+};
+use crate::page::{Page, PageRequest};
+
+/// Sessions and their messages.
+#[async_trait]
+pub trait SessionStore: Send + Sync {
+    /// Create a session (revision 1, no messages). A taken id is a `conflict`.
+    async fn create_session(&self, new: NewSession) -> Result<Session, StoreError>;
+
+    /// The session, or `None`.
+    async fn get_session(&self, id: &str) -> Result<Option<Session>, StoreError>;
+
+    /// Sessions newest first (by creation time, then id), filtered, one page at a time.
+    async fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>, StoreError>;
+
+    /// Change title or metadata. `expected_revision` guards against a concurrent writer.
+    async fn update_session(&self, id: &str, patch: SessionPatch, expected_revision: Option<u64>) -> Result<Session, StoreError>;
+
+    /// Append messages in order, atomically (all or none). Sets the title from the first user
+    /// message when the session has none. `expected_revision` guards against a concurrent writer.
+    async fn append_messages(
+        &self,
+        session_id: &str,
+        messages: Vec<NewMessage>,
+        expected_revision: Option<u64>,
+    ) -> Result<MessagesAppended, StoreError>;
+
+    /// Messages oldest first, one page at a time.
+    async fn list_messages(&self, session_id: &str, page: &PageRequest) -> Result<Page<StoredMessage>, StoreError>;
+
+    /// Delete a session and its messages. `false` when it did not exist.
+    async fn delete_session(&self, id: &str) -> Result<bool, StoreError>;
+}
+
+/// Runs, their event journal, checkpoints and execution leases.
+#[async_trait]
+pub trait RunStore: Send + Sync {
+    /// Create a run in status `running`. A taken id is a `conflict`.
+    async fn create_run(&self, new: NewRun) -> Result<Run, StoreError>;
+
+    /// The run, or `None`.
+    async fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError>;
+
+    /// Runs newest first (by creation time, then id), filtered, one page at a time.
+    async fn list_runs(&self, filter: &RunFilter, page: &PageRequest) -> Result<Page<Run>, StoreError>;
+
+    /// Change the status (terminal states are final: `invalid_transition`). `error` replaces the
+    /// stored error. `expected_revision` guards against a concurrent writer.
+    async fn update_run_status(
+        &self,
+        id: &str,
+        status: RunStatus,
+        error: Option<String>,
+        expected_revision: Option<u64>,
+    ) -> Result<Run, StoreError>;
+
+    /// Append one event to the run's journal; returns its sequence number (1, 2, 3 … with no
+    /// gaps, even under concurrent appends). Durable when this returns.
+    async fn append_event(&self, run_id: &str, event_type: &str, data: Value) -> Result<u64, StoreError>;
+
+    /// Up to `limit` (≤ 1000) events with `seq > after_seq`, in order.
+    async fn events_after(&self, run_id: &str, after_seq: u64, limit: u32) -> Result<Vec<RunEvent>, StoreError>;
+
+    /// Store the run's resumable state as of journal position `seq`. A checkpoint older than
+    /// the stored one is a `conflict`.
+    async fn put_checkpoint(&self, run_id: &str, seq: u64, state: Value) -> Result<Checkpoint, StoreError>;
+
+    /// The newest checkpoint, or `None`.
+    async fn latest_checkpoint(&self, run_id: &str) -> Result<Option<Checkpoint>, StoreError>;
+
+    /// Take the run's lease for `ttl`: granted when free, expired, or already ours
+    /// (`lease_held` otherwise).
+    async fn claim_run(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError>;
+
+    /// Extend our lease by `ttl` from now (`lease_lost` when someone else holds it now).
+    async fn renew_lease(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError>;
+
+    /// Give the lease up. Releasing a lease we do not hold does nothing.
+    async fn release_lease(&self, run_id: &str, owner: &str) -> Result<(), StoreError>;
+
+    /// Leases that have expired on runs still `running` or `paused`: the runs whose owner
+    /// crashed, to be claimed and resumed. Oldest expiry first, at most `limit`.
+    async fn expired_runs(&self, limit: u32) -> Result<Vec<Lease>, StoreError>;
+}
+
+/// The effect ledger: a write tool's effect is performed at most once per idempotency key.
+#[async_trait]
+pub trait EffectLedger: Send + Sync {
+    /// Record the intent to perform the effect `key`, before performing it. Only `Fresh` means
+    /// "go ahead".
+    async fn record_effect_intent(&self, key: &str) -> Result<EffectClaim, StoreError>;
+
+    /// Record the effect's outcome. Recording the same outcome again is fine; a different one
+    /// is a `conflict`; a key without intent is `not_found`.
+    async fn record_effect_result(&self, key: &str, result: Value) -> Result<Effect, StoreError>;
+
+    /// The recorded effect, or `None`.
+    async fn get_effect(&self, key: &str) -> Result<Option<Effect>, StoreError>;
+}
