@@ -7,6 +7,7 @@
 //! This crate does no I/O, spawns no tasks and never reads the clock: time and ids are passed
 //! in, so that every decision made here is reproducible in a plain unit or property test.
 
+pub mod config;
 pub mod message;
 pub mod model;
 pub mod policy;

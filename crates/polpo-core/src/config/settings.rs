@@ -1,0 +1,425 @@
+//! `project.json`: the manifest (`ProjectFile`) and its `settings` (`Settings`).
+//!
+//! Sections the runtime does not interpret yet (notifications, approval gates, escalation,
+//! SLA, sandbox, guardrails) are kept verbatim as JSON so that they round-trip untouched.
+
+use super::enums::{ChatExecution, ExecutionMode, LogLevel, ProviderApi, ReasoningLevel, StorageKind, VolatileCleanup};
+use super::schema::{COUNT, Field, MILLIS, STRING_MAP, STRINGS, Shape};
+use crate::model::{ModelProfiles, ModelSelection};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The `schemaVersion` of the directory layout.
+pub const SCHEMA_VERSION: u32 = 2;
+/// Port of the local server when `settings.port` is absent.
+pub const DEFAULT_PORT: u16 = 3890;
+
+/// `.polpo/project.json` (or the legacy `polpo.json`, which lacks `schemaVersion`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProjectFile {
+    /// Layout version; 2 for `project.json`, absent in legacy `polpo.json`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schema_version: Option<u32>,
+    /// Project name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub project: Option<String>,
+    /// Runtime settings (absent and `{}` both mean all defaults).
+    #[serde(default, skip_serializing_if = "Settings::is_default")]
+    pub settings: Settings,
+    /// Custom model providers by name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub providers: Option<BTreeMap<String, ProviderConfig>>,
+    /// Keys accepted by the server's API authentication (in addition to `POLPO_API_KEY`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_keys: Option<Vec<String>>,
+    /// Registry metadata: version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Registry metadata: author.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    /// Registry metadata: tags.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tags: Option<Vec<String>>,
+}
+
+/// `settings` in `project.json` (`PolpoSettings` in the reference).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Settings {
+    /// Task retries before failing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
+    /// Working directory of agent tools, relative to the project root.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_dir: Option<String>,
+    /// Orchestrator verbosity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<LogLevel>,
+    /// Task timeout in ms (default 30 minutes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_timeout: Option<u64>,
+    /// Stale process threshold in ms (default 5 minutes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale_threshold: Option<u64>,
+    /// Escalation after repeated failures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_retry_policy: Option<RetryPolicy>,
+    /// Whether missions may create volatile teams (default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enable_volatile_teams: Option<bool>,
+    /// When volatile agents are removed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub volatile_cleanup: Option<VolatileCleanup>,
+    /// Fix attempts per review (default 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_fix_attempts: Option<u32>,
+    /// Question rounds with the orchestrator (default 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_question_rounds: Option<u32>,
+    /// Deadlock resolution attempts (default 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_resolution_attempts: Option<u32>,
+    /// Whether estimated expectations may be corrected (default true).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto_correct_expectations: Option<bool>,
+    /// Skills injected into the orchestrator prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orchestrator_skills: Option<Vec<String>>,
+    /// Model of the orchestrator.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub orchestrator_model: Option<ModelSelection>,
+    /// Named model profiles agents can reference.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_profiles: Option<ModelProfiles>,
+    /// Default image model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_model: Option<String>,
+    /// Allowed models: spec → `{alias, params}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_allowlist: Option<BTreeMap<String, ModelAllowlistEntry>>,
+    /// Default reasoning level.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<ReasoningLevel>,
+    /// Storage backend; see [`Settings::storage`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage: Option<StorageKind>,
+    /// PostgreSQL URL when `DATABASE_URL` is not set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+    /// How tasks execute (default subprocess).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub task_execution: Option<ExecutionMode>,
+    /// Default sandbox options, kept verbatim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
+    /// How chat completions execute (default run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chat_execution: Option<ChatExecution>,
+    /// Assessment retries (default 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_assessment_retries: Option<u32>,
+    /// Global concurrent agent limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u32>,
+    /// Legacy approval gates, kept verbatim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_gates: Option<Vec<Value>>,
+    /// Legacy notification channels and rules, kept verbatim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<Value>,
+    /// Legacy escalation policy, kept verbatim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escalation_policy: Option<Value>,
+    /// Legacy SLA settings, kept verbatim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sla: Option<Value>,
+    /// Whether the scheduler runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enable_scheduler: Option<bool>,
+    /// Default assessment threshold, 1 to 5 (a JSON number kept as written: `3` stays `3`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_quality_threshold: Option<serde_json::Number>,
+    /// Recipient domains `email_send` may write to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub email_allowed_domains: Option<Vec<String>>,
+    /// An AI gateway in front of the providers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<Gateway>,
+    /// Guardrail packs, kept verbatim (absent means disabled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guardrails: Option<Value>,
+    /// `"enforce"` to enforce context trust.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_trust: Option<String>,
+    /// Provider endpoint overrides by provider name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub providers: Option<BTreeMap<String, ProviderConfig>>,
+    /// Provider API keys by provider name (literal or `${ENV}`); never logged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_keys: Option<BTreeMap<String, String>>,
+    /// Port of the local server; see [`Settings::port`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+}
+
+impl Settings {
+    /// The storage backend (default `file`).
+    pub fn storage(&self) -> StorageKind {
+        self.storage.unwrap_or(StorageKind::File)
+    }
+
+    /// How chat completions execute (default `run`).
+    pub fn chat_execution(&self) -> ChatExecution {
+        self.chat_execution.unwrap_or(ChatExecution::Run)
+    }
+
+    /// The server port (default 3890).
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(DEFAULT_PORT)
+    }
+
+    /// True when nothing is set, so an empty `settings` is not written back.
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+/// `settings.defaultRetryPolicy`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetryPolicy {
+    /// Failures before escalating.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escalate_after: Option<u32>,
+    /// Agent used for escalation retries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback_agent: Option<String>,
+    /// Model used for escalation retries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escalate_model: Option<String>,
+}
+
+/// One entry of `settings.modelAllowlist`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelAllowlistEntry {
+    /// Display alias.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    /// Provider parameters, kept verbatim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub params: Option<serde_json::Map<String, Value>>,
+}
+
+/// `settings.gateway`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Gateway {
+    /// Gateway base URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Environment variable holding the gateway key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Extra headers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+/// A model provider endpoint (top-level `providers` and `settings.providers`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// Endpoint base URL.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Environment variable holding the key (the key itself never lives here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Extra headers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Wire API spoken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api: Option<ProviderApi>,
+    /// Models offered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub models: Option<Vec<CustomModel>>,
+}
+
+/// One model of a custom provider (`CustomModelDef`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CustomModel {
+    /// Model id sent to the provider.
+    pub id: String,
+    /// Display name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Whether it supports reasoning.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<bool>,
+    /// Input modalities: `text`, `image`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<Vec<String>>,
+    /// Prices per million tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<ModelCost>,
+    /// Context window in tokens (default 200000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u32>,
+    /// Output limit in tokens (default 8192).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+}
+
+/// `cost` of a custom model.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelCost {
+    /// Input price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Number>,
+    /// Output price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<serde_json::Number>,
+    /// Cache read price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<serde_json::Number>,
+    /// Cache write price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<serde_json::Number>,
+}
+
+/// One step of a fallback chain: an id or `{profile}`.
+pub static MODEL_TARGET: Shape = Shape::OneOf(
+    &[Shape::String, Shape::Object(&[&[Field::required("profile", Shape::String)]])],
+    "a model id or {\"profile\": name}",
+);
+
+/// `model`, `orchestratorModel` and each profile: id, `{profile}` or `{primary, fallbacks}`.
+pub static MODEL_SELECTION: Shape = Shape::OneOf(
+    &[
+        Shape::String,
+        Shape::Object(&[&[Field::required("profile", Shape::String)]]),
+        Shape::Object(&[&[
+            Field::required("primary", MODEL_TARGET),
+            Field::optional("fallbacks", Shape::Array(&MODEL_TARGET)),
+        ]]),
+    ],
+    "a model id, {\"profile\": name} or {\"primary\": …, \"fallbacks\": […]}",
+);
+
+static PROVIDER: Shape = Shape::Object(&[&[
+    Field::optional("baseUrl", Shape::String),
+    Field::optional("apiKeyEnv", Shape::String),
+    Field::optional("headers", STRING_MAP),
+    Field::optional("api", Shape::Enum(ProviderApi::NAMES)),
+    Field::optional("models", Shape::Array(&CUSTOM_MODEL)),
+]]);
+
+static PRICE: Shape = Shape::Number { min: 0.0, max: f64::MAX };
+
+static CUSTOM_MODEL: Shape = Shape::Object(&[&[
+    Field::required("id", Shape::String),
+    Field::optional("name", Shape::String),
+    Field::optional("reasoning", Shape::Bool),
+    Field::optional("input", Shape::Array(&Shape::Enum(&["text", "image"]))),
+    Field::optional(
+        "cost",
+        Shape::Object(&[&[
+            Field::optional("input", PRICE),
+            Field::optional("output", PRICE),
+            Field::optional("cacheRead", PRICE),
+            Field::optional("cacheWrite", PRICE),
+        ]]),
+    ),
+    Field::optional("contextWindow", COUNT),
+    Field::optional("maxTokens", COUNT),
+]]);
+
+static SETTINGS: Shape = Shape::Object(&[&[
+    Field::optional("maxRetries", COUNT),
+    Field::optional("workDir", Shape::String),
+    Field::optional("logLevel", Shape::Enum(LogLevel::NAMES)),
+    Field::optional("taskTimeout", MILLIS),
+    Field::optional("staleThreshold", MILLIS),
+    Field::optional(
+        "defaultRetryPolicy",
+        Shape::Object(&[&[
+            Field::optional("escalateAfter", COUNT),
+            Field::optional("fallbackAgent", Shape::String),
+            Field::optional("escalateModel", Shape::String),
+        ]]),
+    ),
+    Field::optional("enableVolatileTeams", Shape::Bool),
+    Field::optional("volatileCleanup", Shape::Enum(VolatileCleanup::NAMES)),
+    Field::optional("maxFixAttempts", COUNT),
+    Field::optional("maxQuestionRounds", COUNT),
+    Field::optional("maxResolutionAttempts", COUNT),
+    Field::optional("autoCorrectExpectations", Shape::Bool),
+    Field::optional("orchestratorSkills", STRINGS),
+    Field::optional("orchestratorModel", MODEL_SELECTION),
+    Field::optional("modelProfiles", Shape::Map(&MODEL_SELECTION)),
+    Field::optional("imageModel", Shape::String),
+    Field::optional(
+        "modelAllowlist",
+        Shape::Map(&Shape::Object(&[&[
+            Field::optional("alias", Shape::String),
+            Field::optional("params", Shape::Map(&Shape::Any)),
+        ]])),
+    ),
+    Field::optional("reasoning", Shape::Enum(ReasoningLevel::NAMES)),
+    Field::optional("storage", Shape::Enum(StorageKind::NAMES)),
+    Field::optional("databaseUrl", Shape::String),
+    Field::optional("taskExecution", Shape::Enum(ExecutionMode::NAMES)),
+    Field::optional("sandbox", Shape::Any),
+    Field::optional("chatExecution", Shape::Enum(ChatExecution::NAMES)),
+    Field::optional("maxAssessmentRetries", COUNT),
+    Field::optional("maxConcurrency", Shape::Integer { min: 1, max: u32::MAX as i64 }),
+    Field::optional("approvalGates", Shape::Array(&Shape::Any)),
+    Field::optional("notifications", Shape::Any),
+    Field::optional("escalationPolicy", Shape::Any),
+    Field::optional("sla", Shape::Any),
+    Field::optional("enableScheduler", Shape::Bool),
+    Field::optional("defaultQualityThreshold", Shape::Number { min: 1.0, max: 5.0 }),
+    Field::optional("emailAllowedDomains", STRINGS),
+    Field::optional(
+        "gateway",
+        Shape::Object(&[&[
+            Field::optional("url", Shape::String),
+            Field::optional("apiKeyEnv", Shape::String),
+            Field::optional("headers", STRING_MAP),
+        ]]),
+    ),
+    Field::optional("guardrails", Shape::Any),
+    Field::optional("contextTrust", Shape::Enum(&["enforce"])),
+    Field::optional("providers", Shape::Map(&PROVIDER)),
+    Field::optional("apiKeys", STRING_MAP),
+    Field::optional("port", Shape::Integer { min: 1, max: u16::MAX as i64 }),
+]]);
+
+static PROJECT_FIELDS: &[Field] = &[
+    Field::optional("project", Shape::String),
+    Field::optional("settings", SETTINGS),
+    Field::optional("providers", Shape::Map(&PROVIDER)),
+    Field::optional("apiKeys", STRINGS),
+    Field::optional("version", Shape::String),
+    Field::optional("author", Shape::String),
+    Field::optional("tags", STRINGS),
+];
+
+/// The shape of `project.json` (requires `schemaVersion: 2`).
+pub static PROJECT_FILE: Shape = Shape::Object(&[
+    PROJECT_FIELDS,
+    &[Field::required("schemaVersion", Shape::Integer { min: SCHEMA_VERSION as i64, max: SCHEMA_VERSION as i64 })],
+]);
+
+/// The shape of the legacy `polpo.json` (no `schemaVersion`).
+pub static LEGACY_PROJECT_FILE: Shape = Shape::Object(&[
+    PROJECT_FIELDS,
+    &[Field::forbidden("schemaVersion", "`schemaVersion` belongs in project.json; polpo.json is the legacy manifest")],
+]);
