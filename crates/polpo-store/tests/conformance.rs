@@ -1,0 +1,380 @@
+//! One conformance suite, run against every backend: each `async fn` below takes a fresh
+//! store and checks behaviour a caller relies on; `conformance!` stamps out one `#[tokio::test]`
+//! per backend and test.
+
+mod support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::Duration as Span;
+use polpo_core::message::{Message, Role, ToolCall, Usage};
+use polpo_store::{
+    EffectClaim, EffectStatus, NewMessage, NewRun, NewSession, PageRequest, RunFilter, RunStatus, SessionFilter,
+    SessionPatch, StoreError, MAX_REASONING_BYTES,
+};
+use serde_json::json;
+use support::TestStore;
+
+fn code<T: std::fmt::Debug>(r: Result<T, StoreError>) -> &'static str {
+    r.unwrap_err().code()
+}
+
+fn session(agent: &str) -> NewSession {
+    NewSession { agent: agent.into(), ..Default::default() }
+}
+
+fn run(agent: &str) -> NewRun {
+    NewRun { agent: agent.into(), ..Default::default() }
+}
+
+async fn sessions_round_trip(t: &TestStore) {
+    let s = &t.store.sessions;
+    let created = s
+        .create_session(NewSession { agent: "coder".into(), user: Some("u1".into()), metadata: json!({"channel": "web"}), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!((created.title.as_str(), created.message_count, created.revision), ("", 0, 1));
+    assert_eq!(created.metadata, json!({"channel": "web"}));
+    assert_eq!(s.get_session(&created.id).await.unwrap(), Some(created.clone()));
+
+    let long = "x".repeat(50) + &"é".repeat(30);
+    let appended = s
+        .append_messages(&created.id, vec![NewMessage::new(Message::system("be brief")), NewMessage::new(Message::user(long.clone()))], None)
+        .await
+        .unwrap();
+    assert_eq!(appended.session.title, long.chars().take(60).collect::<String>(), "title = first 60 chars of the first user message");
+    assert_eq!((appended.session.message_count, appended.session.revision), (2, 2));
+    let later = s.append_messages(&created.id, vec![NewMessage::new(Message::user("another"))], None).await.unwrap();
+    assert_eq!(later.session.title, appended.session.title, "the title does not change with later messages");
+
+    let renamed = s
+        .update_session(&created.id, SessionPatch { title: Some("Renamed".into()), metadata: Some(json!({"k": 1})) }, Some(3))
+        .await
+        .unwrap();
+    assert_eq!((renamed.title.as_str(), renamed.revision), ("Renamed", 4));
+    assert_eq!(s.get_session(&created.id).await.unwrap(), Some(renamed));
+
+    assert!(s.delete_session(&created.id).await.unwrap());
+    assert!(!s.delete_session(&created.id).await.unwrap());
+    assert_eq!(s.get_session(&created.id).await.unwrap(), None);
+    assert_eq!(code(s.list_messages(&created.id, &PageRequest::default()).await), "not_found");
+    assert_eq!(code(s.append_messages(&created.id, vec![NewMessage::new(Message::user("x"))], None).await), "not_found");
+    assert_eq!(code(s.create_session(NewSession { id: Some("../evil".into()), ..session("a") }).await), "invalid_input");
+}
+
+async fn messages_keep_order_and_everything_stored_beside_them(t: &TestStore) {
+    let s = &t.store.sessions;
+    let id = s.create_session(session("coder")).await.unwrap().id;
+    let call = Message {
+        role: Role::Assistant,
+        content: None,
+        tool_calls: vec![ToolCall { id: "call_1".into(), name: "read".into(), arguments: "{\"path\":\"a\"".into() }],
+        tool_call_id: None,
+        name: None,
+    };
+    let reasoning = "ü".repeat(MAX_REASONING_BYTES);
+    let batch = vec![
+        NewMessage::new(Message::user("read a")),
+        NewMessage { message: call.clone(), reasoning: Some(reasoning), turn_id: Some("turn-1".into()), usage: Some(Usage { input_tokens: 10, output_tokens: 5 }) },
+        NewMessage::new(Message::tool_result("call_1", "contents")),
+    ];
+    s.append_messages(&id, batch, None).await.unwrap();
+    t.clock.advance(Span::seconds(1));
+    s.append_messages(&id, vec![NewMessage::new(Message::assistant("done"))], None).await.unwrap();
+
+    let page = s.list_messages(&id, &PageRequest::default()).await.unwrap();
+    assert_eq!(page.next, None);
+    let m = &page.items;
+    assert_eq!(m.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
+    assert_eq!(m.iter().map(|m| m.message.role).collect::<Vec<_>>(), vec![Role::User, Role::Assistant, Role::Tool, Role::Assistant]);
+    assert_eq!(m[1].message, call, "tool calls (even with invalid JSON arguments) come back as written");
+    assert!(m[1].reasoning_truncated && m[1].reasoning.as_ref().unwrap().len() <= MAX_REASONING_BYTES);
+    assert_eq!((m[1].turn_id.as_deref(), m[1].usage.map(|u| u.total())), (Some("turn-1"), Some(15)));
+    assert_eq!(m[2].message.tool_call_id.as_deref(), Some("call_1"));
+    assert_eq!(m[3].ts - m[0].ts, Span::seconds(1));
+    assert_eq!(m.iter().map(|m| m.id.clone()).collect::<HashSet<_>>().len(), 4, "message ids are unique");
+    assert_eq!(code(s.append_messages(&id, vec![], None).await), "invalid_input");
+}
+
+async fn pagination_has_no_duplicates_and_no_gaps(t: &TestStore) {
+    let s = &t.store.sessions;
+    let mut made = Vec::new();
+    for i in 0..25 {
+        // Pairs share a millisecond, so the id breaks ties.
+        if i % 2 == 0 {
+            t.clock.advance(Span::milliseconds(1));
+        }
+        let agent = if i % 3 == 0 { "a" } else { "b" };
+        made.push(s.create_session(session(agent)).await.unwrap());
+    }
+    let mut seen = Vec::new();
+    let mut page = PageRequest::first(7);
+    loop {
+        let got = s.list_sessions(&SessionFilter::default(), &page).await.unwrap();
+        assert!(got.items.len() <= 7);
+        seen.extend(got.items.iter().map(|x| (x.created_at, x.id.clone())));
+        // A session created between two page reads is newer: it never shows up mid-listing.
+        t.clock.advance(Span::milliseconds(1));
+        s.create_session(session("late")).await.unwrap();
+        match got.next {
+            Some(c) => page = PageRequest::after(c, 7),
+            None => break,
+        }
+    }
+    let mut expected: Vec<_> = made.iter().map(|x| (x.created_at, x.id.clone())).collect();
+    expected.sort();
+    expected.reverse();
+    assert_eq!(seen, expected, "newest first, every session exactly once");
+
+    let only_a = s.list_sessions(&SessionFilter { agent: Some("a".into()), user: None }, &PageRequest::first(100)).await.unwrap();
+    assert_eq!(only_a.items.len(), 9);
+    assert!(only_a.items.iter().all(|x| x.agent == "a"));
+
+    let id = &made[0].id;
+    for i in 0..10 {
+        s.append_messages(id, vec![NewMessage::new(Message::user(format!("m{i}")))], None).await.unwrap();
+    }
+    let mut texts = Vec::new();
+    let mut page = PageRequest::first(3);
+    loop {
+        let got = s.list_messages(id, &page).await.unwrap();
+        texts.extend(got.items.iter().map(|m| m.message.text_content()));
+        match got.next {
+            Some(c) => page = PageRequest::after(c, 3),
+            None => break,
+        }
+    }
+    assert_eq!(texts, (0..10).map(|i| format!("m{i}")).collect::<Vec<_>>());
+
+    let bogus = PageRequest::after(polpo_store::Cursor::from_wire("not-a-cursor"), 3);
+    assert_eq!(code(s.list_sessions(&SessionFilter::default(), &bogus).await), "invalid_cursor");
+    assert_eq!(code(s.list_messages(id, &bogus).await), "invalid_cursor");
+}
+
+async fn stale_revisions_and_taken_ids_conflict(t: &TestStore) {
+    let s = &t.store.sessions;
+    let created = s.create_session(NewSession { id: Some("ses-1".into()), ..session("a") }).await.unwrap();
+    assert_eq!(code(s.create_session(NewSession { id: Some("ses-1".into()), ..session("a") }).await), "conflict");
+    let after = s.append_messages("ses-1", vec![NewMessage::new(Message::user("hi"))], Some(created.revision)).await.unwrap();
+    // A second writer still holding the old revision loses, and nothing of its write lands.
+    let stale = s.append_messages("ses-1", vec![NewMessage::new(Message::user("lost"))], Some(created.revision)).await;
+    assert_eq!(code(stale), "conflict");
+    assert_eq!(code(s.update_session("ses-1", SessionPatch { title: Some("t".into()), metadata: None }, Some(created.revision)).await), "conflict");
+    assert_eq!(s.get_session("ses-1").await.unwrap().unwrap(), after.session);
+    assert_eq!(s.list_messages("ses-1", &PageRequest::default()).await.unwrap().items.len(), 1);
+
+    let r = &t.store.runs;
+    let created = r.create_run(NewRun { id: Some("run-1".into()), ..run("a") }).await.unwrap();
+    assert_eq!(code(r.create_run(NewRun { id: Some("run-1".into()), ..run("a") }).await), "conflict");
+    let paused = r.update_run_status("run-1", RunStatus::Paused, None, Some(created.revision)).await.unwrap();
+    assert_eq!(code(r.update_run_status("run-1", RunStatus::Running, None, Some(created.revision)).await), "conflict");
+    r.update_run_status("run-1", RunStatus::Running, None, Some(paused.revision)).await.unwrap();
+}
+
+async fn runs_follow_their_state_machine_and_list_newest_first(t: &TestStore) {
+    let r = &t.store.runs;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        t.clock.advance(Span::seconds(1));
+        let session_id = (i % 2 == 0).then(|| "ses-even".to_owned());
+        ids.push(r.create_run(NewRun { session_id, ..run("coder") }).await.unwrap().id);
+    }
+    let first = r.get_run(&ids[0]).await.unwrap().unwrap();
+    assert_eq!((first.status, first.revision, first.last_seq, first.error.as_deref()), (RunStatus::Running, 1, 0, None));
+
+    let failed = r.update_run_status(&ids[0], RunStatus::Failed, Some("model timed out".into()), None).await.unwrap();
+    assert_eq!((failed.status, failed.error.as_deref()), (RunStatus::Failed, Some("model timed out")));
+    assert_eq!(code(r.update_run_status(&ids[0], RunStatus::Running, None, None).await), "invalid_transition");
+    r.update_run_status(&ids[1], RunStatus::Completed, None, None).await.unwrap();
+    assert_eq!(r.get_run(&ids[0]).await.unwrap().unwrap(), failed);
+    assert_eq!(code(r.update_run_status("missing", RunStatus::Completed, None, None).await), "not_found");
+
+    let all = r.list_runs(&RunFilter::default(), &PageRequest::first(2)).await.unwrap();
+    assert_eq!(all.items.iter().map(|x| x.id.clone()).collect::<Vec<_>>(), vec![ids[4].clone(), ids[3].clone()]);
+    let rest = r.list_runs(&RunFilter::default(), &PageRequest::after(all.next.unwrap(), 10)).await.unwrap();
+    assert_eq!(rest.items.iter().map(|x| x.id.clone()).collect::<Vec<_>>(), vec![ids[2].clone(), ids[1].clone(), ids[0].clone()]);
+    assert_eq!(rest.next, None);
+
+    let running = r.list_runs(&RunFilter { status: Some(RunStatus::Running), ..Default::default() }, &PageRequest::default()).await.unwrap();
+    assert_eq!(running.items.len(), 3);
+    let of_session = r.list_runs(&RunFilter { session_id: Some("ses-even".into()), ..Default::default() }, &PageRequest::default()).await.unwrap();
+    assert_eq!(of_session.items.len(), 3);
+}
+
+async fn run_event_sequence_is_gap_free_under_concurrent_appends(t: &TestStore) {
+    let r = t.store.runs.clone();
+    let id = r.create_run(run("coder")).await.unwrap().id;
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let (r, id) = (r.clone(), id.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut seqs = Vec::new();
+            for i in 0..25 {
+                seqs.push(r.append_event(&id, "output.text.delta", json!({"writer": w, "i": i})).await.unwrap());
+            }
+            seqs
+        }));
+    }
+    let mut seqs = Vec::new();
+    for task in tasks {
+        let mine = task.await.unwrap();
+        assert!(mine.windows(2).all(|w| w[0] < w[1]), "one writer's seqs increase");
+        seqs.extend(mine);
+    }
+    seqs.sort();
+    assert_eq!(seqs, (1..=200).collect::<Vec<u64>>(), "every seq handed out once, no gaps");
+
+    let events = r.events_after(&id, 0, 1000).await.unwrap();
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=200).collect::<Vec<u64>>());
+    assert!(events.iter().all(|e| e.event_type == "output.text.delta" && e.run_id == id));
+    let tail = r.events_after(&id, 150, 10).await.unwrap();
+    assert_eq!(tail.iter().map(|e| e.seq).collect::<Vec<_>>(), (151..=160).collect::<Vec<u64>>());
+    assert_eq!(r.get_run(&id).await.unwrap().unwrap().last_seq, 200);
+    assert!(r.events_after(&id, 200, 10).await.unwrap().is_empty());
+
+    assert_eq!(code(r.append_event("missing", "run.started", json!({})).await), "not_found");
+    assert_eq!(code(r.events_after("missing", 0, 10).await), "not_found");
+    let huge = json!({"text": "x".repeat(300 * 1024)});
+    assert_eq!(code(r.append_event(&id, "output.text.delta", huge).await), "invalid_input");
+}
+
+async fn checkpoints_keep_the_latest(t: &TestStore) {
+    let r = &t.store.runs;
+    let id = r.create_run(run("coder")).await.unwrap().id;
+    assert_eq!(r.latest_checkpoint(&id).await.unwrap(), None);
+    r.put_checkpoint(&id, 3, json!({"turn": 1})).await.unwrap();
+    t.clock.advance(Span::seconds(1));
+    let five = r.put_checkpoint(&id, 5, json!({"turn": 2, "messages": [1, 2]})).await.unwrap();
+    assert_eq!(r.latest_checkpoint(&id).await.unwrap(), Some(five.clone()));
+    assert_eq!(code(r.put_checkpoint(&id, 4, json!({})).await), "conflict", "an older checkpoint never replaces a newer one");
+    assert_eq!(r.latest_checkpoint(&id).await.unwrap(), Some(five));
+    assert_eq!(code(r.put_checkpoint("missing", 1, json!({})).await), "not_found");
+}
+
+async fn leases_are_exclusive_until_they_expire(t: &TestStore) {
+    let r = &t.store.runs;
+    let id = r.create_run(run("coder")).await.unwrap().id;
+    let ttl = Duration::from_secs(30);
+    let a = r.claim_run(&id, "worker-a", ttl).await.unwrap();
+    assert_eq!(a.expires_at, support::start_time() + Span::seconds(30));
+    match r.claim_run(&id, "worker-b", ttl).await.unwrap_err() {
+        StoreError::LeaseHeld { owner, .. } => assert_eq!(owner, "worker-a"),
+        other => panic!("expected lease_held, got {other}"),
+    }
+    t.clock.advance(Span::seconds(20));
+    let renewed = r.renew_lease(&id, "worker-a", ttl).await.unwrap();
+    assert_eq!(renewed.expires_at, support::start_time() + Span::seconds(50));
+    assert!(r.expired_runs(10).await.unwrap().is_empty());
+
+    // worker-a crashes and stops renewing.
+    t.clock.advance(Span::seconds(31));
+    let expired = r.expired_runs(10).await.unwrap();
+    assert_eq!(expired.iter().map(|l| (l.run_id.as_str(), l.owner.as_str())).collect::<Vec<_>>(), vec![(id.as_str(), "worker-a")]);
+    let b = r.claim_run(&id, "worker-b", ttl).await.unwrap();
+    assert_eq!(b.owner, "worker-b");
+    assert_eq!(code(r.renew_lease(&id, "worker-a", ttl).await), "lease_lost");
+    r.release_lease(&id, "worker-a").await.unwrap();
+    assert_eq!(code(r.claim_run(&id, "worker-a", ttl).await), "lease_held", "releasing someone else's lease does nothing");
+
+    // Finished runs are not offered for recovery even with a lapsed lease.
+    t.clock.advance(Span::seconds(31));
+    assert_eq!(r.expired_runs(10).await.unwrap().len(), 1);
+    r.update_run_status(&id, RunStatus::Completed, None, None).await.unwrap();
+    assert!(r.expired_runs(10).await.unwrap().is_empty());
+    r.release_lease(&id, "worker-b").await.unwrap();
+    r.claim_run(&id, "worker-a", ttl).await.unwrap();
+    assert_eq!(code(r.claim_run("missing", "worker-a", ttl).await), "not_found");
+    assert_eq!(code(r.claim_run(&id, "worker-a", Duration::ZERO).await), "invalid_input");
+}
+
+async fn the_effect_ledger_lets_an_effect_happen_once(t: &TestStore) {
+    let e = &t.store.effects;
+    let key = "run-1/call_7:write_file";
+    assert_eq!(e.get_effect(key).await.unwrap(), None);
+    assert_eq!(e.record_effect_intent(key).await.unwrap(), EffectClaim::Fresh);
+    match e.record_effect_intent(key).await.unwrap() {
+        EffectClaim::Pending(p) => assert_eq!((p.status, p.result), (EffectStatus::Pending, None)),
+        other => panic!("expected pending, got {other:?}"),
+    }
+    t.clock.advance(Span::seconds(2));
+    let done = e.record_effect_result(key, json!({"bytes": 12})).await.unwrap();
+    assert_eq!((done.status, done.completed_at.map(|c| c - done.created_at)), (EffectStatus::Done, Some(Span::seconds(2))));
+    assert_eq!(e.record_effect_intent(key).await.unwrap(), EffectClaim::Done(done.clone()));
+    assert_eq!(e.record_effect_result(key, json!({"bytes": 12})).await.unwrap(), done, "same result again is fine");
+    assert_eq!(code(e.record_effect_result(key, json!({"bytes": 13})).await), "conflict");
+    assert_eq!(e.get_effect(key).await.unwrap(), Some(done));
+    assert_eq!(code(e.record_effect_result("never-intended", json!(1)).await), "not_found");
+    assert_eq!(code(e.record_effect_intent("").await), "invalid_input");
+}
+
+async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
+    let sid = t.store.sessions.create_session(session("coder")).await.unwrap().id;
+    t.store.sessions.append_messages(&sid, vec![NewMessage::new(Message::user("remember me"))], None).await.unwrap();
+    let rid = t.store.runs.create_run(NewRun { session_id: Some(sid.clone()), ..run("coder") }).await.unwrap().id;
+    for i in 0..3 {
+        t.store.runs.append_event(&rid, "response.chunk", json!({"i": i})).await.unwrap();
+    }
+    t.store.runs.put_checkpoint(&rid, 3, json!({"state": "s"})).await.unwrap();
+    t.store.runs.claim_run(&rid, "w", Duration::from_secs(60)).await.unwrap();
+    t.store.effects.record_effect_intent("k").await.unwrap();
+    let before = (
+        t.store.sessions.get_session(&sid).await.unwrap(),
+        t.store.runs.get_run(&rid).await.unwrap(),
+        t.store.runs.events_after(&rid, 0, 100).await.unwrap(),
+        t.store.runs.latest_checkpoint(&rid).await.unwrap(),
+        t.store.effects.get_effect("k").await.unwrap(),
+        t.store.sessions.list_messages(&sid, &PageRequest::default()).await.unwrap().items,
+    );
+    let t = t.reopen().await;
+    let after = (
+        t.store.sessions.get_session(&sid).await.unwrap(),
+        t.store.runs.get_run(&rid).await.unwrap(),
+        t.store.runs.events_after(&rid, 0, 100).await.unwrap(),
+        t.store.runs.latest_checkpoint(&rid).await.unwrap(),
+        t.store.effects.get_effect("k").await.unwrap(),
+        t.store.sessions.list_messages(&sid, &PageRequest::default()).await.unwrap().items,
+    );
+    assert_eq!(before, after);
+    assert_eq!(code(t.store.runs.claim_run(&rid, "other", Duration::from_secs(60)).await), "lease_held", "leases survive too");
+    assert_eq!(t.store.runs.append_event(&rid, "run.completed", json!({})).await.unwrap(), 4);
+    t
+}
+
+macro_rules! conformance {
+    ($($test:ident),* $(,)?) => {
+        conformance!(@backend file, polpo_store::StoreKind::File, $($test),*);
+        conformance!(@backend sqlite, polpo_store::StoreKind::Sqlite, $($test),*);
+        conformance!(@backend postgres, polpo_store::StoreKind::Postgres, $($test),*);
+    };
+    (@backend $backend:ident, $kind:expr, $($test:ident),*) => {
+        mod $backend {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let t = crate::support::TestStore::new($kind).await;
+                    super::$test(&t).await;
+                    t.finish().await;
+                }
+            )*
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn everything_survives_a_reopen() {
+                let t = crate::support::TestStore::new($kind).await;
+                super::everything_survives_a_reopen(t).await.finish().await;
+            }
+        }
+    };
+}
+
+conformance!(
+    sessions_round_trip,
+    messages_keep_order_and_everything_stored_beside_them,
+    pagination_has_no_duplicates_and_no_gaps,
+    stale_revisions_and_taken_ids_conflict,
+    runs_follow_their_state_machine_and_list_newest_first,
+    run_event_sequence_is_gap_free_under_concurrent_appends,
+    checkpoints_keep_the_latest,
+    leases_are_exclusive_until_they_expire,
+    the_effect_ledger_lets_an_effect_happen_once,
+);
