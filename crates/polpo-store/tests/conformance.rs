@@ -2,6 +2,9 @@
 //! store and checks behaviour a caller relies on; `conformance!` stamps out one `#[tokio::test]`
 //! per backend and test.
 
+// Test helpers outside `#[test]` functions may panic: a failed setup is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod support;
 
 use std::collections::HashSet;
