@@ -1,0 +1,102 @@
+//! What only the file backend has: its on-disk layout, its process lock, and its recovery
+//! from journals torn by a crash.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use polpo_core::message::Message;
+use polpo_store::{open_store, FileStore, NewMessage, NewRun, NewSession, PageRequest, StoreKind, SystemClock};
+use serde_json::{json, Value};
+
+async fn open(dir: &Path) -> polpo_store::Store {
+    open_store(StoreKind::File, dir, None, Arc::new(SystemClock)).await.unwrap()
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+#[tokio::test]
+async fn state_is_plain_json_files_under_dot_polpo() {
+    let root = tempfile::tempdir().unwrap();
+    let store = open(root.path()).await;
+    let s = store.sessions.create_session(NewSession { agent: "coder".into(), ..Default::default() }).await.unwrap();
+    store.sessions.append_messages(&s.id, vec![NewMessage::new(Message::user("hi")), NewMessage::new(Message::assistant("hello"))], None).await.unwrap();
+    let r = store.runs.create_run(NewRun { agent: "coder".into(), ..Default::default() }).await.unwrap();
+    store.runs.append_event(&r.id, "run.started", json!({})).await.unwrap();
+    store.runs.put_checkpoint(&r.id, 1, json!({"turn": 0})).await.unwrap();
+    store.runs.claim_run(&r.id, "me", std::time::Duration::from_secs(60)).await.unwrap();
+    store.effects.record_effect_intent("k").await.unwrap();
+
+    let polpo = root.path().join(".polpo");
+    let session: Value = serde_json::from_str(&std::fs::read_to_string(polpo.join("sessions").join(&s.id).join("session.json")).unwrap()).unwrap();
+    assert_eq!((session["agent"].clone(), session["messageCount"].clone(), session["title"].clone()), (json!("coder"), json!(2), json!("hi")));
+    let messages = lines(&polpo.join("sessions").join(&s.id).join("messages.jsonl"));
+    assert_eq!(messages.iter().map(|m| m["role"].clone()).collect::<Vec<_>>(), vec![json!("user"), json!("assistant")]);
+    let run_dir = polpo.join("runs").join(&r.id);
+    for file in ["run.json", "events.jsonl", "checkpoint.json", "lease.json"] {
+        assert!(run_dir.join(file).is_file(), "{file}");
+    }
+    assert_eq!(lines(&run_dir.join("events.jsonl"))[0]["type"], json!("run.started"));
+    assert_eq!(std::fs::read_dir(polpo.join("effects")).unwrap().count(), 1);
+    assert!(polpo.join(".runtime/store.lock").is_file());
+}
+
+#[tokio::test]
+async fn a_second_opener_gets_store_locked_until_the_first_closes() {
+    let root = tempfile::tempdir().unwrap();
+    let first = open(root.path()).await;
+    let err = open_store(StoreKind::File, root.path(), None, Arc::new(SystemClock)).await.unwrap_err();
+    assert_eq!(err.code(), "store_locked");
+    assert!(err.to_string().contains("locked by another polpo process"), "{err}");
+    drop(first);
+    open(root.path()).await;
+}
+
+#[tokio::test]
+async fn journals_torn_by_a_crash_are_cut_and_headers_reconciled() {
+    let root = tempfile::tempdir().unwrap();
+    let polpo = root.path().join(".polpo");
+    let (sid, rid, old_header) = {
+        let store = open(root.path()).await;
+        let s = store.sessions.create_session(NewSession { agent: "a".into(), ..Default::default() }).await.unwrap();
+        store.sessions.append_messages(&s.id, vec![NewMessage::new(Message::user("one"))], None).await.unwrap();
+        let header = std::fs::read(polpo.join("sessions").join(&s.id).join("session.json")).unwrap();
+        store.sessions.append_messages(&s.id, vec![NewMessage::new(Message::user("two"))], None).await.unwrap();
+        let r = store.runs.create_run(NewRun { agent: "a".into(), ..Default::default() }).await.unwrap();
+        store.runs.append_event(&r.id, "run.started", json!({})).await.unwrap();
+        store.runs.append_event(&r.id, "response.chunk", json!({"t": "x"})).await.unwrap();
+        (s.id, r.id, header)
+    };
+    // A crash between the journal append and the header rewrite, and two half-written lines.
+    let session_dir = polpo.join("sessions").join(&sid);
+    std::fs::write(session_dir.join("session.json"), old_header).unwrap();
+    let tear = |p: &Path| std::fs::OpenOptions::new().append(true).open(p).unwrap().write_all(b"{\"torn\":").unwrap();
+    tear(&session_dir.join("messages.jsonl"));
+    tear(&polpo.join("runs").join(&rid).join("events.jsonl"));
+
+    let store = open(root.path()).await;
+    let session = store.sessions.get_session(&sid).await.unwrap().unwrap();
+    assert_eq!((session.message_count, session.revision), (2, 3), "the journal is the truth");
+    assert_eq!(store.runs.events_after(&rid, 0, 10).await.unwrap().len(), 2);
+    assert_eq!(store.runs.append_event(&rid, "run.completed", json!({})).await.unwrap(), 3);
+    store.sessions.append_messages(&sid, vec![NewMessage::new(Message::user("three"))], Some(3)).await.unwrap();
+    let texts: Vec<String> = store.sessions.list_messages(&sid, &PageRequest::default()).await.unwrap().items.iter().map(|m| m.message.text_content()).collect();
+    assert_eq!(texts, vec!["one", "two", "three"]);
+    assert_eq!(lines(&polpo.join("runs").join(&rid).join("events.jsonl")).len(), 3, "every line on disk parses again");
+}
+
+#[tokio::test]
+async fn open_store_picks_the_backend_from_settings() {
+    let root = tempfile::tempdir().unwrap();
+    let sqlite = open_store(StoreKind::parse("sqlite").unwrap(), root.path(), None, Arc::new(SystemClock)).await.unwrap();
+    sqlite.sessions.create_session(NewSession { agent: "a".into(), ..Default::default() }).await.unwrap();
+    assert!(root.path().join(".polpo/polpo.db").is_file());
+    let err = open_store(StoreKind::Postgres, root.path(), None, Arc::new(SystemClock)).await.unwrap_err();
+    assert_eq!(err.code(), "store_config");
+    assert_eq!(StoreKind::parse("mongo").unwrap_err().code(), "store_config");
+    FileStore::open(&root.path().join(".polpo"), Arc::new(SystemClock)).await.unwrap();
+}
