@@ -9,6 +9,14 @@ use polpo_core::tool::{ToolEffect, ToolSpec};
 use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 
+mod args;
+pub mod net;
+pub mod registry;
+pub mod sandbox;
+pub mod tools;
+
+pub use registry::{RegistryError, ToolRegistry};
+
 /// Everything a tool call may use, fixed by the runtime before the call.
 #[derive(Debug, Clone)]
 pub struct ToolContext {
@@ -18,6 +26,33 @@ pub struct ToolContext {
     pub allowed_paths: Vec<PathBuf>,
     /// Cancelled when the run is aborted; tools stop promptly and kill their processes.
     pub cancel: CancellationToken,
+    /// The agent's markdown memory file (e.g. `.polpo/memory/<agent>.md`); `None` disables the
+    /// memory tools. Chosen by the runtime, so it is trusted and not subject to `allowed_paths`.
+    pub memory_file: Option<PathBuf>,
+    /// Extra environment variable names passed to processes on top of the built-in allow-list
+    /// (PATH, HOME, LANG, …). Names that look like secrets are dropped even when listed here.
+    pub env_allow: Vec<String>,
+    /// Lets `http_*` reach loopback, private and link-local addresses. Off by default (SSRF guard).
+    pub allow_private_network: bool,
+    /// Exact `host:port` authorities that `http_*` may reach even though they resolve to private
+    /// addresses (a local dev API, say), without opening the whole private network.
+    pub private_network_allowlist: Vec<String>,
+}
+
+impl ToolContext {
+    /// A context confined to `workspace`, with no memory file, the default environment
+    /// allow-list, the private network closed, and a fresh cancellation token.
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            workspace: workspace.into(),
+            allowed_paths: Vec::new(),
+            cancel: CancellationToken::new(),
+            memory_file: None,
+            env_allow: Vec::new(),
+            allow_private_network: false,
+            private_network_allowlist: Vec::new(),
+        }
+    }
 }
 
 /// What a successful call returns.
@@ -51,8 +86,14 @@ impl ToolError {
 pub trait Tool: Send + Sync {
     /// Name, description and argument schema, as shown to the model.
     fn spec(&self) -> &ToolSpec;
-    /// How calls touch the world.
+    /// How calls touch the world, in the worst case over all arguments.
     fn effect(&self) -> ToolEffect;
+    /// How this particular call touches the world. Defaults to [`Tool::effect`]; a tool whose
+    /// effect depends on its arguments (`http_fetch` with `GET` vs `POST`) narrows it here, so a
+    /// GET can join a parallel read batch while a POST is never replayed.
+    fn call_effect(&self, _args: &serde_json::Value) -> ToolEffect {
+        self.effect()
+    }
     /// Run one call with arguments already validated against the schema.
     async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError>;
 }

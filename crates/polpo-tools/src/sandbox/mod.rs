@@ -1,0 +1,12 @@
+//! The sandbox every tool call runs in: file paths confined to the allowed roots, processes in
+//! their own group with bounded time and output and a scrubbed environment.
+
+mod capped;
+mod env;
+mod paths;
+mod process;
+
+pub use capped::CappedOutput;
+pub use env::{is_secret_name, scrubbed_env, BASE_ENV_ALLOW};
+pub use paths::{allowed_roots, resolve_in_sandbox, resolve_real_path};
+pub use process::{run_command, CommandOutcome, CommandSpec, Program, SandboxError, Termination};

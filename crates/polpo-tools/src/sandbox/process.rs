@@ -1,0 +1,321 @@
+//! Running a process so that it cannot outlive, outgrow or out-wait its caller.
+//!
+//! Used by the `bash` tool and by command hooks. Each process leads its own process group; when
+//! the call ends — normal exit, timeout, cancellation, or the caller dropping the future — the
+//! whole group is terminated (SIGTERM, a short grace, then SIGKILL), so background children
+//! (`sleep 300 &`) never survive as orphans. Output is read concurrently into bounded buffers.
+
+use super::CappedOutput;
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use std::os::fd::OwnedFd;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// How long the output pipes may stay open after the group is gone (a process that escaped the
+/// group with `setsid` can hold them); after that the output read so far is returned.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+/// How often the group is probed during the grace period.
+const GROUP_POLL: Duration = Duration::from_millis(20);
+
+/// What to execute.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Program {
+    /// A shell command line, run as `sh -c <command>`.
+    Shell(String),
+    /// A program and its arguments, run without a shell (no word splitting, no expansion).
+    Argv(Vec<String>),
+}
+
+/// One process run: what, where, with which environment and input, and within which bounds.
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    /// The command.
+    pub program: Program,
+    /// Working directory.
+    pub cwd: PathBuf,
+    /// The complete environment (the process starts from an empty one); see
+    /// [`scrubbed_env`](super::scrubbed_env).
+    pub env: Vec<(String, String)>,
+    /// Bytes piped to stdin, then closed (hooks send a JSON envelope); `None` means stdin is null.
+    pub stdin: Option<Vec<u8>>,
+    /// Wall-clock limit; the group is killed when it passes.
+    pub timeout: Duration,
+    /// Bytes kept per output stream (head and tail halves).
+    pub output_cap: usize,
+    /// Send stderr into the stdout buffer, interleaved as a terminal would show it.
+    pub merge_stderr: bool,
+    /// Time between SIGTERM and SIGKILL when the group is terminated.
+    pub kill_grace: Duration,
+    /// Cancelling it kills the group and ends the run with [`Termination::Cancelled`].
+    pub cancel: CancellationToken,
+}
+
+impl CommandSpec {
+    /// A spec with an empty environment, no stdin, a 120 s timeout, a 30 KB output cap per
+    /// stream, separate stderr, a 2 s kill grace and its own cancellation token.
+    pub fn new(program: Program, cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            program,
+            cwd: cwd.into(),
+            env: Vec::new(),
+            stdin: None,
+            timeout: Duration::from_secs(120),
+            output_cap: 30 * 1024,
+            merge_stderr: false,
+            kill_grace: Duration::from_secs(2),
+            cancel: CancellationToken::new(),
+        }
+    }
+}
+
+/// How the run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Termination {
+    /// The process exited with this code.
+    Exited {
+        /// Exit code.
+        code: i32,
+    },
+    /// The process was killed by this signal (not by us).
+    Signaled {
+        /// Signal number.
+        signal: i32,
+    },
+    /// The timeout passed; the group was killed.
+    TimedOut,
+    /// The cancellation token fired; the group was killed.
+    Cancelled,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandOutcome {
+    /// How it ended.
+    pub termination: Termination,
+    /// Standard output (and stderr when merged).
+    pub stdout: CappedOutput,
+    /// Standard error (empty when merged).
+    pub stderr: CappedOutput,
+    /// The process group that ran (and was cleaned up), for traces.
+    pub pgid: i32,
+    /// Wall-clock run time.
+    pub duration: Duration,
+}
+
+impl CommandOutcome {
+    /// The shell-style exit code: the code, or 128 + signal; `None` after a timeout or cancel.
+    pub fn exit_code(&self) -> Option<i32> {
+        match self.termination {
+            Termination::Exited { code } => Some(code),
+            Termination::Signaled { signal } => Some(128 + signal),
+            Termination::TimedOut | Termination::Cancelled => None,
+        }
+    }
+}
+
+/// Why a process could not be run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The argv was empty.
+    #[error("the command is empty")]
+    EmptyCommand,
+    /// The output pipe could not be created.
+    #[error("cannot create output pipe: {0}")]
+    Pipe(std::io::Error),
+    /// The process could not be started (missing program, bad cwd, …).
+    #[error("cannot start process: {0}")]
+    Spawn(std::io::Error),
+    /// Waiting for the process failed.
+    #[error("cannot wait for process: {0}")]
+    Wait(std::io::Error),
+}
+
+impl SandboxError {
+    /// Stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SandboxError::EmptyCommand => "empty_command",
+            SandboxError::Pipe(_) => "pipe_failed",
+            SandboxError::Spawn(_) => "spawn_failed",
+            SandboxError::Wait(_) => "wait_failed",
+        }
+    }
+}
+
+/// Runs one process inside the sandbox and returns once it and its whole process group are gone.
+pub async fn run_command(spec: CommandSpec) -> Result<CommandOutcome, SandboxError> {
+    let started = Instant::now();
+    let mut command = build_command(&spec)?;
+    let merged = if spec.merge_stderr { Some(attach_merged_pipe(&mut command)?) } else { None };
+    let mut child = command.spawn().map_err(SandboxError::Spawn)?;
+    // Close our copies of the merged pipe's write end, so EOF arrives when the group is gone.
+    drop(command);
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);
+    let guard = GroupGuard { pgid };
+
+    let stdin_task = spawn_stdin_writer(&mut child, spec.stdin.clone());
+    let stdout = Arc::new(Mutex::new(CappedOutput::new(spec.output_cap)));
+    let stderr = Arc::new(Mutex::new(CappedOutput::new(spec.output_cap)));
+    let mut readers = Vec::new();
+    match merged {
+        Some(reader) => readers.push(spawn_reader(reader, stdout.clone())),
+        None => {
+            if let Some(out) = child.stdout.take() {
+                readers.push(spawn_reader(out, stdout.clone()));
+            }
+            if let Some(err) = child.stderr.take() {
+                readers.push(spawn_reader(err, stderr.clone()));
+            }
+        }
+    }
+
+    let termination = tokio::select! {
+        status = child.wait() => {
+            let status = status.map_err(SandboxError::Wait)?;
+            match (status.code(), status.signal()) {
+                (Some(code), _) => Termination::Exited { code },
+                (None, Some(signal)) => Termination::Signaled { signal },
+                (None, None) => Termination::Signaled { signal: 0 },
+            }
+        }
+        () = tokio::time::sleep(spec.timeout) => Termination::TimedOut,
+        () = spec.cancel.cancelled() => Termination::Cancelled,
+    };
+    terminate_group(pgid, &mut child, spec.kill_grace).await;
+    // The group is gone; disarm the guard so it never signals a later group with a reused id.
+    std::mem::forget(guard);
+
+    let drain_deadline = Instant::now() + DRAIN_LIMIT;
+    for reader in readers {
+        finish_within(reader, drain_deadline).await;
+    }
+    if let Some(task) = stdin_task {
+        task.abort();
+    }
+    Ok(CommandOutcome {
+        termination,
+        stdout: take(&stdout),
+        stderr: take(&stderr),
+        pgid,
+        duration: started.elapsed(),
+    })
+}
+
+fn build_command(spec: &CommandSpec) -> Result<Command, SandboxError> {
+    let mut command = match &spec.program {
+        Program::Shell(line) => {
+            let mut command = Command::new("sh");
+            command.arg("-c").arg(line);
+            command
+        }
+        Program::Argv(argv) => {
+            let (program, args) = argv.split_first().ok_or(SandboxError::EmptyCommand)?;
+            let mut command = Command::new(program);
+            command.args(args);
+            command
+        }
+    };
+    command
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    Ok(command)
+}
+
+/// Points stdout and stderr at one pipe and returns its read end.
+fn attach_merged_pipe(command: &mut Command) -> Result<tokio::net::unix::pipe::Receiver, SandboxError> {
+    let (reader, writer) = std::io::pipe().map_err(SandboxError::Pipe)?;
+    let writer_copy = writer.try_clone().map_err(SandboxError::Pipe)?;
+    command.stdout(writer_copy).stderr(writer);
+    tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(SandboxError::Pipe)
+}
+
+fn spawn_stdin_writer(child: &mut Child, input: Option<Vec<u8>>) -> Option<JoinHandle<()>> {
+    let (mut stdin, input) = (child.stdin.take()?, input?);
+    Some(tokio::spawn(async move {
+        // A process that exits without reading its input is not an error of ours.
+        let _ = stdin.write_all(&input).await;
+        let _ = stdin.shutdown().await;
+    }))
+}
+
+fn spawn_reader<R>(mut source: R, sink: Arc<Mutex<CappedOutput>>) -> JoinHandle<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 16 * 1024];
+        while let Ok(n @ 1..) = source.read(&mut buf).await {
+            lock(&sink).push(&buf[..n]);
+        }
+    })
+}
+
+async fn finish_within(task: JoinHandle<()>, deadline: Instant) {
+    let abort = task.abort_handle();
+    if tokio::time::timeout_at(deadline, task).await.is_err() {
+        abort.abort();
+    }
+}
+
+fn lock(sink: &Mutex<CappedOutput>) -> std::sync::MutexGuard<'_, CappedOutput> {
+    sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn take(sink: &Mutex<CappedOutput>) -> CappedOutput {
+    std::mem::take(&mut *lock(sink))
+}
+
+/// True while any process is left in the group (zombies included).
+fn group_alive(pgid: i32) -> bool {
+    pgid > 0 && killpg(Pid::from_raw(pgid), None).is_ok()
+}
+
+fn signal_group(pgid: i32, signal: Signal) {
+    if pgid > 0 {
+        // ESRCH (group already gone) is the outcome we want.
+        let _ = killpg(Pid::from_raw(pgid), signal);
+    }
+}
+
+/// SIGTERM the group, reap the leader, wait up to `grace` for the rest, then SIGKILL.
+async fn terminate_group(pgid: i32, child: &mut Child, grace: Duration) {
+    if !group_alive(pgid) {
+        let _ = child.wait().await;
+        return;
+    }
+    signal_group(pgid, Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    let _ = tokio::time::timeout_at(deadline, child.wait()).await;
+    while group_alive(pgid) && Instant::now() < deadline {
+        tokio::time::sleep(GROUP_POLL).await;
+    }
+    signal_group(pgid, Signal::SIGKILL);
+    let _ = child.wait().await;
+}
+
+/// Kills the group if the run is abandoned mid-way (its future dropped), so even then nothing
+/// is left running.
+struct GroupGuard {
+    pgid: i32,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        signal_group(self.pgid, Signal::SIGKILL);
+    }
+}

@@ -1,0 +1,119 @@
+//! `read {path, offset?, limit?}`: numbered lines of a text file.
+
+use crate::args::{io_error, parse_args, spec};
+use crate::sandbox::resolve_in_sandbox;
+use crate::{Tool, ToolContext, ToolError, ToolOutput};
+use polpo_core::tool::{ToolEffect, ToolSpec};
+use serde::Deserialize;
+use serde_json::json;
+use std::io::BufRead;
+use std::path::Path;
+
+/// Lines returned when the call does not say.
+const DEFAULT_LIMIT: usize = 500;
+/// Longest line shown; longer lines are cut so one minified file cannot flood the context.
+const MAX_LINE_CHARS: usize = 2000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    path: String,
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+/// Reads a file as `N<TAB>line` rows, from a 1-based `offset`, at most `limit` lines.
+pub struct ReadTool {
+    spec: ToolSpec,
+}
+
+impl ReadTool {
+    /// The tool with its spec.
+    pub fn new() -> Self {
+        Self {
+            spec: spec(
+                "read",
+                "Read a text file. Returns lines numbered `N<TAB>line`; use offset/limit to page through large files.",
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "description": "File path, relative to the workspace or absolute."},
+                        "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
+                        "limit": {"type": "integer", "minimum": 1, "description": "Maximum lines to return (default 500)."}
+                    },
+                    "required": ["path"],
+                    "additionalProperties": false
+                }),
+            ),
+        }
+    }
+}
+
+impl Default for ReadTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for ReadTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn effect(&self) -> ToolEffect {
+        ToolEffect::Read
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+        let args: Args = parse_args(args)?;
+        let path = resolve_in_sandbox(ctx, &args.path)?;
+        let offset = args.offset.unwrap_or(1).max(1);
+        let limit = args.limit.unwrap_or(DEFAULT_LIMIT).max(1);
+        let page_path = path.clone();
+        let page = tokio::task::spawn_blocking(move || read_page(&page_path, offset, limit))
+            .await
+            .map_err(|e| ToolError::new("internal", format!("read task failed: {e}")))??;
+        let mut text = page.rows.join("\n");
+        let remaining = page.total.saturating_sub(offset - 1 + page.rows.len());
+        if remaining > 0 {
+            text.push_str(&format!("\n... ({remaining} more lines)"));
+        }
+        Ok(ToolOutput {
+            text,
+            details: json!({"path": path, "lines": page.rows.len(), "total": page.total}),
+        })
+    }
+}
+
+struct Page {
+    rows: Vec<String>,
+    total: usize,
+}
+
+/// Streams the file once: keeps the requested rows, counts the rest.
+fn read_page(path: &Path, offset: usize, limit: usize) -> Result<Page, ToolError> {
+    let file = std::fs::File::open(path).map_err(|e| io_error("read", path, &e))?;
+    if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
+        return Err(ToolError::new("is_a_directory", format!("{} is a directory; use ls", path.display())));
+    }
+    let mut rows = Vec::new();
+    let mut total = 0usize;
+    for line in std::io::BufReader::new(file).split(b'\n') {
+        let line = line.map_err(|e| io_error("read", path, &e))?;
+        total += 1;
+        if total >= offset && rows.len() < limit {
+            let line = String::from_utf8_lossy(&line);
+            let line = line.strip_suffix('\r').unwrap_or(&line);
+            rows.push(format!("{total}\t{}", truncate_chars(line, MAX_LINE_CHARS)));
+        }
+    }
+    Ok(Page { rows, total })
+}
+
+fn truncate_chars(line: &str, max: usize) -> String {
+    match line.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}… [line truncated]", &line[..cut]),
+        None => line.to_owned(),
+    }
+}

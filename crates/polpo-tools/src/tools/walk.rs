@@ -1,0 +1,52 @@
+//! The bounded directory walk shared by `glob` and `grep`.
+
+use crate::sandbox::resolve_real_path;
+use crate::ToolError;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Why a walk stopped before visiting everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// The visitor asked to stop (it has enough).
+    Enough,
+    /// The deadline passed.
+    Deadline,
+}
+
+/// Visits the files under `base` (or `base` itself when it is a file): dotfiles and
+/// `.gitignore`d paths skipped, symlinks followed only when their target is a file inside
+/// `roots`. Stops at `deadline`, when `visit` returns `false`, or with `cancelled` when the
+/// token fires. Blocking: call from `spawn_blocking`.
+pub(crate) fn walk_files(
+    base: &Path,
+    roots: &[PathBuf],
+    deadline: Instant,
+    cancel: &CancellationToken,
+    mut visit: impl FnMut(&Path) -> bool,
+) -> Result<Option<Stop>, ToolError> {
+    let walker = ignore::WalkBuilder::new(base).hidden(true).follow_links(false).build();
+    for entry in walker {
+        if cancel.is_cancelled() {
+            return Err(ToolError::new("cancelled", "the call was cancelled"));
+        }
+        if Instant::now() >= deadline {
+            return Ok(Some(Stop::Deadline));
+        }
+        let Ok(entry) = entry else { continue };
+        let Some(kind) = entry.file_type() else { continue };
+        let is_file = if kind.is_symlink() {
+            match resolve_real_path(entry.path()) {
+                Ok(target) => roots.iter().any(|r| target.starts_with(r)) && target.is_file(),
+                Err(_) => false,
+            }
+        } else {
+            kind.is_file()
+        };
+        if is_file && !visit(entry.path()) {
+            return Ok(Some(Stop::Enough));
+        }
+    }
+    Ok(None)
+}
