@@ -1,2 +1,25 @@
 //! Test support: scripted fake LLM servers that speak the real OpenAI and Anthropic wire
 //! formats over real HTTP. The only way a Polpo test replaces a model.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use polpo_testkit::{FakeLlm, Turn};
+//! use serde_json::json;
+//! let fake = FakeLlm::start([
+//!     Turn::tool_calls(vec![("read", json!({"path": "a.txt"}))]),
+//!     Turn::text("The file says hello."),
+//! ])
+//! .await?;
+//! // point a provider at fake.base_url() (OpenAI) or fake.anthropic_base_url() (Anthropic)
+//! assert_eq!(fake.requests().len(), 0);
+//! # Ok(()) }
+//! ```
+
+mod anthropic;
+mod openai;
+mod render;
+mod script;
+mod server;
+
+pub use script::{Interruption, ScriptedError, Turn};
+pub use server::{FakeLlm, Options, RecordedRequest};

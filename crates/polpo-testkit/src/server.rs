@@ -1,0 +1,251 @@
+//! The fake server itself: a real axum HTTP server on loopback that pops one scripted turn per
+//! request and records what it received.
+
+use crate::render::Render;
+use crate::script::{Interruption, Turn};
+use crate::{anthropic, openai};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::Response;
+use axum::routing::post;
+use futures::{Stream, StreamExt, stream};
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// What a fake received: one HTTP request.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// Request path, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// Headers, names lower-cased, in arrival order.
+    pub headers: Vec<(String, String)>,
+    /// The JSON body (`Value::Null` if it was not JSON).
+    pub body: Value,
+    /// When it arrived; lets tests check that a client waited at least `Retry-After`.
+    pub received_at: Instant,
+}
+
+impl RecordedRequest {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+}
+
+/// How a fake behaves beyond its script.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Serve the script in a loop forever (for benchmarks) instead of running out.
+    pub repeat: bool,
+    /// Keep every request; turn off for benchmarks so memory stays flat.
+    pub record: bool,
+    /// Characters per streamed text or argument delta.
+    pub chunk_chars: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self { repeat: false, record: true, chunk_chars: 4 }
+    }
+}
+
+struct Shared {
+    turns: Mutex<VecDeque<Turn>>,
+    requests: Mutex<Vec<RecordedRequest>>,
+    served: AtomicU64,
+    options: Options,
+}
+
+/// A scripted fake LLM server speaking the OpenAI chat-completions wire
+/// (`POST /v1/chat/completions`) and the Anthropic Messages wire (`POST /v1/messages`),
+/// streaming or not as each request asks. Each request takes the next [`Turn`]; when the
+/// script is empty it answers 500 `fake llm script exhausted`. Stops when dropped.
+pub struct FakeLlm {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    server: JoinHandle<()>,
+}
+
+impl FakeLlm {
+    /// Start a fake on `127.0.0.1:0` that answers `turns` in order, then runs out.
+    pub async fn start(turns: impl IntoIterator<Item = Turn>) -> std::io::Result<Self> {
+        Self::start_with(TcpListener::bind("127.0.0.1:0").await?, turns, Options::default())
+    }
+
+    /// Start a benchmark fake on `127.0.0.1:0`: `turns` repeat forever, no delays are added
+    /// and nothing is recorded.
+    pub async fn start_repeating(turns: impl IntoIterator<Item = Turn>) -> std::io::Result<Self> {
+        let options = Options { repeat: true, record: false, ..Options::default() };
+        Self::start_with(TcpListener::bind("127.0.0.1:0").await?, turns, options)
+    }
+
+    /// Serve on an already bound listener with explicit options.
+    pub fn start_with(listener: TcpListener, turns: impl IntoIterator<Item = Turn>, options: Options) -> std::io::Result<Self> {
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            turns: Mutex::new(turns.into_iter().collect()),
+            requests: Mutex::default(),
+            served: AtomicU64::new(0),
+            options,
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(openai_route))
+            .route("/v1/messages", post(anthropic_route))
+            .with_state(shared.clone());
+        let server = tokio::spawn(async move {
+            // The server ends only when the fake is dropped (task aborted) or the socket fails.
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { addr, shared, server })
+    }
+
+    /// The OpenAI-style base URL, `http://127.0.0.1:PORT/v1` (what `OPENAI_BASE_URL` takes).
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The Anthropic-style base URL, `http://127.0.0.1:PORT` (what `ANTHROPIC_BASE_URL` takes).
+    pub fn anthropic_base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The socket address the fake listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Append a turn to the script.
+    pub fn push(&self, turn: Turn) {
+        lock(&self.shared.turns).push_back(turn);
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// Turns not yet served.
+    pub fn remaining(&self) -> usize {
+        lock(&self.shared.turns).len()
+    }
+}
+
+impl Drop for FakeLlm {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// Lock a mutex, recovering from poisoning: a panicking test must not cascade into others.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[derive(Clone, Copy)]
+enum Wire {
+    OpenAi,
+    Anthropic,
+}
+
+async fn openai_route(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&shared, Wire::OpenAi, "/v1/chat/completions", headers, body).await
+}
+
+async fn anthropic_route(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    answer(&shared, Wire::Anthropic, "/v1/messages", headers, body).await
+}
+
+async fn answer(shared: &Shared, wire: Wire, path: &str, headers: HeaderMap, raw: Bytes) -> Response {
+    let options = shared.options;
+    let request: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
+    if options.record {
+        let headers = headers.iter().map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect();
+        lock(&shared.requests).push(RecordedRequest { path: path.to_owned(), headers, body: request.clone(), received_at: Instant::now() });
+    }
+    let turn = {
+        let mut turns = lock(&shared.turns);
+        let turn = turns.pop_front();
+        if let (Some(t), true) = (&turn, options.repeat) {
+            turns.push_back(t.clone());
+        }
+        turn
+    };
+    let Some(turn) = turn else {
+        let body = json!({"error": {"message": "fake llm script exhausted", "type": "server_error"}});
+        return respond(StatusCode::INTERNAL_SERVER_ERROR, "application/json", Body::from(body.to_string()));
+    };
+    if let Some(delay) = turn.delay {
+        tokio::time::sleep(delay).await;
+    }
+    if let Some(error) = &turn.error {
+        let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = respond(status, "application/json", Body::from(error.body.clone()));
+        if let Some(secs) = error.retry_after_secs {
+            response.headers_mut().insert(header::RETRY_AFTER, secs.into());
+        }
+        return response;
+    }
+    let render = Render {
+        model: request["model"].as_str().unwrap_or("fake").to_owned(),
+        turn_no: shared.served.fetch_add(1, Ordering::Relaxed) + 1,
+        chunk_chars: options.chunk_chars,
+        include_usage: request["stream_options"]["include_usage"] == json!(true),
+        request_bytes: raw.len(),
+    };
+    if request["stream"] == json!(true) {
+        let frames = match wire {
+            Wire::OpenAi => openai::frames(&turn, &render),
+            Wire::Anthropic => anthropic::frames(&turn, &render),
+        };
+        respond(StatusCode::OK, "text/event-stream", Body::from_stream(interrupt(frames, turn.interruption)))
+    } else {
+        let body = match wire {
+            Wire::OpenAi => openai::body(&turn, &render),
+            Wire::Anthropic => anthropic::body(&turn, &render),
+        }
+        .to_string();
+        // A non-streamed body "interrupted" after N events is cut in half instead.
+        let parts = match turn.interruption {
+            Some(_) => {
+                let half = body.char_indices().nth(body.chars().count() / 2).map_or(0, |(i, _)| i);
+                vec![body[..half].to_owned()]
+            }
+            None => vec![body],
+        };
+        let interruption = turn.interruption.map(|i| match i {
+            Interruption::DisconnectAfter(_) => Interruption::DisconnectAfter(1),
+            Interruption::StallAfter(_) => Interruption::StallAfter(1),
+        });
+        respond(StatusCode::OK, "application/json", Body::from_stream(interrupt(parts, interruption)))
+    }
+}
+
+/// The body as a stream of frames, broken off as scripted.
+fn interrupt(frames: Vec<String>, interruption: Option<Interruption>) -> impl Stream<Item = Result<String, std::io::Error>> + Send {
+    let (keep, tail): (usize, Option<Interruption>) = match interruption {
+        None => (frames.len(), None),
+        Some(i @ (Interruption::DisconnectAfter(n) | Interruption::StallAfter(n))) => (n, Some(i)),
+    };
+    let head = stream::iter(frames.into_iter().take(keep).map(Ok));
+    let tail = match tail {
+        None => stream::empty().boxed(),
+        Some(Interruption::DisconnectAfter(_)) => stream::once(async { Err(std::io::Error::other("fake llm disconnect")) }).boxed(),
+        Some(Interruption::StallAfter(_)) => stream::pending().boxed(),
+    };
+    head.chain(tail)
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: Body) -> Response {
+    let mut response = Response::new(body);
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    response
+}
