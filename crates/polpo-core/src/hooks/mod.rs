@@ -1,0 +1,31 @@
+//! Runtime Hooks: trusted project policy that runs around agent execution.
+//!
+//! This module is the pure half of the hook contract — everything decidable from data:
+//! the hook pack file format and its validation ([`validate`]), which hooks apply to an
+//! execution and in which order ([`set`], [`matcher`]), the decisions a handler can return
+//! and how their raw output is read ([`decision`]), how controlling decisions fold into one
+//! verdict ([`fold`]), the termination gate's budgets ([`gate`]), the redacted envelope with
+//! its stable idempotency key ([`envelope`]) and the capabilities payload
+//! ([`capabilities`]). Running handlers (processes, HTTP, tools) is the engine's job.
+
+pub mod capabilities;
+pub mod decision;
+pub mod envelope;
+pub mod fold;
+pub mod gate;
+pub mod limits;
+pub mod matcher;
+pub mod pack;
+mod secrets;
+pub mod set;
+pub mod validate;
+
+pub use decision::{Decision, FailureCause, HookFailure, HookOutcome, parse_output};
+pub use envelope::{Envelope, InvocationInfo, build_envelope};
+pub use fold::{Authorization, Flow, GateFold, GateVerdict, StopFold, StopVerdict, ToolAfterFold, ToolBeforeFold, ToolBeforeVerdict, authorize};
+pub use gate::{GateBudget, GateExhaustion, GateLimits};
+pub use matcher::Target;
+pub use pack::{ExecutionMode, Handler, Hook, HookAction, HookEvent, HookPack, Matcher, OnFailure, Scope, TerminationGate};
+pub use secrets::{contains_token, is_secret_name};
+pub use set::{HookSet, ScopedHook};
+pub use validate::{ValidateOptions, parse_pack};
