@@ -101,10 +101,10 @@ impl ModelProfileError {
 /// allowed root inherit its grant, so owners can re-point an alias without touching agents.
 /// Plain strings are always direct ids and need no grant.
 pub fn resolve_model_chain(selection: &ModelSelection, profiles: &ModelProfiles, allowed: Option<&[String]>) -> Result<Vec<String>, ModelProfileError> {
-    if let Some(allowed) = allowed {
-        if let Some(denied) = root_profiles(selection).into_iter().find(|root| !allowed.iter().any(|a| a == root)) {
-            return Err(ModelProfileError::NotAllowed(denied.to_owned()));
-        }
+    if let Some(allowed) = allowed
+        && let Some(denied) = root_profiles(selection).into_iter().find(|root| !allowed.iter().any(|a| a == root))
+    {
+        return Err(ModelProfileError::NotAllowed(denied.to_owned()));
     }
     let mut resolver = Resolver { profiles, chain: Vec::new(), stack: Vec::new(), steps: 0 };
     resolver.selection(selection)?;
