@@ -4,3 +4,18 @@
 //! [`polpo_core`] value, collecting every problem with its file and JSON pointer. Every write
 //! goes through [`fsx::write_atomic`] (temp file, fsync, rename, fsync dir), so a crash never
 //! leaves a half-written config file.
+
+pub mod agents;
+pub mod create;
+mod error;
+pub mod fsx;
+mod load;
+pub mod migrate;
+pub mod paths;
+mod read;
+
+pub use agents::{AgentSnapshot, Revision, delete_agent, read_agent, write_agent};
+pub use create::{NewAgent, create_project};
+pub use error::ProjectError;
+pub use load::{DEFAULT_TEAM, load_project};
+pub use migrate::{MigrationPlan, PlannedWrite, migrate};

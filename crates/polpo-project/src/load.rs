@@ -1,0 +1,298 @@
+//! The one loader: `.polpo/` on disk → a validated [`Project`], or every problem in it.
+//!
+//! Layout rules (from the reference): the directory layout wins when `agents/<id>/` exists;
+//! an aggregate `agents.json` next to agent directories is `ambiguous_layout` (same for
+//! teams and for `polpo.json` next to `project.json`). Ids are compared after NFKC +
+//! lowercase (`case_collision`). The loader never stops at the first problem.
+
+use crate::paths::{self, AGENT_JSON, AGENTS_DIR, INSTRUCTIONS_MD, TEAMS_DIR};
+use crate::read;
+use polpo_core::config::schema::{Field, Shape};
+use polpo_core::config::{
+    AGENT_FILE, Agent, AgentConfig, LEGACY_AGENT, LEGACY_PROJECT_FILE, LEGACY_TEAM, Layout, Location, PROJECT_FILE,
+    Project, ProjectFile, TEAM_FILE, Team, TeamConfig, check_id, codes, collisions, parse_checked,
+    validate_project,
+};
+use polpo_core::problem::Problem;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Team of legacy `{agent, teamName}` entries that name none.
+pub const DEFAULT_TEAM: &str = "default";
+
+/// Load and validate the project whose root (the folder containing `.polpo/`) is `root`.
+pub fn load_project(root: &Path) -> Result<Project, Vec<Problem>> {
+    let dot = paths::polpo_dir(root);
+    if !dot.is_dir() {
+        return Err(vec![Problem::new(
+            codes::MISSING_PROJECT_FILE,
+            format!("no {} folder in {}", paths::POLPO_DIR, root.display()),
+        )]);
+    }
+    let mut loader = Loader { dot, problems: Vec::new(), legacy: false };
+    let manifest = loader.manifest();
+    let agents = loader.agents();
+    let teams = loader.teams();
+    let project = Project {
+        root: root.to_path_buf(),
+        layout: if loader.legacy { Layout::Legacy } else { Layout::Directory },
+        manifest: manifest.unwrap_or_default(),
+        agents,
+        teams,
+    };
+    let mut problems = loader.problems;
+    problems.extend(validate_project(&project));
+    if problems.is_empty() { Ok(project) } else { Err(problems) }
+}
+
+struct Loader {
+    dot: PathBuf,
+    problems: Vec<Problem>,
+    legacy: bool,
+}
+
+impl Loader {
+    fn keep<T>(&mut self, result: Result<T, Vec<Problem>>) -> Option<T> {
+        result.map_err(|p| self.problems.extend(p)).ok()
+    }
+
+    fn ambiguous(&mut self, legacy_file: &str, modern: &str) {
+        self.problems.push(
+            Problem::new(
+                codes::AMBIGUOUS_LAYOUT,
+                format!("both legacy {legacy_file} and {modern} exist; keep one (`polpo migrate` converts the legacy file)"),
+            )
+            .in_file(paths::display(&[legacy_file])),
+        );
+    }
+
+    fn manifest(&mut self) -> Option<ProjectFile> {
+        let modern = self.dot.join(paths::PROJECT_JSON).is_file();
+        let legacy = self.dot.join(paths::LEGACY_PROJECT_JSON).is_file();
+        if modern && legacy {
+            self.ambiguous(paths::LEGACY_PROJECT_JSON, paths::PROJECT_JSON);
+        }
+        let (name, shape) = match (modern, legacy) {
+            (true, _) => (paths::PROJECT_JSON, &PROJECT_FILE),
+            (false, true) => {
+                self.legacy = true;
+                (paths::LEGACY_PROJECT_JSON, &LEGACY_PROJECT_FILE)
+            }
+            (false, false) => {
+                self.problems.push(
+                    Problem::new(codes::MISSING_PROJECT_FILE, "project.json is missing (`polpo create` writes one)")
+                        .in_file(paths::display(&[paths::PROJECT_JSON])),
+                );
+                return None;
+            }
+        };
+        let at = Location::file(paths::display(&[name]));
+        let value = self.keep(read::json(&self.dot.join(name), &at.file))?;
+        self.keep(parse_checked(&value, shape, &at))
+    }
+
+    /// Non-hidden entries of `.polpo/<dir>` that are directories (`want_dirs`) or files.
+    fn entries(&mut self, dir: &str, want_dirs: bool) -> Vec<String> {
+        let Ok(read) = std::fs::read_dir(self.dot.join(dir)) else { return Vec::new() };
+        let mut names = Vec::new();
+        for entry in read.flatten() {
+            let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            if is_dir != want_dirs {
+                continue;
+            }
+            match entry.file_name().into_string() {
+                Ok(name) if name.starts_with('.') => {}
+                Ok(name) => names.push(name),
+                Err(raw) => self.problems.push(
+                    Problem::new(codes::INVALID_VALUE, format!("file name {raw:?} is not UTF-8"))
+                        .in_file(paths::display(&[dir])),
+                ),
+            }
+        }
+        names.sort();
+        names
+    }
+
+    fn agents(&mut self) -> BTreeMap<String, Agent> {
+        let dirs = self.entries(AGENTS_DIR, true);
+        let has_legacy = self.dot.join(paths::LEGACY_AGENTS_JSON).is_file();
+        let agents = if !dirs.is_empty() {
+            if has_legacy {
+                self.ambiguous(paths::LEGACY_AGENTS_JSON, "agents/<id>/ directories");
+            }
+            dirs.iter().filter_map(|id| self.directory_agent(id)).collect()
+        } else if has_legacy {
+            self.legacy = true;
+            self.legacy_agents()
+        } else {
+            Vec::new()
+        };
+        self.unique(agents, |a| (&a.id, &a.source))
+    }
+
+    fn directory_agent(&mut self, id: &str) -> Option<Agent> {
+        let dir = self.dot.join(AGENTS_DIR).join(id);
+        let shown = |file: &str| paths::display(&[AGENTS_DIR, id, file]);
+        if let Err(reason) = check_id(id) {
+            let p = Problem::new(codes::INVALID_VALUE, format!("agent directory name: {reason}"));
+            self.problems.push(p.in_file(paths::display(&[AGENTS_DIR, id])));
+            return None;
+        }
+        let mut missing = false;
+        for file in [AGENT_JSON, INSTRUCTIONS_MD] {
+            if !dir.join(file).is_file() {
+                missing = true;
+                self.problems.push(
+                    Problem::new(codes::MISSING_AGENT_FILE, format!("agent `{id}` has no {file}")).in_file(shown(file)),
+                );
+            }
+        }
+        let at = Location::file(shown(AGENT_JSON));
+        let config = match dir.join(AGENT_JSON).is_file() {
+            true => self
+                .keep(read::json(&dir.join(AGENT_JSON), &at.file))
+                .and_then(|v| self.keep(parse_checked::<AgentConfig>(&v, &AGENT_FILE, &at))),
+            false => None,
+        };
+        let instructions = match missing {
+            false => self.keep(read::text(&dir.join(INSTRUCTIONS_MD), &shown(INSTRUCTIONS_MD))),
+            true => None,
+        };
+        Some(Agent { id: id.to_string(), config: config?, instructions: instructions?, source: at })
+    }
+
+    /// The entries of a legacy aggregate file, which must be a JSON array of objects.
+    fn legacy_array(&mut self, name: &str) -> Vec<(Value, Location)> {
+        let at = Location::file(paths::display(&[name]));
+        let Some(value) = self.keep(read::json(&self.dot.join(name), &at.file)) else { return Vec::new() };
+        let Value::Array(items) = value else {
+            self.problems.push(at.problem(codes::INVALID_LEGACY_LAYOUT, format!("{name} must be a JSON array"), ""));
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.into_iter().enumerate() {
+            let here = at.child(&i.to_string());
+            if item.is_object() {
+                out.push((item, here));
+            } else {
+                self.problems.push(here.problem(
+                    codes::INVALID_LEGACY_LAYOUT,
+                    format!("each entry of {name} must be an object"),
+                    "",
+                ));
+            }
+        }
+        out
+    }
+
+    fn legacy_agents(&mut self) -> Vec<Agent> {
+        self.legacy_array(paths::LEGACY_AGENTS_JSON)
+            .into_iter()
+            .filter_map(|(value, at)| {
+                let parsed = legacy_agent(value, at);
+                self.keep(parsed)
+            })
+            .collect()
+    }
+
+    fn teams(&mut self) -> BTreeMap<String, Team> {
+        let files: Vec<String> =
+            self.entries(TEAMS_DIR, false).into_iter().filter(|n| n.ends_with(".json")).collect();
+        let has_legacy = self.dot.join(paths::LEGACY_TEAMS_JSON).is_file();
+        let teams = if !files.is_empty() {
+            if has_legacy {
+                self.ambiguous(paths::LEGACY_TEAMS_JSON, "teams/<id>.json files");
+            }
+            files.iter().filter_map(|file| self.directory_team(file)).collect()
+        } else if has_legacy {
+            self.legacy = true;
+            let entries = self.legacy_array(paths::LEGACY_TEAMS_JSON);
+            entries.into_iter().filter_map(|(value, at)| self.legacy_team(value, at)).collect()
+        } else {
+            Vec::new()
+        };
+        self.unique(teams, |t| (&t.id, &t.source))
+    }
+
+    fn directory_team(&mut self, file: &str) -> Option<Team> {
+        let id = file.strip_suffix(".json").unwrap_or(file);
+        let at = Location::file(paths::display(&[TEAMS_DIR, file]));
+        if let Err(reason) = check_id(id) {
+            self.problems.push(at.problem(codes::INVALID_VALUE, format!("team file name: {reason}"), ""));
+            return None;
+        }
+        let value = self.keep(read::json(&self.dot.join(TEAMS_DIR).join(file), &at.file))?;
+        let config = self.keep(parse_checked::<TeamConfig>(&value, &TEAM_FILE, &at))?;
+        Some(Team { id: id.to_string(), config, source: at })
+    }
+
+    fn legacy_team(&mut self, mut value: Value, at: Location) -> Option<Team> {
+        self.keep(parse_checked::<Value>(&value, &LEGACY_TEAM, &at))?;
+        let id = take_string(&mut value, "name");
+        if let Err(reason) = check_id(&id) {
+            self.problems.push(at.problem(codes::INVALID_VALUE, format!("team name: {reason}"), "/name"));
+            return None;
+        }
+        let config = self.keep(parse_checked::<TeamConfig>(&value, &Shape::Any, &at))?;
+        Some(Team { id, config, source: at })
+    }
+
+    /// Drop (and report) items whose id collides with an earlier one after NFKC + lowercase.
+    fn unique<T>(&mut self, items: Vec<T>, key: impl Fn(&T) -> (&String, &Location)) -> BTreeMap<String, T> {
+        let ids: Vec<&str> = items.iter().map(|i| key(i).0.as_str()).collect();
+        let clashes: Vec<(String, String)> =
+            collisions(ids).into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        let mut out = BTreeMap::new();
+        for item in items {
+            let (id, source) = key(&item);
+            if let Some((first, _)) = clashes.iter().find(|(_, later)| later == id) {
+                let p = source.problem(
+                    codes::CASE_COLLISION,
+                    format!("id `{id}` collides with `{first}` (ids are compared ignoring case and Unicode form)"),
+                    "",
+                );
+                self.problems.push(p);
+                continue;
+            }
+            out.insert(id.clone(), item);
+        }
+        out
+    }
+}
+
+static LEGACY_WRAPPER: Shape =
+    Shape::Object(&[&[Field::required("agent", Shape::Any), Field::optional("teamName", Shape::String)]]);
+
+/// One entry of a legacy `agents.json`: an `AgentConfig` with `name` (and maybe
+/// `systemPrompt`, `createdAt`), or `{agent, teamName}`.
+fn legacy_agent(mut value: Value, at: Location) -> Result<Agent, Vec<Problem>> {
+    let (mut value, at, team) = if value.get("agent").is_some() {
+        parse_checked::<Value>(&value, &LEGACY_WRAPPER, &at)?;
+        let team = match value.get("teamName") {
+            Some(Value::String(t)) => t.clone(),
+            _ => DEFAULT_TEAM.to_string(),
+        };
+        (value["agent"].take(), at.child("agent"), Some(team))
+    } else {
+        (value, at, None)
+    };
+    parse_checked::<Value>(&value, &LEGACY_AGENT, &at)?;
+    let id = take_string(&mut value, "name");
+    check_id(&id).map_err(|reason| vec![at.problem(codes::INVALID_VALUE, format!("agent name: {reason}"), "/name")])?;
+    let instructions = take_string(&mut value, "systemPrompt");
+    take_string(&mut value, "createdAt");
+    let mut config: AgentConfig = parse_checked(&value, &Shape::Any, &at)?;
+    if config.team.is_none() {
+        config.team = team;
+    }
+    Ok(Agent { id, config, instructions, source: at })
+}
+
+/// Remove a string field from an object, returning it (empty when absent).
+fn take_string(value: &mut Value, key: &str) -> String {
+    match value.as_object_mut().and_then(|m| m.shift_remove(key)) {
+        Some(Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
