@@ -13,7 +13,11 @@ pub(crate) fn parse_args<T: DeserializeOwned>(args: serde_json::Value) -> Result
 
 /// Builds a [`ToolSpec`] from literals, keeping each tool's declaration to one expression.
 pub(crate) fn spec(name: &str, description: &str, parameters: serde_json::Value) -> ToolSpec {
-    ToolSpec { name: name.to_owned(), description: description.to_owned(), parameters }
+    ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        parameters,
+    }
 }
 
 /// Maps an I/O failure on `path` to a tool error with a stable code.

@@ -77,7 +77,10 @@ pub struct ToolError {
 impl ToolError {
     /// An error with a code and a sentence.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { code: code.into(), message: message.into() }
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -95,5 +98,9 @@ pub trait Tool: Send + Sync {
         self.effect()
     }
     /// Run one call with arguments already validated against the schema.
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError>;
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError>;
 }

@@ -8,7 +8,7 @@
 //! environment are ignored for the same reason.
 
 use crate::{ToolContext, ToolError};
-use reqwest::header::{HeaderMap, AUTHORIZATION, COOKIE, LOCATION, PROXY_AUTHORIZATION};
+use reqwest::header::{AUTHORIZATION, COOKIE, HeaderMap, LOCATION, PROXY_AUTHORIZATION};
 use reqwest::{Method, StatusCode, Url};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
@@ -43,7 +43,9 @@ impl NetworkPolicy {
             || match (url.host_str(), url.port_or_known_default()) {
                 (Some(host), Some(port)) => {
                     let authority = format!("{host}:{port}");
-                    self.private_allowlist.iter().any(|allowed| allowed.eq_ignore_ascii_case(&authority))
+                    self.private_allowlist
+                        .iter()
+                        .any(|allowed| allowed.eq_ignore_ascii_case(&authority))
                 }
                 _ => false,
             }
@@ -125,7 +127,10 @@ fn is_public_v6(ip: Ipv6Addr) -> bool {
 /// must use: scheme http(s), host resolved, every address public (or the target exempt).
 pub async fn check_url(url: &Url, policy: &NetworkPolicy) -> Result<Vec<SocketAddr>, ToolError> {
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(ToolError::new("unsupported_scheme", format!("only http and https URLs are allowed, not {}", url.scheme())));
+        return Err(ToolError::new(
+            "unsupported_scheme",
+            format!("only http and https URLs are allowed, not {}", url.scheme()),
+        ));
     }
     let port = url
         .port_or_known_default()
@@ -143,19 +148,22 @@ pub async fn check_url(url: &Url, policy: &NetworkPolicy) -> Result<Vec<SocketAd
         _ => return Err(ToolError::new("invalid_url", "the URL has no host")),
     };
     if addrs.is_empty() {
-        return Err(ToolError::new("dns_failed", "the host resolved to no address"));
+        return Err(ToolError::new(
+            "dns_failed",
+            "the host resolved to no address",
+        ));
     }
-    if !policy.exempts(url) {
-        if let Some(bad) = addrs.iter().find(|addr| !is_public_ip(addr.ip())) {
-            return Err(ToolError::new(
-                "ssrf_blocked",
-                format!(
-                    "refusing to connect to {} ({}): loopback, private and link-local addresses are not allowed",
-                    url.host_str().unwrap_or_default(),
-                    bad.ip()
-                ),
-            ));
-        }
+    if !policy.exempts(url)
+        && let Some(bad) = addrs.iter().find(|addr| !is_public_ip(addr.ip()))
+    {
+        return Err(ToolError::new(
+            "ssrf_blocked",
+            format!(
+                "refusing to connect to {} ({}): loopback, private and link-local addresses are not allowed",
+                url.host_str().unwrap_or_default(),
+                bad.ip()
+            ),
+        ));
     }
     Ok(addrs)
 }
@@ -163,11 +171,16 @@ pub async fn check_url(url: &Url, policy: &NetworkPolicy) -> Result<Vec<SocketAd
 /// Sends `request`, following up to [`MAX_REDIRECTS`] redirects, each hop checked by
 /// [`check_url`]. Returns the final (non-redirect) response with its body unread; the caller
 /// bounds the body and the overall time.
-pub async fn send_guarded(mut request: OutboundRequest, policy: &NetworkPolicy) -> Result<reqwest::Response, ToolError> {
+pub async fn send_guarded(
+    mut request: OutboundRequest,
+    policy: &NetworkPolicy,
+) -> Result<reqwest::Response, ToolError> {
     for _ in 0..=MAX_REDIRECTS {
         let addrs = check_url(&request.url, policy).await?;
         let client = pinned_client(&request.url, &addrs)?;
-        let mut builder = client.request(request.method.clone(), request.url.clone()).headers(request.headers.clone());
+        let mut builder = client
+            .request(request.method.clone(), request.url.clone())
+            .headers(request.headers.clone());
         if let Some(body) = &request.body {
             builder = builder.body(body.clone());
         }
@@ -177,7 +190,8 @@ pub async fn send_guarded(mut request: OutboundRequest, policy: &NetworkPolicy) 
         };
         let status = response.status();
         if status == StatusCode::SEE_OTHER
-            || (matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND) && request.method == Method::POST)
+            || (matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND)
+                && request.method == Method::POST)
         {
             request.method = Method::GET;
             request.body = None;
@@ -190,7 +204,10 @@ pub async fn send_guarded(mut request: OutboundRequest, policy: &NetworkPolicy) 
         }
         request.url = next;
     }
-    Err(ToolError::new("too_many_redirects", format!("more than {MAX_REDIRECTS} redirects")))
+    Err(ToolError::new(
+        "too_many_redirects",
+        format!("more than {MAX_REDIRECTS} redirects"),
+    ))
 }
 
 fn redirect_target(current: &Url, response: &reqwest::Response) -> Option<Url> {
@@ -205,7 +222,11 @@ fn redirect_target(current: &Url, response: &reqwest::Response) -> Option<Url> {
 /// as `2130706433` or `0x7f.1` to dotted IPv4, and IPv6 comes bracketed).
 fn host_ip(url: &Url) -> Option<IpAddr> {
     let host = url.host_str()?;
-    host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host).parse().ok()
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
+        .parse()
+        .ok()
 }
 
 fn pinned_client(url: &Url, addrs: &[SocketAddr]) -> Result<reqwest::Client, ToolError> {
@@ -218,9 +239,12 @@ fn pinned_client(url: &Url, addrs: &[SocketAddr]) -> Result<reqwest::Client, Too
     if let (None, Some(domain)) = (host_ip(url), url.host_str()) {
         builder = builder.resolve_to_addrs(domain, addrs);
     }
-    builder
-        .build()
-        .map_err(|e| ToolError::new("http_client_error", format!("cannot build HTTP client: {}", e.without_url())))
+    builder.build().map_err(|e| {
+        ToolError::new(
+            "http_client_error",
+            format!("cannot build HTTP client: {}", e.without_url()),
+        )
+    })
 }
 
 /// Installs the ring crypto provider for rustls once per process (reqwest is built without a

@@ -15,7 +15,12 @@ pub struct CappedOutput {
 impl CappedOutput {
     /// An empty buffer keeping at most `cap` bytes in all.
     pub fn new(cap: usize) -> Self {
-        Self { head: Vec::new(), tail: VecDeque::new(), half_cap: cap / 2, total: 0 }
+        Self {
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            half_cap: cap / 2,
+            total: 0,
+        }
     }
 
     /// Appends a chunk, dropping the middle once the cap is reached.
@@ -87,6 +92,9 @@ mod tests {
         let text = out.render();
         assert!(text.starts_with("01234\n"), "{text}");
         assert!(text.ends_with("\nfghij"), "{text}");
-        assert!(text.contains("10 bytes omitted; total output 20 bytes"), "{text}");
+        assert!(
+            text.contains("10 bytes omitted; total output 20 bytes"),
+            "{text}"
+        );
     }
 }

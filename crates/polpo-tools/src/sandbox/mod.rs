@@ -7,6 +7,6 @@ mod paths;
 mod process;
 
 pub use capped::CappedOutput;
-pub use env::{is_secret_name, scrubbed_env, BASE_ENV_ALLOW};
+pub use env::{BASE_ENV_ALLOW, is_secret_name, scrubbed_env};
 pub use paths::{allowed_roots, resolve_in_sandbox, resolve_real_path};
-pub use process::{run_command, CommandOutcome, CommandSpec, Program, SandboxError, Termination};
+pub use process::{CommandOutcome, CommandSpec, Program, SandboxError, Termination, run_command};

@@ -19,7 +19,10 @@ const MAX_SYMLINK_HOPS: usize = 40;
 /// allowed roots, or refuses it with `path_outside_sandbox`.
 pub fn resolve_in_sandbox(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolError> {
     if raw.is_empty() || raw.contains('\0') {
-        return Err(ToolError::new("invalid_arguments", "path must be a non-empty string"));
+        return Err(ToolError::new(
+            "invalid_arguments",
+            "path must be a non-empty string",
+        ));
     }
     let workspace = absolute(&ctx.workspace)?;
     let joined = workspace.join(raw);
@@ -48,15 +51,22 @@ pub fn allowed_roots(ctx: &ToolContext) -> Result<Vec<PathBuf>, ToolError> {
         .map(|root| {
             let root = absolute(root)?;
             resolve_real_path(&root).map_err(|e| {
-                ToolError::new("invalid_path", format!("cannot resolve allowed path {}: {e}", root.display()))
+                ToolError::new(
+                    "invalid_path",
+                    format!("cannot resolve allowed path {}: {e}", root.display()),
+                )
             })
         })
         .collect()
 }
 
 fn absolute(path: &Path) -> Result<PathBuf, ToolError> {
-    std::path::absolute(path)
-        .map_err(|e| ToolError::new("invalid_path", format!("cannot make {} absolute: {e}", path.display())))
+    std::path::absolute(path).map_err(|e| {
+        ToolError::new(
+            "invalid_path",
+            format!("cannot make {} absolute: {e}", path.display()),
+        )
+    })
 }
 
 /// Follows every symlink in the absolute `path`, applying `..` to resolved parents, and keeps

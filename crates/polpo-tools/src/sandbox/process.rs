@@ -6,7 +6,7 @@
 //! (`sleep 300 &`) never survive as orphans. Output is read concurrently into bounded buffers.
 
 use super::CappedOutput;
-use nix::sys::signal::{killpg, Signal};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
@@ -155,11 +155,18 @@ impl SandboxError {
 pub async fn run_command(spec: CommandSpec) -> Result<CommandOutcome, SandboxError> {
     let started = Instant::now();
     let mut command = build_command(&spec)?;
-    let merged = if spec.merge_stderr { Some(attach_merged_pipe(&mut command)?) } else { None };
+    let merged = if spec.merge_stderr {
+        Some(attach_merged_pipe(&mut command)?)
+    } else {
+        None
+    };
     let mut child = command.spawn().map_err(SandboxError::Spawn)?;
     // Close our copies of the merged pipe's write end, so EOF arrives when the group is gone.
     drop(command);
-    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);
+    let pgid = child
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .unwrap_or(0);
     let guard = GroupGuard { pgid };
 
     let stdin_task = spawn_stdin_writer(&mut child, spec.stdin.clone());
@@ -228,7 +235,11 @@ fn build_command(spec: &CommandSpec) -> Result<Command, SandboxError> {
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -237,11 +248,14 @@ fn build_command(spec: &CommandSpec) -> Result<Command, SandboxError> {
 }
 
 /// Points stdout and stderr at one pipe and returns its read end.
-fn attach_merged_pipe(command: &mut Command) -> Result<tokio::net::unix::pipe::Receiver, SandboxError> {
+fn attach_merged_pipe(
+    command: &mut Command,
+) -> Result<tokio::net::unix::pipe::Receiver, SandboxError> {
     let (reader, writer) = std::io::pipe().map_err(SandboxError::Pipe)?;
     let writer_copy = writer.try_clone().map_err(SandboxError::Pipe)?;
     command.stdout(writer_copy).stderr(writer);
-    tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(SandboxError::Pipe)
+    tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
+        .map_err(SandboxError::Pipe)
 }
 
 fn spawn_stdin_writer(child: &mut Child, input: Option<Vec<u8>>) -> Option<JoinHandle<()>> {
@@ -273,7 +287,8 @@ async fn finish_within(task: JoinHandle<()>, deadline: Instant) {
 }
 
 fn lock(sink: &Mutex<CappedOutput>) -> std::sync::MutexGuard<'_, CappedOutput> {
-    sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    sink.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn take(sink: &Mutex<CappedOutput>) -> CappedOutput {

@@ -1,7 +1,7 @@
 //! `bash {command, timeout?}`: run a shell command in the workspace.
 
 use crate::args::{parse_args, spec};
-use crate::sandbox::{run_command, scrubbed_env, CommandSpec, Program, Termination};
+use crate::sandbox::{CommandSpec, Program, Termination, run_command, scrubbed_env};
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
 use polpo_core::tool::{ToolEffect, ToolSpec};
 use serde::Deserialize;
@@ -66,16 +66,25 @@ impl Tool for BashTool {
         ToolEffect::Write
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
-        let timeout_ms = args.timeout.unwrap_or(DEFAULT_TIMEOUT_MS).clamp(1, MAX_TIMEOUT_MS);
+        let timeout_ms = args
+            .timeout
+            .unwrap_or(DEFAULT_TIMEOUT_MS)
+            .clamp(1, MAX_TIMEOUT_MS);
         let mut run = CommandSpec::new(Program::Shell(args.command), &ctx.workspace);
         run.env = scrubbed_env(&ctx.env_allow);
         run.timeout = Duration::from_millis(timeout_ms);
         run.output_cap = OUTPUT_CAP;
         run.merge_stderr = true;
         run.cancel = ctx.cancel.child_token();
-        let outcome = run_command(run).await.map_err(|e| ToolError::new(e.code(), e.to_string()))?;
+        let outcome = run_command(run)
+            .await
+            .map_err(|e| ToolError::new(e.code(), e.to_string()))?;
         let output = outcome.stdout.render();
         let details = json!({
             "exitCode": outcome.exit_code(),
@@ -86,9 +95,13 @@ impl Tool for BashTool {
         match (outcome.termination, outcome.exit_code()) {
             (Termination::TimedOut, _) => Err(ToolError::new(
                 "timeout",
-                format!("command timed out after {timeout_ms} ms and was killed. Output so far:\n{output}"),
+                format!(
+                    "command timed out after {timeout_ms} ms and was killed. Output so far:\n{output}"
+                ),
             )),
-            (Termination::Cancelled, _) => Err(ToolError::new("cancelled", "command cancelled and killed")),
+            (Termination::Cancelled, _) => {
+                Err(ToolError::new("cancelled", "command cancelled and killed"))
+            }
             (_, code) => Ok(ToolOutput {
                 text: format!("Exit code: {}\n{output}", code.unwrap_or(-1)),
                 details,

@@ -61,10 +61,16 @@ impl Tool for EditTool {
         ToolEffect::Write
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
         let path = resolve_in_sandbox(ctx, &args.path)?;
-        let content = tokio::fs::read_to_string(&path).await.map_err(|e| io_error("read", &path, &e))?;
+        let content = tokio::fs::read_to_string(&path)
+            .await
+            .map_err(|e| io_error("read", &path, &e))?;
         let updated = replace_unique(&content, &args.old_text, &args.new_text)?;
         write_file(&path, updated.as_bytes()).await?;
         Ok(ToolOutput {

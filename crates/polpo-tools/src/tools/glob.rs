@@ -1,7 +1,7 @@
 //! `glob {pattern, path?}`: find files by name pattern.
 
 use super::text::{display_path, real_workspace};
-use super::walk::{walk_files, Stop};
+use super::walk::{Stop, walk_files};
 use crate::args::{parse_args, spec};
 use crate::sandbox::{allowed_roots, resolve_in_sandbox};
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
@@ -67,7 +67,11 @@ impl Tool for GlobTool {
         ToolEffect::Read
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
         let base = resolve_in_sandbox(ctx, args.path.as_deref().unwrap_or("."))?;
         let roots = allowed_roots(ctx)?;
@@ -80,24 +84,40 @@ impl Tool for GlobTool {
         let workspace = real_workspace(ctx);
         tokio::task::spawn_blocking(move || {
             let mut found = Vec::new();
-            let stop = walk_files(&base, &roots, Instant::now() + TIME_LIMIT, &cancel, |file| {
-                let relative = file.strip_prefix(&base).unwrap_or(file);
-                if matcher.is_match(relative) {
-                    found.push(display_path(&workspace, file));
-                }
-                found.len() < MAX_COLLECTED
-            })?;
+            let stop = walk_files(
+                &base,
+                &roots,
+                Instant::now() + TIME_LIMIT,
+                &cancel,
+                |file| {
+                    let relative = file.strip_prefix(&base).unwrap_or(file);
+                    if matcher.is_match(relative) {
+                        found.push(display_path(&workspace, file));
+                    }
+                    found.len() < MAX_COLLECTED
+                },
+            )?;
             found.sort();
             let total = found.len();
             found.truncate(MAX_RESULTS);
-            let mut text = if found.is_empty() { "No files found".to_owned() } else { found.join("\n") };
+            let mut text = if found.is_empty() {
+                "No files found".to_owned()
+            } else {
+                found.join("\n")
+            };
             if total > MAX_RESULTS {
-                text.push_str(&format!("\n... ({} more files; narrow the pattern)", total - MAX_RESULTS));
+                text.push_str(&format!(
+                    "\n... ({} more files; narrow the pattern)",
+                    total - MAX_RESULTS
+                ));
             }
             if stop == Some(Stop::Deadline) {
                 text.push_str("\n(search stopped at the time limit; results may be incomplete)");
             }
-            Ok(ToolOutput { text, details: json!({"matches": total, "complete": stop.is_none()}) })
+            Ok(ToolOutput {
+                text,
+                details: json!({"matches": total, "complete": stop.is_none()}),
+            })
         })
         .await
         .map_err(|e| ToolError::new("internal", format!("glob task failed: {e}")))?

@@ -1,7 +1,7 @@
 //! `grep {pattern, path?, include?}`: search file contents with a regular expression.
 
 use super::text::{display_path, real_workspace};
-use super::walk::{walk_files, Stop};
+use super::walk::{Stop, walk_files};
 use crate::args::{parse_args, spec};
 use crate::sandbox::{allowed_roots, resolve_in_sandbox};
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
@@ -75,46 +75,73 @@ impl Tool for GrepTool {
         ToolEffect::Read
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
         let base = resolve_in_sandbox(ctx, args.path.as_deref().unwrap_or("."))?;
         let roots = allowed_roots(ctx)?;
         let regex = regex::RegexBuilder::new(&args.pattern)
             .size_limit(REGEX_SIZE_LIMIT)
             .build()
-            .map_err(|e| ToolError::new("invalid_pattern", format!("invalid regular expression: {e}")))?;
+            .map_err(|e| {
+                ToolError::new(
+                    "invalid_pattern",
+                    format!("invalid regular expression: {e}"),
+                )
+            })?;
         let include = args
             .include
             .as_deref()
             .map(|glob| {
                 globset::Glob::new(glob)
                     .map(|g| g.compile_matcher())
-                    .map_err(|e| ToolError::new("invalid_pattern", format!("invalid include glob: {e}")))
+                    .map_err(|e| {
+                        ToolError::new("invalid_pattern", format!("invalid include glob: {e}"))
+                    })
             })
             .transpose()?;
         let cancel = ctx.cancel.clone();
         let workspace = real_workspace(ctx);
         tokio::task::spawn_blocking(move || {
             let mut lines = Vec::new();
-            let stop = walk_files(&base, &roots, Instant::now() + TIME_LIMIT, &cancel, |file| {
-                let relative = file.strip_prefix(&base).unwrap_or(file);
-                let included = include.as_ref().is_none_or(|m| {
-                    m.is_match(relative) || file.file_name().is_some_and(|name| m.is_match(name))
-                });
-                if included {
-                    search_file(file, &regex, &display_path(&workspace, file), &mut lines);
-                }
-                lines.len() < MAX_LINES
-            })?;
-            let mut text = if lines.is_empty() { "No matches found".to_owned() } else { lines.join("\n") };
+            let stop = walk_files(
+                &base,
+                &roots,
+                Instant::now() + TIME_LIMIT,
+                &cancel,
+                |file| {
+                    let relative = file.strip_prefix(&base).unwrap_or(file);
+                    let included = include.as_ref().is_none_or(|m| {
+                        m.is_match(relative)
+                            || file.file_name().is_some_and(|name| m.is_match(name))
+                    });
+                    if included {
+                        search_file(file, &regex, &display_path(&workspace, file), &mut lines);
+                    }
+                    lines.len() < MAX_LINES
+                },
+            )?;
+            let mut text = if lines.is_empty() {
+                "No matches found".to_owned()
+            } else {
+                lines.join("\n")
+            };
             match stop {
-                Some(Stop::Enough) => text.push_str(&format!("\n(results truncated at {MAX_LINES} lines)")),
+                Some(Stop::Enough) => {
+                    text.push_str(&format!("\n(results truncated at {MAX_LINES} lines)"))
+                }
                 Some(Stop::Deadline) => {
                     text.push_str("\n(search stopped at the time limit; results may be incomplete)")
                 }
                 None => {}
             }
-            Ok(ToolOutput { text, details: json!({"matches": lines.len(), "complete": stop.is_none()}) })
+            Ok(ToolOutput {
+                text,
+                details: json!({"matches": lines.len(), "complete": stop.is_none()}),
+            })
         })
         .await
         .map_err(|e| ToolError::new("internal", format!("grep task failed: {e}")))?
@@ -124,9 +151,14 @@ impl Tool for GrepTool {
 /// Appends `shown:line:text` for each matching line of one file, up to [`MAX_LINES`] in all.
 /// Unreadable, binary (NUL in the first 8 KiB) and oversized files are skipped silently.
 fn search_file(path: &Path, regex: &regex::Regex, shown: &str, lines: &mut Vec<String>) {
-    let Ok(file) = std::fs::File::open(path) else { return };
+    let Ok(file) = std::fs::File::open(path) else {
+        return;
+    };
     let mut content = Vec::new();
-    if file.take(MAX_FILE_BYTES + 1).read_to_end(&mut content).is_err()
+    if file
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut content)
+        .is_err()
         || content.len() as u64 > MAX_FILE_BYTES
         || content.iter().take(8192).any(|&b| b == 0)
     {

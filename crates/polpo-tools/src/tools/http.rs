@@ -2,12 +2,12 @@
 //! SSRF guard of [`crate::net`], with size and time limits.
 
 use crate::args::{io_error, parse_args, spec};
-use crate::net::{send_guarded, NetworkPolicy, OutboundRequest};
+use crate::net::{NetworkPolicy, OutboundRequest, send_guarded};
 use crate::sandbox::resolve_in_sandbox;
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
 use futures::StreamExt;
 use polpo_core::tool::{ToolEffect, ToolSpec};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use serde::Deserialize;
 use serde_json::json;
@@ -58,17 +58,26 @@ fn parse_method(raw: Option<&str>) -> Result<Method, ToolError> {
 fn parse_headers(raw: &BTreeMap<String, String>) -> Result<HeaderMap, ToolError> {
     let mut headers = HeaderMap::new();
     for (name, value) in raw {
-        let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| ToolError::new("invalid_arguments", format!("invalid header name {name:?}")))?;
-        let value = HeaderValue::from_str(value)
-            .map_err(|_| ToolError::new("invalid_arguments", format!("invalid value for header {name}")))?;
+        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            ToolError::new("invalid_arguments", format!("invalid header name {name:?}"))
+        })?;
+        let value = HeaderValue::from_str(value).map_err(|_| {
+            ToolError::new(
+                "invalid_arguments",
+                format!("invalid value for header {name}"),
+            )
+        })?;
         headers.insert(name, value);
     }
     Ok(headers)
 }
 
 /// Runs `work` within `limit` and until `ctx.cancel` fires, whichever ends first.
-async fn bounded<T>(ctx: &ToolContext, limit: Duration, work: impl Future<Output = Result<T, ToolError>>) -> Result<T, ToolError> {
+async fn bounded<T>(
+    ctx: &ToolContext,
+    limit: Duration,
+    work: impl Future<Output = Result<T, ToolError>>,
+) -> Result<T, ToolError> {
     tokio::select! {
         result = tokio::time::timeout(limit, work) => result
             .map_err(|_| ToolError::new("timeout", format!("request did not finish within {} s", limit.as_secs())))?,
@@ -123,14 +132,33 @@ impl Tool for HttpFetchTool {
     }
 
     fn call_effect(&self, args: &serde_json::Value) -> ToolEffect {
-        let method = args.get("method").and_then(|m| m.as_str()).unwrap_or("GET").to_ascii_uppercase();
-        if matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS") { ToolEffect::Read } else { ToolEffect::Write }
+        let method = args
+            .get("method")
+            .and_then(|m| m.as_str())
+            .unwrap_or("GET")
+            .to_ascii_uppercase();
+        if matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS") {
+            ToolEffect::Read
+        } else {
+            ToolEffect::Write
+        }
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: FetchArgs = parse_args(args)?;
-        if args.body.as_ref().is_some_and(|b| b.len() > MAX_REQUEST_BODY) {
-            return Err(ToolError::new("invalid_arguments", "request body is larger than 1 MiB"));
+        if args
+            .body
+            .as_ref()
+            .is_some_and(|b| b.len() > MAX_REQUEST_BODY)
+        {
+            return Err(ToolError::new(
+                "invalid_arguments",
+                "request body is larger than 1 MiB",
+            ));
         }
         let request = OutboundRequest {
             method: parse_method(args.method.as_deref())?,
@@ -171,7 +199,10 @@ impl Tool for HttpFetchTool {
 }
 
 /// Reads at most `limit` body bytes; `complete` is false when more was available.
-async fn read_prefix(response: reqwest::Response, limit: usize) -> Result<(Vec<u8>, bool), ToolError> {
+async fn read_prefix(
+    response: reqwest::Response,
+    limit: usize,
+) -> Result<(Vec<u8>, bool), ToolError> {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
@@ -230,27 +261,45 @@ impl Tool for HttpDownloadTool {
         ToolEffect::Write
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: DownloadArgs = parse_args(args)?;
         let url = parse_url(&args.url)?;
         let path = resolve_in_sandbox(ctx, &args.path)?;
-        let request = OutboundRequest { method: Method::GET, url, headers: HeaderMap::new(), body: None };
+        let request = OutboundRequest {
+            method: Method::GET,
+            url,
+            headers: HeaderMap::new(),
+            body: None,
+        };
         let policy = NetworkPolicy::from_context(ctx);
         let partial = path.with_file_name(format!(
             ".{}.polpo-download",
-            path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+            path.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
         ));
         let result = bounded(ctx, DOWNLOAD_TIMEOUT, async {
             let response = send_guarded(request, &policy).await?;
             let status = response.status();
             if !status.is_success() {
-                return Err(ToolError::new("http_status", format!("server answered HTTP {}", status.as_u16())));
+                return Err(ToolError::new(
+                    "http_status",
+                    format!("server answered HTTP {}", status.as_u16()),
+                ));
             }
             if let Some(parent) = path.parent() {
-                tokio::fs::create_dir_all(parent).await.map_err(|e| io_error("create directory", parent, &e))?;
+                tokio::fs::create_dir_all(parent)
+                    .await
+                    .map_err(|e| io_error("create directory", parent, &e))?;
             }
             let bytes = stream_to_file(response, &partial).await?;
-            tokio::fs::rename(&partial, &path).await.map_err(|e| io_error("write", &path, &e))?;
+            tokio::fs::rename(&partial, &path)
+                .await
+                .map_err(|e| io_error("write", &path, &e))?;
             Ok(bytes)
         })
         .await;
@@ -268,11 +317,19 @@ impl Tool for HttpDownloadTool {
     }
 }
 
-async fn stream_to_file(response: reqwest::Response, path: &std::path::Path) -> Result<u64, ToolError> {
-    if response.content_length().is_some_and(|len| len > DOWNLOAD_MAX_BYTES) {
+async fn stream_to_file(
+    response: reqwest::Response,
+    path: &std::path::Path,
+) -> Result<u64, ToolError> {
+    if response
+        .content_length()
+        .is_some_and(|len| len > DOWNLOAD_MAX_BYTES)
+    {
         return Err(too_large());
     }
-    let mut file = tokio::fs::File::create(path).await.map_err(|e| io_error("write", path, &e))?;
+    let mut file = tokio::fs::File::create(path)
+        .await
+        .map_err(|e| io_error("write", path, &e))?;
     let mut written = 0u64;
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
@@ -281,12 +338,22 @@ async fn stream_to_file(response: reqwest::Response, path: &std::path::Path) -> 
         if written > DOWNLOAD_MAX_BYTES {
             return Err(too_large());
         }
-        file.write_all(&chunk).await.map_err(|e| io_error("write", path, &e))?;
+        file.write_all(&chunk)
+            .await
+            .map_err(|e| io_error("write", path, &e))?;
     }
-    file.flush().await.map_err(|e| io_error("write", path, &e))?;
+    file.flush()
+        .await
+        .map_err(|e| io_error("write", path, &e))?;
     Ok(written)
 }
 
 fn too_large() -> ToolError {
-    ToolError::new("too_large", format!("the download exceeds {} MiB", DOWNLOAD_MAX_BYTES / (1024 * 1024)))
+    ToolError::new(
+        "too_large",
+        format!(
+            "the download exceeds {} MiB",
+            DOWNLOAD_MAX_BYTES / (1024 * 1024)
+        ),
+    )
 }

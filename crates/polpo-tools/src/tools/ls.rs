@@ -56,15 +56,29 @@ impl Tool for LsTool {
         ToolEffect::Read
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
         let dir = resolve_in_sandbox(ctx, args.path.as_deref().unwrap_or("."))?;
-        let mut reader = tokio::fs::read_dir(&dir).await.map_err(|e| io_error("list", &dir, &e))?;
+        let mut reader = tokio::fs::read_dir(&dir)
+            .await
+            .map_err(|e| io_error("list", &dir, &e))?;
         let mut entries = Vec::new();
-        while let Some(entry) = reader.next_entry().await.map_err(|e| io_error("list", &dir, &e))? {
+        while let Some(entry) = reader
+            .next_entry()
+            .await
+            .map_err(|e| io_error("list", &dir, &e))?
+        {
             let mut name = entry.file_name().to_string_lossy().into_owned();
             // Follow symlinks for the suffix: a link to a directory is listed as one.
-            if tokio::fs::metadata(entry.path()).await.map(|m| m.is_dir()).unwrap_or(false) {
+            if tokio::fs::metadata(entry.path())
+                .await
+                .map(|m| m.is_dir())
+                .unwrap_or(false)
+            {
                 name.push('/');
             }
             entries.push(name);
@@ -72,10 +86,17 @@ impl Tool for LsTool {
         entries.sort();
         let total = entries.len();
         entries.truncate(MAX_ENTRIES);
-        let mut text = if entries.is_empty() { "(empty directory)".to_owned() } else { entries.join("\n") };
+        let mut text = if entries.is_empty() {
+            "(empty directory)".to_owned()
+        } else {
+            entries.join("\n")
+        };
         if total > MAX_ENTRIES {
             text.push_str(&format!("\n... ({} more entries)", total - MAX_ENTRIES));
         }
-        Ok(ToolOutput { text, details: json!({"path": dir, "entries": total}) })
+        Ok(ToolOutput {
+            text,
+            details: json!({"path": dir, "entries": total}),
+        })
     }
 }

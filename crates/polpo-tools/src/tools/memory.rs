@@ -34,7 +34,10 @@ async fn store(path: &Path, content: &str) -> Result<ToolOutput, ToolError> {
     if content.len() > MAX_MEMORY_BYTES {
         return Err(ToolError::new(
             "memory_too_large",
-            format!("memory would be {} bytes; the limit is {MAX_MEMORY_BYTES}", content.len()),
+            format!(
+                "memory would be {} bytes; the limit is {MAX_MEMORY_BYTES}",
+                content.len()
+            ),
         ));
     }
     write_file(path, content.as_bytes()).await?;
@@ -101,12 +104,23 @@ impl Tool for MemoryGetTool {
         ToolEffect::Read
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let _: NoArgs = parse_args(args)?;
         let path = memory_path(ctx)?;
         let content = load(path).await?;
-        let text = if content.is_empty() { "(memory is empty)".to_owned() } else { content.clone() };
-        Ok(ToolOutput { text, details: json!({"path": path, "bytes": content.len()}) })
+        let text = if content.is_empty() {
+            "(memory is empty)".to_owned()
+        } else {
+            content.clone()
+        };
+        Ok(ToolOutput {
+            text,
+            details: json!({"path": path, "bytes": content.len()}),
+        })
     }
 }
 
@@ -149,7 +163,11 @@ impl Tool for MemorySaveTool {
         ToolEffect::Idempotent
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: SaveArgs = parse_args(args)?;
         store(memory_path(ctx)?, &args.content).await
     }
@@ -194,7 +212,11 @@ impl Tool for MemoryAppendTool {
         ToolEffect::Write
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: AppendArgs = parse_args(args)?;
         let path = memory_path(ctx)?;
         let mut content = load(path).await?;
@@ -250,7 +272,11 @@ impl Tool for MemoryUpdateTool {
         ToolEffect::Write
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: UpdateArgs = parse_args(args)?;
         let path = memory_path(ctx)?;
         let updated = replace_unique(&load(path).await?, &args.old_text, &args.new_text)?;

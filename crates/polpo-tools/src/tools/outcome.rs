@@ -80,7 +80,10 @@ impl Default for RegisterOutcomeTool {
 }
 
 fn missing(field: &str, kind: &str) -> ToolError {
-    ToolError::new("invalid_arguments", format!("a {kind} outcome needs `{field}`"))
+    ToolError::new(
+        "invalid_arguments",
+        format!("a {kind} outcome needs `{field}`"),
+    )
 }
 
 #[async_trait::async_trait]
@@ -93,20 +96,36 @@ impl Tool for RegisterOutcomeTool {
         ToolEffect::Write
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
         if args.label.trim().is_empty() {
-            return Err(ToolError::new("invalid_arguments", "label must not be empty"));
+            return Err(ToolError::new(
+                "invalid_arguments",
+                "label must not be empty",
+            ));
         }
         let mut outcome = json!({"type": args.kind, "label": args.label, "tags": args.tags});
         match args.kind {
             OutcomeType::File | OutcomeType::Media => {
-                let kind = if args.kind == OutcomeType::File { "file" } else { "media" };
+                let kind = if args.kind == OutcomeType::File {
+                    "file"
+                } else {
+                    "media"
+                };
                 let raw = args.path.as_deref().ok_or_else(|| missing("path", kind))?;
                 let path = resolve_in_sandbox(ctx, raw)?;
-                let meta = tokio::fs::metadata(&path).await.map_err(|e| io_error("register", &path, &e))?;
+                let meta = tokio::fs::metadata(&path)
+                    .await
+                    .map_err(|e| io_error("register", &path, &e))?;
                 if !meta.is_file() {
-                    return Err(ToolError::new("not_a_file", format!("{} is not a file", path.display())));
+                    return Err(ToolError::new(
+                        "not_a_file",
+                        format!("{} is not a file", path.display()),
+                    ));
                 }
                 outcome["path"] = json!(path);
                 outcome["size"] = json!(meta.len());
@@ -114,23 +133,32 @@ impl Tool for RegisterOutcomeTool {
             OutcomeType::Text => {
                 let text = args.text.ok_or_else(|| missing("text", "text"))?;
                 if text.len() > MAX_TEXT_BYTES {
-                    return Err(ToolError::new("outcome_too_large", "text outcomes are limited to 64 KiB; write a file instead"));
+                    return Err(ToolError::new(
+                        "outcome_too_large",
+                        "text outcomes are limited to 64 KiB; write a file instead",
+                    ));
                 }
                 outcome["text"] = json!(text);
             }
             OutcomeType::Url => {
                 let url = args.url.ok_or_else(|| missing("url", "url"))?;
-                reqwest::Url::parse(&url)
-                    .map_err(|e| ToolError::new("invalid_arguments", format!("invalid url: {e}")))?;
+                reqwest::Url::parse(&url).map_err(|e| {
+                    ToolError::new("invalid_arguments", format!("invalid url: {e}"))
+                })?;
                 outcome["url"] = json!(url);
             }
-            OutcomeType::Json => outcome["data"] = args.data.ok_or_else(|| missing("data", "json"))?,
+            OutcomeType::Json => {
+                outcome["data"] = args.data.ok_or_else(|| missing("data", "json"))?
+            }
         }
         if let Some(mime) = args.mime_type {
             outcome["mimeType"] = json!(mime);
         }
         Ok(ToolOutput {
-            text: format!("Outcome registered: {}", outcome["label"].as_str().unwrap_or_default()),
+            text: format!(
+                "Outcome registered: {}",
+                outcome["label"].as_str().unwrap_or_default()
+            ),
             details: json!({"outcome": outcome}),
         })
     }

@@ -65,7 +65,11 @@ impl Tool for ReadTool {
         ToolEffect::Read
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
         let path = resolve_in_sandbox(ctx, &args.path)?;
         let offset = args.offset.unwrap_or(1).max(1);
@@ -95,7 +99,10 @@ struct Page {
 fn read_page(path: &Path, offset: usize, limit: usize) -> Result<Page, ToolError> {
     let file = std::fs::File::open(path).map_err(|e| io_error("read", path, &e))?;
     if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-        return Err(ToolError::new("is_a_directory", format!("{} is a directory; use ls", path.display())));
+        return Err(ToolError::new(
+            "is_a_directory",
+            format!("{} is a directory; use ls", path.display()),
+        ));
     }
     let mut rows = Vec::new();
     let mut total = 0usize;

@@ -7,14 +7,19 @@ use crate::ToolError;
 /// `not_found`, several is `not_unique` (with the count, so the model knows to widen the quote).
 pub(crate) fn replace_unique(content: &str, old: &str, new: &str) -> Result<String, ToolError> {
     if old.is_empty() {
-        return Err(ToolError::new("invalid_arguments", "old_text must not be empty"));
+        return Err(ToolError::new(
+            "invalid_arguments",
+            "old_text must not be empty",
+        ));
     }
     match content.matches(old).count() {
         0 => Err(ToolError::new("not_found", "old_text was not found")),
         1 => Ok(content.replacen(old, new, 1)),
         count => Err(ToolError::new(
             "not_unique",
-            format!("old_text occurs {count} times; include more surrounding text so it matches exactly once"),
+            format!(
+                "old_text occurs {count} times; include more surrounding text so it matches exactly once"
+            ),
         )),
     }
 }
@@ -29,5 +34,8 @@ pub(crate) fn real_workspace(ctx: &crate::ToolContext) -> std::path::PathBuf {
 /// Shows `path` relative to the (real) workspace when it lies inside it — the form the model
 /// passes back to other tools — else absolute.
 pub(crate) fn display_path(real_workspace: &std::path::Path, path: &std::path::Path) -> String {
-    path.strip_prefix(real_workspace).unwrap_or(path).display().to_string()
+    path.strip_prefix(real_workspace)
+        .unwrap_or(path)
+        .display()
+        .to_string()
 }

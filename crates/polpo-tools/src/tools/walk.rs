@@ -1,7 +1,7 @@
 //! The bounded directory walk shared by `glob` and `grep`.
 
-use crate::sandbox::resolve_real_path;
 use crate::ToolError;
+use crate::sandbox::resolve_real_path;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -15,9 +15,9 @@ pub(crate) enum Stop {
     Deadline,
 }
 
-/// Visits the files under `base` (or `base` itself when it is a file): dotfiles and
-/// `.gitignore`d paths skipped, symlinks followed only when their target is a file inside
-/// `roots`. Stops at `deadline`, when `visit` returns `false`, or with `cancelled` when the
+/// Visits the files under `base` (or `base` itself when it is a file) in name order, so results
+/// are deterministic. Dotfiles and `.gitignore`d paths are skipped; symlinks are followed only
+/// when their target is a file inside `roots`. Stops at `deadline`, when `visit` returns `false`, or with `cancelled` when the
 /// token fires. Blocking: call from `spawn_blocking`.
 pub(crate) fn walk_files(
     base: &Path,
@@ -26,7 +26,11 @@ pub(crate) fn walk_files(
     cancel: &CancellationToken,
     mut visit: impl FnMut(&Path) -> bool,
 ) -> Result<Option<Stop>, ToolError> {
-    let walker = ignore::WalkBuilder::new(base).hidden(true).follow_links(false).build();
+    let walker = ignore::WalkBuilder::new(base)
+        .hidden(true)
+        .follow_links(false)
+        .sort_by_file_name(|a, b| a.cmp(b))
+        .build();
     for entry in walker {
         if cancel.is_cancelled() {
             return Err(ToolError::new("cancelled", "the call was cancelled"));
@@ -35,7 +39,9 @@ pub(crate) fn walk_files(
             return Ok(Some(Stop::Deadline));
         }
         let Ok(entry) = entry else { continue };
-        let Some(kind) = entry.file_type() else { continue };
+        let Some(kind) = entry.file_type() else {
+            continue;
+        };
         let is_file = if kind.is_symlink() {
             match resolve_real_path(entry.path()) {
                 Ok(target) => roots.iter().any(|r| target.starts_with(r)) && target.is_file(),

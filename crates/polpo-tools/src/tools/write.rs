@@ -58,7 +58,11 @@ impl Tool for WriteTool {
         ToolEffect::Idempotent
     }
 
-    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        ctx: &ToolContext,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
         let path = resolve_in_sandbox(ctx, &args.path)?;
         write_file(&path, args.content.as_bytes()).await?;
@@ -73,7 +77,11 @@ impl Tool for WriteTool {
 /// Writes `content` to `path`, creating missing parent directories first.
 pub(crate) async fn write_file(path: &Path, content: &[u8]) -> Result<(), ToolError> {
     if let Some(parent) = path.parent() {
-        tokio::fs::create_dir_all(parent).await.map_err(|e| io_error("create directory", parent, &e))?;
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| io_error("create directory", parent, &e))?;
     }
-    tokio::fs::write(path, content).await.map_err(|e| io_error("write", path, &e))
+    tokio::fs::write(path, content)
+        .await
+        .map_err(|e| io_error("write", path, &e))
 }

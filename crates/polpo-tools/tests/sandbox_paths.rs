@@ -1,0 +1,196 @@
+//! Every way out of the workspace is refused with `path_outside_sandbox`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{call, code, ctx, dirs};
+use serde_json::json;
+use std::os::unix::fs::symlink;
+
+const ESCAPE: &str = "path_outside_sandbox";
+
+#[tokio::test]
+async fn dot_dot_is_refused() {
+    let d = dirs();
+    std::fs::write(d.outside.join("secret.txt"), "s3cret").unwrap();
+    let c = ctx(&d.ws);
+    assert_eq!(
+        code(call(&c, "read", json!({"path": "../outside/secret.txt"})).await),
+        ESCAPE
+    );
+    assert_eq!(
+        code(call(&c, "read", json!({"path": "new/../../outside/secret.txt"})).await),
+        ESCAPE
+    );
+    assert_eq!(
+        code(
+            call(
+                &c,
+                "write",
+                json!({"path": "../outside/evil.txt", "content": "x"})
+            )
+            .await
+        ),
+        ESCAPE
+    );
+    assert!(!d.outside.join("evil.txt").exists());
+    // `..` that stays inside is fine.
+    std::fs::create_dir_all(d.ws.join("a")).unwrap();
+    std::fs::write(d.ws.join("b.txt"), "ok").unwrap();
+    assert_eq!(
+        call(&c, "read", json!({"path": "a/../b.txt"}))
+            .await
+            .unwrap()
+            .text,
+        "1\tok"
+    );
+}
+
+#[tokio::test]
+async fn absolute_paths_outside_are_refused_inside_allowed() {
+    let d = dirs();
+    std::fs::write(d.outside.join("secret.txt"), "s3cret").unwrap();
+    std::fs::write(d.ws.join("mine.txt"), "mine").unwrap();
+    let c = ctx(&d.ws);
+    assert_eq!(
+        code(call(&c, "read", json!({"path": "/etc/passwd"})).await),
+        ESCAPE
+    );
+    let outside = d.outside.join("secret.txt");
+    assert_eq!(
+        code(call(&c, "read", json!({"path": outside})).await),
+        ESCAPE
+    );
+    assert_eq!(code(call(&c, "ls", json!({"path": "/"})).await), ESCAPE);
+    assert_eq!(
+        code(call(&c, "grep", json!({"pattern": "s3cret", "path": d.outside})).await),
+        ESCAPE
+    );
+    let inside = d.ws.join("mine.txt");
+    assert_eq!(
+        call(&c, "read", json!({"path": inside}))
+            .await
+            .unwrap()
+            .text,
+        "1\tmine"
+    );
+}
+
+#[tokio::test]
+async fn symlinked_file_pointing_outside_is_refused() {
+    let d = dirs();
+    std::fs::write(d.outside.join("secret.txt"), "s3cret").unwrap();
+    symlink(d.outside.join("secret.txt"), d.ws.join("link.txt")).unwrap();
+    let c = ctx(&d.ws);
+    assert_eq!(
+        code(call(&c, "read", json!({"path": "link.txt"})).await),
+        ESCAPE
+    );
+    assert_eq!(
+        code(call(&c, "write", json!({"path": "link.txt", "content": "pwned"})).await),
+        ESCAPE
+    );
+    assert_eq!(
+        code(
+            call(
+                &c,
+                "edit",
+                json!({"path": "link.txt", "old_text": "s3cret", "new_text": "x"})
+            )
+            .await
+        ),
+        ESCAPE
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.outside.join("secret.txt")).unwrap(),
+        "s3cret"
+    );
+    // Walkers do not follow it either.
+    assert_eq!(
+        call(&c, "grep", json!({"pattern": "s3cret"}))
+            .await
+            .unwrap()
+            .text,
+        "No matches found"
+    );
+    assert_eq!(
+        call(&c, "glob", json!({"pattern": "*.txt"}))
+            .await
+            .unwrap()
+            .text,
+        "No files found"
+    );
+}
+
+#[tokio::test]
+async fn symlinked_directory_pointing_outside_is_refused() {
+    let d = dirs();
+    std::fs::write(d.outside.join("secret.txt"), "s3cret").unwrap();
+    symlink(&d.outside, d.ws.join("dirlink")).unwrap();
+    let c = ctx(&d.ws);
+    assert_eq!(
+        code(call(&c, "read", json!({"path": "dirlink/secret.txt"})).await),
+        ESCAPE
+    );
+    assert_eq!(
+        code(call(&c, "ls", json!({"path": "dirlink"})).await),
+        ESCAPE
+    );
+    assert_eq!(
+        code(call(&c, "glob", json!({"pattern": "**/*", "path": "dirlink"})).await),
+        ESCAPE
+    );
+}
+
+#[tokio::test]
+async fn new_file_under_symlinked_directory_is_refused_and_not_created() {
+    let d = dirs();
+    symlink(&d.outside, d.ws.join("dirlink")).unwrap();
+    let c = ctx(&d.ws);
+    let result = call(
+        &c,
+        "write",
+        json!({"path": "dirlink/sub/new.txt", "content": "x"}),
+    )
+    .await;
+    assert_eq!(code(result), ESCAPE);
+    assert!(!d.outside.join("sub").exists());
+    // A dangling link whose target lies outside: writing through it would create the target.
+    symlink(d.outside.join("later.txt"), d.ws.join("dangling")).unwrap();
+    assert_eq!(
+        code(call(&c, "write", json!({"path": "dangling", "content": "x"})).await),
+        ESCAPE
+    );
+    assert!(!d.outside.join("later.txt").exists());
+}
+
+#[tokio::test]
+async fn symlinks_that_stay_inside_and_extra_allowed_roots_work() {
+    let d = dirs();
+    std::fs::create_dir_all(d.ws.join("real")).unwrap();
+    std::fs::write(d.ws.join("real/a.txt"), "inside").unwrap();
+    symlink(d.ws.join("real"), d.ws.join("alias")).unwrap();
+    let mut c = ctx(&d.ws);
+    assert_eq!(
+        call(&c, "read", json!({"path": "alias/a.txt"}))
+            .await
+            .unwrap()
+            .text,
+        "1\tinside"
+    );
+
+    std::fs::write(d.outside.join("shared.txt"), "shared").unwrap();
+    c.allowed_paths = vec![d.ws.clone(), d.outside.clone()];
+    let shared = d.outside.join("shared.txt");
+    assert_eq!(
+        call(&c, "read", json!({"path": shared}))
+            .await
+            .unwrap()
+            .text,
+        "1\tshared"
+    );
+    assert_eq!(
+        code(call(&c, "read", json!({"path": "/etc/hostname"})).await),
+        ESCAPE
+    );
+}
