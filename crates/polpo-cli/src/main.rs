@@ -1,5 +1,64 @@
 //! The `polpo` command line.
+//!
+//! `main` only parses arguments and dispatches: each command is one module under
+//! `commands/` with an `Args` struct and a `run` function returning the exit code. Adding a
+//! command means adding a module and one line in [`Command`] and in [`dispatch`].
 
-fn main() {
-    println!("polpo {}", env!("CARGO_PKG_VERSION"));
+mod commands;
+
+use clap::{CommandFactory, Parser, Subcommand};
+use commands::Global;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Polpo: build, run and manage AI agents kept as files in a `.polpo/` folder.
+#[derive(Debug, Parser)]
+#[command(name = "polpo", version, propagate_version = true)]
+struct Cli {
+    /// The project: a folder containing `.polpo/` (or any folder inside one). Default: the
+    /// current directory.
+    #[arg(long, global = true, value_name = "DIR")]
+    project: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a new project with one agent.
+    Create(commands::create::Args),
+    /// Check every file under `.polpo/` and report all problems.
+    Validate(commands::validate::Args),
+    /// List or show agents.
+    #[command(subcommand)]
+    Agents(commands::agents::Command),
+    /// Convert a legacy polpo.json/agents.json/teams.json project to the directory layout.
+    Migrate(commands::migrate::Args),
+    /// Print a shell completion script.
+    Completions(commands::completions::Args),
+}
+
+fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Create(args) => commands::create::run(global, args),
+        Command::Validate(args) => commands::validate::run(global, args),
+        Command::Agents(command) => commands::agents::run(global, command),
+        Command::Migrate(args) => commands::migrate::run(global, args),
+        Command::Completions(args) => commands::completions::run(args, &mut Cli::command()),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let global = Global {
+        project: cli.project,
+    };
+    match dispatch(&global, cli.command) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

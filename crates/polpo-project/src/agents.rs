@@ -12,7 +12,9 @@
 use crate::error::ProjectError;
 use crate::fsx::{self, MAX_FILE_BYTES};
 use crate::paths::{self, AGENT_JSON, AGENTS_DIR, INSTRUCTIONS_MD};
-use polpo_core::config::{AGENT_FILE, Agent, AgentConfig, Location, check_id, fold_id, parse_checked};
+use polpo_core::config::{
+    AGENT_FILE, Agent, AgentConfig, Location, check_id, fold_id, parse_checked,
+};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::io;
@@ -61,11 +63,16 @@ pub struct AgentSnapshot {
 static WRITE_LOCK: Mutex<()> = Mutex::new(());
 
 fn lock() -> std::sync::MutexGuard<'static, ()> {
-    WRITE_LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    WRITE_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn agent_dir(root: &Path, id: &str) -> Result<PathBuf, ProjectError> {
-    check_id(id).map_err(|reason| ProjectError::InvalidId { id: id.to_string(), reason })?;
+    check_id(id).map_err(|reason| ProjectError::InvalidId {
+        id: id.to_string(),
+        reason,
+    })?;
     let dot = paths::polpo_dir(root);
     if dot.join(paths::LEGACY_AGENTS_JSON).exists() {
         return Err(ProjectError::LegacyLayout);
@@ -95,16 +102,28 @@ impl AgentFiles {
 
 /// The two files' bytes, or `None` when the agent does not exist.
 fn current_files(dir: &Path) -> Result<Option<AgentFiles>, ProjectError> {
-    let Some(config) = read_optional(&dir.join(AGENT_JSON))? else { return Ok(None) };
+    let Some(config) = read_optional(&dir.join(AGENT_JSON))? else {
+        return Ok(None);
+    };
     let instructions = read_optional(&dir.join(INSTRUCTIONS_MD))?.unwrap_or_default();
-    Ok(Some(AgentFiles { config, instructions }))
+    Ok(Some(AgentFiles {
+        config,
+        instructions,
+    }))
 }
 
 /// Check the caller's revision against the files; `None` expects no agent at all.
-fn expect_revision(root: &Path, id: &str, dir: &Path, expected: Option<&Revision>) -> Result<(), ProjectError> {
+fn expect_revision(
+    root: &Path,
+    id: &str,
+    dir: &Path,
+    expected: Option<&Revision>,
+) -> Result<(), ProjectError> {
     match (current_files(dir)?, expected) {
         (None, None) => {
-            let clash = existing_ids(root)?.into_iter().find(|other| fold_id(other) == fold_id(id));
+            let clash = existing_ids(root)?
+                .into_iter()
+                .find(|other| fold_id(other) == fold_id(id));
             clash.map_or(Ok(()), |other| Err(ProjectError::AgentExists(other)))
         }
         (Some(_), None) => Err(ProjectError::AgentExists(id.to_string())),
@@ -121,7 +140,11 @@ fn existing_ids(root: &Path) -> Result<Vec<String>, ProjectError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(ProjectError::io("list", dir)(e)),
     };
-    Ok(entries.flatten().filter_map(|e| e.file_name().into_string().ok()).filter(|n| !n.starts_with('.')).collect())
+    Ok(entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| !n.starts_with('.'))
+        .collect())
 }
 
 /// Read one agent of a directory-layout project.
@@ -133,8 +156,17 @@ pub fn read_agent(root: &Path, id: &str) -> Result<AgentSnapshot, ProjectError> 
     let config = parse_checked(&value, &AGENT_FILE, &at).map_err(ProjectError::Invalid)?;
     let revision = files.revision();
     let shown = paths::display(&[AGENTS_DIR, id, INSTRUCTIONS_MD]);
-    let instructions = crate::read::utf8(files.instructions, &shown).map_err(ProjectError::Invalid)?;
-    Ok(AgentSnapshot { agent: Agent { id: id.to_string(), config, instructions, source: at }, revision })
+    let instructions =
+        crate::read::utf8(files.instructions, &shown).map_err(ProjectError::Invalid)?;
+    Ok(AgentSnapshot {
+        agent: Agent {
+            id: id.to_string(),
+            config,
+            instructions,
+            source: at,
+        },
+        revision,
+    })
 }
 
 /// Create (`expected = None`) or update (`expected = Some(revision read earlier)`) an agent.
@@ -153,7 +185,8 @@ pub fn write_agent(
     if let Some(parent) = dir.parent() {
         fsx::sync_dir(parent).map_err(ProjectError::io("sync", parent))?;
     }
-    let config_bytes = fsx::to_json_bytes(config).map_err(ProjectError::io("encode", dir.join(AGENT_JSON)))?;
+    let config_bytes =
+        fsx::to_json_bytes(config).map_err(ProjectError::io("encode", dir.join(AGENT_JSON)))?;
     // Instructions first: a crash in between leaves an agent that fails to load as "missing
     // agent.json" on create, or an updated prompt with the old config on update — never a
     // torn file.

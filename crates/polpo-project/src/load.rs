@@ -9,9 +9,9 @@ use crate::paths::{self, AGENT_JSON, AGENTS_DIR, INSTRUCTIONS_MD, TEAMS_DIR};
 use crate::read;
 use polpo_core::config::schema::{Field, Shape};
 use polpo_core::config::{
-    AGENT_FILE, Agent, AgentConfig, LEGACY_AGENT, LEGACY_PROJECT_FILE, LEGACY_TEAM, Layout, Location, PROJECT_FILE,
-    Project, ProjectFile, TEAM_FILE, Team, TeamConfig, check_id, codes, collisions, parse_checked,
-    validate_project,
+    AGENT_FILE, Agent, AgentConfig, LEGACY_AGENT, LEGACY_PROJECT_FILE, LEGACY_TEAM, Layout,
+    Location, PROJECT_FILE, Project, ProjectFile, TEAM_FILE, Team, TeamConfig, check_id, codes,
+    collisions, parse_checked, validate_project,
 };
 use polpo_core::problem::Problem;
 use serde_json::Value;
@@ -30,20 +30,32 @@ pub fn load_project(root: &Path) -> Result<Project, Vec<Problem>> {
             format!("no {} folder in {}", paths::POLPO_DIR, root.display()),
         )]);
     }
-    let mut loader = Loader { dot, problems: Vec::new(), legacy: false };
+    let mut loader = Loader {
+        dot,
+        problems: Vec::new(),
+        legacy: false,
+    };
     let manifest = loader.manifest();
     let agents = loader.agents();
     let teams = loader.teams();
     let project = Project {
         root: root.to_path_buf(),
-        layout: if loader.legacy { Layout::Legacy } else { Layout::Directory },
+        layout: if loader.legacy {
+            Layout::Legacy
+        } else {
+            Layout::Directory
+        },
         manifest: manifest.unwrap_or_default(),
         agents,
         teams,
     };
     let mut problems = loader.problems;
     problems.extend(validate_project(&project));
-    if problems.is_empty() { Ok(project) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(project)
+    } else {
+        Err(problems)
+    }
 }
 
 struct Loader {
@@ -81,8 +93,11 @@ impl Loader {
             }
             (false, false) => {
                 self.problems.push(
-                    Problem::new(codes::MISSING_PROJECT_FILE, "project.json is missing (`polpo create` writes one)")
-                        .in_file(paths::display(&[paths::PROJECT_JSON])),
+                    Problem::new(
+                        codes::MISSING_PROJECT_FILE,
+                        "project.json is missing (`polpo create` writes one)",
+                    )
+                    .in_file(paths::display(&[paths::PROJECT_JSON])),
                 );
                 return None;
             }
@@ -94,7 +109,9 @@ impl Loader {
 
     /// Non-hidden entries of `.polpo/<dir>` that are directories (`want_dirs`) or files.
     fn entries(&mut self, dir: &str, want_dirs: bool) -> Vec<String> {
-        let Ok(read) = std::fs::read_dir(self.dot.join(dir)) else { return Vec::new() };
+        let Ok(read) = std::fs::read_dir(self.dot.join(dir)) else {
+            return Vec::new();
+        };
         let mut names = Vec::new();
         for entry in read.flatten() {
             let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
@@ -105,8 +122,11 @@ impl Loader {
                 Ok(name) if name.starts_with('.') => {}
                 Ok(name) => names.push(name),
                 Err(raw) => self.problems.push(
-                    Problem::new(codes::INVALID_VALUE, format!("file name {raw:?} is not UTF-8"))
-                        .in_file(paths::display(&[dir])),
+                    Problem::new(
+                        codes::INVALID_VALUE,
+                        format!("file name {raw:?} is not UTF-8"),
+                    )
+                    .in_file(paths::display(&[dir])),
                 ),
             }
         }
@@ -121,7 +141,9 @@ impl Loader {
             if has_legacy {
                 self.ambiguous(paths::LEGACY_AGENTS_JSON, "agents/<id>/ directories");
             }
-            dirs.iter().filter_map(|id| self.directory_agent(id)).collect()
+            dirs.iter()
+                .filter_map(|id| self.directory_agent(id))
+                .collect()
         } else if has_legacy {
             self.legacy = true;
             self.legacy_agents()
@@ -135,8 +157,12 @@ impl Loader {
         let dir = self.dot.join(AGENTS_DIR).join(id);
         let shown = |file: &str| paths::display(&[AGENTS_DIR, id, file]);
         if let Err(reason) = check_id(id) {
-            let p = Problem::new(codes::INVALID_VALUE, format!("agent directory name: {reason}"));
-            self.problems.push(p.in_file(paths::display(&[AGENTS_DIR, id])));
+            let p = Problem::new(
+                codes::INVALID_VALUE,
+                format!("agent directory name: {reason}"),
+            );
+            self.problems
+                .push(p.in_file(paths::display(&[AGENTS_DIR, id])));
             return None;
         }
         let mut missing = false;
@@ -144,7 +170,11 @@ impl Loader {
             if !dir.join(file).is_file() {
                 missing = true;
                 self.problems.push(
-                    Problem::new(codes::MISSING_AGENT_FILE, format!("agent `{id}` has no {file}")).in_file(shown(file)),
+                    Problem::new(
+                        codes::MISSING_AGENT_FILE,
+                        format!("agent `{id}` has no {file}"),
+                    )
+                    .in_file(shown(file)),
                 );
             }
         }
@@ -156,18 +186,32 @@ impl Loader {
             false => None,
         };
         let instructions = match missing {
-            false => self.keep(read::text(&dir.join(INSTRUCTIONS_MD), &shown(INSTRUCTIONS_MD))),
+            false => self.keep(read::text(
+                &dir.join(INSTRUCTIONS_MD),
+                &shown(INSTRUCTIONS_MD),
+            )),
             true => None,
         };
-        Some(Agent { id: id.to_string(), config: config?, instructions: instructions?, source: at })
+        Some(Agent {
+            id: id.to_string(),
+            config: config?,
+            instructions: instructions?,
+            source: at,
+        })
     }
 
     /// The entries of a legacy aggregate file, which must be a JSON array of objects.
     fn legacy_array(&mut self, name: &str) -> Vec<(Value, Location)> {
         let at = Location::file(paths::display(&[name]));
-        let Some(value) = self.keep(read::json(&self.dot.join(name), &at.file)) else { return Vec::new() };
+        let Some(value) = self.keep(read::json(&self.dot.join(name), &at.file)) else {
+            return Vec::new();
+        };
         let Value::Array(items) = value else {
-            self.problems.push(at.problem(codes::INVALID_LEGACY_LAYOUT, format!("{name} must be a JSON array"), ""));
+            self.problems.push(at.problem(
+                codes::INVALID_LEGACY_LAYOUT,
+                format!("{name} must be a JSON array"),
+                "",
+            ));
             return Vec::new();
         };
         let mut out = Vec::new();
@@ -197,18 +241,27 @@ impl Loader {
     }
 
     fn teams(&mut self) -> BTreeMap<String, Team> {
-        let files: Vec<String> =
-            self.entries(TEAMS_DIR, false).into_iter().filter(|n| n.ends_with(".json")).collect();
+        let files: Vec<String> = self
+            .entries(TEAMS_DIR, false)
+            .into_iter()
+            .filter(|n| n.ends_with(".json"))
+            .collect();
         let has_legacy = self.dot.join(paths::LEGACY_TEAMS_JSON).is_file();
         let teams = if !files.is_empty() {
             if has_legacy {
                 self.ambiguous(paths::LEGACY_TEAMS_JSON, "teams/<id>.json files");
             }
-            files.iter().filter_map(|file| self.directory_team(file)).collect()
+            files
+                .iter()
+                .filter_map(|file| self.directory_team(file))
+                .collect()
         } else if has_legacy {
             self.legacy = true;
             let entries = self.legacy_array(paths::LEGACY_TEAMS_JSON);
-            entries.into_iter().filter_map(|(value, at)| self.legacy_team(value, at)).collect()
+            entries
+                .into_iter()
+                .filter_map(|(value, at)| self.legacy_team(value, at))
+                .collect()
         } else {
             Vec::new()
         };
@@ -219,30 +272,52 @@ impl Loader {
         let id = file.strip_suffix(".json").unwrap_or(file);
         let at = Location::file(paths::display(&[TEAMS_DIR, file]));
         if let Err(reason) = check_id(id) {
-            self.problems.push(at.problem(codes::INVALID_VALUE, format!("team file name: {reason}"), ""));
+            self.problems.push(at.problem(
+                codes::INVALID_VALUE,
+                format!("team file name: {reason}"),
+                "",
+            ));
             return None;
         }
         let value = self.keep(read::json(&self.dot.join(TEAMS_DIR).join(file), &at.file))?;
         let config = self.keep(parse_checked::<TeamConfig>(&value, &TEAM_FILE, &at))?;
-        Some(Team { id: id.to_string(), config, source: at })
+        Some(Team {
+            id: id.to_string(),
+            config,
+            source: at,
+        })
     }
 
     fn legacy_team(&mut self, mut value: Value, at: Location) -> Option<Team> {
         self.keep(parse_checked::<Value>(&value, &LEGACY_TEAM, &at))?;
         let id = take_string(&mut value, "name");
         if let Err(reason) = check_id(&id) {
-            self.problems.push(at.problem(codes::INVALID_VALUE, format!("team name: {reason}"), "/name"));
+            self.problems.push(at.problem(
+                codes::INVALID_VALUE,
+                format!("team name: {reason}"),
+                "/name",
+            ));
             return None;
         }
         let config = self.keep(parse_checked::<TeamConfig>(&value, &Shape::Any, &at))?;
-        Some(Team { id, config, source: at })
+        Some(Team {
+            id,
+            config,
+            source: at,
+        })
     }
 
     /// Drop (and report) items whose id collides with an earlier one after NFKC + lowercase.
-    fn unique<T>(&mut self, items: Vec<T>, key: impl Fn(&T) -> (&String, &Location)) -> BTreeMap<String, T> {
+    fn unique<T>(
+        &mut self,
+        items: Vec<T>,
+        key: impl Fn(&T) -> (&String, &Location),
+    ) -> BTreeMap<String, T> {
         let ids: Vec<&str> = items.iter().map(|i| key(i).0.as_str()).collect();
-        let clashes: Vec<(String, String)> =
-            collisions(ids).into_iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+        let clashes: Vec<(String, String)> = collisions(ids)
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
         let mut out = BTreeMap::new();
         for item in items {
             let (id, source) = key(&item);
@@ -261,8 +336,10 @@ impl Loader {
     }
 }
 
-static LEGACY_WRAPPER: Shape =
-    Shape::Object(&[&[Field::required("agent", Shape::Any), Field::optional("teamName", Shape::String)]]);
+static LEGACY_WRAPPER: Shape = Shape::Object(&[&[
+    Field::required("agent", Shape::Any),
+    Field::optional("teamName", Shape::String),
+]]);
 
 /// One entry of a legacy `agents.json`: an `AgentConfig` with `name` (and maybe
 /// `systemPrompt`, `createdAt`), or `{agent, teamName}`.
@@ -279,14 +356,25 @@ fn legacy_agent(mut value: Value, at: Location) -> Result<Agent, Vec<Problem>> {
     };
     parse_checked::<Value>(&value, &LEGACY_AGENT, &at)?;
     let id = take_string(&mut value, "name");
-    check_id(&id).map_err(|reason| vec![at.problem(codes::INVALID_VALUE, format!("agent name: {reason}"), "/name")])?;
+    check_id(&id).map_err(|reason| {
+        vec![at.problem(
+            codes::INVALID_VALUE,
+            format!("agent name: {reason}"),
+            "/name",
+        )]
+    })?;
     let instructions = take_string(&mut value, "systemPrompt");
     take_string(&mut value, "createdAt");
     let mut config: AgentConfig = parse_checked(&value, &Shape::Any, &at)?;
     if config.team.is_none() {
         config.team = team;
     }
-    Ok(Agent { id, config, instructions, source: at })
+    Ok(Agent {
+        id,
+        config,
+        instructions,
+        source: at,
+    })
 }
 
 /// Remove a string field from an object, returning it (empty when absent).

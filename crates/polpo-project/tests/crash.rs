@@ -21,7 +21,9 @@ fn content((byte, len): (u8, usize)) -> Vec<u8> {
 /// The child's body; a no-op unless the parent set the env var.
 #[test]
 fn crash_writer_child() {
-    let Ok(target) = std::env::var(TARGET_ENV) else { return };
+    let Ok(target) = std::env::var(TARGET_ENV) else {
+        return;
+    };
     let (old, new) = (content(OLD), content(NEW));
     loop {
         for bytes in [&new, &old] {
@@ -39,7 +41,12 @@ fn killed_writer_leaves_old_or_new_file() {
         let target = dir.path().join("config.json");
         write_atomic(&target, &old).unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["crash_writer_child", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "crash_writer_child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(TARGET_ENV, &target)
             .stdout(Stdio::piped())
             .spawn()
@@ -58,6 +65,10 @@ fn killed_writer_leaves_old_or_new_file() {
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         let now = std::fs::read(&target).unwrap();
-        assert!(now == old || now == new, "torn file of {} bytes after kill #{writes_before_kill}", now.len());
+        assert!(
+            now == old || now == new,
+            "torn file of {} bytes after kill #{writes_before_kill}",
+            now.len()
+        );
     }
 }

@@ -20,7 +20,10 @@ pub fn check_id(id: &str) -> Result<(), String> {
     if id.starts_with('.') {
         return Err("an id must not start with `.`".into());
     }
-    if let Some(c) = id.chars().find(|c| c.is_control() || "/\\:*?\"<>|".contains(*c)) {
+    if let Some(c) = id
+        .chars()
+        .find(|c| c.is_control() || "/\\:*?\"<>|".contains(*c))
+    {
         return Err(format!("an id must not contain {c:?}"));
     }
     if id.trim() != id {
@@ -56,10 +59,10 @@ mod tests {
     #[test]
     fn ids_collide_after_nfkc_and_lowercase() {
         // U+FF21 FULLWIDTH A folds to "a" under NFKC.
-        assert_eq!(collisions(["Support", "support", "\u{FF21}x", "ax", "other"]), vec![
-            ("Support", "support"),
-            ("\u{FF21}x", "ax")
-        ]);
+        assert_eq!(
+            collisions(["Support", "support", "\u{FF21}x", "ax", "other"]),
+            vec![("Support", "support"), ("\u{FF21}x", "ax")]
+        );
     }
 
     #[test]

@@ -24,7 +24,9 @@ pub use enums::{ChatExecution, ExecutionMode, ReasoningLevel, StorageKind, ToolL
 pub use id::{check_id, collisions, fold_id};
 pub use parse::{Location, parse_checked};
 pub use project::{Agent, Layout, Project, Team, validate_project};
-pub use settings::{LEGACY_PROJECT_FILE, PROJECT_FILE, ProjectFile, ProviderConfig, SCHEMA_VERSION, Settings};
+pub use settings::{
+    LEGACY_PROJECT_FILE, PROJECT_FILE, ProjectFile, ProviderConfig, SCHEMA_VERSION, Settings,
+};
 pub use team::{LEGACY_TEAM, TEAM_FILE, TeamConfig};
 
 #[cfg(test)]

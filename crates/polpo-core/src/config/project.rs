@@ -76,7 +76,9 @@ impl Project {
 
     /// Agents whose `team` is `team_id`, in id order.
     pub fn team_members<'a>(&'a self, team_id: &'a str) -> impl Iterator<Item = &'a Agent> + 'a {
-        self.agents.values().filter(move |a| a.config.team.as_deref() == Some(team_id))
+        self.agents
+            .values()
+            .filter(move |a| a.config.team.as_deref() == Some(team_id))
     }
 }
 
@@ -85,8 +87,13 @@ impl Project {
 /// names exists in `settings.modelProfiles`.
 pub fn validate_project(project: &Project) -> Vec<Problem> {
     let mut out = Vec::new();
-    let profiles: BTreeSet<&str> =
-        project.settings().model_profiles.iter().flat_map(|p| p.keys()).map(String::as_str).collect();
+    let profiles: BTreeSet<&str> = project
+        .settings()
+        .model_profiles
+        .iter()
+        .flat_map(|p| p.keys())
+        .map(String::as_str)
+        .collect();
     for agent in project.agents.values() {
         check_reports_to(project, agent, &mut out);
         check_loops(agent, &mut out);
@@ -96,7 +103,9 @@ pub fn validate_project(project: &Project) -> Vec<Problem> {
 }
 
 fn check_reports_to(project: &Project, agent: &Agent, out: &mut Vec<Problem>) {
-    let Some(target) = agent.config.reports_to.as_deref() else { return };
+    let Some(target) = agent.config.reports_to.as_deref() else {
+        return;
+    };
     if !project.agents.contains_key(target) {
         out.push(agent.source.problem(
             codes::INVALID_REFERENCE,
@@ -124,12 +133,21 @@ fn check_reports_to(project: &Project, agent: &Agent, out: &mut Vec<Problem>) {
             return; // a loop further up the chain, reported at its own members
         }
         chain.push(id);
-        next = project.agents.get(id).and_then(|a| a.config.reports_to.as_deref());
+        next = project
+            .agents
+            .get(id)
+            .and_then(|a| a.config.reports_to.as_deref());
     }
 }
 
 fn check_loops(agent: &Agent, out: &mut Vec<Problem>) {
-    let assigned: BTreeSet<&str> = agent.config.assigned_loops.iter().flatten().map(String::as_str).collect();
+    let assigned: BTreeSet<&str> = agent
+        .config
+        .assigned_loops
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
     if let Some(default) = agent.config.default_loop.as_deref()
         && !assigned.contains(default)
     {
@@ -139,7 +157,9 @@ fn check_loops(agent: &Agent, out: &mut Vec<Problem>) {
             "/defaultLoop",
         ));
     }
-    let Some(router) = &agent.config.execution_router else { return };
+    let Some(router) = &agent.config.execution_router else {
+        return;
+    };
     if router.mode == Some(super::enums::RouterMode::Auto) && router.allowed_loops.is_none() {
         out.push(agent.source.problem(
             codes::INVALID_VALUE,
@@ -182,7 +202,13 @@ fn check_profiles(agent: &Agent, profiles: &BTreeSet<&str>, out: &mut Vec<Proble
         }
         Some(ModelSelection::Id(_)) | None => {}
     }
-    for (i, name) in agent.config.allowed_model_profiles.iter().flatten().enumerate() {
+    for (i, name) in agent
+        .config
+        .allowed_model_profiles
+        .iter()
+        .flatten()
+        .enumerate()
+    {
         missing(name, format!("/allowedModelProfiles/{i}"));
     }
 }

@@ -3,7 +3,10 @@
 //! Sections the runtime does not interpret yet (notifications, approval gates, escalation,
 //! SLA, sandbox, guardrails) are kept verbatim as JSON so that they round-trip untouched.
 
-use super::enums::{ChatExecution, ExecutionMode, LogLevel, ProviderApi, ReasoningLevel, StorageKind, VolatileCleanup};
+use super::enums::{
+    ChatExecution, ExecutionMode, LogLevel, ProviderApi, ReasoningLevel, StorageKind,
+    VolatileCleanup,
+};
 use super::schema::{COUNT, Field, MILLIS, STRING_MAP, STRINGS, Shape};
 use crate::model::{ModelProfiles, ModelSelection};
 use serde::{Deserialize, Serialize};
@@ -296,7 +299,10 @@ pub struct ModelCost {
 
 /// One step of a fallback chain: an id or `{profile}`.
 pub static MODEL_TARGET: Shape = Shape::OneOf(
-    &[Shape::String, Shape::Object(&[&[Field::required("profile", Shape::String)]])],
+    &[
+        Shape::String,
+        Shape::Object(&[&[Field::required("profile", Shape::String)]]),
+    ],
     "a model id or {\"profile\": name}",
 );
 
@@ -321,7 +327,10 @@ static PROVIDER: Shape = Shape::Object(&[&[
     Field::optional("models", Shape::Array(&CUSTOM_MODEL)),
 ]]);
 
-static PRICE: Shape = Shape::Number { min: 0.0, max: f64::MAX };
+static PRICE: Shape = Shape::Number {
+    min: 0.0,
+    max: f64::MAX,
+};
 
 static CUSTOM_MODEL: Shape = Shape::Object(&[&[
     Field::required("id", Shape::String),
@@ -379,13 +388,22 @@ static SETTINGS: Shape = Shape::Object(&[&[
     Field::optional("sandbox", Shape::Any),
     Field::optional("chatExecution", Shape::Enum(ChatExecution::NAMES)),
     Field::optional("maxAssessmentRetries", COUNT),
-    Field::optional("maxConcurrency", Shape::Integer { min: 1, max: u32::MAX as i64 }),
+    Field::optional(
+        "maxConcurrency",
+        Shape::Integer {
+            min: 1,
+            max: u32::MAX as i64,
+        },
+    ),
     Field::optional("approvalGates", Shape::Array(&Shape::Any)),
     Field::optional("notifications", Shape::Any),
     Field::optional("escalationPolicy", Shape::Any),
     Field::optional("sla", Shape::Any),
     Field::optional("enableScheduler", Shape::Bool),
-    Field::optional("defaultQualityThreshold", Shape::Number { min: 1.0, max: 5.0 }),
+    Field::optional(
+        "defaultQualityThreshold",
+        Shape::Number { min: 1.0, max: 5.0 },
+    ),
     Field::optional("emailAllowedDomains", STRINGS),
     Field::optional(
         "gateway",
@@ -399,7 +417,13 @@ static SETTINGS: Shape = Shape::Object(&[&[
     Field::optional("contextTrust", Shape::Enum(&["enforce"])),
     Field::optional("providers", Shape::Map(&PROVIDER)),
     Field::optional("apiKeys", STRING_MAP),
-    Field::optional("port", Shape::Integer { min: 1, max: u16::MAX as i64 }),
+    Field::optional(
+        "port",
+        Shape::Integer {
+            min: 1,
+            max: u16::MAX as i64,
+        },
+    ),
 ]]);
 
 static PROJECT_FIELDS: &[Field] = &[
@@ -415,11 +439,20 @@ static PROJECT_FIELDS: &[Field] = &[
 /// The shape of `project.json` (requires `schemaVersion: 2`).
 pub static PROJECT_FILE: Shape = Shape::Object(&[
     PROJECT_FIELDS,
-    &[Field::required("schemaVersion", Shape::Integer { min: SCHEMA_VERSION as i64, max: SCHEMA_VERSION as i64 })],
+    &[Field::required(
+        "schemaVersion",
+        Shape::Integer {
+            min: SCHEMA_VERSION as i64,
+            max: SCHEMA_VERSION as i64,
+        },
+    )],
 ]);
 
 /// The shape of the legacy `polpo.json` (no `schemaVersion`).
 pub static LEGACY_PROJECT_FILE: Shape = Shape::Object(&[
     PROJECT_FIELDS,
-    &[Field::forbidden("schemaVersion", "`schemaVersion` belongs in project.json; polpo.json is the legacy manifest")],
+    &[Field::forbidden(
+        "schemaVersion",
+        "`schemaVersion` belongs in project.json; polpo.json is the legacy manifest",
+    )],
 ]);

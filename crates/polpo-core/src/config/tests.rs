@@ -99,7 +99,11 @@ fn full_project() -> Value {
 
 fn round_trip<T: Serialize + DeserializeOwned>(value: &Value, shape: &schema::Shape) -> T {
     let parsed: T = parse_checked(value, shape, &Location::file("f.json")).unwrap();
-    assert_eq!(&serde_json::to_value(&parsed).unwrap(), value, "round trip changed the document");
+    assert_eq!(
+        &serde_json::to_value(&parsed).unwrap(),
+        value,
+        "round trip changed the document"
+    );
     parsed
 }
 
@@ -130,7 +134,10 @@ fn absent_fields_stay_absent_and_defaults_come_from_accessors() {
 
 fn problems_of(value: Value, shape: &schema::Shape) -> Vec<(String, String)> {
     let err = parse_checked::<Value>(&value, shape, &Location::file("a.json")).unwrap_err();
-    let mut v: Vec<_> = err.into_iter().map(|p| (p.code, p.pointer.unwrap_or_default())).collect();
+    let mut v: Vec<_> = err
+        .into_iter()
+        .map(|p| (p.code, p.pointer.unwrap_or_default()))
+        .collect();
     v.sort();
     v
 }
@@ -155,14 +162,17 @@ fn agent_file_reports_every_mistake() {
 
 #[test]
 fn project_file_needs_schema_version_two() {
-    assert_eq!(problems_of(json!({"schemaVersion": 1}), &PROJECT_FILE), vec![(
-        "invalid_value".to_string(),
-        "/schemaVersion".to_string()
-    )]);
-    assert_eq!(problems_of(json!({"settings": {"storage": "mysql"}}), &LEGACY_PROJECT_FILE), vec![(
-        "invalid_value".to_string(),
-        "/settings/storage".to_string()
-    )]);
+    assert_eq!(
+        problems_of(json!({"schemaVersion": 1}), &PROJECT_FILE),
+        vec![("invalid_value".to_string(), "/schemaVersion".to_string())]
+    );
+    assert_eq!(
+        problems_of(
+            json!({"settings": {"storage": "mysql"}}),
+            &LEGACY_PROJECT_FILE
+        ),
+        vec![("invalid_value".to_string(), "/settings/storage".to_string())]
+    );
 }
 
 fn agent(id: &str, config: Value) -> Agent {
@@ -178,15 +188,24 @@ fn project(agents: Vec<Agent>, settings: Value) -> Project {
     Project {
         root: ".".into(),
         layout: Layout::Directory,
-        manifest: serde_json::from_value(json!({"schemaVersion": 2, "settings": settings})).unwrap(),
+        manifest: serde_json::from_value(json!({"schemaVersion": 2, "settings": settings}))
+            .unwrap(),
         agents: agents.into_iter().map(|a| (a.id.clone(), a)).collect(),
         teams: Default::default(),
     }
 }
 
 fn located(problems: Vec<Problem>) -> Vec<(String, String, String)> {
-    let mut v: Vec<_> =
-        problems.into_iter().map(|p| (p.code, p.file.unwrap_or_default(), p.pointer.unwrap_or_default())).collect();
+    let mut v: Vec<_> = problems
+        .into_iter()
+        .map(|p| {
+            (
+                p.code,
+                p.file.unwrap_or_default(),
+                p.pointer.unwrap_or_default(),
+            )
+        })
+        .collect();
     v.sort();
     v
 }
@@ -204,10 +223,21 @@ fn reports_to_cycles_are_reported_once_per_cycle() {
         json!({}),
     );
     let got = located(validate_project(&p));
-    assert_eq!(got, vec![
-        ("invalid_reference".into(), ".polpo/agents/e/agent.json".into(), "/reportsTo".into()),
-        ("reports_to_cycle".into(), ".polpo/agents/a/agent.json".into(), "/reportsTo".into()),
-    ]);
+    assert_eq!(
+        got,
+        vec![
+            (
+                "invalid_reference".into(),
+                ".polpo/agents/e/agent.json".into(),
+                "/reportsTo".into()
+            ),
+            (
+                "reports_to_cycle".into(),
+                ".polpo/agents/a/agent.json".into(),
+                "/reportsTo".into()
+            ),
+        ]
+    );
 }
 
 #[test]
@@ -220,14 +250,30 @@ fn loops_and_profiles_must_be_defined() {
         )],
         json!({"modelProfiles": {"fast": "openai/gpt-4o-mini"}}),
     );
-    let pointers: Vec<String> = located(validate_project(&p)).into_iter().map(|(_, _, p)| p).collect();
-    assert_eq!(pointers, ["/defaultLoop", "/executionRouter/allowedLoops/0", "/model/profile"]);
+    let pointers: Vec<String> = located(validate_project(&p))
+        .into_iter()
+        .map(|(_, _, p)| p)
+        .collect();
+    assert_eq!(
+        pointers,
+        [
+            "/defaultLoop",
+            "/executionRouter/allowedLoops/0",
+            "/model/profile"
+        ]
+    );
 }
 
 #[test]
 fn a_valid_project_has_no_problems() {
     let p = project(
-        vec![agent("lead", json!({})), agent("a", json!({"reportsTo": "lead", "model": {"profile": "fast"}}))],
+        vec![
+            agent("lead", json!({})),
+            agent(
+                "a",
+                json!({"reportsTo": "lead", "model": {"profile": "fast"}}),
+            ),
+        ],
         json!({"modelProfiles": {"fast": "openai/gpt-4o-mini"}}),
     );
     assert!(validate_project(&p).is_empty());

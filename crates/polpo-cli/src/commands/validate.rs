@@ -1,0 +1,60 @@
+//! `polpo validate [--json]`: load the whole project and report every problem.
+
+use super::{Global, print_json, sorted};
+use polpo_core::config::{Layout, Project};
+use std::process::ExitCode;
+
+/// Arguments of `polpo validate`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Print `{ok, agents, teams, problems}` as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Exit 0 with a summary when the project is valid, 1 with one line per problem otherwise.
+pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let root = global.root()?;
+    let result = polpo_project::load_project(&root);
+    if args.json {
+        let (agents, teams, problems) = match &result {
+            Ok(p) => (p.agents.len(), p.teams.len(), Vec::new()),
+            Err(problems) => (0, 0, sorted(problems.clone())),
+        };
+        let ok = problems.is_empty();
+        print_json(
+            &serde_json::json!({"ok": ok, "agents": agents, "teams": teams, "problems": problems}),
+        )?;
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    match result {
+        Ok(project) => {
+            println!("ok: {}", summary(&project));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(problems) => {
+            for p in sorted(problems.clone()) {
+                println!("{p}");
+            }
+            eprintln!("{} problem(s) in {}", problems.len(), root.display());
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn summary(project: &Project) -> String {
+    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+    let layout = match project.layout {
+        Layout::Directory => "directory layout",
+        Layout::Legacy => "legacy layout; `polpo migrate` converts it",
+    };
+    format!(
+        "{}, {} ({layout})",
+        plural(project.agents.len(), "agent"),
+        plural(project.teams.len(), "team")
+    )
+}

@@ -1,0 +1,322 @@
+//! The real `polpo` binary in temp dirs.
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup should panic loudly
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn polpo(cwd: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_polpo"))
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}\nstdout: {}\nstderr: {}",
+        o.status,
+        stdout(&o),
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+fn fails(o: Output) -> Output {
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "stdout: {}\nstderr: {}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    o
+}
+
+fn write(root: &Path, files: &[(&str, &str)]) {
+    for (path, content) in files {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+}
+
+/// A hash of every path and file content under `root`.
+fn tree_hash(root: &Path) -> u64 {
+    fn walk(dir: &Path, root: &Path, out: &mut Vec<(String, Vec<u8>)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if path.is_dir() {
+                out.push((rel + "/", Vec::new()));
+                walk(&path, root, out);
+            } else {
+                out.push((rel, std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    let mut entries = Vec::new();
+    walk(root, root, &mut entries);
+    entries.sort();
+    let mut h = DefaultHasher::new();
+    entries.hash(&mut h);
+    h.finish()
+}
+
+#[test]
+fn create_then_validate_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(polpo(dir.path(), &["create", "demo", "--yes"]));
+    assert!(out.contains("agent `assistant`"), "{out}");
+    let out = ok(polpo(dir.path(), &["validate", "--project", "demo"]));
+    assert_eq!(out.trim(), "ok: 1 agent, 1 team (directory layout)");
+    let demo = dir.path().join("demo/.polpo");
+    let project: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(demo.join("project.json")).unwrap()).unwrap();
+    assert_eq!(project["schemaVersion"], 2);
+    assert_eq!(project["settings"]["storage"], "file");
+    assert!(demo.join("agents/assistant/instructions.md").is_file());
+    assert!(demo.join("teams/default.json").is_file());
+    // Validation also works from inside the project.
+    ok(polpo(&dir.path().join("demo/.polpo/agents"), &["validate"]));
+}
+
+#[test]
+fn create_takes_template_agent_and_model_flags_and_never_prompts_without_a_tty() {
+    let dir = tempfile::tempdir().unwrap();
+    // No --yes, but stdin is not a terminal: flags and defaults, no prompt.
+    ok(polpo(
+        dir.path(),
+        &[
+            "create",
+            "shop",
+            "--template",
+            "support",
+            "--agent",
+            "helpdesk",
+            "--model",
+            "anthropic/claude-haiku",
+        ],
+    ));
+    let out = ok(polpo(
+        dir.path(),
+        &["agents", "show", "helpdesk", "--json", "--project", "shop"],
+    ));
+    let agent: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(agent["config"]["model"], "anthropic/claude-haiku");
+    assert_eq!(agent["config"]["chat"]["suggestions"]["enabled"], true);
+    assert!(
+        agent["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("customer support")
+    );
+}
+
+#[test]
+fn create_refuses_an_existing_project() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(polpo(dir.path(), &["create", "demo", "--yes"]));
+    let before = tree_hash(dir.path());
+    let out = fails(polpo(
+        dir.path(),
+        &["create", "demo", "--yes", "--template", "coder"],
+    ));
+    assert!(
+        stderr(&out).contains("already contains a .polpo/ folder"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(tree_hash(dir.path()), before);
+}
+
+#[test]
+fn validate_reports_three_different_mistakes_with_file_and_pointer() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(polpo(dir.path(), &["create", "demo", "--yes"]));
+    let root = dir.path().join("demo");
+    write(
+        &root,
+        &[
+            (
+                ".polpo/project.json",
+                r#"{"schemaVersion": 2, "settings": {"storage": "file", "colour": "red"}}"#,
+            ),
+            (
+                ".polpo/agents/assistant/agent.json",
+                r#"{"model": "openai/gpt-4o-mini", "reasoning": "extreme"}"#,
+            ),
+            (".polpo/agents/writer/agent.json", r#"{"role": "writer"}"#),
+        ],
+    );
+    let out = fails(polpo(dir.path(), &["validate", "--project", "demo"]));
+    let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines[0].starts_with(
+            ".polpo/agents/assistant/agent.json:/reasoning: invalid_value: expected one of"
+        ),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with(".polpo/agents/writer/instructions.md: missing_agent_file: "),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].starts_with(".polpo/project.json:/settings/colour: unknown_field: "),
+        "{}",
+        lines[2]
+    );
+
+    let out = fails(polpo(
+        dir.path(),
+        &["validate", "--project", "demo", "--json"],
+    ));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["ok"], false);
+    let codes: Vec<&str> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        codes,
+        ["invalid_value", "missing_agent_file", "unknown_field"]
+    );
+    assert_eq!(report["problems"][2]["pointer"], "/settings/colour");
+}
+
+#[test]
+fn migrate_round_trips_a_legacy_project_and_dry_run_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(
+        root,
+        &[
+            (
+                ".polpo/polpo.json",
+                r#"{"project": "old", "settings": {"maxRetries": 3}}"#,
+            ),
+            (
+                ".polpo/agents.json",
+                r#"[{"name": "alice", "role": "lead", "systemPrompt": "Lead."},
+                                    {"agent": {"name": "bob", "reportsTo": "alice"}, "teamName": "ops"}]"#,
+            ),
+            (
+                ".polpo/teams.json",
+                r#"[{"name": "ops", "description": "Operations"}]"#,
+            ),
+        ],
+    );
+    let out = ok(polpo(root, &["validate"]));
+    assert!(out.contains("2 agents, 1 team (legacy layout"), "{out}");
+    let before_list = ok(polpo(root, &["agents", "list", "--json"]));
+
+    let before = tree_hash(root);
+    let out = ok(polpo(root, &["migrate", "--dry-run"]));
+    assert!(
+        out.contains("would write .polpo/agents/bob/agent.json"),
+        "{out}"
+    );
+    assert_eq!(tree_hash(root), before, "--dry-run changed the tree");
+
+    let out = ok(polpo(root, &["migrate"]));
+    assert!(
+        out.contains("renamed .polpo/agents.json → .polpo/agents.v1.json"),
+        "{out}"
+    );
+    assert_eq!(
+        ok(polpo(root, &["validate"])).trim(),
+        "ok: 2 agents, 1 team (directory layout)"
+    );
+    assert_eq!(
+        ok(polpo(root, &["agents", "list", "--json"])),
+        before_list,
+        "agents changed in migration"
+    );
+    let bob = ok(polpo(root, &["agents", "show", "bob"]));
+    assert!(bob.contains("\"reportsTo\": \"alice\""), "{bob}");
+
+    let out = fails(polpo(root, &["migrate"]));
+    assert!(stderr(&out).contains("backup_exists"), "{}", stderr(&out));
+}
+
+#[test]
+fn agents_list_prints_a_table() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(polpo(
+        dir.path(),
+        &["create", "demo", "--yes", "--template", "coder"],
+    ));
+    let out = ok(polpo(dir.path(), &["agents", "list", "--project", "demo"]));
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("ID "), "{out}");
+    assert!(
+        lines[1].starts_with("coder ") && lines[1].contains("openai/gpt-4o-mini"),
+        "{out}"
+    );
+}
+
+#[test]
+fn user_errors_exit_non_zero_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(polpo(dir.path(), &["create", "demo", "--yes"]));
+    let out = fails(polpo(
+        dir.path(),
+        &["agents", "show", "nobody", "--project", "demo"],
+    ));
+    assert!(
+        stderr(&out).contains("agent `nobody` not found (agents: assistant)"),
+        "{}",
+        stderr(&out)
+    );
+    let out = fails(polpo(dir.path(), &["validate"]));
+    assert!(
+        stdout(&out).contains("missing_project_file"),
+        "{}",
+        stdout(&out)
+    );
+    let out = fails(polpo(
+        dir.path(),
+        &["create", "bad", "--yes", "--agent", "a/b"],
+    ));
+    assert!(
+        stderr(&out).contains("invalid agent name"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn version_and_completions() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(
+        ok(polpo(dir.path(), &["--version"])).trim(),
+        format!("polpo {}", env!("CARGO_PKG_VERSION"))
+    );
+    let script = ok(polpo(dir.path(), &["completions", "bash"]));
+    assert!(
+        script.contains("polpo") && script.contains("migrate"),
+        "{script}"
+    );
+}
