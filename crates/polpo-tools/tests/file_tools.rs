@@ -406,3 +406,25 @@ async fn register_outcome_validates_and_returns_the_outcome() {
         "invalid_arguments"
     );
 }
+
+#[tokio::test]
+async fn read_cuts_very_long_lines_and_counts_lines_past_the_page() {
+    let d = dirs();
+    let c = ctx(&d.ws);
+    let mut content = "y".repeat(1_000_000);
+    content.push_str("\nshort\n");
+    content.push_str(&"z\n".repeat(1000));
+    std::fs::write(d.ws.join("min.js"), &content).unwrap();
+    let out = call(&c, "read", json!({"path": "min.js", "limit": 2}))
+        .await
+        .unwrap();
+    let lines: Vec<&str> = out.text.lines().collect();
+    assert_eq!(lines.len(), 3);
+    assert!(lines[0].starts_with("1\tyyyy") && lines[0].ends_with("… [line truncated]"));
+    assert_eq!(
+        lines[0].chars().count(),
+        "1\t".len() + 2000 + "… [line truncated]".chars().count()
+    );
+    assert_eq!(lines[1], "2\tshort");
+    assert_eq!(lines[2], "... (1000 more lines)");
+}

@@ -1,13 +1,16 @@
 //! `edit {path, old_text, new_text}`: replace one exact occurrence in a file.
 
-use super::text::replace_unique;
+use super::text::{read_text_bounded, replace_unique};
 use super::write::write_file;
-use crate::args::{io_error, parse_args, spec};
+use crate::args::{parse_args, spec};
 use crate::sandbox::resolve_in_sandbox;
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
 use polpo_core::tool::{ToolEffect, ToolSpec};
 use serde::Deserialize;
 use serde_json::json;
+
+/// Largest file `edit` rewrites.
+const MAX_EDIT_BYTES: u64 = 10 * 1024 * 1024;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -68,9 +71,7 @@ impl Tool for EditTool {
     ) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
         let path = resolve_in_sandbox(ctx, &args.path)?;
-        let content = tokio::fs::read_to_string(&path)
-            .await
-            .map_err(|e| io_error("read", &path, &e))?;
+        let content = read_text_bounded(&path, MAX_EDIT_BYTES).await?;
         let updated = replace_unique(&content, &args.old_text, &args.new_text)?;
         write_file(&path, updated.as_bytes()).await?;
         Ok(ToolOutput {

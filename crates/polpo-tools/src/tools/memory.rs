@@ -3,9 +3,9 @@
 //! They operate on the agent's memory file chosen by the runtime ([`ToolContext::memory_file`]),
 //! never on a path the model names, so they need no sandbox check.
 
-use super::text::replace_unique;
+use super::text::{read_text_bounded, replace_unique};
 use super::write::write_file;
-use crate::args::{io_error, parse_args, spec};
+use crate::args::{parse_args, spec};
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
 use polpo_core::tool::{ToolEffect, ToolSpec};
 use serde::Deserialize;
@@ -23,10 +23,9 @@ fn memory_path(ctx: &ToolContext) -> Result<&Path, ToolError> {
 
 /// The memory content; a missing file is empty memory.
 async fn load(path: &Path) -> Result<String, ToolError> {
-    match tokio::fs::read_to_string(path).await {
-        Ok(content) => Ok(content),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
-        Err(e) => Err(io_error("read", path, &e)),
+    match read_text_bounded(path, MAX_MEMORY_BYTES as u64).await {
+        Err(e) if e.code == "file_not_found" => Ok(String::new()),
+        other => other,
     }
 }
 

@@ -13,6 +13,8 @@ use std::path::Path;
 const DEFAULT_LIMIT: usize = 500;
 /// Longest line shown; longer lines are cut so one minified file cannot flood the context.
 const MAX_LINE_CHARS: usize = 2000;
+/// Bytes of one line kept in memory (enough for [`MAX_LINE_CHARS`] characters of UTF-8).
+const MAX_LINE_BYTES: usize = 4 * MAX_LINE_CHARS;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,7 +97,8 @@ struct Page {
     total: usize,
 }
 
-/// Streams the file once: keeps the requested rows, counts the rest.
+/// Streams the file once: keeps the requested rows, counts the rest. Memory stays bounded by
+/// the page, however long the file or its lines.
 fn read_page(path: &Path, offset: usize, limit: usize) -> Result<Page, ToolError> {
     let file = std::fs::File::open(path).map_err(|e| io_error("read", path, &e))?;
     if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
@@ -104,18 +107,53 @@ fn read_page(path: &Path, offset: usize, limit: usize) -> Result<Page, ToolError
             format!("{} is a directory; use ls", path.display()),
         ));
     }
+    let mut reader = std::io::BufReader::new(file);
     let mut rows = Vec::new();
     let mut total = 0usize;
-    for line in std::io::BufReader::new(file).split(b'\n') {
-        let line = line.map_err(|e| io_error("read", path, &e))?;
+    let mut line = Vec::new();
+    loop {
+        let wanted = total + 1 >= offset && rows.len() < limit;
+        line.clear();
+        let cap = if wanted { MAX_LINE_BYTES } else { 0 };
+        let consumed = read_line_capped(&mut reader, &mut line, cap)
+            .map_err(|e| io_error("read", path, &e))?;
+        if consumed == 0 {
+            break;
+        }
         total += 1;
-        if total >= offset && rows.len() < limit {
-            let line = String::from_utf8_lossy(&line);
-            let line = line.strip_suffix('\r').unwrap_or(&line);
-            rows.push(format!("{total}\t{}", truncate_chars(line, MAX_LINE_CHARS)));
+        if wanted {
+            let text = String::from_utf8_lossy(&line);
+            let text = text.strip_suffix('\r').unwrap_or(&text);
+            rows.push(format!("{total}\t{}", truncate_chars(text, MAX_LINE_CHARS)));
         }
     }
     Ok(Page { rows, total })
+}
+
+/// Reads one line (without its `\n`) keeping at most `cap` bytes of it; returns the bytes
+/// consumed from the reader, 0 at end of file.
+fn read_line_capped(
+    reader: &mut impl BufRead,
+    out: &mut Vec<u8>,
+    cap: usize,
+) -> std::io::Result<usize> {
+    let mut consumed = 0;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(consumed);
+        }
+        let newline = buf.iter().position(|&b| b == b'\n');
+        let content = &buf[..newline.unwrap_or(buf.len())];
+        let room = cap.saturating_sub(out.len());
+        out.extend_from_slice(&content[..content.len().min(room)]);
+        let used = newline.map_or(buf.len(), |i| i + 1);
+        reader.consume(used);
+        consumed += used;
+        if newline.is_some() {
+            return Ok(consumed);
+        }
+    }
 }
 
 fn truncate_chars(line: &str, max: usize) -> String {

@@ -39,3 +39,27 @@ pub(crate) fn display_path(real_workspace: &std::path::Path, path: &std::path::P
         .display()
         .to_string()
 }
+
+/// Reads a whole text file that a tool will rewrite, refusing files above `max` bytes
+/// (`file_too_large`) so one call cannot load an arbitrarily large file into memory.
+pub(crate) async fn read_text_bounded(
+    path: &std::path::Path,
+    max: u64,
+) -> Result<String, ToolError> {
+    let meta = tokio::fs::metadata(path)
+        .await
+        .map_err(|e| crate::args::io_error("read", path, &e))?;
+    if meta.len() > max {
+        return Err(ToolError::new(
+            "file_too_large",
+            format!(
+                "{} is {} bytes; the limit is {max}",
+                path.display(),
+                meta.len()
+            ),
+        ));
+    }
+    tokio::fs::read_to_string(path)
+        .await
+        .map_err(|e| crate::args::io_error("read", path, &e))
+}
