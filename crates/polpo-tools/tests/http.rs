@@ -233,3 +233,33 @@ async fn download_writes_inside_the_sandbox_only() {
     );
     assert!(!d.ws.join("m.bin").exists());
 }
+
+#[tokio::test]
+async fn cancellation_stops_a_hanging_request() {
+    let d = dirs();
+    // A server that accepts and then never answers.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (accepted_tx, accepted_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        let _ = accepted_tx.send(());
+        std::future::pending::<()>().await;
+        drop(socket);
+    });
+    let mut c = ctx(&d.ws);
+    c.allow_private_network = true;
+    let task = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            call(&c, "http_fetch", json!({"url": format!("http://{addr}/")})).await
+        })
+    };
+    accepted_rx.await.unwrap();
+    c.cancel.cancel();
+    let result = tokio::time::timeout(std::time::Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code(result), "cancelled");
+}

@@ -194,3 +194,19 @@ async fn symlinks_that_stay_inside_and_extra_allowed_roots_work() {
         ESCAPE
     );
 }
+
+#[tokio::test]
+async fn symlink_loops_fail_cleanly() {
+    let d = dirs();
+    symlink(d.ws.join("a"), d.ws.join("b")).unwrap();
+    symlink(d.ws.join("b"), d.ws.join("a")).unwrap();
+    let c = ctx(&d.ws);
+    assert_eq!(
+        code(call(&c, "read", json!({"path": "a"})).await),
+        "invalid_path"
+    );
+    assert_eq!(
+        code(call(&c, "write", json!({"path": "a/x", "content": ""})).await),
+        "invalid_path"
+    );
+}

@@ -295,9 +295,34 @@ fn take(sink: &Mutex<CappedOutput>) -> CappedOutput {
     std::mem::take(&mut *lock(sink))
 }
 
-/// True while any process is left in the group (zombies included).
+/// True while a live process is left in the group. Zombies do not count: once killed, a
+/// background child is re-parented to init, and an init that does not reap (common in
+/// containers) would otherwise keep the group "alive" for the whole grace period.
 fn group_alive(pgid: i32) -> bool {
-    pgid > 0 && killpg(Pid::from_raw(pgid), None).is_ok()
+    if pgid <= 0 || killpg(Pid::from_raw(pgid), None).is_err() {
+        return false;
+    }
+    live_members_in_proc(pgid).unwrap_or(true)
+}
+
+/// Whether `/proc` lists a non-zombie process in group `pgid`; `None` when `/proc` is not
+/// readable (then the signal probe above is all we know).
+fn live_members_in_proc(pgid: i32) -> Option<bool> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    let live = entries.flatten().any(|entry| {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
+        // After the parenthesised command name: state, ppid, pgrp, …
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
+        pgrp == Some(pgid) && !matches!(state, Some("Z" | "X"))
+    });
+    Some(live)
 }
 
 fn signal_group(pgid: i32, signal: Signal) {

@@ -15,6 +15,9 @@ pub const MAX_TIMEOUT_MS: u64 = 600_000;
 /// Output bytes kept (head and tail halves), as in the reference.
 pub const OUTPUT_CAP: usize = 30 * 1024;
 
+/// SIGTERM-to-SIGKILL grace: short, so a cancelled run stops well within a second.
+const KILL_GRACE: Duration = Duration::from_millis(500);
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Args {
@@ -81,6 +84,7 @@ impl Tool for BashTool {
         run.timeout = Duration::from_millis(timeout_ms);
         run.output_cap = OUTPUT_CAP;
         run.merge_stderr = true;
+        run.kill_grace = KILL_GRACE;
         run.cancel = ctx.cancel.child_token();
         let outcome = run_command(run)
             .await
