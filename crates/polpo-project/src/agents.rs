@@ -20,6 +20,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A content hash of an agent's files; changes whenever either file changes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -121,9 +122,10 @@ fn expect_revision(
 ) -> Result<(), ProjectError> {
     match (current_files(dir)?, expected) {
         (None, None) => {
+            // The same id without agent.json is a create that crashed half-way: redo it.
             let clash = existing_ids(root)?
                 .into_iter()
-                .find(|other| fold_id(other) == fold_id(id));
+                .find(|other| other != id && fold_id(other) == fold_id(id));
             clash.map_or(Ok(()), |other| Err(ProjectError::AgentExists(other)))
         }
         (Some(_), None) => Err(ProjectError::AgentExists(id.to_string())),
@@ -204,7 +206,9 @@ pub fn delete_agent(root: &Path, id: &str, expected: &Revision) -> Result<(), Pr
     let _guard = lock();
     expect_revision(root, id, &dir, Some(expected))?;
     let parent = dir.parent().unwrap_or(Path::new("."));
-    let graveyard = parent.join(format!(".{id}.deleted-{}", std::process::id()));
+    static DELETIONS: AtomicU64 = AtomicU64::new(0);
+    let n = DELETIONS.fetch_add(1, Ordering::Relaxed);
+    let graveyard = parent.join(format!(".{id}.deleted-{}-{n}", std::process::id()));
     std::fs::rename(&dir, &graveyard).map_err(ProjectError::io("rename", &dir))?;
     fsx::sync_dir(parent).map_err(ProjectError::io("sync", parent))?;
     std::fs::remove_dir_all(&graveyard).map_err(ProjectError::io("remove", &graveyard))

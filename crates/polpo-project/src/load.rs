@@ -35,7 +35,7 @@ pub fn load_project(root: &Path) -> Result<Project, Vec<Problem>> {
         problems: Vec::new(),
         legacy: false,
     };
-    let manifest = loader.manifest();
+    let (manifest, manifest_source) = loader.manifest();
     let agents = loader.agents();
     let teams = loader.teams();
     let project = Project {
@@ -46,6 +46,7 @@ pub fn load_project(root: &Path) -> Result<Project, Vec<Problem>> {
             Layout::Directory
         },
         manifest: manifest.unwrap_or_default(),
+        manifest_source,
         agents,
         teams,
     };
@@ -79,7 +80,8 @@ impl Loader {
         );
     }
 
-    fn manifest(&mut self) -> Option<ProjectFile> {
+    /// The manifest (if it parses) and the file it is, or would be, read from.
+    fn manifest(&mut self) -> (Option<ProjectFile>, Location) {
         let modern = self.dot.join(paths::PROJECT_JSON).is_file();
         let legacy = self.dot.join(paths::LEGACY_PROJECT_JSON).is_file();
         if modern && legacy {
@@ -99,12 +101,14 @@ impl Loader {
                     )
                     .in_file(paths::display(&[paths::PROJECT_JSON])),
                 );
-                return None;
+                return (None, Location::file(paths::display(&[paths::PROJECT_JSON])));
             }
         };
         let at = Location::file(paths::display(&[name]));
-        let value = self.keep(read::json(&self.dot.join(name), &at.file))?;
-        self.keep(parse_checked(&value, shape, &at))
+        let manifest = self
+            .keep(read::json(&self.dot.join(name), &at.file))
+            .and_then(|value| self.keep(parse_checked(&value, shape, &at)));
+        (manifest, at)
     }
 
     /// Non-hidden entries of `.polpo/<dir>` that are directories (`want_dirs`) or files.
@@ -114,8 +118,13 @@ impl Loader {
         };
         let mut names = Vec::new();
         for entry in read.flatten() {
-            let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
-            if is_dir != want_dirs {
+            // Follows symlinks: a linked agent folder is still an agent.
+            let path = entry.path();
+            if !(if want_dirs {
+                path.is_dir()
+            } else {
+                path.is_file()
+            }) {
                 continue;
             }
             match entry.file_name().into_string() {

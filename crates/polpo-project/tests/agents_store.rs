@@ -113,3 +113,14 @@ fn legacy_projects_must_migrate_before_agent_writes() {
         "legacy_layout"
     );
 }
+
+#[test]
+fn a_create_that_crashed_half_way_can_be_redone() {
+    // Only instructions.md made it to disk before the crash.
+    let dir = project(&[MANIFEST, (".polpo/agents/a/instructions.md", "partial")]);
+    write_agent(dir.path(), "a", &config("x"), "full", None).unwrap();
+    assert_eq!(
+        load_project(dir.path()).unwrap().agents["a"].instructions,
+        "full"
+    );
+}

@@ -9,7 +9,9 @@ use super::codes;
 use super::parse::Location;
 use super::settings::{ProjectFile, Settings};
 use super::team::TeamConfig;
-use crate::model::{ModelSelection, ModelTarget};
+use crate::model::{
+    ModelProfileError, ModelProfiles, resolve_model_chain, validate_model_profiles,
+};
 use crate::problem::Problem;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -57,6 +59,8 @@ pub struct Project {
     pub layout: Layout,
     /// `project.json` (or legacy `polpo.json`) as authored.
     pub manifest: ProjectFile,
+    /// Which file the manifest was read from, for locating problems.
+    pub manifest_source: Location,
     /// Agents by id.
     pub agents: BTreeMap<String, Agent>,
     /// Teams by id.
@@ -82,22 +86,42 @@ impl Project {
     }
 }
 
-/// Cross-agent rules: every `reportsTo` names an agent and no chain loops; `defaultLoop` and
-/// `executionRouter.allowedLoops` stay within `assignedLoops`; every model profile an agent
-/// names exists in `settings.modelProfiles`.
+/// Cross-file rules: every `reportsTo` names an agent and no chain loops; `defaultLoop` and
+/// `executionRouter.allowedLoops` stay within `assignedLoops`; every model selection (agents,
+/// `orchestratorModel`, the profiles themselves) resolves (codes `model_profile_*` from
+/// [`crate::model`]); `defaultRetryPolicy.fallbackAgent` names an agent.
 pub fn validate_project(project: &Project) -> Vec<Problem> {
     let mut out = Vec::new();
-    let profiles: BTreeSet<&str> = project
-        .settings()
-        .model_profiles
-        .iter()
-        .flat_map(|p| p.keys())
-        .map(String::as_str)
-        .collect();
+    let settings = project.settings();
+    let no_profiles = ModelProfiles::new();
+    let profiles = settings.model_profiles.as_ref().unwrap_or(&no_profiles);
+    let manifest = &project.manifest_source;
+    out.extend(
+        validate_model_profiles(profiles)
+            .into_iter()
+            .map(|p| manifest.locate(p)),
+    );
+    if let Some(model) = &settings.orchestrator_model
+        && let Err(e) = resolve_model_chain(model, profiles, None)
+    {
+        out.push(manifest.locate(e.to_problem().at("/settings/orchestratorModel")));
+    }
+    if let Some(agent) = settings
+        .default_retry_policy
+        .as_ref()
+        .and_then(|p| p.fallback_agent.as_deref())
+        && !project.agents.contains_key(agent)
+    {
+        out.push(manifest.problem(
+            codes::INVALID_REFERENCE,
+            format!("`fallbackAgent` names agent `{agent}`, which does not exist"),
+            "/settings/defaultRetryPolicy/fallbackAgent",
+        ));
+    }
     for agent in project.agents.values() {
         check_reports_to(project, agent, &mut out);
         check_loops(agent, &mut out);
-        check_profiles(agent, &profiles, &mut out);
+        check_agent_model(agent, profiles, &mut out);
     }
     out
 }
@@ -178,37 +202,21 @@ fn check_loops(agent: &Agent, out: &mut Vec<Problem>) {
     }
 }
 
-fn check_profiles(agent: &Agent, profiles: &BTreeSet<&str>, out: &mut Vec<Problem>) {
-    let mut missing = |name: &str, pointer: String| {
-        if !profiles.contains(name) {
-            out.push(agent.source.problem(
-                codes::INVALID_REFERENCE,
-                format!("model profile `{name}` is not defined in settings.modelProfiles"),
-                &pointer,
-            ));
+fn check_agent_model(agent: &Agent, profiles: &ModelProfiles, out: &mut Vec<Problem>) {
+    let allowed = agent.config.allowed_model_profiles.as_deref();
+    for (i, name) in allowed.into_iter().flatten().enumerate() {
+        if !profiles.contains_key(name) {
+            let p = ModelProfileError::Unknown(name.clone()).to_problem();
+            out.push(
+                agent
+                    .source
+                    .locate(p.at(format!("/allowedModelProfiles/{i}"))),
+            );
         }
-    };
-    match &agent.config.model {
-        Some(ModelSelection::Profile { profile }) => missing(profile, "/model/profile".into()),
-        Some(ModelSelection::Chain { primary, fallbacks }) => {
-            if let ModelTarget::Profile { profile } = primary {
-                missing(profile, "/model/primary/profile".into());
-            }
-            for (i, target) in fallbacks.iter().enumerate() {
-                if let ModelTarget::Profile { profile } = target {
-                    missing(profile, format!("/model/fallbacks/{i}/profile"));
-                }
-            }
-        }
-        Some(ModelSelection::Id(_)) | None => {}
     }
-    for (i, name) in agent
-        .config
-        .allowed_model_profiles
-        .iter()
-        .flatten()
-        .enumerate()
+    if let Some(model) = &agent.config.model
+        && let Err(e) = resolve_model_chain(model, profiles, allowed)
     {
-        missing(name, format!("/allowedModelProfiles/{i}"));
+        out.push(agent.source.locate(e.to_problem().at("/model")));
     }
 }

@@ -190,6 +190,7 @@ fn project(agents: Vec<Agent>, settings: Value) -> Project {
         layout: Layout::Directory,
         manifest: serde_json::from_value(json!({"schemaVersion": 2, "settings": settings}))
             .unwrap(),
+        manifest_source: Location::file(".polpo/project.json"),
         agents: agents.into_iter().map(|a| (a.id.clone(), a)).collect(),
         teams: Default::default(),
     }
@@ -250,17 +251,46 @@ fn loops_and_profiles_must_be_defined() {
         )],
         json!({"modelProfiles": {"fast": "openai/gpt-4o-mini"}}),
     );
-    let pointers: Vec<String> = located(validate_project(&p))
+    let got: Vec<(String, String)> = located(validate_project(&p))
         .into_iter()
-        .map(|(_, _, p)| p)
+        .map(|(code, _, pointer)| (code, pointer))
         .collect();
+    let want = [
+        ("invalid_reference", "/defaultLoop"),
+        ("invalid_reference", "/executionRouter/allowedLoops/0"),
+        ("model_profile_not_allowed", "/model"),
+    ];
+    assert_eq!(got, want.map(|(c, p)| (c.to_string(), p.to_string())));
+}
+
+#[test]
+fn settings_references_must_resolve() {
+    let p = project(
+        vec![agent("a", json!({"model": {"profile": "fast"}}))],
+        json!({"modelProfiles": {"fast": {"profile": "slow"}, "slow": {"profile": "fast"}},
+               "orchestratorModel": {"profile": "ghost"},
+               "defaultRetryPolicy": {"fallbackAgent": "nobody"}}),
+    );
+    let got: Vec<(String, String, String)> = located(validate_project(&p));
+    let file = ".polpo/project.json";
+    let want = [
+        (
+            "invalid_reference",
+            file,
+            "/settings/defaultRetryPolicy/fallbackAgent",
+        ),
+        (
+            "model_profile_cycle",
+            ".polpo/agents/a/agent.json",
+            "/model",
+        ),
+        ("model_profile_cycle", file, "/settings/modelProfiles/fast"),
+        ("model_profile_cycle", file, "/settings/modelProfiles/slow"),
+        ("model_profile_unknown", file, "/settings/orchestratorModel"),
+    ];
     assert_eq!(
-        pointers,
-        [
-            "/defaultLoop",
-            "/executionRouter/allowedLoops/0",
-            "/model/profile"
-        ]
+        got,
+        want.map(|(c, f, p)| (c.to_string(), f.to_string(), p.to_string()))
     );
 }
 
