@@ -1,5 +1,6 @@
 //! Errors that end a run, each with a stable code.
 
+use polpo_core::hooks::GateExhaustion;
 use polpo_core::message::Message;
 use polpo_llm::LlmError;
 
@@ -30,6 +31,27 @@ pub enum EngineError {
     /// The run was aborted by its caller.
     #[error("aborted: the run was aborted")]
     Aborted,
+    /// A termination gate budget (cycles, turns, time, tokens) ran out, or token usage could
+    /// not be known, before a candidate was accepted.
+    #[error("{}: {detail}", reason.code())]
+    TerminationGateExhausted {
+        /// Which budget.
+        reason: GateExhaustion,
+        /// Human sentence.
+        detail: String,
+    },
+    /// The validator rejected the candidate or failed (fail closed).
+    #[error("termination_gate_rejected: {0}")]
+    TerminationGateRejected(String),
+    /// A termination gate applies but runtime hooks are switched off.
+    #[error("termination_gate_disabled: {0}")]
+    TerminationGateDisabled(String),
+    /// A hook answered `stop` on a tool event.
+    #[error("hook_stopped: {0}")]
+    HookStopped(String),
+    /// A `turn:stop` hook failed and its `onFailure` is `fail`.
+    #[error("hook_failed: {0}")]
+    HookFailed(String),
 }
 
 impl EngineError {
@@ -42,6 +64,11 @@ impl EngineError {
             Self::StructuredOutputInvalid(_) => "structured_output_invalid",
             Self::InvalidRequest(_) => "invalid_request",
             Self::Aborted => "aborted",
+            Self::TerminationGateExhausted { reason, .. } => reason.code(),
+            Self::TerminationGateRejected(_) => "termination_gate_rejected",
+            Self::TerminationGateDisabled(_) => "termination_gate_disabled",
+            Self::HookStopped(_) => "hook_stopped",
+            Self::HookFailed(_) => "hook_failed",
         }
     }
 }

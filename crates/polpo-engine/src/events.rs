@@ -4,6 +4,7 @@
 //! run journal stores it, `polpo run` prints it. Events carry the model-visible data only; no
 //! secret reaches them because no secret reaches the model.
 
+use polpo_core::hooks::HookEvent;
 use polpo_core::message::{FinishReason, Message, Usage};
 use serde::Serialize;
 
@@ -70,6 +71,55 @@ pub enum RunEvent {
         /// Why the model stopped.
         finish_reason: FinishReason,
     },
+    /// A runtime hook started.
+    HookStarted {
+        /// Stable id of this execution (the same on a replay).
+        hook_execution_id: String,
+        /// `pack/id`.
+        hook: String,
+        /// The event.
+        event: HookEvent,
+        /// True for observe-only hooks.
+        observe: bool,
+    },
+    /// A runtime hook finished.
+    HookCompleted {
+        /// Stable id of this execution.
+        hook_execution_id: String,
+        /// `pack/id`.
+        hook: String,
+        /// The event.
+        event: HookEvent,
+        /// The decision, when the handler produced one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        decision: Option<String>,
+        /// `code: sentence` when the handler failed.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// The termination gate changed state.
+    TerminationGate {
+        /// `validating`, `continuing` or `accepted`.
+        state: GateState,
+        /// Stable id of this validation (per termination attempt).
+        gate_execution_id: String,
+        /// 1-based number of the candidate being judged.
+        termination_attempt: u32,
+        /// Repairs so far (for `continuing`: the repair now starting).
+        correction_cycle: u32,
+    },
+}
+
+/// Trace states of a termination gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateState {
+    /// A candidate is being validated; it has not been shown to the client.
+    Validating,
+    /// The validator sent the agent back to work.
+    Continuing,
+    /// The candidate was accepted and becomes the answer.
+    Accepted,
 }
 
 /// Where events go. A plain function object, so a caller can forward to a channel, a

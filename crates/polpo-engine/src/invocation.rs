@@ -5,6 +5,7 @@
 //! parallel client calls fail here, before any model call is paid for.
 
 use crate::error::EngineError;
+use crate::hooks::InvocationHooks;
 use crate::structured::ResponseFormat;
 use crate::tool_exec::ToolSet;
 use polpo_core::policy::ToolPolicy;
@@ -48,6 +49,8 @@ pub struct Invocation {
     pub reasoning: Option<String>,
     /// Where and how tools run.
     pub tool_context: ToolContext,
+    /// The agent's runtime hooks; `None` when it has no hook packs.
+    pub hooks: Option<InvocationHooks>,
 }
 
 impl Invocation {

@@ -8,12 +8,13 @@
 
 pub mod error;
 pub mod events;
+pub mod hooks;
 pub mod invocation;
 pub mod structured;
 pub mod tool_exec;
 pub mod turn;
 
 pub use error::EngineError;
-pub use events::{EventSink, RunEvent};
+pub use events::{EventSink, GateState, RunEvent};
 pub use invocation::Invocation;
 pub use turn::{RunOutcome, run_turns};

@@ -1,13 +1,19 @@
 //! Executing the tool calls of one model turn.
 //!
 //! Every call passes the same gates in the same order — exists, allowed by policy, arguments
-//! parse, arguments match the schema — and a failure at any gate becomes a model-visible
-//! `Error: …` result rather than an aborted run, so the model can correct itself. Results
+//! parse, `tool:before` hooks (which may deny, ask or modify the input), policy again over
+//! the hooks' verdict, arguments match the schema — and a failure at any gate becomes a
+//! model-visible `Error: …` result rather than an aborted run, so the model can correct
+//! itself. After a call, `tool:after` hooks may replace the model-visible result. Results
 //! always come back in the model's order, even when a read-only batch ran concurrently.
 
+use crate::error::EngineError;
 use crate::events::{EventSink, RunEvent};
+use crate::hooks::InvocationHooks;
+use crate::hooks::runner::{self, At};
 use crate::invocation::Invocation;
 use futures::StreamExt;
+use polpo_core::hooks::{Authorization, authorize};
 use polpo_core::message::{Message, ToolCall};
 use polpo_core::tool::ToolSpec;
 use polpo_tools::Tool;
@@ -66,59 +72,99 @@ impl ToolSet {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
-}
 
-/// Run the server tool calls of one turn and return one `tool` message per call, in order.
-pub async fn execute_batch(inv: &Invocation, calls: &[ToolCall], sink: EventSink<'_>) -> Vec<Message> {
-    let all_read = calls.iter().all(|c| inv.tools.get(&c.name).is_some_and(|t| t.effect().is_read_only()));
-    if inv.parallel_tool_calls && all_read && calls.len() > 1 {
-        futures::stream::iter(calls.iter().map(|c| execute_one(inv, c, sink)))
-            .buffered(MAX_PARALLEL_CALLS)
-            .collect()
-            .await
-    } else {
-        let mut out = Vec::with_capacity(calls.len());
-        for c in calls {
-            out.push(execute_one(inv, c, sink).await);
-        }
-        out
+    /// Check `arguments` against the schema of tool `name`; `Err` is a model-visible
+    /// `invalid_arguments`/`invalid_tool`/`unknown_tool` sentence.
+    pub fn check_arguments(&self, name: &str, arguments: &Value) -> Result<(), String> {
+        let entry = self.by_name.get(name).map(|&i| &self.entries[i]).ok_or_else(|| format!("unknown_tool: no tool named `{name}`"))?;
+        let validator = entry.validator.as_ref().ok_or_else(|| format!("invalid_tool: the schema of `{name}` does not compile"))?;
+        let problems: Vec<String> = validator.iter_errors(arguments).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
+        if problems.is_empty() { Ok(()) } else { Err(format!("invalid_arguments: {}", problems.join("; "))) }
     }
 }
 
-/// One call through every gate; never fails, a failure is the model-visible result.
-async fn execute_one(inv: &Invocation, call: &ToolCall, sink: EventSink<'_>) -> Message {
+/// Run the server tool calls of one turn and return one `tool` message per call, in order.
+/// Fails only when a hook ends the run (`hook_stopped`).
+pub async fn execute_batch(inv: &Invocation, hooks: Option<&InvocationHooks>, turn: u32, calls: &[ToolCall], sink: EventSink<'_>) -> Result<Vec<Message>, EngineError> {
+    let all_read = calls.iter().all(|c| inv.tools.get(&c.name).is_some_and(|t| t.effect().is_read_only()));
+    if inv.parallel_tool_calls && all_read && calls.len() > 1 {
+        futures::stream::iter(calls.iter().map(|c| execute_one(inv, hooks, turn, c, sink))).buffered(MAX_PARALLEL_CALLS).collect::<Vec<_>>().await.into_iter().collect()
+    } else {
+        let mut out = Vec::with_capacity(calls.len());
+        for c in calls {
+            out.push(execute_one(inv, hooks, turn, c, sink).await?);
+        }
+        Ok(out)
+    }
+}
+
+/// What the gates before execution decided.
+enum Gated {
+    /// Refused before running; the model sees this error.
+    Refused(String),
+    /// The tool ran (successfully or not) with this input.
+    Ran { input: Value, result: Result<String, String> },
+}
+
+/// One call through every gate; a failure is the model-visible result, except a hook `stop`.
+async fn execute_one(inv: &Invocation, hooks: Option<&InvocationHooks>, turn: u32, call: &ToolCall, sink: EventSink<'_>) -> Result<Message, EngineError> {
     let arguments = parse_arguments(&call.arguments);
     sink(RunEvent::ToolCalling {
         id: call.id.clone(),
         name: call.name.clone(),
         arguments: arguments.clone().unwrap_or_else(|_| Value::String(call.arguments.clone())),
     });
-    let result = run_gated(inv, call, arguments).await;
-    let (text, is_error) = match result {
-        Ok(text) => (text, false),
-        Err(e) => (format!("Error: {e}"), true),
+    let at = hooks.map(|hooks| At { inv, hooks, turn, subject: call.id.clone(), sink });
+    let (text, is_error) = match run_gated(inv, at.as_ref(), call, arguments).await? {
+        Gated::Refused(e) => (format!("Error: {e}"), true),
+        Gated::Ran { input, result } => {
+            let (text, is_error) = match result {
+                Ok(text) => (text, false),
+                Err(e) => (format!("Error: {e}"), true),
+            };
+            match &at {
+                Some(at) => {
+                    let verdict = runner::tool_after(at, &call.name, &input, text, is_error).await;
+                    if let Some((hook, reason)) = verdict.stop {
+                        return Err(EngineError::HookStopped(format!("{reason} (hook {hook})")));
+                    }
+                    (verdict.result, verdict.is_error)
+                }
+                None => (text, is_error),
+            }
+        }
     };
     sink(RunEvent::ToolCompleted { id: call.id.clone(), name: call.name.clone(), result: text.clone(), is_error });
-    Message::tool_result(call.id.clone(), text)
+    Ok(Message::tool_result(call.id.clone(), text))
 }
 
-async fn run_gated(inv: &Invocation, call: &ToolCall, arguments: Result<Value, String>) -> Result<String, String> {
-    let index = inv.tools.by_name.get(&call.name).ok_or_else(|| format!("unknown_tool: no tool named `{}`", call.name))?;
+async fn run_gated(inv: &Invocation, at: Option<&At<'_>>, call: &ToolCall, arguments: Result<Value, String>) -> Result<Gated, EngineError> {
+    let Some(tool) = inv.tools.get(&call.name) else { return Ok(Gated::Refused(format!("unknown_tool: no tool named `{}`", call.name))) };
     if let Some(layer) = inv.policy.denied_by(&call.name) {
-        return Err(format!("tool_policy_denied: `{}` is not allowed by the {layer:?} tool policy", call.name));
+        return Ok(Gated::Refused(format!("tool_policy_denied: `{}` is not allowed by the {layer:?} tool policy", call.name)));
     }
-    let entry = &inv.tools.entries[*index];
-    let arguments = arguments.map_err(|e| format!("invalid_arguments: {e}"))?;
-    let validator = entry.validator.as_ref().ok_or_else(|| format!("invalid_tool: the schema of `{}` does not compile", call.name))?;
-    let problems: Vec<String> = validator.iter_errors(&arguments).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
-    if !problems.is_empty() {
-        return Err(format!("invalid_arguments: {}", problems.join("; ")));
+    let mut arguments = match arguments {
+        Ok(a) => a,
+        Err(e) => return Ok(Gated::Refused(format!("invalid_arguments: {e}"))),
+    };
+    if let Some(at) = at {
+        // Hooks may reshape or refuse the call; the policy is applied again over their verdict
+        // and the schema check below runs on whatever input they produced.
+        match authorize(&inv.policy, &call.name, runner::tool_before(at, &call.name, arguments).await) {
+            Authorization::Execute { input } => arguments = input,
+            Authorization::Refuse { code, message } => return Ok(Gated::Refused(format!("{code}: {message}"))),
+            Authorization::EndRun { message, .. } => return Err(EngineError::HookStopped(message)),
+        }
     }
-    tokio::select! {
+    if let Err(e) = inv.tools.check_arguments(&call.name, &arguments) {
+        return Ok(Gated::Refused(e));
+    }
+    let result = tokio::select! {
         biased;
         _ = inv.tool_context.cancel.cancelled() => Err("aborted: the run was aborted".into()),
-        r = entry.tool.call(&inv.tool_context, arguments) => r.map(|o| o.text).map_err(|e| e.to_string()),
-    }
+        r = tool.call(&inv.tool_context, arguments.clone()) => r.map(|o| o.text).map_err(|e| e.to_string()),
+    };
+    Ok(Gated::Ran { input: arguments, result })
 }
 
 /// Arguments must be one JSON object of bounded size; an empty string means `{}`.

@@ -4,9 +4,14 @@
 //! candidate final answer), a client tool must run in the caller, or `maxTurns` is used up.
 //! Cancellation is checked between every step and raced against every model stream and tool
 //! call, so an abort takes effect within one scheduler tick, not after the current turn.
+//!
+//! A candidate final answer is judged by `turn:stop` hooks or the termination gate
+//! ([`Termination`]) before it counts; while they apply, the answer text is buffered and only
+//! the accepted answer reaches the client as `TextDelta`. Tool events stay observable.
 
 use crate::error::EngineError;
 use crate::events::{EventSink, RunEvent};
+use crate::hooks::termination::{Judgement, Termination};
 use crate::invocation::Invocation;
 use crate::tool_exec::execute_batch;
 use futures::StreamExt;
@@ -36,7 +41,8 @@ pub struct RunOutcome {
 struct ModelReply {
     text: String,
     tool_calls: Vec<ToolCall>,
-    usage: Usage,
+    /// `None` when the provider reported no usage.
+    usage: Option<Usage>,
     finish: FinishReason,
 }
 
@@ -48,22 +54,29 @@ pub async fn run_turns(
     cancel: &CancellationToken,
 ) -> Result<RunOutcome, EngineError> {
     inv.check()?;
+    let mut termination = Termination::prepare(inv)?;
+    let hooks = termination.hooks();
     let mut conversation = Vec::with_capacity(history.len() + 8);
     conversation.push(Message::system(inv.system_prompt.clone()));
     conversation.extend(history);
     let base_len = conversation.len();
     let visible_tools = inv.visible_tools();
-    let buffer_text = inv.response_format.is_structured();
+    let buffer_text = inv.response_format.is_structured() || termination.buffers_text();
     let mut usage = Usage::default();
     let mut repaired = false;
 
     for turn in 1..=inv.max_turns {
-        let tools_now = if repaired { Vec::new() } else { visible_tools.clone() };
-        let tool_choice = if repaired { ToolChoice::None } else if turn == 1 { inv.tool_choice.clone() } else { ToolChoice::Auto };
+        let output_cap = termination.before_model_call()?;
+        let tool_free = repaired || termination.tool_free();
+        let shape = CallShape {
+            tools: if tool_free { Vec::new() } else { visible_tools.clone() },
+            tool_choice: if tool_free { ToolChoice::None } else if turn == 1 { inv.tool_choice.clone() } else { ToolChoice::Auto },
+            max_output_tokens: output_cap,
+        };
         sink(RunEvent::TurnStarted { turn });
-        let reply = call_model(inv, &conversation, tools_now, tool_choice, buffer_text, sink, cancel).await?;
-        usage.add(reply.usage);
-        sink(RunEvent::TurnCompleted { turn, usage: reply.usage, finish_reason: reply.finish.clone() });
+        let reply = call_model(inv, &conversation, shape, buffer_text, sink, cancel).await?;
+        usage.add(reply.usage.unwrap_or_default());
+        sink(RunEvent::TurnCompleted { turn, usage: reply.usage.unwrap_or_default(), finish_reason: reply.finish.clone() });
 
         let assistant = Message {
             role: Role::Assistant,
@@ -74,8 +87,16 @@ pub async fn run_turns(
         };
         conversation.push(assistant.clone());
         sink(RunEvent::MessageAppended { message: assistant });
+        termination.after_model_call(reply.usage)?;
 
         if reply.tool_calls.is_empty() {
+            if let Judgement::Retry(feedback) = termination.judge(inv, turn, &reply.text, sink).await? {
+                // The rejected candidate stays in the history (the model needs it), but it
+                // was never streamed; the feedback is model-visible.
+                conversation.push(feedback.clone());
+                sink(RunEvent::MessageAppended { message: feedback });
+                continue;
+            }
             match inv.response_format.check(&reply.text) {
                 Ok(content) => {
                     if buffer_text {
@@ -102,7 +123,7 @@ pub async fn run_turns(
             if cancel.is_cancelled() {
                 return Err(EngineError::Aborted);
             }
-            for result in execute_batch(inv, &server, sink).await {
+            for result in execute_batch(inv, hooks, turn, &server, sink).await? {
                 conversation.push(result.clone());
                 sink(RunEvent::MessageAppended { message: result });
             }
@@ -114,19 +135,25 @@ pub async fn run_turns(
             return Ok(outcome(None, FinishReason::ToolCalls, client, usage, turn, &conversation[base_len..]));
         }
     }
-    Err(EngineError::MaxTurnsExhausted { max_turns: inv.max_turns, transcript: conversation.split_off(base_len) })
+    Err(termination.out_of_turns(inv.max_turns, conversation.split_off(base_len)))
 }
 
 fn outcome(content: Option<String>, finish_reason: FinishReason, client_tool_calls: Vec<ToolCall>, usage: Usage, turns: u32, added: &[Message]) -> RunOutcome {
     RunOutcome { content, finish_reason, client_tool_calls, usage, turns, messages: added.to_vec() }
 }
 
+/// What one model call may do: which tools, which tool choice, how much output.
+struct CallShape {
+    tools: Vec<polpo_core::tool::ToolSpec>,
+    tool_choice: ToolChoice,
+    max_output_tokens: Option<u32>,
+}
+
 /// One streamed model call, forwarding deltas to the sink as they arrive.
 async fn call_model(
     inv: &Invocation,
     conversation: &[Message],
-    tools: Vec<polpo_core::tool::ToolSpec>,
-    tool_choice: ToolChoice,
+    shape: CallShape,
     buffer_text: bool,
     sink: EventSink<'_>,
     cancel: &CancellationToken,
@@ -134,11 +161,11 @@ async fn call_model(
     let request = ModelRequest {
         model: inv.model.clone(),
         messages: conversation.to_vec(),
-        tools,
-        tool_choice,
+        tools: shape.tools,
+        tool_choice: shape.tool_choice,
         response_format: None,
         reasoning: inv.reasoning.clone(),
-        max_output_tokens: None,
+        max_output_tokens: shape.max_output_tokens,
         temperature: None,
     };
     let mut stream = tokio::select! {
@@ -146,7 +173,7 @@ async fn call_model(
         _ = cancel.cancelled() => return Err(EngineError::Aborted),
         s = inv.provider.stream(request) => s?,
     };
-    let mut reply = ModelReply { text: String::new(), tool_calls: Vec::new(), usage: Usage::default(), finish: FinishReason::Stop };
+    let mut reply = ModelReply { text: String::new(), tool_calls: Vec::new(), usage: None, finish: FinishReason::Stop };
     // Per streamed call index: (id, name, arguments so far), for `preparing` events.
     let mut preparing: Vec<(String, String, String)> = Vec::new();
     loop {
@@ -179,7 +206,7 @@ async fn call_model(
                 sink(RunEvent::ToolPreparing { id: slot.0.clone(), name: slot.1.clone(), arguments_text: slot.2.clone() });
             }
             ModelEvent::ToolCall(call) => reply.tool_calls.push(call),
-            ModelEvent::Usage(u) => reply.usage = u,
+            ModelEvent::Usage(u) => reply.usage = Some(u),
             ModelEvent::Finish(f) => reply.finish = f,
         }
     }

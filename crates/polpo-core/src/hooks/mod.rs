@@ -22,7 +22,7 @@ pub mod validate;
 
 pub use decision::{Decision, FailureCause, HookFailure, HookOutcome, parse_output};
 pub use envelope::{Envelope, InvocationInfo, build_envelope};
-pub use fold::{Authorization, Flow, GateFold, GateVerdict, StopFold, StopVerdict, ToolAfterFold, ToolBeforeFold, ToolBeforeVerdict, authorize};
+pub use fold::{Authorization, Flow, GateFold, GateVerdict, StopFold, StopVerdict, ToolAfterFold, ToolAfterVerdict, ToolBeforeFold, ToolBeforeVerdict, authorize};
 pub use gate::{GateBudget, GateExhaustion, GateLimits};
 pub use matcher::Target;
 pub use pack::{ExecutionMode, Handler, Hook, HookAction, HookEvent, HookPack, Matcher, OnFailure, Scope, TerminationGate};

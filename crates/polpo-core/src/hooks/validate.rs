@@ -99,6 +99,11 @@ pub fn check_document(name: &str, doc: &Value, opts: &ValidateOptions) -> (HookP
             problems.push(Problem::new("unknown_event", format!("unknown event `{event_name}` (expected one of {})", known.join(", "))).at(event_ptr));
             continue;
         };
+        if event == HookEvent::ModelBefore {
+            // Better a loud problem than a hook that silently never fires.
+            problems.push(Problem::new("unsupported_event", "`model:before` hooks are not run by this runtime yet").at(event_ptr));
+            continue;
+        }
         let Some(list) = list.as_array() else {
             problems.push(Problem::new("invalid_type", format!("`{event_name}` must be a list of hooks")).at(event_ptr));
             continue;

@@ -1,0 +1,108 @@
+//! Running Runtime Hooks around the turn loop: handlers (command, http, tool, prompt), the
+//! sequential controlling chain with concurrent observers, and the termination gate.
+//!
+//! What a hook *means* (ordering, decision folding, gate budgets, the envelope) is decided in
+//! `polpo_core::hooks`; this module only performs the effects — processes, HTTP, tool calls,
+//! model calls — and reports each execution as [`RunEvent::HookStarted`] /
+//! [`RunEvent::HookCompleted`](crate::RunEvent::HookCompleted) with a stable execution id.
+//!
+//! [`RunEvent::HookStarted`]: crate::RunEvent::HookStarted
+
+mod command;
+mod handlers;
+mod http;
+pub(crate) mod runner;
+pub(crate) mod termination;
+
+use polpo_core::hooks::{ExecutionMode, HookSet, InvocationInfo, Target};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Name of the emergency kill switch.
+pub const KILL_SWITCH_ENV: &str = "POLPO_RUNTIME_HOOKS";
+
+/// Elapsed time since the invocation started. A function, not a clock read, so tests (and
+/// resumed durable runs, which start with the time already used) control it.
+pub type Clock = Arc<dyn Fn() -> Duration + Send + Sync>;
+
+/// A clock that starts now and follows the machine's monotonic time.
+pub fn system_clock() -> Clock {
+    let start = Instant::now();
+    Arc::new(move || start.elapsed())
+}
+
+/// How the host runs hooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HookRuntime {
+    /// False when the kill switch is thrown: hooks do not run, and an agent with a
+    /// termination gate refuses to run at all rather than run unvalidated.
+    pub enabled: bool,
+    /// A managed host: command hooks without `timeoutMs` get 60 s instead of 5 s.
+    pub managed: bool,
+    /// Test-only: let `http` handlers reach `http://127.0.0.1:<port>`.
+    pub allow_loopback_http: bool,
+}
+
+impl HookRuntime {
+    /// The production setting: enabled unless `POLPO_RUNTIME_HOOKS=off`, portable defaults.
+    pub fn from_env() -> Self {
+        Self { enabled: hooks_enabled(std::env::var(KILL_SWITCH_ENV).ok().as_deref()), managed: false, allow_loopback_http: false }
+    }
+}
+
+impl Default for HookRuntime {
+    fn default() -> Self {
+        Self { enabled: true, managed: false, allow_loopback_http: false }
+    }
+}
+
+/// Reads the kill switch value: `off` (also `0`, `false`, `disabled`) turns hooks off.
+pub fn hooks_enabled(value: Option<&str>) -> bool {
+    !matches!(value.map(|v| v.trim().to_ascii_lowercase()).as_deref(), Some("off" | "0" | "false" | "disabled"))
+}
+
+/// Everything the turn loop needs to run the hooks of one invocation.
+#[derive(Clone)]
+pub struct InvocationHooks {
+    /// The agent's resolved hooks, in running order.
+    pub set: Arc<HookSet>,
+    /// Who is running (goes into every envelope).
+    pub info: InvocationInfo,
+    /// Host settings (kill switch, managed defaults).
+    pub runtime: HookRuntime,
+    /// Time since the invocation started, for `maxDurationMs`.
+    pub clock: Clock,
+    /// Vault values that must be redacted from envelopes wherever they appear.
+    pub secrets: Vec<String>,
+}
+
+impl InvocationHooks {
+    /// Hooks for `info` with the system clock, the environment's kill switch and no secrets.
+    pub fn new(set: Arc<HookSet>, info: InvocationInfo) -> Self {
+        Self { set, info, runtime: HookRuntime::from_env(), clock: system_clock(), secrets: Vec::new() }
+    }
+
+    /// What matchers see for this invocation (the tool is filled in per call).
+    pub fn target<'a>(&'a self, tool: Option<&'a str>) -> Target<'a> {
+        Target { mode: self.info.mode, step: self.info.step.as_deref().filter(|_| self.info.mode == ExecutionMode::Loop), tool }
+    }
+}
+
+impl std::fmt::Debug for InvocationHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InvocationHooks").field("hooks", &self.set.hooks().len()).field("info", &self.info).field("runtime", &self.runtime).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kill_switch_reads_off() {
+        assert!(hooks_enabled(None));
+        assert!(hooks_enabled(Some("on")));
+        assert!(!hooks_enabled(Some("off")));
+        assert!(!hooks_enabled(Some(" OFF ")));
+    }
+}
