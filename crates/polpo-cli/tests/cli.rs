@@ -320,3 +320,33 @@ fn version_and_completions() {
         "{script}"
     );
 }
+
+#[test]
+fn create_prompts_on_a_terminal() {
+    // `script` (util-linux) runs polpo on a pseudo-terminal fed from our stdin.
+    let dir = tempfile::tempdir().unwrap();
+    let command = format!("{} create demo", env!("CARGO_BIN_EXE_polpo"));
+    let mut child = Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Template, agent name, then Enter to keep the default model.
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"coder\nbuilder\n\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("Template (basic, coder, support) [basic]: "),
+        "{text}"
+    );
+    let agent = ok(polpo(
+        dir.path(),
+        &["agents", "show", "builder", "--json", "--project", "demo"],
+    ));
+    let agent: serde_json::Value = serde_json::from_str(&agent).unwrap();
+    assert_eq!(agent["config"]["role"], "Software engineer");
+    assert_eq!(agent["config"]["model"], "openai/gpt-4o-mini");
+}
