@@ -5,6 +5,21 @@
 //! reason. Dropping the stream cancels the call. Providers speak one wire each (OpenAI chat
 //! completions, Anthropic Messages); model profiles and fallbacks are resolved above them.
 
+mod anthropic;
+mod config;
+mod decode;
+mod fallback;
+mod http;
+mod openai;
+mod registry;
+mod sse;
+
+pub use anthropic::AnthropicProvider;
+pub use config::{ApiKey, HttpPolicy, ProviderConfig, WireApi, builtin_provider_names};
+pub use fallback::{FallbackProvider, Target, falls_back};
+pub use openai::OpenAiProvider;
+pub use registry::{EnvLookup, Providers, ResolveError, split_model_id};
+
 use futures::Stream;
 use polpo_core::message::{FinishReason, Message, ToolCall, Usage};
 use polpo_core::tool::ToolSpec;
@@ -142,4 +157,16 @@ pub trait ModelProvider: Send + Sync {
     /// Start one model call. Errors before the first byte are returned here; errors later
     /// arrive in the stream.
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, LlmError>;
+}
+
+/// Install ring as the process-wide rustls crypto provider. reqwest is built without a
+/// default provider (aws-lc-rs costs five times ring's compile time), so one must be installed
+/// before the first HTTPS client exists. Idempotent; every provider constructor calls it, and
+/// binaries may call it first thing in `main`.
+pub fn install_crypto_provider() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        // Err means another provider was installed first, which serves just as well.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
