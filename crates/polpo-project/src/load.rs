@@ -322,26 +322,21 @@ impl Loader {
         items: Vec<T>,
         key: impl Fn(&T) -> (&String, &Location),
     ) -> BTreeMap<String, T> {
-        let ids: Vec<&str> = items.iter().map(|i| key(i).0.as_str()).collect();
-        let clashes: Vec<(String, String)> = collisions(ids)
-            .into_iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
-        let mut out = BTreeMap::new();
-        for item in items {
-            let (id, source) = key(&item);
-            if let Some((first, _)) = clashes.iter().find(|(_, later)| later == id) {
-                let p = source.problem(
-                    codes::CASE_COLLISION,
-                    format!("id `{id}` collides with `{first}` (ids are compared ignoring case and Unicode form)"),
-                    "",
-                );
-                self.problems.push(p);
-                continue;
-            }
-            out.insert(id.clone(), item);
+        let clashes = collisions(items.iter().map(|i| key(i).0.as_str()));
+        for &(first, later) in &clashes {
+            let (first, (id, source)) = (key(&items[first]).0, key(&items[later]));
+            self.problems.push(source.problem(
+                codes::CASE_COLLISION,
+                format!("id `{id}` collides with `{first}` (ids are compared ignoring case and Unicode form)"),
+                "",
+            ));
         }
-        out
+        items
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !clashes.iter().any(|(_, later)| later == i))
+            .map(|(_, item)| (key(&item).0.clone(), item))
+            .collect()
     }
 }
 

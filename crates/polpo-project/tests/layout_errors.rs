@@ -240,3 +240,15 @@ fn no_project_folder_is_reported() {
         "missing_project_file"
     );
 }
+
+#[test]
+fn exact_duplicates_in_legacy_files_are_collisions_too() {
+    let dir = project(&[
+        (".polpo/polpo.json", "{}"),
+        (".polpo/agents.json", r#"[{"name": "a"}, {"name": "a"}]"#),
+    ]);
+    assert_eq!(
+        problems(dir.path()),
+        vec![at("case_collision", ".polpo/agents.json", "/1")]
+    );
+}

@@ -37,15 +37,16 @@ pub fn fold_id(id: &str) -> String {
     id.nfkc().collect::<String>().to_lowercase()
 }
 
-/// Pairs `(earlier, later)` of distinct ids that fold to the same form, in input order.
-pub fn collisions<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<(&'a str, &'a str)> {
-    let mut seen: std::collections::HashMap<String, &'a str> = std::collections::HashMap::new();
+/// For each id equal to an earlier one after folding: `(index of the earlier, index of this)`.
+/// Exact duplicates count too; each later id is reported once, against the first.
+pub fn collisions<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<(usize, usize)> {
+    let mut first: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     let mut out = Vec::new();
-    for id in ids {
-        match seen.get(&fold_id(id)) {
-            Some(first) => out.push((*first, id)),
-            None => {
-                seen.insert(fold_id(id), id);
+    for (i, id) in ids.into_iter().enumerate() {
+        match first.entry(fold_id(id)) {
+            std::collections::hash_map::Entry::Occupied(e) => out.push((*e.get(), i)),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(i);
             }
         }
     }
@@ -59,10 +60,8 @@ mod tests {
     #[test]
     fn ids_collide_after_nfkc_and_lowercase() {
         // U+FF21 FULLWIDTH A folds to "a" under NFKC.
-        assert_eq!(
-            collisions(["Support", "support", "\u{FF21}x", "ax", "other"]),
-            vec![("Support", "support"), ("\u{FF21}x", "ax")]
-        );
+        let ids = ["Support", "support", "\u{FF21}x", "ax", "other", "Support"];
+        assert_eq!(collisions(ids), vec![(0, 1), (2, 3), (0, 5)]);
     }
 
     #[test]
