@@ -9,7 +9,9 @@
 use super::gate::GateLimits;
 use super::matcher::Target;
 use super::pack::{Hook, HookEvent, HookPack, Scope};
+use crate::problem::Problem;
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// A hook together with the scope its pack was assigned at.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,6 +91,24 @@ impl HookSet {
     }
 }
 
+/// Resolve pack *names* as assigned in configuration (`project.json`, `agent.json`
+/// `hooks`, a loop, a step) against the packs loaded from `.polpo/hooks/`. Every unknown
+/// name is a problem: an assignment that silently resolves to nothing is how hooks stop
+/// firing without anyone noticing.
+pub fn resolve_named(packs: &BTreeMap<String, HookPack>, assignments: &[(Scope, &[String])]) -> Result<HookSet, Vec<Problem>> {
+    let mut found = Vec::new();
+    let mut problems = Vec::new();
+    for (scope, names) in assignments {
+        for name in names.iter() {
+            match packs.get(name) {
+                Some(pack) => found.push((*scope, pack)),
+                None => problems.push(Problem::new("unknown_hook_pack", format!("hook pack `{name}` is assigned but .polpo/hooks/{name}.json does not exist"))),
+            }
+        }
+    }
+    if problems.is_empty() { Ok(HookSet::resolve(found)) } else { Err(problems) }
+}
+
 /// One line of `hooks explain`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -162,6 +182,17 @@ mod tests {
         let explained = set.explain(&target);
         assert_eq!(explained[0].order, Some(1));
         assert_eq!(explained.last().map(|e| e.role), Some("observe"));
+    }
+
+    #[test]
+    fn pack_names_resolve_or_report_the_missing_pack() {
+        let p = pack("quality", json!({"tool:before": [{"handler": {"type": "command", "command": "x"}}]}));
+        let packs: BTreeMap<String, HookPack> = [("quality".to_string(), p)].into();
+        let agent = vec!["quality".to_string()];
+        assert_eq!(resolve_named(&packs, &[(Scope::Agent, &agent)]).map(|s| s.hooks().len()), Ok(1));
+        let missing = vec!["qualty".to_string()];
+        let err = resolve_named(&packs, &[(Scope::Agent, &missing)]).unwrap_err();
+        assert_eq!(err[0].code, "unknown_hook_pack");
     }
 
     #[test]

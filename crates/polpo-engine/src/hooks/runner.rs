@@ -89,7 +89,8 @@ pub(crate) async fn validate(at: &At<'_>, candidate: &str, attempt: u32, cycle: 
     fold.finish()
 }
 
-/// True when controlling `turn:stop` hooks apply, so a candidate must be buffered.
-pub(crate) fn has_stop_hooks(hooks: &InvocationHooks) -> bool {
-    !hooks.set.applicable(HookEvent::TurnStop, &hooks.target(None)).controlling.is_empty()
+/// How many (controlling, observe-only) `turn:stop` hooks apply to this invocation.
+pub(crate) fn stop_hooks(hooks: &InvocationHooks) -> (usize, usize) {
+    let a = hooks.set.applicable(HookEvent::TurnStop, &hooks.target(None));
+    (a.controlling.len(), a.observers.len())
 }

@@ -27,8 +27,10 @@ pub(crate) enum Judgement {
 enum Phase {
     /// No controlling `turn:stop` hook applies.
     Plain,
-    /// Ordinary stop hooks; `recovered` once the one recovery call was granted.
-    Hooks { recovered: bool },
+    /// Ordinary stop hooks; `recovered` once the one recovery call was granted. With only
+    /// observe-only hooks (`controlling: false`) the answer streams as usual and the hooks
+    /// just watch.
+    Hooks { recovered: bool, controlling: bool },
     /// A termination gate; `accepted` once a candidate passed (formatting may still follow).
     Gate { budget: GateBudget, accepted: bool },
 }
@@ -57,8 +59,10 @@ impl<'a> Termination<'a> {
         }
         let phase = match limits {
             Some(limits) => Phase::Gate { budget: GateBudget::new(limits), accepted: false },
-            None if runner::has_stop_hooks(hooks) => Phase::Hooks { recovered: false },
-            None => Phase::Plain,
+            None => match runner::stop_hooks(hooks) {
+                (0, 0) => Phase::Plain,
+                (controlling, _) => Phase::Hooks { recovered: false, controlling: controlling > 0 },
+            },
         };
         Ok(Self { hooks: Some(hooks), phase })
     }
@@ -70,12 +74,12 @@ impl<'a> Termination<'a> {
 
     /// True when a candidate must not be streamed before it is judged.
     pub(crate) fn buffers_text(&self) -> bool {
-        !matches!(self.phase, Phase::Plain)
+        !matches!(self.phase, Phase::Plain | Phase::Hooks { controlling: false, .. })
     }
 
     /// True while the next model call must be tool-free (the recovery step).
     pub(crate) fn tool_free(&self) -> bool {
-        matches!(self.phase, Phase::Hooks { recovered: true })
+        matches!(self.phase, Phase::Hooks { recovered: true, .. })
     }
 
     /// Checked before every model call: the time budget. Returns the output-token cap.
@@ -98,7 +102,7 @@ impl<'a> Termination<'a> {
         let Some(hooks) = self.hooks else { return Ok(Judgement::Final) };
         match &mut self.phase {
             Phase::Plain | Phase::Gate { accepted: true, .. } => Ok(Judgement::Final),
-            Phase::Hooks { recovered } => {
+            Phase::Hooks { recovered, .. } => {
                 let at = At { inv, hooks, turn, subject: format!("stop-{turn}"), sink };
                 match runner::turn_stop(&at, candidate, *recovered).await {
                     StopVerdict::Fail { hook, reason } => Err(EngineError::HookFailed(format!("turn:stop hook {hook} failed: {reason}"))),
@@ -171,4 +175,21 @@ fn exhausted(reason: GateExhaustion, budget: &GateBudget) -> EngineError {
         GateExhaustion::UsageUnknown => "the provider reported no token usage, so maxTokens cannot be enforced".to_string(),
     };
     EngineError::TerminationGateExhausted { reason, detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use polpo_core::hooks::GateLimits;
+
+    #[test]
+    fn a_token_budget_without_reported_usage_stops_the_run() {
+        // The fake LLM always reports usage, so this case is proven here, at the seam.
+        let limits = GateLimits { max_cycles: 1, max_duration_ms: 1000, max_tokens: Some(100) };
+        let mut t = Termination { hooks: None, phase: Phase::Gate { budget: GateBudget::new(limits), accepted: false } };
+        let err = t.after_model_call(None).err().map(|e| e.code());
+        assert_eq!(err, Some("termination_gate_usage_unknown"));
+        let mut unbounded = Termination { hooks: None, phase: Phase::Gate { budget: GateBudget::new(GateLimits { max_tokens: None, ..limits }), accepted: false } };
+        assert!(unbounded.after_model_call(None).is_ok());
+    }
 }

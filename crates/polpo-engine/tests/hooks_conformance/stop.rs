@@ -52,3 +52,17 @@ async fn an_accepting_stop_hook_streams_the_answer_once() {
     assert_eq!(seen.content(), "fine answer");
     assert_eq!(seen.streamed_text(), "fine answer");
 }
+
+#[tokio::test]
+async fn observe_only_stop_hooks_fire_and_the_answer_still_streams() {
+    let ws = Workspace::new();
+    let watcher = ws.recording_script("watch", r#"{"decision":"stop","feedback":"ignored"}"#);
+    let p = pack("audit", json!({"version": 1, "hooks": {"turn:stop": [{"observe": true, "handler": {"type": "command", "command": watcher}}]}}));
+    let llm = FakeLlm::start([Turn::text("streamed answer")]).await.unwrap();
+    let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "task").await;
+    assert_eq!(seen.content(), "streamed answer");
+    assert_eq!(llm.requests().len(), 1, "an observer's feedback buys no recovery call");
+    assert_eq!(ws.envelopes("watch")[0]["data"]["candidate"], "streamed answer", "the observer fired");
+    let deltas = seen.events.iter().filter(|e| matches!(e, polpo_engine::RunEvent::TextDelta { .. })).count();
+    assert!(deltas > 1, "the answer streamed in pieces, not as one buffered block");
+}
