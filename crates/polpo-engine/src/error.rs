@@ -46,6 +46,9 @@ pub enum EngineError {
     /// A termination gate applies but runtime hooks are switched off.
     #[error("termination_gate_disabled: {0}")]
     TerminationGateDisabled(String),
+    /// A termination gate applies to a durable agent node in a parallel loop branch.
+    #[error("termination_gate_parallel_unsupported: {0}")]
+    TerminationGateParallelUnsupported(String),
     /// A hook answered `stop` on a tool event.
     #[error("hook_stopped: {0}")]
     HookStopped(String),
@@ -67,6 +70,7 @@ impl EngineError {
             Self::TerminationGateExhausted { reason, .. } => reason.code(),
             Self::TerminationGateRejected(_) => "termination_gate_rejected",
             Self::TerminationGateDisabled(_) => "termination_gate_disabled",
+            Self::TerminationGateParallelUnsupported(_) => "termination_gate_parallel_unsupported",
             Self::HookStopped(_) => "hook_stopped",
             Self::HookFailed(_) => "hook_failed",
         }

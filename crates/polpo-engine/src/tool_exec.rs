@@ -152,8 +152,8 @@ async fn run_gated(inv: &Invocation, at: Option<&At<'_>>, call: &ToolCall, argum
         // and the schema check below runs on whatever input they produced.
         match authorize(&inv.policy, &call.name, runner::tool_before(at, &call.name, arguments).await) {
             Authorization::Execute { input } => arguments = input,
-            Authorization::Refuse { code, message } => return Ok(Gated::Refused(format!("{code}: {message}"))),
-            Authorization::EndRun { message, .. } => return Err(EngineError::HookStopped(message)),
+            Authorization::Refuse { code, message } => return Ok(Gated::Refused(format!("{code}: {}", at.hooks.redact_text(message)))),
+            Authorization::EndRun { message, .. } => return Err(EngineError::HookStopped(at.hooks.redact_text(message))),
         }
     }
     if let Err(e) = inv.tools.check_arguments(&call.name, &arguments) {

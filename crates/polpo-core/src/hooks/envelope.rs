@@ -98,9 +98,7 @@ pub fn build_envelope(info: &InvocationInfo, turn: u32, scoped: &ScopedHook, sub
     let hook = &scoped.hook;
     let key = idempotency_key(&info.run_id, turn, hook.event, &hook.qualified_id(), subject);
     let mut data = data;
-    let mut redacted = Vec::new();
-    let mut truncated = Vec::new();
-    scrub(&mut data, "", secrets, &mut redacted, &mut truncated);
+    let (redacted, truncated) = redact(&mut data, secrets);
     let mut envelope = Envelope {
         version: ENVELOPE_VERSION,
         event: hook.event,
@@ -120,7 +118,16 @@ pub fn build_envelope(info: &InvocationInfo, turn: u32, scoped: &ScopedHook, sub
     envelope
 }
 
-/// Redact secret-named fields, vault values and token-shaped strings; cut long strings.
+/// Redact secret-named fields, vault values (`secrets`) and token-shaped strings in `value`,
+/// and cut long strings. Returns the JSON pointers of (redacted, truncated) values. Used for
+/// envelopes and for hook feedback and diagnostics before they reach the model.
+pub fn redact(value: &mut Value, secrets: &[String]) -> (Vec<String>, Vec<String>) {
+    let mut redacted = Vec::new();
+    let mut truncated = Vec::new();
+    scrub(value, "", secrets, &mut redacted, &mut truncated);
+    (redacted, truncated)
+}
+
 fn scrub(v: &mut Value, ptr: &str, secrets: &[String], redacted: &mut Vec<String>, truncated: &mut Vec<String>) {
     match v {
         Value::Object(map) => {

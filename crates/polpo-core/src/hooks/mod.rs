@@ -22,7 +22,7 @@ pub mod set;
 pub mod validate;
 
 pub use decision::{Decision, FailureCause, HookFailure, HookOutcome, parse_output};
-pub use envelope::{Envelope, InvocationInfo, build_envelope};
+pub use envelope::{Envelope, InvocationInfo, build_envelope, redact};
 pub use fold::{Authorization, Flow, GateFold, GateVerdict, StopFold, StopVerdict, ToolAfterFold, ToolAfterVerdict, ToolBeforeFold, ToolBeforeVerdict, authorize};
 pub use gate::{GateBudget, GateExhaustion, GateLimits};
 pub use lint::{AgentTool, lint_for_agent};

@@ -19,11 +19,23 @@ pub(super) async fn run(inv: &Invocation, runtime: &HookRuntime, handler: &Handl
     let body = serde_json::to_vec(envelope).map_err(|e| HookFailure::new(FailureCause::HandlerError, format!("cannot encode the envelope: {e}")))?;
     match handler {
         Handler::Command { command, env, .. } => command::run(&inv.tool_context, command, env, body, timeout).await,
-        Handler::Http { url, connection, headers, .. } => http::run(runtime, url, connection.as_deref(), headers, envelope, body, timeout).await,
+        Handler::Http { url, connection: None, headers, .. } => http::run(runtime, url, headers, envelope, body, timeout).await,
         Handler::Tool { tool, input, .. } => with_timeout(timeout, run_tool(inv, tool, input, envelope)).await,
         Handler::Prompt { prompt, model, .. } => with_timeout(timeout, run_prompt(inv, prompt, model.as_deref(), &body)).await,
-        Handler::McpTool { server, .. } => Err(HookFailure::new(FailureCause::Unavailable, format!("mcp_tool handlers need an MCP client, which this runtime does not have yet (server `{server}`)"))),
-        Handler::Verifier { agent, .. } => Err(HookFailure::new(FailureCause::Unavailable, format!("verifier handlers need agent resolution, which this runtime does not have yet (agent `{agent}`)"))),
+        Handler::Http { connection: Some(_), .. } | Handler::McpTool { .. } | Handler::Verifier { .. } => {
+            Err(HookFailure::new(FailureCause::Unavailable, unavailable(handler).unwrap_or_else(|| "this handler cannot run here".into())))
+        }
+    }
+}
+
+/// Why `handler` cannot run in this runtime, if it cannot. A termination gate whose validator
+/// cannot run blocks the invocation before inference instead of failing after it.
+pub(super) fn unavailable(handler: &Handler) -> Option<String> {
+    match handler {
+        Handler::McpTool { server, .. } => Some(format!("mcp_tool handlers need an MCP client, which this runtime does not have yet (server `{server}`)")),
+        Handler::Verifier { agent, .. } => Some(format!("verifier handlers need agent resolution, which this runtime does not have yet (agent `{agent}`)")),
+        Handler::Http { connection: Some(name), .. } => Some(format!("connection `{name}` cannot be resolved: project Connections are not available yet")),
+        _ => None,
     }
 }
 

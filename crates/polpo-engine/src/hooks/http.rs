@@ -3,6 +3,8 @@
 //! Requests go through the tools' SSRF guard (every hop resolved and checked, connections
 //! pinned to the checked addresses), so a pack cannot point hooks at internal services even
 //! through DNS. The only exception is the explicit test allowance for `http://127.0.0.1`.
+//! Handlers that authenticate through a Connection never get here until Connections exist
+//! (see `handlers::unavailable`): they are refused rather than called unauthenticated.
 
 use super::HookRuntime;
 use polpo_core::hooks::limits::MAX_OUTPUT_BYTES;
@@ -17,18 +19,12 @@ use std::time::Duration;
 pub(super) async fn run(
     runtime: &HookRuntime,
     url: &str,
-    connection: Option<&str>,
     headers: &BTreeMap<String, String>,
     envelope: &Envelope,
     body: Vec<u8>,
     timeout: Duration,
 ) -> HookOutcome {
     let fail = |cause, detail: String| HookFailure::new(cause, detail);
-    if let Some(name) = connection {
-        // Credentials only ever come from Connections, and Connections are not wired into
-        // this runtime yet: refuse rather than call the endpoint unauthenticated.
-        return Err(fail(FailureCause::Unavailable, format!("connection `{name}` cannot be resolved: project Connections are not available yet")));
-    }
     let url = Url::parse(url).map_err(|e| fail(FailureCause::HandlerError, format!("invalid hook URL: {e}")))?;
     let loopback = runtime.allow_loopback_http && url.host_str() == Some("127.0.0.1");
     if url.scheme() != "https" && !loopback {

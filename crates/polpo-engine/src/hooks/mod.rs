@@ -74,12 +74,26 @@ pub struct InvocationHooks {
     pub clock: Clock,
     /// Vault values that must be redacted from envelopes wherever they appear.
     pub secrets: Vec<String>,
+    /// The invocation is a durable agent node inside a parallel loop branch, where gate
+    /// checkpoints are not supported yet: a gate there is rejected before inference.
+    pub parallel_branch: bool,
 }
 
 impl InvocationHooks {
     /// Hooks for `info` with the system clock, the environment's kill switch and no secrets.
     pub fn new(set: Arc<HookSet>, info: InvocationInfo) -> Self {
-        Self { set, info, runtime: HookRuntime::from_env(), clock: system_clock(), secrets: Vec::new() }
+        Self { set, info, runtime: HookRuntime::from_env(), clock: system_clock(), secrets: Vec::new(), parallel_branch: false }
+    }
+
+    /// Hook-authored text (reasons, feedback, diagnostics) with credentials and vault values
+    /// removed, before it becomes model-visible.
+    pub(crate) fn redact_text(&self, text: String) -> String {
+        let mut v = serde_json::Value::String(text);
+        polpo_core::hooks::redact(&mut v, &self.secrets);
+        match v {
+            serde_json::Value::String(s) => s,
+            other => other.to_string(),
+        }
     }
 
     /// What matchers see for this invocation (the tool is filled in per call).

@@ -6,8 +6,8 @@
 //! which output cap), is this candidate final, and — when turns run out — which error
 //! applies. Everything else about hooks stays out of the loop.
 
-use super::InvocationHooks;
 use super::runner::{self, At};
+use super::{InvocationHooks, handlers};
 use crate::error::EngineError;
 use crate::events::{EventSink, GateState, RunEvent};
 use crate::invocation::Invocation;
@@ -46,7 +46,8 @@ impl<'a> Termination<'a> {
     /// agent whose termination gate would apply refuses to run rather than run unvalidated.
     pub(crate) fn prepare(inv: &'a Invocation) -> Result<Self, EngineError> {
         let Some(hooks) = inv.hooks.as_ref() else { return Ok(Self { hooks: None, phase: Phase::Plain }) };
-        let limits = hooks.set.gate_limits(&hooks.target(None));
+        let target = hooks.target(None);
+        let limits = hooks.set.gate_limits(&target);
         if !hooks.runtime.enabled {
             if limits.is_some() {
                 return Err(EngineError::TerminationGateDisabled(format!(
@@ -56,6 +57,20 @@ impl<'a> Termination<'a> {
                 )));
             }
             return Ok(Self { hooks: None, phase: Phase::Plain });
+        }
+        if limits.is_some() {
+            if hooks.parallel_branch {
+                return Err(EngineError::TerminationGateParallelUnsupported(format!(
+                    "agent `{}` runs in a parallel loop branch, where termination gates cannot be checkpointed yet",
+                    inv.agent
+                )));
+            }
+            let gates = hooks.set.applicable(HookEvent::TurnStop, &target).controlling.into_iter().filter_map(|s| s.hook.gate().map(|g| (s.hook.qualified_id(), g)));
+            for (id, gate) in gates {
+                if let Some(why) = handlers::unavailable(&gate.validator) {
+                    return Err(EngineError::TerminationGateDisabled(format!("the validator of gate {id} cannot run: {why}; refusing to run without validation")));
+                }
+            }
         }
         let phase = match limits {
             Some(limits) => Phase::Gate { budget: GateBudget::new(limits), accepted: false },
@@ -109,6 +124,7 @@ impl<'a> Termination<'a> {
                     // Checked once more after the recovery call, then the run ends.
                     StopVerdict::Feedback { feedback, .. } if !*recovered => {
                         *recovered = true;
+                        let feedback = hooks.redact_text(feedback);
                         Ok(Judgement::Retry(Message::user(format!(
                             "A quality check did not accept your answer yet: {feedback}\nReply once more with your improved final answer. Tools are not available for this reply."
                         ))))
@@ -130,7 +146,8 @@ impl<'a> Termination<'a> {
                         sink(state(GateState::Accepted));
                         Ok(Judgement::Final)
                     }
-                    GateVerdict::Continue { hook, diagnostics } => {
+                    GateVerdict::Continue { hook, mut diagnostics } => {
+                        polpo_core::hooks::redact(&mut diagnostics, &hooks.secrets);
                         let cycle = budget.begin_cycle().map_err(|e| exhausted(e, budget))?;
                         sink(RunEvent::TerminationGate { state: GateState::Continuing, gate_execution_id: gate_id.clone(), termination_attempt: attempt, correction_cycle: cycle });
                         Ok(Judgement::Retry(Message::user(format!(

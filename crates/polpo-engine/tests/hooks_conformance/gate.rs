@@ -251,3 +251,58 @@ async fn structured_output_is_formatted_after_acceptance() {
     assert_eq!(ws.envelopes("validator").len(), 2, "the formatting repair is not validated again");
     assert!(request_tools(&llm, 2).is_empty(), "formatting is tool-free");
 }
+
+#[tokio::test]
+async fn a_gate_whose_validator_cannot_run_blocks_before_inference() {
+    let ws = Workspace::new();
+    let p = pack("quality", json!({"version": 1, "hooks": {"turn:stop": [{"terminationGate": {
+        "validator": {"type": "mcp_tool", "server": "ci", "tool": "check"}, "maxCycles": 1, "maxDurationMs": 60000}}]}}));
+    let llm = FakeLlm::start([Turn::text("unvalidated")]).await.unwrap();
+    let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "task").await;
+    assert_eq!(seen.error_code(), "termination_gate_disabled");
+    assert!(llm.requests().is_empty());
+}
+
+#[tokio::test]
+async fn a_gate_in_a_parallel_loop_branch_is_rejected_before_inference() {
+    let ws = Workspace::new();
+    let p = gate_pack(picky_validator(&ws), json!({"maxCycles": 1, "maxDurationMs": 600000}));
+    let mut h = hooks_in(&[p], polpo_core::hooks::ExecutionMode::Loop, Some("fanout"));
+    h.parallel_branch = true;
+    let llm = FakeLlm::start([Turn::text("x")]).await.unwrap();
+    let seen = run(&invocation(&llm, &ws, Some(h)), "task").await;
+    assert_eq!(seen.error_code(), "termination_gate_parallel_unsupported");
+    assert!(llm.requests().is_empty());
+}
+
+#[tokio::test]
+async fn diagnostics_are_redacted_before_the_model_sees_them() {
+    let ws = Workspace::new();
+    let v = ws.script(
+        "validator",
+        r#"input=$(cat); case "$input" in *ACCEPT*) echo '{"decision":"accept"}' ;; *) echo '{"decision":"continue","diagnostics":{"log":"db password is vault-pw-0042","apiKey":"k"}}' ;; esac"#,
+    );
+    let p = gate_pack(v, json!({"maxCycles": 2, "maxDurationMs": 600000}));
+    let mut h = hooks(&[p]);
+    h.secrets = vec!["vault-pw-0042".into()];
+    let llm = FakeLlm::start([Turn::text("draft"), Turn::text("ACCEPT")]).await.unwrap();
+    let seen = run(&invocation(&llm, &ws, Some(h)), "task").await;
+    assert_eq!(seen.content(), "ACCEPT");
+    let sent = request_text(&llm, 1);
+    assert!(sent.contains("db password is [REDACTED]") && !sent.contains("vault-pw-0042"), "{sent}");
+}
+
+#[tokio::test]
+async fn a_client_tool_handoff_is_not_a_successful_termination() {
+    let ws = Workspace::new();
+    let p = gate_pack(picky_validator(&ws), json!({"maxCycles": 1, "maxDurationMs": 600000}));
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("ask_user", json!({"question": "which file?"}))])]).await.unwrap();
+    let mut inv = invocation(&llm, &ws, Some(hooks(&[p])));
+    inv.client_tools = vec![polpo_core::tool::ToolSpec { name: "ask_user".into(), description: "ask".into(), parameters: json!({"type": "object"}) }];
+    let seen = run(&inv, "task").await;
+    let outcome = seen.result.as_ref().unwrap();
+    assert_eq!(outcome.finish_reason, polpo_core::message::FinishReason::ToolCalls);
+    assert_eq!(outcome.content, None);
+    assert!(ws.envelopes("validator").is_empty(), "nothing was offered for validation");
+    assert!(!gate_states(&seen.events).iter().any(|(s, _, _)| *s == GateState::Accepted));
+}

@@ -66,3 +66,24 @@ async fn observe_only_stop_hooks_fire_and_the_answer_still_streams() {
     let deltas = seen.events.iter().filter(|e| matches!(e, polpo_engine::RunEvent::TextDelta { .. })).count();
     assert!(deltas > 1, "the answer streamed in pieces, not as one buffered block");
 }
+
+#[tokio::test]
+async fn a_prompt_hook_judges_with_one_bounded_tool_free_model_call() {
+    let ws = Workspace::new();
+    let p = pack("quality", json!({"version": 1, "hooks": {"turn:stop": [{"handler": {"type": "prompt", "prompt": "Does the answer have a title?"}}]}}));
+    let llm = FakeLlm::start([
+        Turn::text("body only"),
+        Turn::text(r#"{"decision":"stop","feedback":"add a title"}"#),
+        Turn::text("Title\nbody"),
+        Turn::text(r#"{"decision":"allow"}"#),
+    ])
+    .await
+    .unwrap();
+    let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "task").await;
+    assert_eq!(seen.content(), "Title\nbody");
+    let judge = &llm.requests()[1].body;
+    assert!(judge["tools"].is_null(), "the judging call is tool-free");
+    assert_eq!(judge["max_tokens"], 512);
+    assert!(judge["messages"].to_string().contains("Does the answer have a title?"));
+    assert_eq!(llm.requests().len(), 4);
+}

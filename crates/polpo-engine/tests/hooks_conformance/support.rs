@@ -91,6 +91,7 @@ pub fn hooks_in(packs: &[HookPack], mode: ExecutionMode, step: Option<&str>) -> 
         runtime: HookRuntime { enabled: true, managed: false, allow_loopback_http: true },
         clock: system_clock(),
         secrets: Vec::new(),
+        parallel_branch: false,
     }
 }
 
