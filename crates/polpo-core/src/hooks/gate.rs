@@ -112,6 +112,13 @@ impl GateBudget {
         self.limits.max_tokens.map(|max| max.saturating_sub(self.tokens_used).max(1))
     }
 
+    /// The budget to continue with after a resume: what was already consumed is kept, and
+    /// the limits are the stricter of the checkpointed and the currently configured ones, so
+    /// editing a pack (or resuming elsewhere) can never loosen a running gate.
+    pub fn resumed(stored: GateBudget, configured: GateLimits) -> Self {
+        Self { limits: stored.limits.merge(configured), ..stored }
+    }
+
     /// Start the next validation; returns the 1-based `terminationAttempt`.
     pub fn begin_attempt(&mut self) -> u32 {
         self.termination_attempts += 1;
@@ -149,6 +156,17 @@ mod tests {
             }
             let rev = ls.iter().rev().copied().reduce(GateLimits::merge).unwrap();
             prop_assert_eq!(merged, rev);
+        }
+
+        /// Resuming never loosens a limit and never forgets consumption.
+        #[test]
+        fn resuming_cannot_loosen_the_budget(stored in limits(), configured in limits(), cycles in 0u32..20, tokens in 0u64..1_000_000) {
+            let before = GateBudget { limits: stored, cycles_used: cycles, tokens_used: tokens, termination_attempts: cycles };
+            let after = GateBudget::resumed(before, configured);
+            prop_assert!(after.limits.max_cycles <= stored.max_cycles);
+            prop_assert!(after.limits.max_duration_ms <= stored.max_duration_ms);
+            if let Some(t) = stored.max_tokens { prop_assert!(after.limits.max_tokens.unwrap() <= t); }
+            prop_assert_eq!((after.cycles_used, after.tokens_used), (cycles, tokens));
         }
     }
 
