@@ -117,48 +117,8 @@ impl<'a> Termination<'a> {
         let Some(hooks) = self.hooks else { return Ok(Judgement::Final) };
         match &mut self.phase {
             Phase::Plain | Phase::Gate { accepted: true, .. } => Ok(Judgement::Final),
-            Phase::Hooks { recovered, .. } => {
-                let at = At { inv, hooks, turn, subject: format!("stop-{turn}"), sink };
-                match runner::turn_stop(&at, candidate, *recovered).await {
-                    StopVerdict::Fail { hook, reason } => Err(EngineError::HookFailed(format!("turn:stop hook {hook} failed: {reason}"))),
-                    // Checked once more after the recovery call, then the run ends.
-                    StopVerdict::Feedback { feedback, .. } if !*recovered => {
-                        *recovered = true;
-                        let feedback = hooks.redact_text(feedback);
-                        Ok(Judgement::Retry(Message::user(format!(
-                            "A quality check did not accept your answer yet: {feedback}\nReply once more with your improved final answer. Tools are not available for this reply."
-                        ))))
-                    }
-                    StopVerdict::Feedback { .. } | StopVerdict::Accept => Ok(Judgement::Final),
-                }
-            }
-            Phase::Gate { budget, accepted } => {
-                check_time(hooks, budget)?;
-                let attempt = budget.begin_attempt();
-                let cycle = budget.cycles_used;
-                let gate_id = gate_execution_id(hooks, turn, attempt);
-                let state = |state| RunEvent::TerminationGate { state, gate_execution_id: gate_id.clone(), termination_attempt: attempt, correction_cycle: cycle };
-                sink(state(GateState::Validating));
-                let at = At { inv, hooks, turn, subject: format!("attempt-{attempt}"), sink };
-                match runner::validate(&at, candidate, attempt, cycle).await {
-                    GateVerdict::Accept => {
-                        *accepted = true;
-                        sink(state(GateState::Accepted));
-                        Ok(Judgement::Final)
-                    }
-                    GateVerdict::Continue { hook, mut diagnostics } => {
-                        polpo_core::hooks::redact(&mut diagnostics, &hooks.secrets);
-                        let cycle = budget.begin_cycle().map_err(|e| exhausted(e, budget))?;
-                        sink(RunEvent::TerminationGate { state: GateState::Continuing, gate_execution_id: gate_id.clone(), termination_attempt: attempt, correction_cycle: cycle });
-                        Ok(Judgement::Retry(Message::user(format!(
-                            "The termination gate did not accept your final answer (correction cycle {cycle} of {max}). Diagnostics from {hook}:\n{diagnostics}\n\
-                             Continue working on the task with your tools as needed, then give a new final answer.",
-                            max = budget.limits.max_cycles
-                        ))))
-                    }
-                    GateVerdict::Reject { hook, reason } => Err(EngineError::TerminationGateRejected(format!("validator {hook} rejected the answer: {reason}"))),
-                }
-            }
+            Phase::Hooks { recovered, .. } => judge_by_stop_hooks(&At { inv, hooks, turn, subject: format!("stop-{turn}"), sink }, candidate, recovered).await,
+            Phase::Gate { budget, accepted } => judge_by_gate(inv, hooks, turn, candidate, sink, budget, accepted).await,
         }
     }
 
@@ -168,6 +128,59 @@ impl<'a> Termination<'a> {
             Phase::Gate { budget, accepted: false } => exhausted(GateExhaustion::Turns, budget),
             _ => EngineError::MaxTurnsExhausted { max_turns, transcript },
         }
+    }
+}
+
+/// Ordinary `turn:stop` hooks: feedback buys one tool-free recovery call; the recovered
+/// answer is checked once more and then ends the run whatever the hooks say.
+async fn judge_by_stop_hooks(at: &At<'_>, candidate: &str, recovered: &mut bool) -> Result<Judgement, EngineError> {
+    match runner::turn_stop(at, candidate, *recovered).await {
+        StopVerdict::Fail { hook, reason } => Err(EngineError::HookFailed(at.hooks.redact_text(format!("turn:stop hook {hook} failed: {reason}")))),
+        StopVerdict::Feedback { feedback, .. } if !*recovered => {
+            *recovered = true;
+            let feedback = at.hooks.redact_text(feedback);
+            Ok(Judgement::Retry(Message::user(format!(
+                "A quality check did not accept your answer yet: {feedback}\nReply once more with your improved final answer. Tools are not available for this reply."
+            ))))
+        }
+        StopVerdict::Feedback { .. } | StopVerdict::Accept => Ok(Judgement::Final),
+    }
+}
+
+/// The termination gate: validate the buffered candidate; accept it, or reopen the
+/// operational phase with model-visible diagnostics while the budgets allow.
+async fn judge_by_gate(
+    inv: &Invocation,
+    hooks: &InvocationHooks,
+    turn: u32,
+    candidate: &str,
+    sink: EventSink<'_>,
+    budget: &mut GateBudget,
+    accepted: &mut bool,
+) -> Result<Judgement, EngineError> {
+    check_time(hooks, budget)?;
+    let attempt = budget.begin_attempt();
+    let gate_execution_id = gate_execution_id(hooks, turn, attempt);
+    let event = |state, correction_cycle| RunEvent::TerminationGate { state, gate_execution_id: gate_execution_id.clone(), termination_attempt: attempt, correction_cycle };
+    sink(event(GateState::Validating, budget.cycles_used));
+    let at = At { inv, hooks, turn, subject: format!("attempt-{attempt}"), sink };
+    match runner::validate(&at, candidate, attempt, budget.cycles_used).await {
+        GateVerdict::Accept => {
+            *accepted = true;
+            sink(event(GateState::Accepted, budget.cycles_used));
+            Ok(Judgement::Final)
+        }
+        GateVerdict::Continue { hook, mut diagnostics } => {
+            polpo_core::hooks::redact(&mut diagnostics, &hooks.secrets);
+            let cycle = budget.begin_cycle().map_err(|e| exhausted(e, budget))?;
+            sink(event(GateState::Continuing, cycle));
+            Ok(Judgement::Retry(Message::user(format!(
+                "The termination gate did not accept your final answer (correction cycle {cycle} of {max}). Diagnostics from {hook}:\n{diagnostics}\n\
+                 Continue working on the task with your tools as needed, then give a new final answer.",
+                max = budget.limits.max_cycles
+            ))))
+        }
+        GateVerdict::Reject { hook, reason } => Err(EngineError::TerminationGateRejected(hooks.redact_text(format!("validator {hook} rejected the answer: {reason}")))),
     }
 }
 
