@@ -45,8 +45,14 @@ impl Applicable<'_> {
 }
 
 impl HookSet {
-    /// Flatten packs assigned at `scope`s, in assignment order, into running order.
+    /// Flatten packs assigned at `scope`s, in assignment order, into running order. A pack
+    /// assigned more than once (say, to the project and to the agent) runs once, at its
+    /// broadest scope, so its hooks never fire twice with the same idempotency key.
     pub fn resolve<'a>(assignments: impl IntoIterator<Item = (Scope, &'a HookPack)>) -> Self {
+        let mut assignments: Vec<(Scope, &HookPack)> = assignments.into_iter().collect();
+        assignments.sort_by_key(|(scope, _)| *scope);
+        let mut seen = std::collections::HashSet::new();
+        assignments.retain(|(_, pack)| seen.insert(pack.name.as_str()));
         let mut hooks: Vec<ScopedHook> =
             assignments.into_iter().flat_map(|(scope, pack)| pack.hooks.iter().map(move |h| ScopedHook { scope, hook: h.clone() })).collect();
         // Stable: equal (scope, priority) keep assignment order, then pack order.
@@ -182,6 +188,14 @@ mod tests {
         let explained = set.explain(&target);
         assert_eq!(explained[0].order, Some(1));
         assert_eq!(explained.last().map(|e| e.role), Some("observe"));
+    }
+
+    #[test]
+    fn a_pack_assigned_twice_runs_once_at_its_broadest_scope() {
+        let p = pack("quality", json!({"tool:before": [{"handler": {"type": "command", "command": "x"}}]}));
+        let set = HookSet::resolve([(Scope::Agent, &p), (Scope::Project, &p)]);
+        assert_eq!(set.hooks().len(), 1);
+        assert_eq!(set.hooks()[0].scope, Scope::Project);
     }
 
     #[test]
