@@ -237,7 +237,13 @@ fn interrupt(frames: Vec<String>, interruption: Option<Interruption>) -> impl St
     let head = stream::iter(frames.into_iter().take(keep).map(Ok));
     let tail = match tail {
         None => stream::empty().boxed(),
-        Some(Interruption::DisconnectAfter(_)) => stream::once(async { Err(std::io::Error::other("fake llm disconnect")) }).boxed(),
+        // Yield once first: hyper flushes what it buffered only when the body is pending, and
+        // the frames already sent must reach the client before the connection drops.
+        Some(Interruption::DisconnectAfter(_)) => stream::once(async {
+            tokio::task::yield_now().await;
+            Err(std::io::Error::other("fake llm disconnect"))
+        })
+        .boxed(),
         Some(Interruption::StallAfter(_)) => stream::pending().boxed(),
     };
     head.chain(tail)
