@@ -202,7 +202,18 @@ pub fn parse_decision(value: &Value) -> HookOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use serde_json::json;
+
+    proptest! {
+        /// Handler output is untrusted: any bytes give a decision or a failure, never a panic.
+        #[test]
+        fn any_output_is_read_without_panicking(raw in prop::collection::vec(any::<u8>(), 0..512), text in "\\PC{0,200}") {
+            let _ = parse_output(&raw);
+            let _ = parse_output(text.as_bytes());
+            let _ = parse_output(format!(r#"{{"decision":"{text}","reason":"{text}"}}"#).as_bytes());
+        }
+    }
 
     fn cause(raw: &str) -> FailureCause {
         parse_output(raw.as_bytes()).unwrap_err().cause

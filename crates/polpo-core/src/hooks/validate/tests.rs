@@ -1,5 +1,35 @@
 use super::*;
+use proptest::prelude::*;
 use serde_json::json;
+
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        prop::sample::select(vec!["tool:before", "turn:stop", "command", "http", "https://127.0.0.1", "x", "", "*", "version", "hooks"]).prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+            prop::collection::btree_map(
+                prop::sample::select(vec!["version", "hooks", "tool:before", "turn:stop", "handler", "type", "command", "url", "terminationGate", "validator", "maxCycles", "matcher", "tools"]).prop_map(String::from),
+                inner,
+                0..4
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    /// Pack files are untrusted: any JSON gives a pack and problems, never a panic.
+    #[test]
+    fn any_document_is_checked_without_panicking(doc in json_value()) {
+        let _ = check_document("p", &doc, &ValidateOptions::default());
+        let _ = check_document("p", &json!({"version": 1, "hooks": {"tool:before": [doc.clone()], "turn:stop": [{"terminationGate": doc}]}}), &ValidateOptions::default());
+    }
+}
 
 fn check(doc: Value) -> Vec<Problem> {
     check_document("quality", &doc, &ValidateOptions::default()).1
