@@ -431,3 +431,18 @@ async fn sdk_environment_variables_point_builtin_providers_at_any_server() {
     assert_eq!(openai.requests()[0].body["model"], "any-model");
     assert_eq!(anthropic.requests()[0].header("x-api-key"), Some("ak-from-env"));
 }
+
+#[tokio::test]
+async fn dropping_the_stream_cancels_the_call() {
+    for wire in WIRES {
+        let fake = FakeLlm::start([Turn::text("an answer that never ends").stall_after(4)]).await.unwrap();
+        let mut stream = provider(wire, &fake).stream(request()).await.unwrap();
+        while let Some(event) = stream.next().await {
+            if matches!(event.unwrap(), ModelEvent::TextDelta(_)) {
+                break;
+            }
+        }
+        drop(stream);
+        assert!(fake.wait_until_bodies_closed(Duration::from_secs(10)).await, "{wire:?}: the server kept streaming to a dropped caller");
+    }
+}

@@ -14,10 +14,11 @@ use futures::{Stream, StreamExt, stream};
 use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 use tokio::net::TcpListener;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 /// What a fake received: one HTTP request.
@@ -62,6 +63,26 @@ struct Shared {
     requests: Mutex<Vec<RecordedRequest>>,
     served: AtomicU64,
     options: Options,
+    /// Response bodies still being sent; lets tests see that a dropped stream closed its call.
+    open_bodies: AtomicUsize,
+    body_closed: Notify,
+}
+
+/// Counts a response body as open until the body (and so this guard) is dropped.
+struct OpenBody(Arc<Shared>);
+
+impl OpenBody {
+    fn new(shared: &Arc<Shared>) -> Self {
+        shared.open_bodies.fetch_add(1, Ordering::SeqCst);
+        Self(shared.clone())
+    }
+}
+
+impl Drop for OpenBody {
+    fn drop(&mut self) {
+        self.0.open_bodies.fetch_sub(1, Ordering::SeqCst);
+        self.0.body_closed.notify_waiters();
+    }
 }
 
 /// A scripted fake LLM server speaking the OpenAI chat-completions wire
@@ -95,6 +116,8 @@ impl FakeLlm {
             requests: Mutex::default(),
             served: AtomicU64::new(0),
             options,
+            open_bodies: AtomicUsize::new(0),
+            body_closed: Notify::new(),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(openai_route))
@@ -132,6 +155,21 @@ impl FakeLlm {
         lock(&self.shared.requests).clone()
     }
 
+    /// Wait until no response body is being sent (a client that dropped its stream has been
+    /// noticed), up to `deadline`; `false` if some body is still open then.
+    pub async fn wait_until_bodies_closed(&self, deadline: std::time::Duration) -> bool {
+        let wait = async {
+            loop {
+                let closed = self.shared.body_closed.notified();
+                if self.shared.open_bodies.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                closed.await;
+            }
+        };
+        tokio::time::timeout(deadline, wait).await.is_ok()
+    }
+
     /// Turns not yet served.
     pub fn remaining(&self) -> usize {
         lock(&self.shared.turns).len()
@@ -156,14 +194,14 @@ enum Wire {
 }
 
 async fn openai_route(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    answer(&shared, Wire::OpenAi, "/v1/chat/completions", headers, body).await
+    answer(shared, Wire::OpenAi, "/v1/chat/completions", headers, body).await
 }
 
 async fn anthropic_route(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
-    answer(&shared, Wire::Anthropic, "/v1/messages", headers, body).await
+    answer(shared, Wire::Anthropic, "/v1/messages", headers, body).await
 }
 
-async fn answer(shared: &Shared, wire: Wire, path: &str, headers: HeaderMap, raw: Bytes) -> Response {
+async fn answer(shared: Arc<Shared>, wire: Wire, path: &str, headers: HeaderMap, raw: Bytes) -> Response {
     let options = shared.options;
     let request: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
     if options.record {
@@ -205,7 +243,7 @@ async fn answer(shared: &Shared, wire: Wire, path: &str, headers: HeaderMap, raw
             Wire::OpenAi => openai::frames(&turn, &render),
             Wire::Anthropic => anthropic::frames(&turn, &render),
         };
-        respond(StatusCode::OK, "text/event-stream", Body::from_stream(interrupt(frames, turn.interruption)))
+        respond(StatusCode::OK, "text/event-stream", Body::from_stream(interrupt(frames, turn.interruption, OpenBody::new(&shared))))
     } else {
         let body = match wire {
             Wire::OpenAi => openai::body(&turn, &render),
@@ -224,12 +262,12 @@ async fn answer(shared: &Shared, wire: Wire, path: &str, headers: HeaderMap, raw
             Interruption::DisconnectAfter(_) => Interruption::DisconnectAfter(1),
             Interruption::StallAfter(_) => Interruption::StallAfter(1),
         });
-        respond(StatusCode::OK, "application/json", Body::from_stream(interrupt(parts, interruption)))
+        respond(StatusCode::OK, "application/json", Body::from_stream(interrupt(parts, interruption, OpenBody::new(&shared))))
     }
 }
 
-/// The body as a stream of frames, broken off as scripted.
-fn interrupt(frames: Vec<String>, interruption: Option<Interruption>) -> impl Stream<Item = Result<String, std::io::Error>> + Send {
+/// The body as a stream of frames, broken off as scripted; `open` lives as long as the body.
+fn interrupt(frames: Vec<String>, interruption: Option<Interruption>, open: OpenBody) -> impl Stream<Item = Result<String, std::io::Error>> + Send {
     let (keep, tail): (usize, Option<Interruption>) = match interruption {
         None => (frames.len(), None),
         Some(i @ (Interruption::DisconnectAfter(n) | Interruption::StallAfter(n))) => (n, Some(i)),
@@ -246,7 +284,10 @@ fn interrupt(frames: Vec<String>, interruption: Option<Interruption>) -> impl St
         .boxed(),
         Some(Interruption::StallAfter(_)) => stream::pending().boxed(),
     };
-    head.chain(tail)
+    head.chain(tail).map(move |frame| {
+        let _alive = &open;
+        frame
+    })
 }
 
 fn respond(status: StatusCode, content_type: &'static str, body: Body) -> Response {
