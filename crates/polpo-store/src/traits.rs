@@ -90,6 +90,11 @@ pub trait RunStore: Send + Sync {
     /// Give the lease up. Releasing a lease we do not hold does nothing.
     async fn release_lease(&self, run_id: &str, owner: &str) -> Result<(), StoreError>;
 
+    /// Claim the oldest `running` run that nobody holds a live lease on (never leased, or its
+    /// owner stopped renewing): the work queue of several workers sharing one store. `None`
+    /// when there is nothing to claim. Two callers never get the same run while a lease lives.
+    async fn claim_next_run(&self, owner: &str, ttl: Duration) -> Result<Option<Lease>, StoreError>;
+
     /// Leases that have expired on runs still `running` or `paused`: the runs whose owner
     /// crashed, to be claimed and resumed. Oldest expiry first, at most `limit`.
     async fn expired_runs(&self, limit: u32) -> Result<Vec<Lease>, StoreError>;

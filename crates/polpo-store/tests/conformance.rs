@@ -291,6 +291,61 @@ async fn leases_are_exclusive_until_they_expire(t: &TestStore) {
     assert_eq!(code(r.claim_run(&id, "worker-a", Duration::ZERO).await), "invalid_input");
 }
 
+async fn workers_claim_each_run_once_until_its_lease_lapses(t: &TestStore) {
+    let r = t.store.runs.clone();
+    let ttl = Duration::from_secs(60);
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        t.clock.advance(Span::milliseconds(1));
+        ids.push(r.create_run(run("coder")).await.unwrap().id);
+    }
+    r.update_run_status(&ids[0], RunStatus::Completed, None, None).await.unwrap();
+    r.claim_run(&ids[2], "other", ttl).await.unwrap();
+    let first = r.claim_next_run("w1", ttl).await.unwrap().unwrap();
+    assert_eq!((first.run_id.as_str(), first.owner.as_str()), (ids[1].as_str(), "w1"), "oldest unleased running run first");
+    assert_eq!(r.claim_next_run("w2", ttl).await.unwrap().unwrap().run_id, ids[3]);
+    assert_eq!(r.claim_next_run("w2", ttl).await.unwrap(), None);
+    t.clock.advance(Span::seconds(61));
+    let mut recovered = vec![
+        r.claim_next_run("w3", ttl).await.unwrap().unwrap().run_id,
+        r.claim_next_run("w3", ttl).await.unwrap().unwrap().run_id,
+        r.claim_next_run("w3", ttl).await.unwrap().unwrap().run_id,
+    ];
+    recovered.sort();
+    let mut expected = vec![ids[1].clone(), ids[2].clone(), ids[3].clone()];
+    expected.sort();
+    assert_eq!(recovered, expected, "lapsed leases are claimable again");
+    assert_eq!(r.claim_next_run("w3", ttl).await.unwrap(), None);
+
+    // Concurrent claimers never share a run.
+    let mut fresh = HashSet::new();
+    for _ in 0..40 {
+        fresh.insert(r.create_run(run("coder")).await.unwrap().id);
+    }
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let r = r.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            while let Some(l) = r.claim_next_run(&format!("w{w}"), ttl).await.unwrap() {
+                mine.push(l.run_id);
+            }
+            mine
+        }));
+    }
+    let mut claimed = Vec::new();
+    for task in tasks {
+        claimed.extend(task.await.unwrap());
+    }
+    // A claimer racing another may see "nothing" early; a final sweep picks up any leftovers.
+    while let Some(l) = r.claim_next_run("sweeper", ttl).await.unwrap() {
+        claimed.push(l.run_id);
+    }
+    let unique: HashSet<_> = claimed.iter().cloned().collect();
+    assert_eq!(unique.len(), claimed.len(), "no run claimed twice");
+    assert_eq!(unique, fresh, "every run claimed");
+}
+
 async fn the_effect_ledger_lets_an_effect_happen_once(t: &TestStore) {
     let e = &t.store.effects;
     let key = "run-1/call_7:write_file";
@@ -379,5 +434,6 @@ conformance!(
     run_event_sequence_is_gap_free_under_concurrent_appends,
     checkpoints_keep_the_latest,
     leases_are_exclusive_until_they_expire,
+    workers_claim_each_run_once_until_its_lease_lapses,
     the_effect_ledger_lets_an_effect_happen_once,
 );

@@ -92,7 +92,8 @@ fn write_then_kill(kind: StoreKind, location: &Location, acks_before_kill: usize
     });
     let mut acks = Acks::default();
     let record = |line: String, acks: &mut Acks| {
-        let mut words = line.split_whitespace();
+        // libtest may print "test crash_child_writer ... " on the same line first.
+        let mut words = line.split_whitespace().skip_while(|w| *w != "ack");
         if words.next() == Some("ack") {
             let what = words.next().unwrap().to_owned();
             let seq: u64 = words.next().unwrap().parse().unwrap();

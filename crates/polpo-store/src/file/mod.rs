@@ -294,6 +294,24 @@ impl Inner {
         Ok(lease)
     }
 
+    fn claim_next_run(&self, owner: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
+        let ttl = model::lease_ttl(ttl)?;
+        let now = self.now();
+        let mut idx = self.index();
+        let next = idx
+            .runs
+            .values()
+            .filter(|r| r.status == RunStatus::Running)
+            .filter(|r| idx.leases.get(&r.id).is_none_or(|l| l.expires_at <= now))
+            .min_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)))
+            .map(|r| r.id.clone());
+        let Some(run_id) = next else { return Ok(None) };
+        let lease = Lease { run_id: run_id.clone(), owner: owner.to_owned(), expires_at: now + ttl };
+        fsio::write_json(&self.run_dir(&run_id).join("lease.json"), &lease)?;
+        idx.leases.insert(run_id, lease.clone());
+        Ok(Some(lease))
+    }
+
     fn renew_lease(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError> {
         let ttl = model::lease_ttl(ttl)?;
         let now = self.now();
@@ -553,6 +571,11 @@ impl RunStore for FileStore {
     async fn claim_run(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError> {
         let (id, owner) = (owned(run_id), owned(owner));
         self.blocking(move |s| s.claim_run(&id, &owner, ttl)).await
+    }
+
+    async fn claim_next_run(&self, owner: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
+        let owner = owned(owner);
+        self.blocking(move |s| s.claim_next_run(&owner, ttl)).await
     }
 
     async fn renew_lease(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError> {

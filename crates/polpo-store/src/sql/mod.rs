@@ -53,7 +53,9 @@ fn from_text<T: DeserializeOwned>(text: &str) -> Result<T, StoreError> {
 }
 
 /// The store logic shared by both SQL backends. `$store` has `pool`, `clock` and
-/// `async fn tx(&self)` starting a write transaction; `$row` is the driver's row type.
+/// `async fn tx(&self)` starting a write transaction; `$row` is the driver's row type. The
+/// invoking module also defines `CLAIM_NEXT_RUN` (the claim query, which differs in locking)
+/// and `ANNOUNCE_RUN` (SQL run after a run is created to wake waiting workers, if any).
 macro_rules! sql_store_impl {
     ($store:ty, $row:ty) => {
         use std::time::Duration;
@@ -361,6 +363,9 @@ macro_rules! sql_store_impl {
                 .bind(to_db(run.last_seq))
                 .execute(&self.pool)
                 .await?;
+                if let Some(announce) = ANNOUNCE_RUN {
+                    sqlx::query(announce).bind(&run.id).execute(&self.pool).await?;
+                }
                 Ok(run)
             }
 
@@ -542,6 +547,23 @@ macro_rules! sql_store_impl {
                     }
                     None => Err(StoreError::Conflict(format!("lease on run `{run_id}` changed concurrently; retry"))),
                 }
+            }
+
+            async fn claim_next_run(&self, owner: &str, ttl: Duration) -> Result<Option<Lease>, StoreError> {
+                let ttl = model::lease_ttl(ttl)?;
+                let now = self.now();
+                let mut tx = self.tx().await?;
+                let claimed = sqlx::query(CLAIM_NEXT_RUN)
+                    .bind(owner)
+                    .bind((now + ttl).timestamp_millis())
+                    .bind(now.timestamp_millis())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .as_ref()
+                    .map(lease_from_row)
+                    .transpose()?;
+                tx.commit().await?;
+                Ok(claimed)
             }
 
             async fn renew_lease(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError> {

@@ -4,7 +4,7 @@
 use std::str::FromStr;
 use std::sync::Arc;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 
 use crate::clock::Clock;
 
@@ -16,6 +16,24 @@ pub struct PgStore {
 }
 
 const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "init", include_str!("../../migrations/postgres/0001_init.sql"))];
+
+/// The oldest running run without a live lease. `FOR UPDATE … SKIP LOCKED` lets concurrent
+/// workers pass over a run another worker is claiming instead of queueing behind it; the
+/// conditional upsert on the lease row is what makes a double claim impossible.
+const CLAIM_NEXT_RUN: &str = "WITH next AS ( \
+       SELECT r.id FROM runs r LEFT JOIN run_leases l ON l.run_id = r.id \
+       WHERE r.status = 'running' AND (l.run_id IS NULL OR l.expires_at <= $3) \
+       ORDER BY r.created_at, r.id LIMIT 1 FOR UPDATE OF r SKIP LOCKED) \
+     INSERT INTO run_leases (run_id, owner, expires_at) SELECT id, $1, $2 FROM next \
+     ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
+     WHERE run_leases.expires_at <= $3 \
+     RETURNING run_id, owner, expires_at";
+
+/// The channel a new run is announced on, so idle workers wake instead of polling.
+pub const RUNS_CHANNEL: &str = "polpo_runs";
+
+/// Announce a created run (payload: its id) on [`RUNS_CHANNEL`].
+const ANNOUNCE_RUN: Option<&str> = Some("SELECT pg_notify('polpo_runs', $1)");
 
 impl PgStore {
     /// Connect to `url` and apply pending migrations.
@@ -36,6 +54,13 @@ impl PgStore {
     /// The connection pool, for work the store traits do not cover (claim queues, LISTEN).
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// A listener woken with a run id each time any process creates a run in this database.
+    pub async fn run_listener(&self) -> Result<PgListener, StoreError> {
+        let mut listener = PgListener::connect_with(&self.pool).await?;
+        listener.listen(RUNS_CHANNEL).await?;
+        Ok(listener)
     }
 
     async fn tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {

@@ -18,6 +18,20 @@ pub struct SqliteStore {
 
 const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "init", include_str!("../../migrations/sqlite/0001_init.sql"))];
 
+/// The oldest running run without a live lease. SQLite has one writer at a time (the
+/// transaction is `BEGIN IMMEDIATE`), so no row locking is needed.
+const CLAIM_NEXT_RUN: &str = "WITH next AS ( \
+       SELECT r.id FROM runs r LEFT JOIN run_leases l ON l.run_id = r.id \
+       WHERE r.status = 'running' AND (l.run_id IS NULL OR l.expires_at <= $3) \
+       ORDER BY r.created_at, r.id LIMIT 1) \
+     INSERT INTO run_leases (run_id, owner, expires_at) SELECT id, $1, $2 FROM next WHERE true \
+     ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
+     WHERE run_leases.expires_at <= $3 \
+     RETURNING run_id, owner, expires_at";
+
+/// Nobody else shares a SQLite file across machines: nothing to wake.
+const ANNOUNCE_RUN: Option<&str> = None;
+
 impl SqliteStore {
     /// Open (creating if needed) the database file at `path` and apply pending migrations.
     pub async fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
