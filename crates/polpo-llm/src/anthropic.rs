@@ -312,6 +312,15 @@ mod tests {
     }
 
     #[test]
+    fn in_stream_error_events_are_classified() {
+        let mut d = Decoder::default();
+        let data = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let Err(error) = d.event(SseEvent { event: Some("error".into()), data: data.into() }, &mut Vec::new()) else { panic!("an error event must fail the stream") };
+        assert_eq!(error.kind, LlmErrorKind::ProviderUnavailable);
+        assert!(error.message.contains("Overloaded"));
+    }
+
+    #[test]
     fn data_url_images_become_base64_sources() {
         assert_eq!(image_block("data:image/png;base64,AAAA")["source"], json!({"type": "base64", "media_type": "image/png", "data": "AAAA"}));
         assert_eq!(image_block("https://x/y.png")["source"]["type"], "url");

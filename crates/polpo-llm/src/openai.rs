@@ -237,6 +237,14 @@ mod tests {
     }
 
     #[test]
+    fn an_error_object_inside_the_stream_is_classified() {
+        let mut d = Decoder::default();
+        let data = r#"{"error":{"message":"Rate limit reached","code":"rate_limit_exceeded"}}"#;
+        let Err(error) = d.event(SseEvent { event: None, data: data.into() }, &mut Vec::new()) else { panic!("an error chunk must fail the stream") };
+        assert_eq!(error.kind, LlmErrorKind::RateLimited);
+    }
+
+    #[test]
     fn assistant_tool_calls_use_the_function_shape() {
         let mut m = Message::assistant("");
         m.content = None;
