@@ -4,6 +4,24 @@
 //! that yields text, reasoning and tool-call deltas, complete tool calls, usage and a finish
 //! reason. Dropping the stream cancels the call. Providers speak one wire each (OpenAI chat
 //! completions, Anthropic Messages); model profiles and fallbacks are resolved above them.
+//!
+//! How the runtime gets a model for an agent:
+//!
+//! ```no_run
+//! # fn demo(profiles: &polpo_core::model::ModelProfiles, agent_model: &polpo_core::model::ModelSelection) -> Result<(), polpo_llm::ResolveError> {
+//! use polpo_llm::{ModelProvider, Providers};
+//! use std::collections::BTreeMap;
+//! // settings.providers mapped to `ProviderConfig`s; built-ins (openai, anthropic, groq…) fill the rest.
+//! let providers = Providers::from_process_env(BTreeMap::new());
+//! // profiles → ordered chain of `provider/model` ids → one provider that falls back in order.
+//! let model = providers.resolve(agent_model, profiles, None)?;
+//! println!("will try {:?}", model.ids());
+//! # Ok(()) }
+//! ```
+//!
+//! Wire-level details live in one module each: [`OpenAiProvider`] and [`AnthropicProvider`];
+//! the fallback rule (only before the first content delta) is documented on
+//! [`FallbackProvider`].
 
 mod anthropic;
 mod config;
