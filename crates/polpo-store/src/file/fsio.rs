@@ -66,34 +66,45 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 
 /// Append complete lines to a journal and fsync before returning, so an acknowledged append
 /// survives a crash. Lines are written with one `write_all` so a crash can tear only the last.
-pub(crate) fn append_lines<T: Serialize>(path: &Path, items: &[T]) -> Result<(), StoreError> {
+/// Returns each line's length in bytes, newline included.
+pub(crate) fn append_lines<T: Serialize>(path: &Path, items: &[T]) -> Result<Vec<u64>, StoreError> {
     let mut buf = Vec::new();
+    let mut lengths = Vec::with_capacity(items.len());
     for item in items {
+        let before = buf.len();
         serde_json::to_writer(&mut buf, item).map_err(|e| StoreError::Invalid(e.to_string()))?;
         buf.push(b'\n');
+        lengths.push((buf.len() - before) as u64);
     }
     let mut f = OpenOptions::new().append(true).create(true).open(path).map_err(|e| StoreError::io(path, e))?;
     f.write_all(&buf).map_err(|e| StoreError::io(path, e))?;
-    f.sync_data().map_err(|e| StoreError::io(path, e))
+    f.sync_data().map_err(|e| StoreError::io(path, e))?;
+    Ok(lengths)
 }
 
-/// Read every complete line of a journal. A last line without its newline is a write torn by
-/// a crash: it was never acknowledged, so it is skipped. A bad line in the middle is corruption.
-pub(crate) fn read_lines<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, StoreError> {
-    let Some(bytes) = read_bounded(path)? else { return Ok(Vec::new()) };
+/// Parse complete JSON lines (each ending in a newline) from `bytes`; a trailing fragment
+/// without its newline is a write torn by a crash, never acknowledged, and is skipped. A bad
+/// complete line is corruption.
+pub(crate) fn parse_lines<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<Vec<T>, StoreError> {
     let complete = match bytes.iter().rposition(|&b| b == b'\n') {
         Some(last) => &bytes[..=last],
         None => &bytes[..0],
     };
-    complete
-        .split(|&b| b == b'\n')
-        .filter(|line| !line.is_empty())
-        .enumerate()
-        .map(|(i, line)| {
-            serde_json::from_slice(line)
-                .map_err(|e| StoreError::Corrupt { path: path.to_owned(), message: format!("line {}: {e}", i + 1) })
-        })
-        .collect()
+    complete.split(|&b| b == b'\n').filter(|line| !line.is_empty()).map(|line| parse_line(path, line)).collect()
+}
+
+/// Parse one journal line.
+pub(crate) fn parse_line<T: DeserializeOwned>(path: &Path, line: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(line).map_err(|e| StoreError::Corrupt { path: path.to_owned(), message: e.to_string() })
+}
+
+/// Read bytes `start..end` of a file.
+pub(crate) fn read_range(path: &Path, start: u64, end: u64) -> Result<Vec<u8>, StoreError> {
+    let mut f = File::open(path).map_err(|e| StoreError::io(path, e))?;
+    f.seek(SeekFrom::Start(start)).map_err(|e| StoreError::io(path, e))?;
+    let mut buf = vec![0u8; usize::try_from(end.saturating_sub(start)).unwrap_or(0)];
+    f.read_exact(&mut buf).map_err(|e| StoreError::io(path, e))?;
+    Ok(buf)
 }
 
 /// Cut a torn last line off a journal so the next append starts on a fresh line. Only safe
@@ -132,7 +143,7 @@ pub(crate) fn repair_tail(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+pub(crate) fn read_bounded(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
     let f = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -157,12 +168,13 @@ mod tests {
         append_lines(&p, &[1, 2]).unwrap();
         let mut f = OpenOptions::new().append(true).open(&p).unwrap();
         f.write_all(b"{\"torn").unwrap();
-        assert_eq!(read_lines::<i32>(&p).unwrap(), vec![1, 2]);
+        let read = |p: &Path| parse_lines::<i32>(p, &fs::read(p).unwrap());
+        assert_eq!(read(&p).unwrap(), vec![1, 2]);
         repair_tail(&p).unwrap();
         append_lines(&p, &[3]).unwrap();
-        assert_eq!(read_lines::<i32>(&p).unwrap(), vec![1, 2, 3]);
+        assert_eq!(read(&p).unwrap(), vec![1, 2, 3]);
         fs::write(&p, "1\nxx\n3\n").unwrap();
-        assert_eq!(read_lines::<i32>(&p).unwrap_err().code(), "store_corrupt");
+        assert_eq!(read(&p).unwrap_err().code(), "store_corrupt");
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! second process out.
 
 mod fsio;
+mod journal;
 mod lock;
 
 use std::collections::HashMap;
@@ -33,6 +34,7 @@ use crate::model::{
 };
 use crate::page::{Cursor, Page, PageRequest};
 use crate::traits::{EffectLedger, RunStore, SessionStore};
+use journal::Journal;
 
 /// The file backend. Cheap to clone; all clones share one index and one lock.
 #[derive(Debug, Clone)]
@@ -54,6 +56,10 @@ struct Index {
     runs: HashMap<String, Run>,
     leases: HashMap<String, Lease>,
     effects: HashMap<String, Effect>,
+    /// Offsets of each session's `messages.jsonl`.
+    messages: HashMap<String, Journal>,
+    /// Offsets of each run's `events.jsonl`.
+    events: HashMap<String, Journal>,
 }
 
 impl FileStore {
@@ -125,6 +131,7 @@ impl Inner {
         fsio::create_dir_durable(&dir)?;
         fsio::append_lines::<Value>(&dir.join("messages.jsonl"), &[])?;
         fsio::write_json(&dir.join("session.json"), &session)?;
+        idx.messages.insert(session.id.clone(), Journal::default());
         idx.sessions.insert(session.id.clone(), session.clone());
         Ok(session)
     }
@@ -155,23 +162,26 @@ impl Inner {
         let stored = model::apply_append(&mut session, messages, now)?;
         let dir = self.session_dir(id);
         // The journal line is the truth; session.json is reconciled from it after a crash.
-        fsio::append_lines(&dir.join("messages.jsonl"), &stored)?;
+        idx.messages.entry(id.to_owned()).or_default().append(&dir.join("messages.jsonl"), &stored)?;
         fsio::write_json(&dir.join("session.json"), &session)?;
         idx.sessions.insert(id.to_owned(), session.clone());
         Ok(MessagesAppended { session, messages: stored })
     }
 
     fn list_messages(&self, id: &str, page: &PageRequest) -> Result<Page<StoredMessage>, StoreError> {
-        if !self.index().sessions.contains_key(id) {
-            return Err(StoreError::not_found("session", id));
-        }
         let after = page.after.as_ref().map(Cursor::seq).transpose()?.unwrap_or(0);
         let size = page.size();
-        let items: Vec<StoredMessage> = fsio::read_lines::<StoredMessage>(&self.session_dir(id).join("messages.jsonl"))?
-            .into_iter()
-            .filter(|m| m.seq > after)
-            .take(size + 1)
-            .collect();
+        let window = {
+            let idx = self.index();
+            if !idx.sessions.contains_key(id) {
+                return Err(StoreError::not_found("session", id));
+            }
+            idx.messages.get(id).and_then(|j| j.window(after, size + 1))
+        };
+        let items: Vec<StoredMessage> = match window {
+            Some(w) => w.read(&self.session_dir(id).join("messages.jsonl"))?,
+            None => Vec::new(),
+        };
         Ok(Page::from_overfetch(items, size, |m| Cursor::at_seq(m.seq)))
     }
 
@@ -181,6 +191,7 @@ impl Inner {
         if idx.sessions.remove(id).is_none() {
             return Ok(false);
         }
+        idx.messages.remove(id);
         let dir = self.session_dir(id);
         // Without session.json the directory is ignored at load, so a crash mid-delete is safe.
         let head = dir.join("session.json");
@@ -215,6 +226,7 @@ impl Inner {
         fsio::create_dir_durable(&dir)?;
         fsio::append_lines::<Value>(&dir.join("events.jsonl"), &[])?;
         fsio::write_json(&dir.join("run.json"), &run)?;
+        idx.events.insert(run.id.clone(), Journal::default());
         idx.runs.insert(run.id.clone(), run.clone());
         Ok(run)
     }
@@ -238,24 +250,28 @@ impl Inner {
         model::encode_event_data(event_type, &data)?;
         let now = self.now();
         let mut idx = self.index();
-        let run = idx.runs.get_mut(run_id).ok_or_else(|| StoreError::not_found("run", run_id))?;
+        let Index { runs, events, .. } = &mut *idx;
+        let run = runs.get_mut(run_id).ok_or_else(|| StoreError::not_found("run", run_id))?;
         let event = RunEvent { run_id: run_id.to_owned(), seq: run.last_seq + 1, event_type: event_type.to_owned(), data, created_at: now };
-        fsio::append_lines(&self.run_dir(run_id).join("events.jsonl"), std::slice::from_ref(&event))?;
+        events.entry(run_id.to_owned()).or_default().append(&self.run_dir(run_id).join("events.jsonl"), std::slice::from_ref(&event))?;
         run.last_seq = event.seq;
         run.updated_at = now;
         Ok(event.seq)
     }
 
     fn events_after(&self, run_id: &str, after: u64, limit: u32) -> Result<Vec<RunEvent>, StoreError> {
-        if !self.index().runs.contains_key(run_id) {
-            return Err(StoreError::not_found("run", run_id));
-        }
         let size = PageRequest::first(limit).size();
-        Ok(fsio::read_lines::<RunEvent>(&self.run_dir(run_id).join("events.jsonl"))?
-            .into_iter()
-            .filter(|e| e.seq > after)
-            .take(size)
-            .collect())
+        let window = {
+            let idx = self.index();
+            if !idx.runs.contains_key(run_id) {
+                return Err(StoreError::not_found("run", run_id));
+            }
+            idx.events.get(run_id).and_then(|j| j.window(after, size))
+        };
+        match window {
+            Some(w) => w.read(&self.run_dir(run_id).join("events.jsonl")),
+            None => Ok(Vec::new()),
+        }
     }
 
     fn put_checkpoint(&self, run_id: &str, seq: u64, state: Value) -> Result<Checkpoint, StoreError> {
@@ -410,27 +426,26 @@ impl Index {
         let mut index = Index::default();
         for entry in subdirs(&dir.join(SESSIONS))? {
             let Some(mut session) = fsio::read_json::<Session>(&entry.join("session.json"))? else { continue };
-            let journal = entry.join("messages.jsonl");
-            fsio::repair_tail(&journal)?;
-            let messages = fsio::read_lines::<StoredMessage>(&journal)?;
-            let count = messages.len() as u64;
+            let (journal, last) = Journal::open::<StoredMessage>(&entry.join("messages.jsonl"))?;
+            let count = journal.count();
             if count != session.message_count {
                 session.revision += count.abs_diff(session.message_count);
                 session.message_count = count;
-                if let Some(last) = messages.last() {
+                if let Some(last) = last {
                     session.updated_at = session.updated_at.max(last.ts);
                 }
             }
+            index.messages.insert(session.id.clone(), journal);
             index.sessions.insert(session.id.clone(), session);
         }
         for entry in subdirs(&dir.join(RUNS))? {
             let Some(mut run) = fsio::read_json::<Run>(&entry.join("run.json"))? else { continue };
-            let journal = entry.join("events.jsonl");
-            fsio::repair_tail(&journal)?;
-            if let Some(last) = fsio::read_lines::<RunEvent>(&journal)?.last() {
-                run.last_seq = last.seq;
+            let (journal, last) = Journal::open::<RunEvent>(&entry.join("events.jsonl"))?;
+            run.last_seq = journal.count();
+            if let Some(last) = last {
                 run.updated_at = run.updated_at.max(last.created_at);
             }
+            index.events.insert(run.id.clone(), journal);
             if let Some(lease) = fsio::read_json::<Lease>(&entry.join("lease.json"))? {
                 index.leases.insert(run.id.clone(), lease);
             }
