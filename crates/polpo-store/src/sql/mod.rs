@@ -144,6 +144,20 @@ macro_rules! sql_store_impl {
         }
 
         impl $store {
+            /// The newest schema version applied to this database (`polpo db status`); equal
+            /// to the newest embedded migration once the store is open.
+            pub async fn schema_version(&self) -> Result<Option<i64>, StoreError> {
+                Ok(sqlx::query("SELECT MAX(version) AS version FROM polpo_schema_migrations WHERE success")
+                    .fetch_one(&self.pool)
+                    .await?
+                    .try_get("version")?)
+            }
+
+            /// The newest schema version this build knows.
+            pub fn latest_schema_version() -> i64 {
+                MIGRATIONS.iter().map(|(v, _, _)| *v).max().unwrap_or(0)
+            }
+
             fn now(&self) -> chrono::DateTime<chrono::Utc> {
                 now_ms(self.clock.as_ref())
             }
