@@ -17,6 +17,8 @@ pub const MAX_EFFECT_KEY_LEN: usize = 512;
 pub const MAX_REASONING_BYTES: usize = 64 * 1024;
 /// Largest run-event payload (serialized JSON), as in the reference run stream.
 pub const MAX_EVENT_BYTES: usize = 256 * 1024;
+/// Most events one `append_events` call takes, as in the reference run stream.
+pub const MAX_EVENT_BATCH: usize = 256;
 /// Title length (characters) derived from the first user message.
 pub const TITLE_CHARS: usize = 60;
 
@@ -252,6 +254,31 @@ pub struct RunEvent {
     pub created_at: DateTime<Utc>,
 }
 
+/// An event to append to a run's journal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRunEvent {
+    /// Event type (`run.started`, `output.text.delta` …).
+    pub event_type: String,
+    /// Event payload (≤ 256 KiB serialized).
+    pub data: Value,
+}
+
+impl NewRunEvent {
+    /// An event of `event_type` carrying `data`.
+    pub fn new(event_type: impl Into<String>, data: Value) -> Self {
+        Self { event_type: event_type.into(), data }
+    }
+}
+
+/// Check a batch of run events (size of the batch and of each event) and return each event's
+/// serialized payload.
+pub(crate) fn encode_event_batch(events: &[NewRunEvent]) -> Result<Vec<String>, StoreError> {
+    if events.is_empty() || events.len() > MAX_EVENT_BATCH {
+        return Err(StoreError::Invalid(format!("append 1-{MAX_EVENT_BATCH} events at a time")));
+    }
+    events.iter().map(|e| encode_event_data(&e.event_type, &e.data)).collect()
+}
+
 /// The latest resumable state of a run, taken after journal event `seq`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -440,7 +467,7 @@ fn cap_reasoning(reasoning: Option<String>) -> (Option<String>, bool) {
 }
 
 /// Check a run-event payload's size and return its serialized form.
-pub(crate) fn encode_event_data(event_type: &str, data: &Value) -> Result<String, StoreError> {
+fn encode_event_data(event_type: &str, data: &Value) -> Result<String, StoreError> {
     if event_type.is_empty() || event_type.len() > 128 {
         return Err(StoreError::Invalid("event type must be 1-128 bytes".into()));
     }

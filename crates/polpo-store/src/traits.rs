@@ -1,6 +1,7 @@
 //! The store interfaces the engine and server code against. Object-safe (`Arc<dyn …>`) so the
 //! backend is chosen at run time from `settings.storage`.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -8,7 +9,7 @@ use serde_json::Value;
 
 use crate::error::StoreError;
 use crate::model::{
-    Checkpoint, Effect, EffectClaim, Lease, MessagesAppended, NewMessage, NewRun, NewSession, Run, RunEvent, RunFilter,
+    Checkpoint, Effect, EffectClaim, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession, Run, RunEvent, RunFilter,
     RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
 };
 use crate::page::{Page, PageRequest};
@@ -66,9 +67,16 @@ pub trait RunStore: Send + Sync {
         expected_revision: Option<u64>,
     ) -> Result<Run, StoreError>;
 
-    /// Append one event to the run's journal; returns its sequence number (1, 2, 3 … with no
-    /// gaps, even under concurrent appends). Durable when this returns.
-    async fn append_event(&self, run_id: &str, event_type: &str, data: Value) -> Result<u64, StoreError>;
+    /// Append 1–256 events to the run's journal atomically (all or none), numbered 1, 2, 3 …
+    /// with no gaps even under concurrent appends; returns the sequence numbers they got.
+    /// Durable when this returns. Batching amortises the fsync/commit over many events
+    /// (streamed output deltas).
+    async fn append_events(&self, run_id: &str, events: Vec<NewRunEvent>) -> Result<RangeInclusive<u64>, StoreError>;
+
+    /// Append one event; returns its sequence number. See [`RunStore::append_events`].
+    async fn append_event(&self, run_id: &str, event_type: &str, data: Value) -> Result<u64, StoreError> {
+        Ok(*self.append_events(run_id, vec![NewRunEvent::new(event_type, data)]).await?.end())
+    }
 
     /// Up to `limit` (≤ 1000) events with `seq > after_seq`, in order.
     async fn events_after(&self, run_id: &str, after_seq: u64, limit: u32) -> Result<Vec<RunEvent>, StoreError>;

@@ -10,7 +10,7 @@ mod support;
 use std::time::Instant;
 
 use polpo_core::message::Message;
-use polpo_store::{NewMessage, NewRun, NewSession, PageRequest, StoreKind};
+use polpo_store::{NewMessage, NewRun, NewRunEvent, NewSession, PageRequest, StoreKind};
 use serde_json::json;
 use support::TestStore;
 
@@ -51,6 +51,12 @@ async fn measure(kind: StoreKind) {
     }
     let append_events = rate(EVENTS, started);
     let started = Instant::now();
+    for b in 0..EVENTS / 50 {
+        let batch = (0..50).map(|i| NewRunEvent::new("output.text.delta", json!({"delta": format!("token {b}.{i} ")}))).collect();
+        t.store.runs.append_events(&rid, batch).await.unwrap();
+    }
+    let append_batches = rate(EVENTS, started);
+    let started = Instant::now();
     let mut after = 0;
     loop {
         let got = t.store.runs.events_after(&rid, after, 100).await.unwrap();
@@ -64,6 +70,7 @@ async fn measure(kind: StoreKind) {
     println!("  session append (1 message, durable)  {append_messages}");
     println!("  session read (pages of 100)          {read_messages}");
     println!("  run-event append (durable)           {append_events}");
+    println!("  run-event append, batches of 50      {append_batches}");
     println!("  run-event read (pages of 100)        {read_events}");
     t.finish().await;
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::Duration as Span;
 use polpo_core::message::{Message, Role, ToolCall, Usage};
 use polpo_store::{
-    EffectClaim, EffectStatus, NewMessage, NewRun, NewSession, PageRequest, RunFilter, RunStatus, SessionFilter,
+    EffectClaim, EffectStatus, NewMessage, NewRun, NewRunEvent, NewSession, PageRequest, RunFilter, RunStatus, SessionFilter,
     SessionPatch, StoreError, MAX_REASONING_BYTES,
 };
 use serde_json::json;
@@ -242,6 +242,30 @@ async fn run_event_sequence_is_gap_free_under_concurrent_appends(t: &TestStore) 
     assert_eq!(code(r.append_event(&id, "output.text.delta", huge).await), "invalid_input");
 }
 
+async fn event_batches_are_atomic_and_numbered_in_order(t: &TestStore) {
+    let r = t.store.runs.clone();
+    let id = r.create_run(run("coder")).await.unwrap().id;
+    assert_eq!(r.append_event(&id, "run.started", json!({})).await.unwrap(), 1);
+    let deltas = |n: usize| (0..n).map(|i| NewRunEvent::new("output.text.delta", json!({"i": i}))).collect::<Vec<_>>();
+    assert_eq!(r.append_events(&id, deltas(10)).await.unwrap(), 2..=11);
+    // Batches racing single appends still leave one gap-free journal.
+    let (a, b) = tokio::join!(r.append_events(&id, deltas(100)), r.append_event(&id, "tool.started", json!({})));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.clone().count(), 100);
+    assert!(!a.contains(&b));
+    let events = r.events_after(&id, 0, 1000).await.unwrap();
+    assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), (1..=112).collect::<Vec<u64>>());
+    let batch: Vec<_> = events.iter().filter(|e| a.contains(&e.seq)).map(|e| e.data["i"].as_u64().unwrap()).collect();
+    assert_eq!(batch, (0..100).collect::<Vec<u64>>(), "a batch keeps its order");
+
+    let mut bad = deltas(3);
+    bad[1].data = json!({"text": "x".repeat(300 * 1024)});
+    assert_eq!(code(r.append_events(&id, bad).await), "invalid_input");
+    assert_eq!(code(r.append_events(&id, deltas(257)).await), "invalid_input");
+    assert_eq!(code(r.append_events(&id, vec![]).await), "invalid_input");
+    assert_eq!(r.get_run(&id).await.unwrap().unwrap().last_seq, 112, "a refused batch appends nothing");
+}
+
 async fn checkpoints_keep_the_latest(t: &TestStore) {
     let r = &t.store.runs;
     let id = r.create_run(run("coder")).await.unwrap().id;
@@ -432,6 +456,7 @@ conformance!(
     stale_revisions_and_taken_ids_conflict,
     runs_follow_their_state_machine_and_list_newest_first,
     run_event_sequence_is_gap_free_under_concurrent_appends,
+    event_batches_are_atomic_and_numbered_in_order,
     checkpoints_keep_the_latest,
     leases_are_exclusive_until_they_expire,
     workers_claim_each_run_once_until_its_lease_lapses,

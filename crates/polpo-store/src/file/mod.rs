@@ -17,6 +17,7 @@ mod journal;
 mod lock;
 
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -29,7 +30,7 @@ use sha2::{Digest, Sha256};
 use crate::clock::{Clock, now_ms};
 use crate::error::StoreError;
 use crate::model::{
-    self, Checkpoint, Effect, EffectClaim, EffectStatus, Lease, MessagesAppended, NewMessage, NewRun, NewSession, Run,
+    self, Checkpoint, Effect, EffectClaim, EffectStatus, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession, Run,
     RunEvent, RunFilter, RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
 };
 use crate::page::{Cursor, Page, PageRequest};
@@ -246,17 +247,23 @@ impl Inner {
         Ok(run)
     }
 
-    fn append_event(&self, run_id: &str, event_type: &str, data: Value) -> Result<u64, StoreError> {
-        model::encode_event_data(event_type, &data)?;
+    fn append_events(&self, run_id: &str, new: Vec<NewRunEvent>) -> Result<RangeInclusive<u64>, StoreError> {
+        model::encode_event_batch(&new)?;
         let now = self.now();
         let mut idx = self.index();
         let Index { runs, events, .. } = &mut *idx;
         let run = runs.get_mut(run_id).ok_or_else(|| StoreError::not_found("run", run_id))?;
-        let event = RunEvent { run_id: run_id.to_owned(), seq: run.last_seq + 1, event_type: event_type.to_owned(), data, created_at: now };
-        events.entry(run_id.to_owned()).or_default().append(&self.run_dir(run_id).join("events.jsonl"), std::slice::from_ref(&event))?;
-        run.last_seq = event.seq;
+        let first = run.last_seq + 1;
+        let batch: Vec<RunEvent> = new
+            .into_iter()
+            .zip(first..)
+            .map(|(e, seq)| RunEvent { run_id: run_id.to_owned(), seq, event_type: e.event_type, data: e.data, created_at: now })
+            .collect();
+        let last = first + batch.len() as u64 - 1;
+        events.entry(run_id.to_owned()).or_default().append(&self.run_dir(run_id).join("events.jsonl"), &batch)?;
+        run.last_seq = last;
         run.updated_at = now;
-        Ok(event.seq)
+        Ok(first..=last)
     }
 
     fn events_after(&self, run_id: &str, after: u64, limit: u32) -> Result<Vec<RunEvent>, StoreError> {
@@ -563,9 +570,9 @@ impl RunStore for FileStore {
         self.blocking(move |s| s.update_run_status(&id, status, error, expected_revision)).await
     }
 
-    async fn append_event(&self, run_id: &str, event_type: &str, data: Value) -> Result<u64, StoreError> {
-        let (id, ty) = (owned(run_id), owned(event_type));
-        self.blocking(move |s| s.append_event(&id, &ty, data)).await
+    async fn append_events(&self, run_id: &str, events: Vec<NewRunEvent>) -> Result<RangeInclusive<u64>, StoreError> {
+        let id = owned(run_id);
+        self.blocking(move |s| s.append_events(&id, events)).await
     }
 
     async fn events_after(&self, run_id: &str, after_seq: u64, limit: u32) -> Result<Vec<RunEvent>, StoreError> {

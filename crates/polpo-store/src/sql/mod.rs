@@ -67,7 +67,7 @@ macro_rules! sql_store_impl {
         use crate::clock::{from_millis, now_ms};
         use crate::error::StoreError;
         use crate::model::{
-            self, Checkpoint, Effect, EffectClaim, EffectStatus, Lease, MessagesAppended, NewMessage, NewRun, NewSession,
+            self, Checkpoint, Effect, EffectClaim, EffectStatus, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession,
             Run, RunEvent, RunFilter, RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
         };
         use crate::page::{Cursor, Page, PageRequest};
@@ -454,28 +454,39 @@ macro_rules! sql_store_impl {
                 Ok(run)
             }
 
-            async fn append_event(&self, run_id: &str, event_type: &str, data: Value) -> Result<u64, StoreError> {
-                let text = model::encode_event_data(event_type, &data)?;
+            async fn append_events(
+                &self,
+                run_id: &str,
+                events: Vec<NewRunEvent>,
+            ) -> Result<std::ops::RangeInclusive<u64>, StoreError> {
+                let texts = model::encode_event_batch(&events)?;
                 let now = self.now().timestamp_millis();
+                let n = events.len() as i64;
                 let mut tx = self.tx().await?;
                 // The row lock taken by this UPDATE serialises appends to one run: gap-free seqs.
-                let seq: i64 = sqlx::query("UPDATE runs SET last_seq = last_seq + 1, updated_at = $2 WHERE id = $1 RETURNING last_seq")
-                    .bind(run_id)
-                    .bind(now)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .ok_or_else(|| StoreError::not_found("run", run_id))?
-                    .try_get("last_seq")?;
-                sqlx::query("INSERT INTO run_events (run_id, seq, event_type, data, created_at) VALUES ($1, $2, $3, $4, $5)")
-                    .bind(run_id)
-                    .bind(seq)
-                    .bind(event_type)
-                    .bind(text)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await?;
+                let last: i64 = sqlx::query(
+                    "UPDATE runs SET last_seq = last_seq + $3, updated_at = $2 WHERE id = $1 RETURNING last_seq",
+                )
+                .bind(run_id)
+                .bind(now)
+                .bind(n)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| StoreError::not_found("run", run_id))?
+                .try_get("last_seq")?;
+                let first = last - n + 1;
+                for ((event, text), seq) in events.iter().zip(texts).zip(first..) {
+                    sqlx::query("INSERT INTO run_events (run_id, seq, event_type, data, created_at) VALUES ($1, $2, $3, $4, $5)")
+                        .bind(run_id)
+                        .bind(seq)
+                        .bind(&event.event_type)
+                        .bind(text)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 tx.commit().await?;
-                Ok(from_db(seq))
+                Ok(from_db(first)..=from_db(last))
             }
 
             async fn events_after(&self, run_id: &str, after_seq: u64, limit: u32) -> Result<Vec<RunEvent>, StoreError> {
