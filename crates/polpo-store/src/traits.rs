@@ -41,6 +41,9 @@ pub trait SessionStore: Send + Sync {
     /// Messages oldest first, one page at a time.
     async fn list_messages(&self, session_id: &str, page: &PageRequest) -> Result<Page<StoredMessage>, StoreError>;
 
+    /// The last `limit` (≤ 1000) messages, oldest first: the tail a model context is built from.
+    async fn recent_messages(&self, session_id: &str, limit: u32) -> Result<Vec<StoredMessage>, StoreError>;
+
     /// Delete a session and its messages. `false` when it did not exist.
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError>;
 }

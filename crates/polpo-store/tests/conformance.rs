@@ -150,6 +150,13 @@ async fn pagination_has_no_duplicates_and_no_gaps(t: &TestStore) {
     }
     assert_eq!(texts, (0..10).map(|i| format!("m{i}")).collect::<Vec<_>>());
 
+    let tail = s.recent_messages(id, 4).await.unwrap();
+    assert_eq!(tail.iter().map(|m| m.message.text_content()).collect::<Vec<_>>(), vec!["m6", "m7", "m8", "m9"]);
+    assert_eq!(s.recent_messages(id, 50).await.unwrap().len(), 10);
+    let empty = s.create_session(session("a")).await.unwrap().id;
+    assert!(s.recent_messages(&empty, 5).await.unwrap().is_empty());
+    assert_eq!(code(s.recent_messages("missing", 5).await), "not_found");
+
     let bogus = PageRequest::after(polpo_store::Cursor::from_wire("not-a-cursor"), 3);
     assert_eq!(code(s.list_sessions(&SessionFilter::default(), &bogus).await), "invalid_cursor");
     assert_eq!(code(s.list_messages(id, &bogus).await), "invalid_cursor");

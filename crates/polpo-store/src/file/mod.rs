@@ -186,6 +186,20 @@ impl Inner {
         Ok(Page::from_overfetch(items, size, |m| Cursor::at_seq(m.seq)))
     }
 
+    fn recent_messages(&self, id: &str, limit: u32) -> Result<Vec<StoredMessage>, StoreError> {
+        let size = PageRequest::first(limit).size();
+        let window = {
+            let idx = self.index();
+            let journal = idx.messages.get(id).filter(|_| idx.sessions.contains_key(id));
+            let journal = journal.ok_or_else(|| StoreError::not_found("session", id))?;
+            journal.window(journal.count().saturating_sub(size as u64), size)
+        };
+        match window {
+            Some(w) => w.read(&self.session_dir(id).join("messages.jsonl")),
+            None => Ok(Vec::new()),
+        }
+    }
+
     fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
         model::validate_id("session", id)?;
         let mut idx = self.index();
@@ -527,6 +541,11 @@ impl SessionStore for FileStore {
     async fn list_messages(&self, session_id: &str, page: &PageRequest) -> Result<Page<StoredMessage>, StoreError> {
         let (id, page) = (owned(session_id), page.clone());
         self.blocking(move |s| s.list_messages(&id, &page)).await
+    }
+
+    async fn recent_messages(&self, session_id: &str, limit: u32) -> Result<Vec<StoredMessage>, StoreError> {
+        let id = owned(session_id);
+        self.blocking(move |s| s.recent_messages(&id, limit)).await
     }
 
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {

@@ -338,6 +338,21 @@ macro_rules! sql_store_impl {
                 Ok(Page::from_overfetch(items, size, |m| Cursor::at_seq(m.seq)))
             }
 
+            async fn recent_messages(&self, session_id: &str, limit: u32) -> Result<Vec<StoredMessage>, StoreError> {
+                let rows = sqlx::query(
+                    "SELECT body FROM (SELECT seq, body FROM messages WHERE session_id = $1 ORDER BY seq DESC LIMIT $2) tail \
+                     ORDER BY seq",
+                )
+                .bind(session_id)
+                .bind(to_db(PageRequest::first(limit).size() as u64))
+                .fetch_all(&self.pool)
+                .await?;
+                if rows.is_empty() && !self.session_exists(session_id).await? {
+                    return Err(StoreError::not_found("session", session_id));
+                }
+                rows.iter().map(|r| from_text::<StoredMessage>(r.try_get::<&str, _>("body")?)).collect()
+            }
+
             async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
                 let mut tx = self.tx().await?;
                 sqlx::query("DELETE FROM messages WHERE session_id = $1").bind(id).execute(&mut *tx).await?;
