@@ -1,0 +1,196 @@
+//! Splitting streamed model output into visible text and `<tool_call>` bodies.
+//!
+//! Text is released as soon as it cannot be the start of a `<tool_call>` tag, so users see tokens
+//! as they decode while a call is never shown as text. Output that opens with `{` is taken as one
+//! bare call body (how Qwen writes calls when left to itself). The same splitter serves grammar-constrained
+//! output and free text in which a model wrote a call on its own.
+
+use polpo_core::message::ToolCall;
+
+const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
+
+/// A piece of output, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    /// Visible text.
+    Text(String),
+    /// The body between `<tool_call>` and `</tool_call>` (or the end of output).
+    Call(String),
+}
+
+/// Streaming splitter state.
+#[derive(Debug, Default)]
+pub struct Splitter {
+    pending: String,
+    in_call: bool,
+    started: bool,
+    bare: bool,
+}
+
+impl Splitter {
+    /// Feed decoded text; returns what is now certain.
+    pub fn push(&mut self, text: &str) -> Vec<Piece> {
+        if !self.started && !text.is_empty() {
+            self.started = true;
+            // Output that opens with `{` is a bare call (the grammar allows no prose starting so).
+            self.bare = text.starts_with('{');
+        }
+        self.pending.push_str(text);
+        let mut out = Vec::new();
+        if self.bare {
+            return out;
+        }
+        loop {
+            if self.in_call {
+                let Some(end) = self.pending.find(CLOSE) else {
+                    return out;
+                };
+                out.push(Piece::Call(self.pending[..end].into()));
+                self.pending.drain(..end + CLOSE.len());
+                self.in_call = false;
+            } else if let Some(start) = self.pending.find(OPEN) {
+                if start > 0 {
+                    out.push(Piece::Text(self.pending[..start].into()));
+                }
+                self.pending.drain(..start + OPEN.len());
+                self.in_call = true;
+            } else {
+                let keep = partial_tag_len(&self.pending);
+                let release = self.pending.len() - keep;
+                if release > 0 {
+                    out.push(Piece::Text(self.pending[..release].into()));
+                    self.pending.drain(..release);
+                }
+                return out;
+            }
+        }
+    }
+
+    /// The output ended: whatever is held back, an unterminated call included.
+    pub fn finish(self) -> Option<Piece> {
+        match (self.in_call || self.bare, self.pending.is_empty()) {
+            (true, _) => Some(Piece::Call(self.pending)),
+            (false, false) => Some(Piece::Text(self.pending)),
+            (false, true) => None,
+        }
+    }
+}
+
+/// Length of the longest suffix of `text` that is a proper prefix of `<tool_call>`.
+fn partial_tag_len(text: &str) -> usize {
+    (1..OPEN.len())
+        .rev()
+        .find(|&n| text.ends_with(&OPEN[..n]))
+        .unwrap_or(0)
+}
+
+/// A call body `{"name": …, "arguments": {…}}` as a runtime tool call with a fresh id, or `None`
+/// when it is not that shape (the caller then shows it as text).
+pub fn parse_call(body: &str) -> Option<ToolCall> {
+    let value: serde_json::Value = serde_json::from_str(body.trim()).ok()?;
+    let name = value.get("name")?.as_str()?.to_string();
+    let arguments = match value.get("arguments") {
+        None | Some(serde_json::Value::Null) => "{}".to_string(),
+        Some(serde_json::Value::String(raw)) => raw.clone(),
+        Some(args) => args.to_string(),
+    };
+    Some(ToolCall {
+        id: format!("call_{}", uuid::Uuid::new_v4().simple()),
+        name,
+        arguments,
+    })
+}
+
+/// How a call body that did not parse is shown: as the text the model wrote.
+pub fn unparsed_call_text(body: &str) -> String {
+    format!("{OPEN}{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(chunks: &[&str]) -> Vec<Piece> {
+        let mut s = Splitter::default();
+        let mut out: Vec<Piece> = chunks.iter().flat_map(|c| s.push(c)).collect();
+        out.extend(s.finish());
+        out
+    }
+
+    fn texts(pieces: &[Piece]) -> String {
+        pieces
+            .iter()
+            .map(|p| {
+                if let Piece::Text(t) = p {
+                    t.as_str()
+                } else {
+                    "|"
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_call_split_across_tokens_is_never_shown_as_text() {
+        let out = split(&[
+            "Let me look.",
+            " <tool",
+            "_call>\n{\"name\": \"re",
+            "ad\"}\n</tool_",
+            "call>",
+        ]);
+        assert_eq!(
+            out,
+            vec![
+                Piece::Text("Let me look.".into()),
+                Piece::Text(" ".into()),
+                Piece::Call("\n{\"name\": \"read\"}\n".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn text_that_only_looks_like_a_tag_start_is_released() {
+        let out = split(&["a <b", "> and <tool", " maybe"]);
+        assert_eq!(texts(&out), "a <b> and <tool maybe");
+        assert!(out.iter().all(|p| matches!(p, Piece::Text(_))));
+        let mut s = Splitter::default();
+        assert_eq!(
+            s.push("x <tool_ca"),
+            vec![Piece::Text("x ".into())],
+            "the tag prefix is held back"
+        );
+    }
+
+    #[test]
+    fn output_opening_with_a_brace_is_one_bare_call() {
+        assert_eq!(
+            split(&["{\"", "name\": \"ls\"}"]),
+            vec![Piece::Call("{\"name\": \"ls\"}".into())]
+        );
+        assert_eq!(texts(&split(&["Use {x}"])), "Use {x}");
+    }
+
+    #[test]
+    fn unterminated_calls_come_out_at_the_end() {
+        assert_eq!(
+            split(&["<tool_call>{\"name\":"]),
+            vec![Piece::Call("{\"name\":".into())]
+        );
+    }
+
+    #[test]
+    fn call_bodies_parse_into_calls_with_fresh_ids() {
+        let call =
+            parse_call("\n{\"name\": \"read\", \"arguments\": {\"path\": \"a.txt\"}}\n").unwrap();
+        assert_eq!(call.name, "read");
+        assert_eq!(call.arguments, r#"{"path":"a.txt"}"#);
+        assert!(call.id.starts_with("call_"));
+        assert_ne!(call.id, parse_call(r#"{"name":"read"}"#).unwrap().id);
+        assert_eq!(parse_call(r#"{"name":"ls"}"#).unwrap().arguments, "{}");
+        assert!(parse_call("not json").is_none());
+        assert_eq!(unparsed_call_text("not json"), "<tool_call>not json");
+        assert!(parse_call(r#"{"arguments":{}}"#).is_none());
+    }
+}

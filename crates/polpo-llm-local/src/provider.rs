@@ -1,0 +1,228 @@
+//! `LocalProvider`: the `local/<model>` provider, a [`ModelProvider`] backed by llama.cpp.
+//!
+//! Each call finds the weights (explicit path, `POLPO_LOCAL_MODEL`, then the cache), loads them
+//! once per process, and generates on a blocking thread that streams events through a channel.
+//! Dropping the stream closes the channel, and generation stops at the next token.
+
+use crate::install;
+use polpo_llm::{LlmError, ModelProvider, ModelRequest, ModelStream};
+use std::path::PathBuf;
+
+/// Default context window: enough for a system prompt with a few tool schemas and a short
+/// conversation, small enough that the KV cache stays cheap on a laptop.
+pub const DEFAULT_CONTEXT_SIZE: u32 = 4096;
+
+/// Default output cap when the request sets none: a small model that loops should stop soon.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 512;
+
+/// Where the provider finds weights and how big a generation may get.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalSettings {
+    /// Folder of installed models (see [`install::default_cache_dir`]).
+    pub cache_dir: PathBuf,
+    /// A GGUF to use whatever the request's model name (config key or CLI flag); wins over all.
+    pub model_path: Option<PathBuf>,
+    /// Context window in tokens.
+    pub context_size: u32,
+    /// Output cap when the request sets none; requests may ask for less, never for more.
+    pub max_output_tokens: u32,
+    /// CPU threads for inference.
+    pub threads: usize,
+}
+
+impl LocalSettings {
+    /// Defaults with models looked up in `cache_dir`, one thread per available core.
+    pub fn new(cache_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            cache_dir: cache_dir.into(),
+            model_path: None,
+            context_size: DEFAULT_CONTEXT_SIZE,
+            max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS,
+            threads: std::thread::available_parallelism().map_or(1, usize::from),
+        }
+    }
+}
+
+/// The in-process local model provider.
+#[derive(Debug, Clone)]
+pub struct LocalProvider {
+    settings: LocalSettings,
+}
+
+impl LocalProvider {
+    /// A provider with these settings; nothing is loaded until the first call.
+    pub fn new(settings: LocalSettings) -> Self {
+        Self { settings }
+    }
+
+    /// The settings this provider runs with.
+    pub fn settings(&self) -> &LocalSettings {
+        &self.settings
+    }
+
+    /// True when this binary can run models (built with the `llama` feature).
+    pub fn is_supported() -> bool {
+        cfg!(feature = "llama")
+    }
+}
+
+#[async_trait::async_trait]
+impl ModelProvider for LocalProvider {
+    async fn stream(&self, request: ModelRequest) -> Result<ModelStream, LlmError> {
+        let path = install::locate(
+            self.settings.model_path.as_deref(),
+            &request.model,
+            &self.settings.cache_dir,
+        )?;
+        run::start(&self.settings, path, request).await
+    }
+}
+
+#[cfg(not(feature = "llama"))]
+mod run {
+    use super::*;
+    use crate::error::LocalModelError;
+
+    pub async fn start(
+        _: &LocalSettings,
+        _: PathBuf,
+        _: ModelRequest,
+    ) -> Result<ModelStream, LlmError> {
+        Err(LocalModelError::Unsupported.into())
+    }
+}
+
+#[cfg(feature = "llama")]
+mod run {
+    use super::*;
+    use crate::engine::{self, Job, LoadedModel, Stop};
+    use crate::framing::{self, Piece, Splitter};
+    use crate::grammar::ToolConstraint;
+    use crate::prompt;
+    use polpo_core::message::{FinishReason, Usage};
+    use polpo_llm::{LlmErrorKind, ModelEvent, ToolChoice};
+    use std::sync::Arc;
+    use tokio::sync::mpsc;
+
+    type Sender = mpsc::Sender<Result<ModelEvent, LlmError>>;
+
+    /// Events buffered between the decoding thread and the consumer.
+    const CHANNEL_CAPACITY: usize = 64;
+
+    pub async fn start(
+        settings: &LocalSettings,
+        path: PathBuf,
+        request: ModelRequest,
+    ) -> Result<ModelStream, LlmError> {
+        let model = tokio::task::spawn_blocking(move || engine::load(&path))
+            .await
+            .map_err(joined)??;
+        let job = job(settings, &request);
+        let (tx, mut rx) = mpsc::channel(CHANNEL_CAPACITY);
+        tokio::task::spawn_blocking(move || generate(&model, &job, &tx));
+        Ok(Box::pin(futures::stream::poll_fn(move |cx| {
+            rx.poll_recv(cx)
+        })))
+    }
+
+    fn joined(e: tokio::task::JoinError) -> LlmError {
+        LlmError::new(
+            LlmErrorKind::ProviderUnavailable,
+            format!("local model loader stopped: {e}"),
+        )
+    }
+
+    fn job(settings: &LocalSettings, request: &ModelRequest) -> Job {
+        let tools = prompt::offered_tools(request);
+        let grammar = (!tools.is_empty()).then(|| ToolConstraint {
+            tools: tools.into_iter().cloned().collect(),
+            allow_text: matches!(request.tool_choice, ToolChoice::Auto),
+        });
+        Job {
+            turns: prompt::turns(request),
+            grammar,
+            context_size: settings.context_size,
+            max_tokens: request
+                .max_output_tokens
+                .map_or(settings.max_output_tokens, |n| {
+                    n.min(settings.max_output_tokens)
+                }),
+            threads: settings.threads,
+            temperature: request.temperature,
+        }
+    }
+
+    /// Runs on a blocking thread: decode, split text from calls, send events until done or dropped.
+    fn generate(model: &Arc<LoadedModel>, job: &Job, tx: &Sender) {
+        let mut splitter = Splitter::default();
+        let mut calls = 0usize;
+        let result = model.generate(job, &mut |text| {
+            splitter
+                .push(text)
+                .into_iter()
+                .all(|p| send_piece(tx, p, &mut calls))
+        });
+        let stats = match result {
+            Ok(stats) if stats.stop == Stop::Cancelled => return,
+            Ok(stats) => stats,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e.into()));
+                return;
+            }
+        };
+        if let Some(piece) = splitter.finish()
+            && !send_piece(tx, piece, &mut calls)
+        {
+            return;
+        }
+        let finish = match stats.stop {
+            _ if calls > 0 => FinishReason::ToolCalls,
+            Stop::Limit => FinishReason::Length,
+            Stop::EndOfTurn | Stop::Cancelled => FinishReason::Stop,
+        };
+        let usage = Usage {
+            input_tokens: stats.prompt_tokens as u64,
+            output_tokens: stats.completion_tokens as u64,
+        };
+        let _ = tx
+            .blocking_send(Ok(ModelEvent::Usage(usage)))
+            .and_then(|()| tx.blocking_send(Ok(ModelEvent::Finish(finish))));
+    }
+
+    /// Send one piece as events; false when the consumer is gone.
+    fn send_piece(tx: &Sender, piece: Piece, calls: &mut usize) -> bool {
+        let event = match piece {
+            Piece::Text(text) => ModelEvent::TextDelta(text),
+            Piece::Call(body) => match framing::parse_call(&body) {
+                Some(call) => {
+                    *calls += 1;
+                    ModelEvent::ToolCall(call)
+                }
+                None => ModelEvent::TextDelta(framing::unparsed_call_text(&body)),
+            },
+        };
+        tx.blocking_send(Ok(event)).is_ok()
+    }
+}
+
+#[cfg(all(test, not(feature = "llama")))]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn without_llama_the_provider_says_how_to_get_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider = LocalProvider::new(LocalSettings {
+            model_path: Some(dir.path().join("m.gguf")),
+            ..LocalSettings::new(dir.path())
+        });
+        let e = provider
+            .stream(ModelRequest::default())
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(e.kind, polpo_llm::LlmErrorKind::ProviderUnavailable);
+        assert!(e.message.contains("`llama` feature"), "{}", e.message);
+        assert!(!LocalProvider::is_supported());
+    }
+}
