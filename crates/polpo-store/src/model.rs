@@ -21,6 +21,14 @@ pub const MAX_EVENT_BYTES: usize = 256 * 1024;
 pub const MAX_EVENT_BATCH: usize = 256;
 /// Title length (characters) derived from the first user message.
 pub const TITLE_CHARS: usize = 60;
+/// Longest title a caller may set explicitly (characters).
+pub const MAX_TITLE_CHARS: usize = 1000;
+/// Largest session metadata object (serialized).
+pub const MAX_METADATA_BYTES: usize = 64 * 1024;
+/// Largest single message (serialized, attachments included).
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+/// Largest checkpoint state (serialized).
+pub const MAX_CHECKPOINT_BYTES: usize = 64 * 1024 * 1024;
 
 /// A conversation with one agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -397,7 +405,7 @@ pub(crate) fn session_from_new(new: NewSession, now: DateTime<Utc>) -> Result<Se
     Ok(Session {
         id,
         agent: new.agent,
-        title: new.title.map(|t| t.chars().take(TITLE_CHARS).collect()).unwrap_or_default(),
+        title: new.title.map(check_title).transpose()?.unwrap_or_default(),
         user: new.user,
         metadata,
         created_at: now,
@@ -407,13 +415,45 @@ pub(crate) fn session_from_new(new: NewSession, now: DateTime<Utc>) -> Result<Se
     })
 }
 
-/// `Null` → `{}`; anything else must be an object.
-pub(crate) fn normalise_metadata(metadata: Value) -> Result<Value, StoreError> {
+/// `Null` → `{}`; anything else must be an object of bounded size.
+fn normalise_metadata(metadata: Value) -> Result<Value, StoreError> {
     match metadata {
         Value::Null => Ok(Value::Object(Default::default())),
-        Value::Object(_) => Ok(metadata),
+        Value::Object(_) => {
+            check_size("session metadata", &metadata, MAX_METADATA_BYTES)?;
+            Ok(metadata)
+        }
         _ => Err(StoreError::Invalid("metadata must be a JSON object".into())),
     }
+}
+
+fn check_title(title: String) -> Result<String, StoreError> {
+    if title.chars().count() > MAX_TITLE_CHARS {
+        return Err(StoreError::Invalid(format!("title longer than {MAX_TITLE_CHARS} characters")));
+    }
+    Ok(title)
+}
+
+/// Refuse a value whose JSON form exceeds `limit` bytes.
+pub(crate) fn check_size<T: Serialize>(what: &str, value: &T, limit: usize) -> Result<(), StoreError> {
+    let len = serde_json::to_vec(value).map_err(|e| StoreError::Invalid(e.to_string()))?.len();
+    if len > limit {
+        return Err(StoreError::Invalid(format!("{what} exceeds {limit} bytes")));
+    }
+    Ok(())
+}
+
+/// Apply a title/metadata change to a session.
+pub(crate) fn apply_patch(session: &mut Session, patch: SessionPatch, now: DateTime<Utc>) -> Result<(), StoreError> {
+    if let Some(title) = patch.title {
+        session.title = check_title(title)?;
+    }
+    if let Some(metadata) = patch.metadata {
+        session.metadata = normalise_metadata(metadata)?;
+    }
+    session.revision += 1;
+    session.updated_at = now;
+    Ok(())
 }
 
 /// Turn appended messages into stored ones, numbering them after `after_seq`, and update the
@@ -421,6 +461,9 @@ pub(crate) fn normalise_metadata(metadata: Value) -> Result<Value, StoreError> {
 pub(crate) fn apply_append(session: &mut Session, messages: Vec<NewMessage>, now: DateTime<Utc>) -> Result<Vec<StoredMessage>, StoreError> {
     if messages.is_empty() {
         return Err(StoreError::Invalid("no messages to append".into()));
+    }
+    for m in &messages {
+        check_size("message", &m.message, MAX_MESSAGE_BYTES)?;
     }
     let stored: Vec<StoredMessage> = messages
         .into_iter()

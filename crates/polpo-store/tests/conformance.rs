@@ -64,6 +64,12 @@ async fn sessions_round_trip(t: &TestStore) {
     assert_eq!(code(s.list_messages(&created.id, &PageRequest::default()).await), "not_found");
     assert_eq!(code(s.append_messages(&created.id, vec![NewMessage::new(Message::user("x"))], None).await), "not_found");
     assert_eq!(code(s.create_session(NewSession { id: Some("../evil".into()), ..session("a") }).await), "invalid_input");
+    assert_eq!(code(s.create_session(NewSession { metadata: json!([1]), ..session("a") }).await), "invalid_input");
+    let huge = json!({"blob": "x".repeat(65 * 1024)});
+    assert_eq!(code(s.create_session(NewSession { metadata: huge, ..session("a") }).await), "invalid_input");
+    let long_title = "t".repeat(100);
+    let titled = s.create_session(NewSession { title: Some(long_title.clone()), ..session("a") }).await.unwrap();
+    assert_eq!(titled.title, long_title, "an explicit title is kept whole");
 }
 
 async fn messages_keep_order_and_everything_stored_beside_them(t: &TestStore) {

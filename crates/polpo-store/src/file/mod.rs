@@ -130,7 +130,8 @@ impl Inner {
         }
         let dir = self.session_dir(&session.id);
         fsio::create_dir_durable(&dir)?;
-        fsio::append_lines::<Value>(&dir.join("messages.jsonl"), &[])?;
+        // Empty even if a crash mid-delete left an old journal under this id.
+        fsio::write_atomic(&dir.join("messages.jsonl"), b"")?;
         fsio::write_json(&dir.join("session.json"), &session)?;
         idx.messages.insert(session.id.clone(), Journal::default());
         idx.sessions.insert(session.id.clone(), session.clone());
@@ -142,14 +143,7 @@ impl Inner {
         let mut idx = self.index();
         let mut session = idx.sessions.get(id).cloned().ok_or_else(|| StoreError::not_found("session", id))?;
         model::check_revision("session", id, expected, session.revision)?;
-        if let Some(title) = patch.title {
-            session.title = title.chars().take(model::TITLE_CHARS).collect();
-        }
-        if let Some(metadata) = patch.metadata {
-            session.metadata = model::normalise_metadata(metadata)?;
-        }
-        session.revision += 1;
-        session.updated_at = now;
+        model::apply_patch(&mut session, patch, now)?;
         fsio::write_json(&self.session_dir(id).join("session.json"), &session)?;
         idx.sessions.insert(id.to_owned(), session.clone());
         Ok(session)
@@ -239,7 +233,7 @@ impl Inner {
         }
         let dir = self.run_dir(&run.id);
         fsio::create_dir_durable(&dir)?;
-        fsio::append_lines::<Value>(&dir.join("events.jsonl"), &[])?;
+        fsio::write_atomic(&dir.join("events.jsonl"), b"")?;
         fsio::write_json(&dir.join("run.json"), &run)?;
         idx.events.insert(run.id.clone(), Journal::default());
         idx.runs.insert(run.id.clone(), run.clone());
@@ -296,6 +290,7 @@ impl Inner {
     }
 
     fn put_checkpoint(&self, run_id: &str, seq: u64, state: Value) -> Result<Checkpoint, StoreError> {
+        model::check_size("checkpoint", &state, model::MAX_CHECKPOINT_BYTES)?;
         let now = self.now();
         let idx = self.index();
         if !idx.runs.contains_key(run_id) {

@@ -282,14 +282,7 @@ macro_rules! sql_store_impl {
                 let mut tx = self.tx().await?;
                 let mut s = Self::lock_session(&mut tx, id).await?;
                 model::check_revision("session", id, expected_revision, s.revision)?;
-                if let Some(title) = patch.title {
-                    s.title = title.chars().take(model::TITLE_CHARS).collect();
-                }
-                if let Some(metadata) = patch.metadata {
-                    s.metadata = model::normalise_metadata(metadata)?;
-                }
-                s.revision += 1;
-                s.updated_at = now;
+                model::apply_patch(&mut s, patch, now)?;
                 Self::write_session(&mut tx, &s).await?;
                 tx.commit().await?;
                 Ok(s)
@@ -522,6 +515,7 @@ macro_rules! sql_store_impl {
             }
 
             async fn put_checkpoint(&self, run_id: &str, seq: u64, state: Value) -> Result<Checkpoint, StoreError> {
+                model::check_size("checkpoint", &state, model::MAX_CHECKPOINT_BYTES)?;
                 if !self.run_exists(run_id).await? {
                     return Err(StoreError::not_found("run", run_id));
                 }
