@@ -6,6 +6,7 @@
 //! comes from the [`Clock`] given at open, so tests move time by hand.
 
 pub mod clock;
+pub mod copy;
 pub mod error;
 pub mod file;
 pub mod model;
@@ -17,6 +18,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use copy::{CopyReport, copy_store};
 pub use error::StoreError;
 pub use file::FileStore;
 pub use model::*;

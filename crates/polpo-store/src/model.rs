@@ -373,6 +373,45 @@ pub enum EffectClaim {
     Done(Effect),
 }
 
+/// What importing a record (`polpo db copy`) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImportOutcome {
+    /// The record was written.
+    Imported,
+    /// An identical record was already there (a re-run of the copy).
+    AlreadyPresent,
+}
+
+/// An imported session must be whole: its messages numbered 1..=n and counted in the header.
+pub(crate) fn check_session_import(session: &Session, messages: &[StoredMessage]) -> Result<(), StoreError> {
+    validate_id("session", &session.id)?;
+    let numbered = messages.iter().zip(1u64..).all(|(m, seq)| m.seq == seq && m.session_id == session.id);
+    if !numbered || session.message_count != messages.len() as u64 {
+        return Err(StoreError::Invalid(format!("session `{}` import is not whole (messages 1..=messageCount)", session.id)));
+    }
+    Ok(())
+}
+
+/// An imported run must be whole: its events numbered 1..=last_seq.
+pub(crate) fn check_run_import(run: &Run, events: &[RunEvent], checkpoint: Option<&Checkpoint>) -> Result<(), StoreError> {
+    validate_id("run", &run.id)?;
+    let numbered = events.iter().zip(1u64..).all(|(e, seq)| e.seq == seq && e.run_id == run.id);
+    let checkpoint_ok = checkpoint.is_none_or(|c| c.run_id == run.id);
+    if !numbered || run.last_seq != events.len() as u64 || !checkpoint_ok {
+        return Err(StoreError::Invalid(format!("run `{}` import is not whole (events 1..=lastSeq)", run.id)));
+    }
+    Ok(())
+}
+
+/// A re-run of an import finds what it wrote; anything else under the same id is a conflict.
+pub(crate) fn same_import<T: PartialEq>(kind: &str, id: &str, existing: &T, incoming: &T) -> Result<ImportOutcome, StoreError> {
+    if existing == incoming {
+        Ok(ImportOutcome::AlreadyPresent)
+    } else {
+        Err(StoreError::Conflict(format!("{kind} `{id}` already exists with different content")))
+    }
+}
+
 /// Check an id before it names a row or a directory: 1–128 of `[A-Za-z0-9._-]`, not starting
 /// with a dot.
 pub fn validate_id(kind: &str, id: &str) -> Result<(), StoreError> {

@@ -40,6 +40,16 @@ impl Cursor {
         Ok((ms.parse().map_err(|_| StoreError::InvalidCursor)?, id.to_owned()))
     }
 
+    /// Cursor after an item sorted by a string key.
+    pub(crate) fn at_key(key: &str) -> Self {
+        Cursor(hex::encode(format!("k{key}")))
+    }
+
+    /// Decode a string-key cursor.
+    pub(crate) fn key(&self) -> Result<String, StoreError> {
+        self.decoded()?.strip_prefix('k').map(str::to_owned).ok_or(StoreError::InvalidCursor)
+    }
+
     /// Cursor after an item with position `seq`.
     pub(crate) fn at_seq(seq: u64) -> Self {
         Cursor(hex::encode(format!("s{seq}")))

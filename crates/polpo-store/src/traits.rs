@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::error::StoreError;
 use crate::model::{
-    Checkpoint, Effect, EffectClaim, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession, Run, RunEvent, RunFilter,
+    Checkpoint, Effect, EffectClaim, ImportOutcome, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession, Run, RunEvent, RunFilter,
     RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
 };
 use crate::page::{Page, PageRequest};
@@ -46,6 +46,11 @@ pub trait SessionStore: Send + Sync {
 
     /// Delete a session and its messages. `false` when it did not exist.
     async fn delete_session(&self, id: &str) -> Result<bool, StoreError>;
+
+    /// Write a session and all its messages verbatim (ids, times, revision), atomically: the
+    /// target side of `polpo db copy`. An identical session already there is `AlreadyPresent`;
+    /// a different one is a `conflict`.
+    async fn import_session(&self, session: &Session, messages: &[StoredMessage]) -> Result<ImportOutcome, StoreError>;
 }
 
 /// Runs, their event journal, checkpoints and execution leases.
@@ -106,6 +111,10 @@ pub trait RunStore: Send + Sync {
     /// when there is nothing to claim. Two callers never get the same run while a lease lives.
     async fn claim_next_run(&self, owner: &str, ttl: Duration) -> Result<Option<Lease>, StoreError>;
 
+    /// Write a run, all its events and its checkpoint verbatim, atomically (see
+    /// [`SessionStore::import_session`]). Leases are not copied: they belong to live processes.
+    async fn import_run(&self, run: &Run, events: &[RunEvent], checkpoint: Option<&Checkpoint>) -> Result<ImportOutcome, StoreError>;
+
     /// Leases that have expired on runs still `running` or `paused`: the runs whose owner
     /// crashed, to be claimed and resumed. Oldest expiry first, at most `limit`.
     async fn expired_runs(&self, limit: u32) -> Result<Vec<Lease>, StoreError>;
@@ -124,4 +133,10 @@ pub trait EffectLedger: Send + Sync {
 
     /// The recorded effect, or `None`.
     async fn get_effect(&self, key: &str) -> Result<Option<Effect>, StoreError>;
+
+    /// All effects by key, one page at a time.
+    async fn list_effects(&self, page: &PageRequest) -> Result<Page<Effect>, StoreError>;
+
+    /// Write an effect verbatim (see [`SessionStore::import_session`]).
+    async fn import_effect(&self, effect: &Effect) -> Result<ImportOutcome, StoreError>;
 }

@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use crate::clock::{Clock, now_ms};
 use crate::error::StoreError;
 use crate::model::{
-    self, Checkpoint, Effect, EffectClaim, EffectStatus, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession, Run,
+    self, Checkpoint, Effect, EffectClaim, EffectStatus, ImportOutcome, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession, Run,
     RunEvent, RunFilter, RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
 };
 use crate::page::{Cursor, Page, PageRequest};
@@ -211,6 +211,32 @@ impl Inner {
         Ok(true)
     }
 
+    fn import_session(&self, session: &Session, messages: &[StoredMessage]) -> Result<ImportOutcome, StoreError> {
+        model::check_session_import(session, messages)?;
+        let mut idx = self.index();
+        let dir = self.session_dir(&session.id);
+        let journal_path = dir.join("messages.jsonl");
+        if let Some(existing) = idx.sessions.get(&session.id) {
+            model::same_import("session", &session.id, existing, session)?;
+            let stored: Vec<StoredMessage> = match idx.messages.get(&session.id).and_then(|j| j.window(0, messages.len())) {
+                Some(w) => w.read(&journal_path)?,
+                None => Vec::new(),
+            };
+            return model::same_import("session", &session.id, &stored.as_slice(), &messages);
+        }
+        fsio::create_dir_durable(&dir)?;
+        fsio::write_atomic(&journal_path, b"")?;
+        let mut journal = Journal::default();
+        if !messages.is_empty() {
+            journal.append(&journal_path, messages)?;
+        }
+        // The header goes last: without it a half-imported directory is ignored at load.
+        fsio::write_json(&dir.join("session.json"), session)?;
+        idx.messages.insert(session.id.clone(), journal);
+        idx.sessions.insert(session.id.clone(), session.clone());
+        Ok(ImportOutcome::Imported)
+    }
+
     // ---- runs ----
 
     fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
@@ -312,6 +338,36 @@ impl Inner {
         fsio::read_json(&self.run_dir(run_id).join("checkpoint.json"))
     }
 
+    fn import_run(&self, run: &Run, events: &[RunEvent], checkpoint: Option<&Checkpoint>) -> Result<ImportOutcome, StoreError> {
+        model::check_run_import(run, events, checkpoint)?;
+        let mut idx = self.index();
+        let dir = self.run_dir(&run.id);
+        let journal_path = dir.join("events.jsonl");
+        if let Some(existing) = idx.runs.get(&run.id) {
+            model::same_import("run", &run.id, existing, run)?;
+            let stored: Vec<RunEvent> = match idx.events.get(&run.id).and_then(|j| j.window(0, events.len())) {
+                Some(w) => w.read(&journal_path)?,
+                None => Vec::new(),
+            };
+            model::same_import("run", &run.id, &stored.as_slice(), &events)?;
+            let stored_checkpoint = fsio::read_json::<Checkpoint>(&dir.join("checkpoint.json"))?;
+            return model::same_import("run", &run.id, &stored_checkpoint.as_ref(), &checkpoint);
+        }
+        fsio::create_dir_durable(&dir)?;
+        fsio::write_atomic(&journal_path, b"")?;
+        let mut journal = Journal::default();
+        if !events.is_empty() {
+            journal.append(&journal_path, events)?;
+        }
+        if let Some(c) = checkpoint {
+            fsio::write_json(&dir.join("checkpoint.json"), c)?;
+        }
+        fsio::write_json(&dir.join("run.json"), run)?;
+        idx.events.insert(run.id.clone(), journal);
+        idx.runs.insert(run.id.clone(), run.clone());
+        Ok(ImportOutcome::Imported)
+    }
+
     fn claim_run(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError> {
         let ttl = model::lease_ttl(ttl)?;
         let now = self.now();
@@ -400,6 +456,17 @@ impl Inner {
         fsio::write_json(&self.effect_path(key), &effect)?;
         idx.effects.insert(key.to_owned(), effect);
         Ok(EffectClaim::Fresh)
+    }
+
+    fn import_effect(&self, effect: &Effect) -> Result<ImportOutcome, StoreError> {
+        model::validate_effect_key(&effect.key)?;
+        let mut idx = self.index();
+        if let Some(existing) = idx.effects.get(&effect.key) {
+            return model::same_import("effect", &effect.key, existing, effect);
+        }
+        fsio::write_json(&self.effect_path(&effect.key), effect)?;
+        idx.effects.insert(effect.key.clone(), effect.clone());
+        Ok(ImportOutcome::Imported)
     }
 
     fn record_effect_result(&self, key: &str, result: Value) -> Result<Effect, StoreError> {
@@ -547,6 +614,11 @@ impl SessionStore for FileStore {
         let id = owned(id);
         self.blocking(move |s| s.delete_session(&id)).await
     }
+
+    async fn import_session(&self, session: &Session, messages: &[StoredMessage]) -> Result<ImportOutcome, StoreError> {
+        let (session, messages) = (session.clone(), messages.to_vec());
+        self.blocking(move |s| s.import_session(&session, &messages)).await
+    }
 }
 
 #[async_trait]
@@ -627,6 +699,11 @@ impl RunStore for FileStore {
     async fn expired_runs(&self, limit: u32) -> Result<Vec<Lease>, StoreError> {
         self.inner.expired_runs(limit)
     }
+
+    async fn import_run(&self, run: &Run, events: &[RunEvent], checkpoint: Option<&Checkpoint>) -> Result<ImportOutcome, StoreError> {
+        let (run, events, checkpoint) = (run.clone(), events.to_vec(), checkpoint.cloned());
+        self.blocking(move |s| s.import_run(&run, &events, checkpoint.as_ref())).await
+    }
 }
 
 #[async_trait]
@@ -643,5 +720,26 @@ impl EffectLedger for FileStore {
 
     async fn get_effect(&self, key: &str) -> Result<Option<Effect>, StoreError> {
         Ok(self.inner.index().effects.get(key).cloned())
+    }
+
+    async fn list_effects(&self, page: &PageRequest) -> Result<Page<Effect>, StoreError> {
+        let after = page.after.as_ref().map(Cursor::key).transpose()?;
+        let size = page.size();
+        let mut items: Vec<Effect> = self
+            .inner
+            .index()
+            .effects
+            .values()
+            .filter(|e| after.as_ref().is_none_or(|a| e.key > *a))
+            .cloned()
+            .collect();
+        items.sort_by(|a, b| a.key.cmp(&b.key));
+        items.truncate(size + 1);
+        Ok(Page::from_overfetch(items, size, |e| Cursor::at_key(&e.key)))
+    }
+
+    async fn import_effect(&self, effect: &Effect) -> Result<ImportOutcome, StoreError> {
+        let effect = effect.clone();
+        self.blocking(move |s| s.import_effect(&effect)).await
     }
 }

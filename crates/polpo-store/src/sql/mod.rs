@@ -67,7 +67,7 @@ macro_rules! sql_store_impl {
         use crate::clock::{from_millis, now_ms};
         use crate::error::StoreError;
         use crate::model::{
-            self, Checkpoint, Effect, EffectClaim, EffectStatus, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession,
+            self, Checkpoint, Effect, EffectClaim, EffectStatus, ImportOutcome, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession,
             Run, RunEvent, RunFilter, RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
         };
         use crate::page::{Cursor, Page, PageRequest};
@@ -346,6 +346,49 @@ macro_rules! sql_store_impl {
                 rows.iter().map(|r| from_text::<StoredMessage>(r.try_get::<&str, _>("body")?)).collect()
             }
 
+            async fn import_session(&self, s: &Session, messages: &[StoredMessage]) -> Result<ImportOutcome, StoreError> {
+                model::check_session_import(s, messages)?;
+                let mut tx = self.tx().await?;
+                let inserted = sqlx::query(
+                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
+                )
+                .bind(&s.id)
+                .bind(&s.agent)
+                .bind(&s.title)
+                .bind(&s.user)
+                .bind(to_text(&s.metadata)?)
+                .bind(s.created_at.timestamp_millis())
+                .bind(s.updated_at.timestamp_millis())
+                .bind(to_db(s.message_count))
+                .bind(to_db(s.revision))
+                .execute(&mut *tx)
+                .await?;
+                if inserted.rows_affected() == 0 {
+                    tx.rollback().await?;
+                    let existing = self.get_session(&s.id).await?.ok_or_else(|| StoreError::not_found("session", &s.id))?;
+                    model::same_import("session", &s.id, &existing, s)?;
+                    let stored = sqlx::query("SELECT body FROM messages WHERE session_id = $1 ORDER BY seq")
+                        .bind(&s.id)
+                        .fetch_all(&self.pool)
+                        .await?
+                        .iter()
+                        .map(|r| from_text::<StoredMessage>(r.try_get::<&str, _>("body")?))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    return model::same_import("session", &s.id, &stored.as_slice(), &messages);
+                }
+                for m in messages {
+                    sqlx::query("INSERT INTO messages (session_id, seq, body) VALUES ($1, $2, $3)")
+                        .bind(&s.id)
+                        .bind(to_db(m.seq))
+                        .bind(to_text(m)?)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(ImportOutcome::Imported)
+            }
+
             async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
                 let mut tx = self.tx().await?;
                 sqlx::query("DELETE FROM messages WHERE session_id = $1").bind(id).execute(&mut *tx).await?;
@@ -600,6 +643,68 @@ macro_rules! sql_store_impl {
                 Ok(claimed)
             }
 
+            async fn import_run(
+                &self,
+                run: &Run,
+                events: &[RunEvent],
+                checkpoint: Option<&Checkpoint>,
+            ) -> Result<ImportOutcome, StoreError> {
+                model::check_run_import(run, events, checkpoint)?;
+                let mut tx = self.tx().await?;
+                let inserted = sqlx::query(
+                    "INSERT INTO runs (id, agent, session_id, status, error, created_at, updated_at, revision, last_seq) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
+                )
+                .bind(&run.id)
+                .bind(&run.agent)
+                .bind(&run.session_id)
+                .bind(run.status.as_str())
+                .bind(&run.error)
+                .bind(run.created_at.timestamp_millis())
+                .bind(run.updated_at.timestamp_millis())
+                .bind(to_db(run.revision))
+                .bind(to_db(run.last_seq))
+                .execute(&mut *tx)
+                .await?;
+                if inserted.rows_affected() == 0 {
+                    tx.rollback().await?;
+                    let existing = self.get_run(&run.id).await?.ok_or_else(|| StoreError::not_found("run", &run.id))?;
+                    model::same_import("run", &run.id, &existing, run)?;
+                    let mut stored = Vec::with_capacity(events.len());
+                    loop {
+                        let page = self.events_after(&run.id, stored.len() as u64, crate::page::MAX_PAGE).await?;
+                        if page.is_empty() {
+                            break;
+                        }
+                        stored.extend(page);
+                    }
+                    model::same_import("run", &run.id, &stored.as_slice(), &events)?;
+                    let stored_checkpoint = self.latest_checkpoint(&run.id).await?;
+                    return model::same_import("run", &run.id, &stored_checkpoint.as_ref(), &checkpoint);
+                }
+                for e in events {
+                    sqlx::query("INSERT INTO run_events (run_id, seq, event_type, data, created_at) VALUES ($1, $2, $3, $4, $5)")
+                        .bind(&run.id)
+                        .bind(to_db(e.seq))
+                        .bind(&e.event_type)
+                        .bind(to_text(&e.data)?)
+                        .bind(e.created_at.timestamp_millis())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                if let Some(c) = checkpoint {
+                    sqlx::query("INSERT INTO run_checkpoints (run_id, seq, state, created_at) VALUES ($1, $2, $3, $4)")
+                        .bind(&run.id)
+                        .bind(to_db(c.seq))
+                        .bind(to_text(&c.state)?)
+                        .bind(c.created_at.timestamp_millis())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(ImportOutcome::Imported)
+            }
+
             async fn renew_lease(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError> {
                 let ttl = model::lease_ttl(ttl)?;
                 let lease = Lease { run_id: run_id.to_owned(), owner: owner.to_owned(), expires_at: self.now() + ttl };
@@ -674,6 +779,41 @@ macro_rules! sql_store_impl {
                 .await?;
                 let effect = self.get_effect(key).await?.ok_or_else(|| StoreError::not_found("effect", key))?;
                 if done.rows_affected() > 0 { Ok(effect) } else { model::same_result(effect, &result) }
+            }
+
+            async fn list_effects(&self, page: &PageRequest) -> Result<Page<Effect>, StoreError> {
+                let after = page.after.as_ref().map(Cursor::key).transpose()?;
+                let size = page.size();
+                let rows = sqlx::query(
+                    "SELECT key, status, result, created_at, completed_at FROM effects \
+                     WHERE ($1 IS NULL OR key > $1) ORDER BY key LIMIT $2",
+                )
+                .bind(after)
+                .bind(to_db(size as u64 + 1))
+                .fetch_all(&self.pool)
+                .await?;
+                let items = rows.iter().map(effect_from_row).collect::<Result<Vec<_>, _>>()?;
+                Ok(Page::from_overfetch(items, size, |e| Cursor::at_key(&e.key)))
+            }
+
+            async fn import_effect(&self, e: &Effect) -> Result<ImportOutcome, StoreError> {
+                model::validate_effect_key(&e.key)?;
+                let inserted = sqlx::query(
+                    "INSERT INTO effects (key, status, result, created_at, completed_at) VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (key) DO NOTHING",
+                )
+                .bind(&e.key)
+                .bind(e.status.as_str())
+                .bind(e.result.as_ref().map(to_text).transpose()?)
+                .bind(e.created_at.timestamp_millis())
+                .bind(e.completed_at.map(|c| c.timestamp_millis()))
+                .execute(&self.pool)
+                .await?;
+                if inserted.rows_affected() > 0 {
+                    return Ok(ImportOutcome::Imported);
+                }
+                let existing = self.get_effect(&e.key).await?.ok_or_else(|| StoreError::not_found("effect", &e.key))?;
+                model::same_import("effect", &e.key, &existing, e)
             }
 
             async fn get_effect(&self, key: &str) -> Result<Option<Effect>, StoreError> {
