@@ -1,7 +1,7 @@
 //! `polpo db copy`: move everything from one backend to another (file → PostgreSQL and any
 //! other pair), verifying each record on the target, safe to re-run.
 //!
-//! Each session (with its messages), run (with its events and checkpoint) and effect is
+//! Each session (with its messages), run (with its events and checkpoint), effect and record is
 //! imported atomically, so a copy interrupted half-way leaves whole records only; running it
 //! again skips what is already there and identical, and refuses (`conflict`) what differs.
 //! Copy from a stopped source: records that change during the copy conflict on the re-run.
@@ -26,6 +26,8 @@ pub struct CopyReport {
     pub events: u64,
     /// Effects written / already present.
     pub effects: (u64, u64),
+    /// Records (all collections) written / already present.
+    pub records: (u64, u64),
     /// SHA-256 over every record as read back from the target, in copy order: equal on the
     /// source and target side, or the copy fails.
     pub checksum: String,
@@ -51,7 +53,7 @@ fn verify<T: serde::Serialize>(kind: &str, id: &str, source: &T, target: &T, has
     }
 }
 
-/// Copy every session, run and effect from `from` to `to`, verifying each on the target.
+/// Copy every session, run, effect and record from `from` to `to`, verifying each on the target.
 pub async fn copy_store(from: &Store, to: &Store) -> Result<CopyReport, StoreError> {
     let mut report = CopyReport::default();
     let mut hash = Sha256::new();
@@ -122,6 +124,21 @@ pub async fn copy_store(from: &Store, to: &Store) -> Result<CopyReport, StoreErr
         match effects.next {
             Some(c) => page = PageRequest::after(c, MAX_PAGE),
             None => break,
+        }
+    }
+    for collection in from.records.collections().await? {
+        let mut page = PageRequest::first(MAX_PAGE);
+        loop {
+            let records = from.records.list_records(&collection, &page).await?;
+            for record in &records.items {
+                count(&mut report.records, to.records.import_record(record).await?);
+                let back = to.records.get_record(&record.collection, &record.id).await?;
+                verify("record", &record.id, &Some(record), &back.as_ref(), &mut hash)?;
+            }
+            match records.next {
+                Some(c) => page = PageRequest::after(c, MAX_PAGE),
+                None => break,
+            }
         }
     }
     report.checksum = hex::encode(hash.finalize());

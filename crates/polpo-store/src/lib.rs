@@ -24,7 +24,7 @@ pub use file::FileStore;
 pub use model::*;
 pub use page::{Cursor, Page, PageRequest};
 pub use sql::{PgStore, SqliteStore};
-pub use traits::{EffectLedger, RunStore, SessionStore};
+pub use traits::{EffectLedger, RecordStore, RunStore, SessionStore};
 
 /// Which backend holds the project's state (`settings.storage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,6 +62,8 @@ pub struct Store {
     pub runs: Arc<dyn RunStore>,
     /// The effect ledger.
     pub effects: Arc<dyn EffectLedger>,
+    /// Revisioned records (tasks, missions, approvals, schedules …).
+    pub records: Arc<dyn RecordStore>,
 }
 
 impl std::fmt::Debug for Store {
@@ -74,10 +76,10 @@ impl Store {
     /// Bundle one backend that implements every store trait.
     pub fn from_backend<B>(kind: StoreKind, backend: B) -> Self
     where
-        B: SessionStore + RunStore + EffectLedger + 'static,
+        B: SessionStore + RunStore + EffectLedger + RecordStore + 'static,
     {
         let backend = Arc::new(backend);
-        Store { kind, sessions: backend.clone(), runs: backend.clone(), effects: backend }
+        Store { kind, sessions: backend.clone(), runs: backend.clone(), effects: backend.clone(), records: backend }
     }
 }
 

@@ -373,6 +373,61 @@ pub enum EffectClaim {
     Done(Effect),
 }
 
+/// A revisioned JSON document in a named collection: the storage of tasks, missions,
+/// approvals, schedules, loop runs and other state whose typed shape lives in the engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    /// The collection (`tasks`, `missions`, `approvals` …).
+    pub collection: String,
+    /// The id within the collection.
+    pub id: String,
+    /// 1 at creation, bumped on every write; pass it back as `expected_revision`.
+    pub revision: u64,
+    /// The document.
+    pub value: Value,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+    /// When it was last written.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Largest record value (serialized).
+pub const MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
+
+/// What a write expects of the record's current state.
+pub(crate) fn check_record_write(collection: &str, id: &str, value: &Value) -> Result<(), StoreError> {
+    validate_id("collection", collection)?;
+    validate_id("record", id)?;
+    check_size("record", value, MAX_RECORD_BYTES)
+}
+
+/// The record after a write over `current` (None: it does not exist), honouring
+/// `expected_revision` (`Some(0)`: must not exist yet; `Some(n)`: must be at revision n).
+pub(crate) fn next_record(
+    current: Option<&Record>,
+    collection: &str,
+    id: &str,
+    value: Value,
+    expected_revision: Option<u64>,
+    now: DateTime<Utc>,
+) -> Result<Record, StoreError> {
+    let actual = current.map_or(0, |r| r.revision);
+    if let Some(expected) = expected_revision
+        && expected != actual
+    {
+        return Err(StoreError::stale_revision("record", &format!("{collection}/{id}"), expected, actual));
+    }
+    Ok(Record {
+        collection: collection.to_owned(),
+        id: id.to_owned(),
+        revision: actual + 1,
+        value,
+        created_at: current.map_or(now, |r| r.created_at),
+        updated_at: now,
+    })
+}
+
 /// What importing a record (`polpo db copy`) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImportOutcome {

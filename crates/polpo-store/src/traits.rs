@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::error::StoreError;
 use crate::model::{
-    Checkpoint, Effect, EffectClaim, ImportOutcome, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession, Run, RunEvent, RunFilter,
+    Checkpoint, Effect, EffectClaim, ImportOutcome, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession, Record, Run, RunEvent, RunFilter,
     RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
 };
 use crate::page::{Page, PageRequest};
@@ -118,6 +118,30 @@ pub trait RunStore: Send + Sync {
     /// Leases that have expired on runs still `running` or `paused`: the runs whose owner
     /// crashed, to be claimed and resumed. Oldest expiry first, at most `limit`.
     async fn expired_runs(&self, limit: u32) -> Result<Vec<Lease>, StoreError>;
+}
+
+/// Revisioned JSON records by collection, for state whose typed shape lives in the engine
+/// (tasks, missions, approvals, schedules, loop runs, memory items …).
+#[async_trait]
+pub trait RecordStore: Send + Sync {
+    /// Write a record. `expected_revision`: `None` writes unconditionally, `Some(0)` only
+    /// creates (a `conflict` if it exists), `Some(n)` only replaces revision `n`.
+    async fn put_record(&self, collection: &str, id: &str, value: Value, expected_revision: Option<u64>) -> Result<Record, StoreError>;
+
+    /// The record, or `None`.
+    async fn get_record(&self, collection: &str, id: &str) -> Result<Option<Record>, StoreError>;
+
+    /// A collection's records newest first (by creation time, then id), one page at a time.
+    async fn list_records(&self, collection: &str, page: &PageRequest) -> Result<Page<Record>, StoreError>;
+
+    /// Delete a record (only at `expected_revision` when given). `false` when it did not exist.
+    async fn delete_record(&self, collection: &str, id: &str, expected_revision: Option<u64>) -> Result<bool, StoreError>;
+
+    /// The collections that hold at least one record, sorted.
+    async fn collections(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Write a record verbatim (see [`SessionStore::import_session`]).
+    async fn import_record(&self, record: &Record) -> Result<ImportOutcome, StoreError>;
 }
 
 /// The effect ledger: a write tool's effect is performed at most once per idempotency key.

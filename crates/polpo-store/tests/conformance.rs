@@ -403,6 +403,52 @@ async fn the_effect_ledger_lets_an_effect_happen_once(t: &TestStore) {
     assert_eq!(code(e.record_effect_intent("").await), "invalid_input");
 }
 
+async fn records_are_revisioned_documents_per_collection(t: &TestStore) {
+    let r = t.store.records.clone();
+    let created = r.put_record("tasks", "t1", json!({"status": "pending"}), Some(0)).await.unwrap();
+    assert_eq!((created.revision, created.created_at), (1, support::start_time()));
+    assert_eq!(code(r.put_record("tasks", "t1", json!({}), Some(0)).await), "conflict", "Some(0) only creates");
+    t.clock.advance(Span::seconds(1));
+    let updated = r.put_record("tasks", "t1", json!({"status": "running"}), Some(1)).await.unwrap();
+    assert_eq!((updated.revision, updated.created_at, updated.updated_at - updated.created_at), (2, created.created_at, Span::seconds(1)));
+    assert_eq!(code(r.put_record("tasks", "t1", json!({"status": "lost"}), Some(1)).await), "conflict");
+    assert_eq!(r.get_record("tasks", "t1").await.unwrap(), Some(updated.clone()));
+    assert_eq!(r.get_record("missions", "t1").await.unwrap(), None, "collections are separate");
+    assert_eq!(r.put_record("tasks", "t1", json!({"status": "done"}), None).await.unwrap().revision, 3);
+
+    // Two writers holding the same revision: exactly one wins.
+    let (a, b) = tokio::join!(
+        r.put_record("tasks", "t1", json!({"by": "a"}), Some(3)),
+        r.put_record("tasks", "t1", json!({"by": "b"}), Some(3))
+    );
+    assert_eq!([a.is_ok(), b.is_ok()].iter().filter(|ok| **ok).count(), 1);
+    assert_eq!(code(if a.is_ok() { b } else { a }), "conflict");
+    assert_eq!(r.get_record("tasks", "t1").await.unwrap().unwrap().revision, 4);
+
+    for i in 0..7 {
+        t.clock.advance(Span::milliseconds(1));
+        r.put_record("missions", &format!("m{i}"), json!({"i": i}), None).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut page = PageRequest::first(3);
+    loop {
+        let got = r.list_records("missions", &page).await.unwrap();
+        seen.extend(got.items.iter().map(|x| x.id.clone()));
+        match got.next {
+            Some(c) => page = PageRequest::after(c, 3),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (0..7).rev().map(|i| format!("m{i}")).collect::<Vec<_>>());
+    assert_eq!(r.collections().await.unwrap(), vec!["missions".to_owned(), "tasks".to_owned()]);
+
+    assert_eq!(code(r.delete_record("tasks", "t1", Some(1)).await), "conflict");
+    assert!(r.delete_record("tasks", "t1", Some(4)).await.unwrap());
+    assert!(!r.delete_record("tasks", "t1", None).await.unwrap());
+    assert_eq!(r.collections().await.unwrap(), vec!["missions".to_owned()]);
+    assert_eq!(code(r.put_record("tasks", "../x", json!({}), None).await), "invalid_input");
+}
+
 async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
     let sid = t.store.sessions.create_session(session("coder")).await.unwrap().id;
     t.store.sessions.append_messages(&sid, vec![NewMessage::new(Message::user("remember me"))], None).await.unwrap();
@@ -413,6 +459,8 @@ async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
     t.store.runs.put_checkpoint(&rid, 3, json!({"state": "s"})).await.unwrap();
     t.store.runs.claim_run(&rid, "w", Duration::from_secs(60)).await.unwrap();
     t.store.effects.record_effect_intent("k").await.unwrap();
+    t.store.records.put_record("tasks", "t1", json!({"a": 1}), None).await.unwrap();
+    let record = t.store.records.get_record("tasks", "t1").await.unwrap();
     let before = (
         t.store.sessions.get_session(&sid).await.unwrap(),
         t.store.runs.get_run(&rid).await.unwrap(),
@@ -431,6 +479,7 @@ async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
         t.store.sessions.list_messages(&sid, &PageRequest::default()).await.unwrap().items,
     );
     assert_eq!(before, after);
+    assert_eq!(t.store.records.get_record("tasks", "t1").await.unwrap(), record);
     assert_eq!(code(t.store.runs.claim_run(&rid, "other", Duration::from_secs(60)).await), "lease_held", "leases survive too");
     assert_eq!(t.store.runs.append_event(&rid, "run.completed", json!({})).await.unwrap(), 4);
     t
@@ -474,4 +523,5 @@ conformance!(
     leases_are_exclusive_until_they_expire,
     workers_claim_each_run_once_until_its_lease_lapses,
     the_effect_ledger_lets_an_effect_happen_once,
+    records_are_revisioned_documents_per_collection,
 );

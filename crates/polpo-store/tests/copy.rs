@@ -33,10 +33,13 @@ async fn fill(t: &TestStore) {
         t.store.effects.record_effect_intent(&format!("effect-{i}")).await.unwrap();
     }
     t.store.effects.record_effect_result("effect-1", json!({"ok": true})).await.unwrap();
+    t.store.records.put_record("tasks", "t1", json!({"title": "write docs", "status": "pending"}), Some(0)).await.unwrap();
+    t.store.records.put_record("tasks", "t1", json!({"title": "write docs", "status": "done"}), Some(1)).await.unwrap();
+    t.store.records.put_record("missions", "m1", json!({"name": "launch"}), None).await.unwrap();
 }
 
-fn counts(r: &CopyReport) -> (u64, u64, u64, u64, u64) {
-    (r.sessions.0 + r.sessions.1, r.messages, r.runs.0 + r.runs.1, r.events, r.effects.0 + r.effects.1)
+fn counts(r: &CopyReport) -> (u64, u64, u64, u64, u64, u64) {
+    (r.sessions.0 + r.sessions.1, r.messages, r.runs.0 + r.runs.1, r.events, r.effects.0 + r.effects.1, r.records.0 + r.records.1)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -48,7 +51,7 @@ async fn copies_between_every_backend_verify_and_rerun_safely() {
     let back_to_file = TestStore::new(StoreKind::File).await;
 
     let first = copy_store(&file.store, &sqlite.store).await.unwrap();
-    assert_eq!(counts(&first), (3, 15, 3, 120, 3));
+    assert_eq!(counts(&first), (3, 15, 3, 120, 3, 2));
     assert_eq!((first.sessions.0, first.runs.0, first.effects.0), (3, 3, 3), "all written the first time");
     let second = copy_store(&sqlite.store, &postgres.store).await.unwrap();
     let third = copy_store(&postgres.store, &back_to_file.store).await.unwrap();
@@ -56,7 +59,7 @@ async fn copies_between_every_backend_verify_and_rerun_safely() {
     assert_eq!(first, third);
 
     let again = copy_store(&file.store, &sqlite.store).await.unwrap();
-    assert_eq!((again.sessions, again.runs, again.effects), ((0, 3), (0, 3), (0, 3)), "a re-run writes nothing");
+    assert_eq!((again.sessions, again.runs, again.effects, again.records), ((0, 3), (0, 3), (0, 3), (0, 2)), "a re-run writes nothing");
     assert_eq!(again.checksum, first.checksum);
 
     // The round trip is faithful down to the message.

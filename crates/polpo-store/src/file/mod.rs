@@ -4,6 +4,7 @@
 //! .polpo/sessions/<id>/session.json + messages.jsonl
 //! .polpo/runs/<id>/run.json + events.jsonl + checkpoint.json + lease.json
 //! .polpo/effects/<sha256(key)>.json
+//! .polpo/records/<collection>/<id>.json
 //! .polpo/.runtime/store.lock
 //! ```
 //!
@@ -16,7 +17,7 @@ mod fsio;
 mod journal;
 mod lock;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -30,11 +31,11 @@ use sha2::{Digest, Sha256};
 use crate::clock::{Clock, now_ms};
 use crate::error::StoreError;
 use crate::model::{
-    self, Checkpoint, Effect, EffectClaim, EffectStatus, ImportOutcome, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession, Run,
+    self, Checkpoint, Effect, EffectClaim, EffectStatus, ImportOutcome, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession, Record, Run,
     RunEvent, RunFilter, RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
 };
 use crate::page::{Cursor, Page, PageRequest};
-use crate::traits::{EffectLedger, RunStore, SessionStore};
+use crate::traits::{EffectLedger, RecordStore, RunStore, SessionStore};
 use journal::Journal;
 
 /// The file backend. Cheap to clone; all clones share one index and one lock.
@@ -61,6 +62,8 @@ struct Index {
     messages: HashMap<String, Journal>,
     /// Offsets of each run's `events.jsonl`.
     events: HashMap<String, Journal>,
+    /// Records by collection, then id.
+    records: BTreeMap<String, HashMap<String, Record>>,
 }
 
 impl FileStore {
@@ -88,12 +91,13 @@ fn join_error(e: tokio::task::JoinError) -> StoreError {
 const SESSIONS: &str = "sessions";
 const RUNS: &str = "runs";
 const EFFECTS: &str = "effects";
+const RECORDS: &str = "records";
 
 impl Inner {
     fn open(dir: PathBuf, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
         fsio::create_dir_durable(&dir)?;
         let lock = lock::StoreLock::acquire(&dir)?;
-        for sub in [SESSIONS, RUNS, EFFECTS] {
+        for sub in [SESSIONS, RUNS, EFFECTS, RECORDS] {
             fsio::create_dir_durable(&dir.join(sub))?;
         }
         let index = Index::load(&dir)?;
@@ -440,6 +444,57 @@ impl Inner {
         Ok(expired)
     }
 
+    // ---- records ----
+
+    fn record_path(&self, collection: &str, id: &str) -> PathBuf {
+        self.dir.join(RECORDS).join(collection).join(format!("{id}.json"))
+    }
+
+    fn write_record(&self, idx: &mut Index, record: Record) -> Result<Record, StoreError> {
+        let path = self.record_path(&record.collection, &record.id);
+        if let Some(dir) = path.parent() {
+            fsio::create_dir_durable(dir)?;
+        }
+        fsio::write_json(&path, &record)?;
+        idx.records.entry(record.collection.clone()).or_default().insert(record.id.clone(), record.clone());
+        Ok(record)
+    }
+
+    fn put_record(&self, collection: &str, id: &str, value: Value, expected: Option<u64>) -> Result<Record, StoreError> {
+        model::check_record_write(collection, id, &value)?;
+        let now = self.now();
+        let mut idx = self.index();
+        let current = idx.records.get(collection).and_then(|c| c.get(id));
+        let next = model::next_record(current, collection, id, value, expected, now)?;
+        self.write_record(&mut idx, next)
+    }
+
+    fn delete_record(&self, collection: &str, id: &str, expected: Option<u64>) -> Result<bool, StoreError> {
+        let mut idx = self.index();
+        let Some(current) = idx.records.get(collection).and_then(|c| c.get(id)) else { return Ok(false) };
+        model::check_revision("record", &format!("{collection}/{id}"), expected, current.revision)?;
+        let path = self.record_path(collection, id);
+        std::fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
+        fsio::sync_dir(&self.dir.join(RECORDS).join(collection))?;
+        if let Some(c) = idx.records.get_mut(collection) {
+            c.remove(id);
+            if c.is_empty() {
+                idx.records.remove(collection);
+            }
+        }
+        Ok(true)
+    }
+
+    fn import_record(&self, record: &Record) -> Result<ImportOutcome, StoreError> {
+        model::check_record_write(&record.collection, &record.id, &record.value)?;
+        let mut idx = self.index();
+        if let Some(existing) = idx.records.get(&record.collection).and_then(|c| c.get(&record.id)) {
+            return model::same_import("record", &record.id, existing, record);
+        }
+        self.write_record(&mut idx, record.clone())?;
+        Ok(ImportOutcome::Imported)
+    }
+
     // ---- effects ----
 
     fn record_effect_intent(&self, key: &str) -> Result<EffectClaim, StoreError> {
@@ -533,6 +588,16 @@ impl Index {
                 index.leases.insert(run.id.clone(), lease);
             }
             index.runs.insert(run.id.clone(), run);
+        }
+        for collection in subdirs(&dir.join(RECORDS))? {
+            for entry in std::fs::read_dir(&collection).map_err(|e| StoreError::io(&collection, e))? {
+                let path = entry.map_err(|e| StoreError::io(&collection, e))?.path();
+                if path.extension().is_some_and(|x| x == "json")
+                    && let Some(record) = fsio::read_json::<Record>(&path)?
+                {
+                    index.records.entry(record.collection.clone()).or_default().insert(record.id.clone(), record);
+                }
+            }
         }
         let effects = dir.join(EFFECTS);
         for entry in std::fs::read_dir(&effects).map_err(|e| StoreError::io(&effects, e))? {
@@ -703,6 +768,38 @@ impl RunStore for FileStore {
     async fn import_run(&self, run: &Run, events: &[RunEvent], checkpoint: Option<&Checkpoint>) -> Result<ImportOutcome, StoreError> {
         let (run, events, checkpoint) = (run.clone(), events.to_vec(), checkpoint.cloned());
         self.blocking(move |s| s.import_run(&run, &events, checkpoint.as_ref())).await
+    }
+}
+
+#[async_trait]
+impl RecordStore for FileStore {
+    async fn put_record(&self, collection: &str, id: &str, value: Value, expected_revision: Option<u64>) -> Result<Record, StoreError> {
+        let (collection, id) = (owned(collection), owned(id));
+        self.blocking(move |s| s.put_record(&collection, &id, value, expected_revision)).await
+    }
+
+    async fn get_record(&self, collection: &str, id: &str) -> Result<Option<Record>, StoreError> {
+        Ok(self.inner.index().records.get(collection).and_then(|c| c.get(id)).cloned())
+    }
+
+    async fn list_records(&self, collection: &str, page: &PageRequest) -> Result<Page<Record>, StoreError> {
+        let items: Vec<Record> =
+            self.inner.index().records.get(collection).map(|c| c.values().cloned().collect()).unwrap_or_default();
+        page_newest_first(items, |r| (r.created_at.timestamp_millis(), r.id.clone()), page)
+    }
+
+    async fn delete_record(&self, collection: &str, id: &str, expected_revision: Option<u64>) -> Result<bool, StoreError> {
+        let (collection, id) = (owned(collection), owned(id));
+        self.blocking(move |s| s.delete_record(&collection, &id, expected_revision)).await
+    }
+
+    async fn collections(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.inner.index().records.keys().cloned().collect())
+    }
+
+    async fn import_record(&self, record: &Record) -> Result<ImportOutcome, StoreError> {
+        let record = record.clone();
+        self.blocking(move |s| s.import_record(&record)).await
     }
 }
 

@@ -15,7 +15,10 @@ pub struct PgStore {
     clock: Arc<dyn Clock>,
 }
 
-const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "init", include_str!("../../migrations/postgres/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
+    (2, "records", include_str!("../../migrations/postgres/0002_records.sql")),
+];
 
 /// The oldest running run without a live lease. `FOR UPDATE … SKIP LOCKED` lets concurrent
 /// workers pass over a run another worker is claiming instead of queueing behind it; the

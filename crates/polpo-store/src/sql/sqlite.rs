@@ -16,7 +16,10 @@ pub struct SqliteStore {
     clock: Arc<dyn Clock>,
 }
 
-const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "init", include_str!("../../migrations/sqlite/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../../migrations/sqlite/0001_init.sql")),
+    (2, "records", include_str!("../../migrations/sqlite/0002_records.sql")),
+];
 
 /// The oldest running run without a live lease. SQLite has one writer at a time (the
 /// transaction is `BEGIN IMMEDIATE`), so no row locking is needed.
