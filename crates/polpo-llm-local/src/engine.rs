@@ -185,7 +185,11 @@ impl LoadedModel {
 
         let started = Instant::now();
         let mut batch = LlamaBatch::new(job.context_size as usize, 1);
-        let last = tokens.len() - 1;
+        let Some(last) = tokens.len().checked_sub(1) else {
+            return Err(LocalModelError::Inference {
+                detail: "the rendered prompt is empty".into(),
+            });
+        };
         for (i, token) in tokens.iter().enumerate() {
             batch
                 .add(*token, i as i32, &[0], i == last)

@@ -75,7 +75,10 @@ fn install_is_idempotent_and_listed() {
     let dir = cache_dir();
     let mut progress = (0, 0);
     let again = install(TEST_MODEL, &dir, |done, total| progress = (done, total)).unwrap();
-    assert!(progress.1 > 0 && progress.0 == progress.1, "a reused model reports complete progress");
+    assert!(
+        progress.1 > 0 && progress.0 == progress.1,
+        "a reused model reports complete progress"
+    );
     let installed = list(&dir);
     assert!(
         installed
