@@ -4,6 +4,32 @@
 //! The engine and server hold a [`Store`] (a bundle of `Arc<dyn …>` trait objects) opened by
 //! [`open_store`] from `settings.storage`; they never know which backend is behind it. Time
 //! comes from the [`Clock`] given at open, so tests move time by hand.
+//!
+//! | trait | what it keeps |
+//! |---|---|
+//! | [`SessionStore`] | sessions and their messages |
+//! | [`RunStore`] | runs, their gap-free event journal, checkpoints, execution leases, the run work queue |
+//! | [`EffectLedger`] | write-tool effects by idempotency key, so none runs twice |
+//! | [`RecordStore`] | revisioned JSON records per collection (tasks, missions, approvals …) |
+//!
+//! Every list is keyset-paginated ([`PageRequest`] → [`Page`] with an opaque [`Cursor`]);
+//! every place two writers can meet takes an `expected_revision` and answers `conflict`.
+//! Errors carry a stable code ([`StoreError::code`]).
+//!
+//! ```
+//! # async fn demo() -> Result<(), polpo_store::StoreError> {
+//! use std::sync::Arc;
+//! use polpo_core::message::Message;
+//! use polpo_store::{open_store, NewMessage, NewSession, StoreKind, SystemClock};
+//!
+//! let project = tempfile::tempdir().map_err(|e| polpo_store::StoreError::Config(e.to_string()))?;
+//! let store = open_store(StoreKind::File, project.path(), None, Arc::new(SystemClock)).await?;
+//! let session = store.sessions.create_session(NewSession { agent: "coder".into(), ..Default::default() }).await?;
+//! let appended = store.sessions.append_messages(&session.id, vec![NewMessage::new(Message::user("hi"))], Some(session.revision)).await?;
+//! assert_eq!(appended.session.title, "hi");
+//! # Ok(()) }
+//! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+//! ```
 
 pub mod clock;
 pub mod copy;

@@ -2,7 +2,7 @@
 //!
 //! Both speak the same SQL (numbered `$n` parameters, `ON CONFLICT`, `RETURNING`), store times
 //! as epoch milliseconds and JSON as text, so the store logic is written once, in
-//! [`sql_store_impl!`], and stamped out for each driver. What differs lives in the driver
+//! `sql_store_impl!`, and stamped out for each driver. What differs lives in the driver
 //! module: connecting, how a write transaction starts, and the migration SQL.
 
 mod postgres;
