@@ -8,10 +8,10 @@
 
 use sha2::{Digest, Sha256};
 
+use crate::Store;
 use crate::error::StoreError;
 use crate::model::{ImportOutcome, RunFilter, SessionFilter};
-use crate::page::{PageRequest, MAX_PAGE};
-use crate::Store;
+use crate::page::{MAX_PAGE, PageRequest};
 
 /// What a copy did, per kind of record, with a checksum over everything copied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -42,7 +42,13 @@ fn count(pair: &mut (u64, u64), outcome: ImportOutcome) {
 
 /// Feed the JSON of a record read from the source and the same record read back from the
 /// target; any difference fails the copy.
-fn verify<T: serde::Serialize>(kind: &str, id: &str, source: &T, target: &T, hash: &mut Sha256) -> Result<(), StoreError> {
+fn verify<T: serde::Serialize>(
+    kind: &str,
+    id: &str,
+    source: &T,
+    target: &T,
+    hash: &mut Sha256,
+) -> Result<(), StoreError> {
     let (a, b) = (serde_json::to_vec(source), serde_json::to_vec(target));
     match (a, b) {
         (Ok(a), Ok(b)) if a == b => {
@@ -119,7 +125,13 @@ pub async fn copy_store(from: &Store, to: &Store) -> Result<CopyReport, StoreErr
         let effects = from.effects.list_effects(&page).await?;
         for effect in &effects.items {
             count(&mut report.effects, to.effects.import_effect(effect).await?);
-            verify("effect", &effect.key, &Some(effect), &to.effects.get_effect(&effect.key).await?.as_ref(), &mut hash)?;
+            verify(
+                "effect",
+                &effect.key,
+                &Some(effect),
+                &to.effects.get_effect(&effect.key).await?.as_ref(),
+                &mut hash,
+            )?;
         }
         match effects.next {
             Some(c) => page = PageRequest::after(c, MAX_PAGE),

@@ -123,8 +123,9 @@ pub async fn open_store(
         StoreKind::File => Store::from_backend(kind, FileStore::open(&data_dir, clock).await?),
         StoreKind::Sqlite => Store::from_backend(kind, SqliteStore::open(&data_dir.join("polpo.db"), clock).await?),
         StoreKind::Postgres => {
-            let url = database_url
-                .ok_or_else(|| StoreError::Config("postgres storage needs DATABASE_URL or settings.databaseUrl".into()))?;
+            let url = database_url.ok_or_else(|| {
+                StoreError::Config("postgres storage needs DATABASE_URL or settings.databaseUrl".into())
+            })?;
             Store::from_backend(kind, PgStore::connect(url, clock).await?)
         }
     })

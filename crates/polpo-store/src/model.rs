@@ -442,13 +442,20 @@ pub(crate) fn check_session_import(session: &Session, messages: &[StoredMessage]
     validate_id("session", &session.id)?;
     let numbered = messages.iter().zip(1u64..).all(|(m, seq)| m.seq == seq && m.session_id == session.id);
     if !numbered || session.message_count != messages.len() as u64 {
-        return Err(StoreError::Invalid(format!("session `{}` import is not whole (messages 1..=messageCount)", session.id)));
+        return Err(StoreError::Invalid(format!(
+            "session `{}` import is not whole (messages 1..=messageCount)",
+            session.id
+        )));
     }
     Ok(())
 }
 
 /// An imported run must be whole: its events numbered 1..=last_seq.
-pub(crate) fn check_run_import(run: &Run, events: &[RunEvent], checkpoint: Option<&Checkpoint>) -> Result<(), StoreError> {
+pub(crate) fn check_run_import(
+    run: &Run,
+    events: &[RunEvent],
+    checkpoint: Option<&Checkpoint>,
+) -> Result<(), StoreError> {
     validate_id("run", &run.id)?;
     let numbered = events.iter().zip(1u64..).all(|(e, seq)| e.seq == seq && e.run_id == run.id);
     let checkpoint_ok = checkpoint.is_none_or(|c| c.run_id == run.id);
@@ -459,7 +466,12 @@ pub(crate) fn check_run_import(run: &Run, events: &[RunEvent], checkpoint: Optio
 }
 
 /// A re-run of an import finds what it wrote; anything else under the same id is a conflict.
-pub(crate) fn same_import<T: PartialEq>(kind: &str, id: &str, existing: &T, incoming: &T) -> Result<ImportOutcome, StoreError> {
+pub(crate) fn same_import<T: PartialEq>(
+    kind: &str,
+    id: &str,
+    existing: &T,
+    incoming: &T,
+) -> Result<ImportOutcome, StoreError> {
     if existing == incoming {
         Ok(ImportOutcome::AlreadyPresent)
     } else {
@@ -474,7 +486,11 @@ pub fn validate_id(kind: &str, id: &str) -> Result<(), StoreError> {
         && id.len() <= MAX_ID_LEN
         && !id.starts_with('.')
         && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-    if ok { Ok(()) } else { Err(StoreError::Invalid(format!("{kind} id must be 1-{MAX_ID_LEN} of [A-Za-z0-9._-], not starting with '.'"))) }
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!("{kind} id must be 1-{MAX_ID_LEN} of [A-Za-z0-9._-], not starting with '.'")))
+    }
 }
 
 /// Check an effect idempotency key.
@@ -552,7 +568,11 @@ pub(crate) fn apply_patch(session: &mut Session, patch: SessionPatch, now: DateT
 
 /// Turn appended messages into stored ones, numbering them after `after_seq`, and update the
 /// session (count, revision, time, and a title from the first user message if it has none).
-pub(crate) fn apply_append(session: &mut Session, messages: Vec<NewMessage>, now: DateTime<Utc>) -> Result<Vec<StoredMessage>, StoreError> {
+pub(crate) fn apply_append(
+    session: &mut Session,
+    messages: Vec<NewMessage>,
+    now: DateTime<Utc>,
+) -> Result<Vec<StoredMessage>, StoreError> {
     if messages.is_empty() {
         return Err(StoreError::Invalid("no messages to append".into()));
     }
@@ -635,11 +655,9 @@ pub(crate) fn same_result(effect: Effect, result: &Value) -> Result<Effect, Stor
 /// A new lease may be granted when nobody holds one, it has expired, or the caller holds it.
 pub(crate) fn lease_grantable(current: Option<&Lease>, owner: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
     match current {
-        Some(l) if l.owner != owner && l.expires_at > now => Err(StoreError::LeaseHeld {
-            run_id: l.run_id.clone(),
-            owner: l.owner.clone(),
-            expires_at: l.expires_at,
-        }),
+        Some(l) if l.owner != owner && l.expires_at > now => {
+            Err(StoreError::LeaseHeld { run_id: l.run_id.clone(), owner: l.owner.clone(), expires_at: l.expires_at })
+        }
         _ => Ok(()),
     }
 }

@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use crate::error::StoreError;
 use crate::model::{
-    Checkpoint, Effect, EffectClaim, ImportOutcome, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession, Record, Run, RunEvent, RunFilter,
-    RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
+    Checkpoint, Effect, EffectClaim, ImportOutcome, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent,
+    NewSession, Record, Run, RunEvent, RunFilter, RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
 };
 use crate::page::{Page, PageRequest};
 
@@ -27,7 +27,12 @@ pub trait SessionStore: Send + Sync {
     async fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>, StoreError>;
 
     /// Change title or metadata. `expected_revision` guards against a concurrent writer.
-    async fn update_session(&self, id: &str, patch: SessionPatch, expected_revision: Option<u64>) -> Result<Session, StoreError>;
+    async fn update_session(
+        &self,
+        id: &str,
+        patch: SessionPatch,
+        expected_revision: Option<u64>,
+    ) -> Result<Session, StoreError>;
 
     /// Append messages in order, atomically (all or none). Sets the title from the first user
     /// message when the session has none. `expected_revision` guards against a concurrent writer.
@@ -113,7 +118,12 @@ pub trait RunStore: Send + Sync {
 
     /// Write a run, all its events and its checkpoint verbatim, atomically (see
     /// [`SessionStore::import_session`]). Leases are not copied: they belong to live processes.
-    async fn import_run(&self, run: &Run, events: &[RunEvent], checkpoint: Option<&Checkpoint>) -> Result<ImportOutcome, StoreError>;
+    async fn import_run(
+        &self,
+        run: &Run,
+        events: &[RunEvent],
+        checkpoint: Option<&Checkpoint>,
+    ) -> Result<ImportOutcome, StoreError>;
 
     /// Leases that have expired on runs still `running` or `paused`: the runs whose owner
     /// crashed, to be claimed and resumed. Oldest expiry first, at most `limit`.
@@ -126,7 +136,13 @@ pub trait RunStore: Send + Sync {
 pub trait RecordStore: Send + Sync {
     /// Write a record. `expected_revision`: `None` writes unconditionally, `Some(0)` only
     /// creates (a `conflict` if it exists), `Some(n)` only replaces revision `n`.
-    async fn put_record(&self, collection: &str, id: &str, value: Value, expected_revision: Option<u64>) -> Result<Record, StoreError>;
+    async fn put_record(
+        &self,
+        collection: &str,
+        id: &str,
+        value: Value,
+        expected_revision: Option<u64>,
+    ) -> Result<Record, StoreError>;
 
     /// The record, or `None`.
     async fn get_record(&self, collection: &str, id: &str) -> Result<Option<Record>, StoreError>;
@@ -135,7 +151,12 @@ pub trait RecordStore: Send + Sync {
     async fn list_records(&self, collection: &str, page: &PageRequest) -> Result<Page<Record>, StoreError>;
 
     /// Delete a record (only at `expected_revision` when given). `false` when it did not exist.
-    async fn delete_record(&self, collection: &str, id: &str, expected_revision: Option<u64>) -> Result<bool, StoreError>;
+    async fn delete_record(
+        &self,
+        collection: &str,
+        id: &str,
+        expected_revision: Option<u64>,
+    ) -> Result<bool, StoreError>;
 
     /// The collections that hold at least one record, sorted.
     async fn collections(&self) -> Result<Vec<String>, StoreError>;

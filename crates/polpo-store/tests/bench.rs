@@ -24,7 +24,8 @@ fn rate(n: usize, started: Instant) -> String {
 
 async fn measure(kind: StoreKind) {
     let t = TestStore::new(kind).await;
-    let sid = t.store.sessions.create_session(NewSession { agent: "bench".into(), ..Default::default() }).await.unwrap().id;
+    let sid =
+        t.store.sessions.create_session(NewSession { agent: "bench".into(), ..Default::default() }).await.unwrap().id;
     let started = Instant::now();
     for i in 0..MESSAGES {
         let m = NewMessage::new(Message::assistant(format!("message {i}: {}", "lorem ipsum ".repeat(20))));
@@ -52,7 +53,9 @@ async fn measure(kind: StoreKind) {
     let append_events = rate(EVENTS, started);
     let started = Instant::now();
     for b in 0..EVENTS / 50 {
-        let batch = (0..50).map(|i| NewRunEvent::new("output.text.delta", json!({"delta": format!("token {b}.{i} ")}))).collect();
+        let batch = (0..50)
+            .map(|i| NewRunEvent::new("output.text.delta", json!({"delta": format!("token {b}.{i} ")})))
+            .collect();
         t.store.runs.append_events(&rid, batch).await.unwrap();
     }
     let append_batches = rate(EVENTS, started);

@@ -13,8 +13,8 @@ use std::time::Duration;
 use chrono::Duration as Span;
 use polpo_core::message::{Message, Role, ToolCall, Usage};
 use polpo_store::{
-    EffectClaim, EffectStatus, NewMessage, NewRun, NewRunEvent, NewSession, PageRequest, RunFilter, RunStatus, SessionFilter,
-    SessionPatch, StoreError, MAX_REASONING_BYTES,
+    EffectClaim, EffectStatus, MAX_REASONING_BYTES, NewMessage, NewRun, NewRunEvent, NewSession, PageRequest,
+    RunFilter, RunStatus, SessionFilter, SessionPatch, StoreError,
 };
 use serde_json::json;
 use support::TestStore;
@@ -34,7 +34,12 @@ fn run(agent: &str) -> NewRun {
 async fn sessions_round_trip(t: &TestStore) {
     let s = &t.store.sessions;
     let created = s
-        .create_session(NewSession { agent: "coder".into(), user: Some("u1".into()), metadata: json!({"channel": "web"}), ..Default::default() })
+        .create_session(NewSession {
+            agent: "coder".into(),
+            user: Some("u1".into()),
+            metadata: json!({"channel": "web"}),
+            ..Default::default()
+        })
         .await
         .unwrap();
     assert_eq!((created.title.as_str(), created.message_count, created.revision), ("", 0, 1));
@@ -43,16 +48,28 @@ async fn sessions_round_trip(t: &TestStore) {
 
     let long = "x".repeat(50) + &"é".repeat(30);
     let appended = s
-        .append_messages(&created.id, vec![NewMessage::new(Message::system("be brief")), NewMessage::new(Message::user(long.clone()))], None)
+        .append_messages(
+            &created.id,
+            vec![NewMessage::new(Message::system("be brief")), NewMessage::new(Message::user(long.clone()))],
+            None,
+        )
         .await
         .unwrap();
-    assert_eq!(appended.session.title, long.chars().take(60).collect::<String>(), "title = first 60 chars of the first user message");
+    assert_eq!(
+        appended.session.title,
+        long.chars().take(60).collect::<String>(),
+        "title = first 60 chars of the first user message"
+    );
     assert_eq!((appended.session.message_count, appended.session.revision), (2, 2));
     let later = s.append_messages(&created.id, vec![NewMessage::new(Message::user("another"))], None).await.unwrap();
     assert_eq!(later.session.title, appended.session.title, "the title does not change with later messages");
 
     let renamed = s
-        .update_session(&created.id, SessionPatch { title: Some("Renamed".into()), metadata: Some(json!({"k": 1})) }, Some(3))
+        .update_session(
+            &created.id,
+            SessionPatch { title: Some("Renamed".into()), metadata: Some(json!({"k": 1})) },
+            Some(3),
+        )
         .await
         .unwrap();
     assert_eq!((renamed.title.as_str(), renamed.revision), ("Renamed", 4));
@@ -62,8 +79,14 @@ async fn sessions_round_trip(t: &TestStore) {
     assert!(!s.delete_session(&created.id).await.unwrap());
     assert_eq!(s.get_session(&created.id).await.unwrap(), None);
     assert_eq!(code(s.list_messages(&created.id, &PageRequest::default()).await), "not_found");
-    assert_eq!(code(s.append_messages(&created.id, vec![NewMessage::new(Message::user("x"))], None).await), "not_found");
-    assert_eq!(code(s.create_session(NewSession { id: Some("../evil".into()), ..session("a") }).await), "invalid_input");
+    assert_eq!(
+        code(s.append_messages(&created.id, vec![NewMessage::new(Message::user("x"))], None).await),
+        "not_found"
+    );
+    assert_eq!(
+        code(s.create_session(NewSession { id: Some("../evil".into()), ..session("a") }).await),
+        "invalid_input"
+    );
     assert_eq!(code(s.create_session(NewSession { metadata: json!([1]), ..session("a") }).await), "invalid_input");
     let huge = json!({"blob": "x".repeat(65 * 1024)});
     assert_eq!(code(s.create_session(NewSession { metadata: huge, ..session("a") }).await), "invalid_input");
@@ -85,7 +108,12 @@ async fn messages_keep_order_and_everything_stored_beside_them(t: &TestStore) {
     let reasoning = "ü".repeat(MAX_REASONING_BYTES);
     let batch = vec![
         NewMessage::new(Message::user("read a")),
-        NewMessage { message: call.clone(), reasoning: Some(reasoning), turn_id: Some("turn-1".into()), usage: Some(Usage { input_tokens: 10, output_tokens: 5 }) },
+        NewMessage {
+            message: call.clone(),
+            reasoning: Some(reasoning),
+            turn_id: Some("turn-1".into()),
+            usage: Some(Usage { input_tokens: 10, output_tokens: 5 }),
+        },
         NewMessage::new(Message::tool_result("call_1", "contents")),
     ];
     s.append_messages(&id, batch, None).await.unwrap();
@@ -96,7 +124,10 @@ async fn messages_keep_order_and_everything_stored_beside_them(t: &TestStore) {
     assert_eq!(page.next, None);
     let m = &page.items;
     assert_eq!(m.iter().map(|m| m.seq).collect::<Vec<_>>(), vec![1, 2, 3, 4]);
-    assert_eq!(m.iter().map(|m| m.message.role).collect::<Vec<_>>(), vec![Role::User, Role::Assistant, Role::Tool, Role::Assistant]);
+    assert_eq!(
+        m.iter().map(|m| m.message.role).collect::<Vec<_>>(),
+        vec![Role::User, Role::Assistant, Role::Tool, Role::Assistant]
+    );
     assert_eq!(m[1].message, call, "tool calls (even with invalid JSON arguments) come back as written");
     assert!(m[1].reasoning_truncated && m[1].reasoning.as_ref().unwrap().len() <= MAX_REASONING_BYTES);
     assert_eq!((m[1].turn_id.as_deref(), m[1].usage.map(|u| u.total())), (Some("turn-1"), Some(15)));
@@ -136,7 +167,10 @@ async fn pagination_has_no_duplicates_and_no_gaps(t: &TestStore) {
     expected.reverse();
     assert_eq!(seen, expected, "newest first, every session exactly once");
 
-    let only_a = s.list_sessions(&SessionFilter { agent: Some("a".into()), user: None }, &PageRequest::first(100)).await.unwrap();
+    let only_a = s
+        .list_sessions(&SessionFilter { agent: Some("a".into()), user: None }, &PageRequest::first(100))
+        .await
+        .unwrap();
     assert_eq!(only_a.items.len(), 9);
     assert!(only_a.items.iter().all(|x| x.agent == "a"));
 
@@ -172,11 +206,18 @@ async fn stale_revisions_and_taken_ids_conflict(t: &TestStore) {
     let s = &t.store.sessions;
     let created = s.create_session(NewSession { id: Some("ses-1".into()), ..session("a") }).await.unwrap();
     assert_eq!(code(s.create_session(NewSession { id: Some("ses-1".into()), ..session("a") }).await), "conflict");
-    let after = s.append_messages("ses-1", vec![NewMessage::new(Message::user("hi"))], Some(created.revision)).await.unwrap();
+    let after =
+        s.append_messages("ses-1", vec![NewMessage::new(Message::user("hi"))], Some(created.revision)).await.unwrap();
     // A second writer still holding the old revision loses, and nothing of its write lands.
     let stale = s.append_messages("ses-1", vec![NewMessage::new(Message::user("lost"))], Some(created.revision)).await;
     assert_eq!(code(stale), "conflict");
-    assert_eq!(code(s.update_session("ses-1", SessionPatch { title: Some("t".into()), metadata: None }, Some(created.revision)).await), "conflict");
+    assert_eq!(
+        code(
+            s.update_session("ses-1", SessionPatch { title: Some("t".into()), metadata: None }, Some(created.revision))
+                .await
+        ),
+        "conflict"
+    );
     assert_eq!(s.get_session("ses-1").await.unwrap().unwrap(), after.session);
     assert_eq!(s.list_messages("ses-1", &PageRequest::default()).await.unwrap().items.len(), 1);
 
@@ -197,7 +238,10 @@ async fn runs_follow_their_state_machine_and_list_newest_first(t: &TestStore) {
         ids.push(r.create_run(NewRun { session_id, ..run("coder") }).await.unwrap().id);
     }
     let first = r.get_run(&ids[0]).await.unwrap().unwrap();
-    assert_eq!((first.status, first.revision, first.last_seq, first.error.as_deref()), (RunStatus::Running, 1, 0, None));
+    assert_eq!(
+        (first.status, first.revision, first.last_seq, first.error.as_deref()),
+        (RunStatus::Running, 1, 0, None)
+    );
 
     let failed = r.update_run_status(&ids[0], RunStatus::Failed, Some("model timed out".into()), None).await.unwrap();
     assert_eq!((failed.status, failed.error.as_deref()), (RunStatus::Failed, Some("model timed out")));
@@ -209,12 +253,21 @@ async fn runs_follow_their_state_machine_and_list_newest_first(t: &TestStore) {
     let all = r.list_runs(&RunFilter::default(), &PageRequest::first(2)).await.unwrap();
     assert_eq!(all.items.iter().map(|x| x.id.clone()).collect::<Vec<_>>(), vec![ids[4].clone(), ids[3].clone()]);
     let rest = r.list_runs(&RunFilter::default(), &PageRequest::after(all.next.unwrap(), 10)).await.unwrap();
-    assert_eq!(rest.items.iter().map(|x| x.id.clone()).collect::<Vec<_>>(), vec![ids[2].clone(), ids[1].clone(), ids[0].clone()]);
+    assert_eq!(
+        rest.items.iter().map(|x| x.id.clone()).collect::<Vec<_>>(),
+        vec![ids[2].clone(), ids[1].clone(), ids[0].clone()]
+    );
     assert_eq!(rest.next, None);
 
-    let running = r.list_runs(&RunFilter { status: Some(RunStatus::Running), ..Default::default() }, &PageRequest::default()).await.unwrap();
+    let running = r
+        .list_runs(&RunFilter { status: Some(RunStatus::Running), ..Default::default() }, &PageRequest::default())
+        .await
+        .unwrap();
     assert_eq!(running.items.len(), 3);
-    let of_session = r.list_runs(&RunFilter { session_id: Some("ses-even".into()), ..Default::default() }, &PageRequest::default()).await.unwrap();
+    let of_session = r
+        .list_runs(&RunFilter { session_id: Some("ses-even".into()), ..Default::default() }, &PageRequest::default())
+        .await
+        .unwrap();
     assert_eq!(of_session.items.len(), 3);
 }
 
@@ -287,7 +340,11 @@ async fn checkpoints_keep_the_latest(t: &TestStore) {
     t.clock.advance(Span::seconds(1));
     let five = r.put_checkpoint(&id, 5, json!({"turn": 2, "messages": [1, 2]})).await.unwrap();
     assert_eq!(r.latest_checkpoint(&id).await.unwrap(), Some(five.clone()));
-    assert_eq!(code(r.put_checkpoint(&id, 4, json!({})).await), "conflict", "an older checkpoint never replaces a newer one");
+    assert_eq!(
+        code(r.put_checkpoint(&id, 4, json!({})).await),
+        "conflict",
+        "an older checkpoint never replaces a newer one"
+    );
     assert_eq!(r.latest_checkpoint(&id).await.unwrap(), Some(five));
     assert_eq!(code(r.put_checkpoint("missing", 1, json!({})).await), "not_found");
 }
@@ -310,12 +367,19 @@ async fn leases_are_exclusive_until_they_expire(t: &TestStore) {
     // worker-a crashes and stops renewing.
     t.clock.advance(Span::seconds(31));
     let expired = r.expired_runs(10).await.unwrap();
-    assert_eq!(expired.iter().map(|l| (l.run_id.as_str(), l.owner.as_str())).collect::<Vec<_>>(), vec![(id.as_str(), "worker-a")]);
+    assert_eq!(
+        expired.iter().map(|l| (l.run_id.as_str(), l.owner.as_str())).collect::<Vec<_>>(),
+        vec![(id.as_str(), "worker-a")]
+    );
     let b = r.claim_run(&id, "worker-b", ttl).await.unwrap();
     assert_eq!(b.owner, "worker-b");
     assert_eq!(code(r.renew_lease(&id, "worker-a", ttl).await), "lease_lost");
     r.release_lease(&id, "worker-a").await.unwrap();
-    assert_eq!(code(r.claim_run(&id, "worker-a", ttl).await), "lease_held", "releasing someone else's lease does nothing");
+    assert_eq!(
+        code(r.claim_run(&id, "worker-a", ttl).await),
+        "lease_held",
+        "releasing someone else's lease does nothing"
+    );
 
     // Finished runs are not offered for recovery even with a lapsed lease.
     t.clock.advance(Span::seconds(31));
@@ -339,7 +403,11 @@ async fn workers_claim_each_run_once_until_its_lease_lapses(t: &TestStore) {
     r.update_run_status(&ids[0], RunStatus::Completed, None, None).await.unwrap();
     r.claim_run(&ids[2], "other", ttl).await.unwrap();
     let first = r.claim_next_run("w1", ttl).await.unwrap().unwrap();
-    assert_eq!((first.run_id.as_str(), first.owner.as_str()), (ids[1].as_str(), "w1"), "oldest unleased running run first");
+    assert_eq!(
+        (first.run_id.as_str(), first.owner.as_str()),
+        (ids[1].as_str(), "w1"),
+        "oldest unleased running run first"
+    );
     assert_eq!(r.claim_next_run("w2", ttl).await.unwrap().unwrap().run_id, ids[3]);
     assert_eq!(r.claim_next_run("w2", ttl).await.unwrap(), None);
     t.clock.advance(Span::seconds(61));
@@ -394,7 +462,10 @@ async fn the_effect_ledger_lets_an_effect_happen_once(t: &TestStore) {
     }
     t.clock.advance(Span::seconds(2));
     let done = e.record_effect_result(key, json!({"bytes": 12})).await.unwrap();
-    assert_eq!((done.status, done.completed_at.map(|c| c - done.created_at)), (EffectStatus::Done, Some(Span::seconds(2))));
+    assert_eq!(
+        (done.status, done.completed_at.map(|c| c - done.created_at)),
+        (EffectStatus::Done, Some(Span::seconds(2)))
+    );
     assert_eq!(e.record_effect_intent(key).await.unwrap(), EffectClaim::Done(done.clone()));
     assert_eq!(e.record_effect_result(key, json!({"bytes": 12})).await.unwrap(), done, "same result again is fine");
     assert_eq!(code(e.record_effect_result(key, json!({"bytes": 13})).await), "conflict");
@@ -410,7 +481,10 @@ async fn records_are_revisioned_documents_per_collection(t: &TestStore) {
     assert_eq!(code(r.put_record("tasks", "t1", json!({}), Some(0)).await), "conflict", "Some(0) only creates");
     t.clock.advance(Span::seconds(1));
     let updated = r.put_record("tasks", "t1", json!({"status": "running"}), Some(1)).await.unwrap();
-    assert_eq!((updated.revision, updated.created_at, updated.updated_at - updated.created_at), (2, created.created_at, Span::seconds(1)));
+    assert_eq!(
+        (updated.revision, updated.created_at, updated.updated_at - updated.created_at),
+        (2, created.created_at, Span::seconds(1))
+    );
     assert_eq!(code(r.put_record("tasks", "t1", json!({"status": "lost"}), Some(1)).await), "conflict");
     assert_eq!(r.get_record("tasks", "t1").await.unwrap(), Some(updated.clone()));
     assert_eq!(r.get_record("missions", "t1").await.unwrap(), None, "collections are separate");
@@ -480,7 +554,11 @@ async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
     );
     assert_eq!(before, after);
     assert_eq!(t.store.records.get_record("tasks", "t1").await.unwrap(), record);
-    assert_eq!(code(t.store.runs.claim_run(&rid, "other", Duration::from_secs(60)).await), "lease_held", "leases survive too");
+    assert_eq!(
+        code(t.store.runs.claim_run(&rid, "other", Duration::from_secs(60)).await),
+        "lease_held",
+        "leases survive too"
+    );
     assert_eq!(t.store.runs.append_event(&rid, "run.completed", json!({})).await.unwrap(), 4);
     t
 }

@@ -8,7 +8,8 @@ mod support;
 use chrono::Duration as Span;
 use polpo_core::message::Message;
 use polpo_store::{
-    copy_store, CopyReport, NewMessage, NewRun, NewRunEvent, NewSession, PageRequest, RunStatus, SessionPatch, StoreKind,
+    CopyReport, NewMessage, NewRun, NewRunEvent, NewSession, PageRequest, RunStatus, SessionPatch, StoreKind,
+    copy_store,
 };
 use serde_json::json;
 use support::TestStore;
@@ -16,12 +17,25 @@ use support::TestStore;
 async fn fill(t: &TestStore) {
     for i in 0..3 {
         t.clock.advance(Span::seconds(1));
-        let s = t.store.sessions.create_session(NewSession { agent: "coder".into(), metadata: json!({"i": i}), ..Default::default() }).await.unwrap();
+        let s = t
+            .store
+            .sessions
+            .create_session(NewSession { agent: "coder".into(), metadata: json!({"i": i}), ..Default::default() })
+            .await
+            .unwrap();
         for j in 0..(5 * i) {
-            let m = NewMessage { reasoning: Some(format!("thinking {j}")), ..NewMessage::new(Message::user(format!("s{i} m{j}"))) };
+            let m = NewMessage {
+                reasoning: Some(format!("thinking {j}")),
+                ..NewMessage::new(Message::user(format!("s{i} m{j}")))
+            };
             t.store.sessions.append_messages(&s.id, vec![m], None).await.unwrap();
         }
-        let r = t.store.runs.create_run(NewRun { agent: "coder".into(), session_id: Some(s.id.clone()), ..Default::default() }).await.unwrap();
+        let r = t
+            .store
+            .runs
+            .create_run(NewRun { agent: "coder".into(), session_id: Some(s.id.clone()), ..Default::default() })
+            .await
+            .unwrap();
         let events = (0..(40 * i)).map(|k| NewRunEvent::new("output.text.delta", json!({"k": k}))).collect::<Vec<_>>();
         if !events.is_empty() {
             t.store.runs.append_events(&r.id, events).await.unwrap();
@@ -33,13 +47,24 @@ async fn fill(t: &TestStore) {
         t.store.effects.record_effect_intent(&format!("effect-{i}")).await.unwrap();
     }
     t.store.effects.record_effect_result("effect-1", json!({"ok": true})).await.unwrap();
-    t.store.records.put_record("tasks", "t1", json!({"title": "write docs", "status": "pending"}), Some(0)).await.unwrap();
+    t.store
+        .records
+        .put_record("tasks", "t1", json!({"title": "write docs", "status": "pending"}), Some(0))
+        .await
+        .unwrap();
     t.store.records.put_record("tasks", "t1", json!({"title": "write docs", "status": "done"}), Some(1)).await.unwrap();
     t.store.records.put_record("missions", "m1", json!({"name": "launch"}), None).await.unwrap();
 }
 
 fn counts(r: &CopyReport) -> (u64, u64, u64, u64, u64, u64) {
-    (r.sessions.0 + r.sessions.1, r.messages, r.runs.0 + r.runs.1, r.events, r.effects.0 + r.effects.1, r.records.0 + r.records.1)
+    (
+        r.sessions.0 + r.sessions.1,
+        r.messages,
+        r.runs.0 + r.runs.1,
+        r.events,
+        r.effects.0 + r.effects.1,
+        r.records.0 + r.records.1,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,17 +84,26 @@ async fn copies_between_every_backend_verify_and_rerun_safely() {
     assert_eq!(first, third);
 
     let again = copy_store(&file.store, &sqlite.store).await.unwrap();
-    assert_eq!((again.sessions, again.runs, again.effects, again.records), ((0, 3), (0, 3), (0, 3), (0, 2)), "a re-run writes nothing");
+    assert_eq!(
+        (again.sessions, again.runs, again.effects, again.records),
+        ((0, 3), (0, 3), (0, 3), (0, 2)),
+        "a re-run writes nothing"
+    );
     assert_eq!(again.checksum, first.checksum);
 
     // The round trip is faithful down to the message.
-    let s = file.store.sessions.list_sessions(&Default::default(), &PageRequest::first(1)).await.unwrap().items.remove(0);
+    let s =
+        file.store.sessions.list_sessions(&Default::default(), &PageRequest::first(1)).await.unwrap().items.remove(0);
     let original = file.store.sessions.list_messages(&s.id, &PageRequest::default()).await.unwrap();
     let copied = back_to_file.store.sessions.list_messages(&s.id, &PageRequest::default()).await.unwrap();
     assert_eq!(original.items, copied.items);
 
     // A source that changed since the last copy is refused, not silently merged.
-    file.store.sessions.update_session(&s.id, SessionPatch { title: Some("changed".into()), metadata: None }, None).await.unwrap();
+    file.store
+        .sessions
+        .update_session(&s.id, SessionPatch { title: Some("changed".into()), metadata: None }, None)
+        .await
+        .unwrap();
     assert_eq!(copy_store(&file.store, &sqlite.store).await.unwrap_err().code(), "conflict");
 
     for t in [file, sqlite, postgres, back_to_file] {

@@ -55,10 +55,15 @@ async fn crash_child_writer() {
     let store = open(kind, &location).await;
     let mut out = std::io::stdout();
     for n in 0u64.. {
-        let seq = store.runs.append_event(RUN, "response.chunk", json!({"n": n, "pad": "x".repeat(512)})).await.unwrap();
+        let seq =
+            store.runs.append_event(RUN, "response.chunk", json!({"n": n, "pad": "x".repeat(512)})).await.unwrap();
         writeln!(out, "ack event {seq}").unwrap();
         out.flush().unwrap();
-        let appended = store.sessions.append_messages(SESSION, vec![NewMessage::new(Message::user(format!("m{n}")))], None).await.unwrap();
+        let appended = store
+            .sessions
+            .append_messages(SESSION, vec![NewMessage::new(Message::user(format!("m{n}")))], None)
+            .await
+            .unwrap();
         writeln!(out, "ack message {}", appended.messages[0].seq).unwrap();
         out.flush().unwrap();
     }
@@ -72,7 +77,12 @@ struct Acks {
 }
 
 /// Start a writer, let it acknowledge a few writes, SIGKILL it, and return what it acknowledged.
-fn write_then_kill(kind: StoreKind, location: &Location, acks_before_kill: usize, rt: &tokio::runtime::Runtime) -> Acks {
+fn write_then_kill(
+    kind: StoreKind,
+    location: &Location,
+    acks_before_kill: usize,
+    rt: &tokio::runtime::Runtime,
+) -> Acks {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "crash_child_writer", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, spec(kind, location))
@@ -103,7 +113,8 @@ fn write_then_kill(kind: StoreKind, location: &Location, acks_before_kill: usize
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut checked_lock = false;
     while acks.events.len() + acks.messages.len() < acks_before_kill {
-        let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("writer stopped acknowledging");
+        let line =
+            rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("writer stopped acknowledging");
         record(line, &mut acks);
         if kind == StoreKind::File && !checked_lock && !acks.events.is_empty() {
             // While the writer lives, this process cannot open the same file store.
@@ -138,8 +149,16 @@ fn crash_and_recover(kind: StoreKind) {
     };
     rt.block_on(async {
         let store = open(kind, &location).await;
-        store.runs.create_run(NewRun { id: Some(RUN.into()), agent: "a".into(), session_id: Some(SESSION.into()) }).await.unwrap();
-        store.sessions.create_session(NewSession { id: Some(SESSION.into()), agent: "a".into(), ..Default::default() }).await.unwrap();
+        store
+            .runs
+            .create_run(NewRun { id: Some(RUN.into()), agent: "a".into(), session_id: Some(SESSION.into()) })
+            .await
+            .unwrap();
+        store
+            .sessions
+            .create_session(NewSession { id: Some(SESSION.into()), agent: "a".into(), ..Default::default() })
+            .await
+            .unwrap();
     });
     let mut all_events = Vec::new();
     let mut all_messages = Vec::new();
@@ -177,7 +196,11 @@ fn crash_and_recover(kind: StoreKind) {
             assert_eq!(seqs, (1..=m).collect::<Vec<_>>(), "{kind:?}: messages are gap-free");
             assert!(all_messages.iter().all(|s| *s <= m), "{kind:?}: every acknowledged message is present");
             assert_eq!(store.sessions.get_session(SESSION).await.unwrap().unwrap().message_count, m);
-            assert_eq!(store.runs.append_event(RUN, "run.resumed", json!({})).await.unwrap(), n + 1, "writing continues after recovery");
+            assert_eq!(
+                store.runs.append_event(RUN, "run.resumed", json!({})).await.unwrap(),
+                n + 1,
+                "writing continues after recovery"
+            );
         });
     }
     if let Location::Schema(s) = &location {

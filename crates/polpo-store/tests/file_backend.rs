@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use polpo_core::message::Message;
-use polpo_store::{open_store, FileStore, NewMessage, NewRun, NewSession, PageRequest, StoreKind, SystemClock};
-use serde_json::{json, Value};
+use polpo_store::{FileStore, NewMessage, NewRun, NewSession, PageRequest, StoreKind, SystemClock, open_store};
+use serde_json::{Value, json};
 
 async fn open(dir: &Path) -> polpo_store::Store {
     open_store(StoreKind::File, dir, None, Arc::new(SystemClock)).await.unwrap()
@@ -24,7 +24,15 @@ async fn state_is_plain_json_files_under_dot_polpo() {
     let root = tempfile::tempdir().unwrap();
     let store = open(root.path()).await;
     let s = store.sessions.create_session(NewSession { agent: "coder".into(), ..Default::default() }).await.unwrap();
-    store.sessions.append_messages(&s.id, vec![NewMessage::new(Message::user("hi")), NewMessage::new(Message::assistant("hello"))], None).await.unwrap();
+    store
+        .sessions
+        .append_messages(
+            &s.id,
+            vec![NewMessage::new(Message::user("hi")), NewMessage::new(Message::assistant("hello"))],
+            None,
+        )
+        .await
+        .unwrap();
     let r = store.runs.create_run(NewRun { agent: "coder".into(), ..Default::default() }).await.unwrap();
     store.runs.append_event(&r.id, "run.started", json!({})).await.unwrap();
     store.runs.put_checkpoint(&r.id, 1, json!({"turn": 0})).await.unwrap();
@@ -32,8 +40,14 @@ async fn state_is_plain_json_files_under_dot_polpo() {
     store.effects.record_effect_intent("k").await.unwrap();
 
     let polpo = root.path().join(".polpo");
-    let session: Value = serde_json::from_str(&std::fs::read_to_string(polpo.join("sessions").join(&s.id).join("session.json")).unwrap()).unwrap();
-    assert_eq!((session["agent"].clone(), session["messageCount"].clone(), session["title"].clone()), (json!("coder"), json!(2), json!("hi")));
+    let session: Value = serde_json::from_str(
+        &std::fs::read_to_string(polpo.join("sessions").join(&s.id).join("session.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (session["agent"].clone(), session["messageCount"].clone(), session["title"].clone()),
+        (json!("coder"), json!(2), json!("hi"))
+    );
     let messages = lines(&polpo.join("sessions").join(&s.id).join("messages.jsonl"));
     assert_eq!(messages.iter().map(|m| m["role"].clone()).collect::<Vec<_>>(), vec![json!("user"), json!("assistant")]);
     let run_dir = polpo.join("runs").join(&r.id);
@@ -84,7 +98,15 @@ async fn journals_torn_by_a_crash_are_cut_and_headers_reconciled() {
     assert_eq!(store.runs.events_after(&rid, 0, 10).await.unwrap().len(), 2);
     assert_eq!(store.runs.append_event(&rid, "run.completed", json!({})).await.unwrap(), 3);
     store.sessions.append_messages(&sid, vec![NewMessage::new(Message::user("three"))], Some(3)).await.unwrap();
-    let texts: Vec<String> = store.sessions.list_messages(&sid, &PageRequest::default()).await.unwrap().items.iter().map(|m| m.message.text_content()).collect();
+    let texts: Vec<String> = store
+        .sessions
+        .list_messages(&sid, &PageRequest::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|m| m.message.text_content())
+        .collect();
     assert_eq!(texts, vec!["one", "two", "three"]);
     assert_eq!(lines(&polpo.join("runs").join(&rid).join("events.jsonl")).len(), 3, "every line on disk parses again");
 }
@@ -92,7 +114,8 @@ async fn journals_torn_by_a_crash_are_cut_and_headers_reconciled() {
 #[tokio::test]
 async fn open_store_picks_the_backend_from_settings() {
     let root = tempfile::tempdir().unwrap();
-    let sqlite = open_store(StoreKind::parse("sqlite").unwrap(), root.path(), None, Arc::new(SystemClock)).await.unwrap();
+    let sqlite =
+        open_store(StoreKind::parse("sqlite").unwrap(), root.path(), None, Arc::new(SystemClock)).await.unwrap();
     sqlite.sessions.create_session(NewSession { agent: "a".into(), ..Default::default() }).await.unwrap();
     assert!(root.path().join(".polpo/polpo.db").is_file());
     let err = open_store(StoreKind::Postgres, root.path(), None, Arc::new(SystemClock)).await.unwrap_err();

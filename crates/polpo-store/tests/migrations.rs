@@ -22,7 +22,10 @@ async fn sqlite_migrates_on_open_and_reopening_is_a_no_op() {
 #[tokio::test]
 async fn postgres_migrates_on_open_and_concurrent_openers_agree() {
     let schema = support::create_schema().await;
-    let (a, b) = tokio::join!(support::pg_store(&schema, Arc::new(SystemClock)), support::pg_store(&schema, Arc::new(SystemClock)));
+    let (a, b) = tokio::join!(
+        support::pg_store(&schema, Arc::new(SystemClock)),
+        support::pg_store(&schema, Arc::new(SystemClock))
+    );
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.schema_version().await.unwrap(), Some(PgStore::latest_schema_version()));
     assert_eq!(b.schema_version().await.unwrap(), Some(PgStore::latest_schema_version()));

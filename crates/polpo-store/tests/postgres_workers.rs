@@ -82,8 +82,10 @@ async fn two_processes_never_claim_the_same_run() {
         workers
             .into_iter()
             .map(|(owner, mut child, lines)| {
-                let claimed: Vec<String> =
-                    lines.map(|l| l.unwrap()).filter_map(|l| l.split_once("claimed ").map(|(_, run)| run.to_owned())).collect();
+                let claimed: Vec<String> = lines
+                    .map(|l| l.unwrap())
+                    .filter_map(|l| l.split_once("claimed ").map(|(_, run)| run.to_owned()))
+                    .collect();
                 assert!(child.wait().unwrap().success());
                 (owner, claimed)
             })

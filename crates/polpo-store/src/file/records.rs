@@ -1,0 +1,112 @@
+//! Revisioned records in the file backend, one JSON file each.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::{FileStore, Index, Inner, RECORDS, fsio, owned, page_newest_first};
+use crate::error::StoreError;
+use crate::model::{self, ImportOutcome, Record};
+use crate::page::{Page, PageRequest};
+use crate::traits::RecordStore;
+
+impl Inner {
+    fn record_path(&self, collection: &str, id: &str) -> PathBuf {
+        self.dir.join(RECORDS).join(collection).join(format!("{id}.json"))
+    }
+
+    fn write_record(&self, idx: &mut Index, record: Record) -> Result<Record, StoreError> {
+        let path = self.record_path(&record.collection, &record.id);
+        if let Some(dir) = path.parent() {
+            fsio::create_dir_durable(dir)?;
+        }
+        fsio::write_json(&path, &record)?;
+        idx.records.entry(record.collection.clone()).or_default().insert(record.id.clone(), record.clone());
+        Ok(record)
+    }
+
+    fn put_record(
+        &self,
+        collection: &str,
+        id: &str,
+        value: Value,
+        expected: Option<u64>,
+    ) -> Result<Record, StoreError> {
+        model::check_record_write(collection, id, &value)?;
+        let now = self.now();
+        let mut idx = self.index();
+        let current = idx.records.get(collection).and_then(|c| c.get(id));
+        let next = model::next_record(current, collection, id, value, expected, now)?;
+        self.write_record(&mut idx, next)
+    }
+
+    fn delete_record(&self, collection: &str, id: &str, expected: Option<u64>) -> Result<bool, StoreError> {
+        let mut idx = self.index();
+        let Some(current) = idx.records.get(collection).and_then(|c| c.get(id)) else { return Ok(false) };
+        model::check_revision("record", &format!("{collection}/{id}"), expected, current.revision)?;
+        let path = self.record_path(collection, id);
+        std::fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
+        fsio::sync_dir(&self.dir.join(RECORDS).join(collection))?;
+        if let Some(c) = idx.records.get_mut(collection) {
+            c.remove(id);
+            if c.is_empty() {
+                idx.records.remove(collection);
+            }
+        }
+        Ok(true)
+    }
+
+    fn import_record(&self, record: &Record) -> Result<ImportOutcome, StoreError> {
+        model::check_record_write(&record.collection, &record.id, &record.value)?;
+        let mut idx = self.index();
+        if let Some(existing) = idx.records.get(&record.collection).and_then(|c| c.get(&record.id)) {
+            return model::same_import("record", &record.id, existing, record);
+        }
+        self.write_record(&mut idx, record.clone())?;
+        Ok(ImportOutcome::Imported)
+    }
+}
+
+#[async_trait]
+impl RecordStore for FileStore {
+    async fn put_record(
+        &self,
+        collection: &str,
+        id: &str,
+        value: Value,
+        expected_revision: Option<u64>,
+    ) -> Result<Record, StoreError> {
+        let (collection, id) = (owned(collection), owned(id));
+        self.blocking(move |s| s.put_record(&collection, &id, value, expected_revision)).await
+    }
+
+    async fn get_record(&self, collection: &str, id: &str) -> Result<Option<Record>, StoreError> {
+        Ok(self.inner.index().records.get(collection).and_then(|c| c.get(id)).cloned())
+    }
+
+    async fn list_records(&self, collection: &str, page: &PageRequest) -> Result<Page<Record>, StoreError> {
+        let items: Vec<Record> =
+            self.inner.index().records.get(collection).map(|c| c.values().cloned().collect()).unwrap_or_default();
+        page_newest_first(items, |r| (r.created_at.timestamp_millis(), r.id.clone()), page)
+    }
+
+    async fn delete_record(
+        &self,
+        collection: &str,
+        id: &str,
+        expected_revision: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        let (collection, id) = (owned(collection), owned(id));
+        self.blocking(move |s| s.delete_record(&collection, &id, expected_revision)).await
+    }
+
+    async fn collections(&self) -> Result<Vec<String>, StoreError> {
+        Ok(self.inner.index().records.keys().cloned().collect())
+    }
+
+    async fn import_record(&self, record: &Record) -> Result<ImportOutcome, StoreError> {
+        let record = record.clone();
+        self.blocking(move |s| s.import_record(&record)).await
+    }
+}
