@@ -1,0 +1,190 @@
+//! `SessionStore` over SQL: sessions and their messages.
+
+/// Stamped out per driver by `sql_store_impl!` in the parent module.
+macro_rules! sql_sessions {
+    ($store:ty, $row:ty) => {
+        #[async_trait]
+        impl SessionStore for $store {
+            async fn create_session(&self, new: NewSession) -> Result<Session, StoreError> {
+                let s = model::session_from_new(new, self.now())?;
+                sqlx::query(
+                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                )
+                .bind(&s.id)
+                .bind(&s.agent)
+                .bind(&s.title)
+                .bind(&s.user)
+                .bind(to_text(&s.metadata)?)
+                .bind(s.created_at.timestamp_millis())
+                .bind(s.updated_at.timestamp_millis())
+                .bind(to_db(s.message_count))
+                .bind(to_db(s.revision))
+                .execute(&self.pool)
+                .await?;
+                Ok(s)
+            }
+
+            async fn get_session(&self, id: &str) -> Result<Option<Session>, StoreError> {
+                sqlx::query(
+                    "SELECT id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision \
+                     FROM sessions WHERE id = $1",
+                )
+                .bind(id)
+                .fetch_optional(&self.pool)
+                .await?
+                .as_ref()
+                .map(session_from_row)
+                .transpose()
+            }
+
+            async fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>, StoreError> {
+                let (after_ms, after_id) = time_cursor(page)?;
+                let size = page.size();
+                let rows = sqlx::query(
+                    "SELECT id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision \
+                     FROM sessions \
+                     WHERE ($1 IS NULL OR agent = $1) AND ($2 IS NULL OR user_id = $2) \
+                       AND ($3 IS NULL OR created_at < $3 OR (created_at = $3 AND id < $4)) \
+                     ORDER BY created_at DESC, id DESC LIMIT $5",
+                )
+                .bind(&filter.agent)
+                .bind(&filter.user)
+                .bind(after_ms)
+                .bind(after_id)
+                .bind(to_db(size as u64 + 1))
+                .fetch_all(&self.pool)
+                .await?;
+                let items = rows.iter().map(session_from_row).collect::<Result<Vec<_>, _>>()?;
+                Ok(Page::from_overfetch(items, size, |s| Cursor::at_time(s.created_at.timestamp_millis(), &s.id)))
+            }
+
+            async fn update_session(
+                &self,
+                id: &str,
+                patch: SessionPatch,
+                expected_revision: Option<u64>,
+            ) -> Result<Session, StoreError> {
+                let now = self.now();
+                let mut tx = self.tx().await?;
+                let mut s = Self::lock_session(&mut tx, id).await?;
+                model::check_revision("session", id, expected_revision, s.revision)?;
+                model::apply_patch(&mut s, patch, now)?;
+                Self::write_session(&mut tx, &s).await?;
+                tx.commit().await?;
+                Ok(s)
+            }
+
+            async fn append_messages(
+                &self,
+                session_id: &str,
+                messages: Vec<NewMessage>,
+                expected_revision: Option<u64>,
+            ) -> Result<MessagesAppended, StoreError> {
+                let now = self.now();
+                let mut tx = self.tx().await?;
+                let mut session = Self::lock_session(&mut tx, session_id).await?;
+                model::check_revision("session", session_id, expected_revision, session.revision)?;
+                let stored = model::apply_append(&mut session, messages, now)?;
+                for m in &stored {
+                    sqlx::query("INSERT INTO messages (session_id, seq, body) VALUES ($1, $2, $3)")
+                        .bind(session_id)
+                        .bind(to_db(m.seq))
+                        .bind(to_text(m)?)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                Self::write_session(&mut tx, &session).await?;
+                tx.commit().await?;
+                Ok(MessagesAppended { session, messages: stored })
+            }
+
+            async fn list_messages(&self, session_id: &str, page: &PageRequest) -> Result<Page<StoredMessage>, StoreError> {
+                let after = page.after.as_ref().map(Cursor::seq).transpose()?.unwrap_or(0);
+                let size = page.size();
+                let rows = sqlx::query("SELECT body FROM messages WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3")
+                    .bind(session_id)
+                    .bind(to_db(after))
+                    .bind(to_db(size as u64 + 1))
+                    .fetch_all(&self.pool)
+                    .await?;
+                if rows.is_empty() && !self.session_exists(session_id).await? {
+                    return Err(StoreError::not_found("session", session_id));
+                }
+                let items = rows
+                    .iter()
+                    .map(|r| from_text::<StoredMessage>(r.try_get::<&str, _>("body")?))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Page::from_overfetch(items, size, |m| Cursor::at_seq(m.seq)))
+            }
+
+            async fn recent_messages(&self, session_id: &str, limit: u32) -> Result<Vec<StoredMessage>, StoreError> {
+                let rows = sqlx::query(
+                    "SELECT body FROM (SELECT seq, body FROM messages WHERE session_id = $1 ORDER BY seq DESC LIMIT $2) tail \
+                     ORDER BY seq",
+                )
+                .bind(session_id)
+                .bind(to_db(PageRequest::first(limit).size() as u64))
+                .fetch_all(&self.pool)
+                .await?;
+                if rows.is_empty() && !self.session_exists(session_id).await? {
+                    return Err(StoreError::not_found("session", session_id));
+                }
+                rows.iter().map(|r| from_text::<StoredMessage>(r.try_get::<&str, _>("body")?)).collect()
+            }
+
+            async fn import_session(&self, s: &Session, messages: &[StoredMessage]) -> Result<ImportOutcome, StoreError> {
+                model::check_session_import(s, messages)?;
+                let mut tx = self.tx().await?;
+                let inserted = sqlx::query(
+                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
+                )
+                .bind(&s.id)
+                .bind(&s.agent)
+                .bind(&s.title)
+                .bind(&s.user)
+                .bind(to_text(&s.metadata)?)
+                .bind(s.created_at.timestamp_millis())
+                .bind(s.updated_at.timestamp_millis())
+                .bind(to_db(s.message_count))
+                .bind(to_db(s.revision))
+                .execute(&mut *tx)
+                .await?;
+                if inserted.rows_affected() == 0 {
+                    tx.rollback().await?;
+                    let existing = self.get_session(&s.id).await?.ok_or_else(|| StoreError::not_found("session", &s.id))?;
+                    model::same_import("session", &s.id, &existing, s)?;
+                    let stored = sqlx::query("SELECT body FROM messages WHERE session_id = $1 ORDER BY seq")
+                        .bind(&s.id)
+                        .fetch_all(&self.pool)
+                        .await?
+                        .iter()
+                        .map(|r| from_text::<StoredMessage>(r.try_get::<&str, _>("body")?))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    return model::same_import("session", &s.id, &stored.as_slice(), &messages);
+                }
+                for m in messages {
+                    sqlx::query("INSERT INTO messages (session_id, seq, body) VALUES ($1, $2, $3)")
+                        .bind(&s.id)
+                        .bind(to_db(m.seq))
+                        .bind(to_text(m)?)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(ImportOutcome::Imported)
+            }
+
+            async fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
+                let mut tx = self.tx().await?;
+                sqlx::query("DELETE FROM messages WHERE session_id = $1").bind(id).execute(&mut *tx).await?;
+                let gone = sqlx::query("DELETE FROM sessions WHERE id = $1").bind(id).execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(gone.rows_affected() > 0)
+            }
+        }
+
+    };
+}
+pub(crate) use sql_sessions;
