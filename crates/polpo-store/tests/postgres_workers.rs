@@ -117,6 +117,28 @@ async fn two_processes_never_claim_the_same_run() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appended_events_wake_a_follower_in_another_connection() {
+    let schema = support::create_schema().await;
+    let follower = support::pg_store(&schema, Arc::new(SystemClock)).await.unwrap();
+    let writer = support::pg_store(&schema, Arc::new(SystemClock)).await.unwrap();
+    let run = writer.create_run(NewRun { agent: "a".into(), ..Default::default() }).await.unwrap();
+    let mut listener = follower.event_listener().await.unwrap();
+    writer.append_event(&run.id, "run.started", serde_json::json!({})).await.unwrap();
+    let expected = format!("{}:1", run.id);
+    let woke = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if listener.recv().await.unwrap().payload() == expected {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(woke.is_ok(), "the follower was not woken");
+    assert_eq!(follower.events_after(&run.id, 0, 10).await.unwrap().len(), 1, "the announced event is readable");
+    support::drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_run_wakes_a_listening_worker() {
     let schema = support::create_schema().await;
     let worker = support::pg_store(&schema, Arc::new(SystemClock)).await.unwrap();

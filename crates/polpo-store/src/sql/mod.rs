@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 
-pub use postgres::PgStore;
+pub use postgres::{PgStore, RUN_EVENTS_CHANNEL, RUNS_CHANNEL};
 pub use sqlite::SqliteStore;
 
 use crate::error::StoreError;
@@ -61,7 +61,8 @@ fn from_text<T: DeserializeOwned>(text: &str) -> Result<T, StoreError> {
 /// The store logic shared by both SQL backends. `$store` has `pool`, `clock` and
 /// `async fn tx(&self)` starting a write transaction; `$row` is the driver's row type. The
 /// invoking module also defines `CLAIM_NEXT_RUN` (the claim query, which differs in locking)
-/// and `ANNOUNCE_RUN` (SQL run after a run is created to wake waiting workers, if any).
+/// and `ANNOUNCE_RUN` / `ANNOUNCE_EVENTS` (SQL run after a run is created / events are
+/// appended, to wake waiting workers and stream followers, if the database can).
 macro_rules! sql_store_impl {
     ($store:ty, $row:ty) => {
         use std::time::Duration;

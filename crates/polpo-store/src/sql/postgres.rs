@@ -38,6 +38,13 @@ pub const RUNS_CHANNEL: &str = "polpo_runs";
 /// Announce a created run (payload: its id) on [`RUNS_CHANNEL`].
 const ANNOUNCE_RUN: Option<&str> = Some("SELECT pg_notify('polpo_runs', $1)");
 
+/// The channel appended run events are announced on (payload: `<run id>:<last seq>`), so a
+/// process streaming a run another process executes wakes instead of polling.
+pub const RUN_EVENTS_CHANNEL: &str = "polpo_run_events";
+
+/// Announce appended events on [`RUN_EVENTS_CHANNEL`].
+const ANNOUNCE_EVENTS: Option<&str> = Some("SELECT pg_notify('polpo_run_events', $1)");
+
 impl PgStore {
     /// Connect to `url` and apply pending migrations.
     pub async fn connect(url: &str, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
@@ -61,8 +68,17 @@ impl PgStore {
 
     /// A listener woken with a run id each time any process creates a run in this database.
     pub async fn run_listener(&self) -> Result<PgListener, StoreError> {
+        self.listener(RUNS_CHANNEL).await
+    }
+
+    /// A listener woken with `<run id>:<last seq>` each time any process appends run events.
+    pub async fn event_listener(&self) -> Result<PgListener, StoreError> {
+        self.listener(RUN_EVENTS_CHANNEL).await
+    }
+
+    async fn listener(&self, channel: &str) -> Result<PgListener, StoreError> {
         let mut listener = PgListener::connect_with(&self.pool).await?;
-        listener.listen(RUNS_CHANNEL).await?;
+        listener.listen(channel).await?;
         Ok(listener)
     }
 

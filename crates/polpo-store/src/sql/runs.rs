@@ -141,6 +141,10 @@ macro_rules! sql_runs {
                         .execute(&mut *tx)
                         .await?;
                 }
+                if let Some(announce) = ANNOUNCE_EVENTS {
+                    // Delivered at commit, so a follower never hears of an event it cannot read.
+                    sqlx::query(announce).bind(format!("{run_id}:{last}")).execute(&mut *tx).await?;
+                }
                 tx.commit().await?;
                 Ok(from_db(first)..=from_db(last))
             }

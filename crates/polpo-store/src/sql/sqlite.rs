@@ -34,6 +34,7 @@ const CLAIM_NEXT_RUN: &str = "WITH next AS ( \
 
 /// Nobody else shares a SQLite file across machines: nothing to wake.
 const ANNOUNCE_RUN: Option<&str> = None;
+const ANNOUNCE_EVENTS: Option<&str> = None;
 
 impl SqliteStore {
     /// Open (creating if needed) the database file at `path` and apply pending migrations.
