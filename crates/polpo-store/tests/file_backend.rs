@@ -88,6 +88,7 @@ async fn journals_torn_by_a_crash_are_cut_and_headers_reconciled() {
     // A crash between the journal append and the header rewrite, and two half-written lines.
     let session_dir = polpo.join("sessions").join(&sid);
     std::fs::write(session_dir.join("session.json"), old_header).unwrap();
+    std::fs::write(session_dir.join(".session.json.tmp-1-1"), b"{\"half").unwrap();
     let tear = |p: &Path| std::fs::OpenOptions::new().append(true).open(p).unwrap().write_all(b"{\"torn\":").unwrap();
     tear(&session_dir.join("messages.jsonl"));
     tear(&polpo.join("runs").join(&rid).join("events.jsonl"));
@@ -95,6 +96,7 @@ async fn journals_torn_by_a_crash_are_cut_and_headers_reconciled() {
     let store = open(root.path()).await;
     let session = store.sessions.get_session(&sid).await.unwrap().unwrap();
     assert_eq!((session.message_count, session.revision), (2, 3), "the journal is the truth");
+    assert!(!session_dir.join(".session.json.tmp-1-1").exists(), "a temp file left by a crash is cleared");
     assert_eq!(store.runs.events_after(&rid, 0, 10).await.unwrap().len(), 2);
     assert_eq!(store.runs.append_event(&rid, "run.completed", json!({})).await.unwrap(), 3);
     store.sessions.append_messages(&sid, vec![NewMessage::new(Message::user("three"))], Some(3)).await.unwrap();

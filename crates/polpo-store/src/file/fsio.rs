@@ -35,6 +35,20 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> 
     result
 }
 
+/// Delete temp files that a crash left between create and rename in `dir` (only while holding
+/// the store lock: nobody else is mid-write).
+pub(crate) fn remove_stale_temps(dir: &Path) -> Result<(), StoreError> {
+    for entry in fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))? {
+        let entry = entry.map_err(|e| StoreError::io(dir, e))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.contains(".tmp-") {
+            fs::remove_file(entry.path()).map_err(|e| StoreError::io(entry.path(), e))?;
+        }
+    }
+    Ok(())
+}
+
 /// Pretty JSON (2 spaces, trailing newline, as every `.polpo/` file), written atomically.
 pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
     let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError::Invalid(e.to_string()))?;

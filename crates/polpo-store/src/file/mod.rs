@@ -145,6 +145,7 @@ impl Index {
     fn load(dir: &Path) -> Result<Index, StoreError> {
         let mut index = Index::default();
         for entry in subdirs(&dir.join(SESSIONS))? {
+            fsio::remove_stale_temps(&entry)?;
             let Some(mut session) = fsio::read_json::<Session>(&entry.join("session.json"))? else { continue };
             let (journal, last) = Journal::open::<StoredMessage>(&entry.join("messages.jsonl"))?;
             let count = journal.count();
@@ -159,6 +160,7 @@ impl Index {
             index.sessions.insert(session.id.clone(), session);
         }
         for entry in subdirs(&dir.join(RUNS))? {
+            fsio::remove_stale_temps(&entry)?;
             let Some(mut run) = fsio::read_json::<Run>(&entry.join("run.json"))? else { continue };
             let (journal, last) = Journal::open::<RunEvent>(&entry.join("events.jsonl"))?;
             run.last_seq = journal.count();
@@ -172,26 +174,32 @@ impl Index {
             index.runs.insert(run.id.clone(), run);
         }
         for collection in subdirs(&dir.join(RECORDS))? {
-            for entry in std::fs::read_dir(&collection).map_err(|e| StoreError::io(&collection, e))? {
-                let path = entry.map_err(|e| StoreError::io(&collection, e))?.path();
-                if path.extension().is_some_and(|x| x == "json")
-                    && let Some(record) = fsio::read_json::<Record>(&path)?
-                {
+            for path in json_files(&collection)? {
+                if let Some(record) = fsio::read_json::<Record>(&path)? {
                     index.records.entry(record.collection.clone()).or_default().insert(record.id.clone(), record);
                 }
             }
         }
-        let effects = dir.join(EFFECTS);
-        for entry in std::fs::read_dir(&effects).map_err(|e| StoreError::io(&effects, e))? {
-            let path = entry.map_err(|e| StoreError::io(&effects, e))?.path();
-            if path.extension().is_some_and(|x| x == "json")
-                && let Some(effect) = fsio::read_json::<Effect>(&path)?
-            {
+        for path in json_files(&dir.join(EFFECTS))? {
+            if let Some(effect) = fsio::read_json::<Effect>(&path)? {
                 index.effects.insert(effect.key.clone(), effect);
             }
         }
         Ok(index)
     }
+}
+
+/// The `*.json` files of a directory, after clearing crash leftovers.
+fn json_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
+    fsio::remove_stale_temps(dir)?;
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| StoreError::io(dir, e))? {
+        let path = entry.map_err(|e| StoreError::io(dir, e))?.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            out.push(path);
+        }
+    }
+    Ok(out)
 }
 
 fn subdirs(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
