@@ -35,6 +35,9 @@ enum Command {
     Agents(commands::agents::Command),
     /// Convert a legacy polpo.json/agents.json/teams.json project to the directory layout.
     Migrate(commands::migrate::Args),
+    /// Show, migrate or copy the project's store.
+    #[command(subcommand)]
+    Db(commands::db::Command),
     /// Print a shell completion script.
     Completions(commands::completions::Args),
 }
@@ -45,6 +48,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Validate(args) => commands::validate::run(global, args),
         Command::Agents(command) => commands::agents::run(global, command),
         Command::Migrate(args) => commands::migrate::run(global, args),
+        Command::Db(command) => commands::db::run(global, command),
         Command::Completions(args) => commands::completions::run(args, &mut Cli::command()),
     }
 }

@@ -350,3 +350,34 @@ fn create_prompts_on_a_terminal() {
     assert_eq!(agent["config"]["role"], "Software engineer");
     assert_eq!(agent["config"]["model"], "openai/gpt-4o-mini");
 }
+
+#[test]
+fn db_commands_report_migrate_and_copy_between_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(polpo(dir.path(), &["create", "demo", "--yes"]));
+    let demo = dir.path().join("demo");
+    assert!(ok(polpo(&demo, &["db", "status"])).contains("storage: file"));
+
+    let copied = ok(polpo(&demo, &["db", "copy", "--from", "file", "--to", "sqlite"]));
+    assert!(copied.contains("copied file → sqlite"), "{copied}");
+    assert!(demo.join(".polpo/polpo.db").is_file());
+    ok(polpo(&demo, &["db", "copy", "--from", "file", "--to", "sqlite"]));
+
+    // Switch the project to SQLite: `migrate` reports the schema at its latest version.
+    let project_json = demo.join(".polpo/project.json");
+    let mut project: serde_json::Value = serde_json::from_slice(&std::fs::read(&project_json).unwrap()).unwrap();
+    project["settings"]["storage"] = "sqlite".into();
+    std::fs::write(&project_json, serde_json::to_vec_pretty(&project).unwrap()).unwrap();
+    let migrated = ok(polpo(&demo, &["db", "migrate"]));
+    let versions: Vec<i64> = migrated
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    assert!(migrated.starts_with("storage: sqlite (schema version"), "{migrated}");
+    assert!(versions.len() == 2 && versions[0] == versions[1] && versions[0] >= 1, "{migrated}");
+
+    let same = fails(polpo(&demo, &["db", "copy", "--from", "sqlite", "--to", "sqlite"]));
+    assert!(stderr(&same).contains("both `sqlite`"));
+    let unknown = fails(polpo(&demo, &["db", "copy", "--from", "mongo", "--to", "file"]));
+    assert!(stderr(&unknown).contains("unknown storage `mongo`"));
+}

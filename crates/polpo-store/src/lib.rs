@@ -74,6 +74,15 @@ impl StoreKind {
             other => Err(StoreError::Config(format!("unknown storage `{other}` (expected file, sqlite or postgres)"))),
         }
     }
+
+    /// The `settings.storage` spelling, for messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StoreKind::File => "file",
+            StoreKind::Sqlite => "sqlite",
+            StoreKind::Postgres => "postgres",
+        }
+    }
 }
 
 /// Everything the runtime persists, behind trait objects so callers do not depend on the

@@ -4,6 +4,7 @@
 pub mod agents;
 pub mod completions;
 pub mod create;
+pub mod db;
 pub mod migrate;
 pub mod validate;
 
