@@ -38,6 +38,9 @@ enum Command {
     /// Show, migrate or copy the project's store.
     #[command(subcommand)]
     Db(commands::db::Command),
+    /// Validate hook packs or show hook capabilities.
+    #[command(subcommand)]
+    Hooks(commands::hooks::Command),
     /// Print a shell completion script.
     Completions(commands::completions::Args),
 }
@@ -49,6 +52,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Agents(command) => commands::agents::run(global, command),
         Command::Migrate(args) => commands::migrate::run(global, args),
         Command::Db(command) => commands::db::run(global, command),
+        Command::Hooks(command) => commands::hooks::run(global, command),
         Command::Completions(args) => commands::completions::run(args, &mut Cli::command()),
     }
 }

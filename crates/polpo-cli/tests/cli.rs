@@ -381,3 +381,34 @@ fn db_commands_report_migrate_and_copy_between_backends() {
     let unknown = fails(polpo(&demo, &["db", "copy", "--from", "mongo", "--to", "file"]));
     assert!(stderr(&unknown).contains("unknown storage `mongo`"));
 }
+
+#[test]
+fn hooks_validate_checks_packs_and_assignments() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(polpo(dir.path(), &["create", "demo", "--yes", "--agent", "writer"]));
+    let demo = dir.path().join("demo");
+    let good = r#"{"version": 1, "hooks": {"tool:before": [{"id": "guard-bash", "matcher": {"tools": ["bash"]},
+        "handler": {"type": "command", "command": "./guard.sh", "timeoutMs": 2000}}]}}"#;
+    write(&demo, &[(".polpo/hooks/quality.json", good)]);
+    let agent_json = demo.join(".polpo/agents/writer/agent.json");
+    let mut agent: serde_json::Value = serde_json::from_slice(&std::fs::read(&agent_json).unwrap()).unwrap();
+    agent["hooks"] = serde_json::json!(["quality"]);
+    std::fs::write(&agent_json, serde_json::to_vec_pretty(&agent).unwrap()).unwrap();
+    assert!(ok(polpo(&demo, &["hooks", "validate"])).contains("ok: 1 hook pack"));
+
+    // An inline credential in an http hook and an assignment to a pack that does not exist.
+    let leaky = r#"{"version": 1, "hooks": {"tool:after": [{"id": "audit", "observe": true,
+        "handler": {"type": "http", "url": "https://hooks.example.com/a", "headers": {"Authorization": "Bearer s3cr3t"}}}]}}"#;
+    write(&demo, &[(".polpo/hooks/audit.json", leaky)]);
+    agent["hooks"] = serde_json::json!(["quality", "missing"]);
+    std::fs::write(&agent_json, serde_json::to_vec_pretty(&agent).unwrap()).unwrap();
+    let out = stdout(&fails(polpo(&demo, &["hooks", "validate"])));
+    assert!(out.contains(".polpo/hooks/audit.json:/hooks/tool:after/0/handler"), "{out}");
+    assert!(out.contains(".polpo/agents/writer/agent.json:/hooks/1: unknown_hook_pack"), "{out}");
+    assert!(!out.contains("s3cr3t"), "a rejected secret must not be echoed: {out}");
+    let whole = stdout(&fails(polpo(&demo, &["validate"])));
+    assert!(whole.contains("unknown_hook_pack"), "polpo validate checks hook packs too: {whole}");
+
+    let caps: serde_json::Value = serde_json::from_str(&ok(polpo(&demo, &["hooks", "capabilities", "--json"]))).unwrap();
+    assert!(caps.get("terminationGate").is_some(), "{caps}");
+}

@@ -9,6 +9,7 @@ pub mod agents;
 pub mod create;
 mod error;
 pub mod fsx;
+pub mod hooks;
 mod load;
 pub mod migrate;
 pub mod paths;

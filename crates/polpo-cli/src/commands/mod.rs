@@ -5,6 +5,7 @@ pub mod agents;
 pub mod completions;
 pub mod create;
 pub mod db;
+pub mod hooks;
 pub mod migrate;
 pub mod validate;
 

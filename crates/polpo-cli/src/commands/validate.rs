@@ -15,7 +15,10 @@ pub struct Args {
 /// Exit 0 with a summary when the project is valid, 1 with one line per problem otherwise.
 pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let root = global.root()?;
-    let result = polpo_project::load_project(&root);
+    let result = polpo_project::load_project(&root).and_then(|project| {
+        let (_, problems) = polpo_project::hooks::check_project_hooks(&project);
+        if problems.is_empty() { Ok(project) } else { Err(problems) }
+    });
     if args.json {
         let (agents, teams, problems) = match &result {
             Ok(p) => (p.agents.len(), p.teams.len(), Vec::new()),
