@@ -88,7 +88,18 @@ impl ToolSet {
 pub async fn execute_batch(inv: &Invocation, hooks: Option<&InvocationHooks>, turn: u32, calls: &[ToolCall], sink: EventSink<'_>) -> Result<Vec<Message>, EngineError> {
     let all_read = calls.iter().all(|c| inv.tools.get(&c.name).is_some_and(|t| t.effect().is_read_only()));
     if inv.parallel_tool_calls && all_read && calls.len() > 1 {
-        futures::stream::iter(calls.iter().map(|c| execute_one(inv, hooks, turn, c, sink))).buffered(MAX_PARALLEL_CALLS).collect::<Vec<_>>().await.into_iter().collect()
+        // Calls run concurrently, but each call's events are held and replayed in the model's
+        // order once the batch is done, so observers see the same order as the history.
+        let held: Vec<std::sync::Mutex<Vec<RunEvent>>> = calls.iter().map(|_| Default::default()).collect();
+        let sinks: Vec<_> = held.iter().map(|h| move |e: RunEvent| h.lock().unwrap_or_else(|p| p.into_inner()).push(e)).collect();
+        let results = futures::stream::iter(calls.iter().zip(&sinks).map(|(c, s)| execute_one(inv, hooks, turn, c, s)))
+            .buffered(MAX_PARALLEL_CALLS)
+            .collect::<Vec<_>>()
+            .await;
+        for events in held {
+            events.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().for_each(sink);
+        }
+        results.into_iter().collect()
     } else {
         let mut out = Vec::with_capacity(calls.len());
         for c in calls {
