@@ -4,7 +4,6 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -15,24 +14,10 @@ use crate::error::StoreError;
 /// that is not ours).
 const MAX_FILE_BYTES: u64 = 1 << 30;
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Replace `path` with `bytes` so that a crash leaves either the old or the new content.
+/// Replace `path` with `bytes` so that a crash leaves either the old or the new content
+/// (the project's one atomic writer: temp file, fsync, rename, fsync of the directory).
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    let dir = path.parent().ok_or_else(|| StoreError::Invalid(format!("{} has no parent", path.display())))?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}-{}", std::process::id(), TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
-    let result = (|| {
-        let mut f = File::create(&tmp).map_err(|e| StoreError::io(&tmp, e))?;
-        f.write_all(bytes).map_err(|e| StoreError::io(&tmp, e))?;
-        f.sync_all().map_err(|e| StoreError::io(&tmp, e))?;
-        fs::rename(&tmp, path).map_err(|e| StoreError::io(path, e))?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    polpo_project::fsx::write_atomic(path, bytes).map_err(|e| StoreError::io(path, e))
 }
 
 /// Delete temp files that a crash left between create and rename in `dir` (only while holding
@@ -75,7 +60,7 @@ pub(crate) fn create_dir_durable(dir: &Path) -> Result<(), StoreError> {
 
 /// Persist directory entries (creations, renames, deletions) in `dir`.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| StoreError::io(dir, e))
+    polpo_project::fsx::sync_dir(dir).map_err(|e| StoreError::io(dir, e))
 }
 
 /// Append complete lines to a journal and fsync before returning, so an acknowledged append
