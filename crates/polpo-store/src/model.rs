@@ -233,6 +233,24 @@ pub struct NewRun {
     pub session_id: Option<String>,
 }
 
+impl NewRun {
+    /// The run as every backend first stores it: `running`, revision 1, no events yet. One
+    /// place for this rule so the file and SQL backends cannot drift apart.
+    pub fn into_run(self, now: DateTime<Utc>) -> Result<Run, StoreError> {
+        Ok(Run {
+            id: id_or_new("run", self.id)?,
+            agent: self.agent,
+            session_id: self.session_id,
+            status: RunStatus::Running,
+            created_at: now,
+            updated_at: now,
+            error: None,
+            revision: 1,
+            last_seq: 0,
+        })
+    }
+}
+
 /// Which runs to list.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunFilter {

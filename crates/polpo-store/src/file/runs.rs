@@ -15,18 +15,7 @@ use crate::traits::RunStore;
 impl Inner {
     fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
         let now = self.now();
-        let id = model::id_or_new("run", new.id)?;
-        let run = Run {
-            id,
-            agent: new.agent,
-            session_id: new.session_id,
-            status: RunStatus::Running,
-            created_at: now,
-            updated_at: now,
-            error: None,
-            revision: 1,
-            last_seq: 0,
-        };
+        let run = new.into_run(now)?;
         let mut idx = self.index();
         if idx.runs.contains_key(&run.id) {
             return Err(StoreError::Conflict(format!("run `{}` already exists", run.id)));
