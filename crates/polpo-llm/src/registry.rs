@@ -58,6 +58,23 @@ impl Providers {
         Self::new(configs, Arc::new(|name| std::env::var(name).ok()))
     }
 
+    /// Register a provider built elsewhere (the in-process `local` model, which lives in its
+    /// own crate behind a feature) under `name`; it takes precedence over configs and built-ins.
+    pub fn with_provider(self, name: impl Into<String>, provider: Arc<dyn ModelProvider>) -> Self {
+        self.built.lock().unwrap_or_else(PoisonError::into_inner).insert(name.into(), provider);
+        self
+    }
+
+    /// True when `name` resolves to a provider that has what it needs to run: a registered
+    /// provider, or a configured/built-in one whose API key (if it names one) is set.
+    pub fn is_ready(&self, name: &str) -> bool {
+        if self.built.lock().unwrap_or_else(PoisonError::into_inner).contains_key(name) {
+            return true;
+        }
+        let config = self.configs.get(name).cloned().or_else(|| ProviderConfig::builtin(name, &*self.env));
+        config.is_some_and(|c| c.api_key_env.as_deref().is_none_or(|var| (self.env)(var).is_some_and(|k| !k.is_empty())))
+    }
+
     /// The provider called `name`.
     pub fn provider(&self, name: &str) -> Result<Arc<dyn ModelProvider>, LlmError> {
         let mut built = self.built.lock().unwrap_or_else(PoisonError::into_inner);

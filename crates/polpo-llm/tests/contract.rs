@@ -446,3 +446,19 @@ async fn dropping_the_stream_cancels_the_call() {
         assert!(fake.wait_until_bodies_closed(Duration::from_secs(10)).await, "{wire:?}: the server kept streaming to a dropped caller");
     }
 }
+
+#[tokio::test]
+async fn a_registered_provider_serves_its_prefix_and_readiness_follows_keys() {
+    let fake = FakeLlm::start([Turn::text("from the registered one")]).await.unwrap();
+    let config = ProviderConfig::new(polpo_llm::WireApi::OpenAiChat, fake.base_url());
+    let local: Arc<dyn ModelProvider> = Arc::new(OpenAiProvider::new(&config, None).unwrap());
+    let providers = Providers::new(BTreeMap::new(), env(&[])).with_provider("local", local);
+    let o = run(&providers.chain(&["local/tiny".to_owned()]).unwrap(), request()).await;
+    assert_eq!(o.text(), "from the registered one");
+    assert!(providers.is_ready("local"));
+    // The built-in openai provider needs OPENAI_API_KEY, which this environment lacks.
+    assert!(!providers.is_ready("openai"));
+    assert!(!providers.is_ready("no-such-provider"));
+    let keyed = Providers::new(BTreeMap::new(), env(&[("OPENAI_API_KEY", "sk".to_owned())]));
+    assert!(keyed.is_ready("openai"));
+}
