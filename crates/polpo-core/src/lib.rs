@@ -13,4 +13,5 @@ pub mod message;
 pub mod model;
 pub mod policy;
 pub mod problem;
+pub mod prompt;
 pub mod tool;

@@ -10,7 +10,7 @@ use serde_json::Value;
 pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 
 /// What shape the final answer must have.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum ResponseFormat {
     /// Any text (the default).
     Text,
@@ -23,7 +23,7 @@ pub enum ResponseFormat {
         /// The schema as sent.
         schema: Value,
         /// The compiled validator.
-        validator: jsonschema::Validator,
+        validator: std::sync::Arc<jsonschema::Validator>,
     },
 }
 
@@ -44,7 +44,7 @@ impl ResponseFormat {
                     return Err(format!("response_format schema is larger than {MAX_SCHEMA_BYTES} bytes"));
                 }
                 let validator = jsonschema::draft202012::new(&schema).map_err(|e| format!("response_format schema is invalid: {e}"))?;
-                Ok(Self::JsonSchema { name, schema, validator })
+                Ok(Self::JsonSchema { name, schema, validator: std::sync::Arc::new(validator) })
             }
             Some(other) => Err(format!("response_format.type `{other}` is not supported (text, json_object, json_schema)")),
         }

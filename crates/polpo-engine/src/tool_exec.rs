@@ -92,10 +92,11 @@ pub async fn execute_batch(inv: &Invocation, hooks: Option<&InvocationHooks>, tu
         // order once the batch is done, so observers see the same order as the history.
         let held: Vec<std::sync::Mutex<Vec<RunEvent>>> = calls.iter().map(|_| Default::default()).collect();
         let sinks: Vec<_> = held.iter().map(|h| move |e: RunEvent| h.lock().unwrap_or_else(|p| p.into_inner()).push(e)).collect();
-        let results = futures::stream::iter(calls.iter().zip(&sinks).map(|(c, s)| execute_one(inv, hooks, turn, c, s)))
-            .buffered(MAX_PARALLEL_CALLS)
-            .collect::<Vec<_>>()
-            .await;
+        // The batch is one external wait: concurrent calls overlap, so their times must not add.
+        let results = crate::meter::external(
+            futures::stream::iter(calls.iter().zip(&sinks).map(|(c, s)| execute_one(inv, hooks, turn, c, s))).buffered(MAX_PARALLEL_CALLS).collect::<Vec<_>>(),
+        )
+        .await;
         for events in held {
             events.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().for_each(sink);
         }
@@ -173,7 +174,7 @@ async fn run_gated(inv: &Invocation, at: Option<&At<'_>>, call: &ToolCall, argum
     let result = tokio::select! {
         biased;
         _ = inv.tool_context.cancel.cancelled() => Err("aborted: the run was aborted".into()),
-        r = tool.call(&inv.tool_context, arguments.clone()) => r.map(|o| o.text).map_err(|e| e.to_string()),
+        r = crate::meter::external(tool.call(&inv.tool_context, arguments.clone())) => r.map(|o| o.text).map_err(|e| e.to_string()),
     };
     Ok(Gated::Ran { input: arguments, result })
 }

@@ -171,7 +171,7 @@ async fn call_model(
     let mut stream = tokio::select! {
         biased;
         _ = cancel.cancelled() => return Err(EngineError::Aborted),
-        s = inv.provider.stream(request) => s?,
+        s = crate::meter::external(inv.provider.stream(request)) => s?,
     };
     let mut reply = ModelReply { text: String::new(), tool_calls: Vec::new(), usage: None, finish: FinishReason::Stop };
     // Per streamed call index: (id, name, arguments so far), for `preparing` events.
@@ -180,7 +180,7 @@ async fn call_model(
         let event = tokio::select! {
             biased;
             _ = cancel.cancelled() => return Err(EngineError::Aborted),
-            e = stream.next() => e,
+            e = crate::meter::external(stream.next()) => e,
         };
         let Some(event) = event else { break };
         match event? {

@@ -17,9 +17,11 @@
 
 mod anthropic;
 mod openai;
+mod project;
 mod render;
 mod script;
 mod server;
 
+pub use project::ProjectFixture;
 pub use script::{Interruption, ScriptedError, Turn};
 pub use server::{FakeLlm, Options, RecordedRequest};

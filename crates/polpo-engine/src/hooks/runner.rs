@@ -28,7 +28,7 @@ async fn run_one(at: &At<'_>, scoped: &ScopedHook, data: Value) -> HookOutcome {
     let id = envelope.hook_execution_id.clone();
     let hook = scoped.hook.qualified_id();
     (at.sink)(RunEvent::HookStarted { hook_execution_id: id.clone(), hook: hook.clone(), event: scoped.hook.event, observe: scoped.hook.observe });
-    let outcome = handlers::run(at.inv, &at.hooks.runtime, scoped.hook.action.handler(), &envelope).await;
+    let outcome = crate::meter::external(handlers::run(at.inv, &at.hooks.runtime, scoped.hook.action.handler(), &envelope)).await;
     let (decision, error) = match &outcome {
         Ok(d) => (Some(d.name().to_string()), None),
         Err(f) => (None, Some(f.to_string())),

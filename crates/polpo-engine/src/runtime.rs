@@ -1,0 +1,342 @@
+//! The runtime as callers see it: a loaded project, its providers, tools and store, and one
+//! function per surface (`chat` today) that turns a request into a finished, persisted turn.
+//!
+//! Everything that must be decided once per request happens here, in one place, in the order
+//! of ARCHITECTURE.md: resolve the agent → its model chain → its effective tool policy (agent
+//! ∩ chat ∩ request) → its hook packs → load the session → run the turn loop → persist what
+//! the turn added. The server and the CLI only translate their input into [`ChatInput`].
+
+use crate::error::EngineError;
+use crate::events::EventSink;
+use crate::hooks::{HookRuntime, InvocationHooks, system_clock};
+use crate::invocation::Invocation;
+use crate::structured::ResponseFormat;
+use crate::tool_exec::ToolSet;
+use crate::turn::{RunOutcome, run_turns};
+use polpo_core::config::{Agent, Project};
+use polpo_core::hooks::{ExecutionMode, HookPack, HookSet, InvocationInfo, Scope, resolve_named};
+use polpo_core::message::{Message, Role};
+use polpo_core::policy::{PolicyLayer, ToolPolicy};
+use polpo_core::problem::Problem;
+use polpo_core::tool::ToolSpec;
+use polpo_llm::{ModelProvider, Providers, ResolveError, ToolChoice};
+use polpo_store::{NewMessage, NewSession, Session, Store, StoreError};
+use polpo_tools::ToolContext;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, PoisonError, RwLock};
+use tokio_util::sync::CancellationToken;
+
+/// Most stored messages replayed into one model call's history.
+pub const MAX_HISTORY_MESSAGES: usize = 2000;
+
+/// A project as the runtime serves it: configuration plus what was derived from it once
+/// (hook sets per agent). Swapped whole on reload, so a request never sees half of an edit.
+pub struct Loaded {
+    /// The validated project.
+    pub project: Project,
+    /// Hook packs by name.
+    pub packs: BTreeMap<String, HookPack>,
+    /// Each agent's resolved hooks (absent: the agent has none).
+    hooks: BTreeMap<String, Arc<HookSet>>,
+}
+
+impl Loaded {
+    /// Resolve every agent's hook packs; a project whose packs do not resolve is refused.
+    pub fn new(project: Project) -> Result<Self, Vec<Problem>> {
+        let (packs, problems) = polpo_project::hooks::check_project_hooks(&project);
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let mut hooks = BTreeMap::new();
+        for (id, agent) in &project.agents {
+            let names = agent.config.hooks.as_deref().unwrap_or_default();
+            if names.is_empty() {
+                continue;
+            }
+            let set = resolve_named(&packs, &[(Scope::Agent, names)])?;
+            if !set.is_empty() {
+                hooks.insert(id.clone(), Arc::new(set));
+            }
+        }
+        Ok(Self { project, packs, hooks })
+    }
+
+    /// The agent called `id`.
+    pub fn agent(&self, id: &str) -> Option<&Agent> {
+        self.project.agent(id)
+    }
+}
+
+/// One chat request, in the runtime's terms (the server translates the OpenAI wire into this).
+#[derive(Debug, Clone)]
+pub struct ChatInput {
+    /// The agent to talk to.
+    pub agent: String,
+    /// Continue this session; `None` starts a new one.
+    pub session_id: Option<String>,
+    /// The messages the client sent. With a session, only what follows the last assistant
+    /// message is new (clients may resend the whole conversation or just the new turn).
+    pub messages: Vec<Message>,
+    /// Request-scoped client tools.
+    pub client_tools: Vec<ToolSpec>,
+    /// Tool choice.
+    pub tool_choice: ToolChoice,
+    /// Run read-only batches concurrently.
+    pub parallel_tool_calls: bool,
+    /// Required shape of the answer.
+    pub response_format: ResponseFormat,
+    /// `polpo.execution.allowedTools`: narrows, never widens.
+    pub allowed_tools: Option<Vec<String>>,
+    /// End-user id stored on a new session.
+    pub user: Option<String>,
+    /// Metadata stored on a new session (a JSON object or null).
+    pub metadata: Value,
+    /// The run id this turn reports under (hook envelopes, events, `x-polpo-run-id`).
+    pub run_id: String,
+}
+
+impl ChatInput {
+    /// A plain request: these messages to this agent, new session, defaults elsewhere.
+    pub fn new(agent: impl Into<String>, messages: Vec<Message>) -> Self {
+        Self {
+            agent: agent.into(),
+            session_id: None,
+            messages,
+            client_tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+            parallel_tool_calls: false,
+            response_format: ResponseFormat::Text,
+            allowed_tools: None,
+            user: None,
+            metadata: Value::Null,
+            run_id: format!("chat-{}", uuid::Uuid::now_v7().simple()),
+        }
+    }
+}
+
+/// What a finished chat turn produced.
+#[derive(Debug, Clone)]
+pub struct ChatOutput {
+    /// The session the turn was stored in (new or continued).
+    pub session: Session,
+    /// The answer, usage and messages added.
+    pub outcome: RunOutcome,
+}
+
+/// Why a chat request failed, each with a stable code.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    /// No agent with that id.
+    #[error("agent_not_found: no agent named `{0}` in this project")]
+    AgentNotFound(String),
+    /// The `x-session-id` names no session.
+    #[error("session_not_found: no session `{0}`")]
+    SessionNotFound(String),
+    /// The session belongs to another agent.
+    #[error("session_agent_mismatch: session `{session}` belongs to agent `{agent}`")]
+    SessionAgentMismatch {
+        /// The session.
+        session: String,
+        /// Its agent.
+        agent: String,
+    },
+    /// The request carries no new message to answer.
+    #[error("invalid_request: {0}")]
+    InvalidRequest(String),
+    /// The agent's model selection does not resolve.
+    #[error("{0}")]
+    Model(#[from] ResolveError),
+    /// The store failed.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The turn loop failed.
+    #[error("{0}")]
+    Engine(#[from] EngineError),
+}
+
+impl ChatError {
+    /// Stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::AgentNotFound(_) => "agent_not_found",
+            Self::SessionNotFound(_) => "session_not_found",
+            Self::SessionAgentMismatch { .. } => "session_agent_mismatch",
+            Self::InvalidRequest(_) => "invalid_request",
+            Self::Model(e) => e.code(),
+            Self::Store(e) => e.code(),
+            Self::Engine(e) => e.code(),
+        }
+    }
+}
+
+/// The runtime: one per server or CLI process.
+pub struct Runtime {
+    loaded: RwLock<Arc<Loaded>>,
+    providers: Providers,
+    store: Store,
+    tools: Arc<ToolSet>,
+    hook_runtime: HookRuntime,
+}
+
+impl Runtime {
+    /// A runtime for `loaded`, calling models through `providers` and keeping sessions in
+    /// `store`. The system tools are compiled once here and shared by every request.
+    pub fn new(loaded: Loaded, providers: Providers, store: Store) -> Self {
+        Self {
+            loaded: RwLock::new(Arc::new(loaded)),
+            providers,
+            store,
+            tools: Arc::new(ToolSet::new(polpo_tools::tools::system_tools())),
+            hook_runtime: HookRuntime::from_env(),
+        }
+    }
+
+    /// Override how hooks run (tests let `http` hooks reach loopback).
+    pub fn with_hook_runtime(mut self, hook_runtime: HookRuntime) -> Self {
+        self.hook_runtime = hook_runtime;
+        self
+    }
+
+    /// The project as currently loaded.
+    pub fn loaded(&self) -> Arc<Loaded> {
+        self.loaded.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Serve a new version of the project from the next request on; requests in flight
+    /// finish with the version they started with.
+    pub fn reload(&self, loaded: Loaded) {
+        *self.loaded.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(loaded);
+    }
+
+    /// The store sessions and runs live in.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The model chain of `agent`, resolved (profiles, fallbacks, allowed profiles) before
+    /// anything is paid for.
+    pub fn provider_for(&self, loaded: &Loaded, agent: &Agent) -> Result<Arc<dyn ModelProvider>, ChatError> {
+        let settings = loaded.project.settings();
+        let selection = agent.config.model.clone().ok_or_else(|| {
+            ChatError::Model(ResolveError::Model(polpo_llm::LlmError::new(
+                polpo_llm::LlmErrorKind::ModelNotFound,
+                format!("agent `{}` has no model: set \"model\" in its agent.json", agent.id),
+            )))
+        })?;
+        let profiles = settings.model_profiles.clone().unwrap_or_default();
+        let chain = self.providers.resolve(&selection, &profiles, agent.config.allowed_model_profiles.as_deref())?;
+        Ok(Arc::new(chain))
+    }
+
+    /// Answer one chat request: run the agent's turn loop over the session's history plus the
+    /// new messages, then store the new messages and the turn's output in one append.
+    ///
+    /// Nothing is stored when the turn fails before producing anything, so a client may
+    /// retry with the same messages; a run that used up `maxTurns` keeps its transcript.
+    pub async fn chat(&self, input: ChatInput, sink: EventSink<'_>, cancel: &CancellationToken) -> Result<ChatOutput, ChatError> {
+        let loaded = self.loaded();
+        let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
+        let provider = self.provider_for(&loaded, agent)?;
+
+        let (session, history, new_messages) = self.prepare_session(&input).await?;
+        let invocation = self.invocation(&loaded, agent, provider, &input, &session, cancel);
+
+        let mut conversation = history;
+        conversation.extend(new_messages.iter().cloned());
+        let result = run_turns(&invocation, conversation, sink, cancel).await;
+        let produced = match &result {
+            Ok(outcome) => outcome.messages.clone(),
+            Err(EngineError::MaxTurnsExhausted { transcript, .. }) => transcript.clone(),
+            Err(_) => Vec::new(),
+        };
+        let session = if produced.is_empty() && result.is_err() {
+            session
+        } else {
+            let to_store = new_messages.into_iter().chain(produced).map(NewMessage::new).collect();
+            self.store.sessions.append_messages(&session.id, to_store, None).await?.session
+        };
+        Ok(ChatOutput { session, outcome: result? })
+    }
+
+    /// Find or create the session and split the request into stored history and new messages.
+    async fn prepare_session(&self, input: &ChatInput) -> Result<(Session, Vec<Message>, Vec<Message>), ChatError> {
+        let Some(id) = &input.session_id else {
+            if !input.messages.iter().any(|m| m.role != Role::System) {
+                return Err(ChatError::InvalidRequest("messages must contain at least one non-system message".into()));
+            }
+            let new = NewSession { id: None, agent: input.agent.clone(), title: None, user: input.user.clone(), metadata: input.metadata.clone() };
+            let session = self.store.sessions.create_session(new).await?;
+            return Ok((session, Vec::new(), input.messages.clone()));
+        };
+        let session = self.store.sessions.get_session(id).await?.ok_or_else(|| ChatError::SessionNotFound(id.clone()))?;
+        if session.agent != input.agent {
+            return Err(ChatError::SessionAgentMismatch { session: session.id, agent: session.agent });
+        }
+        let start = input.messages.iter().rposition(|m| m.role == Role::Assistant).map_or(0, |i| i + 1);
+        let new: Vec<Message> = input.messages[start..].iter().filter(|m| m.role != Role::System).cloned().collect();
+        if new.is_empty() {
+            return Err(ChatError::InvalidRequest("no new message after the last assistant message".into()));
+        }
+        let history = self.history(&session.id).await?;
+        Ok((session, history, new))
+    }
+
+    /// The last [`MAX_HISTORY_MESSAGES`] stored messages of a session, oldest first.
+    async fn history(&self, session_id: &str) -> Result<Vec<Message>, ChatError> {
+        let recent = self.store.sessions.recent_messages(session_id, MAX_HISTORY_MESSAGES as u32).await?;
+        let mut messages: Vec<Message> = recent.into_iter().map(|m| m.message).collect();
+        // Never start the history with tool results whose assistant call was cut off.
+        let first_kept = messages.iter().position(|m| m.role != Role::Tool).unwrap_or(messages.len());
+        messages.drain(..first_kept);
+        Ok(messages)
+    }
+
+    /// Everything the turn loop needs, resolved for this agent and request.
+    fn invocation(&self, loaded: &Loaded, agent: &Agent, provider: Arc<dyn ModelProvider>, input: &ChatInput, session: &Session, cancel: &CancellationToken) -> Invocation {
+        let c = &agent.config;
+        let policy = ToolPolicy::unrestricted()
+            .narrow(PolicyLayer::Agent, c.allowed_tools.as_deref())
+            .narrow(PolicyLayer::Chat, c.chat.as_ref().and_then(|chat| chat.allowed_tools.as_deref()))
+            .narrow(PolicyLayer::Request, input.allowed_tools.as_deref());
+        let hooks = loaded.hooks.get(&agent.id).map(|set| InvocationHooks {
+            set: set.clone(),
+            info: InvocationInfo { run_id: input.run_id.clone(), session_id: Some(session.id.clone()), agent: agent.id.clone(), mode: ExecutionMode::Chat, loop_id: None, step: None },
+            runtime: self.hook_runtime,
+            clock: system_clock(),
+            secrets: Vec::new(),
+            parallel_branch: false,
+        });
+        Invocation {
+            agent: agent.id.clone(),
+            system_prompt: polpo_core::prompt::system_prompt(agent),
+            provider,
+            model: String::new(),
+            tools: self.tools.clone(),
+            policy,
+            client_tools: input.client_tools.clone(),
+            tool_choice: input.tool_choice.clone(),
+            parallel_tool_calls: input.parallel_tool_calls,
+            response_format: input.response_format.clone(),
+            max_turns: c.max_turns(),
+            reasoning: c.reasoning.or(loaded.project.settings().reasoning).map(|r| r.as_str().to_owned()),
+            tool_context: tool_context(&loaded.project, agent, cancel),
+            hooks,
+        }
+    }
+}
+
+/// Where the agent's tools run: the project's work dir, confined to `allowedPaths`, with the
+/// agent's memory file, cancelled with the request.
+fn tool_context(project: &Project, agent: &Agent, cancel: &CancellationToken) -> ToolContext {
+    let workspace: PathBuf = match project.settings().work_dir.as_deref() {
+        Some(dir) => project.root.join(dir),
+        None => project.root.clone(),
+    };
+    let mut ctx = ToolContext::new(workspace.clone());
+    ctx.allowed_paths = agent.config.allowed_paths.iter().flatten().map(|p| workspace.join(p)).collect();
+    ctx.memory_file = Some(project.root.join(".polpo").join("memory").join(format!("{}.md", agent.id)));
+    ctx.cancel = cancel.child_token();
+    ctx
+}
