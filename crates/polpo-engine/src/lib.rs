@@ -20,4 +20,4 @@ pub use error::EngineError;
 pub use events::{EventSink, GateState, RunEvent};
 pub use invocation::Invocation;
 pub use turn::{RunOutcome, run_turns};
-pub use runtime::{ChatError, ChatInput, ChatOutput, Loaded, Runtime};
+pub use runtime::{ChatError, ChatInput, ChatOutput, Loaded, PreparedChat, Runtime};

@@ -171,6 +171,53 @@ impl ChatError {
     }
 }
 
+/// A chat request that passed every check and is ready to run.
+pub struct PreparedChat {
+    runtime: Arc<Runtime>,
+    invocation: Invocation,
+    session: Session,
+    history: Vec<Message>,
+    new_messages: Vec<Message>,
+    cancel: CancellationToken,
+    run_id: String,
+}
+
+impl PreparedChat {
+    /// The session this turn belongs to (already stored when new).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// The run id this turn reports under.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Run the agent's turn loop over the session's history plus the new messages, then store
+    /// the new messages and the turn's output in one append.
+    ///
+    /// Nothing is stored when the turn fails before producing anything, so a client may retry
+    /// with the same messages; a run that used up `maxTurns` keeps its transcript.
+    pub async fn run(self, sink: EventSink<'_>) -> Result<ChatOutput, ChatError> {
+        let Self { runtime, invocation, session, history, new_messages, cancel, .. } = self;
+        let mut conversation = history;
+        conversation.extend(new_messages.iter().cloned());
+        let result = run_turns(&invocation, conversation, sink, &cancel).await;
+        let produced = match &result {
+            Ok(outcome) => outcome.messages.clone(),
+            Err(EngineError::MaxTurnsExhausted { transcript, .. }) => transcript.clone(),
+            Err(_) => Vec::new(),
+        };
+        let session = if produced.is_empty() && result.is_err() {
+            session
+        } else {
+            let to_store = new_messages.into_iter().chain(produced).map(NewMessage::new).collect();
+            runtime.store.sessions.append_messages(&session.id, to_store, None).await?.session
+        };
+        Ok(ChatOutput { session, outcome: result? })
+    }
+}
+
 /// The runtime: one per server or CLI process.
 pub struct Runtime {
     loaded: RwLock<Arc<Loaded>>,
@@ -230,34 +277,26 @@ impl Runtime {
         Ok(Arc::new(chain))
     }
 
-    /// Answer one chat request: run the agent's turn loop over the session's history plus the
-    /// new messages, then store the new messages and the turn's output in one append.
-    ///
-    /// Nothing is stored when the turn fails before producing anything, so a client may
-    /// retry with the same messages; a run that used up `maxTurns` keeps its transcript.
-    pub async fn chat(&self, input: ChatInput, sink: EventSink<'_>, cancel: &CancellationToken) -> Result<ChatOutput, ChatError> {
+    /// Answer one chat request: [`Runtime::prepare`] then [`PreparedChat::run`].
+    pub async fn chat(self: &Arc<Self>, input: ChatInput, sink: EventSink<'_>, cancel: &CancellationToken) -> Result<ChatOutput, ChatError> {
+        self.prepare(input, cancel).await?.run(sink).await
+    }
+
+    /// Everything that can fail before the model is called, checked now: the agent, its model
+    /// chain, the session (created when new), the request against the tool policy. A server
+    /// answers these with a proper HTTP status before it starts streaming.
+    pub async fn prepare(self: &Arc<Self>, input: ChatInput, cancel: &CancellationToken) -> Result<PreparedChat, ChatError> {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
         let provider = self.provider_for(&loaded, agent)?;
-
+        let mut invocation = self.invocation(&loaded, agent, provider, &input, cancel);
+        // Checked before the session is created, so a refused request leaves nothing behind.
+        invocation.check()?;
         let (session, history, new_messages) = self.prepare_session(&input).await?;
-        let invocation = self.invocation(&loaded, agent, provider, &input, &session, cancel);
-
-        let mut conversation = history;
-        conversation.extend(new_messages.iter().cloned());
-        let result = run_turns(&invocation, conversation, sink, cancel).await;
-        let produced = match &result {
-            Ok(outcome) => outcome.messages.clone(),
-            Err(EngineError::MaxTurnsExhausted { transcript, .. }) => transcript.clone(),
-            Err(_) => Vec::new(),
-        };
-        let session = if produced.is_empty() && result.is_err() {
-            session
-        } else {
-            let to_store = new_messages.into_iter().chain(produced).map(NewMessage::new).collect();
-            self.store.sessions.append_messages(&session.id, to_store, None).await?.session
-        };
-        Ok(ChatOutput { session, outcome: result? })
+        if let Some(hooks) = &mut invocation.hooks {
+            hooks.info.session_id = Some(session.id.clone());
+        }
+        Ok(PreparedChat { runtime: self.clone(), invocation, session, history, new_messages, cancel: cancel.clone(), run_id: input.run_id })
     }
 
     /// Find or create the session and split the request into stored history and new messages.
@@ -294,7 +333,7 @@ impl Runtime {
     }
 
     /// Everything the turn loop needs, resolved for this agent and request.
-    fn invocation(&self, loaded: &Loaded, agent: &Agent, provider: Arc<dyn ModelProvider>, input: &ChatInput, session: &Session, cancel: &CancellationToken) -> Invocation {
+    fn invocation(&self, loaded: &Loaded, agent: &Agent, provider: Arc<dyn ModelProvider>, input: &ChatInput, cancel: &CancellationToken) -> Invocation {
         let c = &agent.config;
         let policy = ToolPolicy::unrestricted()
             .narrow(PolicyLayer::Agent, c.allowed_tools.as_deref())
@@ -302,7 +341,7 @@ impl Runtime {
             .narrow(PolicyLayer::Request, input.allowed_tools.as_deref());
         let hooks = loaded.hooks.get(&agent.id).map(|set| InvocationHooks {
             set: set.clone(),
-            info: InvocationInfo { run_id: input.run_id.clone(), session_id: Some(session.id.clone()), agent: agent.id.clone(), mode: ExecutionMode::Chat, loop_id: None, step: None },
+            info: InvocationInfo { run_id: input.run_id.clone(), session_id: None, agent: agent.id.clone(), mode: ExecutionMode::Chat, loop_id: None, step: None },
             runtime: self.hook_runtime,
             clock: system_clock(),
             secrets: Vec::new(),

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 struct Setup {
     _dir: TempDir,
-    runtime: Runtime,
+    runtime: Arc<Runtime>,
 }
 
 async fn setup(llm: &FakeLlm) -> Setup {
@@ -37,11 +37,11 @@ async fn setup(llm: &FakeLlm) -> Setup {
         _ => None,
     });
     let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
-    let runtime = Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), env), store);
+    let runtime = Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), env), store));
     Setup { _dir: dir, runtime }
 }
 
-async fn chat(rt: &Runtime, input: ChatInput) -> Result<polpo_engine::ChatOutput, ChatError> {
+async fn chat(rt: &Arc<Runtime>, input: ChatInput) -> Result<polpo_engine::ChatOutput, ChatError> {
     rt.chat(input, &|_| {}, &CancellationToken::new()).await
 }
 
@@ -105,6 +105,8 @@ async fn mistakes_fail_with_codes_before_any_model_call() {
     narrowed.tool_choice = ToolChoice::Tool("read".into());
     assert_eq!(chat(&s.runtime, narrowed).await.unwrap_err().code(), "tool_policy_denied");
     assert!(llm.requests().is_empty(), "no model call was paid for");
+    let sessions = s.runtime.store().sessions.list_sessions(&Default::default(), &PageRequest::default()).await.unwrap();
+    assert!(sessions.items.is_empty(), "a refused request leaves no session behind");
 }
 
 #[tokio::test]
