@@ -41,6 +41,9 @@ enum Command {
     /// Validate hook packs or show hook capabilities.
     #[command(subcommand)]
     Hooks(commands::hooks::Command),
+    /// List or install the offline models of the `local` provider.
+    #[command(subcommand)]
+    Models(commands::models::Command),
     /// Print a shell completion script.
     Completions(commands::completions::Args),
 }
@@ -53,6 +56,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Migrate(args) => commands::migrate::run(global, args),
         Command::Db(command) => commands::db::run(global, command),
         Command::Hooks(command) => commands::hooks::run(global, command),
+        Command::Models(command) => commands::models::run(command),
         Command::Completions(args) => commands::completions::run(args, &mut Cli::command()),
     }
 }

@@ -7,6 +7,8 @@ pub mod create;
 pub mod db;
 pub mod hooks;
 pub mod migrate;
+pub mod models;
+pub mod providers;
 pub mod validate;
 
 use anyhow::Context as _;
