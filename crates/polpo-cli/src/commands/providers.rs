@@ -13,6 +13,7 @@ use anyhow::anyhow;
 use polpo_core::config::{Project, ProviderConfig as ProjectProvider};
 use polpo_llm::{ProviderConfig, Providers, WireApi};
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// Provider name of the in-process offline model (`local/<model>`).
 pub const LOCAL_PROVIDER: &str = "local";
@@ -37,13 +38,19 @@ pub fn local_model_name(id: &str) -> &str {
 /// call, so a missing model fails that call with `local_model_not_installed` and the
 /// `polpo models install` command to run, never at startup.
 pub fn providers(project: &Project) -> anyhow::Result<Providers> {
+    build(project, || super::models::models_dir(None))
+}
+
+/// [`providers`] with the models folder of the `local` provider given (asked only when it is
+/// registered).
+fn build(project: &Project, models_dir: impl FnOnce() -> anyhow::Result<PathBuf>) -> anyhow::Result<Providers> {
     let configs = provider_configs(project, &|name| std::env::var(name).ok())?;
     let configured_local = configs.contains_key(LOCAL_PROVIDER);
     let providers = Providers::from_process_env(configs);
     if configured_local {
         return Ok(providers);
     }
-    with_local_model(providers)
+    with_local_model(providers, models_dir)
 }
 
 /// `LOCAL_DEFAULT_MODEL` when this binary can run it and it is installed (or `POLPO_LOCAL_MODEL`
@@ -58,9 +65,12 @@ pub fn installed_local_default() -> Option<&'static str> {
 }
 
 #[cfg(feature = "local-model")]
-fn with_local_model(providers: Providers) -> anyhow::Result<Providers> {
+fn with_local_model(
+    providers: Providers,
+    models_dir: impl FnOnce() -> anyhow::Result<PathBuf>,
+) -> anyhow::Result<Providers> {
     use polpo_llm_local::{LocalProvider, LocalSettings};
-    let dir = super::models::models_dir(None)?;
+    let dir = models_dir()?;
     Ok(providers.with_provider(
         LOCAL_PROVIDER,
         std::sync::Arc::new(LocalProvider::new(LocalSettings::new(dir))),
@@ -68,7 +78,10 @@ fn with_local_model(providers: Providers) -> anyhow::Result<Providers> {
 }
 
 #[cfg(not(feature = "local-model"))]
-fn with_local_model(providers: Providers) -> anyhow::Result<Providers> {
+fn with_local_model(
+    providers: Providers,
+    _models_dir: impl FnOnce() -> anyhow::Result<PathBuf>,
+) -> anyhow::Result<Providers> {
     Ok(providers)
 }
 
@@ -209,5 +222,27 @@ mod tests {
         );
         let own = serde_json::json!({"settings": {"providers": {"local": {"baseUrl": "http://127.0.0.1:8080/v1"}}}});
         assert!(providers(&project(own)).unwrap().is_ready(LOCAL_PROVIDER));
+    }
+
+    #[cfg(feature = "local-model")]
+    #[test]
+    fn a_local_model_that_is_not_installed_fails_its_call_saying_how_to_install_it() {
+        use polpo_llm::ModelRequest;
+        if std::env::var_os(polpo_llm_local::MODEL_PATH_ENV).is_some() {
+            return; // a developer's POLPO_LOCAL_MODEL wins over the empty folder
+        }
+        let empty = tempfile::tempdir().unwrap();
+        let dir = empty.path().to_path_buf();
+        let providers = build(&project(serde_json::json!({})), move || Ok(dir)).unwrap();
+        let target = providers.target("local/smollm2-135m").unwrap();
+        let request = ModelRequest {
+            model: target.model.clone(),
+            ..ModelRequest::default()
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let Err(e) = runtime.block_on(target.provider.stream(request)) else {
+            panic!("a missing model must fail the call");
+        };
+        assert!(e.to_string().contains("run `polpo models install smollm2-135m`"), "{e}");
     }
 }
