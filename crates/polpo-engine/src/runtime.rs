@@ -379,3 +379,16 @@ fn tool_context(project: &Project, agent: &Agent, cancel: &CancellationToken) ->
     ctx.cancel = cancel.child_token();
     ctx
 }
+
+/// Compile-time guard: the server spawns these futures, so they must stay `Send` (a closure
+/// held across an await in the turn loop once broke this without any test noticing).
+#[cfg(test)]
+mod send_check {
+    use super::*;
+    fn assert_send<T: Send>(_: T) {}
+    #[allow(dead_code)]
+    fn futures_are_send(p: PreparedChat, rt: Arc<Runtime>, input: ChatInput, c: CancellationToken) {
+        assert_send(p.run(&|_| {}));
+        assert_send(async move { rt.prepare(input, &c).await });
+    }
+}

@@ -93,10 +93,10 @@ pub async fn execute_batch(inv: &Invocation, hooks: Option<&InvocationHooks>, tu
         let held: Vec<std::sync::Mutex<Vec<RunEvent>>> = calls.iter().map(|_| Default::default()).collect();
         let sinks: Vec<_> = held.iter().map(|h| move |e: RunEvent| h.lock().unwrap_or_else(|p| p.into_inner()).push(e)).collect();
         // The batch is one external wait: concurrent calls overlap, so their times must not add.
-        let results = crate::meter::external(
-            futures::stream::iter(calls.iter().zip(&sinks).map(|(c, s)| execute_one(inv, hooks, turn, c, s))).buffered(MAX_PARALLEL_CALLS).collect::<Vec<_>>(),
-        )
-        .await;
+        // The futures are built before the await (not lazily by a closure inside the stream),
+        // which keeps the batch future `Send` for callers that spawn it.
+        let calls_futures: Vec<_> = calls.iter().zip(&sinks).map(|(c, s)| execute_one(inv, hooks, turn, c, s)).collect();
+        let results = crate::meter::external(futures::stream::iter(calls_futures).buffered(MAX_PARALLEL_CALLS).collect::<Vec<_>>()).await;
         for events in held {
             events.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().for_each(sink);
         }

@@ -1,6 +1,17 @@
 //! The HTTP face of Polpo: OpenAI-compatible `/v1/chat/completions`, the REST API under
 //! `/api/v1`, live events over SSE, and authentication.
+//!
+//! [`app::router`] is the whole API; [`serve`] binds it safely (localhost only unless API
+//! keys are configured) and shuts it down gracefully.
 
+pub mod app;
 pub mod auth;
 pub mod chunks;
+pub mod error;
+pub mod idempotency;
+pub mod routes;
+pub mod serve;
 pub mod wire;
+
+pub use app::{AppState, router};
+pub use serve::{Bind, bind_address};

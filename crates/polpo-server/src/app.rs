@@ -1,0 +1,92 @@
+//! The server's shared state and its router: which route lives where, and the layers every
+//! request passes (authentication, body limit, timeout, CORS).
+
+use crate::auth::ApiKeys;
+use crate::error::{ApiError, RestError};
+use crate::routes;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderName, Method};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use polpo_engine::Runtime;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+/// Largest request body. Generous enough for image parts as data URLs, small enough that
+/// one request cannot exhaust memory.
+pub const MAX_BODY_BYTES: usize = 20 * 1024 * 1024;
+
+/// Longest time a non-streaming request may take before the client gets `504`-like failure;
+/// streaming responses are bounded by the run's own budgets instead.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// Headers browsers may read from responses (the reference exposes `x-session-id`).
+pub const EXPOSED_HEADERS: [&str; 3] = ["x-session-id", "x-polpo-run-id", "x-polpo-overhead-ms"];
+
+/// Everything a handler needs.
+pub struct AppState {
+    /// The runtime (project, providers, store).
+    pub runtime: Arc<Runtime>,
+    /// Accepted API keys; empty means local-only mode (the listener is bound to 127.0.0.1).
+    pub keys: ApiKeys,
+    /// Browser origins allowed to call the API (`*` for any); empty: none.
+    pub cors_origins: Vec<String>,
+    /// When the server started (health reports uptime).
+    pub started: std::time::Instant,
+}
+
+impl AppState {
+    /// State for `runtime` with these keys, local browser origins, started now.
+    pub fn new(runtime: Arc<Runtime>, keys: ApiKeys) -> Self {
+        Self { runtime, keys, cors_origins: default_cors_origins(), started: std::time::Instant::now() }
+    }
+}
+
+/// The reference's default: local dashboards and dev servers only.
+pub fn default_cors_origins() -> Vec<String> {
+    let ports = [3000, 3001, 3890, 3891, 5173, 5174, 5175, 5176];
+    ports.iter().flat_map(|p| [format!("http://localhost:{p}"), format!("http://127.0.0.1:{p}")]).collect()
+}
+
+/// The whole HTTP API.
+pub fn router(state: Arc<AppState>) -> Router {
+    let open = Router::new().route("/api/v1/health", get(routes::health::health)).route("/v1/health", get(routes::health::health));
+    let protected = Router::new()
+        .route("/v1/chat/completions", post(routes::chat::completions))
+        .route("/v1/models", get(routes::models::list))
+        .route("/v1/hooks/capabilities", get(routes::health::hook_capabilities))
+        .route("/api/v1/hooks/capabilities", get(routes::health::hook_capabilities))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    open.merge(protected)
+        .fallback(|| async { ApiError::new("route_not_found", "no such route") })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(cors(&state.cors_origins))
+        .with_state(state)
+}
+
+/// Reject requests without a valid key (when keys are configured) with the OpenAI 401 shape.
+/// The OpenAI surface gets the OpenAI error shape, management routes the REST envelope.
+async fn authenticate(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    if state.keys.authorizes(request.headers()) {
+        return next.run(request).await;
+    }
+    let e = ApiError::new("unauthorized", "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`");
+    let path = request.uri().path();
+    if path.starts_with("/v1/chat/") || path == "/v1/models" { e.into_response() } else { RestError(e).into_response() }
+}
+
+fn cors(origins: &[String]) -> CorsLayer {
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(origins.iter().filter_map(|o| o.parse().ok()))
+    };
+    CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
+        .allow_headers(tower_http::cors::Any)
+        .expose_headers(EXPOSED_HEADERS.map(HeaderName::from_static))
+}

@@ -1,0 +1,301 @@
+//! `POST /v1/chat/completions`: the OpenAI wire in, one runtime turn, the OpenAI wire out.
+//!
+//! Everything that can fail before the model runs (bad body, unknown agent, unknown session,
+//! a forced tool outside the policy) is answered with a proper HTTP status, also for
+//! streaming requests; once streaming has started, failures arrive as an error chunk and
+//! `[DONE]`. Responses carry `x-session-id` and `x-polpo-run-id`; non-streaming responses also
+//! carry `x-polpo-overhead-ms` (the runtime's own time, model and tool waits excluded), and
+//! the last streamed chunk carries the same figure as `polpo.overhead_ms`.
+
+use crate::app::AppState;
+use crate::auth::presented_key;
+use crate::chunks::Completion;
+use crate::error::ApiError;
+use crate::idempotency::{self, Lookup};
+use crate::wire::ChatRequest;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use polpo_core::message::{FinishReason, Message, ToolCall, Usage};
+use polpo_engine::meter::Meter;
+use polpo_engine::structured::ResponseFormat;
+use polpo_engine::{ChatInput, ChatOutput, RunEvent};
+use polpo_llm::ToolChoice;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// SSE comment interval that keeps proxies from closing a quiet stream.
+pub const PING_INTERVAL: Duration = Duration::from_secs(20);
+/// `metadata` bounds (the reference's): keys, key length, value length.
+pub const MAX_METADATA_KEYS: usize = 16;
+const MAX_METADATA_KEY_CHARS: usize = 64;
+const MAX_METADATA_VALUE_CHARS: usize = 512;
+
+/// The handler.
+pub async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(state, headers, body).await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A finished completion as remembered for `Idempotency-Key` replays.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Answer {
+    id: String,
+    created: i64,
+    content: Option<String>,
+    finish_reason: FinishReason,
+    tool_calls: Vec<ToolCall>,
+    usage: Usage,
+    session_id: String,
+    run_id: String,
+}
+
+impl Answer {
+    fn new(completion: &Completion, out: &ChatOutput, run_id: &str) -> Self {
+        Self {
+            id: completion.id.clone(),
+            created: completion.created,
+            content: out.outcome.content.clone(),
+            finish_reason: out.outcome.finish_reason.clone(),
+            tool_calls: out.outcome.client_tool_calls.clone(),
+            usage: out.outcome.usage,
+            session_id: out.session.id.clone(),
+            run_id: run_id.to_owned(),
+        }
+    }
+
+    fn completion(&self) -> Completion {
+        Completion { id: self.id.clone(), created: self.created }
+    }
+
+    fn body(&self) -> Value {
+        self.completion().body(self.content.as_deref(), &self.finish_reason, &self.tool_calls, &self.usage)
+    }
+
+    /// The whole answer as the chunks a live stream would have sent.
+    fn chunks(&self) -> Vec<Value> {
+        let c = self.completion();
+        let mut out = vec![c.role_chunk()];
+        if let Some(text) = &self.content {
+            out.extend(c.event_chunk(&RunEvent::TextDelta { text: text.clone() }));
+        }
+        out.push(c.final_chunk(&self.finish_reason, &self.tool_calls, &self.usage));
+        out
+    }
+}
+
+async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+    let meter = Meter::start();
+    let request: ChatRequest = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("the body is not a valid chat completion request: {e}")))?;
+    let input = chat_input(&state, &request, &headers)?;
+    let stream = request.stream;
+
+    let claim = match headers.get("idempotency-key").map(|v| v.to_str().unwrap_or_default()) {
+        None => None,
+        Some(key) => match idempotency::claim(state.runtime.store(), presented_key(&headers).unwrap_or(""), key, &body).await? {
+            Lookup::Replay(stored) => return replay(stored, stream),
+            Lookup::Claimed(claim) => Some(claim),
+        },
+    };
+
+    let cancel = CancellationToken::new();
+    let prepared = match meter.scope(state.runtime.prepare(input, &cancel)).await {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(claim) = claim {
+                idempotency::release(state.runtime.store(), claim).await;
+            }
+            return Err(e.into());
+        }
+    };
+    let completion = Completion { id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()), created: chrono::Utc::now().timestamp() };
+    let session_id = prepared.session().id.clone();
+    let run_id = prepared.run_id().to_owned();
+    let ids = [("x-session-id", session_id), ("x-polpo-run-id", run_id.clone())];
+
+    if stream {
+        let events = streamed(state, completion, prepared, claim, meter, cancel);
+        let mut response = Sse::new(events).keep_alive(KeepAlive::new().interval(PING_INTERVAL).text("ping")).into_response();
+        set_headers(response.headers_mut(), &ids);
+        return Ok(response);
+    }
+
+    // A client that disconnects drops this future; the guard then cancels model and tools.
+    let _disconnect = cancel.drop_guard();
+    let result = meter.scope(prepared.run(&|_| {})).await;
+    let mut response = match result {
+        Ok(out) => {
+            let answer = Answer::new(&completion, &out, &run_id);
+            if let Some(claim) = claim {
+                idempotency::complete(state.runtime.store(), claim, serde_json::to_value(&answer).unwrap_or_default()).await?;
+            }
+            axum::Json(answer.body()).into_response()
+        }
+        Err(e) => {
+            if let Some(claim) = claim {
+                idempotency::release(state.runtime.store(), claim).await;
+            }
+            ApiError::from(e).into_response()
+        }
+    };
+    set_headers(response.headers_mut(), &ids);
+    let overhead = format!("{:.3}", meter.read().own().as_secs_f64() * 1000.0);
+    set_headers(response.headers_mut(), &[("x-polpo-overhead-ms", overhead)]);
+    Ok(response)
+}
+
+/// Run the turn in its own task and stream its chunks. The task ends early only when the
+/// client goes away (the stream is dropped, which cancels the run: plain chat is not
+/// durable; durable run-backed chat keeps going without its subscriber).
+fn streamed(
+    state: Arc<AppState>,
+    completion: Completion,
+    prepared: polpo_engine::PreparedChat,
+    claim: Option<idempotency::Claim>,
+    meter: Meter,
+    cancel: CancellationToken,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let run_id = prepared.run_id().to_owned();
+    let send = move |tx: &tokio::sync::mpsc::UnboundedSender<Event>, v: &Value| {
+        let _ = tx.send(Event::default().data(v.to_string()));
+    };
+    tokio::spawn(async move {
+        send(&tx, &completion.role_chunk());
+        let sink = |event: RunEvent| {
+            if let Some(chunk) = completion.event_chunk(&event) {
+                send(&tx, &chunk);
+            }
+        };
+        let result = meter.scope(prepared.run(&sink)).await;
+        match result {
+            Ok(out) => {
+                let answer = Answer::new(&completion, &out, &run_id);
+                let mut last = completion.final_chunk(&answer.finish_reason, &answer.tool_calls, &answer.usage);
+                last["polpo"] = json!({"overhead_ms": meter.read().own().as_secs_f64() * 1000.0});
+                send(&tx, &last);
+                if let Some(claim) = claim
+                    && let Err(e) = idempotency::complete(state.runtime.store(), claim, serde_json::to_value(&answer).unwrap_or_default()).await
+                {
+                    tracing::warn!(code = %e.code, "could not remember an idempotent response");
+                }
+            }
+            Err(e) => {
+                send(&tx, &completion.error_chunk(&e.to_string(), e.code()));
+                if let Some(claim) = claim {
+                    idempotency::release(state.runtime.store(), claim).await;
+                }
+            }
+        }
+        let _ = tx.send(Event::default().data("[DONE]"));
+    });
+    let guard = cancel.drop_guard();
+    futures::stream::unfold((rx, guard), |(mut rx, guard)| async move { rx.recv().await.map(|e| (Ok(e), (rx, guard))) })
+}
+
+/// Answer a repeated `Idempotency-Key` with the remembered response, in the shape asked for.
+fn replay(stored: Value, stream: bool) -> Result<Response, ApiError> {
+    let answer: Answer = serde_json::from_value(stored).map_err(|e| ApiError::new("internal", format!("a remembered response is unreadable: {e}")))?;
+    let ids = [("x-session-id", answer.session_id.clone()), ("x-polpo-run-id", answer.run_id.clone()), ("idempotent-replayed", "true".into())];
+    let mut response = if stream {
+        let mut events: Vec<Result<Event, Infallible>> = answer.chunks().iter().map(|c| Ok(Event::default().data(c.to_string()))).collect();
+        events.push(Ok(Event::default().data("[DONE]")));
+        Sse::new(futures::stream::iter(events)).into_response()
+    } else {
+        axum::Json(answer.body()).into_response()
+    };
+    set_headers(response.headers_mut(), &ids);
+    Ok(response)
+}
+
+fn set_headers(headers: &mut HeaderMap, values: &[(&'static str, String)]) {
+    for (name, value) in values {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            headers.insert(*name, v);
+        }
+    }
+}
+
+/// The wire request in the runtime's terms, with every field checked.
+fn chat_input(state: &AppState, r: &ChatRequest, headers: &HeaderMap) -> Result<ChatInput, ApiError> {
+    let agent = pick_agent(state, r)?;
+    let messages = r.messages.iter().cloned().map(|m| m.into_message()).collect::<Result<Vec<Message>, _>>().map_err(ApiError::invalid)?;
+    if messages.is_empty() {
+        return Err(ApiError::invalid("messages must contain at least one message"));
+    }
+    let mut input = ChatInput::new(agent, messages);
+    input.session_id = headers.get("x-session-id").and_then(|v| v.to_str().ok()).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
+    input.client_tools = r.tools.iter().cloned().map(|t| t.into_spec()).collect::<Result<_, _>>().map_err(ApiError::invalid)?;
+    input.tool_choice = tool_choice(r.tool_choice.as_ref())?;
+    input.parallel_tool_calls = r.parallel_tool_calls.unwrap_or(false);
+    input.response_format = match &r.response_format {
+        Some(v) => ResponseFormat::from_wire(v).map_err(ApiError::invalid)?,
+        None => ResponseFormat::Text,
+    };
+    input.allowed_tools = r.polpo.as_ref().and_then(|p| p.execution.as_ref()).and_then(|e| e.allowed_tools.clone());
+    input.user = r.user.clone();
+    input.metadata = metadata(r.metadata.as_ref())?;
+    if r.loop_name.is_some() {
+        return Err(ApiError::new("loop_not_supported", "`loop` requests are not supported by this server yet"));
+    }
+    Ok(input)
+}
+
+/// `agent`, else `model` as `agent/<id>` or a bare agent id, else the only agent.
+fn pick_agent(state: &AppState, r: &ChatRequest) -> Result<String, ApiError> {
+    if let Some(agent) = &r.agent {
+        return Ok(agent.clone());
+    }
+    if let Some(model) = &r.model {
+        if let Some(agent) = model.strip_prefix("agent/") {
+            return Ok(agent.to_owned());
+        }
+        if state.runtime.loaded().agent(model).is_some() {
+            return Ok(model.clone());
+        }
+    }
+    let loaded = state.runtime.loaded();
+    let mut ids = loaded.project.agents.keys();
+    match (ids.next(), ids.next()) {
+        (Some(only), None) => Ok(only.clone()),
+        _ => Err(ApiError::new("agent_required", "name the agent: `\"agent\": \"<id>\"` or `\"model\": \"agent/<id>\"` (see GET /v1/models)")),
+    }
+}
+
+fn tool_choice(v: Option<&Value>) -> Result<ToolChoice, ApiError> {
+    Ok(match v {
+        None => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => return Err(ApiError::invalid(format!("tool_choice `{other}` is not auto, none or required"))),
+        },
+        Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
+            Some(name) => ToolChoice::Tool(name.to_owned()),
+            None => return Err(ApiError::invalid("tool_choice must be a string or {\"type\":\"function\",\"function\":{\"name\":…}}")),
+        },
+    })
+}
+
+/// `metadata`: a string map of bounded size, stored on the session.
+fn metadata(m: Option<&Map<String, Value>>) -> Result<Value, ApiError> {
+    let Some(m) = m else { return Ok(Value::Null) };
+    if m.len() > MAX_METADATA_KEYS {
+        return Err(ApiError::invalid(format!("metadata has more than {MAX_METADATA_KEYS} keys")));
+    }
+    for (k, v) in m {
+        let ok = k.chars().count() <= MAX_METADATA_KEY_CHARS && v.as_str().is_some_and(|s| s.chars().count() <= MAX_METADATA_VALUE_CHARS);
+        if !ok {
+            return Err(ApiError::invalid(format!("metadata.{k}: keys are at most {MAX_METADATA_KEY_CHARS} characters and values strings of at most {MAX_METADATA_VALUE_CHARS}")));
+        }
+    }
+    Ok(Value::Object(m.clone()))
+}

@@ -1,0 +1,5 @@
+//! One module per group of routes; each handler translates HTTP into one runtime call.
+
+pub mod chat;
+pub mod health;
+pub mod models;
