@@ -225,6 +225,7 @@ pub struct Runtime {
     store: Store,
     tools: Arc<ToolSet>,
     hook_runtime: HookRuntime,
+    offline_model: Option<String>,
 }
 
 impl Runtime {
@@ -237,7 +238,15 @@ impl Runtime {
             store,
             tools: Arc::new(ToolSet::new(polpo_tools::tools::system_tools())),
             hook_runtime: HookRuntime::from_env(),
+            offline_model: None,
         }
+    }
+
+    /// Use model `id` (e.g. `local/qwen2.5-coder-1.5b`) for agents none of whose models can be
+    /// called because their providers have no API key: the project then works offline.
+    pub fn with_offline_model(mut self, id: impl Into<String>) -> Self {
+        self.offline_model = Some(id.into());
+        self
     }
 
     /// Override how hooks run (tests let `http` hooks reach loopback).
@@ -273,7 +282,18 @@ impl Runtime {
             )))
         })?;
         let profiles = settings.model_profiles.clone().unwrap_or_default();
-        let chain = self.providers.resolve(&selection, &profiles, agent.config.allowed_model_profiles.as_deref())?;
+        let allowed = agent.config.allowed_model_profiles.as_deref();
+        if let Some(fallback) = &self.offline_model {
+            // The offline model stands in only when no model of the chain can be called at all
+            // (no key set, e.g. on a laptop without network); a chain with one ready target is
+            // used as written.
+            let ids = polpo_core::model::resolve_model_chain(&selection, &profiles, allowed).map_err(ResolveError::from)?;
+            let ready = ids.iter().any(|id| polpo_llm::split_model_id(id).is_some_and(|(p, _)| self.providers.is_ready(p)));
+            if !ready {
+                return Ok(Arc::new(self.providers.chain(std::slice::from_ref(fallback)).map_err(ResolveError::from)?));
+            }
+        }
+        let chain = self.providers.resolve(&selection, &profiles, allowed)?;
         Ok(Arc::new(chain))
     }
 

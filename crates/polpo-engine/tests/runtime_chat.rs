@@ -130,3 +130,21 @@ async fn a_run_out_of_turns_keeps_its_transcript_in_the_session() {
     // user + 3 × (assistant call + tool result)
     assert_eq!(sessions.items[0].message_count, 7);
 }
+
+#[tokio::test]
+async fn without_any_provider_key_the_offline_model_answers() {
+    let offline = FakeLlm::start([Turn::text("answered offline")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    ProjectFixture::new(dir.path(), json!({})).unwrap().agent("writer", json!({"model": "openai/gpt-4o-mini"}), "You write.").unwrap();
+    let project = polpo_project::load_project(dir.path()).unwrap();
+    // Stands in for the in-process model: any provider registered under `local`.
+    let config = polpo_llm::ProviderConfig::new(polpo_llm::WireApi::OpenAiChat, offline.base_url());
+    let local: Arc<dyn polpo_llm::ModelProvider> = Arc::new(polpo_llm::OpenAiProvider::new(&config, None).unwrap());
+    let no_keys: polpo_llm::EnvLookup = Arc::new(|_| None);
+    let providers = Providers::new(BTreeMap::new(), no_keys).with_provider("local", local);
+    let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
+    let rt = Arc::new(Runtime::new(Loaded::new(project).unwrap(), providers, store).with_offline_model("local/tiny"));
+    let out = chat(&rt, ChatInput::new("writer", vec![Message::user("hi")])).await.unwrap();
+    assert_eq!(out.outcome.content.as_deref(), Some("answered offline"));
+    assert_eq!(offline.requests()[0].body["model"], "tiny");
+}
