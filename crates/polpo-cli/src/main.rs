@@ -44,6 +44,12 @@ enum Command {
     /// List or install the offline models of the `local` provider.
     #[command(subcommand)]
     Models(commands::models::Command),
+    /// Start the server with live reload of agent and hook files (port 3890).
+    Dev(commands::serve::Args),
+    /// Start the server for production (no reload).
+    Serve(commands::serve::Args),
+    /// Ask an agent one thing from the terminal; the answer streams to stdout.
+    Run(commands::run::Args),
     /// Print a shell completion script.
     Completions(commands::completions::Args),
 }
@@ -57,6 +63,9 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Db(command) => commands::db::run(global, command),
         Command::Hooks(command) => commands::hooks::run(global, command),
         Command::Models(command) => commands::models::run(command),
+        Command::Dev(args) => commands::serve::run(global, args, true),
+        Command::Serve(args) => commands::serve::run(global, args, false),
+        Command::Run(args) => commands::run::run(global, args),
         Command::Completions(args) => commands::completions::run(args, &mut Cli::command()),
     }
 }

@@ -9,6 +9,9 @@ pub mod hooks;
 pub mod migrate;
 pub mod models;
 pub mod providers;
+pub mod run;
+pub mod runtime;
+pub mod serve;
 pub mod validate;
 
 use anyhow::Context as _;

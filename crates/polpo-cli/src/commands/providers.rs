@@ -6,9 +6,6 @@
 //! here because polpo-llm deliberately knows nothing of the project file format, and the binary is
 //! the one place that knows both.
 
-// `polpo dev` and `polpo run` call these; until they land only the tests do.
-#![allow(dead_code)]
-
 use anyhow::anyhow;
 use polpo_core::config::{Project, ProviderConfig as ProjectProvider};
 use polpo_llm::{ProviderConfig, Providers, WireApi};

@@ -1,0 +1,111 @@
+//! `polpo run <agent> "<prompt>"`: one chat turn with an agent from the terminal.
+//!
+//! The answer streams to stdout as it is written; tool activity goes to stderr, so
+//! `polpo run coder "…" > answer.md` captures just the answer. The turn is stored in a session
+//! like any chat; `--session` continues one. `--json` prints one machine-readable object
+//! instead of streaming.
+
+use super::Global;
+use anyhow::Context as _;
+use polpo_core::message::Message;
+use polpo_engine::{ChatInput, RunEvent};
+use serde_json::json;
+use std::io::Write;
+use std::process::ExitCode;
+use tokio_util::sync::CancellationToken;
+
+/// Options of `polpo run`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The agent (its directory name under `.polpo/agents/`).
+    agent: String,
+    /// What to ask. `-` reads the prompt from stdin.
+    prompt: String,
+    /// Continue this session instead of starting a new one.
+    #[arg(long)]
+    session: Option<String>,
+    /// Restrict the agent's tools for this run (repeatable; can only narrow).
+    #[arg(long = "allow-tool", value_name = "PATTERN")]
+    allow_tools: Vec<String>,
+    /// Print `{answer, sessionId, runId, usage, turns}` as JSON instead of streaming.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Run one turn; exit 1 with `error: <code>: <sentence>` when it fails.
+pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let project = global.load()?;
+    let prompt = if args.prompt == "-" {
+        std::io::read_to_string(std::io::stdin()).context("cannot read the prompt from stdin")?
+    } else {
+        args.prompt.clone()
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    rt.block_on(async {
+        let runtime = super::runtime::open(project).await?;
+        let mut input = ChatInput::new(args.agent.clone(), vec![Message::user(prompt)]);
+        input.session_id = args.session.clone();
+        if !args.allow_tools.is_empty() {
+            input.allowed_tools = Some(args.allow_tools.clone());
+        }
+        let cancel = CancellationToken::new();
+        let on_ctrl_c = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                on_ctrl_c.cancel();
+            }
+        });
+        let stream = !args.json;
+        let sink = move |event: RunEvent| {
+            if stream {
+                print_event(&event);
+            }
+        };
+        match runtime.chat(input, &sink, &cancel).await {
+            Ok(out) => {
+                if args.json {
+                    let o = &out.outcome;
+                    super::print_json(&json!({
+                        "answer": o.content, "sessionId": out.session.id, "finishReason": o.finish_reason,
+                        "usage": o.usage, "turns": o.turns,
+                    }))?;
+                } else {
+                    println!();
+                    eprintln!("session {} · {} turn(s) · {} tokens in, {} out", out.session.id, out.outcome.turns, out.outcome.usage.input_tokens, out.outcome.usage.output_tokens);
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                if stream {
+                    println!();
+                }
+                eprintln!("error: {e}");
+                Ok(ExitCode::FAILURE)
+            }
+        }
+    })
+}
+
+/// Answer text to stdout as it streams; tool activity to stderr.
+fn print_event(event: &RunEvent) {
+    match event {
+        RunEvent::TextDelta { text } => {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+        RunEvent::ToolCalling { name, arguments, .. } => eprintln!("\n→ {name} {}", clip(&arguments.to_string(), 200)),
+        RunEvent::ToolCompleted { name, result, is_error, .. } => {
+            eprintln!("{} {name}: {}", if *is_error { "✗" } else { "✓" }, clip(result.lines().next().unwrap_or(""), 200));
+        }
+        _ => {}
+    }
+}
+
+/// At most `max` characters, with `…` when cut.
+fn clip(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}

@@ -1,0 +1,144 @@
+//! `polpo serve` and `polpo dev`: the HTTP server for the project.
+//!
+//! Both load the project once, open its store, and serve the whole API. `dev` also reloads
+//! agent and hook files when they change (a polling fingerprint of `.polpo/`, once a second:
+//! no watcher dependency, no missed events on network filesystems). A broken edit is
+//! reported and the last good version keeps serving.
+
+use super::Global;
+use anyhow::Context as _;
+use polpo_engine::{Loaded, Runtime};
+use polpo_server::auth::ApiKeys;
+use polpo_server::{AppState, bind_address, router};
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// Options of `polpo serve` / `polpo dev`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Port (default: `settings.port`, else 3890). `0` picks a free port.
+    #[arg(long)]
+    port: Option<u16>,
+    /// Address to listen on. Without an API key the server only ever listens on 127.0.0.1.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+}
+
+/// How often `dev` looks for changed files.
+const RELOAD_POLL: Duration = Duration::from_secs(1);
+
+/// Run the server until Ctrl-C / SIGTERM; `reload` turns on file watching (`polpo dev`).
+pub fn run(global: &Global, args: Args, reload: bool) -> anyhow::Result<ExitCode> {
+    // Taken before the project is read, so no edit can fall between the two.
+    let files = if reload { Some(fingerprint(&global.root()?)) } else { None };
+    let project = global.load()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    runtime.block_on(serve(project, args, files))
+}
+
+async fn serve(project: polpo_core::config::Project, args: Args, files: Option<Fingerprint>) -> anyhow::Result<ExitCode> {
+    let root = project.root.clone();
+    let port = args.port.unwrap_or_else(|| project.settings().port());
+    let (keys, warnings) = ApiKeys::load(std::env::var("POLPO_API_KEY").ok().as_deref(), project.manifest.api_keys.as_deref().unwrap_or_default());
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    let storage = project.settings().storage();
+    let agents: Vec<String> = project.agents.keys().cloned().collect();
+    let runtime = super::runtime::open(project).await?;
+
+    let bind = bind_address(args.host, port, !keys.is_empty());
+    if let Some(notice) = &bind.notice {
+        eprintln!("{notice}");
+    } else if keys.is_empty() {
+        eprintln!("no API key configured: local requests only (set POLPO_API_KEY to require one)");
+    }
+    let listener = tokio::net::TcpListener::bind(bind.addr).await.with_context(|| format!("cannot listen on {}", bind.addr))?;
+    let addr = listener.local_addr()?;
+    // One line a script can wait for; the rest is for people.
+    println!("polpo listening on http://{addr}");
+    println!("  OpenAI-compatible: http://{addr}/v1/chat/completions");
+    println!("  agents: {}", if agents.is_empty() { "(none)".to_owned() } else { agents.join(", ") });
+    println!("  storage: {}", storage.as_str());
+
+    if let Some(files) = files {
+        tokio::spawn(watch(root, runtime.clone(), files));
+    }
+    let app = router(Arc::new(AppState::new(runtime, keys)));
+    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("the server failed")?;
+    eprintln!("polpo stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+}
+
+/// Path, size and modification time of each configuration file.
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+/// Reload the project whenever the fingerprint of `.polpo/` changes.
+async fn watch(root: PathBuf, runtime: Arc<Runtime>, mut last: Fingerprint) {
+    loop {
+        tokio::time::sleep(RELOAD_POLL).await;
+        let now = fingerprint(&root);
+        if now == last {
+            continue;
+        }
+        last = now;
+        match polpo_project::load_project(&root).and_then(Loaded::new) {
+            Ok(loaded) => {
+                let n = loaded.project.agents.len();
+                runtime.reload(loaded);
+                eprintln!("reloaded the project ({n} agent(s))");
+            }
+            Err(problems) => {
+                super::print_problems_to_stderr(&problems);
+                eprintln!("the edit has {} problem(s); still serving the previous version", problems.len());
+            }
+        }
+    }
+}
+
+/// Names, sizes and modification times of the configuration files under `.polpo/` (not the
+/// store's own data), so a change to any agent, team, hook pack or the manifest is seen.
+fn fingerprint(root: &Path) -> Fingerprint {
+    let polpo = root.join(".polpo");
+    let mut out = Vec::new();
+    let mut stack = vec![polpo.clone()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                let top = path.strip_prefix(&polpo).ok().and_then(|p| p.components().next()).map(|c| c.as_os_str().to_string_lossy().into_owned());
+                if matches!(top.as_deref(), Some("agents" | "teams" | "hooks")) {
+                    stack.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "json" || e == "md") {
+                out.push((path, meta.len(), meta.modified().ok()));
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -1,0 +1,106 @@
+//! `polpo dev`, `polpo serve` and `polpo run` as a user runs them: the real binary, a real
+//! project folder, the fake LLM over HTTP, and the official OpenAI Python client.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use serde_json::json;
+use std::path::Path;
+use std::process::Command;
+use support::ServerProcess;
+
+fn project(dir: &Path) {
+    ProjectFixture::new(dir, json!({"storage": "file"}))
+        .unwrap()
+        .agent("assistant", json!({"model": "openai/gpt-4o-mini", "allowedTools": ["read", "ls"]}), "You are a helpful assistant.")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_official_openai_python_client_works_against_polpo_dev() {
+    let llm = FakeLlm::start([
+        Turn::text("Hello, I am the assistant."),
+        Turn::text("Streaming works."),
+        Turn::tool_calls(vec![("get_weather", json!({"city": "Paris"}))]),
+        Turn::text("It is sunny in Paris."),
+        Turn::text(r#"{"name": "Ada", "age": 36}"#),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let base = llm.base_url();
+    let server = ServerProcess::start("dev", dir.path(), &[], &[("POLPO_API_KEY", "sk-polpo-e2e"), ("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk-upstream")]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/openai_client.py");
+    let url = server.url.clone();
+    let out = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).arg(&url).arg("sk-polpo-e2e").output().unwrap()).await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "python client failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("all ok"), "{stdout}");
+    // The upstream key, never the caller's Polpo key, reached the model provider.
+    assert_eq!(llm.requests()[0].header("authorization"), Some("Bearer sk-upstream"));
+    assert_eq!(llm.requests().len(), 5, "unknown agent and wrong key cost no model call");
+}
+
+#[test]
+fn without_an_api_key_the_server_listens_on_localhost_only() {
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let mut server = ServerProcess::start("serve", dir.path(), &["--host", "0.0.0.0"], &[]);
+    assert!(server.url.starts_with("http://127.0.0.1:"), "{}", server.url);
+    server.wait_for("127.0.0.1 only");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn polpo_run_streams_the_answer_after_using_a_tool() {
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("read", json!({"path": "notes.txt"}))]), Turn::text("The note says: buy milk.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    std::fs::write(dir.path().join("notes.txt"), "buy milk").unwrap();
+    let base = llm.base_url();
+    let root = dir.path().to_path_buf();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_polpo"))
+            .args(["run", "assistant", "What does my note say?", "--project"])
+            .arg(&root)
+            .env("OPENAI_BASE_URL", base)
+            .env("OPENAI_API_KEY", "sk")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "The note says: buy milk.");
+    assert!(stderr.contains("→ read") && stderr.contains("✓ read"), "{stderr}");
+    assert!(llm.requests()[1].body["messages"].to_string().contains("buy milk"), "the tool result went back to the model");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dev_reloads_an_edited_agent_without_a_restart() {
+    let llm = FakeLlm::start([Turn::text("ok")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let base = llm.base_url();
+    let mut server = ServerProcess::start("dev", dir.path(), &[], &[("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk")]);
+    polpo_llm::install_crypto_provider();
+    std::fs::write(dir.path().join(".polpo/agents/assistant/instructions.md"), "You are a pirate.").unwrap();
+    server.wait_for("reloaded the project");
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", server.url))
+        .json(&json!({"agent": "assistant", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let system = llm.requests()[0].body["messages"][0]["content"].as_str().unwrap().to_owned();
+    assert!(system.starts_with("You are a pirate."), "{system}");
+
+    // A broken edit is reported and the last good version keeps serving.
+    std::fs::write(dir.path().join(".polpo/agents/assistant/agent.json"), "{ not json").unwrap();
+    server.wait_for("still serving the previous version");
+}

@@ -1,0 +1,81 @@
+//! The real `polpo` binary as a server process, for end-to-end tests.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::time::{Duration, Instant};
+
+/// A running `polpo serve`/`dev`, killed when dropped.
+pub struct ServerProcess {
+    pub child: Child,
+    /// `http://127.0.0.1:<port>`.
+    pub url: String,
+    /// Every stdout and stderr line so far arrives here (prefixed `out: ` / `err: `).
+    pub lines: Receiver<String>,
+    /// Lines already read.
+    pub seen: Vec<String>,
+    /// `seen[..matched]` were passed over by an earlier `wait_for`.
+    matched: usize,
+}
+
+impl ServerProcess {
+    /// Start `polpo <command> --project <root> --port 0 <extra>` with `env`, and wait for
+    /// the listening line.
+    pub fn start(command: &str, root: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_polpo"));
+        cmd.arg(command).arg("--project").arg(root).args(["--port", "0"]).args(extra);
+        cmd.env_remove("POLPO_API_KEY").env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let (tx, lines) = channel();
+        for (prefix, stream) in [("out: ", Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>), ("err: ", Box::new(child.stderr.take().unwrap()))] {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    if tx.send(format!("{prefix}{line}")).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let mut server = Self { child, url: String::new(), lines, seen: Vec::new(), matched: 0 };
+        let line = server.wait_for("polpo listening on http://");
+        server.url = line.split("listening on ").nth(1).unwrap().trim().to_owned();
+        server
+    }
+
+    /// Wait (up to 60 s) for a line containing `needle` that no earlier `wait_for` passed
+    /// over; panics with everything seen if none comes.
+    pub fn wait_for(&mut self, needle: &str) -> String {
+        if let Some(i) = self.seen[self.matched..].iter().position(|l| l.contains(needle)) {
+            self.matched += i + 1;
+            return self.seen[self.matched - 1].clone();
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        self.matched = self.seen.len();
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no line containing {needle:?}; saw:\n{}", self.seen.join("\n")),
+            }
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
