@@ -1,0 +1,127 @@
+//! Benchmark (ignored by default): what the HTTP server adds to a chat completion.
+//!
+//! `cargo test --release -p polpo-server --test bench_http -- --ignored --nocapture`
+//!
+//! Against the fake LLM (a real HTTP server answering at once), per storage backend:
+//! latency of calling the fake LLM directly vs through Polpo (the gateway overhead), the
+//! runtime's own share as reported in `x-polpo-overhead-ms`, completions per second with 32
+//! concurrent clients (each completion is a Run: new session, model call, stored turn), and
+//! resident memory before and after, to see that it stays flat.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::Server;
+
+const SEQUENTIAL: usize = 400;
+const CONCURRENT_TOTAL: usize = 4000;
+const CLIENTS: usize = 32;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib: f64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    kib / 1024.0
+}
+
+fn body() -> serde_json::Value {
+    json!({"agent": "writer", "messages": [{"role": "user", "content": "Say something short."}]})
+}
+
+async fn sequential(http: &reqwest::Client, url: &str, n: usize) -> (Vec<Duration>, Vec<f64>) {
+    let mut times = Vec::with_capacity(n);
+    let mut overheads = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = http.post(url).json(&body()).send().await.unwrap();
+        assert!(r.status().is_success());
+        if let Some(o) = r.headers().get("x-polpo-overhead-ms") {
+            overheads.push(o.to_str().unwrap().parse::<f64>().unwrap());
+        }
+        r.bytes().await.unwrap();
+        times.push(t.elapsed());
+    }
+    times.sort();
+    overheads.sort_by(f64::total_cmp);
+    (times, overheads)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run with --release -- --ignored --nocapture"]
+async fn http_overhead_and_throughput() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start_repeating([Turn::text("Short answer.").usage(900, 6)]).await.unwrap();
+    let direct = reqwest::Client::new();
+    let direct_url = format!("{}/chat/completions", llm.base_url());
+    let fake_body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    for _ in 0..50 {
+        direct.post(&direct_url).json(&fake_body).send().await.unwrap().bytes().await.unwrap();
+    }
+    let mut base = Vec::new();
+    for _ in 0..SEQUENTIAL {
+        let t = Instant::now();
+        direct.post(&direct_url).json(&fake_body).send().await.unwrap().bytes().await.unwrap();
+        base.push(t.elapsed());
+    }
+    base.sort();
+    println!("fake LLM called directly: p50 {:.3} ms, p99 {:.3} ms", ms(percentile(&base, 0.5)), ms(percentile(&base, 0.99)));
+
+    for storage in ["file", "sqlite"] {
+        let s = Server::start_with(&llm, None, |d| {
+            ProjectFixture::new(d, json!({"storage": storage})).unwrap().agent("writer", json!({"model": "openai/fake", "allowedTools": []}), "You write.").unwrap();
+        })
+        .await;
+        let url = format!("{}/v1/chat/completions", s.url);
+        sequential(&s.http, &url, 50).await;
+        let rss_before = rss_mib();
+        let (times, overheads) = sequential(&s.http, &url, SEQUENTIAL).await;
+        println!(
+            "[{storage}] through polpo: p50 {:.3} ms, p99 {:.3} ms; x-polpo-overhead-ms p50 {:.3}, p99 {:.3}",
+            ms(percentile(&times, 0.5)),
+            ms(percentile(&times, 0.99)),
+            overheads[overheads.len() / 2],
+            overheads[(overheads.len() - 1) * 99 / 100]
+        );
+
+        let http = Arc::new(s.http.clone());
+        let started = Instant::now();
+        let per_client = CONCURRENT_TOTAL / CLIENTS;
+        let tasks: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let http = http.clone();
+                let url = url.clone();
+                tokio::spawn(async move {
+                    for _ in 0..per_client {
+                        let r = http.post(&url).json(&body()).send().await.unwrap();
+                        assert!(r.status().is_success());
+                        r.bytes().await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let elapsed = started.elapsed();
+        println!(
+            "[{storage}] {CLIENTS} concurrent clients: {:.0} completions/s ({} in {:.2} s); RSS {:.1} MiB → {:.1} MiB",
+            (per_client * CLIENTS) as f64 / elapsed.as_secs_f64(),
+            per_client * CLIENTS,
+            elapsed.as_secs_f64(),
+            rss_before,
+            rss_mib()
+        );
+    }
+}
