@@ -1,7 +1,8 @@
 //! The server's shared state and its router: which route lives where, and the layers every
 //! request passes (authentication, body limit, timeout, CORS).
 
-use crate::auth::ApiKeys;
+use crate::auth::{ApiKeys, digest, presented_key};
+use crate::ratelimit::RateLimit;
 use crate::error::{ApiError, RestError};
 use crate::routes;
 use axum::Router;
@@ -12,16 +13,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use polpo_engine::Runtime;
 use std::sync::Arc;
-use std::time::Duration;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 /// Largest request body. Generous enough for image parts as data URLs, small enough that
 /// one request cannot exhaust memory.
 pub const MAX_BODY_BYTES: usize = 20 * 1024 * 1024;
-
-/// Longest time a non-streaming request may take before the client gets `504`-like failure;
-/// streaming responses are bounded by the run's own budgets instead.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// Headers browsers may read from responses (the reference exposes `x-session-id`).
 pub const EXPOSED_HEADERS: [&str; 3] = ["x-session-id", "x-polpo-run-id", "x-polpo-overhead-ms"];
@@ -36,12 +32,15 @@ pub struct AppState {
     pub cors_origins: Vec<String>,
     /// When the server started (health reports uptime).
     pub started: std::time::Instant,
+    /// Per-key request limit; only applied when keys are configured.
+    pub rate_limit: Option<RateLimit>,
 }
 
 impl AppState {
     /// State for `runtime` with these keys, local browser origins, started now.
     pub fn new(runtime: Arc<Runtime>, keys: ApiKeys) -> Self {
-        Self { runtime, keys, cors_origins: default_cors_origins(), started: std::time::Instant::now() }
+        let rate_limit = if keys.is_empty() { None } else { RateLimit::from_env() };
+        Self { runtime, keys, cors_origins: default_cors_origins(), started: std::time::Instant::now(), rate_limit }
     }
 }
 
@@ -70,12 +69,23 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// Reject requests without a valid key (when keys are configured) with the OpenAI 401 shape.
 /// The OpenAI surface gets the OpenAI error shape, management routes the REST envelope.
 async fn authenticate(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    if state.keys.authorizes(request.headers()) {
-        return next.run(request).await;
-    }
-    let e = ApiError::new("unauthorized", "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`");
     let path = request.uri().path();
-    if path.starts_with("/v1/chat/") || path == "/v1/models" { e.into_response() } else { RestError(e).into_response() }
+    let openai_shape = path.starts_with("/v1/chat/") || path == "/v1/models";
+    let reply = |e: ApiError| if openai_shape { e.into_response() } else { RestError(e).into_response() };
+    if !state.keys.authorizes(request.headers()) {
+        return reply(ApiError::new("unauthorized", "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`"));
+    }
+    if let (Some(limit), Some(key)) = (&state.rate_limit, presented_key(request.headers()))
+        && let Err(wait) = limit.check(digest(key), std::time::Instant::now())
+    {
+        let secs = wait.as_secs() + 1;
+        let mut response = reply(ApiError::new("too_many_requests", format!("rate limit reached for this API key; retry in {secs} s")));
+        if let Ok(v) = secs.to_string().parse() {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+        }
+        return response;
+    }
+    next.run(request).await
 }
 
 fn cors(origins: &[String]) -> CorsLayer {

@@ -95,7 +95,7 @@ pub fn status_of(code: &str) -> StatusCode {
         "payload_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
         "idempotency_key_reused" | "max_turns_exhausted" | "structured_output_invalid" | "hook_failed" => StatusCode::UNPROCESSABLE_ENTITY,
         c if c.starts_with("termination_gate_") => StatusCode::UNPROCESSABLE_ENTITY,
-        "rate_limited_client" => StatusCode::TOO_MANY_REQUESTS,
+        "too_many_requests" => StatusCode::TOO_MANY_REQUESTS,
         "aborted" => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
         "rate_limited" | "provider_unavailable" | "auth_failed" | "model_timeout" | "stream_interrupted" | "content_filtered" | "context_length_exceeded" | "invalid_response" => {
             StatusCode::BAD_GATEWAY

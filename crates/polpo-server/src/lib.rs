@@ -9,6 +9,7 @@ pub mod auth;
 pub mod chunks;
 pub mod error;
 pub mod idempotency;
+pub mod ratelimit;
 pub mod routes;
 pub mod serve;
 pub mod wire;

@@ -141,3 +141,26 @@ async fn a_failed_run_releases_its_idempotency_key_so_a_retry_runs() {
     assert_eq!(b.status, 200, "{}", b.text);
     assert_eq!(b.json()["choices"][0]["message"]["content"], "recovered");
 }
+
+#[tokio::test]
+async fn a_key_over_its_rate_limit_gets_429_with_retry_after() {
+    let llm = FakeLlm::start_repeating([Turn::text("ok")]).await.unwrap();
+    let s = Server::start_tweaked(
+        &llm,
+        Some("sk-limited"),
+        |d| {
+            support::default_project(d);
+        },
+        |state| state.rate_limit = polpo_server::ratelimit::RateLimit::new(20), // burst of 2
+    )
+    .await;
+    let auth = [("authorization", "Bearer sk-limited")];
+    assert_eq!(s.get("/v1/models", &auth).await.status, 200);
+    assert_eq!(s.get("/v1/models", &auth).await.status, 200);
+    let r = s.get("/v1/models", &auth).await;
+    assert_eq!(r.status, 429);
+    assert_eq!(r.json()["error"]["code"], "too_many_requests");
+    assert!(r.header("retry-after").unwrap().parse::<u64>().unwrap() >= 1);
+    // A wrong key is refused as unauthorized, not counted against the real key's budget.
+    assert_eq!(s.get("/v1/models", &[("authorization", "Bearer nope")]).await.status, 401);
+}

@@ -43,6 +43,11 @@ impl Server {
 
     /// A project written by `write`, with `key` as the only API key when given.
     pub async fn start_with(llm: &FakeLlm, key: Option<&str>, write: impl FnOnce(&std::path::Path)) -> Self {
+        Self::start_tweaked(llm, key, write, |_| {}).await
+    }
+
+    /// Like [`Server::start_with`], with a last change to the server state (limits, origins).
+    pub async fn start_tweaked(llm: &FakeLlm, key: Option<&str>, write: impl FnOnce(&std::path::Path), tweak: impl FnOnce(&mut AppState)) -> Self {
         polpo_llm::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
         write(dir.path());
@@ -56,7 +61,9 @@ impl Server {
         let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
         let runtime = Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), env), store));
         let (keys, _) = ApiKeys::load(key, &[]);
-        let state = Arc::new(AppState::new(runtime, keys));
+        let mut state = AppState::new(runtime, keys);
+        tweak(&mut state);
+        let state = Arc::new(state);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let app = router(state.clone());

@@ -1,0 +1,79 @@
+//! Per-caller request rate limit: a token bucket per API key.
+//!
+//! Applies when API keys are configured (the server is reachable from other machines); a
+//! local-only server without keys serves its one user unthrottled. The limit comes from
+//! `POLPO_RATE_LIMIT_PER_MINUTE` (default 600, `0` turns it off); bursts up to a tenth of a
+//! minute's budget are allowed. The table is bounded: when it grows past [`MAX_CALLERS`]
+//! entries, full buckets (idle callers) are dropped.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Default requests per minute per key.
+pub const DEFAULT_PER_MINUTE: u32 = 600;
+/// Environment variable overriding the limit.
+pub const ENV: &str = "POLPO_RATE_LIMIT_PER_MINUTE";
+/// Most callers tracked at once.
+pub const MAX_CALLERS: usize = 10_000;
+
+/// The limiter.
+#[derive(Debug)]
+pub struct RateLimit {
+    per_second: f64,
+    burst: f64,
+    buckets: Mutex<HashMap<[u8; 32], (f64, Instant)>>,
+}
+
+impl RateLimit {
+    /// `per_minute` requests per minute per caller; `None` when `per_minute` is 0 (off).
+    pub fn new(per_minute: u32) -> Option<Self> {
+        (per_minute > 0).then(|| Self {
+            per_second: f64::from(per_minute) / 60.0,
+            burst: (f64::from(per_minute) / 10.0).max(1.0),
+            buckets: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The limit from the environment (default [`DEFAULT_PER_MINUTE`]).
+    pub fn from_env() -> Option<Self> {
+        Self::new(std::env::var(ENV).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(DEFAULT_PER_MINUTE))
+    }
+
+    /// Take one token for `caller` at `now`; `Err(wait)` says how long until one is available.
+    pub fn check(&self, caller: [u8; 32], now: Instant) -> Result<(), Duration> {
+        let mut buckets = self.buckets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if buckets.len() >= MAX_CALLERS && !buckets.contains_key(&caller) {
+            let (rate, burst) = (self.per_second, self.burst);
+            buckets.retain(|_, (tokens, at)| (*tokens + now.duration_since(*at).as_secs_f64() * rate) < burst);
+        }
+        let (tokens, at) = buckets.entry(caller).or_insert((self.burst, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * self.per_second).min(self.burst);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - *tokens) / self.per_second))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_is_allowed_then_requests_wait_and_callers_are_separate() {
+        let limit = RateLimit::new(60).unwrap(); // one per second, burst 6
+        let t0 = Instant::now();
+        for _ in 0..6 {
+            assert!(limit.check([1; 32], t0).is_ok());
+        }
+        let wait = limit.check([1; 32], t0).unwrap_err();
+        assert!(wait > Duration::from_millis(900) && wait <= Duration::from_secs(1), "{wait:?}");
+        assert!(limit.check([2; 32], t0).is_ok(), "another key has its own bucket");
+        assert!(limit.check([1; 32], t0 + Duration::from_secs(1)).is_ok(), "a token came back after a second");
+        assert!(RateLimit::new(0).is_none());
+    }
+}
