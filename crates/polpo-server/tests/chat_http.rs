@@ -164,3 +164,21 @@ async fn a_key_over_its_rate_limit_gets_429_with_retry_after() {
     // A wrong key is refused as unauthorized, not counted against the real key's budget.
     assert_eq!(s.get("/v1/models", &[("authorization", "Bearer nope")]).await.status, 401);
 }
+
+#[tokio::test]
+async fn browsers_may_call_from_local_dev_origins_only() {
+    let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
+    let s = Server::start(&llm).await;
+    let preflight = |origin: &'static str| {
+        s.http
+            .request(reqwest::Method::OPTIONS, format!("{}/v1/chat/completions", s.url))
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header("access-control-request-headers", "content-type,x-session-id")
+            .send()
+    };
+    let ok = preflight("http://localhost:5173").await.unwrap();
+    assert_eq!(ok.headers().get("access-control-allow-origin").unwrap(), "http://localhost:5173");
+    let evil = preflight("https://evil.example").await.unwrap();
+    assert!(evil.headers().get("access-control-allow-origin").is_none());
+}

@@ -67,7 +67,11 @@ async fn serve(project: polpo_core::config::Project, args: Args, files: Option<F
     if let Some(files) = files {
         tokio::spawn(watch(root, runtime.clone(), files));
     }
-    let app = router(Arc::new(AppState::new(runtime, keys)));
+    let mut state = AppState::new(runtime, keys);
+    if let Ok(origins) = std::env::var("POLPO_CORS_ORIGINS") {
+        state.cors_origins = origins.split(',').map(|o| o.trim().to_owned()).filter(|o| !o.is_empty()).collect();
+    }
+    let app = router(Arc::new(state));
     axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("the server failed")?;
     eprintln!("polpo stopped");
     Ok(ExitCode::SUCCESS)
