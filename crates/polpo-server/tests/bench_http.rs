@@ -21,6 +21,7 @@ use support::Server;
 const SEQUENTIAL: usize = 400;
 const CONCURRENT_TOTAL: usize = 4000;
 const CLIENTS: usize = 32;
+const ROUNDS: usize = 3;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
@@ -95,33 +96,32 @@ async fn http_overhead_and_throughput() {
             overheads[(overheads.len() - 1) * 99 / 100]
         );
 
+        // Several rounds: completions/s per round, and RSS after each, to see memory stay flat.
         let http = Arc::new(s.http.clone());
-        let started = Instant::now();
         let per_client = CONCURRENT_TOTAL / CLIENTS;
-        let tasks: Vec<_> = (0..CLIENTS)
-            .map(|_| {
-                let http = http.clone();
-                let url = url.clone();
-                tokio::spawn(async move {
-                    for _ in 0..per_client {
-                        let r = http.post(&url).json(&body()).send().await.unwrap();
-                        assert!(r.status().is_success());
-                        r.bytes().await.unwrap();
-                    }
+        let mut rss = vec![format!("{rss_before:.1}")];
+        for round in 1..=ROUNDS {
+            let started = Instant::now();
+            let tasks: Vec<_> = (0..CLIENTS)
+                .map(|_| {
+                    let http = http.clone();
+                    let url = url.clone();
+                    tokio::spawn(async move {
+                        for _ in 0..per_client {
+                            let r = http.post(&url).json(&body()).send().await.unwrap();
+                            assert!(r.status().is_success());
+                            r.bytes().await.unwrap();
+                        }
+                    })
                 })
-            })
-            .collect();
-        for t in tasks {
-            t.await.unwrap();
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+            let elapsed = started.elapsed();
+            rss.push(format!("{:.1}", rss_mib()));
+            println!("[{storage}] round {round}: {CLIENTS} concurrent clients, {:.0} completions/s ({} in {:.2} s)", (per_client * CLIENTS) as f64 / elapsed.as_secs_f64(), per_client * CLIENTS, elapsed.as_secs_f64());
         }
-        let elapsed = started.elapsed();
-        println!(
-            "[{storage}] {CLIENTS} concurrent clients: {:.0} completions/s ({} in {:.2} s); RSS {:.1} MiB → {:.1} MiB",
-            (per_client * CLIENTS) as f64 / elapsed.as_secs_f64(),
-            per_client * CLIENTS,
-            elapsed.as_secs_f64(),
-            rss_before,
-            rss_mib()
-        );
+        println!("[{storage}] RSS MiB before and after each round: {}", rss.join(" → "));
     }
 }
