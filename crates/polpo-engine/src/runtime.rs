@@ -12,7 +12,7 @@ use crate::hooks::{HookRuntime, InvocationHooks, system_clock};
 use crate::invocation::Invocation;
 use crate::structured::ResponseFormat;
 use crate::tool_exec::ToolSet;
-use crate::turn::{RunOutcome, run_turns};
+use crate::turn::{RunControl, RunOutcome, run_turns_controlled};
 use polpo_core::config::{Agent, Project};
 use polpo_core::hooks::{ExecutionMode, HookPack, HookSet, InvocationInfo, Scope, resolve_named};
 use polpo_core::message::{Message, Role};
@@ -173,13 +173,15 @@ impl ChatError {
 
 /// A chat request that passed every check and is ready to run.
 pub struct PreparedChat {
-    runtime: Arc<Runtime>,
-    invocation: Invocation,
-    session: Session,
-    history: Vec<Message>,
-    new_messages: Vec<Message>,
-    cancel: CancellationToken,
-    run_id: String,
+    pub(crate) runtime: Arc<Runtime>,
+    pub(crate) invocation: Invocation,
+    pub(crate) session: Session,
+    pub(crate) history: Vec<Message>,
+    pub(crate) new_messages: Vec<Message>,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) run_id: String,
+    /// Steering of a durable run (`crate::runs`); `None` for plain chat.
+    pub(crate) control: Option<Arc<dyn RunControl>>,
 }
 
 impl PreparedChat {
@@ -199,10 +201,10 @@ impl PreparedChat {
     /// Nothing is stored when the turn fails before producing anything, so a client may retry
     /// with the same messages; a run that used up `maxTurns` keeps its transcript.
     pub async fn run(self, sink: EventSink<'_>) -> Result<ChatOutput, ChatError> {
-        let Self { runtime, invocation, session, history, new_messages, cancel, .. } = self;
+        let Self { runtime, invocation, session, history, new_messages, cancel, control, .. } = self;
         let mut conversation = history;
         conversation.extend(new_messages.iter().cloned());
-        let result = run_turns(&invocation, conversation, sink, &cancel).await;
+        let result = run_turns_controlled(&invocation, conversation, sink, &cancel, control.as_deref()).await;
         let produced = match &result {
             Ok(outcome) => outcome.messages.clone(),
             Err(EngineError::MaxTurnsExhausted { transcript, .. }) => transcript.clone(),
@@ -316,7 +318,7 @@ impl Runtime {
         if let Some(hooks) = &mut invocation.hooks {
             hooks.info.session_id = Some(session.id.clone());
         }
-        Ok(PreparedChat { runtime: self.clone(), invocation, session, history, new_messages, cancel: cancel.clone(), run_id: input.run_id })
+        Ok(PreparedChat { runtime: self.clone(), invocation, session, history, new_messages, cancel: cancel.clone(), run_id: input.run_id, control: None })
     }
 
     /// Find or create the session and split the request into stored history and new messages.
@@ -343,7 +345,7 @@ impl Runtime {
     }
 
     /// The last [`MAX_HISTORY_MESSAGES`] stored messages of a session, oldest first.
-    async fn history(&self, session_id: &str) -> Result<Vec<Message>, ChatError> {
+    pub(crate) async fn history(&self, session_id: &str) -> Result<Vec<Message>, ChatError> {
         let recent = self.store.sessions.recent_messages(session_id, MAX_HISTORY_MESSAGES as u32).await?;
         let mut messages: Vec<Message> = recent.into_iter().map(|m| m.message).collect();
         // Never start the history with tool results whose assistant call was cut off.
@@ -353,7 +355,7 @@ impl Runtime {
     }
 
     /// Everything the turn loop needs, resolved for this agent and request.
-    fn invocation(&self, loaded: &Loaded, agent: &Agent, provider: Arc<dyn ModelProvider>, input: &ChatInput, cancel: &CancellationToken) -> Invocation {
+    pub(crate) fn invocation(&self, loaded: &Loaded, agent: &Agent, provider: Arc<dyn ModelProvider>, input: &ChatInput, cancel: &CancellationToken) -> Invocation {
         let c = &agent.config;
         let policy = ToolPolicy::unrestricted()
             .narrow(PolicyLayer::Agent, c.allowed_tools.as_deref())

@@ -46,12 +46,36 @@ struct ModelReply {
     finish: FinishReason,
 }
 
+/// What a durable run adds to the loop: messages that arrive while it works (steering). The
+/// loop asks only at safe boundaries — before a model call, and when it would finish — so a
+/// tool call in progress is never interrupted.
+pub trait RunControl: Send + Sync {
+    /// `steer` messages to add before the next model call, oldest first.
+    fn take_steering(&self) -> Vec<Message>;
+    /// Messages that start another turn when the run would otherwise finish: `follow_up`s,
+    /// and steering that arrived during the last model call.
+    fn take_follow_ups(&self) -> Vec<Message>;
+}
+
 /// Run the loop for `inv` over `history` (the conversation so far, without system prompt).
 pub async fn run_turns(
     inv: &Invocation,
     history: Vec<Message>,
     sink: EventSink<'_>,
     cancel: &CancellationToken,
+) -> Result<RunOutcome, EngineError> {
+    run_turns_controlled(inv, history, sink, cancel, None).await
+}
+
+/// [`run_turns`] for a durable run: `control` delivers steering at safe boundaries, and a
+/// history that ends with tool calls still unanswered (a run resumed from a checkpoint taken
+/// mid-batch) first executes the missing server calls.
+pub async fn run_turns_controlled(
+    inv: &Invocation,
+    history: Vec<Message>,
+    sink: EventSink<'_>,
+    cancel: &CancellationToken,
+    control: Option<&dyn RunControl>,
 ) -> Result<RunOutcome, EngineError> {
     inv.check()?;
     let mut termination = Termination::prepare(inv)?;
@@ -64,8 +88,18 @@ pub async fn run_turns(
     let buffer_text = inv.response_format.is_structured() || termination.buffers_text();
     let mut usage = Usage::default();
     let mut repaired = false;
+    if control.is_some() {
+        for result in answer_pending_calls(inv, hooks, &conversation, sink, cancel).await? {
+            conversation.push(result.clone());
+            sink(RunEvent::MessageAppended { message: result });
+        }
+    }
 
     for turn in 1..=inv.max_turns {
+        for message in control.map(RunControl::take_steering).unwrap_or_default() {
+            conversation.push(message.clone());
+            sink(RunEvent::MessageAppended { message });
+        }
         let output_cap = termination.before_model_call()?;
         let tool_free = repaired || termination.tool_free();
         let shape = CallShape {
@@ -102,6 +136,14 @@ pub async fn run_turns(
                     if buffer_text {
                         sink(RunEvent::TextDelta { text: content.clone() });
                     }
+                    let follow_ups = control.map(RunControl::take_follow_ups).unwrap_or_default();
+                    if !follow_ups.is_empty() {
+                        for message in follow_ups {
+                            conversation.push(message.clone());
+                            sink(RunEvent::MessageAppended { message });
+                        }
+                        continue;
+                    }
                     return Ok(outcome(Some(content), FinishReason::Stop, Vec::new(), usage, turn, &conversation[base_len..]));
                 }
                 Err(diagnostics) if !repaired => {
@@ -136,6 +178,35 @@ pub async fn run_turns(
         }
     }
     Err(termination.out_of_turns(inv.max_turns, conversation.split_off(base_len)))
+}
+
+/// Results for the server tool calls of the last assistant message that have none yet (a
+/// resumed run whose checkpoint was taken between tool results).
+async fn answer_pending_calls(
+    inv: &Invocation,
+    hooks: Option<&crate::hooks::InvocationHooks>,
+    conversation: &[Message],
+    sink: EventSink<'_>,
+    cancel: &CancellationToken,
+) -> Result<Vec<Message>, EngineError> {
+    let Some(last) = conversation.iter().rposition(|m| m.role == Role::Assistant) else { return Ok(Vec::new()) };
+    let after = &conversation[last + 1..];
+    if after.iter().any(|m| m.role != Role::Tool) {
+        return Ok(Vec::new());
+    }
+    let missing: Vec<ToolCall> = conversation[last]
+        .tool_calls
+        .iter()
+        .filter(|c| !inv.is_client_tool(&c.name) && !after.iter().any(|m| m.tool_call_id.as_deref() == Some(c.id.as_str())))
+        .cloned()
+        .collect();
+    if missing.is_empty() {
+        return Ok(Vec::new());
+    }
+    if cancel.is_cancelled() {
+        return Err(EngineError::Aborted);
+    }
+    execute_batch(inv, hooks, 1, &missing, sink).await
 }
 
 fn outcome(content: Option<String>, finish_reason: FinishReason, client_tool_calls: Vec<ToolCall>, usage: Usage, turns: u32, added: &[Message]) -> RunOutcome {

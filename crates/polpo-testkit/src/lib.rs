@@ -17,6 +17,7 @@
 
 mod anthropic;
 mod openai;
+pub mod pg;
 mod project;
 mod render;
 mod script;

@@ -1,0 +1,103 @@
+//! The effect ledger around a durable run's `write` tools: each call's effect is recorded
+//! before it runs and its result after, under a key of (run, model turn, call position,
+//! hash of the arguments). A call that already has a result returns it instead of running
+//! again; a call with an intent but no result may or may not have happened, so the run
+//! pauses (`effect_unconfirmed`) for a hook or a person to decide.
+
+use super::state::{Pause, RunState};
+use polpo_core::tool::{ToolEffect, ToolSpec};
+use polpo_store::{EffectClaim, Store};
+use polpo_tools::{Tool, ToolContext, ToolError, ToolOutput};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// A `write` (or undeclared) tool whose calls go through the effect ledger.
+pub(crate) struct Ledgered {
+    pub(crate) inner: Arc<dyn Tool>,
+    pub(crate) run_id: String,
+    pub(crate) state: Arc<RunState>,
+    pub(crate) store: Store,
+    pub(crate) cancel: CancellationToken,
+}
+
+/// The ledger key of a call: stable across a restart, different for different arguments.
+pub fn effect_key(run_id: &str, turn: usize, position: usize, arguments: &Value) -> String {
+    let digest = Sha256::digest(arguments.to_string().as_bytes());
+    format!("run/{run_id}/turn/{turn}/call/{position}/{}", hex::encode(&digest[..16]))
+}
+
+fn encode(result: &Result<ToolOutput, ToolError>) -> Value {
+    match result {
+        Ok(out) => json!({"ok": true, "text": out.text, "details": out.details}),
+        Err(e) => json!({"ok": false, "code": e.code, "message": e.message}),
+    }
+}
+
+fn decode(recorded: &Value) -> Result<ToolOutput, ToolError> {
+    let s = |k: &str| recorded.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+    if recorded.get("ok").and_then(Value::as_bool).unwrap_or(false) {
+        Ok(ToolOutput { text: s("text"), details: recorded.get("details").cloned().unwrap_or_default() })
+    } else {
+        Err(ToolError::new(s("code"), s("message")))
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for Ledgered {
+    fn spec(&self) -> &ToolSpec {
+        self.inner.spec()
+    }
+
+    fn effect(&self) -> ToolEffect {
+        self.inner.effect()
+    }
+
+    fn call_effect(&self, args: &Value) -> ToolEffect {
+        self.inner.call_effect(args)
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        if self.inner.call_effect(&args).is_replayable() {
+            return self.inner.call(ctx, args).await;
+        }
+        let Some((turn, position)) = self.state.current_call_position() else {
+            return Err(ToolError::new("effect_unconfirmed", "the call is not part of the run's checkpoint"));
+        };
+        let key = effect_key(&self.run_id, turn, position, &args);
+        // The assistant message that asked for this call must be durable before the effect
+        // happens, or a restart would ask the model again and key a different call.
+        self.state.journal().flush().await;
+        match self.store.effects.record_effect_intent(&key).await {
+            Ok(EffectClaim::Fresh) => {
+                let result = self.inner.call(ctx, args).await;
+                if let Err(e) = self.store.effects.record_effect_result(&key, encode(&result)).await {
+                    tracing::warn!(key = %key, code = e.code(), "effect result could not be recorded: {e}");
+                }
+                result
+            }
+            Ok(EffectClaim::Done(effect)) => decode(&effect.result.unwrap_or_default()),
+            Ok(EffectClaim::Pending(_)) => {
+                self.state.pause(Pause { code: "effect_unconfirmed", data: json!({"key": key, "tool": self.inner.spec().name}) });
+                self.cancel.cancel();
+                Err(ToolError::new("effect_unconfirmed", format!("`{}` may already have run (effect {key}); the run is paused", self.inner.spec().name)))
+            }
+            Err(e) => Err(ToolError::new(e.code(), format!("the effect ledger is unavailable, so `{}` did not run: {e}", self.inner.spec().name))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_differ_by_turn_position_and_arguments() {
+        let a = effect_key("r", 1, 0, &json!({"path": "a"}));
+        assert_eq!(a, effect_key("r", 1, 0, &json!({"path": "a"})));
+        assert_ne!(a, effect_key("r", 1, 0, &json!({"path": "b"})));
+        assert_ne!(a, effect_key("r", 1, 1, &json!({"path": "a"})));
+        assert_ne!(a, effect_key("r", 2, 0, &json!({"path": "a"})));
+    }
+}

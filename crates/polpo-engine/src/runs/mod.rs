@@ -1,0 +1,448 @@
+//! Durable runs: a chat turn executed as a Run that outlives its client.
+//!
+//! [`RunManager::start`] checks the request like plain chat, creates the run in the store,
+//! takes its lease (renewed while it works; owner = this process) and executes it in its own
+//! task, so a client that disconnects never stops it — only [`RunManager::abort`] does.
+//! Everything it does goes to the run journal with gap-free sequence numbers
+//! (`run.accepted`, `run.started`, `output.text.delta`, `tool.started`, `tool.completed`,
+//! `run.completed`, `run.failed` …), and [`RunManager::events`] replays the journal after
+//! any position and then follows it live.
+//!
+//! A checkpoint is written after each model turn and tool result; `write` tools go through
+//! the effect ledger. [`RunManager::recover`] takes over runs whose owner stopped renewing
+//! its lease (a crash) and resumes them from their last checkpoint.
+
+mod effects;
+pub mod journal;
+pub mod state;
+
+pub use effects::effect_key;
+pub use journal::{TERMINAL_EVENTS, is_terminal, journal_entry, stream_event, stream_frame};
+pub use state::{CheckpointState, Queued, RunSpec, SteerMessage, SteerMode};
+
+use crate::error::EngineError;
+use crate::events::RunEvent;
+use crate::runtime::{ChatError, ChatInput, PreparedChat, Runtime};
+use crate::tool_exec::ToolSet;
+use futures::Stream;
+use journal::Journal;
+use polpo_core::message::Role;
+use polpo_store::{NewRun, Run, RunEvent as StoredEvent, RunStatus, StoreError};
+use polpo_tools::Tool;
+use serde_json::json;
+use state::RunState;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Environment variable that sets the lease time-to-live in milliseconds.
+pub const LEASE_TTL_ENV: &str = "POLPO_RUN_LEASE_MS";
+
+/// How runs hold their leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunOptions {
+    /// How long a lease lives without renewal: after a crash, the time until another
+    /// process (or the restarted one) takes the run over. Renewed every third of it.
+    pub lease_ttl: Duration,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        Self { lease_ttl: Duration::from_secs(15) }
+    }
+}
+
+impl RunOptions {
+    /// Defaults, with the lease TTL from [`LEASE_TTL_ENV`] when set.
+    pub fn from_env() -> Self {
+        let ttl = std::env::var(LEASE_TTL_ENV).ok().and_then(|v| v.parse::<u64>().ok()).filter(|ms| *ms >= 100);
+        ttl.map_or_else(Self::default, |ms| Self { lease_ttl: Duration::from_millis(ms) })
+    }
+}
+
+/// Why a run operation failed, each with a stable code.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No run with that id.
+    #[error("run_not_found: no run `{0}`")]
+    NotFound(String),
+    /// The run is finished, or executes elsewhere, so it cannot take steering or aborts here.
+    #[error("run_not_active: run `{0}` is not executing in this server ({1})")]
+    NotActive(String, String),
+    /// The request is malformed.
+    #[error("invalid_request: {0}")]
+    Invalid(String),
+    /// Preparing or resuming the chat failed.
+    #[error("{0}")]
+    Chat(#[from] ChatError),
+    /// The store failed.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+impl RunError {
+    /// Stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "run_not_found",
+            Self::NotActive(..) => "run_not_active",
+            Self::Invalid(_) => "invalid_request",
+            Self::Chat(e) => e.code(),
+            Self::Store(e) => e.code(),
+        }
+    }
+}
+
+/// A run that was accepted and is executing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartedRun {
+    /// The run id (`x-polpo-run-id`).
+    pub run_id: String,
+    /// The session the turn is stored in.
+    pub session_id: String,
+}
+
+struct Active {
+    cancel: CancellationToken,
+    state: Arc<RunState>,
+}
+
+/// Starts, follows, steers, aborts and recovers durable runs. One per server process.
+pub struct RunManager {
+    runtime: Arc<Runtime>,
+    owner: String,
+    options: RunOptions,
+    active: Mutex<HashMap<String, Arc<Active>>>,
+    /// Runs created here whose lease is not taken yet: recovery must not resume them.
+    starting: Mutex<HashSet<String>>,
+}
+
+impl RunManager {
+    /// A manager for `runtime`'s runs; its lease owner id is unique to this process.
+    pub fn new(runtime: Arc<Runtime>, options: RunOptions) -> Arc<Self> {
+        let owner = format!("polpo-{}-{}", std::process::id(), uuid::Uuid::now_v7().simple());
+        Arc::new(Self { runtime, owner, options, active: Mutex::default(), starting: Mutex::default() })
+    }
+
+    /// The runtime the runs execute in.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// The lease owner id of this process.
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    fn active(&self) -> MutexGuard<'_, HashMap<String, Arc<Active>>> {
+        self.active.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn starting(&self) -> MutexGuard<'_, HashSet<String>> {
+        self.starting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// True while run `id` executes in this process.
+    pub fn is_active(&self, id: &str) -> bool {
+        self.active().contains_key(id)
+    }
+
+    /// Check `input` like plain chat, create its run, and execute it in its own task.
+    /// Returns once `run.accepted` and the first checkpoint are durable.
+    pub async fn start(self: &Arc<Self>, input: ChatInput) -> Result<StartedRun, ChatError> {
+        let cancel = CancellationToken::new();
+        let mut spec = RunSpec::from_input(&input);
+        let prepared = self.runtime.prepare(input, &cancel).await?;
+        spec.session_id = prepared.session.id.clone();
+        spec.messages = prepared.new_messages.clone();
+        let run_id = prepared.run_id.clone();
+        let store = self.runtime.store().clone();
+        self.starting().insert(run_id.clone());
+        let created = async {
+            let new = NewRun { id: Some(run_id.clone()), agent: spec.agent.clone(), session_id: Some(spec.session_id.clone()) };
+            store.runs.create_run(new).await?;
+            store.runs.claim_run(&run_id, &self.owner, self.options.lease_ttl).await?;
+            let seq = store.runs.append_event(&run_id, "run.accepted", json!({"agent": spec.agent, "sessionId": spec.session_id})).await?;
+            let state = CheckpointState { spec, ..Default::default() };
+            store.runs.put_checkpoint(&run_id, seq, serde_json::to_value(&state).unwrap_or_default()).await?;
+            Ok::<_, StoreError>((seq, state))
+        }
+        .await;
+        self.starting().remove(&run_id);
+        let (seq, state) = created?;
+        let session_id = prepared.session.id.clone();
+        self.launch(prepared, state, seq, false);
+        Ok(StartedRun { run_id, session_id })
+    }
+
+    /// Wrap the write tools, register the run as active and execute it in its own task.
+    fn launch(self: &Arc<Self>, mut prepared: PreparedChat, checkpoint: CheckpointState, last_seq: u64, resumed: bool) {
+        let store = self.runtime.store().clone();
+        let run_id = prepared.run_id.clone();
+        let cell: Arc<std::sync::OnceLock<std::sync::Weak<RunState>>> = Arc::default();
+        let snapshot_cell = cell.clone();
+        let snapshot: journal::Snapshot = Arc::new(move || snapshot_cell.get().and_then(std::sync::Weak::upgrade).map(|s| s.snapshot()).unwrap_or_default());
+        let journal = Journal::start(store.clone(), run_id.clone(), last_seq, snapshot);
+        let state = Arc::new(RunState::new(checkpoint, journal));
+        let _ = cell.set(Arc::downgrade(&state));
+
+        let tools = &prepared.invocation.tools;
+        let wrapped: Vec<Arc<dyn Tool>> = tools
+            .specs()
+            .filter_map(|s| tools.get(&s.name).cloned())
+            .map(|tool| -> Arc<dyn Tool> {
+                if tool.effect().is_replayable() {
+                    tool
+                } else {
+                    Arc::new(effects::Ledgered { inner: tool, run_id: run_id.clone(), state: state.clone(), store: store.clone(), cancel: prepared.cancel.clone() })
+                }
+            })
+            .collect();
+        prepared.invocation.tools = Arc::new(ToolSet::new(wrapped));
+        prepared.invocation.max_turns = prepared.invocation.max_turns.saturating_sub(state.turns_used()).max(1);
+        prepared.control = Some(state.clone());
+        let active = Arc::new(Active { cancel: prepared.cancel.clone(), state: state.clone() });
+        self.active().insert(run_id.clone(), active);
+        let manager = self.clone();
+        tokio::spawn(async move { manager.drive(prepared, state, resumed).await });
+    }
+
+    /// Execute a launched run to its end, renewing its lease, and record how it ended.
+    async fn drive(self: Arc<Self>, prepared: PreparedChat, state: Arc<RunState>, resumed: bool) {
+        let store = self.runtime.store().clone();
+        let run_id = prepared.run_id.clone();
+        let cancel = prepared.cancel.clone();
+        let lost = CancellationToken::new();
+        let renewal = tokio::spawn({
+            let (store, run_id, owner, ttl, lost, cancel) = (store.clone(), run_id.clone(), self.owner.clone(), self.options.lease_ttl, lost.clone(), cancel.clone());
+            async move {
+                loop {
+                    tokio::time::sleep(ttl / 3).await;
+                    if let Err(e) = store.runs.renew_lease(&run_id, &owner, ttl).await
+                        && e.code() == "lease_lost"
+                    {
+                        tracing::warn!(run = %run_id, "lost the run's lease to another worker; stopping here");
+                        lost.cancel();
+                        cancel.cancel();
+                        return;
+                    }
+                }
+            }
+        });
+        let journal = state.journal().clone();
+        journal.event(if resumed { "run.resumed" } else { "run.started" }, json!({"owner": self.owner}));
+        let sink = |event: RunEvent| {
+            match &event {
+                RunEvent::MessageAppended { message } => state.on_message(message),
+                RunEvent::ToolCalling { id, .. } => state.on_tool_calling(id),
+                _ => {}
+            }
+            if let Some((kind, data)) = journal_entry(&event) {
+                journal.event(kind, data);
+            }
+        };
+        let result = prepared.run(&sink).await;
+        renewal.abort();
+        if lost.is_cancelled() {
+            self.active().remove(&run_id);
+            return;
+        }
+        let (status, error) = match (&result, state.paused()) {
+            (Err(ChatError::Engine(EngineError::Aborted)), Some(pause)) => {
+                journal.event("run.paused", json!({"code": pause.code, "detail": pause.data}));
+                (RunStatus::Paused, Some(pause.code.to_owned()))
+            }
+            (Ok(out), _) => {
+                let o = &out.outcome;
+                journal.event(
+                    "run.completed",
+                    json!({"content": o.content, "finishReason": o.finish_reason, "toolCalls": o.client_tool_calls, "usage": o.usage, "turns": o.turns, "sessionId": out.session.id}),
+                );
+                (RunStatus::Completed, None)
+            }
+            (Err(ChatError::Engine(EngineError::Aborted)), None) => {
+                journal.event("run.cancelled", json!({}));
+                (RunStatus::Aborted, None)
+            }
+            (Err(e), _) => {
+                journal.event("run.failed", json!({"code": e.code(), "message": e.to_string()}));
+                (RunStatus::Failed, Some(e.to_string()))
+            }
+        };
+        journal.flush().await;
+        // No longer steerable here from now on; the lease keeps other workers away until the
+        // status is stored.
+        self.active().remove(&run_id);
+        if let Err(e) = store.runs.update_run_status(&run_id, status, error, None).await {
+            tracing::warn!(run = %run_id, code = e.code(), "run status could not be stored: {e}");
+        }
+        let _ = store.runs.release_lease(&run_id, &self.owner).await;
+    }
+
+    /// The run, or `None`.
+    pub async fn get(&self, id: &str) -> Result<Option<Run>, StoreError> {
+        self.runtime.store().runs.get_run(id).await
+    }
+
+    /// The journal of run `id` after sequence `after`, then live until the run's terminal
+    /// event: every event exactly once, in order. Followers of a run executing in this
+    /// process wake on each journal write; others poll the store.
+    pub fn events(self: &Arc<Self>, id: &str, after: u64) -> impl Stream<Item = Result<StoredEvent, StoreError>> + Send + 'static {
+        struct Follow {
+            manager: Arc<RunManager>,
+            id: String,
+            after: u64,
+            buffer: VecDeque<StoredEvent>,
+            done: bool,
+        }
+        let start = Follow { manager: self.clone(), id: id.to_owned(), after, buffer: VecDeque::new(), done: false };
+        futures::stream::unfold(start, |mut f| async move {
+            loop {
+                if let Some(event) = f.buffer.pop_front() {
+                    f.after = event.seq;
+                    f.done = is_terminal(&event.event_type);
+                    return Some((Ok(event), f));
+                }
+                if f.done {
+                    return None;
+                }
+                // Subscribe before reading, so a write between the read and the wait wakes us.
+                let watch: Option<watch::Receiver<u64>> = f.manager.active().get(&f.id).map(|a| a.state.journal().watch());
+                let store = f.manager.runtime.store().clone();
+                match store.runs.events_after(&f.id, f.after, 1000).await {
+                    Ok(events) if !events.is_empty() => {
+                        f.buffer.extend(events);
+                        continue;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        f.done = true;
+                        return Some((Err(e), f));
+                    }
+                }
+                match watch {
+                    Some(mut rx) => {
+                        let after = f.after;
+                        let _ = tokio::time::timeout(Duration::from_secs(1), rx.wait_for(|seq| *seq > after)).await;
+                    }
+                    None => {
+                        // Not executing here: finished (its terminal event is already read, or
+                        // it ended without one), or executing in another process.
+                        match store.runs.get_run(&f.id).await {
+                            Ok(Some(run)) if run.status.is_terminal() && run.last_seq <= f.after => return None,
+                            Ok(None) => return None,
+                            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// Queue a steering message for run `id`. A repeated message id is ignored
+    /// ([`Queued::Duplicate`]). Returns once the message is durable in the checkpoint.
+    pub async fn steer(&self, id: &str, mut steer: SteerMessage) -> Result<Queued, RunError> {
+        if steer.id.is_empty() || steer.id.len() > 200 {
+            return Err(RunError::Invalid("steering `id` must be 1-200 characters".into()));
+        }
+        steer.message.role = Role::User;
+        let active = self.active().get(id).cloned();
+        let Some(active) = active else { return Err(self.not_active(id).await) };
+        let queued = active.state.queue(steer);
+        active.state.journal().flush().await;
+        Ok(queued)
+    }
+
+    /// Abort run `id`: its model call and tools are cancelled at once. A paused run (nobody
+    /// executes it) is marked cancelled directly.
+    pub async fn abort(&self, id: &str, reason: Option<String>) -> Result<(), RunError> {
+        let active = self.active().get(id).cloned();
+        if let Some(active) = active {
+            active.state.journal().event("run.cancelling", json!({"reason": reason}));
+            active.cancel.cancel();
+            return Ok(());
+        }
+        let store = self.runtime.store();
+        match store.runs.get_run(id).await? {
+            Some(run) if run.status == RunStatus::Paused => {
+                store.runs.append_events(id, vec![polpo_store::NewRunEvent::new("run.cancelled", json!({"reason": reason}))]).await?;
+                store.runs.update_run_status(id, RunStatus::Aborted, None, Some(run.revision)).await?;
+                Ok(())
+            }
+            _ => Err(self.not_active(id).await),
+        }
+    }
+
+    async fn not_active(&self, id: &str) -> RunError {
+        match self.runtime.store().runs.get_run(id).await {
+            Ok(Some(run)) => RunError::NotActive(id.to_owned(), format!("status {}", run.status.as_str())),
+            Ok(None) => RunError::NotFound(id.to_owned()),
+            Err(e) => RunError::Store(e),
+        }
+    }
+
+    /// Take over every `running` run nobody holds a live lease on (its owner crashed) and
+    /// resume it from its last checkpoint. Returns the ids taken over. A run that cannot be
+    /// resumed (no checkpoint, agent gone) is marked failed with `resume_failed`.
+    pub async fn recover(self: &Arc<Self>) -> Result<Vec<String>, StoreError> {
+        let store = self.runtime.store().clone();
+        let mut taken = Vec::new();
+        while let Some(lease) = store.runs.claim_next_run(&self.owner, self.options.lease_ttl).await? {
+            let id = lease.run_id;
+            if self.is_active(&id) || self.starting().contains(&id) {
+                continue;
+            }
+            match self.resume(&id).await {
+                Ok(()) => taken.push(id),
+                Err(e) => {
+                    tracing::warn!(run = %id, code = e.code(), "run could not be resumed: {e}");
+                    let _ = store.runs.append_event(&id, "run.failed", json!({"code": "resume_failed", "message": e.to_string()})).await;
+                    let _ = store.runs.update_run_status(&id, RunStatus::Failed, Some(format!("resume_failed: {e}")), None).await;
+                    let _ = store.runs.release_lease(&id, &self.owner).await;
+                }
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Recover now, then again every half lease TTL, for as long as the manager lives.
+    pub fn spawn_recovery(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        let every = self.options.lease_ttl / 2;
+        tokio::spawn(async move {
+            loop {
+                let Some(manager) = weak.upgrade() else { return };
+                if let Err(e) = manager.recover().await {
+                    tracing::warn!(code = e.code(), "run recovery failed: {e}");
+                }
+                drop(manager);
+                tokio::time::sleep(every).await;
+            }
+        })
+    }
+
+    /// Rebuild a run from its checkpoint and execute the rest of it.
+    async fn resume(self: &Arc<Self>, id: &str) -> Result<(), RunError> {
+        let store = self.runtime.store().clone();
+        let run = store.runs.get_run(id).await?.ok_or_else(|| RunError::NotFound(id.to_owned()))?;
+        let checkpoint = store.runs.latest_checkpoint(id).await?.ok_or_else(|| RunError::Invalid("the run has no checkpoint".into()))?;
+        let state: CheckpointState = serde_json::from_value(checkpoint.state).map_err(|e| RunError::Invalid(format!("unreadable checkpoint: {e}")))?;
+        let input = state.spec.to_input(id).map_err(RunError::Invalid)?;
+        let loaded = self.runtime.loaded();
+        let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
+        let provider = self.runtime.provider_for(&loaded, agent)?;
+        let cancel = CancellationToken::new();
+        let mut invocation = self.runtime.invocation(&loaded, agent, provider, &input, &cancel);
+        let session = store.sessions.get_session(&state.spec.session_id).await?.ok_or_else(|| ChatError::SessionNotFound(state.spec.session_id.clone()))?;
+        if let Some(hooks) = &mut invocation.hooks {
+            hooks.info.session_id = Some(session.id.clone());
+        }
+        let history = self.runtime.history(&session.id).await?;
+        let new_messages = state.spec.messages.iter().chain(&state.produced).cloned().collect();
+        let prepared = PreparedChat { runtime: self.runtime.clone(), invocation, session, history, new_messages, cancel, run_id: id.to_owned(), control: None };
+        self.launch(prepared, state, run.last_seq, true);
+        Ok(())
+    }
+}

@@ -1,0 +1,262 @@
+//! What a durable run keeps in its checkpoint, and the steering inbox the turn loop reads.
+//!
+//! A checkpoint holds only what this run added — the request's new messages, the messages
+//! produced since (assistant turns, tool results, delivered steering) and the steering not
+//! yet delivered — never the session history, which the session store already has. So it
+//! grows with the run's new content only.
+
+use super::journal::Journal;
+use crate::runtime::ChatInput;
+use crate::structured::ResponseFormat;
+use crate::turn::RunControl;
+use polpo_core::message::{Message, Role};
+use polpo_core::tool::ToolSpec;
+use polpo_llm::ToolChoice;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// How a steering message is delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SteerMode {
+    /// Before the next model call, at a safe boundary.
+    Steer,
+    /// When the run would otherwise finish; starts another turn.
+    FollowUp,
+}
+
+/// A message sent to a running run. `id` is an idempotency key: a repeated id is ignored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SteerMessage {
+    /// Caller-chosen id (idempotency key).
+    pub id: String,
+    /// Steer or follow up.
+    pub mode: SteerMode,
+    /// The user message to add (text and attachments).
+    pub message: Message,
+}
+
+/// The request a run answers, in a form that survives a restart.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunSpec {
+    /// The agent.
+    pub agent: String,
+    /// The session the turn is stored in.
+    pub session_id: String,
+    /// The request's new messages (what follows the stored history).
+    pub messages: Vec<Message>,
+    /// Request-scoped client tools.
+    #[serde(default)]
+    pub client_tools: Vec<ToolSpec>,
+    /// Tool choice: `auto`, `none`, `required` or `{"tool": name}`.
+    #[serde(default)]
+    pub tool_choice: Value,
+    /// Run read-only batches concurrently.
+    #[serde(default)]
+    pub parallel_tool_calls: bool,
+    /// The OpenAI wire `response_format` (null: text).
+    #[serde(default)]
+    pub response_format: Value,
+    /// `polpo.execution.allowedTools`.
+    #[serde(default)]
+    pub allowed_tools: Option<Vec<String>>,
+}
+
+impl RunSpec {
+    /// The durable form of `input` (session and messages are filled in once prepared).
+    pub fn from_input(input: &ChatInput) -> Self {
+        Self {
+            agent: input.agent.clone(),
+            session_id: String::new(),
+            messages: Vec::new(),
+            client_tools: input.client_tools.clone(),
+            tool_choice: match &input.tool_choice {
+                ToolChoice::Auto => json!("auto"),
+                ToolChoice::None => json!("none"),
+                ToolChoice::Required => json!("required"),
+                ToolChoice::Tool(name) => json!({"tool": name}),
+            },
+            parallel_tool_calls: input.parallel_tool_calls,
+            response_format: match &input.response_format {
+                ResponseFormat::Text => Value::Null,
+                ResponseFormat::JsonObject => json!({"type": "json_object"}),
+                ResponseFormat::JsonSchema { name, schema, .. } => json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}}),
+            },
+            allowed_tools: input.allowed_tools.clone(),
+        }
+    }
+
+    /// The request again, to resume run `run_id`.
+    pub fn to_input(&self, run_id: &str) -> Result<ChatInput, String> {
+        let mut input = ChatInput::new(self.agent.clone(), self.messages.clone());
+        input.session_id = Some(self.session_id.clone());
+        input.client_tools = self.client_tools.clone();
+        input.tool_choice = match &self.tool_choice {
+            Value::String(s) if s == "none" => ToolChoice::None,
+            Value::String(s) if s == "required" => ToolChoice::Required,
+            v => v.get("tool").and_then(Value::as_str).map_or(ToolChoice::Auto, |n| ToolChoice::Tool(n.to_owned())),
+        };
+        input.parallel_tool_calls = self.parallel_tool_calls;
+        input.response_format = if self.response_format.is_null() { ResponseFormat::Text } else { ResponseFormat::from_wire(&self.response_format)? };
+        input.allowed_tools = self.allowed_tools.clone();
+        input.run_id = run_id.to_owned();
+        Ok(input)
+    }
+}
+
+/// A durable run's resumable state (the checkpoint's `state`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CheckpointState {
+    /// The request.
+    pub spec: RunSpec,
+    /// Messages this run produced so far, in order.
+    #[serde(default)]
+    pub produced: Vec<Message>,
+    /// Steering received and not yet delivered.
+    #[serde(default)]
+    pub pending: Vec<SteerMessage>,
+    /// Every steering id received (delivered or not): the idempotency keys.
+    #[serde(default)]
+    pub steering_ids: Vec<String>,
+}
+
+/// Why a run stopped without finishing.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Pause {
+    /// Stable code (`effect_unconfirmed`).
+    pub code: &'static str,
+    /// Details for the journal.
+    pub data: Value,
+}
+
+struct Inner {
+    state: CheckpointState,
+    /// Steering messages already moved into `produced` whose `MessageAppended` is still to come.
+    skip_appends: usize,
+    /// The server tool call being executed now.
+    current_call: Option<String>,
+    paused: Option<Pause>,
+}
+
+/// A live run's state, shared by the turn loop's sink, the steering inbox and the effect
+/// ledger. One lock, so a checkpoint never sees steering both pending and delivered.
+pub(crate) struct RunState {
+    inner: Mutex<Inner>,
+    journal: Journal,
+}
+
+/// What queueing a steering message did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Queued {
+    /// Queued for delivery.
+    Accepted,
+    /// The id was seen before; nothing was queued.
+    Duplicate,
+}
+
+impl RunState {
+    pub(crate) fn new(state: CheckpointState, journal: Journal) -> Self {
+        Self { inner: Mutex::new(Inner { state, skip_appends: 0, current_call: None, paused: None }), journal }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    /// The checkpoint state as JSON.
+    pub(crate) fn snapshot(&self) -> Value {
+        serde_json::to_value(&self.lock().state).unwrap_or_default()
+    }
+
+    /// A message the turn loop added: kept for the checkpoint (unless already moved there).
+    pub(crate) fn on_message(&self, message: &Message) {
+        let mut inner = self.lock();
+        if inner.paused.is_some() {
+            return;
+        }
+        if inner.skip_appends > 0 && message.role == Role::User {
+            inner.skip_appends -= 1;
+            return;
+        }
+        inner.state.produced.push(message.clone());
+        drop(inner);
+        self.journal.checkpoint();
+    }
+
+    /// A server tool call is about to run.
+    pub(crate) fn on_tool_calling(&self, id: &str) {
+        self.lock().current_call = Some(id.to_owned());
+    }
+
+    /// (model turn within the run, 1-based; position of the call in its turn, 0-based) of
+    /// the call running now.
+    pub(crate) fn current_call_position(&self) -> Option<(usize, usize)> {
+        let inner = self.lock();
+        let id = inner.current_call.as_deref()?;
+        let assistants = inner.state.produced.iter().filter(|m| m.role == Role::Assistant);
+        assistants.enumerate().filter_map(|(turn, m)| m.tool_calls.iter().position(|c| c.id == id).map(|p| (turn + 1, p))).last()
+    }
+
+    /// Queue steering; a seen id is a duplicate.
+    pub(crate) fn queue(&self, steer: SteerMessage) -> Queued {
+        let mut inner = self.lock();
+        if inner.state.steering_ids.contains(&steer.id) {
+            return Queued::Duplicate;
+        }
+        inner.state.steering_ids.push(steer.id.clone());
+        self.journal.event("run.steering.queued", json!({"id": steer.id, "mode": steer.mode}));
+        inner.state.pending.push(steer);
+        drop(inner);
+        self.journal.checkpoint();
+        Queued::Accepted
+    }
+
+    /// Stop the run for reconciliation; the turn loop's later messages are not kept.
+    pub(crate) fn pause(&self, pause: Pause) {
+        self.lock().paused.get_or_insert(pause);
+    }
+
+    pub(crate) fn paused(&self) -> Option<Pause> {
+        self.lock().paused.clone()
+    }
+
+    /// Model calls made so far (one assistant message each).
+    pub(crate) fn turns_used(&self) -> u32 {
+        self.lock().state.produced.iter().filter(|m| m.role == Role::Assistant).count() as u32
+    }
+
+    fn deliver(&self, pick: impl Fn(&SteerMessage) -> bool) -> Vec<Message> {
+        let mut inner = self.lock();
+        let (take, keep): (Vec<SteerMessage>, Vec<SteerMessage>) = std::mem::take(&mut inner.state.pending).into_iter().partition(|s| pick(s));
+        inner.state.pending = keep;
+        if take.is_empty() {
+            return Vec::new();
+        }
+        let messages: Vec<Message> = take.iter().map(|s| s.message.clone()).collect();
+        inner.state.produced.extend(messages.iter().cloned());
+        inner.skip_appends += messages.len();
+        for s in &take {
+            self.journal.event("run.steering.delivered", json!({"id": s.id, "mode": s.mode}));
+        }
+        drop(inner);
+        self.journal.checkpoint();
+        messages
+    }
+}
+
+impl RunControl for RunState {
+    fn take_steering(&self) -> Vec<Message> {
+        self.deliver(|s| s.mode == SteerMode::Steer)
+    }
+
+    fn take_follow_ups(&self) -> Vec<Message> {
+        self.deliver(|_| true)
+    }
+}
