@@ -12,6 +12,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use polpo_engine::Runtime;
+use polpo_engine::runs::{RunManager, RunOptions};
 use std::sync::Arc;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
@@ -34,13 +35,20 @@ pub struct AppState {
     pub started: std::time::Instant,
     /// Per-key request limit; only applied when keys are configured.
     pub rate_limit: Option<RateLimit>,
+    /// Durable runs of this process (run-backed chat, steering, abort, recovery).
+    pub runs: Arc<RunManager>,
 }
 
 impl AppState {
     /// State for `runtime` with these keys, local browser origins, started now.
     pub fn new(runtime: Arc<Runtime>, keys: ApiKeys) -> Self {
         let rate_limit = if keys.is_empty() { None } else { RateLimit::from_env() };
-        Self { runtime, keys, cors_origins: default_cors_origins(), started: std::time::Instant::now(), rate_limit }
+        // Runs whose owner crashed are taken over as soon as the server state exists.
+        let runs = RunManager::new(runtime.clone(), RunOptions::from_env());
+        if tokio::runtime::Handle::try_current().is_ok() {
+            runs.spawn_recovery();
+        }
+        Self { runtime, keys, cors_origins: default_cors_origins(), started: std::time::Instant::now(), rate_limit, runs }
     }
 }
 
@@ -56,6 +64,14 @@ pub fn router(state: Arc<AppState>) -> Router {
     let protected = Router::new()
         .route("/v1/chat/completions", post(routes::chat::completions))
         .route("/v1/models", get(routes::models::list))
+        .route("/v1/runs/{id}", get(routes::runs::get_run))
+        .route("/api/v1/runs/{id}", get(routes::runs::get_run))
+        .route("/v1/runs/{id}/events", get(routes::runs::events))
+        .route("/api/v1/runs/{id}/events", get(routes::runs::events))
+        .route("/v1/runs/{id}/steer", post(routes::runs::steer))
+        .route("/api/v1/runs/{id}/steer", post(routes::runs::steer))
+        .route("/v1/runs/{id}/abort", post(routes::runs::abort))
+        .route("/api/v1/runs/{id}/abort", post(routes::runs::abort))
         .route("/v1/hooks/capabilities", get(routes::health::hook_capabilities))
         .route("/api/v1/hooks/capabilities", get(routes::health::hook_capabilities))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));

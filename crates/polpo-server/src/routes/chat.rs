@@ -6,6 +6,11 @@
 //! `[DONE]`. Responses carry `x-session-id` and `x-polpo-run-id`; non-streaming responses also
 //! carry `x-polpo-overhead-ms` (the runtime's own time, model and tool waits excluded), and
 //! the last streamed chunk carries the same figure as `polpo.overhead_ms`.
+//!
+//! With `polpo.delivery.onDisconnect: "continue"` (and `settings.chatExecution: "run"`, the
+//! default) the turn runs as a durable run (`polpo_engine::runs`): it outlives the connection,
+//! streamed chunks carry the run journal's sequence as SSE `id`, and `x-polpo-run-id` names
+//! the run for `GET /v1/runs/{id}/events`, steering and abort.
 
 use crate::app::AppState;
 use crate::auth::presented_key;
@@ -23,6 +28,9 @@ use polpo_core::message::{FinishReason, Message, ToolCall, Usage};
 use polpo_engine::meter::Meter;
 use polpo_engine::structured::ResponseFormat;
 use polpo_engine::{ChatInput, ChatOutput, RunEvent};
+use polpo_engine::runs::stream_event;
+use polpo_core::config::ChatExecution;
+use futures::StreamExt;
 use polpo_llm::ToolChoice;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -71,6 +79,21 @@ impl Answer {
         }
     }
 
+    /// The answer a durable run recorded in its `run.completed` event.
+    fn from_run(completion: &Completion, data: &Value, run_id: &str) -> Self {
+        let field = |k: &str| data.get(k).cloned().unwrap_or_default();
+        Self {
+            id: completion.id.clone(),
+            created: completion.created,
+            content: data.get("content").and_then(Value::as_str).map(str::to_owned),
+            finish_reason: serde_json::from_value(field("finishReason")).unwrap_or(FinishReason::Stop),
+            tool_calls: serde_json::from_value(field("toolCalls")).unwrap_or_default(),
+            usage: serde_json::from_value(field("usage")).unwrap_or_default(),
+            session_id: data.get("sessionId").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            run_id: run_id.to_owned(),
+        }
+    }
+
     fn completion(&self) -> Completion {
         Completion { id: self.id.clone(), created: self.created }
     }
@@ -104,6 +127,9 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Result
             Lookup::Claimed(claim) => Some(claim),
         },
     };
+    if durable_delivery(&state, &request) {
+        return durable(state, input, claim, stream).await;
+    }
 
     let cancel = CancellationToken::new();
     let prepared = match meter.scope(state.runtime.prepare(input, &cancel)).await {
@@ -198,6 +224,108 @@ fn streamed(
     });
     let guard = cancel.drop_guard();
     futures::stream::unfold((rx, guard), |(mut rx, guard)| async move { rx.recv().await.map(|e| (Ok(e), (rx, guard))) })
+}
+
+/// Run-backed delivery: `polpo.delivery.onDisconnect: "continue"` with `settings.chatExecution`
+/// `run` (the default). The turn executes as a durable run that outlives this connection.
+fn durable_delivery(state: &AppState, r: &ChatRequest) -> bool {
+    let on_disconnect = r.polpo.as_ref().and_then(|p| p.extra.get("delivery")).and_then(|d| d.get("onDisconnect")).and_then(Value::as_str);
+    on_disconnect == Some("continue") && state.runtime.loaded().project.settings().chat_execution() == ChatExecution::Run
+}
+
+/// Start the turn as a durable run and answer from its journal: streamed chunks carry the
+/// journal sequence as their SSE `id`, so a client that loses the stream continues with
+/// `GET /v1/runs/{id}/events` and `Last-Event-ID`. The run and the follower that completes
+/// an `Idempotency-Key` keep going when the client disconnects.
+async fn durable(state: Arc<AppState>, input: ChatInput, claim: Option<idempotency::Claim>, stream: bool) -> Result<Response, ApiError> {
+    let started = match state.runs.start(input).await {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(claim) = claim {
+                idempotency::release(state.runtime.store(), claim).await;
+            }
+            return Err(e.into());
+        }
+    };
+    let completion = Completion { id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()), created: chrono::Utc::now().timestamp() };
+    let ids = [("x-session-id", started.session_id.clone()), ("x-polpo-run-id", started.run_id.clone())];
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(follow_run(state, completion, started.run_id, claim, tx, done_tx));
+    let mut response = if stream {
+        let events = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx)) });
+        Sse::new(events).keep_alive(KeepAlive::new().interval(PING_INTERVAL).text("ping")).into_response()
+    } else {
+        match done_rx.await {
+            Ok(Ok(answer)) => axum::Json(answer.body()).into_response(),
+            Ok(Err((code, message))) => ApiError::new(&code, message).into_response(),
+            Err(_) => ApiError::new("internal", "the run follower stopped").into_response(),
+        }
+    };
+    set_headers(response.headers_mut(), &ids);
+    Ok(response)
+}
+
+/// Follow a durable run's journal to its end, sending chat chunks while the client listens,
+/// then settle the `Idempotency-Key` and report the answer (or `(code, message)`).
+async fn follow_run(
+    state: Arc<AppState>,
+    completion: Completion,
+    run_id: String,
+    claim: Option<idempotency::Claim>,
+    tx: tokio::sync::mpsc::UnboundedSender<Event>,
+    done: tokio::sync::oneshot::Sender<Result<Answer, (String, String)>>,
+) {
+    let send = |v: &Value, seq: Option<u64>| {
+        let event = Event::default().data(v.to_string());
+        let _ = tx.send(match seq {
+            Some(seq) => event.id(seq.to_string()),
+            None => event,
+        });
+    };
+    send(&completion.role_chunk(), None);
+    let mut journal = Box::pin(state.runs.events(&run_id, 0));
+    let mut result: Result<Answer, (String, String)> = Err(("internal".into(), "the run ended without a terminal event".into()));
+    while let Some(event) = journal.next().await {
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                result = Err((e.code().into(), e.to_string()));
+                break;
+            }
+        };
+        let seq = Some(event.seq);
+        if let Some(chunk) = stream_event(&event).and_then(|e| completion.event_chunk(&e)) {
+            send(&chunk, seq);
+        }
+        let text = |k: &str| event.data.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+        result = match event.event_type.as_str() {
+            "run.completed" => {
+                let answer = Answer::from_run(&completion, &event.data, &run_id);
+                send(&completion.final_chunk(&answer.finish_reason, &answer.tool_calls, &answer.usage), seq);
+                Ok(answer)
+            }
+            "run.failed" => Err((text("code"), text("message"))),
+            "run.cancelled" => Err(("aborted".into(), "aborted: the run was aborted".into())),
+            "run.paused" => Err((text("code"), format!("{}: the run is paused for reconciliation", text("code")))),
+            _ => continue,
+        };
+        if let Err((code, message)) = &result {
+            send(&completion.error_chunk(message, code), seq);
+        }
+    }
+    let _ = tx.send(Event::default().data("[DONE]"));
+    if let Some(claim) = claim {
+        match &result {
+            Ok(answer) => {
+                if let Err(e) = idempotency::complete(state.runtime.store(), claim, serde_json::to_value(answer).unwrap_or_default()).await {
+                    tracing::warn!(code = %e.code, "could not remember an idempotent response");
+                }
+            }
+            Err(_) => idempotency::release(state.runtime.store(), claim).await,
+        }
+    }
+    let _ = done.send(result);
 }
 
 /// Answer a repeated `Idempotency-Key` with the remembered response, in the shape asked for.

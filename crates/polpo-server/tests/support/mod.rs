@@ -58,7 +58,10 @@ impl Server {
             "OPENAI_API_KEY" => Some("sk-test".into()),
             _ => None,
         });
-        let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
+        // The backend the project asks for (`storage`, `databaseUrl`), file by default.
+        let settings = project.settings().clone();
+        let kind = StoreKind::parse(settings.storage().as_str()).unwrap();
+        let store = open_store(kind, dir.path(), settings.database_url.as_deref(), Arc::new(SystemClock)).await.unwrap();
         let runtime = Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), env), store));
         let (keys, _) = ApiKeys::load(key, &[]);
         let mut state = AppState::new(runtime, keys);

@@ -1,0 +1,132 @@
+//! Durable runs over HTTP: `GET /v1/runs/{id}`, the run's event journal as SSE
+//! (`GET /v1/runs/{id}/events`, resumable from `Last-Event-ID` or `?after=N`), steering
+//! (`POST /v1/runs/{id}/steer`) and abort (`POST /v1/runs/{id}/abort`). Mounted under `/v1`
+//! and `/api/v1`, with the REST envelope `{ok, data}` for the JSON routes.
+//!
+//! A client that lost its connection reconnects to the events route with the last `id:` it
+//! saw and gets every later event exactly once, then the live ones, until the terminal event.
+
+use crate::app::AppState;
+use crate::routes::chat::PING_INTERVAL;
+use crate::error::{ApiError, RestError, ok};
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use polpo_core::message::{Content, ContentPart, Message};
+use polpo_engine::runs::{Queued, RunError, SteerMessage, SteerMode, stream_frame};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::sync::Arc;
+
+impl From<RunError> for ApiError {
+    fn from(e: RunError) -> Self {
+        ApiError::new(e.code(), e.to_string())
+    }
+}
+
+/// `GET /v1/runs/{id}`: the run (status, agent, session, last sequence number).
+pub async fn get_run(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, RestError> {
+    let run = state.runs.get(&id).await?.ok_or_else(|| ApiError::new("run_not_found", format!("no run `{id}`")))?;
+    Ok(ok(run).into_response())
+}
+
+/// Where to resume the journal.
+#[derive(Debug, Deserialize)]
+pub struct EventsQuery {
+    /// Events with a sequence number above this one.
+    after: Option<u64>,
+}
+
+/// `GET /v1/runs/{id}/events`: the journal after `Last-Event-ID` (or `?after=N`, else from
+/// the start), then live, ending after the run's terminal event. Frames are
+/// `event: run.event`, `id: <sequence>`, `data: RunStreamEvent`.
+pub async fn events(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Query(query): Query<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, RestError> {
+    let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::trim).filter(|s| !s.is_empty());
+    let after = match last_event_id {
+        Some(v) => v.parse::<u64>().map_err(|_| ApiError::invalid("Last-Event-ID must be a run event sequence number"))?,
+        None => query.after.unwrap_or(0),
+    };
+    if state.runs.get(&id).await?.is_none() {
+        return Err(ApiError::new("run_not_found", format!("no run `{id}`")).into());
+    }
+    let frames = state.runs.events(&id, after).map(|e| {
+        Ok::<_, Infallible>(match e {
+            Ok(e) => Event::default().event("run.event").id(e.seq.to_string()).data(stream_frame(&e).to_string()),
+            Err(e) => Event::default().event("error").data(json!({"code": e.code(), "message": e.to_string()}).to_string()),
+        })
+    });
+    Ok(Sse::new(frames).keep_alive(KeepAlive::new().interval(PING_INTERVAL).text("ping")).into_response())
+}
+
+/// `POST /v1/runs/{id}/steer` body.
+#[derive(Debug, Deserialize)]
+pub struct SteerBody {
+    /// Idempotency key: a repeated id is ignored.
+    id: String,
+    /// `steer` (before the next model call) or `follow_up` (after the run would finish).
+    mode: SteerMode,
+    /// A string, `{text, attachments?}` or OpenAI content parts.
+    content: Value,
+}
+
+/// `POST /v1/runs/{id}/steer`: add information to a running run, or queue a follow-up.
+pub async fn steer(State(state): State<Arc<AppState>>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
+    let body: SteerBody = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("steer body must be {{id, mode: steer|follow_up, content}}: {e}")))?;
+    let message = steer_message(&body.content)?;
+    let queued = state.runs.steer(&id, SteerMessage { id: body.id.clone(), mode: body.mode, message }).await?;
+    let duplicate = queued == Queued::Duplicate;
+    Ok(ok(json!({"runId": id, "id": body.id, "mode": body.mode, "accepted": !duplicate, "duplicate": duplicate})).into_response())
+}
+
+/// `POST /v1/runs/{id}/abort` body (optional).
+#[derive(Debug, Default, Deserialize)]
+pub struct AbortBody {
+    /// Why, for the journal.
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST /v1/runs/{id}/abort`: cancel the run's model call and tools.
+pub async fn abort(State(state): State<Arc<AppState>>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
+    let body: AbortBody = if body.is_empty() { AbortBody::default() } else { serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("abort body must be {{reason?}}: {e}")))? };
+    state.runs.abort(&id, body.reason).await?;
+    Ok(ok(json!({"runId": id, "status": "cancelling"})).into_response())
+}
+
+/// Steering content as a user message: a string, `{text, attachments?}` (attachments are
+/// content parts: images, audio, files) or a content-parts array.
+fn steer_message(content: &Value) -> Result<Message, ApiError> {
+    let invalid = |e: serde_json::Error| ApiError::invalid(format!("steering content: {e}"));
+    match content {
+        Value::String(text) if !text.is_empty() => Ok(Message::user(text.clone())),
+        Value::Array(_) => {
+            let parts: Vec<ContentPart> = serde_json::from_value(content.clone()).map_err(invalid)?;
+            Ok(Message { content: Some(Content::Parts(parts)), ..Message::user("") })
+        }
+        Value::Object(o) => {
+            let text = o.get("text").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let attachments: Vec<ContentPart> = match o.get("attachments") {
+                Some(a) => serde_json::from_value(a.clone()).map_err(invalid)?,
+                None => Vec::new(),
+            };
+            if attachments.is_empty() {
+                if text.is_empty() {
+                    return Err(ApiError::invalid("steering content needs text or attachments"));
+                }
+                return Ok(Message::user(text));
+            }
+            let parts = (!text.is_empty()).then(|| ContentPart::Text { text }).into_iter().chain(attachments).collect();
+            Ok(Message { content: Some(Content::Parts(parts)), ..Message::user("") })
+        }
+        _ => Err(ApiError::invalid("steering content must be a string, {text, attachments?} or content parts")),
+    }
+}
+

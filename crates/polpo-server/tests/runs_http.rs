@@ -1,0 +1,260 @@
+//! Durable runs over HTTP, on the file store and on PostgreSQL: run-backed chat that outlives
+//! its client, reconnecting with `Last-Event-ID`, steering and abort through the run routes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup should panic loudly
+
+mod support;
+
+use futures::StreamExt;
+use polpo_testkit::pg::PgSchema;
+use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use serde_json::{Value, json};
+use std::time::Duration;
+use support::Server;
+
+/// Generous bound for "eventually", never a timing assertion.
+const EVENTUALLY: Duration = Duration::from_secs(20);
+
+/// One SSE frame.
+#[derive(Debug, Clone)]
+struct Frame {
+    id: Option<u64>,
+    event: Option<String>,
+    data: String,
+}
+
+impl Frame {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap()
+    }
+}
+
+/// Reads SSE frames from a response as they arrive.
+struct Frames {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: String,
+}
+
+impl Frames {
+    fn new(response: reqwest::Response) -> Self {
+        Self { body: Box::pin(response.bytes_stream()), buffer: String::new() }
+    }
+
+    /// The next frame (comments skipped), or `None` at the end of the stream.
+    async fn next(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let raw: String = self.buffer.drain(..end + 2).collect();
+                let mut frame = Frame { id: None, event: None, data: String::new() };
+                for line in raw.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        frame.id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        frame.event = Some(v.trim().to_owned());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        frame.data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                    }
+                }
+                if frame.data.is_empty() {
+                    continue;
+                }
+                return Some(frame);
+            }
+            let chunk = self.body.next().await?.ok()?;
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    /// Every remaining frame.
+    async fn rest(mut self) -> Vec<Frame> {
+        let mut out = Vec::new();
+        tokio::time::timeout(EVENTUALLY, async {
+            while let Some(f) = self.next().await {
+                out.push(f);
+            }
+        })
+        .await
+        .expect("the stream ends");
+        out
+    }
+}
+
+/// A server over `storage` whose agent `coder` may read and run bash.
+async fn server(llm: &FakeLlm, schema: Option<&PgSchema>) -> Server {
+    let settings = match schema {
+        Some(s) => json!({"storage": "postgres", "databaseUrl": s.url()}),
+        None => json!({"storage": "file"}),
+    };
+    Server::start_with(llm, None, |d| {
+        ProjectFixture::new(d, settings)
+            .unwrap()
+            .agent("coder", json!({"model": "openai/fake-model", "allowedTools": ["read", "bash"], "maxTurns": 8}), "You write code.")
+            .unwrap();
+    })
+    .await
+}
+
+/// A bash call that waits for `gate` to exist, then appends `line` to `log.txt`.
+fn gated_append(gate: &str, line: &str) -> Value {
+    json!({"command": format!("while [ ! -f {gate} ]; do sleep 0.02; done; echo {line} >> log.txt")})
+}
+
+fn durable_chat(text: &str, stream: bool) -> Value {
+    json!({"agent": "coder", "stream": stream, "messages": [{"role": "user", "content": text}], "polpo": {"delivery": {"onDisconnect": "continue"}}})
+}
+
+impl Server {
+    async fn open(&self, method: reqwest::Method, path: &str, headers: &[(&str, String)], body: Option<Value>) -> reqwest::Response {
+        let mut req = self.http.request(method, format!("{}{path}", self.url));
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        req.send().await.unwrap()
+    }
+
+    async fn run_events(&self, run: &str, last_event_id: Option<u64>) -> Vec<Frame> {
+        let headers: Vec<(&str, String)> = last_event_id.map(|id| ("last-event-id", id.to_string())).into_iter().collect();
+        let response = self.open(reqwest::Method::GET, &format!("/v1/runs/{run}/events"), &headers, None).await;
+        assert_eq!(response.status(), 200);
+        Frames::new(response).rest().await
+    }
+}
+
+async fn with_backend<F, Fut>(postgres: bool, test: F)
+where
+    F: FnOnce(Option<PgSchema>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let schema = if postgres { Some(PgSchema::create().await.unwrap()) } else { None };
+    test(schema.clone()).await;
+    if let Some(schema) = schema {
+        schema.drop_schema().await.unwrap();
+    }
+}
+
+async fn a_client_that_loses_the_stream_reconnects_and_misses_nothing(schema: Option<PgSchema>) {
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "written"))]), Turn::text("All done.")]).await.unwrap();
+    let s = server(&llm, schema.as_ref()).await;
+    let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Build it", true))).await;
+    assert_eq!(response.status(), 200);
+    let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    let mut frames = Frames::new(response);
+    let mut last_id = 0;
+    // Read until the tool is running, then lose the connection.
+    loop {
+        let f = frames.next().await.expect("the stream goes on until the tool runs");
+        if let Some(id) = f.id {
+            last_id = id;
+        }
+        if f.json()["choices"][0]["tool_call"]["state"] == "calling" {
+            break;
+        }
+    }
+    drop(frames);
+    std::fs::write(s.dir.path().join("go"), "").unwrap();
+
+    let resumed = s.run_events(&run, Some(last_id)).await;
+    let all = s.run_events(&run, None).await;
+    let seqs: Vec<u64> = all.iter().map(|f| f.id.unwrap()).collect();
+    assert_eq!(seqs, (1..=all.len() as u64).collect::<Vec<_>>(), "the journal has no gaps or duplicates");
+    let resumed_seqs: Vec<u64> = resumed.iter().map(|f| f.id.unwrap()).collect();
+    assert_eq!(resumed_seqs, seqs[last_id as usize..].to_vec(), "the reconnected stream continues right after Last-Event-ID");
+    let last = resumed.last().unwrap().json();
+    assert_eq!(last["type"], "run.completed");
+    assert_eq!(last["data"]["content"], "All done.");
+    assert_eq!(last["runId"], run);
+    assert_eq!(last["schemaVersion"], 1);
+    assert!(resumed.iter().all(|f| f.event.as_deref() == Some("run.event")));
+    // `?after=N` works like Last-Event-ID.
+    let after = s.get(&format!("/v1/runs/{run}/events?after={}", all.len() - 1), &[]).await;
+    assert_eq!(after.sse_data().len(), 1);
+
+    let got = s.get(&format!("/api/v1/runs/{run}"), &[]).await.json();
+    assert_eq!(got["data"]["status"], "completed");
+    assert_eq!(std::fs::read_to_string(s.dir.path().join("log.txt")).unwrap(), "written\n");
+}
+
+async fn steering_over_http_is_delivered_once_at_the_next_boundary(schema: Option<PgSchema>) {
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "x"))]), Turn::text("Switched to PostgreSQL.")]).await.unwrap();
+    let s = server(&llm, schema.as_ref()).await;
+    let reply = s.post("/v1/runs/nope/steer", &[], json!({"id": "a", "mode": "steer", "content": "hi"})).await;
+    assert_eq!((reply.status, reply.json()["code"].as_str()), (404, Some("run_not_found")));
+
+    let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Build it", true))).await;
+    let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    let mut frames = Frames::new(response);
+    while frames.next().await.unwrap().json()["choices"][0]["tool_call"]["state"] != "calling" {}
+
+    let body = json!({"id": "m1", "mode": "steer", "content": {"text": "Use PostgreSQL."}});
+    let first = s.post(&format!("/v1/runs/{run}/steer"), &[], body.clone()).await.json();
+    assert_eq!((first["data"]["accepted"].as_bool(), first["data"]["duplicate"].as_bool()), (Some(true), Some(false)));
+    let again = s.post(&format!("/api/v1/runs/{run}/steer"), &[], body).await.json();
+    assert_eq!(again["data"]["duplicate"], true);
+    std::fs::write(s.dir.path().join("go"), "").unwrap();
+
+    let rest = frames.rest().await;
+    assert_eq!(rest.last().unwrap().data, "[DONE]");
+    let second = &llm.requests()[1].body["messages"];
+    let steers = second.as_array().unwrap().iter().filter(|m| m["content"] == "Use PostgreSQL.").count();
+    assert_eq!(steers, 1, "delivered once: {second}");
+    assert_eq!(second.as_array().unwrap().last().unwrap()["role"], "user");
+
+    let late = s.post(&format!("/v1/runs/{run}/steer"), &[], json!({"id": "m2", "mode": "follow_up", "content": "more"})).await;
+    assert_eq!((late.status, late.json()["code"].as_str()), (409, Some("run_not_active")));
+}
+
+async fn abort_over_http_ends_the_run_within_a_second(schema: Option<PgSchema>) {
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "sleep 60"}))]), Turn::text("never")]).await.unwrap();
+    let s = server(&llm, schema.as_ref()).await;
+    let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Wait", true))).await;
+    let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    let mut frames = Frames::new(response);
+    while frames.next().await.unwrap().json()["choices"][0]["tool_call"]["state"] != "calling" {}
+
+    let reply = s.post(&format!("/v1/runs/{run}/abort"), &[], json!({"reason": "stop"})).await;
+    assert_eq!(reply.status, 200);
+    let end = tokio::time::timeout(Duration::from_secs(1), async {
+        let mut last = None;
+        while let Some(f) = frames.next().await {
+            last = Some(f);
+        }
+        last
+    })
+    .await
+    .expect("the stream ends within 1 s of the abort");
+    assert_eq!(end.unwrap().data, "[DONE]");
+    let events = s.run_events(&run, None).await;
+    assert_eq!(events.last().unwrap().json()["type"], "run.cancelled");
+}
+
+async fn a_non_streaming_durable_completion_answers_from_its_run(schema: Option<PgSchema>) {
+    let llm = FakeLlm::start([Turn::text("Hello from a run.")]).await.unwrap();
+    let s = server(&llm, schema.as_ref()).await;
+    let reply = s.post("/v1/chat/completions", &[], durable_chat("Hi", false)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.json()["choices"][0]["message"]["content"], "Hello from a run.");
+    let run = reply.header("x-polpo-run-id").unwrap().to_owned();
+    let got = s.get(&format!("/v1/runs/{run}"), &[]).await.json();
+    assert_eq!(got["data"]["sessionId"], reply.header("x-session-id").unwrap());
+}
+
+macro_rules! on_backends {
+    ($($name:ident),* $(,)?) => {
+        mod file {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::with_backend(false, super::$name).await })*
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::with_backend(true, super::$name).await })*
+        }
+    };
+}
+
+on_backends!(
+    a_client_that_loses_the_stream_reconnects_and_misses_nothing,
+    steering_over_http_is_delivered_once_at_the_next_boundary,
+    abort_over_http_ends_the_run_within_a_second,
+    a_non_streaming_durable_completion_answers_from_its_run,
+);
