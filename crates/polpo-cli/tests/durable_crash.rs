@@ -1,0 +1,153 @@
+//! The promise of durable runs, against the real binary: `polpo serve` is killed with SIGKILL
+//! in the middle of a multi-turn run with `write` tools, started again on the same project,
+//! and the run completes by itself — each write effect applied exactly once on disk, and the
+//! client's reconnected event stream without gaps or duplicates. On the file store and on
+//! PostgreSQL.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use polpo_testkit::pg::PgSchema;
+use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+use support::ServerProcess;
+
+/// Leases lapse after 1 s, so the restarted server takes the run over quickly.
+const LEASE_MS: &str = "1000";
+
+/// A run stream frame: (sequence, RunStreamEvent).
+type Frame = (u64, Value);
+
+/// Reads `GET /v1/runs/{id}/events` frames as they arrive.
+struct RunEvents {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl RunEvents {
+    async fn open(url: &str, run: &str, last_event_id: Option<u64>) -> Self {
+        let mut req = reqwest::Client::new().get(format!("{url}/v1/runs/{run}/events"));
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id.to_string());
+        }
+        let response = req.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        Self { response, buffer: String::new() }
+    }
+
+    /// The next frame, or `None` when the stream ends (or the server died).
+    async fn next(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let raw: String = self.buffer.drain(..end + 2).collect();
+                let id = raw.lines().find_map(|l| l.strip_prefix("id:")).and_then(|v| v.trim().parse().ok());
+                let data = raw.lines().find_map(|l| l.strip_prefix("data:")).map(str::trim);
+                if let (Some(id), Some(data)) = (id, data) {
+                    return Some((id, serde_json::from_str(data).unwrap()));
+                }
+                continue;
+            }
+            let chunk = self.response.chunk().await.ok()??;
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}
+
+fn project(dir: &Path, settings: Value) {
+    ProjectFixture::new(dir, settings)
+        .unwrap()
+        .agent("builder", json!({"model": "openai/fake-model", "allowedTools": ["bash", "read"], "maxTurns": 10}), "You build things.")
+        .unwrap();
+}
+
+fn append(line: &str) -> Turn {
+    Turn::tool_calls(vec![("bash", json!({"command": format!("echo {line} >> log.txt")}))])
+}
+
+async fn killed_mid_run_and_restarted_the_run_completes_with_each_effect_once(settings: Value) {
+    // Turns 1–2 write; the third model call hangs (the server is killed during it); after the
+    // restart the run asks the model again and gets turn 4 (another write) and the answer.
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([append("one"), append("two"), Turn::text("lost with the process").stall_after(1), append("three"), Turn::text("Built.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path(), settings);
+    let base = llm.base_url();
+    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
+
+    let first = ServerProcess::start("serve", dir.path(), &[], &env);
+    let body = json!({"agent": "builder", "stream": true, "messages": [{"role": "user", "content": "Build it"}], "polpo": {"delivery": {"onDisconnect": "continue"}}});
+    let chat = reqwest::Client::new().post(format!("{}/v1/chat/completions", first.url)).json(&body).send().await.unwrap();
+    assert_eq!(chat.status(), 200);
+    let run = chat.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+
+    // The client follows the run until the third model call is under way.
+    let mut seen: Vec<Frame> = Vec::new();
+    let mut events = RunEvents::open(&first.url, &run, None).await;
+    let followed = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(frame) = events.next().await {
+            let third_call = frame.1["type"] == "turn.started" && frame.1["data"]["turn"] == 3;
+            seen.push(frame);
+            if third_call {
+                return;
+            }
+        }
+        panic!("the stream ended before the third model call");
+    })
+    .await;
+    followed.expect("the run reaches its third model call");
+    drop(first); // SIGKILL (Child::kill), then reaped
+    drop(chat);
+
+    let second = ServerProcess::start("serve", dir.path(), &[], &env);
+    let last = seen.last().unwrap().0;
+    let mut events = RunEvents::open(&second.url, &run, Some(last)).await;
+    let finished = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(frame) = events.next().await {
+            let done = ["run.completed", "run.failed", "run.paused", "run.cancelled"].contains(&frame.1["type"].as_str().unwrap_or_default());
+            seen.push(frame);
+            if done {
+                return;
+            }
+        }
+    })
+    .await;
+    finished.expect("the restarted server finishes the run");
+
+    let types: Vec<&str> = seen.iter().map(|(_, e)| e["type"].as_str().unwrap()).collect();
+    let last_event = &seen.last().unwrap().1;
+    assert_eq!(last_event["type"], "run.completed", "{types:?}");
+    assert_eq!(last_event["data"]["content"], "Built.");
+    assert!(types.contains(&"run.resumed"), "{types:?}");
+    let seqs: Vec<u64> = seen.iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs, (1..=seen.len() as u64).collect::<Vec<_>>(), "the reconnected stream has no gaps or duplicates");
+    assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "one\ntwo\nthree\n", "each write effect applied exactly once");
+    assert_eq!(llm.requests().len(), 5);
+
+    // The stored status follows the terminal event.
+    let status = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let run_json: Value = reqwest::get(format!("{}/v1/runs/{run}", second.url)).await.unwrap().json().await.unwrap();
+            if run_json["data"]["status"] != "running" {
+                return run_json["data"]["status"].clone();
+            }
+        }
+    })
+    .await
+    .expect("the run's status is stored");
+    assert_eq!(status, "completed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_mid_run_on_the_file_store() {
+    killed_mid_run_and_restarted_the_run_completes_with_each_effect_once(json!({"storage": "file"})).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_mid_run_on_postgres() {
+    let schema = PgSchema::create().await.unwrap();
+    killed_mid_run_and_restarted_the_run_completes_with_each_effect_once(json!({"storage": "postgres", "databaseUrl": schema.url()})).await;
+    schema.drop_schema().await.unwrap();
+}
