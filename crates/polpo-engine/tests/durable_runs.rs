@@ -288,6 +288,27 @@ async fn a_write_with_intent_but_no_result_pauses_the_run(kind: StoreKind) {
     s.finish().await;
 }
 
+async fn pending_steering_survives_a_crash(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::text("Done, with tests.")]).await.unwrap();
+    let s = Setup::new(kind, &llm).await;
+    let (run, _) = crashed_run(&s, "echo a >> other.txt").await;
+    // The crashed process had accepted a steer and ran the tool; its checkpoint says so.
+    let store = s.runs_store();
+    let mut state: CheckpointState = serde_json::from_value(store.runs.latest_checkpoint(&run).await.unwrap().unwrap().state).unwrap();
+    state.produced.push(Message::tool_result("call_1", "(no output)"));
+    state.pending.push(steer("s1", SteerMode::Steer, "Also add tests."));
+    state.steering_ids.push("s1".into());
+    let seq = store.runs.get_run(&run).await.unwrap().unwrap().last_seq;
+    store.runs.put_checkpoint(&run, seq, serde_json::to_value(state).unwrap()).await.unwrap();
+
+    s.runs.recover().await.unwrap();
+    let journal = s.journal(&run).await;
+    assert_eq!(journal.last().unwrap().event_type, "run.completed", "{:?}", types(&journal));
+    assert!(!s.path("other.txt").exists(), "the answered call is not run again");
+    assert_eq!(user_texts(&llm.requests()[0].body), ["Append a line", "Also add tests."]);
+    s.finish().await;
+}
+
 macro_rules! on_backends {
     ($($name:ident),* $(,)?) => {
         mod file {
@@ -306,4 +327,5 @@ on_backends!(
     a_follower_resumes_after_any_sequence_number,
     a_recovered_run_returns_a_recorded_effect_instead_of_running_it_again,
     a_write_with_intent_but_no_result_pauses_the_run,
+    pending_steering_survives_a_crash,
 );
