@@ -288,6 +288,32 @@ async fn a_write_with_intent_but_no_result_pauses_the_run(kind: StoreKind) {
     s.finish().await;
 }
 
+async fn a_person_reconciles_a_paused_run_and_it_finishes(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::text("Noted, the line is there.")]).await.unwrap();
+    let s = Setup::new(kind, &llm).await;
+    let (run, key) = crashed_run(&s, "echo line >> log.txt").await;
+    s.runs_store().effects.record_effect_intent(&key).await.unwrap();
+    s.runs.recover().await.unwrap();
+    let paused = s.journal(&run).await;
+    assert_eq!(paused.last().unwrap().data["detail"]["key"], key.as_str(), "the pause names the effect to decide on");
+    tokio::time::timeout(EVENTUALLY, async {
+        while s.runs.get(&run).await.unwrap().unwrap().status != RunStatus::Paused {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+
+    assert_eq!(s.runs.reconcile(&run, "run/other/turn/1", polpo_engine::runs::Reconcile::NotApplied).await.unwrap_err().code(), "invalid_request");
+    s.runs.reconcile(&run, &key, polpo_engine::runs::Reconcile::Applied { result: Some("line appended".into()) }).await.unwrap();
+    let rest = s.read_until(&run, paused.last().unwrap().seq, "run.completed").await;
+    assert_eq!(rest[0].event_type, "run.reconciled");
+    assert!(!s.path("log.txt").exists(), "reconciling never performs the effect");
+    let sent = &llm.requests()[0].body["messages"];
+    assert_eq!(sent.as_array().unwrap().last().unwrap()["content"], "line appended");
+    s.finish().await;
+}
+
 async fn pending_steering_survives_a_crash(kind: StoreKind) {
     let llm = FakeLlm::start([Turn::text("Done, with tests.")]).await.unwrap();
     let s = Setup::new(kind, &llm).await;
@@ -328,4 +354,5 @@ on_backends!(
     a_recovered_run_returns_a_recorded_effect_instead_of_running_it_again,
     a_write_with_intent_but_no_result_pauses_the_run,
     pending_steering_survives_a_crash,
+    a_person_reconciles_a_paused_run_and_it_finishes,
 );

@@ -72,6 +72,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/runs/{id}/steer", post(routes::runs::steer))
         .route("/v1/runs/{id}/abort", post(routes::runs::abort))
         .route("/api/v1/runs/{id}/abort", post(routes::runs::abort))
+        .route("/v1/runs/{id}/reconcile", post(routes::runs::reconcile))
+        .route("/api/v1/runs/{id}/reconcile", post(routes::runs::reconcile))
         .route("/v1/hooks/capabilities", get(routes::health::hook_capabilities))
         .route("/api/v1/hooks/capabilities", get(routes::health::hook_capabilities))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));

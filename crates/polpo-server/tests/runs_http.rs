@@ -241,6 +241,20 @@ async fn a_non_streaming_durable_completion_answers_from_its_run(schema: Option<
     assert_eq!(got["data"]["sessionId"], reply.header("x-session-id").unwrap());
 }
 
+async fn only_paused_runs_are_reconciled(schema: Option<PgSchema>) {
+    let llm = FakeLlm::start([Turn::text("Hi.")]).await.unwrap();
+    let s = server(&llm, schema.as_ref()).await;
+    let body = json!({"key": "run/x/turn/1/call/0/ab", "outcome": "applied"});
+    let missing = s.post("/v1/runs/nope/reconcile", &[], body.clone()).await;
+    assert_eq!((missing.status, missing.json()["code"].as_str()), (404, Some("run_not_found")));
+    let reply = s.post("/v1/chat/completions", &[], durable_chat("Hi", false)).await;
+    let run = reply.header("x-polpo-run-id").unwrap().to_owned();
+    let done = s.post(&format!("/api/v1/runs/{run}/reconcile"), &[], body).await;
+    assert_eq!((done.status, done.json()["code"].as_str()), (409, Some("run_not_active")));
+    let bad = s.post(&format!("/v1/runs/{run}/reconcile"), &[], json!({"key": "k", "outcome": "maybe"})).await;
+    assert_eq!(bad.status, 400);
+}
+
 macro_rules! on_backends {
     ($($name:ident),* $(,)?) => {
         mod file {
@@ -257,4 +271,5 @@ on_backends!(
     steering_over_http_is_delivered_once_at_the_next_boundary,
     abort_over_http_ends_the_run_within_a_second,
     a_non_streaming_durable_completion_answers_from_its_run,
+    only_paused_runs_are_reconciled,
 );

@@ -95,6 +95,19 @@ impl RunError {
     }
 }
 
+/// A person's (or hook's) decision about an effect a crash left unconfirmed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reconcile {
+    /// The effect happened; `result` is the tool result the model sees (a default sentence
+    /// when `None`).
+    Applied {
+        /// Model-visible result.
+        result: Option<String>,
+    },
+    /// The effect did not happen; the model is told and may call the tool again.
+    NotApplied,
+}
+
 /// A run that was accepted and is executing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StartedRun {
@@ -373,6 +386,44 @@ impl RunManager {
             }
             _ => Err(self.not_active(id).await),
         }
+    }
+
+    /// Settle an effect that a paused run could not confirm (`effect_unconfirmed`), then
+    /// resume the run. `Applied` records the effect as done (with `result` as what the model
+    /// sees); `NotApplied` records that it did not happen, so the model is told and may call
+    /// the tool again. Either way the effect itself is not repeated by the runtime.
+    pub async fn reconcile(self: &Arc<Self>, id: &str, key: &str, decision: Reconcile) -> Result<(), RunError> {
+        let store = self.runtime.store().clone();
+        let run = store.runs.get_run(id).await?.ok_or_else(|| RunError::NotFound(id.to_owned()))?;
+        if run.status != RunStatus::Paused || self.is_active(id) {
+            return Err(RunError::NotActive(id.to_owned(), format!("status {}; only paused runs are reconciled", run.status.as_str())));
+        }
+        let prefix = format!("run/{id}/");
+        let effect = store.effects.get_effect(key).await?.filter(|_| key.starts_with(&prefix));
+        if !effect.is_some_and(|e| e.status == polpo_store::EffectStatus::Pending) {
+            return Err(RunError::Invalid(format!("no unconfirmed effect `{key}` in run `{id}`")));
+        }
+        let (outcome, result) = match decision {
+            Reconcile::Applied { result } => {
+                let text = result.unwrap_or_else(|| "(the effect was applied; confirmed during reconciliation)".into());
+                ("applied", json!({"ok": true, "text": text, "details": null}))
+            }
+            Reconcile::NotApplied => (
+                "not_applied",
+                json!({"ok": false, "code": "effect_not_applied", "message": "the call did not take effect and was not repeated; call the tool again if it is still needed"}),
+            ),
+        };
+        store.effects.record_effect_result(key, result).await?;
+        self.starting().insert(id.to_owned());
+        let resumed = async {
+            store.runs.claim_run(id, &self.owner, self.options.lease_ttl).await?;
+            store.runs.append_event(id, "run.reconciled", json!({"key": key, "outcome": outcome})).await?;
+            store.runs.update_run_status(id, RunStatus::Running, None, Some(run.revision)).await?;
+            self.resume(id).await
+        }
+        .await;
+        self.starting().remove(id);
+        resumed
     }
 
     async fn not_active(&self, id: &str) -> RunError {

@@ -1,6 +1,7 @@
 //! Durable runs over HTTP: `GET /v1/runs/{id}`, the run's event journal as SSE
 //! (`GET /v1/runs/{id}/events`, resumable from `Last-Event-ID` or `?after=N`), steering
-//! (`POST /v1/runs/{id}/steer`) and abort (`POST /v1/runs/{id}/abort`). Mounted under `/v1`
+//! (`POST /v1/runs/{id}/steer`), abort (`POST /v1/runs/{id}/abort`) and reconciliation of a
+//! run paused on an unconfirmed effect (`POST /v1/runs/{id}/reconcile`). Mounted under `/v1`
 //! and `/api/v1`, with the REST envelope `{ok, data}` for the JSON routes.
 //!
 //! A client that lost its connection reconnects to the events route with the last `id:` it
@@ -15,7 +16,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use polpo_core::message::{Content, ContentPart, Message};
-use polpo_engine::runs::{Queued, RunError, SteerMessage, SteerMode, stream_frame};
+use polpo_engine::runs::{Queued, Reconcile, RunError, SteerMessage, SteerMode, stream_frame};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
@@ -99,6 +100,31 @@ pub async fn abort(State(state): State<Arc<AppState>>, Path(id): Path<String>, b
     let body: AbortBody = if body.is_empty() { AbortBody::default() } else { serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("abort body must be {{reason?}}: {e}")))? };
     state.runs.abort(&id, body.reason).await?;
     Ok(ok(json!({"runId": id, "status": "cancelling"})).into_response())
+}
+
+/// `POST /v1/runs/{id}/reconcile` body.
+#[derive(Debug, Deserialize)]
+pub struct ReconcileBody {
+    /// The effect key from the `run.paused` event (`data.detail.key`).
+    key: String,
+    /// `applied` or `not_applied`.
+    outcome: String,
+    /// For `applied`: the tool result the model sees.
+    #[serde(default)]
+    result: Option<String>,
+}
+
+/// `POST /v1/runs/{id}/reconcile`: decide an effect a crash left unconfirmed (`applied` or
+/// `not_applied`) and resume the paused run. The effect itself is never repeated here.
+pub async fn reconcile(State(state): State<Arc<AppState>>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
+    let body: ReconcileBody = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("reconcile body must be {{key, outcome: applied|not_applied, result?}}: {e}")))?;
+    let decision = match body.outcome.as_str() {
+        "applied" => Reconcile::Applied { result: body.result },
+        "not_applied" => Reconcile::NotApplied,
+        other => return Err(ApiError::invalid(format!("outcome `{other}` is not applied or not_applied")).into()),
+    };
+    state.runs.reconcile(&id, &body.key, decision).await?;
+    Ok(ok(json!({"runId": id, "key": body.key, "status": "running"})).into_response())
 }
 
 /// Steering content as a user message: a string, `{text, attachments?}` (attachments are
