@@ -15,8 +15,11 @@ pub struct Args {
 /// Exit 0 with a summary when the project is valid, 1 with one line per problem otherwise.
 pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let root = global.root()?;
+    let mut warnings = Vec::new();
     let result = polpo_project::load_project(&root).and_then(|project| {
-        let (_, problems) = polpo_project::hooks::check_project_hooks(&project);
+        let (packs, problems) = polpo_project::hooks::check_project_hooks(&project);
+        // Warnings (hooks that can never fire for their agent) never fail validation.
+        warnings = super::hooks::agent_warnings(&project, &packs);
         if problems.is_empty() { Ok(project) } else { Err(problems) }
     });
     if args.json {
@@ -26,7 +29,7 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
         };
         let ok = problems.is_empty();
         print_json(
-            &serde_json::json!({"ok": ok, "agents": agents, "teams": teams, "problems": problems}),
+            &serde_json::json!({"ok": ok, "agents": agents, "teams": teams, "problems": problems, "warnings": warnings}),
         )?;
         return Ok(if ok {
             ExitCode::SUCCESS
@@ -34,6 +37,7 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
             ExitCode::FAILURE
         });
     }
+    super::hooks::print_warnings(&warnings);
     match result {
         Ok(project) => {
             println!("ok: {}", summary(&project));

@@ -89,8 +89,8 @@ impl HookSet {
             .into_iter()
             .flat_map(|event| {
                 let a = self.applicable(event, target);
-                let controlling = a.controlling.into_iter().enumerate().map(|(i, s)| ExplainEntry::new(s, Some(i + 1)));
-                let observers = a.observers.into_iter().map(|s| ExplainEntry::new(s, None));
+                let controlling = a.controlling.into_iter().enumerate().map(|(i, s)| ExplainEntry::new(s, Some(i + 1), target));
+                let observers = a.observers.into_iter().map(|s| ExplainEntry::new(s, None, target));
                 controlling.chain(observers).collect::<Vec<_>>()
             })
             .collect()
@@ -136,10 +136,18 @@ pub struct ExplainEntry {
     pub handler: &'static str,
     /// The matcher as written.
     pub matcher: super::pack::Matcher,
+    /// The pattern of each clause that admitted this execution (empty: unrestricted).
+    pub matched_by: super::matcher::MatchReason,
+    /// True for observers: they run concurrently with the controlling chain and cannot
+    /// change execution.
+    pub concurrent: bool,
+    /// The hook's `description`, so the output says what the hook is for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 impl ExplainEntry {
-    fn new(s: &ScopedHook, order: Option<usize>) -> Self {
+    fn new(s: &ScopedHook, order: Option<usize>, target: &Target<'_>) -> Self {
         let role = if s.hook.observe {
             "observe"
         } else if s.hook.gate().is_some() {
@@ -156,6 +164,9 @@ impl ExplainEntry {
             role,
             handler: s.hook.action.handler().kind(),
             matcher: s.hook.matcher.clone(),
+            matched_by: s.hook.matcher.match_reason(s.hook.event, target).unwrap_or_default(),
+            concurrent: s.hook.observe,
+            description: s.hook.description.clone(),
         }
     }
 }
@@ -188,6 +199,8 @@ mod tests {
         let explained = set.explain(&target);
         assert_eq!(explained[0].order, Some(1));
         assert_eq!(explained.last().map(|e| e.role), Some("observe"));
+        assert_eq!(explained.last().map(|e| e.concurrent), Some(true));
+        assert_eq!(explained[0].matched_by, Default::default(), "p/proj has no matcher");
     }
 
     #[test]
