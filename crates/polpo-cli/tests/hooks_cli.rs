@@ -40,6 +40,8 @@ fn two_packs(root: &Path) {
         .unwrap()
         .agent("reader", json!({"model": "openai/fake-model", "allowedTools": ["read"]}), "You read.")
         .unwrap()
+        .agent("handy", json!({"model": "openai/fake-model", "hooks": ["base"]}), "Every tool.")
+        .unwrap()
         .hook_pack(
             "base",
             json!({"version": 1, "hooks": {"tool:before": [
@@ -121,6 +123,11 @@ fn explain_says_when_the_tool_policy_keeps_a_tool_from_every_hook() {
     let text = ok(polpo(dir.path(), &["hooks", "explain", "--agent", "writer", "--tool", "http_fetch"], &[("POLPO_RUNTIME_HOOKS", "off")]));
     assert!(text.contains("tool `http_fetch` is denied by the agent tool policy"), "{text}");
     assert!(text.contains("POLPO_RUNTIME_HOOKS=off"), "{text}");
+
+    // A name the agent does not have meets no hook, even one whose pattern would match it.
+    let v: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "explain", "--agent", "handy", "--tool", "write_all", "--json"], &[]))).unwrap();
+    assert_eq!(v["toolPolicy"], json!({"tool": "write_all", "available": false, "reason": "unknown_tool"}));
+    assert_eq!(hook_ids(&v, "tool:before"), [], "`wri*` would match, but write_all never runs here");
 
     let o = polpo(dir.path(), &["hooks", "explain", "--agent", "nobody"], &[]);
     assert_eq!(o.status.code(), Some(1));

@@ -176,6 +176,17 @@ fn explain(global: &Global, args: ExplainArgs) -> anyhow::Result<ExitCode> {
                     events.push(event_json(event, Some(tool), Vec::new()));
                     continue;
                 }
+                // A name the agent does not have (a typo, or a client tool, which is handed
+                // back to the caller instead of running here) meets no hook either.
+                let known = tools.iter().any(|t| match t.strip_suffix('*') {
+                    Some(prefix) => tool.to_ascii_lowercase().starts_with(&prefix.to_ascii_lowercase()),
+                    None => t.eq_ignore_ascii_case(tool),
+                });
+                if !known {
+                    tool_note = json!({"tool": tool, "available": false, "reason": "unknown_tool"});
+                    events.push(event_json(event, Some(tool), Vec::new()));
+                    continue;
+                }
                 let hooks = entries(&set, event, Target { mode, step, tool: Some(tool) });
                 if !hooks.is_empty() || args.tool.is_some() {
                     events.push(event_json(event, Some(tool), hooks));
@@ -232,12 +243,13 @@ fn print_text(out: &Value) {
     if out["hooksEnabled"] == json!(false) {
         println!("note: POLPO_RUNTIME_HOOKS=off — hooks are skipped, and an agent with an applicable termination gate refuses to run");
     }
-    if out["toolPolicy"]["available"] == json!(false) {
-        println!(
-            "note: tool `{}` is denied by the {} tool policy in this mode, so no tool hook ever sees it",
-            s(&out["toolPolicy"]["tool"]),
-            s(&out["toolPolicy"]["deniedBy"])
-        );
+    let note = &out["toolPolicy"];
+    if note["available"] == json!(false) {
+        let why = match note["deniedBy"].as_str() {
+            Some(layer) => format!("is denied by the {layer} tool policy in this mode"),
+            None => "is not a tool of this agent".to_owned(),
+        };
+        println!("note: tool `{}` {why}, so no tool hook ever sees it", s(&note["tool"]));
     }
     for e in out["events"].as_array().into_iter().flatten() {
         match e["tool"].as_str() {
