@@ -18,6 +18,9 @@ pub fn is_terminal(event_type: &str) -> bool {
     TERMINAL_EVENTS.contains(&event_type)
 }
 
+/// Attempts after the first to append a batch before it is given up.
+const APPEND_RETRIES: u32 = 3;
+
 enum Item {
     Event(NewRunEvent),
     Checkpoint,
@@ -56,9 +59,20 @@ impl Journal {
                     }
                 }
                 if !events.is_empty() {
-                    match store.runs.append_events(&run_id, events).await {
-                        Ok(range) => last = *range.end(),
-                        Err(e) => tracing::warn!(run = %run_id, code = e.code(), "run events could not be journaled: {e}"),
+                    // A passing store hiccup (a dropped connection, a busy database) must not
+                    // cost events: retry a few times before giving the batch up.
+                    let mut attempt = 0;
+                    loop {
+                        match store.runs.append_events(&run_id, events.clone()).await {
+                            Ok(range) => last = *range.end(),
+                            Err(e) if attempt < APPEND_RETRIES && !matches!(e.code(), "invalid_input" | "not_found") => {
+                                attempt += 1;
+                                tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
+                                continue;
+                            }
+                            Err(e) => tracing::warn!(run = %run_id, code = e.code(), "run events could not be journaled: {e}"),
+                        }
+                        break;
                     }
                 }
                 if checkpoint && let Err(e) = store.runs.put_checkpoint(&run_id, last, snapshot()).await {

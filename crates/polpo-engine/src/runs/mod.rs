@@ -163,7 +163,8 @@ impl RunManager {
     }
 
     /// Check `input` like plain chat, create its run, and execute it in its own task.
-    /// Returns once `run.accepted` and the first checkpoint are durable.
+    /// Returns once the run, its lease and `run.accepted` (which carries the request) are
+    /// durable.
     pub async fn start(self: &Arc<Self>, input: ChatInput) -> Result<StartedRun, ChatError> {
         let cancel = CancellationToken::new();
         let mut spec = RunSpec::from_input(&input);
@@ -177,10 +178,11 @@ impl RunManager {
             let new = NewRun { id: Some(run_id.clone()), agent: spec.agent.clone(), session_id: Some(spec.session_id.clone()) };
             store.runs.create_run(new).await?;
             store.runs.claim_run(&run_id, &self.owner, self.options.lease_ttl).await?;
-            let seq = store.runs.append_event(&run_id, "run.accepted", json!({"agent": spec.agent, "sessionId": spec.session_id})).await?;
-            let state = CheckpointState { spec, ..Default::default() };
-            store.runs.put_checkpoint(&run_id, seq, serde_json::to_value(&state).unwrap_or_default()).await?;
-            Ok::<_, StoreError>((seq, state))
+            // The request travels in `run.accepted`, so a run that crashes before its first
+            // checkpoint can still be resumed, without a checkpoint write before the response.
+            let accepted = json!({"agent": spec.agent, "sessionId": spec.session_id, "spec": spec});
+            let seq = store.runs.append_event(&run_id, "run.accepted", accepted).await?;
+            Ok::<_, StoreError>((seq, CheckpointState { spec, ..Default::default() }))
         }
         .await;
         self.starting().remove(&run_id);
@@ -478,8 +480,16 @@ impl RunManager {
     async fn resume(self: &Arc<Self>, id: &str) -> Result<(), RunError> {
         let store = self.runtime.store().clone();
         let run = store.runs.get_run(id).await?.ok_or_else(|| RunError::NotFound(id.to_owned()))?;
-        let checkpoint = store.runs.latest_checkpoint(id).await?.ok_or_else(|| RunError::Invalid("the run has no checkpoint".into()))?;
-        let state: CheckpointState = serde_json::from_value(checkpoint.state).map_err(|e| RunError::Invalid(format!("unreadable checkpoint: {e}")))?;
+        let state = match store.runs.latest_checkpoint(id).await? {
+            Some(checkpoint) => serde_json::from_value(checkpoint.state).map_err(|e| RunError::Invalid(format!("unreadable checkpoint: {e}")))?,
+            None => {
+                let first = store.runs.events_after(id, 0, 1).await?.into_iter().next();
+                let spec = first.filter(|e| e.event_type == "run.accepted").and_then(|e| e.data.get("spec").cloned());
+                let spec = spec.ok_or_else(|| RunError::Invalid("the run has neither a checkpoint nor its request".into()))?;
+                let spec: RunSpec = serde_json::from_value(spec).map_err(|e| RunError::Invalid(format!("unreadable run request: {e}")))?;
+                CheckpointState { spec, ..Default::default() }
+            }
+        };
         let input = state.spec.to_input(id).map_err(RunError::Invalid)?;
         let loaded = self.runtime.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
