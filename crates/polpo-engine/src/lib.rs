@@ -6,6 +6,7 @@
 //! events to a sink. The server, the CLI and durable runs are callers that decide where the
 //! events go (an SSE stream, a terminal, a journal).
 
+pub mod bus;
 pub mod error;
 pub mod events;
 pub mod hooks;
@@ -17,6 +18,7 @@ pub mod structured;
 pub mod tool_exec;
 pub mod turn;
 
+pub use bus::{BusEvent, Delivery, EventBus, EventsLost, Subscription};
 pub use error::EngineError;
 pub use events::{EventSink, GateState, RunEvent};
 pub use invocation::Invocation;

@@ -6,8 +6,9 @@
 //! ∩ chat ∩ request) → its hook packs → load the session → run the turn loop → persist what
 //! the turn added. The server and the CLI only translate their input into [`ChatInput`].
 
+use crate::bus::{EventBus, RunEvents};
 use crate::error::EngineError;
-use crate::events::EventSink;
+use crate::events::{EventSink, RunEvent};
 use crate::hooks::{HookRuntime, InvocationHooks, system_clock};
 use crate::invocation::Invocation;
 use crate::structured::ResponseFormat;
@@ -201,10 +202,16 @@ impl PreparedChat {
     /// Nothing is stored when the turn fails before producing anything, so a client may retry
     /// with the same messages; a run that used up `maxTurns` keeps its transcript.
     pub async fn run(self, sink: EventSink<'_>) -> Result<ChatOutput, ChatError> {
-        let Self { runtime, invocation, session, history, new_messages, cancel, control, .. } = self;
+        let Self { runtime, invocation, session, history, new_messages, cancel, run_id, control } = self;
+        let events = RunEvents::new(&runtime.bus, &run_id, &session.id, &invocation.agent);
+        events.started();
+        let forward = |event: RunEvent| {
+            events.forward(&event);
+            sink(event);
+        };
         let mut conversation = history;
         conversation.extend(new_messages.iter().cloned());
-        let result = run_turns_controlled(&invocation, conversation, sink, &cancel, control.as_deref()).await;
+        let result = run_turns_controlled(&invocation, conversation, &forward, &cancel, control.as_deref()).await;
         let produced = match &result {
             Ok(outcome) => outcome.messages.clone(),
             Err(EngineError::MaxTurnsExhausted { transcript, .. }) => transcript.clone(),
@@ -214,9 +221,21 @@ impl PreparedChat {
             session
         } else {
             let to_store = new_messages.into_iter().chain(produced).map(NewMessage::new).collect();
-            runtime.store.sessions.append_messages(&session.id, to_store, None).await?.session
+            match runtime.store.sessions.append_messages(&session.id, to_store, None).await {
+                Ok(appended) => {
+                    events.messages_added(&appended.messages);
+                    appended.session
+                }
+                Err(e) => return Err(events.failed(e.into())),
+            }
         };
-        Ok(ChatOutput { session, outcome: result? })
+        match result {
+            Ok(outcome) => {
+                events.completed(&outcome);
+                Ok(ChatOutput { session, outcome })
+            }
+            Err(e) => Err(events.failed(e.into())),
+        }
     }
 }
 
@@ -228,6 +247,7 @@ pub struct Runtime {
     tools: Arc<ToolSet>,
     hook_runtime: HookRuntime,
     offline_model: Option<String>,
+    bus: EventBus,
 }
 
 impl Runtime {
@@ -241,7 +261,13 @@ impl Runtime {
             tools: Arc::new(ToolSet::new(polpo_tools::tools::system_tools())),
             hook_runtime: HookRuntime::from_env(),
             offline_model: None,
+            bus: EventBus::default(),
         }
+    }
+
+    /// Live events of this runtime (sessions, messages, runs, tools), for SSE subscribers.
+    pub fn events(&self) -> &EventBus {
+        &self.bus
     }
 
     /// Use model `id` (e.g. `local/qwen2.5-coder-1.5b`) for agents none of whose models can be
@@ -329,6 +355,7 @@ impl Runtime {
             }
             let new = NewSession { id: None, agent: input.agent.clone(), title: None, user: input.user.clone(), metadata: input.metadata.clone() };
             let session = self.store.sessions.create_session(new).await?;
+            RunEvents::new(&self.bus, &input.run_id, &session.id, &input.agent).session_created(&session);
             return Ok((session, Vec::new(), input.messages.clone()));
         };
         let session = self.store.sessions.get_session(id).await?.ok_or_else(|| ChatError::SessionNotFound(id.clone()))?;

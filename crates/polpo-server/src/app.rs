@@ -76,6 +76,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/runs/{id}/reconcile", post(routes::runs::reconcile))
         .route("/v1/hooks/capabilities", get(routes::health::hook_capabilities))
         .route("/api/v1/hooks/capabilities", get(routes::health::hook_capabilities))
+        .route("/api/v1/events", get(routes::events::stream))
+        .route("/v1/events", get(routes::events::stream))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     open.merge(protected)
         .fallback(|| async { ApiError::new("route_not_found", "no such route") })

@@ -1,6 +1,7 @@
 //! One module per group of routes; each handler translates HTTP into one runtime call.
 
 pub mod chat;
+pub mod events;
 pub mod health;
 pub mod models;
 pub mod runs;

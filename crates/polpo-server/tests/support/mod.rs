@@ -121,3 +121,94 @@ impl Reply {
         self.text.lines().filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:"))).map(str::to_owned).collect()
     }
 }
+
+/// One server-sent event (comment frames such as `: ping` are skipped).
+#[derive(Debug, Clone)]
+pub struct Frame {
+    pub id: Option<u64>,
+    pub event: Option<String>,
+    pub data: String,
+}
+
+impl Frame {
+    /// The data as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.data))
+    }
+
+    /// The event name (`message` when none was sent, as browsers treat it).
+    pub fn name(&self) -> &str {
+        self.event.as_deref().unwrap_or("message")
+    }
+}
+
+/// Reads SSE frames from a response incrementally, as they arrive.
+pub struct Frames {
+    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: String,
+}
+
+impl Frames {
+    pub fn new(response: reqwest::Response) -> Self {
+        Self { body: Box::pin(response.bytes_stream()), buffer: String::new() }
+    }
+
+    /// The next frame, or `None` at the end of the stream.
+    pub async fn next(&mut self) -> Option<Frame> {
+        use futures::StreamExt;
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let raw: String = self.buffer.drain(..end + 2).collect();
+                let mut frame = Frame { id: None, event: None, data: String::new() };
+                for line in raw.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        frame.id = v.trim().parse().ok();
+                    } else if let Some(v) = line.strip_prefix("event:") {
+                        frame.event = Some(v.trim().to_owned());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        frame.data.push_str(v.strip_prefix(' ').unwrap_or(v));
+                    }
+                }
+                if frame.data.is_empty() {
+                    continue;
+                }
+                return Some(frame);
+            }
+            let chunk = self.body.next().await?.ok()?;
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+
+    /// Frames up to and including the first one `last` accepts; panics when none arrives
+    /// within `within` (a bound for "eventually", not a timing assertion).
+    pub async fn until(&mut self, within: std::time::Duration, last: impl Fn(&Frame) -> bool) -> Vec<Frame> {
+        let mut out = Vec::new();
+        tokio::time::timeout(within, async {
+            while let Some(f) = self.next().await {
+                let done = last(&f);
+                out.push(f);
+                if done {
+                    return;
+                }
+            }
+            panic!("the stream ended before the expected frame: {out:?}");
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no expected frame within {within:?}; got {out:?}"));
+        out
+    }
+}
+
+impl Server {
+    /// GET an SSE stream; returns once the response headers arrived (the server has
+    /// subscribed by then).
+    pub async fn stream(&self, path: &str, headers: &[(&str, &str)]) -> Frames {
+        let mut req = self.http.get(format!("{}{path}", self.url));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let response = req.send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        Frames::new(response)
+    }
+}

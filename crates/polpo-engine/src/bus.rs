@@ -1,0 +1,520 @@
+//! Live runtime events (`session:created`, `message:added`, `run:*`, `tool:*` …) for anyone who
+//! watches the runtime from outside: the dashboard over `GET /api/v1/events`, tests, tools.
+//!
+//! Three promises, because a dashboard that silently misses an event shows a wrong picture:
+//! - **Ordered ids.** Every event gets the next `u64`; ids are contiguous within a process. The
+//!   first id is the bus's creation time in microseconds, so ids also grow across restarts and
+//!   a client holding an id from an earlier process is told it lost events instead of being
+//!   handed unrelated events that happen to carry higher numbers.
+//! - **Exact resume.** [`EventBus::subscribe_after`] returns the events after a given id from a
+//!   bounded replay ring *and* a live subscription, taken under one lock: the replayed part and
+//!   the live part meet with no gap and no duplicate.
+//! - **Loss is said, not hidden.** When a client asks for ids that fell out of the ring, or a
+//!   slow subscriber falls behind the live channel, it receives an [`EventsLost`] marker
+//!   (`events_lost`) and then continues from the oldest event still kept.
+//!
+//! Publishing costs one short lock, a ring push and a channel send that does nothing when no
+//! one listens. Payloads are bounded ([`MAX_PAYLOAD_BYTES`], with `"truncated": true`) so a
+//! large tool result cannot make every subscriber copy megabytes.
+
+use crate::events::RunEvent;
+use crate::runtime::ChatError;
+use crate::turn::RunOutcome;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use tokio::sync::broadcast;
+
+/// Events kept for replay by default (the reference keeps 1000).
+pub const DEFAULT_REPLAY: usize = 1024;
+/// Largest total of string bytes in one event's payload; longer strings are cut.
+pub const MAX_PAYLOAD_BYTES: usize = 16 * 1024;
+/// Name of the marker that tells a subscriber events were lost.
+pub const EVENTS_LOST: &str = "events_lost";
+
+/// One runtime event as subscribers see it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BusEvent {
+    /// Position in this runtime's event order (the SSE `id:`).
+    pub id: u64,
+    /// When it was published.
+    pub ts: DateTime<Utc>,
+    /// The reference's event name, e.g. `session:created`.
+    pub event: String,
+    /// The payload (a JSON object), bounded in size.
+    pub data: Value,
+}
+
+/// Events a subscriber will never see: the ids after `after` and before `next_id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventsLost {
+    /// The last id the subscriber had.
+    pub after: u64,
+    /// The id delivery continues with.
+    pub next_id: u64,
+    /// How many were lost; `None` when `after` was not issued by this process (another
+    /// process's id, a restart), so the count is unknown.
+    pub missed: Option<u64>,
+}
+
+/// What a subscriber receives, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delivery {
+    /// An event.
+    Event(Arc<BusEvent>),
+    /// Some events were lost before the ones that follow.
+    Lost(EventsLost),
+}
+
+/// The runtime's event bus; one per [`crate::Runtime`], shared by every subscriber.
+pub struct EventBus {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    max_payload: usize,
+}
+
+struct State {
+    /// The id the next event gets.
+    next_id: u64,
+    /// The first id this bus issued.
+    first_id: u64,
+    capacity: usize,
+    ring: VecDeque<Arc<BusEvent>>,
+    live: broadcast::Sender<Arc<BusEvent>>,
+}
+
+impl Default for EventBus {
+    fn default() -> Self {
+        Self::new(DEFAULT_REPLAY)
+    }
+}
+
+impl std::fmt::Debug for EventBus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventBus").field("last_id", &self.last_id()).finish()
+    }
+}
+
+impl EventBus {
+    /// A bus that keeps the last `replay` events (at least 1) for resuming subscribers.
+    pub fn new(replay: usize) -> Self {
+        let first = u64::try_from(Utc::now().timestamp_micros()).unwrap_or(0).max(1);
+        Self::starting_at(replay, first)
+    }
+
+    /// A bus whose first event gets id `first_id` (≥ 1); [`EventBus::new`] picks the clock.
+    pub fn starting_at(replay: usize, first_id: u64) -> Self {
+        let capacity = replay.max(1);
+        let first_id = first_id.max(1);
+        let (live, _) = broadcast::channel(capacity);
+        let state = State { next_id: first_id, first_id, capacity, ring: VecDeque::with_capacity(capacity.min(64)), live };
+        Self { inner: Arc::new(Inner { state: Mutex::new(state), max_payload: MAX_PAYLOAD_BYTES }) }
+    }
+
+    /// Publish `data` as event `name` and return its id. Strings in `data` beyond the payload
+    /// bound are cut and the payload gets `"truncated": true`.
+    pub fn publish(&self, name: &str, mut data: Value) -> u64 {
+        if bound(&mut data, self.inner.max_payload)
+            && let Value::Object(map) = &mut data
+        {
+            map.insert("truncated".into(), Value::Bool(true));
+        }
+        let ts = Utc::now();
+        let mut state = self.inner.lock();
+        let id = state.next_id;
+        state.next_id += 1;
+        let event = Arc::new(BusEvent { id, ts, event: name.to_owned(), data });
+        if state.ring.len() == state.capacity {
+            state.ring.pop_front();
+        }
+        state.ring.push_back(event.clone());
+        // Sent under the lock, so a concurrent `subscribe_after` sees each event exactly once:
+        // either in the ring it copies or on the channel it joined. No receiver: a no-op.
+        let _ = state.live.send(event);
+        id
+    }
+
+    /// The events after `after` still in the ring (preceded by an [`EventsLost`] marker when
+    /// some are gone), and a subscription that delivers every later event. `None`: live only.
+    pub fn subscribe_after(&self, after: Option<u64>) -> (Vec<Delivery>, Subscription) {
+        let (backlog, rx, last) = self.inner.resume(after);
+        (backlog, Subscription { inner: Arc::downgrade(&self.inner), rx, last, pending: VecDeque::new() })
+    }
+
+    /// The id of the newest event (one less than the first id when none was published).
+    pub fn last_id(&self) -> u64 {
+        self.inner.lock().next_id - 1
+    }
+
+    /// Subscribers currently attached.
+    pub fn subscribers(&self) -> usize {
+        self.inner.lock().live.receiver_count()
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Backlog after `after`, a receiver for what follows, and the id the backlog ends at.
+    fn resume(&self, after: Option<u64>) -> (Vec<Delivery>, broadcast::Receiver<Arc<BusEvent>>, u64) {
+        let state = self.lock();
+        let rx = state.live.subscribe();
+        let newest = state.next_id - 1;
+        let Some(after) = after else {
+            return (Vec::new(), rx, newest);
+        };
+        let oldest = state.ring.front().map_or(state.next_id, |e| e.id);
+        let mut backlog = Vec::new();
+        let skip = if after > newest || after + 1 < oldest {
+            // Unknown id (another process, the future) or fallen out of the ring: say so and
+            // replay everything kept.
+            let known = after + 1 >= state.first_id && after <= newest;
+            backlog.push(Delivery::Lost(EventsLost { after, next_id: oldest, missed: known.then(|| oldest - after - 1) }));
+            0
+        } else {
+            usize::try_from(after + 1 - oldest).unwrap_or(usize::MAX)
+        };
+        backlog.extend(state.ring.iter().skip(skip).cloned().map(Delivery::Event));
+        (backlog, rx, newest)
+    }
+}
+
+/// A live feed of events; see [`EventBus::subscribe_after`].
+pub struct Subscription {
+    inner: Weak<Inner>,
+    rx: broadcast::Receiver<Arc<BusEvent>>,
+    /// The last id delivered (or covered by the backlog).
+    last: u64,
+    pending: VecDeque<Delivery>,
+}
+
+impl Subscription {
+    /// The next delivery; `None` once the bus is gone. A subscriber that fell behind the live
+    /// channel is resumed from the ring, with an [`EventsLost`] marker for what the ring no
+    /// longer holds.
+    pub async fn recv(&mut self) -> Option<Delivery> {
+        loop {
+            if let Some(d) = self.pending.pop_front() {
+                if let Delivery::Event(e) = &d {
+                    self.last = e.id;
+                }
+                return Some(d);
+            }
+            match self.rx.recv().await {
+                Ok(event) => {
+                    self.last = event.id;
+                    return Some(Delivery::Event(event));
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let inner = self.inner.upgrade()?;
+                    let (backlog, rx, _) = inner.resume(Some(self.last));
+                    self.rx = rx;
+                    self.pending.extend(backlog);
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// Cut strings in `v` so their bytes total at most `budget`; true when something was cut.
+fn bound(v: &mut Value, budget: usize) -> bool {
+    fn walk(v: &mut Value, left: &mut usize) -> bool {
+        match v {
+            Value::String(s) => {
+                if s.len() <= *left {
+                    *left -= s.len();
+                    return false;
+                }
+                let mut cut = *left;
+                while !s.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                s.truncate(cut);
+                *left = 0;
+                true
+            }
+            Value::Array(items) => items.iter_mut().fold(false, |cut, item| walk(item, left) | cut),
+            Value::Object(map) => map.values_mut().fold(false, |cut, item| walk(item, left) | cut),
+            _ => false,
+        }
+    }
+    let mut left = budget;
+    walk(v, &mut left)
+}
+
+/// Secret-free copy of model-visible data (tool arguments, results, messages): secret-named
+/// fields and token-shaped strings become `[REDACTED]`, as in hook envelopes.
+fn scrubbed(mut v: Value) -> Value {
+    polpo_core::hooks::redact(&mut v, &[]);
+    v
+}
+
+/// What the runtime reports about one chat run: the ids every event of the run carries, and
+/// one function per lifecycle point, so the runtime calls one line where something happens.
+pub(crate) struct RunEvents<'a> {
+    bus: &'a EventBus,
+    ids: Map<String, Value>,
+}
+
+impl<'a> RunEvents<'a> {
+    /// Events of run `run_id` of `agent` in session `session_id`.
+    pub(crate) fn new(bus: &'a EventBus, run_id: &str, session_id: &str, agent: &str) -> Self {
+        let ids = json!({"runId": run_id, "sessionId": session_id, "agent": agent});
+        Self { bus, ids: ids.as_object().cloned().unwrap_or_default() }
+    }
+
+    fn publish(&self, name: &str, fields: Value) {
+        let mut data = self.ids.clone();
+        if let Value::Object(fields) = fields {
+            data.extend(fields);
+        }
+        self.bus.publish(name, Value::Object(data));
+    }
+
+    /// `session:created` for a session made by this request.
+    pub(crate) fn session_created(&self, session: &polpo_store::Session) {
+        self.publish("session:created", json!({"title": session.title, "createdAt": session.created_at}));
+    }
+
+    /// `run:started`.
+    pub(crate) fn started(&self) {
+        self.publish("run:started", json!({}));
+    }
+
+    /// `tool:started` / `tool:completed` / `tool:failed` for server tool calls; other run
+    /// events stay on the caller's sink (text deltas would flood every subscriber).
+    pub(crate) fn forward(&self, event: &RunEvent) {
+        match event {
+            RunEvent::ToolCalling { id, name, arguments } => {
+                self.publish("tool:started", json!({"callId": id, "tool": name, "arguments": scrubbed(arguments.clone())}));
+            }
+            RunEvent::ToolCompleted { id, name, result, is_error } => {
+                let event = if *is_error { "tool:failed" } else { "tool:completed" };
+                self.publish(event, json!({"callId": id, "tool": name, "result": scrubbed(Value::String(result.clone())), "isError": is_error}));
+            }
+            _ => {}
+        }
+    }
+
+    /// `message:added` for each message the store accepted, in order.
+    pub(crate) fn messages_added(&self, stored: &[polpo_store::StoredMessage]) {
+        for m in stored {
+            let message = serde_json::to_value(&m.message).unwrap_or(Value::Null);
+            self.publish("message:added", json!({"messageId": m.id, "seq": m.seq, "role": m.message.role, "message": scrubbed(message)}));
+        }
+    }
+
+    /// `run:completed` with the finish reason, usage and number of model calls.
+    pub(crate) fn completed(&self, outcome: &RunOutcome) {
+        let usage = json!({"inputTokens": outcome.usage.input_tokens, "outputTokens": outcome.usage.output_tokens});
+        self.publish("run:completed", json!({"finishReason": outcome.finish_reason, "usage": usage, "turns": outcome.turns}));
+    }
+
+    /// `run:failed` with the stable error code; hands the error back for the caller to return.
+    pub(crate) fn failed(&self, error: ChatError) -> ChatError {
+        self.publish("run:failed", json!({"code": error.code(), "message": scrubbed(Value::String(error.to_string()))}));
+        error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::time::Duration;
+
+    fn ids(backlog: &[Delivery]) -> Vec<u64> {
+        backlog.iter().filter_map(|d| if let Delivery::Event(e) = d { Some(e.id) } else { None }).collect()
+    }
+
+    async fn next(sub: &mut Subscription) -> Delivery {
+        tokio::time::timeout(Duration::from_secs(5), sub.recv()).await.expect("a delivery within 5 s").expect("bus alive")
+    }
+
+    #[tokio::test]
+    async fn resume_replays_what_was_missed_then_continues_live() {
+        let bus = EventBus::starting_at(8, 1);
+        for i in 0..3 {
+            bus.publish("message:added", json!({"i": i}));
+        }
+        let (backlog, mut sub) = bus.subscribe_after(Some(1));
+        assert_eq!(ids(&backlog), [2, 3]);
+        bus.publish("run:completed", json!({}));
+        let Delivery::Event(e) = next(&mut sub).await else { panic!("expected an event") };
+        assert_eq!((e.id, e.event.as_str()), (4, "run:completed"));
+
+        // No id: live only. Up to date: nothing to replay, nothing lost.
+        assert!(bus.subscribe_after(None).0.is_empty());
+        assert!(bus.subscribe_after(Some(4)).0.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_id_that_fell_out_of_the_ring_is_reported_lost() {
+        let bus = EventBus::starting_at(4, 1);
+        for _ in 0..10 {
+            bus.publish("tick", json!({}));
+        }
+        let (backlog, _) = bus.subscribe_after(Some(2));
+        assert_eq!(backlog[0], Delivery::Lost(EventsLost { after: 2, next_id: 7, missed: Some(4) }));
+        assert_eq!(ids(&backlog), [7, 8, 9, 10]);
+
+        // An id this process never issued (a restart, the future): count unknown, whole ring.
+        let (backlog, _) = bus.subscribe_after(Some(99));
+        assert_eq!(backlog[0], Delivery::Lost(EventsLost { after: 99, next_id: 7, missed: None }));
+        assert_eq!(ids(&backlog).len(), 4);
+        let restarted = EventBus::starting_at(4, 1000);
+        restarted.publish("tick", json!({}));
+        let (backlog, _) = restarted.subscribe_after(Some(10));
+        assert_eq!(backlog[0], Delivery::Lost(EventsLost { after: 10, next_id: 1000, missed: None }));
+        assert_eq!(ids(&backlog), [1000]);
+    }
+
+    impl Delivery {
+        fn event(self) -> Arc<BusEvent> {
+            match self {
+                Delivery::Event(e) => e,
+                Delivery::Lost(l) => panic!("expected an event, got {l:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_slow_subscriber_is_told_what_it_lost_and_resumes_from_the_ring() {
+        let bus = EventBus::starting_at(4, 1);
+        let (_, mut sub) = bus.subscribe_after(None);
+        for _ in 0..10 {
+            bus.publish("tick", json!({}));
+        }
+        assert_eq!(next(&mut sub).await, Delivery::Lost(EventsLost { after: 0, next_id: 7, missed: Some(6) }));
+        for want in 7..=10 {
+            assert_eq!(next(&mut sub).await.event().id, want);
+        }
+    }
+
+    /// Publishers race subscribers that join at random points. Each subscriber's backlog plus
+    /// live feed must be contiguous ids, except across an `events_lost` marker that accounts
+    /// for exactly the ids skipped. With a ring that holds everything, nothing may be lost.
+    async fn hammer(replay: usize) -> usize {
+        const PUBLISHERS: u64 = 4;
+        const PER_PUBLISHER: u64 = 2000;
+        let bus = Arc::new(EventBus::starting_at(replay, 1));
+        let (joined_tx, mut joined) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let mut checkers = Vec::new();
+        for k in 0..32u64 {
+            let bus = bus.clone();
+            let joined_tx = joined_tx.clone();
+            checkers.push(tokio::spawn(async move {
+                for _ in 0..(k % 7) * 10 {
+                    tokio::task::yield_now().await;
+                }
+                // Half resume from an id already issued, half join live.
+                let from = (k % 2 == 0).then(|| bus.last_id().saturating_sub(k * 3));
+                let (backlog, mut sub) = bus.subscribe_after(from);
+                joined_tx.send(()).unwrap();
+                let mut deliveries: VecDeque<Delivery> = backlog.into();
+                let (mut last, mut lost) = (from, 0);
+                let end = PUBLISHERS * PER_PUBLISHER + 1;
+                while last != Some(end) {
+                    let d = match deliveries.pop_front() {
+                        Some(d) => d,
+                        None => tokio::time::timeout(Duration::from_secs(20), sub.recv()).await.expect("progress").expect("alive"),
+                    };
+                    match d {
+                        Delivery::Event(e) => {
+                            if let Some(l) = last {
+                                assert_eq!(e.id, l + 1, "gap or duplicate after {l}");
+                            }
+                            last = Some(e.id);
+                        }
+                        Delivery::Lost(l) => {
+                            assert_eq!(Some(l.after), last.or(Some(l.after)), "marker starts where delivery stopped");
+                            assert_eq!(l.missed, Some(l.next_id - l.after - 1));
+                            last = Some(l.next_id - 1);
+                            lost += 1;
+                        }
+                    }
+                }
+                lost
+            }));
+        }
+        let mut publishers = Vec::new();
+        for p in 0..PUBLISHERS {
+            let bus = bus.clone();
+            publishers.push(tokio::spawn(async move {
+                for i in 0..PER_PUBLISHER {
+                    bus.publish("tick", json!({"p": p, "i": i}));
+                    if i % 64 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }));
+        }
+        for p in publishers {
+            p.await.unwrap();
+        }
+        // Once every subscriber has joined, each one must see this last event.
+        drop(joined_tx);
+        for _ in 0..32 {
+            joined.recv().await.unwrap();
+        }
+        bus.publish("end", json!({}));
+        let mut lost = 0;
+        for c in checkers {
+            lost += c.await.unwrap();
+        }
+        assert_eq!(bus.last_id(), PUBLISHERS * PER_PUBLISHER + 1);
+        lost
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn replay_and_live_meet_without_gap_or_duplicate_under_concurrent_publishing() {
+        assert_eq!(hammer(10_000).await, 0, "a ring that holds every event loses none");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn slow_subscribers_of_a_small_ring_lose_only_what_markers_account_for() {
+        // Whether markers occur depends on scheduling (about 800 in a typical run here); the
+        // checks inside `hammer` hold either way.
+        hammer(16).await;
+    }
+
+    #[test]
+    fn payloads_are_bounded_and_flagged() {
+        let bus = EventBus::starting_at(4, 1);
+        bus.publish("tool:completed", json!({"tool": "read", "result": "é".repeat(20_000)}));
+        let (backlog, _) = bus.subscribe_after(Some(0));
+        let e = backlog[0].clone().event();
+        assert_eq!(e.data["truncated"], true);
+        assert!(e.data["result"].as_str().unwrap().len() <= MAX_PAYLOAD_BYTES);
+        bus.publish("tick", json!({"small": "x"}));
+        assert!(bus.subscribe_after(Some(1)).0[0].clone().event().data.get("truncated").is_none());
+    }
+
+    #[test]
+    fn run_events_carry_ids_and_never_secrets() {
+        let bus = EventBus::starting_at(16, 1);
+        let run = RunEvents::new(&bus, "chat-1", "s-1", "coder");
+        run.forward(&RunEvent::ToolCalling { id: "c1".into(), name: "http".into(), arguments: json!({"url": "https://x", "apiKey": "k-123456"}) });
+        run.forward(&RunEvent::ToolCompleted { id: "c1".into(), name: "http".into(), result: "got sk-abcdefghijklmnopqrstuvwxyz".into(), is_error: false });
+        run.forward(&RunEvent::TextDelta { text: "not an event".into() });
+        run.failed(ChatError::InvalidRequest("Authorization: Bearer abc".into()));
+        let (backlog, _) = bus.subscribe_after(Some(0));
+        let events: Vec<Arc<BusEvent>> = backlog.into_iter().map(Delivery::event).collect();
+        let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
+        assert_eq!(names, ["tool:started", "tool:completed", "run:failed"]);
+        assert_eq!(events[0].data["runId"], "chat-1");
+        assert_eq!(events[0].data["sessionId"], "s-1");
+        let all = serde_json::to_string(&events).unwrap();
+        assert!(!all.contains("k-123456") && !all.contains("sk-abc") && !all.contains("Bearer abc"), "{all}");
+        assert_eq!(events[2].data["code"], "invalid_request");
+    }
+}
