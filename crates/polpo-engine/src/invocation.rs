@@ -6,8 +6,10 @@
 
 use crate::error::EngineError;
 use crate::hooks::InvocationHooks;
+use crate::interaction::{ASK_USER_QUESTION, Interactions, ask_user_spec};
 use crate::structured::ResponseFormat;
 use crate::tool_exec::ToolSet;
+use polpo_core::config::ToolLoadingMode;
 use polpo_core::policy::ToolPolicy;
 use polpo_core::tool::ToolSpec;
 use polpo_llm::{ModelProvider, ToolChoice};
@@ -19,7 +21,7 @@ pub const MAX_CLIENT_TOOLS: usize = 64;
 /// Largest client tool schema, in bytes of JSON.
 pub const MAX_CLIENT_TOOL_SCHEMA_BYTES: usize = 32 * 1024;
 /// Tool names the runtime reserves for itself (disclosure and interaction tools).
-pub const RESERVED_TOOL_NAMES: &[&str] = &["polpo_tool_list", "polpo_tool_search", "polpo_tool_load", "skill_list", "skill_read"];
+pub const RESERVED_TOOL_NAMES: &[&str] = &["polpo_tool_list", "polpo_tool_search", "polpo_tool_load", "skill_list", "skill_read", "ask_user_question"];
 
 /// One request to one agent, fully resolved.
 pub struct Invocation {
@@ -51,6 +53,10 @@ pub struct Invocation {
     pub tool_context: ToolContext,
     /// The agent's runtime hooks; `None` when it has no hook packs.
     pub hooks: Option<InvocationHooks>,
+    /// How runtime tool schemas are shown (`toolLoading.mode`, see [`crate::tool_loading`]).
+    pub tool_loading: ToolLoadingMode,
+    /// Chat interactions offered (`ask_user_question`, suggestions), see [`crate::interaction`].
+    pub interactions: Interactions,
 }
 
 impl Invocation {
@@ -58,7 +64,7 @@ impl Invocation {
     pub fn check(&self) -> Result<(), EngineError> {
         if let ToolChoice::Tool(name) = &self.tool_choice {
             let server = self.tools.get(name).is_some() && self.policy.allows(name);
-            let client = self.client_tools.iter().any(|t| &t.name == name);
+            let client = self.is_client_tool(name);
             if !server && !client {
                 return Err(EngineError::ToolPolicyDenied(format!("tool_choice forces `{name}`, which is not in the effective tool set of agent `{}`", self.agent)));
             }
@@ -87,19 +93,27 @@ impl Invocation {
         Ok(())
     }
 
-    /// The tool specs the model sees: allowed server tools, then client tools.
+    /// The tool specs the model sees in direct mode: allowed server tools, then interaction
+    /// tools, then client tools.
     pub fn visible_tools(&self) -> Vec<ToolSpec> {
         self.tools
             .specs()
             .filter(|s| self.policy.allows(&s.name))
             .cloned()
+            .chain(self.interaction_tools())
             .chain(self.client_tools.iter().cloned())
             .collect()
     }
 
-    /// True when `name` is a client tool of this request.
+    /// Runtime-provided client tools this invocation offers (`ask_user_question`).
+    pub fn interaction_tools(&self) -> Option<ToolSpec> {
+        self.interactions.ask_user_question.then(ask_user_spec)
+    }
+
+    /// True when `name` runs in the client: a client tool of this request, or an offered
+    /// `ask_user_question`.
     pub fn is_client_tool(&self, name: &str) -> bool {
-        self.client_tools.iter().any(|t| t.name == name)
+        (self.interactions.ask_user_question && name == ASK_USER_QUESTION) || self.client_tools.iter().any(|t| t.name == name)
     }
 }
 

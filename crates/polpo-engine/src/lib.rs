@@ -10,12 +10,16 @@ pub mod bus;
 pub mod error;
 pub mod events;
 pub mod hooks;
+pub mod interaction;
 pub mod invocation;
 pub mod meter;
+mod reasoning;
 pub mod runs;
 pub mod runtime;
+pub mod runtime_tools;
 pub mod structured;
 pub mod tool_exec;
+pub mod tool_loading;
 pub mod turn;
 
 pub use bus::{BusEvent, Delivery, EventBus, EventsLost, Subscription};

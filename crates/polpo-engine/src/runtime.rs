@@ -10,11 +10,12 @@ use crate::bus::{EventBus, RunEvents};
 use crate::error::EngineError;
 use crate::events::{EventSink, RunEvent};
 use crate::hooks::{HookRuntime, InvocationHooks, system_clock};
+use crate::interaction::{Capabilities, Interactions, Suggestion};
 use crate::invocation::Invocation;
 use crate::structured::ResponseFormat;
 use crate::tool_exec::ToolSet;
 use crate::turn::{RunControl, RunOutcome, run_turns_controlled};
-use polpo_core::config::{Agent, Project};
+use polpo_core::config::{Agent, Project, ToolLoadingMode};
 use polpo_core::hooks::{ExecutionMode, HookPack, HookSet, InvocationInfo, Scope, resolve_named};
 use polpo_core::message::{Message, Role};
 use polpo_core::policy::{PolicyLayer, ToolPolicy};
@@ -96,6 +97,8 @@ pub struct ChatInput {
     pub metadata: Value,
     /// The run id this turn reports under (hook envelopes, events, `x-polpo-run-id`).
     pub run_id: String,
+    /// What the client can render (`polpo.capabilities`): questions, suggestions.
+    pub capabilities: Capabilities,
 }
 
 impl ChatInput {
@@ -113,6 +116,7 @@ impl ChatInput {
             user: None,
             metadata: Value::Null,
             run_id: format!("chat-{}", uuid::Uuid::now_v7().simple()),
+            capabilities: Capabilities::default(),
         }
     }
 }
@@ -124,6 +128,9 @@ pub struct ChatOutput {
     pub session: Session,
     /// The answer, usage and messages added.
     pub outcome: RunOutcome,
+    /// Suggested next messages (`polpo.suggestions`); empty unless both the agent and the
+    /// client opted in, and whenever generating them failed.
+    pub suggestions: Vec<Suggestion>,
 }
 
 /// Why a chat request failed, each with a stable code.
@@ -205,8 +212,10 @@ impl PreparedChat {
         let Self { runtime, invocation, session, history, new_messages, cancel, run_id, control } = self;
         let events = RunEvents::new(&runtime.bus, &run_id, &session.id, &invocation.agent);
         events.started();
+        let reasoning = std::sync::Mutex::new(crate::reasoning::ReasoningLog::default());
         let forward = |event: RunEvent| {
             events.forward(&event);
+            reasoning.lock().unwrap_or_else(PoisonError::into_inner).observe(&event);
             sink(event);
         };
         let mut conversation = history;
@@ -220,7 +229,8 @@ impl PreparedChat {
         let session = if produced.is_empty() && result.is_err() {
             session
         } else {
-            let to_store = new_messages.into_iter().chain(produced).map(NewMessage::new).collect();
+            let produced = reasoning.lock().unwrap_or_else(PoisonError::into_inner).attach(produced).collect::<Vec<_>>();
+            let to_store = new_messages.iter().cloned().map(NewMessage::new).chain(produced).collect();
             match runtime.store.sessions.append_messages(&session.id, to_store, None).await {
                 Ok(appended) => {
                     events.messages_added(&appended.messages);
@@ -231,11 +241,27 @@ impl PreparedChat {
         };
         match result {
             Ok(outcome) => {
+                let suggestions = suggestions(&invocation, &new_messages, &outcome, &cancel).await;
                 events.completed(&outcome);
-                Ok(ChatOutput { session, outcome })
+                Ok(ChatOutput { session, outcome, suggestions })
             }
             Err(e) => Err(events.failed(e.into())),
         }
+    }
+}
+
+/// Suggestions after a successful plain-text answer, when the invocation offers them. Never
+/// for structured outputs, client hand-backs, empty answers or a cancelled request.
+async fn suggestions(inv: &Invocation, new_messages: &[Message], outcome: &RunOutcome, cancel: &CancellationToken) -> Vec<Suggestion> {
+    let Some(policy) = &inv.interactions.suggestions else { return Vec::new() };
+    let answer = outcome.content.as_deref().unwrap_or_default();
+    if outcome.finish_reason != polpo_core::message::FinishReason::Stop || answer.trim().is_empty() || inv.response_format.is_structured() || cancel.is_cancelled() {
+        return Vec::new();
+    }
+    let question = crate::interaction::last_user_text(new_messages).unwrap_or_default();
+    tokio::select! {
+        _ = cancel.cancelled() => Vec::new(),
+        s = crate::interaction::suggest(inv, policy, &question, answer) => s,
     }
 }
 
@@ -363,11 +389,12 @@ impl Runtime {
             return Err(ChatError::SessionAgentMismatch { session: session.id, agent: session.agent });
         }
         let start = input.messages.iter().rposition(|m| m.role == Role::Assistant).map_or(0, |i| i + 1);
-        let new: Vec<Message> = input.messages[start..].iter().filter(|m| m.role != Role::System).cloned().collect();
+        let mut new: Vec<Message> = input.messages[start..].iter().filter(|m| m.role != Role::System).cloned().collect();
         if new.is_empty() {
             return Err(ChatError::InvalidRequest("no new message after the last assistant message".into()));
         }
         let history = self.history(&session.id).await?;
+        crate::interaction::answer_pending_questions(&history, &mut new);
         Ok((session, history, new))
     }
 
@@ -396,6 +423,7 @@ impl Runtime {
             secrets: Vec::new(),
             parallel_branch: false,
         });
+        let interactions = Interactions::resolve(c.chat.as_ref(), input.capabilities, &policy);
         Invocation {
             agent: agent.id.clone(),
             system_prompt: polpo_core::prompt::system_prompt(agent),
@@ -411,6 +439,8 @@ impl Runtime {
             reasoning: c.reasoning.or(loaded.project.settings().reasoning).map(|r| r.as_str().to_owned()),
             tool_context: tool_context(&loaded.project, agent, cancel),
             hooks,
+            tool_loading: c.tool_loading.as_ref().map_or(ToolLoadingMode::Auto, |t| t.mode),
+            interactions,
         }
     }
 }

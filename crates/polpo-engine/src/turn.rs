@@ -84,7 +84,6 @@ pub async fn run_turns_controlled(
     conversation.push(Message::system(inv.system_prompt.clone()));
     conversation.extend(history);
     let base_len = conversation.len();
-    let visible_tools = inv.visible_tools();
     let buffer_text = inv.response_format.is_structured() || termination.buffers_text();
     let mut usage = Usage::default();
     let mut repaired = false;
@@ -103,7 +102,7 @@ pub async fn run_turns_controlled(
         let output_cap = termination.before_model_call()?;
         let tool_free = repaired || termination.tool_free();
         let shape = CallShape {
-            tools: if tool_free { Vec::new() } else { visible_tools.clone() },
+            tools: if tool_free { Vec::new() } else { crate::tool_loading::visible_tools(inv, &conversation) },
             tool_choice: if tool_free { ToolChoice::None } else if turn == 1 { inv.tool_choice.clone() } else { ToolChoice::Auto },
             max_output_tokens: output_cap,
         };
@@ -160,12 +159,12 @@ pub async fn run_turns_controlled(
             }
         }
 
-        let (client, server): (Vec<ToolCall>, Vec<ToolCall>) = reply.tool_calls.into_iter().partition(|c| inv.is_client_tool(&c.name));
+        let (client, server): (Vec<ToolCall>, Vec<ToolCall>) = reply.tool_calls.into_iter().partition(|c| crate::interaction::runs_in_client(inv, c));
         if !server.is_empty() {
             if cancel.is_cancelled() {
                 return Err(EngineError::Aborted);
             }
-            for result in execute_batch(inv, hooks, turn, &server, sink).await? {
+            for result in crate::runtime_tools::execute(inv, hooks, turn, &server, &conversation, sink).await? {
                 conversation.push(result.clone());
                 sink(RunEvent::MessageAppended { message: result });
             }
@@ -174,7 +173,7 @@ pub async fn run_turns_controlled(
             return Err(EngineError::Aborted);
         }
         if !client.is_empty() {
-            return Ok(outcome(None, FinishReason::ToolCalls, client, usage, turn, &conversation[base_len..]));
+            return Ok(outcome(None, crate::interaction::finish_reason(&client), client, usage, turn, &conversation[base_len..]));
         }
     }
     Err(termination.out_of_turns(inv.max_turns, conversation.split_off(base_len)))

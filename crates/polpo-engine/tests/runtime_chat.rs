@@ -27,6 +27,13 @@ async fn setup(llm: &FakeLlm) -> Setup {
         .agent("coder", json!({"model": "openai/fake-model", "allowedTools": ["read", "ls", "write"], "maxTurns": 3}), "You write code.")
         .unwrap()
         .agent("writer", json!({"model": "openai/fake-model"}), "You write prose.")
+        .unwrap()
+        .agent("support", json!({"model": "openai/fake-model", "allowedTools": ["read", "ask_user_question"],
+            "chat": {"suggestions": {"enabled": true, "maxItems": 2, "guidance": "Prefer concrete next actions."}}}), "You help.")
+        .unwrap()
+        .agent("quiet", json!({"model": "openai/fake-model", "chat": {"allowUserQuestions": false}}), "You never ask.")
+        .unwrap()
+        .agent("loader", json!({"model": "openai/fake-model", "allowedTools": ["read", "ls"], "toolLoading": {"mode": "progressive"}}), "You load tools.")
         .unwrap();
     std::fs::write(dir.path().join("notes.txt"), "the password is swordfish").unwrap();
     let project = polpo_project::load_project(dir.path()).unwrap();
@@ -147,4 +154,158 @@ async fn without_any_provider_key_the_offline_model_answers() {
     let out = chat(&rt, ChatInput::new("writer", vec![Message::user("hi")])).await.unwrap();
     assert_eq!(out.outcome.content.as_deref(), Some("answered offline"));
     assert_eq!(offline.requests()[0].body["model"], "tiny");
+}
+
+fn with_capabilities(mut input: ChatInput, ask: bool, suggestions: bool) -> ChatInput {
+    input.capabilities = polpo_engine::interaction::Capabilities { ask_user_question: ask, suggestions };
+    input
+}
+
+fn offered(llm: &FakeLlm, n: usize) -> Vec<String> {
+    llm.requests()[n].body["tools"].as_array().map(|t| t.iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn reasoning_is_stored_beside_the_answer_and_never_sent_back_to_the_model() {
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("read", json!({"path": "notes.txt"}))]).with_reasoning("I should read the notes first."),
+        Turn::text("It is swordfish.").with_reasoning("The file names the password."),
+        Turn::text("You asked about the password."),
+    ])
+    .await
+    .unwrap();
+    let s = setup(&llm).await;
+    let first = chat(&s.runtime, ChatInput::new("coder", vec![Message::user("What is the password?")])).await.unwrap();
+    assert_eq!(first.outcome.content.as_deref(), Some("It is swordfish."));
+    let stored = s.runtime.store().sessions.list_messages(&first.session.id, &PageRequest::default()).await.unwrap().items;
+    let reasoning: Vec<Option<&str>> = stored.iter().map(|m| m.reasoning.as_deref()).collect();
+    assert_eq!(reasoning, [None, Some("I should read the notes first."), None, Some("The file names the password.")]);
+    assert_eq!(stored[3].message.text_content(), "It is swordfish.", "reasoning is not mixed into the content");
+    assert!(!stored[3].reasoning_truncated);
+
+    let mut next = ChatInput::new("coder", vec![Message::user("What did I ask?")]);
+    next.session_id = Some(first.session.id.clone());
+    chat(&s.runtime, next).await.unwrap();
+    let sent = llm.requests()[2].body.to_string();
+    assert!(sent.contains("It is swordfish.") && !sent.contains("names the password") && !sent.contains("read the notes first"), "{sent}");
+}
+
+#[tokio::test]
+async fn reasoning_over_64_kib_is_cut_and_marked() {
+    let long = "why ".repeat(20_000);
+    let llm = FakeLlm::start([Turn::text("Done.").with_reasoning(long)]).await.unwrap();
+    let s = setup(&llm).await;
+    let out = chat(&s.runtime, ChatInput::new("writer", vec![Message::user("Think hard")])).await.unwrap();
+    let stored = s.runtime.store().sessions.list_messages(&out.session.id, &PageRequest::default()).await.unwrap().items;
+    let last = stored.last().unwrap();
+    assert!(last.reasoning_truncated);
+    assert_eq!(last.reasoning.as_deref().unwrap().len(), polpo_store::MAX_REASONING_BYTES);
+}
+
+#[tokio::test]
+async fn ask_user_question_ends_the_turn_and_the_answer_continues_the_session() {
+    let question = json!({"questions": [{"id": "plan", "question": "Which plan are you on?", "header": "Plan", "options": [{"label": "Free"}, {"label": "Pro"}]}]});
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("ask_user_question", question.clone())]),
+        Turn::text("On Pro, open Settings > Billing."),
+        Turn::tool_calls(vec![("ask_user_question", json!({"questions": [{"id": "os", "question": "Which OS?"}]}))]),
+        Turn::text("Then use the installer."),
+    ])
+    .await
+    .unwrap();
+    let s = setup(&llm).await;
+    let asked = chat(&s.runtime, with_capabilities(ChatInput::new("support", vec![Message::user("How do I change billing?")]), true, false)).await.unwrap();
+    assert!(offered(&llm, 0).contains(&"ask_user_question".to_owned()));
+    assert_eq!(asked.outcome.finish_reason, polpo_core::message::FinishReason::Other("ask_user".into()));
+    assert_eq!(asked.outcome.content, None);
+    let call = &asked.outcome.client_tool_calls[0];
+    assert_eq!(call.name, "ask_user_question");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&call.arguments).unwrap(), question, "the question payload reaches the client as written");
+
+    // The answer comes back as the tool result and the same session goes on.
+    let mut answer = ChatInput::new("support", vec![Message::tool_result(call.id.clone(), r#"{"plan":"Pro"}"#)]);
+    answer.session_id = Some(asked.session.id.clone());
+    let answered = chat(&s.runtime, with_capabilities(answer, true, false)).await.unwrap();
+    assert_eq!(answered.outcome.content.as_deref(), Some("On Pro, open Settings > Billing."));
+    assert!(llm.requests()[1].body["messages"].to_string().contains(r#"{\"plan\":\"Pro\"}"#));
+
+    // A user who types the answer instead of using the form answers it too.
+    let mut again = ChatInput::new("support", vec![Message::user("And to install it?")]);
+    again.session_id = Some(asked.session.id.clone());
+    let asked = chat(&s.runtime, with_capabilities(again, true, false)).await.unwrap();
+    let mut typed = ChatInput::new("support", vec![Message::user("Linux")]);
+    typed.session_id = Some(asked.session.id.clone());
+    let done = chat(&s.runtime, with_capabilities(typed, true, false)).await.unwrap();
+    assert_eq!(done.outcome.content.as_deref(), Some("Then use the installer."));
+    let roles: Vec<String> = llm.requests()[3].body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(roles[roles.len() - 3..], ["assistant", "tool", "user"], "the open question is answered before the typed reply");
+}
+
+#[tokio::test]
+async fn questions_need_both_the_client_capability_and_the_agents_permission() {
+    let llm = FakeLlm::start([Turn::text("a"), Turn::text("b"), Turn::text("c")]).await.unwrap();
+    let s = setup(&llm).await;
+    chat(&s.runtime, ChatInput::new("support", vec![Message::user("hi")])).await.unwrap();
+    chat(&s.runtime, with_capabilities(ChatInput::new("quiet", vec![Message::user("hi")]), true, false)).await.unwrap();
+    // `coder` has an allowedTools list without ask_user_question: the policy applies to it too.
+    chat(&s.runtime, with_capabilities(ChatInput::new("coder", vec![Message::user("hi")]), true, false)).await.unwrap();
+    for n in 0..3 {
+        assert!(!offered(&llm, n).contains(&"ask_user_question".to_owned()), "request {n}: {:?}", offered(&llm, n));
+    }
+    // A client may not declare its own tool under that name.
+    let mut shadow = ChatInput::new("support", vec![Message::user("hi")]);
+    shadow.client_tools = vec![polpo_core::tool::ToolSpec { name: "ask_user_question".into(), description: "mine".into(), parameters: json!({"type": "object"}) }];
+    assert_eq!(chat(&s.runtime, shadow).await.unwrap_err().code(), "invalid_request");
+}
+
+#[tokio::test]
+async fn suggestions_are_bounded_opt_in_and_fail_open() {
+    let llm = FakeLlm::start([
+        Turn::text("Set it in agent.json."),
+        Turn::text(r#"{"suggestions":[{"label":"Show an example","prompt":"Show me a complete example."},{"label":"Validate","prompt":"How do I validate it?"},{"label":"More","prompt":"Tell me more."}]}"#),
+        Turn::text("Here is more."),
+        Turn::error(400, "suggestions model refused"),
+        Turn::text("Without suggestions."),
+    ])
+    .await
+    .unwrap();
+    let s = setup(&llm).await;
+    let out = chat(&s.runtime, with_capabilities(ChatInput::new("support", vec![Message::user("How do I configure it?")]), false, true)).await.unwrap();
+    assert_eq!(out.outcome.content.as_deref(), Some("Set it in agent.json."));
+    let labels: Vec<&str> = out.suggestions.iter().map(|s| s.label.as_str()).collect();
+    assert_eq!(labels, ["Show an example", "Validate"], "maxItems 2");
+    assert_eq!(out.suggestions[0].prompt, "Show me a complete example.");
+    let call = &llm.requests()[1].body;
+    assert!(call["tools"].as_array().is_none_or(Vec::is_empty), "the suggestion call is tool-free");
+    assert!(call.to_string().contains("Prefer concrete next actions.") && call.to_string().contains("Set it in agent.json."));
+
+    // The suggestion call fails: the answer is unaffected.
+    let failed = chat(&s.runtime, with_capabilities(ChatInput::new("support", vec![Message::user("More?")]), false, true)).await.unwrap();
+    assert_eq!(failed.outcome.content.as_deref(), Some("Here is more."));
+    assert!(failed.suggestions.is_empty());
+
+    // Without the client capability no suggestion call is made.
+    let plain = chat(&s.runtime, ChatInput::new("support", vec![Message::user("And?")])).await.unwrap();
+    assert!(plain.suggestions.is_empty());
+    assert_eq!(llm.requests().len(), 5);
+}
+
+#[tokio::test]
+async fn a_tool_loaded_in_one_request_stays_loaded_in_the_session() {
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("polpo_tool_load", json!({"names": ["read"]}))]),
+        Turn::tool_calls(vec![("read", json!({"path": "notes.txt"}))]),
+        Turn::text("swordfish"),
+        Turn::text("Still here."),
+    ])
+    .await
+    .unwrap();
+    let s = setup(&llm).await;
+    let first = chat(&s.runtime, ChatInput::new("loader", vec![Message::user("Read notes.txt")])).await.unwrap();
+    assert_eq!(first.outcome.content.as_deref(), Some("swordfish"));
+    assert_eq!(offered(&llm, 0), ["polpo_tool_list", "polpo_tool_search", "polpo_tool_load"]);
+    let mut next = ChatInput::new("loader", vec![Message::user("Again?")]);
+    next.session_id = Some(first.session.id.clone());
+    chat(&s.runtime, next).await.unwrap();
+    assert_eq!(offered(&llm, 3), ["polpo_tool_list", "polpo_tool_search", "polpo_tool_load", "read"]);
 }

@@ -8,6 +8,7 @@
 use crate::wire::{finish_reason, wire_tool_calls, wire_usage};
 use polpo_core::message::{FinishReason, ToolCall, Usage};
 use polpo_engine::RunEvent;
+use polpo_engine::interaction::Suggestion;
 use serde_json::{Value, json};
 
 /// The model name every response reports (the agent decides the real model).
@@ -53,6 +54,14 @@ impl Completion {
         let delta = if client_calls.is_empty() { json!({}) } else { json!({"role": "assistant", "tool_calls": wire_tool_calls(client_calls, true)}) };
         let mut c = self.chunk(json!({"index": 0, "delta": delta, "finish_reason": finish_reason(finish)}));
         c["usage"] = wire_usage(usage);
+        c
+    }
+
+    /// Suggested next messages as a root-level `polpo.suggestions` object, sent just before
+    /// the final chunk; its choice has an empty delta so strict parsers accept it.
+    pub fn suggestions_chunk(&self, suggestions: &[Suggestion]) -> Value {
+        let mut c = self.chunk(json!({"index": 0, "delta": {}, "finish_reason": null}));
+        c["polpo"] = json!({"suggestions": suggestions});
         c
     }
 

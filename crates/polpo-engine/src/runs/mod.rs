@@ -273,7 +273,7 @@ impl RunManager {
                 let o = &out.outcome;
                 journal.event(
                     "run.completed",
-                    json!({"content": o.content, "finishReason": o.finish_reason, "toolCalls": o.client_tool_calls, "usage": o.usage, "turns": o.turns, "sessionId": out.session.id}),
+                    json!({"content": o.content, "finishReason": o.finish_reason, "toolCalls": o.client_tool_calls, "usage": o.usage, "turns": o.turns, "sessionId": out.session.id, "suggestions": out.suggestions}),
                 );
                 (RunStatus::Completed, None)
             }

@@ -62,6 +62,9 @@ pub struct RunSpec {
     /// `polpo.execution.allowedTools`.
     #[serde(default)]
     pub allowed_tools: Option<Vec<String>>,
+    /// `polpo.capabilities` (questions, suggestions), so a resumed run offers the same.
+    #[serde(default)]
+    pub capabilities: crate::interaction::Capabilities,
 }
 
 impl RunSpec {
@@ -85,6 +88,7 @@ impl RunSpec {
                 ResponseFormat::JsonSchema { name, schema, .. } => json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}}),
             },
             allowed_tools: input.allowed_tools.clone(),
+            capabilities: input.capabilities,
         }
     }
 
@@ -101,6 +105,7 @@ impl RunSpec {
         input.parallel_tool_calls = self.parallel_tool_calls;
         input.response_format = if self.response_format.is_null() { ResponseFormat::Text } else { ResponseFormat::from_wire(&self.response_format)? };
         input.allowed_tools = self.allowed_tools.clone();
+        input.capabilities = self.capabilities;
         input.run_id = run_id.to_owned();
         Ok(input)
     }

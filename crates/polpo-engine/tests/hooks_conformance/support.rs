@@ -124,6 +124,8 @@ pub fn invocation_with(llm: &FakeLlm, ws: &Workspace, hooks: Option<InvocationHo
         reasoning: None,
         tool_context: ToolContext::new(ws.path()),
         hooks,
+        tool_loading: polpo_core::config::ToolLoadingMode::Direct,
+        interactions: Default::default(),
     }
 }
 

@@ -27,6 +27,7 @@ use futures::Stream;
 use polpo_core::message::{FinishReason, Message, ToolCall, Usage};
 use polpo_engine::meter::Meter;
 use polpo_engine::structured::ResponseFormat;
+use polpo_engine::interaction::{Capabilities, Suggestion};
 use polpo_engine::{ChatInput, ChatOutput, RunEvent};
 use polpo_engine::runs::stream_event;
 use polpo_core::config::ChatExecution;
@@ -63,6 +64,9 @@ struct Answer {
     usage: Usage,
     session_id: String,
     run_id: String,
+    /// `polpo.suggestions`; absent in answers remembered before suggestions existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    suggestions: Vec<Suggestion>,
 }
 
 impl Answer {
@@ -76,6 +80,7 @@ impl Answer {
             usage: out.outcome.usage,
             session_id: out.session.id.clone(),
             run_id: run_id.to_owned(),
+            suggestions: out.suggestions.clone(),
         }
     }
 
@@ -91,6 +96,7 @@ impl Answer {
             usage: serde_json::from_value(field("usage")).unwrap_or_default(),
             session_id: data.get("sessionId").and_then(Value::as_str).unwrap_or_default().to_owned(),
             run_id: run_id.to_owned(),
+            suggestions: serde_json::from_value(field("suggestions")).unwrap_or_default(),
         }
     }
 
@@ -99,7 +105,16 @@ impl Answer {
     }
 
     fn body(&self) -> Value {
-        self.completion().body(self.content.as_deref(), &self.finish_reason, &self.tool_calls, &self.usage)
+        let mut body = self.completion().body(self.content.as_deref(), &self.finish_reason, &self.tool_calls, &self.usage);
+        if !self.suggestions.is_empty() {
+            body["polpo"] = json!({"suggestions": self.suggestions});
+        }
+        body
+    }
+
+    /// The root-level `polpo.suggestions` chunk that goes just before the final chunk.
+    fn suggestions_chunk(&self) -> Option<Value> {
+        (!self.suggestions.is_empty()).then(|| self.completion().suggestions_chunk(&self.suggestions))
     }
 
     /// The whole answer as the chunks a live stream would have sent.
@@ -109,6 +124,7 @@ impl Answer {
         if let Some(text) = &self.content {
             out.extend(c.event_chunk(&RunEvent::TextDelta { text: text.clone() }));
         }
+        out.extend(self.suggestions_chunk());
         out.push(c.final_chunk(&self.finish_reason, &self.tool_calls, &self.usage));
         out
     }
@@ -204,6 +220,9 @@ fn streamed(
         match result {
             Ok(out) => {
                 let answer = Answer::new(&completion, &out, &run_id);
+                if let Some(chunk) = answer.suggestions_chunk() {
+                    send(&tx, &chunk);
+                }
                 let mut last = completion.final_chunk(&answer.finish_reason, &answer.tool_calls, &answer.usage);
                 last["polpo"] = json!({"overhead_ms": meter.read().own().as_secs_f64() * 1000.0});
                 send(&tx, &last);
@@ -302,6 +321,9 @@ async fn follow_run(
         result = match event.event_type.as_str() {
             "run.completed" => {
                 let answer = Answer::from_run(&completion, &event.data, &run_id);
+                if let Some(chunk) = answer.suggestions_chunk() {
+                    send(&chunk, seq);
+                }
                 send(&completion.final_chunk(&answer.finish_reason, &answer.tool_calls, &answer.usage), seq);
                 Ok(answer)
             }
@@ -370,6 +392,7 @@ fn chat_input(state: &AppState, r: &ChatRequest, headers: &HeaderMap) -> Result<
     input.allowed_tools = r.polpo.as_ref().and_then(|p| p.execution.as_ref()).and_then(|e| e.allowed_tools.clone());
     input.user = r.user.clone();
     input.metadata = metadata(r.metadata.as_ref())?;
+    input.capabilities = capabilities(r.polpo.as_ref().map(|p| &p.capabilities));
     if r.loop_name.is_some() {
         return Err(ApiError::new("loop_not_supported", "`loop` requests are not supported by this server yet"));
     }
@@ -411,6 +434,12 @@ fn tool_choice(v: Option<&Value>) -> Result<ToolChoice, ApiError> {
             None => return Err(ApiError::invalid("tool_choice must be a string or {\"type\":\"function\",\"function\":{\"name\":…}}")),
         },
     })
+}
+
+/// `polpo.capabilities`: what the client can render; anything but `true` is off.
+fn capabilities(c: Option<&Map<String, Value>>) -> Capabilities {
+    let on = |k: &str| c.and_then(|c| c.get(k)).and_then(Value::as_bool).unwrap_or(false);
+    Capabilities { ask_user_question: on("ask_user_question"), suggestions: on("suggestions") }
 }
 
 /// `metadata`: a string map of bounded size, stored on the session.
