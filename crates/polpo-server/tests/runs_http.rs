@@ -241,6 +241,37 @@ async fn a_non_streaming_durable_completion_answers_from_its_run(schema: Option<
     assert_eq!(got["data"]["sessionId"], reply.header("x-session-id").unwrap());
 }
 
+async fn a_plain_streaming_chat_can_be_steered_and_aborted_by_its_run_id(schema: Option<PgSchema>) {
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "x"))]), Turn::text("Steered."), Turn::tool_calls(vec![("bash", json!({"command": "sleep 60"}))])]).await.unwrap();
+    let s = server(&llm, schema.as_ref()).await;
+    let plain = |text: &str| json!({"agent": "coder", "stream": true, "messages": [{"role": "user", "content": text}]});
+    let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(plain("Build it"))).await;
+    let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    let mut frames = Frames::new(response);
+    while frames.next().await.unwrap().json()["choices"][0]["tool_call"]["state"] != "calling" {}
+    let body = json!({"id": "p1", "mode": "steer", "content": "Keep it small."});
+    assert_eq!(s.post(&format!("/v1/runs/{run}/steer"), &[], body.clone()).await.json()["data"]["accepted"], true);
+    assert_eq!(s.post(&format!("/v1/runs/{run}/steer"), &[], body).await.json()["data"]["duplicate"], true);
+    std::fs::write(s.dir.path().join("go"), "").unwrap();
+    frames.rest().await;
+    assert_eq!(user_messages(&llm.requests()[1].body), ["Build it", "Keep it small."]);
+    // Not durable: there is no stored run to read.
+    assert_eq!(s.get(&format!("/v1/runs/{run}"), &[]).await.status, 404);
+
+    let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(plain("Wait"))).await;
+    let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    let mut frames = Frames::new(response);
+    while frames.next().await.unwrap().json()["choices"][0]["tool_call"]["state"] != "calling" {}
+    assert_eq!(s.post(&format!("/v1/runs/{run}/abort"), &[], json!({})).await.status, 200);
+    let rest = tokio::time::timeout(Duration::from_secs(1), frames.rest()).await.expect("the stream ends within 1 s of the abort");
+    let error = rest.iter().rev().find_map(|f| serde_json::from_str::<Value>(&f.data).ok()).unwrap();
+    assert_eq!(error["error"]["code"], "aborted");
+}
+
+fn user_messages(body: &Value) -> Vec<String> {
+    body["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "user").map(|m| m["content"].as_str().unwrap().to_owned()).collect()
+}
+
 async fn only_paused_runs_are_reconciled(schema: Option<PgSchema>) {
     let llm = FakeLlm::start([Turn::text("Hi.")]).await.unwrap();
     let s = server(&llm, schema.as_ref()).await;
@@ -272,4 +303,5 @@ on_backends!(
     abort_over_http_ends_the_run_within_a_second,
     a_non_streaming_durable_completion_answers_from_its_run,
     only_paused_runs_are_reconciled,
+    a_plain_streaming_chat_can_be_steered_and_aborted_by_its_run_id,
 );

@@ -13,6 +13,7 @@
 //! its lease (a crash) and resumes them from their last checkpoint.
 
 mod effects;
+mod inline;
 pub mod journal;
 pub mod state;
 
@@ -21,8 +22,8 @@ pub use journal::{TERMINAL_EVENTS, is_terminal, journal_entry, stream_event, str
 pub use state::{CheckpointState, Queued, RunSpec, SteerMessage, SteerMode};
 
 use crate::error::EngineError;
-use crate::events::RunEvent;
-use crate::runtime::{ChatError, ChatInput, PreparedChat, Runtime};
+use crate::events::{EventSink, RunEvent};
+use crate::runtime::{ChatError, ChatInput, ChatOutput, PreparedChat, Runtime};
 use crate::tool_exec::ToolSet;
 use futures::Stream;
 use journal::Journal;
@@ -130,13 +131,15 @@ pub struct RunManager {
     active: Mutex<HashMap<String, Arc<Active>>>,
     /// Runs created here whose lease is not taken yet: recovery must not resume them.
     starting: Mutex<HashSet<String>>,
+    /// Inline (not durable) chats running now, steerable and abortable by run id.
+    inline: Mutex<HashMap<String, Arc<inline::InlineRun>>>,
 }
 
 impl RunManager {
     /// A manager for `runtime`'s runs; its lease owner id is unique to this process.
     pub fn new(runtime: Arc<Runtime>, options: RunOptions) -> Arc<Self> {
         let owner = format!("polpo-{}-{}", std::process::id(), uuid::Uuid::now_v7().simple());
-        Arc::new(Self { runtime, owner, options, active: Mutex::default(), starting: Mutex::default() })
+        Arc::new(Self { runtime, owner, options, active: Mutex::default(), starting: Mutex::default(), inline: Mutex::default() })
     }
 
     /// The runtime the runs execute in.
@@ -151,6 +154,27 @@ impl RunManager {
 
     fn active(&self) -> MutexGuard<'_, HashMap<String, Arc<Active>>> {
         self.active.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn inline(&self) -> MutexGuard<'_, HashMap<String, Arc<inline::InlineRun>>> {
+        self.inline.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Run a prepared chat inline (not durable, cancelled with its request) while it can be
+    /// steered and aborted by its run id, like a durable run.
+    pub async fn run_inline(self: &Arc<Self>, mut prepared: PreparedChat, sink: EventSink<'_>) -> Result<ChatOutput, ChatError> {
+        struct Unregister<'a>(&'a RunManager, String);
+        impl Drop for Unregister<'_> {
+            fn drop(&mut self) {
+                self.0.inline().remove(&self.1);
+            }
+        }
+        let run = Arc::new(inline::InlineRun::new(prepared.cancel.clone()));
+        self.inline().insert(prepared.run_id.clone(), run.clone());
+        // Unregistered however the future ends, a client disconnect (drop) included.
+        let _unregister = Unregister(self, prepared.run_id.clone());
+        prepared.control = Some(run);
+        prepared.run(sink).await
     }
 
     fn starting(&self) -> MutexGuard<'_, HashSet<String>> {
@@ -259,6 +283,7 @@ impl RunManager {
             }
         };
         let result = prepared.run(&sink).await;
+        state.close();
         renewal.abort();
         if lost.is_cancelled() {
             self.active().remove(&run_id);
@@ -363,9 +388,13 @@ impl RunManager {
             return Err(RunError::Invalid("steering `id` must be 1-200 characters".into()));
         }
         steer.message.role = Role::User;
+        let inline = self.inline().get(id).cloned();
+        if let Some(inline) = inline {
+            return inline.queue(steer).ok_or_else(|| RunError::NotActive(id.to_owned(), "finishing".into()));
+        }
         let active = self.active().get(id).cloned();
         let Some(active) = active else { return Err(self.not_active(id).await) };
-        let queued = active.state.queue(steer);
+        let queued = active.state.queue(steer).ok_or_else(|| RunError::NotActive(id.to_owned(), "finishing".into()))?;
         active.state.journal().flush().await;
         Ok(queued)
     }
@@ -373,6 +402,11 @@ impl RunManager {
     /// Abort run `id`: its model call and tools are cancelled at once. A paused run (nobody
     /// executes it) is marked cancelled directly.
     pub async fn abort(&self, id: &str, reason: Option<String>) -> Result<(), RunError> {
+        let inline = self.inline().get(id).cloned();
+        if let Some(inline) = inline {
+            inline.cancel.cancel();
+            return Ok(());
+        }
         let active = self.active().get(id).cloned();
         if let Some(active) = active {
             active.state.journal().event("run.cancelling", json!({"reason": reason}));

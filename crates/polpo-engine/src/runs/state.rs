@@ -144,6 +144,8 @@ struct Inner {
     /// The server tool call being executed now.
     current_call: Option<String>,
     paused: Option<Pause>,
+    /// The run takes no more steering: it is finishing.
+    closed: bool,
 }
 
 /// A live run's state, shared by the turn loop's sink, the steering inbox and the effect
@@ -164,7 +166,7 @@ pub enum Queued {
 
 impl RunState {
     pub(crate) fn new(state: CheckpointState, journal: Journal) -> Self {
-        Self { inner: Mutex::new(Inner { state, skip_appends: 0, current_call: None, paused: None }), journal }
+        Self { inner: Mutex::new(Inner { state, skip_appends: 0, current_call: None, paused: None, closed: false }), journal }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -209,18 +211,26 @@ impl RunState {
         assistants.enumerate().filter_map(|(turn, m)| m.tool_calls.iter().position(|c| c.id == id).map(|p| (turn + 1, p))).last()
     }
 
-    /// Queue steering; a seen id is a duplicate.
-    pub(crate) fn queue(&self, steer: SteerMessage) -> Queued {
+    /// Queue steering; a seen id is a duplicate; `None` once the run is finishing.
+    pub(crate) fn queue(&self, steer: SteerMessage) -> Option<Queued> {
         let mut inner = self.lock();
+        if inner.closed {
+            return None;
+        }
         if inner.state.steering_ids.contains(&steer.id) {
-            return Queued::Duplicate;
+            return Some(Queued::Duplicate);
         }
         inner.state.steering_ids.push(steer.id.clone());
         self.journal.event("run.steering.queued", json!({"id": steer.id, "mode": steer.mode}));
         inner.state.pending.push(steer);
         drop(inner);
         self.journal.checkpoint();
-        Queued::Accepted
+        Some(Queued::Accepted)
+    }
+
+    /// Take no more steering (the run is ending).
+    pub(crate) fn close(&self) {
+        self.lock().closed = true;
     }
 
     /// Stop the run for reconciliation; the turn loop's later messages are not kept.
@@ -237,11 +247,15 @@ impl RunState {
         self.lock().state.produced.iter().filter(|m| m.role == Role::Assistant).count() as u32
     }
 
-    fn deliver(&self, pick: impl Fn(&SteerMessage) -> bool) -> Vec<Message> {
+    /// Move the picked pending steering into the conversation. `finishing`: the run ends
+    /// unless something is delivered, so when nothing is, steering closes in the same step —
+    /// a message accepted later would never be delivered.
+    fn deliver(&self, pick: impl Fn(&SteerMessage) -> bool, finishing: bool) -> Vec<Message> {
         let mut inner = self.lock();
         let (take, keep): (Vec<SteerMessage>, Vec<SteerMessage>) = std::mem::take(&mut inner.state.pending).into_iter().partition(|s| pick(s));
         inner.state.pending = keep;
         if take.is_empty() {
+            inner.closed |= finishing;
             return Vec::new();
         }
         let messages: Vec<Message> = take.iter().map(|s| s.message.clone()).collect();
@@ -258,10 +272,10 @@ impl RunState {
 
 impl RunControl for RunState {
     fn take_steering(&self) -> Vec<Message> {
-        self.deliver(|s| s.mode == SteerMode::Steer)
+        self.deliver(|s| s.mode == SteerMode::Steer, false)
     }
 
     fn take_follow_ups(&self) -> Vec<Message> {
-        self.deliver(|_| true)
+        self.deliver(|_| true, true)
     }
 }

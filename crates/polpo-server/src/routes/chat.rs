@@ -171,7 +171,7 @@ async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Result
 
     // A client that disconnects drops this future; the guard then cancels model and tools.
     let _disconnect = cancel.drop_guard();
-    let result = meter.scope(prepared.run(&|_| {})).await;
+    let result = meter.scope(run_prepared(&state, prepared, &|_| {})).await;
     let mut response = match result {
         Ok(out) => {
             let answer = Answer::new(&completion, &out, &run_id);
@@ -216,7 +216,7 @@ fn streamed(
                 send(&tx, &chunk);
             }
         };
-        let result = meter.scope(prepared.run(&sink)).await;
+        let result = meter.scope(run_prepared(&state, prepared, &sink)).await;
         match result {
             Ok(out) => {
                 let answer = Answer::new(&completion, &out, &run_id);
@@ -243,6 +243,16 @@ fn streamed(
     });
     let guard = cancel.drop_guard();
     futures::stream::unfold((rx, guard), |(mut rx, guard)| async move { rx.recv().await.map(|e| (Ok(e), (rx, guard))) })
+}
+
+/// Run a prepared turn in this request: steerable and abortable by its run id
+/// (`/v1/runs/{id}/steer|abort`) with `settings.chatExecution: "run"`, plain with `inline`.
+async fn run_prepared(state: &AppState, prepared: polpo_engine::PreparedChat, sink: polpo_engine::EventSink<'_>) -> Result<ChatOutput, polpo_engine::ChatError> {
+    if state.runtime.loaded().project.settings().chat_execution() == ChatExecution::Run {
+        state.runs.run_inline(prepared, sink).await
+    } else {
+        prepared.run(sink).await
+    }
 }
 
 /// Run-backed delivery: `polpo.delivery.onDisconnect: "continue"` with `settings.chatExecution`
