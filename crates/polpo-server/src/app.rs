@@ -78,6 +78,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/hooks/capabilities", get(routes::health::hook_capabilities))
         .route("/api/v1/events", get(routes::events::stream))
         .route("/v1/events", get(routes::events::stream))
+        .route("/api/v1/openapi.json", get(routes::openapi::openapi))
+        .route("/v1/openapi.json", get(routes::openapi::openapi))
+        .route("/api/v1/agents", get(routes::agents::list).post(routes::agents::create))
+        .route("/v1/agents", get(routes::agents::list).post(routes::agents::create))
+        .route("/api/v1/agents/{id}", get(routes::agents::get).put(routes::agents::replace).patch(routes::agents::patch).delete(routes::agents::delete))
+        .route("/v1/agents/{id}", get(routes::agents::get).put(routes::agents::replace).patch(routes::agents::patch).delete(routes::agents::delete))
+        .merge(routes::sessions::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     open.merge(protected)
         .fallback(|| async { ApiError::new("route_not_found", "no such route") })
@@ -90,7 +97,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// The OpenAI surface gets the OpenAI error shape, management routes the REST envelope.
 async fn authenticate(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
-    let openai_shape = path.starts_with("/v1/chat/") || path == "/v1/models";
+    let openai_shape = path == "/v1/chat/completions" || path == "/v1/models";
     let reply = |e: ApiError| if openai_shape { e.into_response() } else { RestError(e).into_response() };
     if !state.keys.authorizes(request.headers()) {
         return reply(ApiError::new("unauthorized", "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`"));

@@ -4,6 +4,10 @@
 //! [`app::router`] is the whole API; [`serve`] binds it safely (localhost only unless API
 //! keys are configured) and shuts it down gracefully.
 
+// A streamed chat's task holds the provider's HTTP client future, deeper than the default
+// limit lets rustc prove `Send`.
+#![recursion_limit = "256"]
+
 pub mod app;
 pub mod auth;
 pub mod chunks;

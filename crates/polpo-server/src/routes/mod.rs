@@ -1,7 +1,10 @@
 //! One module per group of routes; each handler translates HTTP into one runtime call.
 
+pub mod agents;
 pub mod chat;
 pub mod events;
 pub mod health;
 pub mod models;
+pub mod openapi;
 pub mod runs;
+pub mod sessions;

@@ -83,6 +83,33 @@ impl Server {
         Reply::read(req.send().await.unwrap()).await
     }
 
+    /// Any method, with an optional JSON body, returning status, headers and body.
+    pub async fn send(&self, method: reqwest::Method, path: &str, headers: &[(&str, &str)], body: Option<Value>) -> Reply {
+        let mut req = self.http.request(method, format!("{}{path}", self.url));
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        Reply::read(req.send().await.unwrap()).await
+    }
+
+    /// PUT JSON.
+    pub async fn put(&self, path: &str, headers: &[(&str, &str)], body: Value) -> Reply {
+        self.send(reqwest::Method::PUT, path, headers, Some(body)).await
+    }
+
+    /// PATCH JSON.
+    pub async fn patch(&self, path: &str, headers: &[(&str, &str)], body: Value) -> Reply {
+        self.send(reqwest::Method::PATCH, path, headers, Some(body)).await
+    }
+
+    /// DELETE.
+    pub async fn delete(&self, path: &str, headers: &[(&str, &str)]) -> Reply {
+        self.send(reqwest::Method::DELETE, path, headers, None).await
+    }
+
     /// GET, returning status, headers and body.
     pub async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Reply {
         let mut req = self.http.get(format!("{}{path}", self.url));

@@ -1,0 +1,320 @@
+//! `GET /api/v1/openapi.json`: an OpenAPI 3.1 document of the whole HTTP API, generated from
+//! [`ROUTES`], one row per operation.
+//!
+//! Adding a route means adding its `.route(…)` in `app.rs` and one row here; a test reads every
+//! `.route(…)` in this crate's sources and fails when one has no row, and an HTTP test requests
+//! every row and fails when the router does not know it. So the document and the router cannot
+//! drift apart silently.
+
+use axum::Json;
+use serde_json::{Map, Value, json};
+
+/// Management routes are mounted under both prefixes, as the reference (`/api/v1`, local) and
+/// Polpo Cloud (`/v1`) do.
+pub const BOTH: &[&str] = &["/api/v1", "/v1"];
+/// The OpenAI-compatible surface lives under `/v1` only.
+pub const V1: &[&str] = &["/v1"];
+
+/// What a successful response body is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    /// The component schema, bare (OpenAI wire, hook capabilities).
+    Raw(&'static str),
+    /// `{ok:true, data: <schema>}`, the management envelope.
+    Envelope(&'static str),
+    /// A server-sent event stream or JSON, depending on the request's `stream` flag.
+    JsonOrSse(&'static str),
+    /// A server-sent event stream only.
+    Sse,
+}
+
+/// One operation of the API.
+#[derive(Debug, Clone, Copy)]
+pub struct Route {
+    /// Lower-case HTTP method, as OpenAPI spells it.
+    pub method: &'static str,
+    /// Prefixes the route is mounted under.
+    pub prefixes: &'static [&'static str],
+    /// Paths under each prefix (axum syntax, `{param}`); the first is canonical, the others aliases.
+    pub paths: &'static [&'static str],
+    /// Unique id of the canonical operation.
+    pub id: &'static str,
+    /// Group in the document.
+    pub tag: &'static str,
+    /// One line.
+    pub summary: &'static str,
+    /// `false` for the few routes that need no API key.
+    pub auth: bool,
+    /// Query parameters: name and description.
+    pub query: &'static [(&'static str, &'static str)],
+    /// Request body schema, if any.
+    pub request: Option<&'static str>,
+    /// Success status.
+    pub status: u16,
+    /// Success body.
+    pub response: Body,
+}
+
+const fn op(method: &'static str, prefixes: &'static [&'static str], paths: &'static [&'static str], id: &'static str, tag: &'static str, summary: &'static str) -> Route {
+    Route { method, prefixes, paths, id, tag, summary, auth: true, query: &[], request: None, status: 200, response: Body::Raw("Object") }
+}
+
+impl Route {
+    const fn open(self) -> Self {
+        Self { auth: false, ..self }
+    }
+    const fn query(self, query: &'static [(&'static str, &'static str)]) -> Self {
+        Self { query, ..self }
+    }
+    const fn request(self, schema: &'static str) -> Self {
+        Self { request: Some(schema), ..self }
+    }
+    const fn returns(self, status: u16, response: Body) -> Self {
+        Self { status, response, ..self }
+    }
+
+    /// Every concrete path of this operation (prefix × path).
+    pub fn full_paths(&self) -> impl Iterator<Item = String> + '_ {
+        self.prefixes.iter().flat_map(move |p| self.paths.iter().map(move |path| format!("{p}{path}")))
+    }
+}
+
+const AGENTS: &[&str] = &["/agents"];
+const AGENT: &[&str] = &["/agents/{id}"];
+const SESSIONS: &[&str] = &["/chat/sessions", "/sessions"];
+const SESSION: &[&str] = &["/chat/sessions/{id}", "/sessions/{id}"];
+const SESSION_MESSAGES: &[&str] = &["/chat/sessions/{id}/messages", "/sessions/{id}/messages"];
+
+/// Every route the server mounts.
+pub const ROUTES: &[Route] = &[
+    op("get", BOTH, &["/health"], "health", "system", "Liveness, version and uptime.").open().returns(200, Body::Envelope("Health")),
+    op("post", V1, &["/chat/completions"], "createChatCompletion", "chat", "OpenAI-compatible chat with an agent (`agent` or `model: \"agent/<id>\"`); `stream: true` answers with SSE chunks and `[DONE]`.")
+        .request("ChatCompletionRequest")
+        .returns(200, Body::JsonOrSse("ChatCompletion")),
+    op("get", V1, &["/models"], "listModels", "chat", "Agents (as `agent/<id>` and `<id>`) and model profiles, as OpenAI models.").returns(200, Body::Raw("ModelList")),
+    op("get", BOTH, &["/hooks/capabilities"], "hookCapabilities", "system", "The runtime hooks contract this host implements.").returns(200, Body::Raw("Object")),
+    op("get", BOTH, &["/openapi.json"], "openapi", "system", "This document.").returns(200, Body::Raw("Object")),
+    op("get", BOTH, &["/events"], "events", "events", "SSE: live runtime events (session, run, tool, task) with ids; `Last-Event-ID` (or `?after=`) resumes.")
+        .query(&[("after", "resume after this event id"), ("filter", "event-name globs, comma-separated or repeated")])
+        .returns(200, Body::Sse),
+    op("get", BOTH, &["/runs/{id}"], "getRun", "runs", "A run: status, agent, session, last sequence number.").returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/runs/{id}/events"], "runEvents", "runs", "SSE: the run's journal after `Last-Event-ID` (or `?after=N`), then live, until the run ends.")
+        .query(&[("after", "resume after this sequence number")])
+        .returns(200, Body::Sse),
+    op("post", BOTH, &["/runs/{id}/steer"], "steerRun", "runs", "Add information to a running run, or queue a follow-up.").request("Object").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/runs/{id}/abort"], "abortRun", "runs", "Cancel the run's model call and tools.").request("Object").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/runs/{id}/reconcile"], "reconcileRun", "runs", "Decide an effect a crash left unconfirmed (`applied` or `not_applied`) and resume the paused run.")
+        .request("Object")
+        .returns(200, Body::Envelope("Object")),
+    op("get", BOTH, AGENTS, "listAgents", "agents", "Agents the runtime serves.").returns(200, Body::Envelope("AgentSummaryList")),
+    op("post", BOTH, AGENTS, "createAgent", "agents", "Create `.polpo/agents/<id>/agent.json` and `instructions.md`; 409 `already_exists` when taken.")
+        .request("AgentInput")
+        .returns(201, Body::Envelope("Agent")),
+    op("get", BOTH, AGENT, "getAgent", "agents", "An agent's config, instructions and revision (also the ETag).").returns(200, Body::Envelope("Agent")),
+    op("put", BOTH, AGENT, "replaceAgent", "agents", "Replace an agent's config (and instructions); send the revision read (`If-Match` or `revision`) to get 409 `conflict` instead of overwriting a concurrent edit.")
+        .request("AgentInput")
+        .returns(200, Body::Envelope("Agent")),
+    op("patch", BOTH, AGENT, "patchAgent", "agents", "Merge config fields (JSON merge patch; `null` removes) and replace instructions when given; revision-checked like PUT.")
+        .request("AgentInput")
+        .returns(200, Body::Envelope("Agent")),
+    op("delete", BOTH, AGENT, "deleteAgent", "agents", "Delete an agent's folder (revision-checked with `If-Match`).").returns(200, Body::Envelope("Removed")),
+    op("get", BOTH, SESSIONS, "listSessions", "sessions", "Chat sessions, newest first, one page at a time.")
+        .query(&[
+            ("agent", "only this agent's sessions"),
+            ("user", "only this user's sessions"),
+            ("limit", "page size, 1..=1000 (default 100)"),
+            ("cursor", "`nextCursor` of the previous page"),
+            ("metadata.<key>", "only sessions whose metadata has this string value (ANDed)"),
+        ])
+        .returns(200, Body::Envelope("SessionPage")),
+    op("get", BOTH, SESSION, "getSession", "sessions", "A session and its messages, oldest first.").returns(200, Body::Envelope("SessionWithMessages")),
+    op("get", BOTH, SESSION_MESSAGES, "getSessionMessages", "sessions", "A session and its messages, oldest first.").returns(200, Body::Envelope("SessionWithMessages")),
+    op("patch", BOTH, SESSION, "patchSession", "sessions", "Retitle a session (or replace its metadata).").request("SessionPatch").returns(200, Body::Envelope("Session")),
+    op("delete", BOTH, SESSION, "deleteSession", "sessions", "Delete a session and its messages.").returns(200, Body::Envelope("Removed")),
+];
+
+/// `GET /api/v1/openapi.json`.
+pub async fn openapi() -> Json<Value> {
+    Json(document())
+}
+
+/// The OpenAPI 3.1 document for [`ROUTES`].
+pub fn document() -> Value {
+    let mut paths = Map::new();
+    for route in ROUTES {
+        for (n, path) in route.full_paths().enumerate() {
+            let item = paths.entry(path.clone()).or_insert_with(|| json!({}));
+            item[route.method] = operation(route, &path, n == 0);
+        }
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Polpo", "version": env!("CARGO_PKG_VERSION"), "description": "Polpo agent runtime: OpenAI-compatible chat completions and the management API. Management routes answer `{ok:true, data}` or `{ok:false, error, code}`."},
+        "servers": [{"url": "/"}],
+        "security": [{"bearerAuth": []}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "bearerAuth": {"type": "http", "scheme": "bearer", "description": "An API key (`POLPO_API_KEY` or `settings.apiKeys`); `X-API-Key: <key>` is accepted too."}
+            },
+            "schemas": schemas(),
+        },
+    })
+}
+
+fn operation(route: &Route, path: &str, canonical: bool) -> Value {
+    let mut parameters: Vec<Value> = path
+        .split('/')
+        .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+        .collect();
+    parameters.extend(route.query.iter().map(|(name, description)| json!({"name": name, "in": "query", "required": false, "description": description, "schema": {"type": "string"}})));
+    let schema = |name: &str| json!({"$ref": format!("#/components/schemas/{name}")});
+    let content = match route.response {
+        Body::Raw(s) => json!({"application/json": {"schema": schema(s)}}),
+        Body::Envelope(s) => json!({"application/json": {"schema": {"type": "object", "required": ["ok", "data"], "properties": {"ok": {"const": true}, "data": schema(s)}}}}),
+        Body::Sse => json!({"text/event-stream": {"schema": {"type": "string"}}}),
+        Body::JsonOrSse(s) => json!({"application/json": {"schema": schema(s)}, "text/event-stream": {"schema": {"type": "string"}}}),
+    };
+    let error = if route.prefixes == V1 { "OpenAIError" } else { "RestError" };
+    let mut responses = Map::new();
+    responses.insert(route.status.to_string(), json!({"description": "success", "content": content}));
+    responses.insert("default".into(), json!({"description": "error, with a stable snake_case code", "content": {"application/json": {"schema": schema(error)}}}));
+    let mut op = json!({"tags": [route.tag], "summary": route.summary, "parameters": parameters, "responses": responses});
+    if canonical {
+        op["operationId"] = json!(route.id);
+    } else {
+        op["x-polpo-alias-of"] = json!(route.id);
+    }
+    if let Some(r) = route.request {
+        op["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": schema(r)}}});
+    }
+    if !route.auth {
+        op["security"] = json!([]);
+    }
+    op
+}
+
+fn schemas() -> Value {
+    let string = json!({"type": "string"});
+    let object = json!({"type": "object", "additionalProperties": true});
+    json!({
+        "Object": object,
+        "RestError": {"type": "object", "required": ["ok", "error"], "properties": {"ok": {"const": false}, "error": string, "code": string, "problems": {"type": "array", "items": {"$ref": "#/components/schemas/Problem"}}}},
+        "OpenAIError": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "properties": {"message": string, "type": string, "code": string}}}},
+        "Problem": {"type": "object", "required": ["code", "message"], "properties": {"code": string, "message": string, "file": string, "pointer": string, "line": {"type": "integer"}, "column": {"type": "integer"}}},
+        "Health": {"type": "object", "properties": {"status": string, "version": string, "uptime": {"type": "integer", "description": "seconds"}}},
+        "ChatCompletionRequest": {"type": "object", "required": ["messages"], "additionalProperties": true, "properties": {
+            "agent": string, "model": string, "messages": {"type": "array", "items": object}, "stream": {"type": "boolean"},
+            "tools": {"type": "array", "items": object}, "tool_choice": {}, "parallel_tool_calls": {"type": "boolean"},
+            "response_format": object, "metadata": {"type": "object", "additionalProperties": string}, "user": string, "polpo": object}},
+        "ChatCompletion": {"type": "object", "properties": {"id": string, "object": {"const": "chat.completion"}, "created": {"type": "integer"}, "model": string, "choices": {"type": "array", "items": object}, "usage": object}},
+        "ModelList": {"type": "object", "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {"type": "object", "properties": {"id": string, "object": {"const": "model"}, "owned_by": string}}}}},
+        "AgentConfig": {"type": "object", "description": "agent.json (see `polpo validate`).", "additionalProperties": true},
+        "AgentInput": {"type": "object", "properties": {
+            "id": {"type": "string", "description": "create only; also accepted as `name`"},
+            "config": {"$ref": "#/components/schemas/AgentConfig"},
+            "instructions": {"type": "string", "description": "instructions.md; also accepted as `systemPrompt`"},
+            "revision": {"type": "string", "description": "the revision read (or send `If-Match`)"}},
+            "description": "Config fields may also be given at the top level instead of under `config`."},
+        "Agent": {"type": "object", "properties": {"id": string, "config": {"$ref": "#/components/schemas/AgentConfig"}, "instructions": string, "revision": string, "file": string}},
+        "AgentSummaryList": {"type": "array", "items": {"type": "object", "properties": {"id": string, "config": {"$ref": "#/components/schemas/AgentConfig"}, "file": string}}},
+        "Removed": {"type": "object", "properties": {"removed": {"const": true}}},
+        "Session": {"type": "object", "properties": {"id": string, "agent": string, "title": string, "user": string, "metadata": object,
+            "createdAt": {"type": "string", "format": "date-time"}, "updatedAt": {"type": "string", "format": "date-time"},
+            "messageCount": {"type": "integer"}, "revision": {"type": "integer"}}},
+        "SessionPage": {"type": "object", "properties": {"sessions": {"type": "array", "items": {"$ref": "#/components/schemas/Session"}}, "nextCursor": {"type": ["string", "null"]}}},
+        "Message": {"type": "object", "additionalProperties": true, "properties": {"id": string, "seq": {"type": "integer"}, "ts": string, "role": string, "content": {}}},
+        "SessionWithMessages": {"type": "object", "properties": {"session": {"$ref": "#/components/schemas/Session"}, "messages": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}}}},
+        "SessionPatch": {"type": "object", "properties": {"title": string, "metadata": object, "revision": {"type": "integer"}}},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    const METHODS: [&str; 5] = ["get", "post", "put", "patch", "delete"];
+
+    /// `(method, path)` of every `.route("path", method(..).method(..))` in `source`.
+    fn registered(source: &str) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for chunk in source.split(".route(").skip(1) {
+            let Some(path) = chunk.strip_prefix('"').and_then(|r| r.split('"').next()) else { continue };
+            // The call's arguments end at the parenthesis that closes `.route(`.
+            let mut depth = 1;
+            let end = chunk
+                .char_indices()
+                .find(|(_, c)| {
+                    depth += match c {
+                        '(' => 1,
+                        ')' => -1,
+                        _ => 0,
+                    };
+                    depth == 0
+                })
+                .map_or(chunk.len(), |(i, _)| i);
+            let args = &chunk[..end];
+            for m in METHODS {
+                let call = format!("{m}(");
+                let bytes = args.as_bytes();
+                let mut calls = args.match_indices(&call).filter(|(i, _)| *i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':'));
+                if calls.next().is_some() {
+                    out.push((m.to_owned(), path.to_owned()));
+                }
+            }
+        }
+        out
+    }
+
+    fn sources(dir: &std::path::Path, out: &mut Vec<(std::path::PathBuf, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("openapi.rs") {
+                out.push((path.clone(), std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+
+    #[test]
+    fn every_route_the_router_registers_is_documented() {
+        let doc = document();
+        let mut files = Vec::new();
+        sources(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), &mut files);
+        let mut seen = 0;
+        for (file, text) in &files {
+            for (method, path) in registered(text) {
+                seen += 1;
+                assert!(doc["paths"][&path][&method].is_object(), "{} registers {method} {path}, which has no row in routes::openapi::ROUTES", file.display());
+            }
+        }
+        assert!(seen >= 10, "the scan found only {seen} routes: is it still reading app.rs?");
+    }
+
+    #[test]
+    fn the_scan_reads_methods_and_paths() {
+        let src = r#"Router::new().route("/a/{id}", get(routes::x::get).patch(routes::x::patch)).route("/b", post(f))"#;
+        assert_eq!(registered(src), [("get".into(), "/a/{id}".into()), ("patch".into(), "/a/{id}".into()), ("post".into(), "/b".into())] as [(String, String); 3]);
+    }
+
+    #[test]
+    fn the_document_is_openapi_3_1_with_bearer_auth_and_resolvable_refs() {
+        let doc = document();
+        assert_eq!(doc["openapi"], "3.1.0");
+        assert_eq!(doc["components"]["securitySchemes"]["bearerAuth"]["scheme"], "bearer");
+        assert_eq!(doc["paths"]["/api/v1/health"]["get"]["security"], json!([]));
+        let text = doc.to_string();
+        for r in text.split("#/components/schemas/").skip(1) {
+            let name = r.split('"').next().unwrap();
+            assert!(doc["components"]["schemas"][name].is_object(), "dangling $ref {name}");
+        }
+        let ids: Vec<&str> = ROUTES.iter().map(|r| r.id).collect();
+        let mut unique = ids.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), ids.len(), "operation ids must be unique");
+    }
+}
