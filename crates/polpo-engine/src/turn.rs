@@ -13,7 +13,6 @@ use crate::error::EngineError;
 use crate::events::{EventSink, RunEvent};
 use crate::hooks::termination::{Judgement, Termination};
 use crate::invocation::Invocation;
-use crate::tool_exec::execute_batch;
 use futures::StreamExt;
 use polpo_core::message::{Content, FinishReason, Message, Role, ToolCall, Usage};
 use polpo_llm::{ModelEvent, ModelRequest, ToolChoice};
@@ -205,7 +204,9 @@ async fn answer_pending_calls(
     if cancel.is_cancelled() {
         return Err(EngineError::Aborted);
     }
-    execute_batch(inv, hooks, 1, &missing, sink).await
+    // Through the runtime's own tools too (a resumed `polpo_tool_load`), judged against the
+    // conversation up to the assistant message that made the calls.
+    crate::runtime_tools::execute(inv, hooks, 1, &missing, &conversation[..=last], sink).await
 }
 
 fn outcome(content: Option<String>, finish_reason: FinishReason, client_tool_calls: Vec<ToolCall>, usage: Usage, turns: u32, added: &[Message]) -> RunOutcome {

@@ -144,3 +144,29 @@ async fn a_search_finds_custom_tools_and_loading_one_makes_it_callable() {
     assert_eq!(results[2], ("site_12 ran".to_string(), false));
     assert!(request_tools(&llm, 2).contains(&"site_12".to_string()));
 }
+
+/// No steering: just the resume behaviour of a durable run.
+struct Resumed;
+
+impl polpo_engine::RunControl for Resumed {
+    fn take_steering(&self) -> Vec<polpo_core::message::Message> {
+        Vec::new()
+    }
+    fn take_follow_ups(&self) -> Vec<polpo_core::message::Message> {
+        Vec::new()
+    }
+}
+
+#[tokio::test]
+async fn a_run_resumed_after_a_load_call_answers_it_and_offers_the_tool() {
+    use polpo_core::message::{Message, Role, ToolCall};
+    let ws = Workspace::new();
+    let llm = FakeLlm::start(vec![Turn::text("resumed")]).await.unwrap();
+    let mut inv = invocation_with(&llm, &ws, None, polpo_tools::tools::system_tools(), Some(&["read"]));
+    inv.tool_loading = ToolLoadingMode::Progressive;
+    let load = ToolCall { id: "c1".into(), name: "polpo_tool_load".into(), arguments: r#"{"names":["read"]}"#.into() };
+    let history = vec![Message::user("go"), Message { role: Role::Assistant, content: None, tool_calls: vec![load], tool_call_id: None, name: None }];
+    let outcome = polpo_engine::run_turns_controlled(&inv, history, &|_| {}, &tokio_util::sync::CancellationToken::new(), Some(&Resumed)).await.unwrap();
+    assert!(outcome.messages[0].text_content().starts_with("Loaded: read."), "{:?}", outcome.messages[0]);
+    assert_eq!(request_tools(&llm, 0), [&DISCLOSURE[..], &["read"]].concat());
+}
