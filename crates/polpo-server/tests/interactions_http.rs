@@ -94,3 +94,17 @@ async fn ask_user_question_finishes_with_ask_user_and_a_tool_message_answers_it(
     assert_eq!(last["choices"][0]["finish_reason"], "ask_user");
     assert_eq!(last["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "ask_user_question");
 }
+
+#[tokio::test]
+async fn a_durable_run_streams_its_suggestions_before_the_stop_chunk_too() {
+    let llm = FakeLlm::start([Turn::text("Durable answer."), Turn::text(SUGGESTIONS)]).await.unwrap();
+    let s = server(&llm).await;
+    let mut req = ask("Durably?", json!({"suggestions": true}), true);
+    req["polpo"]["delivery"] = json!({"onDisconnect": "continue"});
+    let r = s.post("/v1/chat/completions", &[], req).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let chunks = chunks(&r);
+    let n = chunks.len();
+    assert_eq!(chunks[n - 1]["choices"][0]["finish_reason"], "stop");
+    assert_eq!(chunks[n - 2]["polpo"]["suggestions"][0]["label"], "Show an example", "{:?}", chunks[n - 2]);
+}
