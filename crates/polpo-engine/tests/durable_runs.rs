@@ -1,4 +1,4 @@
-//! Durable runs below HTTP, on the file store and on PostgreSQL: steering at the next safe
+//! Durable runs below HTTP, on the file store, SQLite and PostgreSQL: steering at the next safe
 //! boundary, follow-ups after the run would finish, duplicate steering ids, abort of a running
 //! tool, journal replay from any position, and resuming a crashed run from its checkpoint
 //! with the effect ledger deciding whether a `write` call runs again.
@@ -342,6 +342,9 @@ macro_rules! on_backends {
         }
         mod postgres {
             $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(polpo_store::StoreKind::Postgres).await })*
+        }
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(polpo_store::StoreKind::Sqlite).await })*
         }
     };
 }

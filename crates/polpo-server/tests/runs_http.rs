@@ -1,4 +1,4 @@
-//! Durable runs over HTTP, on the file store and on PostgreSQL: run-backed chat that outlives
+//! Durable runs over HTTP, on the file store, SQLite and PostgreSQL: run-backed chat that outlives
 //! its client, reconnecting with `Last-Event-ID`, steering and abort through the run routes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup should panic loudly
@@ -79,12 +79,8 @@ impl Frames {
     }
 }
 
-/// A server over `storage` whose agent `coder` may read and run bash.
-async fn server(llm: &FakeLlm, schema: Option<&PgSchema>) -> Server {
-    let settings = match schema {
-        Some(s) => json!({"storage": "postgres", "databaseUrl": s.url()}),
-        None => json!({"storage": "file"}),
-    };
+/// A server over the store `settings` name whose agent `coder` may read and run bash.
+async fn server(llm: &FakeLlm, settings: Value) -> Server {
     Server::start_with(llm, None, |d| {
         ProjectFixture::new(d, settings)
             .unwrap()
@@ -123,21 +119,26 @@ impl Server {
     }
 }
 
-async fn with_backend<F, Fut>(postgres: bool, test: F)
+/// Run `test` over a fresh store of `storage` (a schema of its own on PostgreSQL).
+async fn with_backend<F, Fut>(storage: &str, test: F)
 where
-    F: FnOnce(Option<PgSchema>) -> Fut,
+    F: FnOnce(Value) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let schema = if postgres { Some(PgSchema::create().await.unwrap()) } else { None };
-    test(schema.clone()).await;
+    let schema = if storage == "postgres" { Some(PgSchema::create().await.unwrap()) } else { None };
+    let settings = match &schema {
+        Some(s) => json!({"storage": "postgres", "databaseUrl": s.url()}),
+        None => json!({"storage": storage}),
+    };
+    test(settings).await;
     if let Some(schema) = schema {
         schema.drop_schema().await.unwrap();
     }
 }
 
-async fn a_client_that_loses_the_stream_reconnects_and_misses_nothing(schema: Option<PgSchema>) {
+async fn a_client_that_loses_the_stream_reconnects_and_misses_nothing(settings: Value) {
     let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "written"))]), Turn::text("All done.")]).await.unwrap();
-    let s = server(&llm, schema.as_ref()).await;
+    let s = server(&llm, settings).await;
     let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Build it", true))).await;
     assert_eq!(response.status(), 200);
     let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
@@ -177,9 +178,9 @@ async fn a_client_that_loses_the_stream_reconnects_and_misses_nothing(schema: Op
     assert_eq!(std::fs::read_to_string(s.dir.path().join("log.txt")).unwrap(), "written\n");
 }
 
-async fn steering_over_http_is_delivered_once_at_the_next_boundary(schema: Option<PgSchema>) {
+async fn steering_over_http_is_delivered_once_at_the_next_boundary(settings: Value) {
     let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "x"))]), Turn::text("Switched to PostgreSQL.")]).await.unwrap();
-    let s = server(&llm, schema.as_ref()).await;
+    let s = server(&llm, settings).await;
     let reply = s.post("/v1/runs/nope/steer", &[], json!({"id": "a", "mode": "steer", "content": "hi"})).await;
     assert_eq!((reply.status, reply.json()["code"].as_str()), (404, Some("run_not_found")));
 
@@ -206,9 +207,9 @@ async fn steering_over_http_is_delivered_once_at_the_next_boundary(schema: Optio
     assert_eq!((late.status, late.json()["code"].as_str()), (409, Some("run_not_active")));
 }
 
-async fn abort_over_http_ends_the_run_within_a_second(schema: Option<PgSchema>) {
+async fn abort_over_http_ends_the_run_within_a_second(settings: Value) {
     let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "sleep 60"}))]), Turn::text("never")]).await.unwrap();
-    let s = server(&llm, schema.as_ref()).await;
+    let s = server(&llm, settings).await;
     let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Wait", true))).await;
     let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
     let mut frames = Frames::new(response);
@@ -230,9 +231,9 @@ async fn abort_over_http_ends_the_run_within_a_second(schema: Option<PgSchema>) 
     assert_eq!(events.last().unwrap().json()["type"], "run.cancelled");
 }
 
-async fn a_non_streaming_durable_completion_answers_from_its_run(schema: Option<PgSchema>) {
+async fn a_non_streaming_durable_completion_answers_from_its_run(settings: Value) {
     let llm = FakeLlm::start([Turn::text("Hello from a run.")]).await.unwrap();
-    let s = server(&llm, schema.as_ref()).await;
+    let s = server(&llm, settings).await;
     let reply = s.post("/v1/chat/completions", &[], durable_chat("Hi", false)).await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     assert_eq!(reply.json()["choices"][0]["message"]["content"], "Hello from a run.");
@@ -241,9 +242,9 @@ async fn a_non_streaming_durable_completion_answers_from_its_run(schema: Option<
     assert_eq!(got["data"]["sessionId"], reply.header("x-session-id").unwrap());
 }
 
-async fn a_plain_streaming_chat_can_be_steered_and_aborted_by_its_run_id(schema: Option<PgSchema>) {
+async fn a_plain_streaming_chat_can_be_steered_and_aborted_by_its_run_id(settings: Value) {
     let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "x"))]), Turn::text("Steered."), Turn::tool_calls(vec![("bash", json!({"command": "sleep 60"}))])]).await.unwrap();
-    let s = server(&llm, schema.as_ref()).await;
+    let s = server(&llm, settings).await;
     let plain = |text: &str| json!({"agent": "coder", "stream": true, "messages": [{"role": "user", "content": text}]});
     let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(plain("Build it"))).await;
     let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
@@ -272,9 +273,9 @@ fn user_messages(body: &Value) -> Vec<String> {
     body["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "user").map(|m| m["content"].as_str().unwrap().to_owned()).collect()
 }
 
-async fn only_paused_runs_are_reconciled(schema: Option<PgSchema>) {
+async fn only_paused_runs_are_reconciled(settings: Value) {
     let llm = FakeLlm::start([Turn::text("Hi.")]).await.unwrap();
-    let s = server(&llm, schema.as_ref()).await;
+    let s = server(&llm, settings).await;
     let body = json!({"key": "run/x/turn/1/call/0/ab", "outcome": "applied"});
     let missing = s.post("/v1/runs/nope/reconcile", &[], body.clone()).await;
     assert_eq!((missing.status, missing.json()["code"].as_str()), (404, Some("run_not_found")));
@@ -289,10 +290,13 @@ async fn only_paused_runs_are_reconciled(schema: Option<PgSchema>) {
 macro_rules! on_backends {
     ($($name:ident),* $(,)?) => {
         mod file {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::with_backend(false, super::$name).await })*
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::with_backend("file", super::$name).await })*
         }
         mod postgres {
-            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::with_backend(true, super::$name).await })*
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::with_backend("postgres", super::$name).await })*
+        }
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::with_backend("sqlite", super::$name).await })*
         }
     };
 }
