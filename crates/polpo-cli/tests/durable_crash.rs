@@ -140,6 +140,103 @@ async fn killed_mid_run_and_restarted_the_run_completes_with_each_effect_once(se
     assert_eq!(status, "completed");
 }
 
+/// Killed while a `write` call runs: after the restart nobody knows whether it took effect, so
+/// the run pauses (`effect_unconfirmed`) instead of repeating it; a person confirms it over
+/// HTTP and the run finishes, the effect still applied once.
+async fn killed_during_a_write_the_run_pauses_until_reconciled(settings: Value) {
+    polpo_llm::install_crypto_provider();
+    // The call appends, then waits (bounded) on a gate that never opens: the kill lands
+    // after the effect and before its result is recorded.
+    let command = "echo one >> log.txt; for i in $(seq 300); do [ -f gate ] && break; sleep 0.02; done";
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": command}))]), Turn::text("Confirmed and finished.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path(), settings);
+    let base = llm.base_url();
+    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
+
+    let first = ServerProcess::start("serve", dir.path(), &[], &env);
+    let body = json!({"agent": "builder", "messages": [{"role": "user", "content": "Append one"}], "polpo": {"delivery": {"onDisconnect": "continue"}}, "stream": true});
+    let chat = reqwest::Client::new().post(format!("{}/v1/chat/completions", first.url)).json(&body).send().await.unwrap();
+    let run = chat.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    let mut events = RunEvents::open(&first.url, &run, None).await;
+    let mut seen: Vec<Frame> = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(frame) = events.next().await {
+            let started = frame.1["type"] == "tool.started";
+            seen.push(frame);
+            if started {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("the write call starts");
+    // Wait for the effect itself (the file line), not for time.
+    let log = dir.path().join("log.txt");
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while std::fs::read_to_string(&log).unwrap_or_default() != "one\n" {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the effect happens");
+    drop(first);
+    drop(chat);
+
+    let second = ServerProcess::start("serve", dir.path(), &[], &env);
+    let mut events = RunEvents::open(&second.url, &run, Some(seen.last().unwrap().0)).await;
+    let paused = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(frame) = events.next().await {
+            let kind = frame.1["type"].as_str().unwrap_or_default().to_owned();
+            seen.push(frame);
+            if ["run.paused", "run.completed", "run.failed"].contains(&kind.as_str()) {
+                return seen.last().unwrap().1.clone();
+            }
+        }
+        panic!("the stream ended without a verdict");
+    })
+    .await
+    .expect("the restarted server decides");
+    assert_eq!(paused["type"], "run.paused", "{paused}");
+    assert_eq!(paused["data"]["code"], "effect_unconfirmed");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "one\n", "the uncertain write was not repeated");
+
+    let key = paused["data"]["detail"]["key"].as_str().unwrap();
+    let reconcile = json!({"key": key, "outcome": "applied", "result": "appended"});
+    let reply = reqwest::Client::new().post(format!("{}/v1/runs/{run}/reconcile", second.url)).json(&reconcile).send().await.unwrap();
+    assert_eq!(reply.status(), 200);
+    let mut events = RunEvents::open(&second.url, &run, Some(seen.last().unwrap().0)).await;
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(frame) = events.next().await {
+            let done = frame.1["type"] == "run.completed";
+            seen.push(frame);
+            if done {
+                return;
+            }
+        }
+        panic!("the stream ended before the run completed");
+    })
+    .await
+    .expect("the reconciled run completes");
+    assert_eq!(seen.last().unwrap().1["data"]["content"], "Confirmed and finished.");
+    let seqs: Vec<u64> = seen.iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs, (1..=seen.len() as u64).collect::<Vec<_>>(), "no gaps or duplicates across both servers");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "one\n");
+    assert_eq!(llm.requests().last().unwrap().body["messages"].as_array().unwrap().last().unwrap()["content"], "appended");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_during_a_write_on_the_file_store() {
+    killed_during_a_write_the_run_pauses_until_reconciled(json!({"storage": "file"})).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_during_a_write_on_postgres() {
+    let schema = PgSchema::create().await.unwrap();
+    killed_during_a_write_the_run_pauses_until_reconciled(json!({"storage": "postgres", "databaseUrl": schema.url()})).await;
+    schema.drop_schema().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_mid_run_on_the_file_store() {
     killed_mid_run_and_restarted_the_run_completes_with_each_effect_once(json!({"storage": "file"})).await;
