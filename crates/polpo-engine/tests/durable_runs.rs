@@ -36,6 +36,13 @@ impl Setup {
         ProjectFixture::new(dir.path(), json!({"storage": storage}))
             .unwrap()
             .agent("coder", json!({"model": "openai/fake-model", "allowedTools": ["read", "bash"], "maxTurns": 8}), "You write code.")
+            .unwrap()
+            .hook_pack("quality", json!({"version": 1, "hooks": {"turn:stop": [{"id": "accept", "terminationGate": {
+                "validator": {"type": "command", "command": "echo '{\"decision\":\"accept\"}'", "timeoutMs": 3000},
+                "maxCycles": 2, "maxDurationMs": 3_600_000
+            }}]}}))
+            .unwrap()
+            .agent("gated", json!({"model": "openai/fake-model", "allowedTools": ["read"], "hooks": ["quality"]}), "You answer.")
             .unwrap();
         let project = polpo_project::load_project(dir.path()).unwrap();
         let base = llm.base_url();
@@ -332,6 +339,34 @@ async fn pending_steering_survives_a_crash(kind: StoreKind) {
     assert_eq!(journal.last().unwrap().event_type, "run.completed", "{:?}", types(&journal));
     assert!(!s.path("other.txt").exists(), "the answered call is not run again");
     assert_eq!(user_texts(&llm.requests()[0].body), ["Append a line", "Also add tests."]);
+    s.finish().await;
+}
+
+/// The gate's time budget counts from when the run was accepted: a run accepted two hours
+/// ago and resumed now has used up a one-hour `maxDurationMs`, whatever the restart did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_run_keeps_the_termination_gate_time_budget_it_used() {
+    let llm = FakeLlm::start([Turn::text("fresh"), Turn::text("never")]).await.unwrap();
+    let s = Setup::new(StoreKind::Postgres, &llm).await;
+    // A second handle on the same database whose clock says the run began two hours ago.
+    let past = chrono::Utc::now() - chrono::Duration::hours(2);
+    let url = s.schema.as_ref().unwrap().url();
+    let old = open_store(StoreKind::Postgres, s.dir.path(), Some(&url), Arc::new(polpo_store::ManualClock::new(past))).await.unwrap();
+    let session = old.sessions.create_session(polpo_store::NewSession { agent: "gated".into(), ..Default::default() }).await.unwrap();
+    let spec = RunSpec { agent: "gated".into(), session_id: session.id.clone(), messages: vec![Message::user("Hi")], ..Default::default() };
+    let run = old.runs.create_run(NewRun { id: Some(format!("chat-{}", uuid_like())), agent: "gated".into(), session_id: Some(session.id) }).await.unwrap();
+    old.runs.append_event(&run.id, "run.accepted", json!({"spec": spec})).await.unwrap();
+
+    // The same agent, started now, is within budget.
+    let fresh = s.runs.start(ChatInput::new("gated", vec![Message::user("Hi")])).await.unwrap().run_id;
+    assert_eq!(s.journal(&fresh).await.last().unwrap().event_type, "run.completed");
+
+    assert_eq!(s.runs.recover().await.unwrap(), std::slice::from_ref(&run.id));
+    let journal = s.journal(&run.id).await;
+    let last = journal.last().unwrap();
+    assert_eq!((last.event_type.as_str(), last.data["code"].as_str()), ("run.failed", Some("termination_gate_time_exhausted")), "{last:?}");
+    assert_eq!(llm.requests().len(), 1, "no model call is paid for after the budget ran out");
+    drop(old);
     s.finish().await;
 }
 

@@ -533,6 +533,11 @@ impl RunManager {
         let session = store.sessions.get_session(&state.spec.session_id).await?.ok_or_else(|| ChatError::SessionNotFound(state.spec.session_id.clone()))?;
         if let Some(hooks) = &mut invocation.hooks {
             hooks.info.session_id = Some(session.id.clone());
+            // Budgets survive a resume: the gate's `maxDurationMs` counts from when the run
+            // was accepted, not from the takeover (downtime included, the safe side).
+            let before = (chrono::Utc::now() - run.created_at).to_std().unwrap_or_default();
+            let resumed_at = std::time::Instant::now();
+            hooks.clock = Arc::new(move || before + resumed_at.elapsed());
         }
         let history = self.runtime.history(&session.id).await?;
         let new_messages = state.spec.messages.iter().chain(&state.produced).cloned().collect();
