@@ -9,6 +9,7 @@ use super::Global;
 use anyhow::Context as _;
 use polpo_core::message::Message;
 use polpo_engine::{ChatInput, RunEvent};
+use polpo_llm::ToolChoice;
 use serde_json::json;
 use std::io::Write;
 use std::process::ExitCode;
@@ -27,6 +28,10 @@ pub struct Args {
     /// Restrict the agent's tools for this run (repeatable; can only narrow).
     #[arg(long = "allow-tool", value_name = "PATTERN")]
     allow_tools: Vec<String>,
+    /// Tool choice for the first model call: `auto` (default), `none`, `required`, or a tool
+    /// name to force (small offline models rarely pick a tool unprompted).
+    #[arg(long, value_name = "auto|none|required|TOOL")]
+    tool_choice: Option<String>,
     /// Print `{answer, sessionId, runId, usage, turns}` as JSON instead of streaming.
     #[arg(long)]
     json: bool,
@@ -47,6 +52,9 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
         input.session_id = args.session.clone();
         if !args.allow_tools.is_empty() {
             input.allowed_tools = Some(args.allow_tools.clone());
+        }
+        if let Some(choice) = &args.tool_choice {
+            input.tool_choice = tool_choice(choice);
         }
         let cancel = CancellationToken::new();
         let on_ctrl_c = cancel.clone();
@@ -86,6 +94,17 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// `--tool-choice` as the engine's choice: the three keywords, anything else a tool name (the
+/// engine refuses a name outside the agent's tools before any model call).
+fn tool_choice(value: &str) -> ToolChoice {
+    match value {
+        "auto" => ToolChoice::Auto,
+        "none" => ToolChoice::None,
+        "required" => ToolChoice::Required,
+        name => ToolChoice::Tool(name.to_owned()),
+    }
+}
+
 /// Answer text to stdout as it streams; tool activity to stderr.
 fn print_event(event: &RunEvent) {
     match event {
@@ -107,5 +126,18 @@ fn clip(s: &str, max: usize) -> String {
     match s.char_indices().nth(max) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_choice_keywords_and_tool_names() {
+        assert_eq!(tool_choice("auto"), ToolChoice::Auto);
+        assert_eq!(tool_choice("none"), ToolChoice::None);
+        assert_eq!(tool_choice("required"), ToolChoice::Required);
+        assert_eq!(tool_choice("read"), ToolChoice::Tool("read".into()));
     }
 }
