@@ -16,6 +16,10 @@ use support::TestStore;
 
 const MESSAGES: usize = 500;
 const EVENTS: usize = 2000;
+/// Concurrent clients in the chat-shaped case, as the server bench's 32 concurrent clients.
+const TASKS: usize = 32;
+/// Chat-shaped units of work per client: create a session, append a user and an assistant message.
+const CHATS_PER_TASK: usize = 40;
 
 fn rate(n: usize, started: Instant) -> String {
     let secs = started.elapsed().as_secs_f64();
@@ -69,13 +73,41 @@ async fn measure(kind: StoreKind) {
         }
     }
     let read_events = rate(after as usize, started);
+    let concurrent_chats = concurrent_chats(&t.store).await;
     println!("{kind:?}");
     println!("  session append (1 message, durable)  {append_messages}");
     println!("  session read (pages of 100)          {read_messages}");
     println!("  run-event append (durable)           {append_events}");
     println!("  run-event append, batches of 50      {append_batches}");
     println!("  run-event read (pages of 100)        {read_events}");
+    println!("  create + append, {TASKS} concurrent     {concurrent_chats}");
     t.finish().await;
+}
+
+/// What one chat completion writes (a new session, then the user message and the answer),
+/// from `TASKS` clients at once: the shape of the server under concurrent load.
+async fn concurrent_chats(store: &polpo_store::Store) -> String {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let sessions = store.sessions.clone();
+            tokio::spawn(async move {
+                for i in 0..CHATS_PER_TASK {
+                    let new = NewSession { agent: "bench".into(), ..Default::default() };
+                    let id = sessions.create_session(new).await.unwrap().id;
+                    let turn = vec![
+                        NewMessage::new(Message::user(format!("question {i}"))),
+                        NewMessage::new(Message::assistant(format!("answer {i}: {}", "lorem ipsum ".repeat(20)))),
+                    ];
+                    sessions.append_messages(&id, turn, None).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    rate(TASKS * CHATS_PER_TASK, started)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,10 @@ pub(crate) struct Journal {
     end: u64,
 }
 
+/// What [`Journal::write`] did: each line's length, or the error and the offsets rebuilt from
+/// the file (when it could be read back).
+pub(crate) type Written = Result<Vec<u64>, (StoreError, Option<Journal>)>;
+
 /// Where entries `from..from+n` lie in the file, taken under the index lock and read after it
 /// is released: appends only add bytes beyond `end`, so the range stays valid.
 #[derive(Debug, Clone, Copy)]
@@ -56,7 +60,20 @@ impl Journal {
     /// Append entries durably. On failure the offsets are rebuilt from the file, so a partly
     /// written line never shifts later reads.
     pub(crate) fn append<T: Serialize>(&mut self, path: &Path, items: &[T]) -> Result<(), StoreError> {
-        match fsio::append_lines(path, items) {
+        let written = Journal::write(path, items);
+        self.record(written)
+    }
+
+    /// The file half of [`Journal::append`], done without the index lock (the caller holds the
+    /// journal's own write lock): the lines' lengths, or the error and the offsets rebuilt from
+    /// the file.
+    pub(crate) fn write<T: Serialize>(path: &Path, items: &[T]) -> Written {
+        fsio::append_lines(path, items).map_err(|e| (e, Journal::open::<serde_json::Value>(path).ok().map(|(j, _)| j)))
+    }
+
+    /// The in-memory half of [`Journal::append`]: take in what [`Journal::write`] did.
+    pub(crate) fn record(&mut self, written: Written) -> Result<(), StoreError> {
+        match written {
             Ok(lengths) => {
                 for len in lengths {
                     self.starts.push(self.end);
@@ -64,8 +81,8 @@ impl Journal {
                 }
                 Ok(())
             }
-            Err(e) => {
-                if let Ok((rebuilt, _)) = Journal::open::<serde_json::Value>(path) {
+            Err((e, rebuilt)) => {
+                if let Some(rebuilt) = rebuilt {
                     *self = rebuilt;
                 }
                 Err(e)

@@ -10,8 +10,9 @@
 //!
 //! The files are the truth. An in-memory index of sessions, runs, leases and effects (loaded
 //! at open, reconciled with the journals) makes lookups and listings cheap; journals are read
-//! from disk. All writes in one process are serialised by one mutex, and the `flock` keeps a
-//! second process out.
+//! from disk. The index mutex is held only to look up and update entries: session writes hold
+//! a per-session lock across their fsyncs, so one session's writes stay ordered and different
+//! sessions write in parallel. The `flock` keeps a second process out.
 
 mod effects;
 mod fsio;
@@ -56,6 +57,9 @@ struct Index {
     effects: HashMap<String, Effect>,
     /// Offsets of each session's `messages.jsonl`.
     messages: HashMap<String, Journal>,
+    /// One write lock per session (and per session being created), held across that session's
+    /// file I/O so its writes stay ordered while other sessions write in parallel.
+    session_locks: HashMap<String, SessionLock>,
     /// Offsets of each run's `events.jsonl`.
     events: HashMap<String, Journal>,
     /// Records by collection, then id.
@@ -104,6 +108,16 @@ impl Inner {
         self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Take the write lock of an existing session (held across its file I/O); `None` when the
+    /// session does not exist, or was deleted while we waited.
+    fn lock_session(&self, id: &str) -> Option<SessionGuard> {
+        let lock = Arc::clone(self.index().session_locks.get(id)?);
+        let guard = Arc::clone(&lock).blocking_lock_owned();
+        let idx = self.index();
+        let current = idx.session_locks.get(id).is_some_and(|l| Arc::ptr_eq(l, &lock));
+        (current && idx.sessions.contains_key(id)).then_some(guard)
+    }
+
     fn now(&self) -> DateTime<Utc> {
         now_ms(self.clock.as_ref())
     }
@@ -120,6 +134,12 @@ impl Inner {
         self.dir.join(EFFECTS).join(format!("{}.json", hex::encode(Sha256::digest(key.as_bytes()))))
     }
 }
+
+/// One session's write lock: a tokio mutex so a blocking-pool thread can own its guard.
+type SessionLock = Arc<tokio::sync::Mutex<()>>;
+
+/// A held per-session write lock, released on drop.
+type SessionGuard = tokio::sync::OwnedMutexGuard<()>;
 
 /// Newest first by (creation time, id), resuming after a cursor.
 fn page_newest_first<T: Clone>(
@@ -157,6 +177,7 @@ impl Index {
                 }
             }
             index.messages.insert(session.id.clone(), journal);
+            index.session_locks.insert(session.id.clone(), SessionLock::default());
             index.sessions.insert(session.id.clone(), session);
         }
         for entry in subdirs(&dir.join(RUNS))? {

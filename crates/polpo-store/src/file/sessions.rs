@@ -2,7 +2,9 @@
 
 use async_trait::async_trait;
 
-use super::{FileStore, Inner, Journal, SESSIONS, fsio, owned, page_newest_first};
+use std::sync::Arc;
+
+use super::{FileStore, Inner, Journal, SESSIONS, SessionGuard, SessionLock, fsio, owned, page_newest_first};
 use crate::error::StoreError;
 use crate::model::{
     self, ImportOutcome, MessagesAppended, NewMessage, NewSession, Session, SessionFilter, SessionPatch, StoredMessage,
@@ -11,30 +13,80 @@ use crate::page::{Cursor, Page, PageRequest};
 use crate::traits::SessionStore;
 
 impl Inner {
+    /// Claim a new session id: its lock goes into the index (so a second create or an import of
+    /// the same id conflicts) and is held while the files are written outside the index lock.
+    fn reserve_session(&self, id: &str) -> Option<SessionGuard> {
+        let mut idx = self.index();
+        if idx.session_locks.contains_key(id) {
+            return None;
+        }
+        let lock = SessionLock::default();
+        idx.session_locks.insert(id.to_owned(), Arc::clone(&lock));
+        // Fresh and only reachable through the index, which we hold: this never waits.
+        Some(lock.blocking_lock_owned())
+    }
+
+    /// Undo a reservation whose files could not be written.
+    fn unreserve_session(&self, id: &str) {
+        let mut idx = self.index();
+        if !idx.sessions.contains_key(id) {
+            idx.session_locks.remove(id);
+        }
+    }
+
+    /// Write a new session's directory: an empty journal, then the header by atomic rename and
+    /// the directory entries, three fsyncs in all. A directory left by a crash mid-create or
+    /// mid-delete (no header, so ignored at load) is cleared first, so no old journal leaks in.
+    fn write_new_session(&self, session: &Session, messages: &[StoredMessage]) -> Result<Journal, StoreError> {
+        let dir = self.session_dir(&session.id);
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                std::fs::remove_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+                std::fs::create_dir(&dir).map_err(|e| StoreError::io(&dir, e))?;
+            }
+            other => other.map_err(|e| StoreError::io(&dir, e))?,
+        }
+        let journal_path = dir.join("messages.jsonl");
+        let mut journal = Journal::default();
+        if messages.is_empty() {
+            // Made durable by the directory fsync of the header's rename below.
+            std::fs::File::create(&journal_path).map_err(|e| StoreError::io(&journal_path, e))?;
+        } else {
+            journal.append(&journal_path, messages)?;
+        }
+        // The header goes last (its rename fsyncs this directory): without it a half-written
+        // directory is ignored at load.
+        fsio::write_json(&dir.join("session.json"), session)?;
+        fsio::sync_dir(&self.dir.join(SESSIONS))?;
+        Ok(journal)
+    }
+
     fn create_session(&self, new: NewSession) -> Result<Session, StoreError> {
         let session = model::session_from_new(new, self.now())?;
+        let exists = || StoreError::Conflict(format!("session `{}` already exists", session.id));
+        let guard = self.reserve_session(&session.id).ok_or_else(exists)?;
+        let journal = match self.write_new_session(&session, &[]) {
+            Ok(j) => j,
+            Err(e) => {
+                self.unreserve_session(&session.id);
+                return Err(e);
+            }
+        };
         let mut idx = self.index();
-        if idx.sessions.contains_key(&session.id) {
-            return Err(StoreError::Conflict(format!("session `{}` already exists", session.id)));
-        }
-        let dir = self.session_dir(&session.id);
-        fsio::create_dir_durable(&dir)?;
-        // Empty even if a crash mid-delete left an old journal under this id.
-        fsio::write_atomic(&dir.join("messages.jsonl"), b"")?;
-        fsio::write_json(&dir.join("session.json"), &session)?;
-        idx.messages.insert(session.id.clone(), Journal::default());
+        idx.messages.insert(session.id.clone(), journal);
         idx.sessions.insert(session.id.clone(), session.clone());
+        drop(guard);
         Ok(session)
     }
 
     fn update_session(&self, id: &str, patch: SessionPatch, expected: Option<u64>) -> Result<Session, StoreError> {
         let now = self.now();
-        let mut idx = self.index();
-        let mut session = idx.sessions.get(id).cloned().ok_or_else(|| StoreError::not_found("session", id))?;
+        let _guard = self.lock_session(id).ok_or_else(|| StoreError::not_found("session", id))?;
+        let mut session = self.index().sessions.get(id).cloned().ok_or_else(|| StoreError::not_found("session", id))?;
         model::check_revision("session", id, expected, session.revision)?;
         model::apply_patch(&mut session, patch, now)?;
         fsio::write_json(&self.session_dir(id).join("session.json"), &session)?;
-        idx.sessions.insert(id.to_owned(), session.clone());
+        self.index().sessions.insert(id.to_owned(), session.clone());
         Ok(session)
     }
 
@@ -45,15 +97,16 @@ impl Inner {
         expected: Option<u64>,
     ) -> Result<MessagesAppended, StoreError> {
         let now = self.now();
-        let mut idx = self.index();
-        let mut session = idx.sessions.get(id).cloned().ok_or_else(|| StoreError::not_found("session", id))?;
+        let _guard = self.lock_session(id).ok_or_else(|| StoreError::not_found("session", id))?;
+        let mut session = self.index().sessions.get(id).cloned().ok_or_else(|| StoreError::not_found("session", id))?;
         model::check_revision("session", id, expected, session.revision)?;
         let stored = model::apply_append(&mut session, messages, now)?;
         let dir = self.session_dir(id);
         // The journal line is the truth; session.json is reconciled from it after a crash.
-        idx.messages.entry(id.to_owned()).or_default().append(&dir.join("messages.jsonl"), &stored)?;
+        let written = Journal::write(&dir.join("messages.jsonl"), &stored);
+        self.index().messages.entry(id.to_owned()).or_default().record(written)?;
         fsio::write_json(&dir.join("session.json"), &session)?;
-        idx.sessions.insert(id.to_owned(), session.clone());
+        self.index().sessions.insert(id.to_owned(), session.clone());
         Ok(MessagesAppended { session, messages: stored })
     }
 
@@ -90,15 +143,17 @@ impl Inner {
 
     fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
         model::validate_id("session", id)?;
-        let mut idx = self.index();
-        if idx.sessions.remove(id).is_none() {
-            return Ok(false);
-        }
-        idx.messages.remove(id);
+        let Some(_guard) = self.lock_session(id) else { return Ok(false) };
         let dir = self.session_dir(id);
         // Without session.json the directory is ignored at load, so a crash mid-delete is safe.
         let head = dir.join("session.json");
         std::fs::remove_file(&head).map_err(|e| StoreError::io(&head, e))?;
+        {
+            let mut idx = self.index();
+            idx.sessions.remove(id);
+            idx.messages.remove(id);
+            idx.session_locks.remove(id);
+        }
         fsio::sync_dir(&dir)?;
         std::fs::remove_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         fsio::sync_dir(&self.dir.join(SESSIONS))?;
@@ -107,29 +162,35 @@ impl Inner {
 
     fn import_session(&self, session: &Session, messages: &[StoredMessage]) -> Result<ImportOutcome, StoreError> {
         model::check_session_import(session, messages)?;
-        let mut idx = self.index();
-        let dir = self.session_dir(&session.id);
-        let journal_path = dir.join("messages.jsonl");
-        if let Some(existing) = idx.sessions.get(&session.id) {
-            model::same_import("session", &session.id, existing, session)?;
-            let stored: Vec<StoredMessage> =
-                match idx.messages.get(&session.id).and_then(|j| j.window(0, messages.len())) {
-                    Some(w) => w.read(&journal_path)?,
-                    None => Vec::new(),
-                };
-            return model::same_import("session", &session.id, &stored.as_slice(), &messages);
+        if let Some(guard) = self.reserve_session(&session.id) {
+            let journal = match self.write_new_session(session, messages) {
+                Ok(j) => j,
+                Err(e) => {
+                    self.unreserve_session(&session.id);
+                    return Err(e);
+                }
+            };
+            let mut idx = self.index();
+            idx.messages.insert(session.id.clone(), journal);
+            idx.sessions.insert(session.id.clone(), session.clone());
+            drop(guard);
+            return Ok(ImportOutcome::Imported);
         }
-        fsio::create_dir_durable(&dir)?;
-        fsio::write_atomic(&journal_path, b"")?;
-        let mut journal = Journal::default();
-        if !messages.is_empty() {
-            journal.append(&journal_path, messages)?;
-        }
-        // The header goes last: without it a half-imported directory is ignored at load.
-        fsio::write_json(&dir.join("session.json"), session)?;
-        idx.messages.insert(session.id.clone(), journal);
-        idx.sessions.insert(session.id.clone(), session.clone());
-        Ok(ImportOutcome::Imported)
+        let _guard = self.lock_session(&session.id).ok_or_else(|| {
+            StoreError::Conflict(format!("session `{}` is being created or deleted concurrently", session.id))
+        })?;
+        let (existing, window) = {
+            let idx = self.index();
+            let existing = idx.sessions.get(&session.id).cloned();
+            (existing, idx.messages.get(&session.id).and_then(|j| j.window(0, messages.len())))
+        };
+        let existing = existing.ok_or_else(|| StoreError::not_found("session", &session.id))?;
+        model::same_import("session", &session.id, &existing, session)?;
+        let stored: Vec<StoredMessage> = match window {
+            Some(w) => w.read(&self.session_dir(&session.id).join("messages.jsonl"))?,
+            None => Vec::new(),
+        };
+        model::same_import("session", &session.id, &stored.as_slice(), &messages)
     }
 }
 
