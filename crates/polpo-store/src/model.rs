@@ -615,15 +615,34 @@ pub(crate) fn apply_append(
             }
         })
         .collect();
-    if session.title.is_empty()
-        && let Some(first_user) = stored.iter().find(|m| m.message.role == Role::User)
-    {
-        session.title = first_user.message.text_content().chars().take(TITLE_CHARS).collect();
-    }
+    title_from_first_user(session, &stored);
     session.message_count += stored.len() as u64;
     session.revision += 1;
     session.updated_at = now;
     Ok(stored)
+}
+
+/// An untitled session takes its title from the first user message appended to it.
+fn title_from_first_user(session: &mut Session, appended: &[StoredMessage]) {
+    if session.title.is_empty()
+        && let Some(first_user) = appended.iter().find(|m| m.message.role == Role::User)
+    {
+        session.title = first_user.message.text_content().chars().take(TITLE_CHARS).collect();
+    }
+}
+
+/// Bring a session header written before `appended` (messages found in its journal beyond the
+/// header's count) up to date, as `apply_append` would have. The batches are not recorded, so
+/// the revision moves by one per message: never less than the acknowledged revision (a
+/// conditional write from before a crash conflicts rather than silently applying), but possibly
+/// more.
+pub(crate) fn reconcile_appended(session: &mut Session, appended: &[StoredMessage]) {
+    title_from_first_user(session, appended);
+    session.message_count += appended.len() as u64;
+    session.revision += appended.len() as u64;
+    if let Some(last) = appended.last() {
+        session.updated_at = session.updated_at.max(last.ts);
+    }
 }
 
 /// Cut reasoning to [`MAX_REASONING_BYTES`] on a character boundary.

@@ -38,6 +38,8 @@ async fn state_is_plain_json_files_under_dot_polpo() {
     store.runs.put_checkpoint(&r.id, 1, json!({"turn": 0})).await.unwrap();
     store.runs.claim_run(&r.id, "me", std::time::Duration::from_secs(60)).await.unwrap();
     store.effects.record_effect_intent("k").await.unwrap();
+    // Appends write only the journal; closing the store brings session.json up to date.
+    drop(store);
 
     let polpo = root.path().join(".polpo");
     let session: Value = serde_json::from_str(
@@ -111,6 +113,37 @@ async fn journals_torn_by_a_crash_are_cut_and_headers_reconciled() {
         .collect();
     assert_eq!(texts, vec!["one", "two", "three"]);
     assert_eq!(lines(&polpo.join("runs").join(&rid).join("events.jsonl")).len(), 3, "every line on disk parses again");
+}
+
+#[tokio::test]
+async fn after_a_crash_the_session_header_catches_up_with_the_journal() {
+    let root = tempfile::tempdir().unwrap();
+    let head = |sid: &str| root.path().join(".polpo/sessions").join(sid).join("session.json");
+    let (sid, acknowledged) = {
+        let store = open(root.path()).await;
+        let s = store.sessions.create_session(NewSession { agent: "a".into(), ..Default::default() }).await.unwrap();
+        let header_at_create = std::fs::read(head(&s.id)).unwrap();
+        let turn = vec![NewMessage::new(Message::assistant("welcome")), NewMessage::new(Message::user("plan a trip"))];
+        store.sessions.append_messages(&s.id, turn, None).await.unwrap();
+        let last = store
+            .sessions
+            .append_messages(&s.id, vec![NewMessage::new(Message::assistant("sure"))], None)
+            .await
+            .unwrap();
+        drop(store);
+        // A crash before any header rewrite: only the journal knows about the appends.
+        std::fs::write(head(&s.id), header_at_create).unwrap();
+        (s.id, last.session)
+    };
+    let store = open(root.path()).await;
+    let session = store.sessions.get_session(&sid).await.unwrap().unwrap();
+    assert_eq!((session.message_count, session.title.as_str()), (3, "plan a trip"));
+    assert_eq!(session.updated_at, acknowledged.updated_at);
+    assert!(session.revision >= acknowledged.revision, "a revision never goes back: {session:?}");
+    let stale = store.sessions.append_messages(&sid, vec![NewMessage::new(Message::user("x"))], Some(1)).await;
+    assert_eq!(stale.unwrap_err().code(), "conflict", "a write conditional on the create-time revision");
+    let appended = store.sessions.append_messages(&sid, vec![NewMessage::new(Message::user("y"))], None).await.unwrap();
+    assert_eq!(appended.messages[0].seq, 4);
 }
 
 #[tokio::test]

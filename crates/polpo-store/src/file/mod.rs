@@ -22,7 +22,7 @@ mod records;
 mod runs;
 mod sessions;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -60,6 +60,9 @@ struct Index {
     /// One write lock per session (and per session being created), held across that session's
     /// file I/O so its writes stay ordered while other sessions write in parallel.
     session_locks: HashMap<String, SessionLock>,
+    /// Sessions whose `session.json` lags their journal (appends write only the journal, the
+    /// truth); rewritten when the store closes, and reconciled at open after a crash.
+    stale_headers: HashSet<String>,
     /// Offsets of each run's `events.jsonl`.
     events: HashMap<String, Journal>,
     /// Records by collection, then id.
@@ -135,6 +138,22 @@ impl Inner {
     }
 }
 
+impl Drop for Inner {
+    /// Bring the headers that appends left behind up to date, so a cleanly closed store's
+    /// `session.json` files show the right counts and titles to anyone reading them.
+    fn drop(&mut self) {
+        let idx = self.index.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for id in std::mem::take(&mut idx.stale_headers) {
+            if let Some(session) = idx.sessions.get(&id) {
+                let path = self.dir.join(SESSIONS).join(&id).join("session.json");
+                if let Err(e) = fsio::write_json(&path, session) {
+                    tracing::warn!(session = %id, error = %e, "could not refresh a session header at close");
+                }
+            }
+        }
+    }
+}
+
 /// One session's write lock: a tokio mutex so a blocking-pool thread can own its guard.
 type SessionLock = Arc<tokio::sync::Mutex<()>>;
 
@@ -167,14 +186,21 @@ impl Index {
         for entry in subdirs(&dir.join(SESSIONS))? {
             fsio::remove_stale_temps(&entry)?;
             let Some(mut session) = fsio::read_json::<Session>(&entry.join("session.json"))? else { continue };
-            let (journal, last) = Journal::open::<StoredMessage>(&entry.join("messages.jsonl"))?;
+            let journal_path = entry.join("messages.jsonl");
+            let (journal, _) = Journal::open::<serde_json::Value>(&journal_path)?;
             let count = journal.count();
-            if count != session.message_count {
-                session.revision += count.abs_diff(session.message_count);
+            if count > session.message_count {
+                // Appends rewrite only the journal; the header catches up here (or at close).
+                let tail: Vec<StoredMessage> = match journal.window(session.message_count, usize::MAX) {
+                    Some(w) => w.read(&journal_path)?,
+                    None => Vec::new(),
+                };
+                crate::model::reconcile_appended(&mut session, &tail);
+                index.stale_headers.insert(session.id.clone());
+            } else if count < session.message_count {
+                session.revision += session.message_count - count;
                 session.message_count = count;
-                if let Some(last) = last {
-                    session.updated_at = session.updated_at.max(last.ts);
-                }
+                index.stale_headers.insert(session.id.clone());
             }
             index.messages.insert(session.id.clone(), journal);
             index.session_locks.insert(session.id.clone(), SessionLock::default());

@@ -31,6 +31,7 @@ impl Inner {
         let mut idx = self.index();
         if !idx.sessions.contains_key(id) {
             idx.session_locks.remove(id);
+            idx.stale_headers.remove(id);
         }
     }
 
@@ -86,7 +87,9 @@ impl Inner {
         model::check_revision("session", id, expected, session.revision)?;
         model::apply_patch(&mut session, patch, now)?;
         fsio::write_json(&self.session_dir(id).join("session.json"), &session)?;
-        self.index().sessions.insert(id.to_owned(), session.clone());
+        let mut idx = self.index();
+        idx.sessions.insert(id.to_owned(), session.clone());
+        idx.stale_headers.remove(id);
         Ok(session)
     }
 
@@ -104,9 +107,12 @@ impl Inner {
         let dir = self.session_dir(id);
         // The journal line is the truth; session.json is reconciled from it after a crash.
         let written = Journal::write(&dir.join("messages.jsonl"), &stored);
-        self.index().messages.entry(id.to_owned()).or_default().record(written)?;
-        fsio::write_json(&dir.join("session.json"), &session)?;
-        self.index().sessions.insert(id.to_owned(), session.clone());
+        // Only the journal is written (one fsync): session.json catches up at close, or at the
+        // next open after a crash (see `Index::load`).
+        let mut idx = self.index();
+        idx.messages.entry(id.to_owned()).or_default().record(written)?;
+        idx.sessions.insert(id.to_owned(), session.clone());
+        idx.stale_headers.insert(id.to_owned());
         Ok(MessagesAppended { session, messages: stored })
     }
 
@@ -153,6 +159,7 @@ impl Inner {
             idx.sessions.remove(id);
             idx.messages.remove(id);
             idx.session_locks.remove(id);
+            idx.stale_headers.remove(id);
         }
         fsio::sync_dir(&dir)?;
         std::fs::remove_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
