@@ -8,7 +8,11 @@
 //! .polpo/.runtime/store.lock
 //! ```
 //!
-//! The files are the truth. An in-memory index of sessions, runs, leases and effects (loaded
+//! The journals are the truth for what was appended: an append fsyncs only its journal line,
+//! and a header (`session.json`, `run.json`) that lags behind is brought up to date at close
+//! (sessions) or reconciled from the journal at open (counts, title, times; a session's
+//! revision moves by one per reconciled message, so it never goes back). The other files are
+//! the truth for the rest. An in-memory index of sessions, runs, leases and effects (loaded
 //! at open, reconciled with the journals) makes lookups and listings cheap; journals are read
 //! from disk. The index mutex is held only to look up and update entries: session writes hold
 //! a per-session lock across their fsyncs, so one session's writes stay ordered and different
