@@ -58,6 +58,22 @@ pub(crate) fn create_dir_durable(dir: &Path) -> Result<(), StoreError> {
     }
 }
 
+/// Make a new entry directory holding an empty `file`, clearing a directory of the same name
+/// that a crash left behind (one without its header, so ignored at load). Nothing is fsynced:
+/// the caller's header write (an atomic rename, which fsyncs `dir`) and an fsync of `dir`'s
+/// parent make both durable.
+pub(crate) fn fresh_dir_with_empty_file(dir: &Path, file: &Path) -> Result<(), StoreError> {
+    match fs::create_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            fs::remove_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
+            fs::create_dir(dir).map_err(|e| StoreError::io(dir, e))?;
+        }
+        other => other.map_err(|e| StoreError::io(dir, e))?,
+    }
+    File::create(file).map_err(|e| StoreError::io(file, e))?;
+    Ok(())
+}
+
 /// Persist directory entries (creations, renames, deletions) in `dir`.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     polpo_project::fsx::sync_dir(dir).map_err(|e| StoreError::io(dir, e))

@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{FileStore, Index, Inner, Journal, fsio, owned, page_newest_first};
+use super::{FileStore, Index, Inner, Journal, RUNS, fsio, owned, page_newest_first};
 use crate::error::StoreError;
 use crate::model::{self, Checkpoint, ImportOutcome, Lease, NewRun, NewRunEvent, Run, RunEvent, RunFilter, RunStatus};
 use crate::page::{Page, PageRequest};
@@ -21,9 +21,10 @@ impl Inner {
             return Err(StoreError::Conflict(format!("run `{}` already exists", run.id)));
         }
         let dir = self.run_dir(&run.id);
-        fsio::create_dir_durable(&dir)?;
-        fsio::write_atomic(&dir.join("events.jsonl"), b"")?;
+        fsio::fresh_dir_with_empty_file(&dir, &dir.join("events.jsonl"))?;
+        // The header goes last: without it a half-written directory is ignored at load.
         fsio::write_json(&dir.join("run.json"), &run)?;
+        fsio::sync_dir(&self.dir.join(RUNS))?;
         idx.events.insert(run.id.clone(), Journal::default());
         idx.runs.insert(run.id.clone(), run.clone());
         Ok(run)
@@ -133,8 +134,7 @@ impl Inner {
             let stored_checkpoint = fsio::read_json::<Checkpoint>(&dir.join("checkpoint.json"))?;
             return model::same_import("run", &run.id, &stored_checkpoint.as_ref(), &checkpoint);
         }
-        fsio::create_dir_durable(&dir)?;
-        fsio::write_atomic(&journal_path, b"")?;
+        fsio::fresh_dir_with_empty_file(&dir, &journal_path)?;
         let mut journal = Journal::default();
         if !events.is_empty() {
             journal.append(&journal_path, events)?;
@@ -143,6 +143,7 @@ impl Inner {
             fsio::write_json(&dir.join("checkpoint.json"), c)?;
         }
         fsio::write_json(&dir.join("run.json"), run)?;
+        fsio::sync_dir(&self.dir.join(RUNS))?;
         idx.events.insert(run.id.clone(), journal);
         idx.runs.insert(run.id.clone(), run.clone());
         Ok(ImportOutcome::Imported)

@@ -40,19 +40,10 @@ impl Inner {
     /// mid-delete (no header, so ignored at load) is cleared first, so no old journal leaks in.
     fn write_new_session(&self, session: &Session, messages: &[StoredMessage]) -> Result<Journal, StoreError> {
         let dir = self.session_dir(&session.id);
-        match std::fs::create_dir(&dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                std::fs::remove_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-                std::fs::create_dir(&dir).map_err(|e| StoreError::io(&dir, e))?;
-            }
-            other => other.map_err(|e| StoreError::io(&dir, e))?,
-        }
         let journal_path = dir.join("messages.jsonl");
+        fsio::fresh_dir_with_empty_file(&dir, &journal_path)?;
         let mut journal = Journal::default();
-        if messages.is_empty() {
-            // Made durable by the directory fsync of the header's rename below.
-            std::fs::File::create(&journal_path).map_err(|e| StoreError::io(&journal_path, e))?;
-        } else {
+        if !messages.is_empty() {
             journal.append(&journal_path, messages)?;
         }
         // The header goes last (its rename fsyncs this directory): without it a half-written
