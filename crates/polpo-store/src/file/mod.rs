@@ -69,6 +69,8 @@ struct Index {
     stale_headers: HashSet<String>,
     /// Offsets of each run's `events.jsonl`.
     events: HashMap<String, Journal>,
+    /// One append lock per run (made on its first append), held across its journal fsync.
+    run_locks: HashMap<String, SessionLock>,
     /// Records by collection, then id.
     records: BTreeMap<String, HashMap<String, Record>>,
 }
@@ -158,7 +160,7 @@ impl Drop for Inner {
     }
 }
 
-/// One session's write lock: a tokio mutex so a blocking-pool thread can own its guard.
+/// One session's (or run's) write lock: a tokio mutex so a blocking-pool thread can own its guard.
 type SessionLock = Arc<tokio::sync::Mutex<()>>;
 
 /// A held per-session write lock, released on drop.

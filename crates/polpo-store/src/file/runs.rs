@@ -1,6 +1,7 @@
 //! Runs, their event journals, checkpoints and leases in the file backend.
 
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -54,10 +55,20 @@ impl Inner {
     fn append_events(&self, run_id: &str, new: Vec<NewRunEvent>) -> Result<RangeInclusive<u64>, StoreError> {
         model::encode_event_batch(&new)?;
         let now = self.now();
-        let mut idx = self.index();
-        let Index { runs, events, .. } = &mut *idx;
-        let run = runs.get_mut(run_id).ok_or_else(|| StoreError::not_found("run", run_id))?;
-        let first = run.last_seq + 1;
+        // The run's own lock orders its appends; the index lock is held only to read and update
+        // the run, never across the fsync, so different runs append in parallel.
+        let lock = {
+            let mut idx = self.index();
+            if !idx.runs.contains_key(run_id) {
+                return Err(StoreError::not_found("run", run_id));
+            }
+            Arc::clone(idx.run_locks.entry(run_id.to_owned()).or_default())
+        };
+        let _guard = lock.blocking_lock_owned();
+        let first = match self.index().runs.get(run_id) {
+            Some(run) => run.last_seq + 1,
+            None => return Err(StoreError::not_found("run", run_id)),
+        };
         let batch: Vec<RunEvent> = new
             .into_iter()
             .zip(first..)
@@ -70,9 +81,14 @@ impl Inner {
             })
             .collect();
         let last = first + batch.len() as u64 - 1;
-        events.entry(run_id.to_owned()).or_default().append(&self.run_dir(run_id).join("events.jsonl"), &batch)?;
-        run.last_seq = last;
-        run.updated_at = now;
+        let written = Journal::write(&self.run_dir(run_id).join("events.jsonl"), &batch);
+        let mut idx = self.index();
+        let Index { runs, events, .. } = &mut *idx;
+        events.entry(run_id.to_owned()).or_default().record(written)?;
+        if let Some(run) = runs.get_mut(run_id) {
+            run.last_seq = last;
+            run.updated_at = now;
+        }
         Ok(first..=last)
     }
 
