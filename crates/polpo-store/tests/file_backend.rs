@@ -146,6 +146,50 @@ async fn after_a_crash_the_session_header_catches_up_with_the_journal() {
     assert_eq!(appended.messages[0].seq, 4);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_appends_to_one_session_stay_gap_free_while_other_sessions_write() {
+    let root = tempfile::tempdir().unwrap();
+    let store = open(root.path()).await;
+    let shared = store.sessions.create_session(NewSession { agent: "a".into(), ..Default::default() }).await.unwrap();
+    let tasks: Vec<_> = (0..16)
+        .map(|t| {
+            let (sessions, shared) = (store.sessions.clone(), shared.id.clone());
+            tokio::spawn(async move {
+                let own =
+                    sessions.create_session(NewSession { agent: "a".into(), ..Default::default() }).await.unwrap();
+                for i in 0..5 {
+                    let m = |s: String| vec![NewMessage::new(Message::user(s))];
+                    sessions.append_messages(&shared, m(format!("{t}.{i}")), None).await.unwrap();
+                    sessions.append_messages(&own.id, m(format!("{i}")), None).await.unwrap();
+                }
+                own.id
+            })
+        })
+        .collect();
+    let mut own = Vec::new();
+    for t in tasks {
+        own.push(t.await.unwrap());
+    }
+    drop(store);
+    let store = open(root.path()).await;
+    let all = store.sessions.list_messages(&shared.id, &PageRequest::first(100)).await.unwrap().items;
+    assert_eq!(all.iter().map(|m| m.seq).collect::<Vec<_>>(), (1..=80).collect::<Vec<u64>>());
+    let session = store.sessions.get_session(&shared.id).await.unwrap().unwrap();
+    assert_eq!((session.message_count, session.revision), (80, 81), "a clean close leaves exact headers");
+    for id in own {
+        let texts: Vec<String> = store
+            .sessions
+            .list_messages(&id, &PageRequest::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|m| m.message.text_content())
+            .collect();
+        assert_eq!(texts, ["0", "1", "2", "3", "4"]);
+    }
+}
+
 #[tokio::test]
 async fn open_store_picks_the_backend_from_settings() {
     let root = tempfile::tempdir().unwrap();
