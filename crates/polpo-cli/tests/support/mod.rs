@@ -17,8 +17,8 @@ pub struct ServerProcess {
     pub lines: Receiver<String>,
     /// Lines already read.
     pub seen: Vec<String>,
-    /// `seen[..matched]` were passed over by an earlier `wait_for`.
-    matched: usize,
+    /// Indices into `seen` that an earlier `wait_for` returned (each line matches once).
+    consumed: Vec<usize>,
 }
 
 impl ServerProcess {
@@ -43,18 +43,18 @@ impl ServerProcess {
                 }
             });
         }
-        let mut server = Self { child, url: String::new(), lines, seen: Vec::new(), matched: 0 };
+        let mut server = Self { child, url: String::new(), lines, seen: Vec::new(), consumed: Vec::new() };
         let line = server.wait_for("polpo listening on http://");
         server.url = line.split("listening on ").nth(1).unwrap().trim().to_owned();
         server
     }
 
-    /// Wait (up to 60 s) for a line containing `needle` that no earlier `wait_for` passed
-    /// over; panics with everything seen if none comes.
+    /// Wait (up to 60 s) for a line containing `needle` that no earlier `wait_for` returned
+    /// (stdout and stderr interleave in any order); panics with everything seen if none comes.
     pub fn wait_for(&mut self, needle: &str) -> String {
-        if let Some(i) = self.seen[self.matched..].iter().position(|l| l.contains(needle)) {
-            self.matched += i + 1;
-            return self.seen[self.matched - 1].clone();
+        if let Some(i) = (0..self.seen.len()).find(|i| !self.consumed.contains(i) && self.seen[*i].contains(needle)) {
+            self.consumed.push(i);
+            return self.seen[i].clone();
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -63,7 +63,7 @@ impl ServerProcess {
                 Ok(line) => {
                     self.seen.push(line.clone());
                     if line.contains(needle) {
-                        self.matched = self.seen.len();
+                        self.consumed.push(self.seen.len() - 1);
                         return line;
                     }
                 }
