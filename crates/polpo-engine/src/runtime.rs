@@ -309,6 +309,11 @@ impl Runtime {
         self
     }
 
+    /// How this runtime runs hooks (what `GET /v1/hooks/capabilities` reports).
+    pub fn hook_runtime(&self) -> HookRuntime {
+        self.hook_runtime
+    }
+
     /// The project as currently loaded.
     pub fn loaded(&self) -> Arc<Loaded> {
         self.loaded.read().unwrap_or_else(PoisonError::into_inner).clone()

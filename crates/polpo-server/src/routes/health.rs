@@ -14,8 +14,8 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
 }
 
 /// `GET /v1/hooks/capabilities`: the hook contract this host implements, the same document
-/// as `polpo hooks capabilities --json`.
-pub async fn hook_capabilities() -> Json<Value> {
-    let runtime = polpo_engine::hooks::HookRuntime::from_env();
+/// as `polpo hooks capabilities --json`, read from the runtime that actually runs the hooks.
+pub async fn hook_capabilities(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let runtime = state.runtime.hook_runtime();
     Json(capabilities(HostHooks { hooks_enabled: runtime.enabled, managed: runtime.managed }))
 }
