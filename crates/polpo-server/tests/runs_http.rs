@@ -5,79 +5,14 @@
 
 mod support;
 
-use futures::StreamExt;
 use polpo_testkit::pg::PgSchema;
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
 use std::time::Duration;
-use support::Server;
+use support::{Frame, Frames, Server};
 
 /// Generous bound for "eventually", never a timing assertion.
 const EVENTUALLY: Duration = Duration::from_secs(20);
-
-/// One SSE frame.
-#[derive(Debug, Clone)]
-struct Frame {
-    id: Option<u64>,
-    event: Option<String>,
-    data: String,
-}
-
-impl Frame {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.data).unwrap()
-    }
-}
-
-/// Reads SSE frames from a response as they arrive.
-struct Frames {
-    body: std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
-    buffer: String,
-}
-
-impl Frames {
-    fn new(response: reqwest::Response) -> Self {
-        Self { body: Box::pin(response.bytes_stream()), buffer: String::new() }
-    }
-
-    /// The next frame (comments skipped), or `None` at the end of the stream.
-    async fn next(&mut self) -> Option<Frame> {
-        loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let raw: String = self.buffer.drain(..end + 2).collect();
-                let mut frame = Frame { id: None, event: None, data: String::new() };
-                for line in raw.lines() {
-                    if let Some(v) = line.strip_prefix("id:") {
-                        frame.id = v.trim().parse().ok();
-                    } else if let Some(v) = line.strip_prefix("event:") {
-                        frame.event = Some(v.trim().to_owned());
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        frame.data.push_str(v.strip_prefix(' ').unwrap_or(v));
-                    }
-                }
-                if frame.data.is_empty() {
-                    continue;
-                }
-                return Some(frame);
-            }
-            let chunk = self.body.next().await?.ok()?;
-            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    }
-
-    /// Every remaining frame.
-    async fn rest(mut self) -> Vec<Frame> {
-        let mut out = Vec::new();
-        tokio::time::timeout(EVENTUALLY, async {
-            while let Some(f) = self.next().await {
-                out.push(f);
-            }
-        })
-        .await
-        .expect("the stream ends");
-        out
-    }
-}
 
 /// A server over the store `settings` name whose agent `coder` may read and run bash.
 async fn server(llm: &FakeLlm, settings: Value) -> Server {
@@ -115,7 +50,7 @@ impl Server {
         let headers: Vec<(&str, String)> = last_event_id.map(|id| ("last-event-id", id.to_string())).into_iter().collect();
         let response = self.open(reqwest::Method::GET, &format!("/v1/runs/{run}/events"), &headers, None).await;
         assert_eq!(response.status(), 200);
-        Frames::new(response).rest().await
+        Frames::new(response).rest(EVENTUALLY).await
     }
 }
 
@@ -196,7 +131,7 @@ async fn steering_over_http_is_delivered_once_at_the_next_boundary(settings: Val
     assert_eq!(again["data"]["duplicate"], true);
     std::fs::write(s.dir.path().join("go"), "").unwrap();
 
-    let rest = frames.rest().await;
+    let rest = frames.rest(EVENTUALLY).await;
     assert_eq!(rest.last().unwrap().data, "[DONE]");
     let second = &llm.requests()[1].body["messages"];
     let steers = second.as_array().unwrap().iter().filter(|m| m["content"] == "Use PostgreSQL.").count();
@@ -254,7 +189,7 @@ async fn a_plain_streaming_chat_can_be_steered_and_aborted_by_its_run_id(setting
     assert_eq!(s.post(&format!("/v1/runs/{run}/steer"), &[], body.clone()).await.json()["data"]["accepted"], true);
     assert_eq!(s.post(&format!("/v1/runs/{run}/steer"), &[], body).await.json()["data"]["duplicate"], true);
     std::fs::write(s.dir.path().join("go"), "").unwrap();
-    frames.rest().await;
+    frames.rest(EVENTUALLY).await;
     assert_eq!(user_messages(&llm.requests()[1].body), ["Build it", "Keep it small."]);
     // Not durable: there is no stored run to read.
     assert_eq!(s.get(&format!("/v1/runs/{run}"), &[]).await.status, 404);
@@ -264,7 +199,7 @@ async fn a_plain_streaming_chat_can_be_steered_and_aborted_by_its_run_id(setting
     let mut frames = Frames::new(response);
     while frames.next().await.unwrap().json()["choices"][0]["tool_call"]["state"] != "calling" {}
     assert_eq!(s.post(&format!("/v1/runs/{run}/abort"), &[], json!({})).await.status, 200);
-    let rest = tokio::time::timeout(Duration::from_secs(1), frames.rest()).await.expect("the stream ends within 1 s of the abort");
+    let rest = tokio::time::timeout(Duration::from_secs(1), frames.rest(EVENTUALLY)).await.expect("the stream ends within 1 s of the abort");
     let error = rest.iter().rev().find_map(|f| serde_json::from_str::<Value>(&f.data).ok()).unwrap();
     assert_eq!(error["error"]["code"], "aborted");
 }

@@ -206,6 +206,20 @@ impl Frames {
         }
     }
 
+    /// Every remaining frame until the stream ends; panics when it has not ended within
+    /// `within` (a bound for "eventually", not a timing assertion).
+    pub async fn rest(mut self, within: std::time::Duration) -> Vec<Frame> {
+        let mut out = Vec::new();
+        tokio::time::timeout(within, async {
+            while let Some(f) = self.next().await {
+                out.push(f);
+            }
+        })
+        .await
+        .expect("the stream ends");
+        out
+    }
+
     /// Frames up to and including the first one `last` accepts; panics when none arrives
     /// within `within` (a bound for "eventually", not a timing assertion).
     pub async fn until(&mut self, within: std::time::Duration, last: impl Fn(&Frame) -> bool) -> Vec<Frame> {
