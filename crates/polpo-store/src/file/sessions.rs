@@ -35,6 +35,24 @@ impl Inner {
         }
     }
 
+    /// Write a session reserved by `guard` and make it visible; on failure the reservation is
+    /// given back, so the id can be created again. Shared by create and import.
+    fn add_new_session(&self, guard: SessionGuard, session: &Session, messages: &[StoredMessage]) -> Result<(), StoreError> {
+        let journal = match self.write_new_session(session, messages) {
+            Ok(j) => j,
+            Err(e) => {
+                self.unreserve_session(&session.id);
+                return Err(e);
+            }
+        };
+        let mut idx = self.index();
+        idx.messages.insert(session.id.clone(), journal);
+        idx.sessions.insert(session.id.clone(), session.clone());
+        drop(idx);
+        drop(guard);
+        Ok(())
+    }
+
     /// Write a new session's directory: an empty journal, then the header by atomic rename and
     /// the directory entries, three fsyncs in all. A directory left by a crash mid-create or
     /// mid-delete (no header, so ignored at load) is cleared first, so no old journal leaks in.
@@ -57,17 +75,7 @@ impl Inner {
         let session = model::session_from_new(new, self.now())?;
         let exists = || StoreError::Conflict(format!("session `{}` already exists", session.id));
         let guard = self.reserve_session(&session.id).ok_or_else(exists)?;
-        let journal = match self.write_new_session(&session, &[]) {
-            Ok(j) => j,
-            Err(e) => {
-                self.unreserve_session(&session.id);
-                return Err(e);
-            }
-        };
-        let mut idx = self.index();
-        idx.messages.insert(session.id.clone(), journal);
-        idx.sessions.insert(session.id.clone(), session.clone());
-        drop(guard);
+        self.add_new_session(guard, &session, &[])?;
         Ok(session)
     }
 
@@ -161,17 +169,7 @@ impl Inner {
     fn import_session(&self, session: &Session, messages: &[StoredMessage]) -> Result<ImportOutcome, StoreError> {
         model::check_session_import(session, messages)?;
         if let Some(guard) = self.reserve_session(&session.id) {
-            let journal = match self.write_new_session(session, messages) {
-                Ok(j) => j,
-                Err(e) => {
-                    self.unreserve_session(&session.id);
-                    return Err(e);
-                }
-            };
-            let mut idx = self.index();
-            idx.messages.insert(session.id.clone(), journal);
-            idx.sessions.insert(session.id.clone(), session.clone());
-            drop(guard);
+            self.add_new_session(guard, session, messages)?;
             return Ok(ImportOutcome::Imported);
         }
         let _guard = self.lock_session(&session.id).ok_or_else(|| {
