@@ -36,12 +36,7 @@ async fn bench(kind: StoreKind) {
     };
     ProjectFixture::new(dir.path(), json!({"storage": kind.as_str()})).unwrap().agent("a", json!({"model": "openai/fake-model"}), "You answer.").unwrap();
     let project = polpo_project::load_project(dir.path()).unwrap();
-    let base = llm.base_url();
-    let env: polpo_llm::EnvLookup = Arc::new(move |name| match name {
-        "OPENAI_BASE_URL" => Some(base.clone()),
-        "OPENAI_API_KEY" => Some("sk".into()),
-        _ => None,
-    });
+    let env: polpo_llm::EnvLookup = llm.openai_env();
     let url = schema.as_ref().map(PgSchema::url);
     let store = open_store(kind, dir.path(), url.as_deref(), Arc::new(SystemClock)).await.unwrap();
     let runtime = Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), env), store));

@@ -45,12 +45,7 @@ impl Setup {
             .agent("gated", json!({"model": "openai/fake-model", "allowedTools": ["read"], "hooks": ["quality"]}), "You answer.")
             .unwrap();
         let project = polpo_project::load_project(dir.path()).unwrap();
-        let base = llm.base_url();
-        let env: polpo_llm::EnvLookup = Arc::new(move |name| match name {
-            "OPENAI_BASE_URL" => Some(base.clone()),
-            "OPENAI_API_KEY" => Some("sk-test".into()),
-            _ => None,
-        });
+        let env: polpo_llm::EnvLookup = llm.openai_env();
         let schema = match kind {
             StoreKind::Postgres => Some(PgSchema::create().await.unwrap()),
             _ => None,

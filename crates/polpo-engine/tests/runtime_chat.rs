@@ -37,12 +37,7 @@ async fn setup(llm: &FakeLlm) -> Setup {
         .unwrap();
     std::fs::write(dir.path().join("notes.txt"), "the password is swordfish").unwrap();
     let project = polpo_project::load_project(dir.path()).unwrap();
-    let base = llm.base_url();
-    let env: polpo_llm::EnvLookup = Arc::new(move |name| match name {
-        "OPENAI_BASE_URL" => Some(base.clone()),
-        "OPENAI_API_KEY" => Some("sk-test".into()),
-        _ => None,
-    });
+    let env: polpo_llm::EnvLookup = llm.openai_env();
     let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
     let runtime = Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), env), store));
     Setup { _dir: dir, runtime }

@@ -25,4 +25,4 @@ mod server;
 
 pub use project::ProjectFixture;
 pub use script::{Interruption, ScriptedError, Turn};
-pub use server::{FakeLlm, Options, RecordedRequest};
+pub use server::{EnvLookup, FakeLlm, Options, RecordedRequest};

@@ -21,6 +21,10 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+
+/// Reads an environment variable; the same shape as `polpo_llm::EnvLookup` (testkit does not
+/// depend on polpo-llm).
+pub type EnvLookup = std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 /// What a fake received: one HTTP request.
 #[derive(Debug, Clone)]
 pub struct RecordedRequest {
@@ -133,6 +137,18 @@ impl FakeLlm {
     /// The OpenAI-style base URL, `http://127.0.0.1:PORT/v1` (what `OPENAI_BASE_URL` takes).
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// An environment in which the built-in `openai` provider talks to this server:
+    /// `OPENAI_BASE_URL` is [`FakeLlm::base_url`], `OPENAI_API_KEY` is `sk-test`, nothing else
+    /// is set. The shape of `polpo_llm::EnvLookup`, so tests never touch the process env.
+    pub fn openai_env(&self) -> EnvLookup {
+        let base = self.base_url();
+        std::sync::Arc::new(move |name| match name {
+            "OPENAI_BASE_URL" => Some(base.clone()),
+            "OPENAI_API_KEY" => Some("sk-test".into()),
+            _ => None,
+        })
     }
 
     /// The Anthropic-style base URL, `http://127.0.0.1:PORT` (what `ANTHROPIC_BASE_URL` takes).

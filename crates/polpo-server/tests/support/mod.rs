@@ -52,12 +52,7 @@ impl Server {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path());
         let project = polpo_project::load_project(dir.path()).unwrap();
-        let base = llm.base_url();
-        let env: polpo_llm::EnvLookup = Arc::new(move |name| match name {
-            "OPENAI_BASE_URL" => Some(base.clone()),
-            "OPENAI_API_KEY" => Some("sk-test".into()),
-            _ => None,
-        });
+        let env: polpo_llm::EnvLookup = llm.openai_env();
         // The backend the project asks for (`storage`, `databaseUrl`), file by default.
         let settings = project.settings().clone();
         let kind = StoreKind::parse(settings.storage().as_str()).unwrap();
