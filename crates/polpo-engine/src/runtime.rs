@@ -342,17 +342,17 @@ impl Runtime {
         })?;
         let profiles = settings.model_profiles.clone().unwrap_or_default();
         let allowed = agent.config.allowed_model_profiles.as_deref();
-        if let Some(fallback) = &self.offline_model {
-            // The offline model stands in only when no model of the chain can be called at all
-            // (no key set, e.g. on a laptop without network); a chain with one ready target is
-            // used as written.
-            let ids = polpo_core::model::resolve_model_chain(&selection, &profiles, allowed).map_err(ResolveError::from)?;
-            let ready = ids.iter().any(|id| polpo_llm::split_model_id(id).is_some_and(|(p, _)| self.providers.is_ready(p)));
-            if !ready {
-                return Ok(Arc::new(self.providers.chain(std::slice::from_ref(fallback)).map_err(ResolveError::from)?));
-            }
+        // Resolved once: profiles and grants are checked even when the offline model answers.
+        let ids = polpo_core::model::resolve_model_chain(&selection, &profiles, allowed).map_err(ResolveError::from)?;
+        // The offline model stands in only when no model of the chain can be called at all (no
+        // key set, e.g. on a laptop without network); a chain with one ready target is used as
+        // written.
+        let ready = || ids.iter().any(|id| polpo_llm::split_model_id(id).is_some_and(|(p, _)| self.providers.is_ready(p)));
+        let chain = match &self.offline_model {
+            Some(fallback) if !ready() => self.providers.chain(std::slice::from_ref(fallback)),
+            _ => self.providers.chain(&ids),
         }
-        let chain = self.providers.resolve(&selection, &profiles, allowed)?;
+        .map_err(ResolveError::from)?;
         Ok(Arc::new(chain))
     }
 

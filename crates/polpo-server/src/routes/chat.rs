@@ -414,15 +414,13 @@ fn pick_agent(state: &AppState, r: &ChatRequest) -> Result<String, ApiError> {
     if let Some(agent) = &r.agent {
         return Ok(agent.clone());
     }
-    if let Some(model) = &r.model {
-        if let Some(agent) = model.strip_prefix("agent/") {
-            return Ok(agent.to_owned());
-        }
-        if state.runtime.loaded().agent(model).is_some() {
-            return Ok(model.clone());
-        }
+    if let Some(agent) = r.model.as_deref().and_then(|m| m.strip_prefix("agent/")) {
+        return Ok(agent.to_owned());
     }
     let loaded = state.runtime.loaded();
+    if let Some(model) = r.model.as_ref().filter(|m| loaded.agent(m).is_some()) {
+        return Ok(model.clone());
+    }
     let mut ids = loaded.project.agents.keys();
     match (ids.next(), ids.next()) {
         (Some(only), None) => Ok(only.clone()),
