@@ -6,7 +6,7 @@ use crate::{LlmError, LlmErrorKind};
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use std::hash::{BuildHasher, RandomState};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// Largest error body read for classification.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
@@ -91,7 +91,7 @@ impl Transport {
 
     async fn status_error(&self, mut response: reqwest::Response) -> LlmError {
         let status = response.status().as_u16();
-        let retry_after = retry_after(response.headers());
+        let retry_after = retry_after(response.headers(), SystemTime::now());
         let mut body = Vec::new();
         while body.len() < MAX_ERROR_BODY_BYTES {
             match response.chunk().await {
@@ -139,10 +139,13 @@ fn backoff(policy: &HttpPolicy, attempt: u32) -> Duration {
     half + Duration::from_millis(jitter)
 }
 
-/// `retry-after-ms` (OpenAI) or `retry-after` in seconds; HTTP dates are ignored.
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let number = |name: &str| headers.get(name)?.to_str().ok()?.trim().parse::<f64>().ok().filter(|n| n.is_finite() && *n >= 0.0);
-    number("retry-after-ms").map(|ms| Duration::from_secs_f64(ms / 1000.0)).or_else(|| number("retry-after").map(Duration::from_secs_f64))
+/// `retry-after-ms` (OpenAI), else `retry-after` as seconds or as an HTTP date (IMF-fixdate,
+/// RFC 850 or asctime) counted from `now`; a date already past means "retry now".
+fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let text = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
+    let number = |name: &str| text(name)?.parse::<f64>().ok().filter(|n| n.is_finite() && *n >= 0.0);
+    let date = || httpdate::parse_http_date(text("retry-after")?).ok().map(|at| at.duration_since(now).unwrap_or(Duration::ZERO));
+    number("retry-after-ms").map(|ms| Duration::from_secs_f64(ms / 1000.0)).or_else(|| number("retry-after").map(Duration::from_secs_f64)).or_else(date)
 }
 
 /// The provider's own error sentence from a JSON error envelope, or the body text, shortened.
@@ -217,11 +220,23 @@ mod tests {
     fn retry_after_reads_ms_and_seconds() {
         let mut h = HeaderMap::new();
         h.insert("retry-after", HeaderValue::from_static("2"));
-        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after(&h, SystemTime::now()), Some(Duration::from_secs(2)));
         h.insert("retry-after-ms", HeaderValue::from_static("150"));
-        assert_eq!(retry_after(&h), Some(Duration::from_millis(150)));
+        assert_eq!(retry_after(&h, SystemTime::now()), Some(Duration::from_millis(150)));
         h.clear();
-        h.insert("retry-after", HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
-        assert_eq!(retry_after(&h), None);
+        h.insert("retry-after", HeaderValue::from_static("soon"));
+        assert_eq!(retry_after(&h, SystemTime::now()), None);
+    }
+
+    #[test]
+    fn retry_after_dates_count_from_now_and_past_dates_mean_now() {
+        let now = httpdate::parse_http_date("Wed, 21 Oct 2015 07:28:00 GMT").unwrap();
+        let mut h = HeaderMap::new();
+        for date in ["Wed, 21 Oct 2015 07:28:05 GMT", "Wednesday, 21-Oct-15 07:28:05 GMT", "Wed Oct 21 07:28:05 2015"] {
+            h.insert("retry-after", HeaderValue::from_static(date));
+            assert_eq!(retry_after(&h, now), Some(Duration::from_secs(5)), "{date}");
+        }
+        h.insert("retry-after", HeaderValue::from_static("Tue, 20 Oct 2015 07:28:00 GMT"));
+        assert_eq!(retry_after(&h, now), Some(Duration::ZERO));
     }
 }

@@ -16,7 +16,7 @@ use polpo_testkit::{FakeLlm, Turn};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 const KEY: &str = "sk-test-secret-123";
 const WIRES: [WireApi; 2] = [WireApi::OpenAiChat, WireApi::AnthropicMessages];
@@ -220,6 +220,36 @@ async fn a_retry_after_beyond_the_bound_fails_at_once_and_reports_the_wait() {
     assert_eq!(error.kind, LlmErrorKind::RateLimited);
     assert_eq!(error.retry_after, Some(Duration::from_secs(3600)));
     assert_eq!(fake.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn a_retry_after_http_date_is_waited_for_then_the_call_succeeds() {
+    for wire in WIRES {
+        // Whole seconds on the wire: the date lies one to two seconds ahead.
+        let at = SystemTime::now() + Duration::from_secs(2);
+        let date = httpdate::fmt_http_date(at);
+        let fake = FakeLlm::start([Turn::error(429, "{}").header("Retry-After", &date), Turn::text("ok")]).await.unwrap();
+        let o = run(&*provider(wire, &fake), request()).await;
+        assert_eq!(o.text(), "ok", "{wire:?}: {:?}", o.error);
+        assert_eq!(fake.requests().len(), 2, "{wire:?}: one refusal, one retry");
+        assert!(SystemTime::now() >= httpdate::parse_http_date(&date).unwrap(), "{wire:?}: retried before {date}");
+    }
+}
+
+#[tokio::test]
+async fn a_retry_after_date_in_the_past_retries_at_once_and_an_absurd_one_is_refused() {
+    let past = httpdate::fmt_http_date(SystemTime::now() - Duration::from_secs(3600));
+    let fake = FakeLlm::start([Turn::error(429, "{}").header("Retry-After", past), Turn::text("ok")]).await.unwrap();
+    let o = run(&*provider(WireApi::OpenAiChat, &fake), request()).await;
+    assert_eq!(o.text(), "ok", "{:?}", o.error);
+    assert_eq!(fake.requests().len(), 2, "a past date is a wait of zero, not a refusal");
+
+    let next_year = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(365 * 24 * 3600));
+    let fake = FakeLlm::start([Turn::error(429, "{}").header("Retry-After", next_year), Turn::text("too late")]).await.unwrap();
+    let error = run(&*provider(WireApi::OpenAiChat, &fake), request()).await.error.unwrap();
+    assert_eq!(error.kind, LlmErrorKind::RateLimited);
+    assert!(error.retry_after.unwrap() > Duration::from_secs(364 * 24 * 3600), "the wait is reported: {:?}", error.retry_after);
+    assert_eq!(fake.requests().len(), 1, "max_retry_after refuses to wait a year");
 }
 
 #[tokio::test]

@@ -11,8 +11,8 @@ pub struct ScriptedError {
     pub status: u16,
     /// Response body, sent verbatim (usually the provider's JSON error envelope).
     pub body: String,
-    /// Value of the `Retry-After` header, in whole seconds, when set.
-    pub retry_after_secs: Option<u64>,
+    /// Extra response headers (name, value), e.g. `Retry-After` as seconds or an HTTP date.
+    pub headers: Vec<(String, String)>,
 }
 
 /// How a streamed answer breaks off, for tests of interrupted streams.
@@ -57,7 +57,7 @@ impl Turn {
 
     /// An HTTP error with this status and body.
     pub fn error(status: u16, body: impl Into<String>) -> Self {
-        Self { error: Some(ScriptedError { status, body: body.into(), retry_after_secs: None }), ..Self::default() }
+        Self { error: Some(ScriptedError { status, body: body.into(), headers: Vec::new() }), ..Self::default() }
     }
 
     /// Add (or replace) the visible text.
@@ -91,9 +91,14 @@ impl Turn {
     }
 
     /// For an error turn: send `Retry-After: secs`.
-    pub fn retry_after(mut self, secs: u64) -> Self {
+    pub fn retry_after(self, secs: u64) -> Self {
+        self.header("retry-after", secs.to_string())
+    }
+
+    /// For an error turn: send header `name: value` too (e.g. `Retry-After` as an HTTP date).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         if let Some(e) = &mut self.error {
-            e.retry_after_secs = Some(secs);
+            e.headers.push((name.into(), value.into()));
         }
         self
     }

@@ -242,8 +242,11 @@ async fn answer(shared: Arc<Shared>, wire: Wire, path: &str, headers: HeaderMap,
     if let Some(error) = &turn.error {
         let status = StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = respond(status, "application/json", Body::from(error.body.clone()));
-        if let Some(secs) = error.retry_after_secs {
-            response.headers_mut().insert(header::RETRY_AFTER, secs.into());
+        for (name, value) in &error.headers {
+            // A name or value HTTP cannot carry is skipped: the fake answers, it never panics.
+            if let (Ok(name), Ok(value)) = (header::HeaderName::from_bytes(name.as_bytes()), header::HeaderValue::from_str(value)) {
+                response.headers_mut().append(name, value);
+            }
         }
         return response;
     }
