@@ -2,8 +2,9 @@
 //!
 //! The output is either plain text (which must not start with `<` or `{`) or exactly one call
 //! `{"name": …, "arguments": {…}}` naming an offered tool, wrapped in `<tool_call>` tags or bare
-//! (Qwen prefers bare JSON when its tag token is not offered as text), one alternative per tool, whose arguments object starts with the schema's required properties, typed where the
-//! schema says so. Without it a 135M-parameter model writes calls that rarely parse; with it every
+//! (Qwen prefers bare JSON when its tag token is not offered as text), one alternative per tool, whose
+//! arguments object starts with the schema's required properties, typed where the schema says so,
+//! and holds nothing undeclared when the schema forbids additional properties. Without it a 135M-parameter model writes calls that rarely parse; with it every
 //! call parses, and choosing the right tool is the only thing left to the model.
 
 use polpo_core::tool::ToolSpec;
@@ -18,7 +19,9 @@ array ::= "[" ws ( value ( "," ws value )* )? "]" ws
 string ::= "\"" char* "\"" ws
 char ::= [^"\\\x7F\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
 number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,4} )? ws
-integer ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ws
+integer ::= "-"? natural
+natural ::= "0" ws | positive
+positive ::= [1-9] [0-9]{0,15} ws
 boolean ::= ( "true" | "false" ) ws
 ws ::= [ \t\n]{0,4}
 "#;
@@ -97,34 +100,55 @@ impl ToolConstraint {
     }
 }
 
-/// `{ "req1": <typed>, "req2": <typed> (, more pairs)* }`, or any object when nothing is required.
+/// `{ "req1": <typed>, "req2": <typed> … }`: the schema's required properties first, in order.
+/// When the schema forbids additional properties, only its declared optional properties may
+/// follow, each at most once and in declared order, so a model cannot invent an argument the
+/// tool will reject; otherwise any further pairs may follow. With nothing required and extra
+/// properties allowed, any object.
 fn arguments_rule(schema: &Value) -> String {
     let required: Vec<&str> = schema
         .get("required")
         .and_then(Value::as_array)
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    if required.is_empty() {
-        return "object".into();
-    }
-    let fields: Vec<String> = required
-        .iter()
-        .map(|name| {
-            let property = schema
-                .get("properties")
-                .and_then(|p| p.get(*name))
-                .unwrap_or(&Value::Null);
-            format!(
-                "{} ws \":\" ws {}",
-                json_key_literal(name),
-                value_rule(property)
-            )
-        })
+    let declared = schema.get("properties").and_then(Value::as_object);
+    let field = |name: &str| {
+        let property = declared.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
+        format!(
+            "{} ws \":\" ws {}",
+            json_key_literal(name),
+            value_rule(property)
+        )
+    };
+    let required_fields: Vec<String> = required.iter().map(|name| field(name)).collect();
+    let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
+    let optional: Vec<String> = declared
+        .into_iter()
+        .flat_map(|p| p.keys())
+        .filter(|name| closed && !required.contains(&name.as_str()))
+        .map(|name| field(name))
         .collect();
-    format!(
-        "\"{{\" ws {} ( \",\" ws pair )* \"}}\" ws",
-        fields.join(" \",\" ws ")
-    )
+    // Each optional pair at most once, in order: `( "," ws pair )?` after whatever came before.
+    let tail = |from: usize| -> String {
+        optional[from..]
+            .iter()
+            .map(|pair| format!(" ( \",\" ws {pair} )?"))
+            .collect()
+    };
+    let body = match (required_fields.is_empty(), closed) {
+        (false, true) => format!("{}{}", required_fields.join(" \",\" ws "), tail(0)),
+        (false, false) => format!("{} ( \",\" ws pair )*", required_fields.join(" \",\" ws ")),
+        (true, false) => return "object".into(),
+        (true, true) if optional.is_empty() => return r#""{" ws "}" ws"#.into(),
+        // Nothing required: the object is empty or starts with any one optional pair.
+        (true, true) => {
+            let starts: Vec<String> = (0..optional.len())
+                .map(|i| format!("{}{}", optional[i], tail(i + 1)))
+                .collect();
+            format!("( {} )?", starts.join(" | "))
+        }
+    };
+    format!("\"{{\" ws {body} \"}}\" ws")
 }
 
 /// The rule for one property's value, from its schema `type` (or string `enum`).
@@ -141,7 +165,12 @@ fn value_rule(property: &Value) -> String {
     }
     match property.get("type").and_then(Value::as_str) {
         Some("string") => "string",
-        Some("integer") => "integer",
+        // Counts and 1-based positions: a bound the model cannot see in the grammar is one it breaks.
+        Some("integer") => match property.get("minimum").and_then(Value::as_i64) {
+            Some(1..) => "positive",
+            Some(0) => "natural",
+            _ => "integer",
+        },
         Some("number") => "number",
         Some("boolean") => "boolean",
         Some("array") => "array",
@@ -218,6 +247,33 @@ mod tests {
         assert!(
             !forced.is_free_text_start("Sure"),
             "a forced call never drops its grammar"
+        );
+    }
+
+    #[test]
+    fn a_closed_schema_allows_only_its_declared_properties_each_once() {
+        // The shape of polpo-tools' `read`: one required property, two optional 1-based counts.
+        let read = serde_json::json!({"type": "object", "properties": {
+            "path": {"type": "string"}, "offset": {"type": "integer", "minimum": 1},
+            "limit": {"type": "integer", "minimum": 1}}, "required": ["path"], "additionalProperties": false});
+        assert_eq!(
+            arguments_rule(&read),
+            r#""{" ws "\"path\"" ws ":" ws string ( "," ws "\"offset\"" ws ":" ws positive )? ( "," ws "\"limit\"" ws ":" ws positive )? "}" ws"#
+        );
+        let optional_only = serde_json::json!({"properties": {"a": {"type": "boolean"}, "b": {"minimum": 0, "type": "integer"}},
+            "additionalProperties": false});
+        assert_eq!(
+            arguments_rule(&optional_only),
+            r#""{" ws ( "\"a\"" ws ":" ws boolean ( "," ws "\"b\"" ws ":" ws natural )? | "\"b\"" ws ":" ws natural )? "}" ws"#
+        );
+        let nothing =
+            serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false});
+        assert_eq!(arguments_rule(&nothing), r#""{" ws "}" ws"#);
+        let open = serde_json::json!({"properties": {"a": {"type": "string"}}});
+        assert_eq!(
+            arguments_rule(&open),
+            "object",
+            "an open schema with nothing required takes any object"
         );
     }
 
