@@ -5,8 +5,8 @@
 //! with a typo is an error instead of a hook that silently never fires.
 
 use crate::fsx::{MAX_FILE_BYTES, read_bounded};
-use polpo_core::config::Project;
-use polpo_core::hooks::HookPack;
+use polpo_core::config::{Agent, Project};
+use polpo_core::hooks::{HookPack, HookSet, Scope, resolve_named};
 use polpo_core::hooks::validate::{ValidateOptions, parse_pack};
 use polpo_core::problem::Problem;
 use std::collections::BTreeMap;
@@ -40,23 +40,36 @@ pub fn load_hook_packs(root: &Path) -> (BTreeMap<String, HookPack>, Vec<Problem>
     (packs, problems)
 }
 
-/// Problems with agents' `hooks` assignments: each name must be a pack that loaded.
+/// Problems with `hooks` assignments (the project's `settings.hooks`, each agent's `hooks`):
+/// each name must be a pack that loaded.
 pub fn check_hook_assignments(project: &Project, packs: &BTreeMap<String, HookPack>, broken: &[Problem]) -> Vec<Problem> {
     let broken_files: Vec<&str> = broken.iter().filter_map(|p| p.file.as_deref()).collect();
+    let project_hooks = (project.manifest_source.child("settings").child("hooks"), project.settings().hooks.as_deref());
+    let agent_hooks = project.agents.values().map(|agent| (agent.source.child("hooks"), agent.config.hooks.as_deref()));
     let mut problems = Vec::new();
-    for agent in project.agents.values() {
-        for (i, name) in agent.config.hooks.iter().flatten().enumerate() {
+    for (at, names) in std::iter::once(project_hooks).chain(agent_hooks) {
+        for (i, name) in names.unwrap_or_default().iter().enumerate() {
             let exists = packs.contains_key(name) || broken_files.contains(&format!(".polpo/hooks/{name}.json").as_str());
             if !exists {
-                problems.push(
-                    Problem::new("unknown_hook_pack", format!("no hook pack `.polpo/hooks/{name}.json`"))
-                        .in_file(agent.source.file.clone())
-                        .at(format!("{}/hooks/{i}", agent.source.pointer)),
-                );
+                problems.push(at.problem("unknown_hook_pack", format!("no hook pack `.polpo/hooks/{name}.json`"), &format!("/{i}")));
             }
         }
     }
     problems
+}
+
+/// The packs assigned to `agent` outside any loop, broadest scope first: the project's
+/// `settings.hooks`, then the agent's `hooks`.
+pub fn hook_assignments<'a>(project: &'a Project, agent: &'a Agent) -> [(Scope, &'a [String]); 2] {
+    [(Scope::Project, project.settings().hooks.as_deref().unwrap_or_default()), (Scope::Agent, agent.config.hooks.as_deref().unwrap_or_default())]
+}
+
+/// The hooks `agent` runs, in running order: its project and agent packs plus `narrower`
+/// ones (the loop and step packs of a loop node). The one resolution behind the runtime and
+/// `polpo hooks explain`, so what explain prints is what a request runs.
+pub fn resolve_agent_hooks(packs: &BTreeMap<String, HookPack>, project: &Project, agent: &Agent, narrower: &[(Scope, &[String])]) -> Result<HookSet, Vec<Problem>> {
+    let assignments: Vec<(Scope, &[String])> = hook_assignments(project, agent).into_iter().chain(narrower.iter().copied()).collect();
+    resolve_named(packs, &assignments)
 }
 
 /// The project's packs and every problem with them or with their assignments.

@@ -166,6 +166,10 @@ pub struct Settings {
     /// Port of the local server; see [`Settings::port`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// Runtime hook packs (`hooks/<pack>.json` names) applied to every agent of the project,
+    /// before the agent's own packs (project scope).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<Vec<String>>,
 }
 
 impl Settings {
@@ -424,6 +428,7 @@ static SETTINGS: Shape = Shape::Object(&[&[
             max: u16::MAX as i64,
         },
     ),
+    Field::optional("hooks", STRINGS),
 ]]);
 
 static PROJECT_FIELDS: &[Field] = &[

@@ -83,7 +83,8 @@ fn full_project() -> Value {
             "guardrails": {"mode": "standard"}, "contextTrust": "enforce",
             "providers": {"openai": {"baseUrl": "http://127.0.0.1:9", "apiKeyEnv": "OPENAI_API_KEY", "headers": {}, "api": "openai-completions"}},
             "apiKeys": {"openai": "${OPENAI_API_KEY}"},
-            "port": 3890
+            "port": 3890,
+            "hooks": ["quality"]
         },
         "providers": {"local": {"baseUrl": "http://127.0.0.1:8080/v1", "api": "openai-responses",
             "models": [{"id": "m", "name": "M", "reasoning": false, "input": ["text", "image"],
