@@ -28,3 +28,4 @@ pub use events::{EventSink, GateState, RunEvent};
 pub use invocation::Invocation;
 pub use turn::{RunControl, RunOutcome, run_turns, run_turns_controlled};
 pub use runtime::{ChatError, ChatInput, ChatOutput, Loaded, PreparedChat, Runtime};
+pub use hooks::LoopContext;

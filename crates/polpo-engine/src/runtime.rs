@@ -9,14 +9,14 @@
 use crate::bus::{EventBus, RunEvents};
 use crate::error::EngineError;
 use crate::events::{EventSink, RunEvent};
-use crate::hooks::{HookRuntime, InvocationHooks, system_clock};
+use crate::hooks::{HookRuntime, InvocationHooks, LoopContext, invocation_info, system_clock};
 use crate::interaction::{Capabilities, Interactions, Suggestion};
 use crate::invocation::Invocation;
 use crate::structured::ResponseFormat;
 use crate::tool_exec::ToolSet;
 use crate::turn::{RunControl, RunOutcome, run_turns_controlled};
 use polpo_core::config::{Agent, Project, ToolLoadingMode};
-use polpo_core::hooks::{ExecutionMode, HookPack, HookSet, InvocationInfo, Scope, resolve_named};
+use polpo_core::hooks::{HookPack, HookSet};
 use polpo_core::message::{Message, Role};
 use polpo_core::policy::{PolicyLayer, ToolPolicy};
 use polpo_core::problem::Problem;
@@ -53,11 +53,7 @@ impl Loaded {
         }
         let mut hooks = BTreeMap::new();
         for (id, agent) in &project.agents {
-            let names = agent.config.hooks.as_deref().unwrap_or_default();
-            if names.is_empty() {
-                continue;
-            }
-            let set = resolve_named(&packs, &[(Scope::Agent, names)])?;
+            let set = polpo_project::hooks::resolve_agent_hooks(&packs, &project, agent, &[])?;
             if !set.is_empty() {
                 hooks.insert(id.clone(), Arc::new(set));
             }
@@ -68,6 +64,15 @@ impl Loaded {
     /// The agent called `id`.
     pub fn agent(&self, id: &str) -> Option<&Agent> {
         self.project.agent(id)
+    }
+
+    /// The hooks one invocation of `agent` runs: its project and agent packs (resolved once,
+    /// above), plus — for a loop node — the loop's and the step's, resolved per request.
+    /// `None` when no hook applies; an unknown pack name is a problem, never silently skipped.
+    pub fn hooks_for(&self, agent: &Agent, loop_context: Option<&LoopContext>) -> Result<Option<Arc<HookSet>>, Vec<Problem>> {
+        let Some(ctx) = loop_context else { return Ok(self.hooks.get(&agent.id).cloned()) };
+        let set = polpo_project::hooks::resolve_agent_hooks(&self.packs, &self.project, agent, &ctx.assignments())?;
+        Ok((!set.is_empty()).then(|| Arc::new(set)))
     }
 }
 
@@ -91,6 +96,9 @@ pub struct ChatInput {
     pub response_format: ResponseFormat,
     /// `polpo.execution.allowedTools`: narrows, never widens.
     pub allowed_tools: Option<Vec<String>>,
+    /// Set when the agent runs as a node of a Project Loop: mode `loop`, the step matchers
+    /// see, and the loop- and step-scope hook packs (`None`: chat).
+    pub loop_context: Option<LoopContext>,
     /// End-user id stored on a new session.
     pub user: Option<String>,
     /// Metadata stored on a new session (a JSON object or null).
@@ -113,6 +121,7 @@ impl ChatInput {
             parallel_tool_calls: false,
             response_format: ResponseFormat::Text,
             allowed_tools: None,
+            loop_context: None,
             user: None,
             metadata: Value::Null,
             run_id: format!("chat-{}", uuid::Uuid::now_v7().simple()),
@@ -153,6 +162,9 @@ pub enum ChatError {
     /// The request carries no new message to answer.
     #[error("invalid_request: {0}")]
     InvalidRequest(String),
+    /// The loop context assigns a hook pack that does not exist.
+    #[error("unknown_hook_pack: {0}")]
+    UnknownHookPack(String),
     /// The agent's model selection does not resolve.
     #[error("{0}")]
     Model(#[from] ResolveError),
@@ -172,6 +184,7 @@ impl ChatError {
             Self::SessionNotFound(_) => "session_not_found",
             Self::SessionAgentMismatch { .. } => "session_agent_mismatch",
             Self::InvalidRequest(_) => "invalid_request",
+            Self::UnknownHookPack(_) => "unknown_hook_pack",
             Self::Model(e) => e.code(),
             Self::Store(e) => e.code(),
             Self::Engine(e) => e.code(),
@@ -368,7 +381,7 @@ impl Runtime {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
         let provider = self.provider_for(&loaded, agent)?;
-        let mut invocation = self.invocation(&loaded, agent, provider, &input, cancel);
+        let mut invocation = self.invocation(&loaded, agent, provider, &input, cancel)?;
         // Checked before the session is created, so a refused request leaves nothing behind.
         invocation.check()?;
         let (session, history, new_messages) = self.prepare_session(&input).await?;
@@ -414,22 +427,23 @@ impl Runtime {
     }
 
     /// Everything the turn loop needs, resolved for this agent and request.
-    pub(crate) fn invocation(&self, loaded: &Loaded, agent: &Agent, provider: Arc<dyn ModelProvider>, input: &ChatInput, cancel: &CancellationToken) -> Invocation {
+    pub(crate) fn invocation(&self, loaded: &Loaded, agent: &Agent, provider: Arc<dyn ModelProvider>, input: &ChatInput, cancel: &CancellationToken) -> Result<Invocation, ChatError> {
         let c = &agent.config;
         let policy = ToolPolicy::unrestricted()
             .narrow(PolicyLayer::Agent, c.allowed_tools.as_deref())
             .narrow(PolicyLayer::Chat, c.chat.as_ref().and_then(|chat| chat.allowed_tools.as_deref()))
             .narrow(PolicyLayer::Request, input.allowed_tools.as_deref());
-        let hooks = loaded.hooks.get(&agent.id).map(|set| InvocationHooks {
-            set: set.clone(),
-            info: InvocationInfo { run_id: input.run_id.clone(), session_id: None, agent: agent.id.clone(), mode: ExecutionMode::Chat, loop_id: None, step: None },
+        let unknown = |problems: Vec<Problem>| ChatError::UnknownHookPack(problems.into_iter().map(|p| p.message).collect::<Vec<_>>().join("; "));
+        let hooks = loaded.hooks_for(agent, input.loop_context.as_ref()).map_err(unknown)?.map(|set| InvocationHooks {
+            set,
+            info: invocation_info(&input.run_id, &agent.id, input.loop_context.as_ref()),
             runtime: self.hook_runtime,
             clock: system_clock(),
             secrets: Vec::new(),
             parallel_branch: false,
         });
         let interactions = Interactions::resolve(c.chat.as_ref(), input.capabilities, &policy);
-        Invocation {
+        Ok(Invocation {
             agent: agent.id.clone(),
             system_prompt: polpo_core::prompt::system_prompt(agent),
             provider,
@@ -446,7 +460,7 @@ impl Runtime {
             hooks,
             tool_loading: c.tool_loading.as_ref().map_or(ToolLoadingMode::Auto, |t| t.mode),
             interactions,
-        }
+        })
     }
 }
 

@@ -11,6 +11,7 @@ mod hooks_conformance {
     mod gate;
     mod handlers;
     mod readme;
+    mod scopes;
     mod stop;
     mod tools;
 }

@@ -13,6 +13,9 @@ mod handlers;
 mod http;
 pub(crate) mod runner;
 pub(crate) mod termination;
+mod scopes;
+
+pub use scopes::{LoopContext, invocation_info};
 
 use polpo_core::hooks::{ExecutionMode, HookSet, InvocationInfo, Target};
 use std::sync::Arc;

@@ -529,7 +529,7 @@ impl RunManager {
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
         let provider = self.runtime.provider_for(&loaded, agent)?;
         let cancel = CancellationToken::new();
-        let mut invocation = self.runtime.invocation(&loaded, agent, provider, &input, &cancel);
+        let mut invocation = self.runtime.invocation(&loaded, agent, provider, &input, &cancel)?;
         let session = store.sessions.get_session(&state.spec.session_id).await?.ok_or_else(|| ChatError::SessionNotFound(state.spec.session_id.clone()))?;
         if let Some(hooks) = &mut invocation.hooks {
             hooks.info.session_id = Some(session.id.clone());

@@ -62,6 +62,10 @@ pub struct RunSpec {
     /// `polpo.execution.allowedTools`.
     #[serde(default)]
     pub allowed_tools: Option<Vec<String>>,
+    /// The loop node this run executes, so a resumed node keeps its mode, step and
+    /// loop/step hook packs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loop_context: Option<crate::hooks::LoopContext>,
     /// `polpo.capabilities` (questions, suggestions), so a resumed run offers the same.
     #[serde(default)]
     pub capabilities: crate::interaction::Capabilities,
@@ -88,6 +92,7 @@ impl RunSpec {
                 ResponseFormat::JsonSchema { name, schema, .. } => json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}}),
             },
             allowed_tools: input.allowed_tools.clone(),
+            loop_context: input.loop_context.clone(),
             capabilities: input.capabilities,
         }
     }
@@ -105,6 +110,7 @@ impl RunSpec {
         input.parallel_tool_calls = self.parallel_tool_calls;
         input.response_format = if self.response_format.is_null() { ResponseFormat::Text } else { ResponseFormat::from_wire(&self.response_format)? };
         input.allowed_tools = self.allowed_tools.clone();
+        input.loop_context = self.loop_context.clone();
         input.capabilities = self.capabilities;
         input.run_id = run_id.to_owned();
         Ok(input)
