@@ -14,4 +14,5 @@ pub mod model;
 pub mod policy;
 pub mod problem;
 pub mod prompt;
+pub mod routing;
 pub mod tool;

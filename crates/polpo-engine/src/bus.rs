@@ -285,6 +285,11 @@ impl<'a> RunEvents<'a> {
         self.publish("session:created", json!({"title": session.title, "createdAt": session.created_at}));
     }
 
+    /// `model:routed`: which way model routing sent this request (opted-in agents only).
+    pub(crate) fn model_routed(&self, route: &crate::routing::ModelRoute) {
+        self.publish("model:routed", serde_json::to_value(route).unwrap_or_default());
+    }
+
     /// `run:started`.
     pub(crate) fn started(&self) {
         self.publish("run:started", json!({}));

@@ -14,6 +14,7 @@ pub mod interaction;
 pub mod invocation;
 pub mod meter;
 mod reasoning;
+pub mod routing;
 pub mod runs;
 pub mod runtime;
 pub mod runtime_tools;

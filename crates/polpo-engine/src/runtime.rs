@@ -346,8 +346,14 @@ impl Runtime {
     /// The model chain of `agent`, resolved (profiles, fallbacks, allowed profiles) before
     /// anything is paid for.
     pub fn provider_for(&self, loaded: &Loaded, agent: &Agent) -> Result<Arc<dyn ModelProvider>, ChatError> {
+        self.provider_for_model(loaded, agent, agent.config.model.as_ref())
+    }
+
+    /// The chain of `selection` for `agent`: its own `model`, or the profile model routing
+    /// picked (resolved under the same `allowedModelProfiles`, so routing can never widen).
+    pub(crate) fn provider_for_model(&self, loaded: &Loaded, agent: &Agent, selection: Option<&polpo_core::model::ModelSelection>) -> Result<Arc<dyn ModelProvider>, ChatError> {
         let settings = loaded.project.settings();
-        let selection = agent.config.model.clone().ok_or_else(|| {
+        let selection = selection.cloned().ok_or_else(|| {
             ChatError::Model(ResolveError::Model(polpo_llm::LlmError::new(
                 polpo_llm::LlmErrorKind::ModelNotFound,
                 format!("agent `{}` has no model: set \"model\" in its agent.json", agent.id),
@@ -380,11 +386,18 @@ impl Runtime {
     pub async fn prepare(self: &Arc<Self>, input: ChatInput, cancel: &CancellationToken) -> Result<PreparedChat, ChatError> {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
-        let provider = self.provider_for(&loaded, agent)?;
+        let route = crate::routing::route(&self.providers, &loaded, agent, &input, cancel).await;
+        let provider = match route.as_ref().and_then(crate::routing::ModelRoute::selection) {
+            Some(routed) => self.provider_for_model(&loaded, agent, Some(&routed))?,
+            None => self.provider_for(&loaded, agent)?,
+        };
         let mut invocation = self.invocation(&loaded, agent, provider, &input, cancel)?;
         // Checked before the session is created, so a refused request leaves nothing behind.
         invocation.check()?;
         let (session, history, new_messages) = self.prepare_session(&input).await?;
+        if let Some(route) = &route {
+            RunEvents::new(&self.bus, &input.run_id, &session.id, &input.agent).model_routed(route);
+        }
         if let Some(hooks) = &mut invocation.hooks {
             hooks.info.session_id = Some(session.id.clone());
         }

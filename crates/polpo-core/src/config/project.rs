@@ -101,6 +101,13 @@ pub fn validate_project(project: &Project) -> Vec<Problem> {
             .into_iter()
             .map(|p| manifest.locate(p)),
     );
+    if let Some(routing) = &settings.model_routing {
+        out.extend(
+            crate::routing::validate_model_routing(routing, profiles)
+                .into_iter()
+                .map(|p| manifest.locate(p)),
+        );
+    }
     if let Some(model) = &settings.orchestrator_model
         && let Err(e) = resolve_model_chain(model, profiles, None)
     {
@@ -122,6 +129,11 @@ pub fn validate_project(project: &Project) -> Vec<Problem> {
         check_reports_to(project, agent, &mut out);
         check_loops(agent, &mut out);
         check_agent_model(agent, profiles, &mut out);
+        if agent.config.model_routing.as_ref().is_some_and(|r| r.mode == super::enums::RouterMode::Auto) {
+            let allowed = agent.config.allowed_model_profiles.as_deref();
+            let problems = crate::routing::validate_agent_routing(settings.model_routing.as_ref(), allowed, "/modelRouting");
+            out.extend(problems.into_iter().map(|p| agent.source.locate(p)));
+        }
     }
     out
 }

@@ -97,6 +97,9 @@ pub struct Settings {
     /// Named model profiles agents can reference.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_profiles: Option<ModelProfiles>,
+    /// How requests of agents that opted in (`modelRouting: {mode: auto}`) pick a profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_routing: Option<crate::routing::ModelRoutingSettings>,
     /// Default image model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_model: Option<String>,
@@ -377,6 +380,7 @@ static SETTINGS: Shape = Shape::Object(&[&[
     Field::optional("orchestratorSkills", STRINGS),
     Field::optional("orchestratorModel", MODEL_SELECTION),
     Field::optional("modelProfiles", Shape::Map(&MODEL_SELECTION)),
+    Field::optional("modelRouting", crate::routing::MODEL_ROUTING),
     Field::optional("imageModel", Shape::String),
     Field::optional(
         "modelAllowlist",

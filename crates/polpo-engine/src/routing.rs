@@ -1,0 +1,122 @@
+//! Model routing at request time, for agents that opted in with `"modelRouting": {"mode": "auto"}`.
+//!
+//! The rules and the label mapping are decided in `polpo_core::routing`; this module adds what
+//! needs I/O: the classifier's one bounded, tool-free model call. Routing fails open to the
+//! agent's own (pinned) model: a classifier that times out, errors or answers something that is
+//! not a label never blocks the request and never widens what the agent may use. The decision
+//! is published as a `model:routed` event, so operators see which way each request went.
+
+use crate::runtime::{ChatInput, Loaded};
+use futures::StreamExt;
+use polpo_core::config::Agent;
+use polpo_core::config::enums::RouterMode;
+use polpo_core::message::Message;
+use polpo_core::model::{ModelSelection, resolve_model_chain};
+use polpo_core::routing::{ClassifierMiss, RoutingClassifier, RoutingRequest};
+use polpo_llm::{ModelEvent, ModelProvider, ModelRequest, Providers, ToolChoice};
+use serde::Serialize;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Which way one request of an opted-in agent went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelRoute {
+    /// How the model was chosen.
+    pub via: RouteVia,
+    /// The profile that answers; `None` when the agent's own model does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Index of the rule in `settings.modelRouting.rules` that matched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<usize>,
+    /// The classifier's label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Why the agent's own model answers (`pinned` only): `no_route`, `classifier_timeout`,
+    /// `classifier_failed`, `classifier_unknown_label`, `classifier_not_allowed`, `cancelled`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// How a [`ModelRoute`] was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteVia {
+    /// A deterministic rule matched.
+    Rule,
+    /// The classifier answered a label.
+    Classifier,
+    /// Nothing routed the request: the agent's own model answers.
+    Pinned,
+}
+
+impl ModelRoute {
+    fn pinned(reason: &str) -> Self {
+        Self { via: RouteVia::Pinned, profile: None, rule: None, label: None, reason: Some(reason.to_owned()) }
+    }
+
+    /// The selection to resolve instead of the agent's `model`; `None` keeps the agent's own.
+    pub fn selection(&self) -> Option<ModelSelection> {
+        self.profile.clone().map(|profile| ModelSelection::Profile { profile })
+    }
+}
+
+/// Route one request of `agent`: `None` when the agent did not opt in (it stays pinned and no
+/// route is reported), else the route taken. Rules first, then the classifier, never a profile
+/// outside the agent's `allowedModelProfiles`.
+pub async fn route(providers: &Providers, loaded: &Loaded, agent: &Agent, input: &ChatInput, cancel: &CancellationToken) -> Option<ModelRoute> {
+    if agent.config.model_routing.as_ref()?.mode != RouterMode::Auto {
+        return None;
+    }
+    let settings = loaded.project.settings();
+    let Some(routing) = &settings.model_routing else { return Some(ModelRoute::pinned("no_route")) };
+    let allowed = agent.config.allowed_model_profiles.as_deref();
+    let text = crate::interaction::last_user_text(&input.messages).unwrap_or_default();
+    let request = RoutingRequest { text: &text, has_tools: !input.client_tools.is_empty() };
+    if let Some((index, rule)) = routing.rule_for(&request, allowed) {
+        return Some(ModelRoute { via: RouteVia::Rule, profile: Some(rule.profile.clone()), rule: Some(index), label: None, reason: None });
+    }
+    let Some(classifier) = &routing.classifier else { return Some(ModelRoute::pinned("no_route")) };
+    let profiles = settings.model_profiles.clone().unwrap_or_default();
+    let Some(model) = resolve_model_chain(&classifier.model, &profiles, None).ok().and_then(|ids| providers.chain(&ids).ok()) else {
+        return Some(ModelRoute::pinned("classifier_failed"));
+    };
+    let budget = Duration::from_millis(classifier.timeout_ms());
+    let answer = tokio::select! {
+        _ = cancel.cancelled() => return Some(ModelRoute::pinned("cancelled")),
+        answer = tokio::time::timeout(budget, crate::meter::external(classify(&model, classifier, &text))) => answer,
+    };
+    let route = match answer {
+        Err(_) => ModelRoute::pinned("classifier_timeout"),
+        Ok(None) => ModelRoute::pinned("classifier_failed"),
+        Ok(Some(answer)) => match classifier.profile_for(&answer, allowed) {
+            Ok((label, profile)) => ModelRoute { via: RouteVia::Classifier, profile: Some(profile.to_owned()), rule: None, label: Some(label.to_owned()), reason: None },
+            Err(ClassifierMiss::UnknownLabel(_)) => ModelRoute::pinned("classifier_unknown_label"),
+            Err(ClassifierMiss::NotAllowed { label, .. }) => ModelRoute { label: Some(label), ..ModelRoute::pinned("classifier_not_allowed") },
+        },
+    };
+    Some(route)
+}
+
+/// The classifier's answer text, or `None` when its call failed.
+async fn classify(model: &dyn ModelProvider, classifier: &RoutingClassifier, text: &str) -> Option<String> {
+    let request = ModelRequest {
+        model: String::new(),
+        messages: vec![Message::system(classifier.system_prompt()), Message::user(classifier.input(text))],
+        tools: Vec::new(),
+        tool_choice: ToolChoice::None,
+        response_format: None,
+        reasoning: None,
+        max_output_tokens: Some(classifier.max_tokens()),
+        temperature: Some(0.0),
+    };
+    let mut stream = model.stream(request).await.ok()?;
+    let mut answer = String::new();
+    while let Some(event) = stream.next().await {
+        if let ModelEvent::TextDelta(t) = event.ok()? {
+            answer.push_str(&t);
+        }
+    }
+    Some(answer)
+}
