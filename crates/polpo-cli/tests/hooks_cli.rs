@@ -137,6 +137,46 @@ fn explain_says_when_the_tool_policy_keeps_a_tool_from_every_hook() {
 }
 
 #[test]
+fn explain_puts_project_packs_first_for_every_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    two_packs(dir.path());
+    // `settings.hooks` assigns `audit` to the project (and `base`, which writer also has: it
+    // runs once, at project scope). Within the project scope priority orders them (base's 50,
+    // then audit's 900), and both run before the agent's priority 10.
+    let manifest = dir.path().join(".polpo/project.json");
+    let mut project: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    project["settings"]["hooks"] = json!(["audit", "base"]);
+    std::fs::write(&manifest, serde_json::to_vec_pretty(&project).unwrap()).unwrap();
+    let audit = json!({"version": 1, "hooks": {"tool:before": [{"id": "log", "priority": 900, "handler": cmd("sh log.sh")}]}});
+    std::fs::write(dir.path().join(".polpo/hooks/audit.json"), audit.to_string()).unwrap();
+
+    let v: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "explain", "--agent", "writer", "--tool", "write", "--json"], &[]))).unwrap();
+    assert_eq!(v["packs"], json!(["audit", "base", "quality"]));
+    assert_eq!(v["assignments"], json!([{"scope": "project", "packs": ["audit", "base"]}, {"scope": "agent", "packs": ["base", "quality"]}]));
+    assert_eq!(hook_ids(&v, "tool:before"), [(json!(1), "base/guard-write".into()), (json!(2), "audit/log".into()), (json!(3), "quality/first".into()), (Value::Null, "base/audit".into())]);
+    let scopes: Vec<&str> = v["events"][0]["hooks"].as_array().unwrap().iter().map(|h| h["scope"].as_str().unwrap()).collect();
+    assert_eq!(scopes, ["project", "project", "agent", "project"]);
+    // An agent with no packs of its own gets the project's.
+    let v: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "explain", "--agent", "reader", "--tool", "read", "--json"], &[]))).unwrap();
+    assert_eq!(hook_ids(&v, "tool:before"), [(json!(1), "audit/log".into()), (Value::Null, "base/audit".into())]);
+    let text = ok(polpo(dir.path(), &["hooks", "explain", "--agent", "writer", "--tool", "write"], &[]));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "agent writer · mode chat · packs: audit (project), base (project), quality", "{text}");
+    assert!(lines[3].starts_with("  2. audit/log [controlling] command · scope project · priority 900"), "{text}");
+
+    // A project assignment to a pack that does not exist is refused with its location.
+    project["settings"]["hooks"] = json!(["audit", "qualty"]);
+    std::fs::write(&manifest, serde_json::to_vec_pretty(&project).unwrap()).unwrap();
+    let o = polpo(dir.path(), &["hooks", "validate"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(".polpo/project.json:/settings/hooks/1: unknown_hook_pack"), "{out}");
+    let o = polpo(dir.path(), &["hooks", "explain", "--agent", "writer"], &[]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/settings/hooks/1"), "the problem is shown where it is");
+}
+
+#[test]
 fn validate_warns_about_matchers_that_never_match_a_tool_of_the_agent_but_passes() {
     let dir = tempfile::tempdir().unwrap();
     two_packs(dir.path());

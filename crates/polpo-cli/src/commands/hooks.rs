@@ -1,14 +1,15 @@
 //! `polpo hooks validate|capabilities|explain`: runtime hook packs from the terminal.
 //!
 //! `explain` answers the question every hook user eventually asks — "why did (or didn't) my
-//! hook fire?" — from the same resolution the runtime uses (`resolve_named` at agent scope,
-//! then `HookSet::explain`), so what it prints is what a request would run.
+//! hook fire?" — from the same resolution the runtime uses (`Loaded::hooks_for`: project
+//! packs, then the agent's, then `HookSet::explain`), so what it prints is what a request
+//! would run.
 
 use super::{Global, print_json, print_problems_to_stderr, sorted};
 use polpo_core::config::{Agent, Project};
 use polpo_core::hooks::capabilities::{HostHooks, capabilities};
 use polpo_core::hooks::set::ExplainEntry;
-use polpo_core::hooks::{AgentTool, ExecutionMode, HookEvent, HookPack, HookSet, Scope, Target, lint_for_agent, resolve_named};
+use polpo_core::hooks::{AgentTool, ExecutionMode, HookEvent, HookPack, HookSet, Target, lint_for_agent};
 use polpo_core::policy::{PolicyLayer, ToolPolicy};
 use polpo_core::problem::Problem;
 use serde_json::{Value, json};
@@ -119,15 +120,15 @@ fn agent_tools(agent: &Agent, mode: Option<ExecutionMode>) -> (Vec<String>, Tool
     (names, policy)
 }
 
-/// Warnings for every pack assigned to every agent: `tools` matchers (or single patterns)
-/// that can never match a tool the agent has, and `tool:before` hooks that only see
-/// provider-native tools. Each points into the pack file.
+/// Warnings for every pack that applies to every agent (the project's and its own): `tools`
+/// matchers (or single patterns) that can never match a tool the agent has, and
+/// `tool:before` hooks that only see provider-native tools. Each points into the pack file.
 pub fn agent_warnings(project: &Project, packs: &BTreeMap<String, HookPack>) -> Vec<Problem> {
     let mut warnings = Vec::new();
     for agent in project.agents.values() {
         let (names, _) = agent_tools(agent, None);
         let tools: Vec<AgentTool<'_>> = names.iter().map(|n| AgentTool { name: n, provider_native: false }).collect();
-        for name in agent.config.hooks.iter().flatten() {
+        for name in applicable_packs(project, agent) {
             if let Some(pack) = packs.get(name) {
                 warnings.extend(lint_for_agent(pack, &agent.id, &tools).into_iter().map(|w| w.in_file(format!(".polpo/hooks/{name}.json"))));
             }
@@ -143,21 +144,19 @@ fn explain(global: &Global, args: ExplainArgs) -> anyhow::Result<ExitCode> {
         (None, Some(_)) => ExecutionMode::Loop,
         (None, None) => ExecutionMode::Chat,
     };
-    let project = global.load()?;
-    let (packs, problems) = polpo_project::hooks::check_project_hooks(&project);
-    if !problems.is_empty() {
+    let hook_problems = |problems: Vec<Problem>| {
         print_problems_to_stderr(&problems);
-        anyhow::bail!("the hook packs have {} problem(s); run `polpo hooks validate`", problems.len());
-    }
+        anyhow::anyhow!("the hook packs have {} problem(s); run `polpo hooks validate`", problems.len())
+    };
+    // The runtime's own resolution, cached per agent exactly as a server would serve it.
+    let loaded = polpo_engine::Loaded::new(global.load()?).map_err(hook_problems)?;
+    let project = &loaded.project;
     let Some(agent) = project.agent(&args.agent) else {
         anyhow::bail!("agent_not_found: no agent `{}` (agents: {})", args.agent, project.agents.keys().cloned().collect::<Vec<_>>().join(", "));
     };
-    let names = agent.config.hooks.clone().unwrap_or_default();
-    // The runtime's own resolution: packs at agent scope, in assignment order.
-    let set = resolve_named(&packs, &[(Scope::Agent, &names)]).map_err(|p| {
-        print_problems_to_stderr(&p);
-        anyhow::anyhow!("the agent's hook packs do not resolve")
-    })?;
+    let set = loaded.hooks_for(agent, None).map_err(hook_problems)?.unwrap_or_default();
+    let assignments = polpo_project::hooks::hook_assignments(project, agent);
+    let names = applicable_packs(project, agent);
     let (tools, policy) = agent_tools(agent, Some(mode));
     let step = args.step.as_deref();
     let mut events = Vec::new();
@@ -207,6 +206,7 @@ fn explain(global: &Global, args: ExplainArgs) -> anyhow::Result<ExitCode> {
         "tool": args.tool,
         "hooksEnabled": hooks_enabled(),
         "packs": names,
+        "assignments": assignments.iter().map(|(scope, packs)| json!({"scope": scope, "packs": packs})).collect::<Vec<_>>(),
         "toolPolicy": tool_note,
         "events": events,
         "terminationGate": set.gate_limits(&Target { mode, step, tool: None }),
@@ -216,6 +216,13 @@ fn explain(global: &Global, args: ExplainArgs) -> anyhow::Result<ExitCode> {
     }
     print_text(&out);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The packs that apply to `agent` outside loops, broadest scope first, each once (a pack
+/// assigned at several scopes runs once, at the broadest).
+fn applicable_packs<'a>(project: &'a Project, agent: &'a Agent) -> Vec<&'a String> {
+    let mut seen = std::collections::HashSet::new();
+    polpo_project::hooks::hook_assignments(project, agent).into_iter().flat_map(|(_, names)| names).filter(|n| seen.insert(*n)).collect()
 }
 
 fn entries(set: &HookSet, event: HookEvent, target: Target<'_>) -> Vec<ExplainEntry> {
@@ -237,7 +244,9 @@ fn print_text(out: &Value) {
     if let Some(step) = out["step"].as_str() {
         head.push_str(&format!(" · step {step}"));
     }
-    let packs: Vec<String> = out["packs"].as_array().into_iter().flatten().map(s).collect();
+    let project_packs = out["assignments"].as_array().into_iter().flatten().find(|a| a["scope"] == "project").and_then(|a| a["packs"].as_array().cloned()).unwrap_or_default();
+    let scoped = |v: &Value| if project_packs.contains(v) { format!("{} (project)", s(v)) } else { s(v) };
+    let packs: Vec<String> = out["packs"].as_array().into_iter().flatten().map(scoped).collect();
     head.push_str(&format!(" · packs: {}", if packs.is_empty() { "none".to_owned() } else { packs.join(", ") }));
     println!("{head}");
     if out["hooksEnabled"] == json!(false) {
