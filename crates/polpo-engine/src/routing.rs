@@ -34,7 +34,8 @@ pub struct ModelRoute {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
     /// Why the agent's own model answers (`pinned` only): `no_route`, `classifier_timeout`,
-    /// `classifier_failed`, `classifier_unknown_label`, `classifier_not_allowed`, `cancelled`.
+    /// `classifier_failed`, `classifier_unknown_label`, `classifier_not_allowed`, `cancelled`,
+    /// `route_unavailable: <code>`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -59,6 +60,12 @@ impl ModelRoute {
     /// The selection to resolve instead of the agent's `model`; `None` keeps the agent's own.
     pub fn selection(&self) -> Option<ModelSelection> {
         self.profile.clone().map(|profile| ModelSelection::Profile { profile })
+    }
+
+    /// The agent's own model answers after all: the routed profile's chain could not be built
+    /// (`code`, e.g. a provider that is not configured), and routing fails open.
+    pub fn unavailable(self, code: &str) -> Self {
+        Self { label: self.label, rule: self.rule, ..Self::pinned(&format!("route_unavailable: {code}")) }
     }
 }
 

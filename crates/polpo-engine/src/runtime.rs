@@ -386,17 +386,21 @@ impl Runtime {
     pub async fn prepare(self: &Arc<Self>, input: ChatInput, cancel: &CancellationToken) -> Result<PreparedChat, ChatError> {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
-        let route = crate::routing::route(&self.providers, &loaded, agent, &input, cancel).await;
-        let provider = match route.as_ref().and_then(crate::routing::ModelRoute::selection) {
-            Some(routed) => self.provider_for_model(&loaded, agent, Some(&routed))?,
-            None => self.provider_for(&loaded, agent)?,
-        };
+        let provider = self.provider_for(&loaded, agent)?;
         let mut invocation = self.invocation(&loaded, agent, provider, &input, cancel)?;
         // Checked before the session is created, so a refused request leaves nothing behind.
         invocation.check()?;
         let (session, history, new_messages) = self.prepare_session(&input).await?;
-        if let Some(route) = &route {
-            RunEvents::new(&self.bus, &input.run_id, &session.id, &input.agent).model_routed(route);
+        // Routed only once the request is known to run, so a refused one costs no classifier
+        // call; a routed chain that cannot be built leaves the agent on its own (pinned) model.
+        if let Some(mut route) = crate::routing::route(&self.providers, &loaded, agent, &input, cancel).await {
+            if let Some(routed) = route.selection() {
+                match self.provider_for_model(&loaded, agent, Some(&routed)) {
+                    Ok(provider) => invocation.provider = provider,
+                    Err(e) => route = route.unavailable(e.code()),
+                }
+            }
+            RunEvents::new(&self.bus, &input.run_id, &session.id, &input.agent).model_routed(&route);
         }
         if let Some(hooks) = &mut invocation.hooks {
             hooks.info.session_id = Some(session.id.clone());

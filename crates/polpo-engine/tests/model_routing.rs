@@ -23,9 +23,9 @@ const LONG: &str = "Please review the locking strategy of our job queue under co
 fn settings() -> Value {
     json!({
         "storage": "file",
-        "modelProfiles": {"fast": "openai/fast-model", "balanced": "openai/balanced-model"},
+        "modelProfiles": {"fast": "openai/fast-model", "balanced": "openai/balanced-model", "remote": "nowhere/model"},
         "modelRouting": {
-            "rules": [{"when": {"maxChars": 20, "hasTools": false}, "profile": "fast"}],
+            "rules": [{"when": {"maxChars": 20, "hasTools": false}, "profile": "fast"}, {"when": {"contains": ["ELSEWHERE"]}, "profile": "remote"}],
             "classifier": {"model": "openai/classifier-model", "labels": {"simple": "fast", "hard": "balanced"}, "maxTokens": 4, "timeoutMs": 300}
         }
     })
@@ -37,7 +37,7 @@ struct Setup {
 }
 
 /// A project with a routed agent, a narrowly allowed routed agent and two pinned agents.
-/// `narrow` is written with both profiles allowed (a valid project), then narrowed to
+/// `narrow` is written with every routed profile allowed (a valid project), then narrowed to
 /// `balanced` in memory, the way a project edited behind validation's back would be: the
 /// runtime must still skip every route outside the grant.
 async fn setup(llm: &FakeLlm) -> Setup {
@@ -46,7 +46,7 @@ async fn setup(llm: &FakeLlm) -> Setup {
         .unwrap()
         .agent("router", json!({"model": "openai/pinned-model", "modelRouting": {"mode": "auto"}}), "You route.")
         .unwrap()
-        .agent("narrow", json!({"model": {"profile": "balanced"}, "allowedModelProfiles": ["balanced", "fast"], "modelRouting": {"mode": "auto"}}), "You are narrow.")
+        .agent("narrow", json!({"model": {"profile": "balanced"}, "allowedModelProfiles": ["balanced", "fast", "remote"], "modelRouting": {"mode": "auto"}}), "You are narrow.")
         .unwrap()
         .agent("pinned", json!({"model": "openai/pinned-model"}), "You stay.")
         .unwrap()
@@ -139,6 +139,29 @@ async fn a_route_outside_allowed_model_profiles_is_never_taken() {
     assert_eq!(models_called(&llm), ["classifier-model", "balanced-model"]);
     let route = route.unwrap();
     assert_eq!((route["via"].as_str(), route["reason"].as_str(), route["label"].as_str()), (Some("pinned"), Some("classifier_not_allowed"), Some("simple")));
+}
+
+#[tokio::test]
+async fn a_routed_profile_whose_provider_is_not_configured_leaves_the_agent_pinned() {
+    let llm = FakeLlm::start([Turn::text("Pinned answer.")]).await.unwrap();
+    let s = setup(&llm).await;
+    let (answer, route) = ask(&s.runtime, ChatInput::new("router", vec![Message::user("Please answer this one elsewhere.")])).await;
+    assert_eq!(answer, "Pinned answer.");
+    assert_eq!(models_called(&llm), ["pinned-model"]);
+    let route = route.unwrap();
+    assert_eq!((route["via"].as_str(), route["rule"].as_u64()), (Some("pinned"), Some(1)));
+    assert!(route["reason"].as_str().unwrap().starts_with("route_unavailable: "), "{route}");
+}
+
+#[tokio::test]
+async fn a_refused_request_costs_no_classifier_call() {
+    let llm = FakeLlm::start([Turn::text("hard")]).await.unwrap();
+    let s = setup(&llm).await;
+    let mut input = ChatInput::new("router", vec![Message::user(LONG)]);
+    input.tool_choice = polpo_llm::ToolChoice::Tool("launch_rockets".into());
+    let error = s.runtime.chat(input, &|_| {}, &CancellationToken::new()).await.unwrap_err();
+    assert_eq!(error.code(), "tool_policy_denied");
+    assert!(llm.requests().is_empty(), "routing runs only for requests that will run");
 }
 
 #[tokio::test]
