@@ -2,8 +2,10 @@
 //! to an agent (`hooks`), to a loop and to a step (the request's `LoopContext`) run in that
 //! order whatever their priorities, each once, and step matchers see the step.
 
+use futures::StreamExt;
 use polpo_core::message::Message;
 use polpo_engine::hooks::HookRuntime;
+use polpo_engine::runs::{RunManager, RunOptions, RunSpec};
 use polpo_engine::{ChatError, ChatInput, Loaded, LoopContext, Runtime};
 use polpo_llm::Providers;
 use polpo_store::{PageRequest, StoreKind, SystemClock, open_store};
@@ -137,4 +139,22 @@ async fn an_unknown_pack_in_a_loop_context_fails_before_any_model_call() {
     assert!(p.fired().is_empty(), "no hook ran");
     let sessions = p.runtime.store().sessions.list_sessions(&Default::default(), &PageRequest::default()).await.unwrap();
     assert!(sessions.items.is_empty(), "no session was created");
+}
+
+#[tokio::test]
+async fn a_durable_loop_node_runs_its_scopes_and_keeps_them_for_a_resume() {
+    let llm = ls_then_done(1).await;
+    let p = Project::start(&llm, pack(vec![marker("step", 0)])).await;
+    let runs = RunManager::new(p.runtime.clone(), RunOptions::default());
+    let mut input = ChatInput::new("reader", vec![Message::user("list the files")]);
+    input.loop_context = in_step("build", &["loop"], &["step"]);
+    let run = runs.start(input).await.unwrap().run_id;
+    let journal = runs.events(&run, 0).map(Result::unwrap).collect::<Vec<_>>();
+    let journal = tokio::time::timeout(std::time::Duration::from_secs(20), journal).await.expect("the run ends");
+    assert_eq!(journal.last().map(|e| e.event_type.as_str()), Some("run.completed"));
+    assert_eq!(p.fired(), ["project", "loop", "step"]);
+    // A resume rebuilds the request from what the run accepted: the loop node is still one.
+    let accepted = journal.iter().find(|e| e.event_type == "run.accepted").unwrap();
+    let spec: RunSpec = serde_json::from_value(accepted.data["spec"].clone()).unwrap();
+    assert_eq!(spec.to_input(&run).unwrap().loop_context, in_step("build", &["loop"], &["step"]));
 }
