@@ -71,8 +71,21 @@ async fn serve(project: polpo_core::config::Project, args: Args, files: Option<F
     if let Ok(origins) = std::env::var("POLPO_CORS_ORIGINS") {
         state.cors_origins = origins.split(',').map(|o| o.trim().to_owned()).filter(|o| !o.is_empty()).collect();
     }
-    let app = router(Arc::new(state));
-    axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await.context("the server failed")?;
+    let state = Arc::new(state);
+    let runs = state.runs.clone();
+    // On the signal, durable runs are handed over (checkpointed, leases released) while the
+    // server stops accepting and drains; their event streams end once handed over.
+    let (stopping_tx, stopping) = tokio::sync::oneshot::channel();
+    let handover = tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stopping_tx.send(());
+        runs.shutdown().await;
+    });
+    let stopped = async {
+        let _ = stopping.await;
+    };
+    axum::serve(listener, router(state)).with_graceful_shutdown(stopped).await.context("the server failed")?;
+    handover.await.context("the hand-over of running runs failed")?;
     eprintln!("polpo stopped");
     Ok(ExitCode::SUCCESS)
 }

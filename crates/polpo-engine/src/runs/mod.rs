@@ -10,7 +10,9 @@
 //!
 //! A checkpoint is written after each model turn and tool result; `write` tools go through
 //! the effect ledger. [`RunManager::recover`] takes over runs whose owner stopped renewing
-//! its lease (a crash) and resumes them from their last checkpoint.
+//! its lease (a crash) and resumes them from their last checkpoint. [`RunManager::shutdown`]
+//! hands this process's runs over on a graceful stop: checkpointed, leases released, taken
+//! over by the next server at once.
 
 mod effects;
 mod inline;
@@ -37,6 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Environment variable that sets the lease time-to-live in milliseconds.
 pub const LEASE_TTL_ENV: &str = "POLPO_RUN_LEASE_MS";
@@ -133,13 +136,17 @@ pub struct RunManager {
     starting: Mutex<HashSet<String>>,
     /// Inline (not durable) chats running now, steerable and abortable by run id.
     inline: Mutex<HashMap<String, Arc<inline::InlineRun>>>,
+    /// Cancelled by [`RunManager::shutdown`]: runs stop here and are left to the next owner.
+    closing: CancellationToken,
+    /// The tasks executing runs, so a shutdown can wait until every lease is released.
+    tasks: TaskTracker,
 }
 
 impl RunManager {
     /// A manager for `runtime`'s runs; its lease owner id is unique to this process.
     pub fn new(runtime: Arc<Runtime>, options: RunOptions) -> Arc<Self> {
         let owner = format!("polpo-{}-{}", std::process::id(), uuid::Uuid::now_v7().simple());
-        Arc::new(Self { runtime, owner, options, active: Mutex::default(), starting: Mutex::default(), inline: Mutex::default() })
+        Arc::new(Self { runtime, owner, options, active: Mutex::default(), starting: Mutex::default(), inline: Mutex::default(), closing: CancellationToken::new(), tasks: TaskTracker::new() })
     }
 
     /// The runtime the runs execute in.
@@ -244,8 +251,12 @@ impl RunManager {
         prepared.control = Some(state.clone());
         let active = Arc::new(Active { cancel: prepared.cancel.clone(), state: state.clone() });
         self.active().insert(run_id.clone(), active);
+        // Launched during a shutdown (after it cancelled the active runs): hand it over at once.
+        if self.closing.is_cancelled() {
+            prepared.cancel.cancel();
+        }
         let manager = self.clone();
-        tokio::spawn(async move { manager.drive(prepared, state, resumed).await });
+        self.tasks.spawn(async move { manager.drive(prepared, state, resumed).await });
     }
 
     /// Execute a launched run to its end, renewing its lease, and record how it ended.
@@ -274,7 +285,9 @@ impl RunManager {
         journal.event(if resumed { "run.resumed" } else { "run.started" }, json!({"owner": self.owner}));
         let sink = |event: RunEvent| {
             match &event {
-                RunEvent::MessageAppended { message } => state.on_message(message),
+                // Once the process is stopping, what follows is the cancellation's doing
+                // (aborted tool results), not the run's: the next owner redoes it.
+                RunEvent::MessageAppended { message } if !self.closing.is_cancelled() => state.on_message(message),
                 RunEvent::ToolCalling { id, .. } => state.on_tool_calling(id),
                 _ => {}
             }
@@ -287,6 +300,18 @@ impl RunManager {
         renewal.abort();
         if lost.is_cancelled() {
             self.active().remove(&run_id);
+            return;
+        }
+        if self.closing.is_cancelled() && state.paused().is_none() && matches!(result, Err(ChatError::Engine(EngineError::Aborted))) {
+            // Stopped by the shutdown, not finished: the run stays `running`, checkpointed,
+            // and its lease is given back so the next server resumes it without waiting.
+            journal.event("run.released", json!({"owner": self.owner, "reason": "shutdown"}));
+            journal.checkpoint();
+            journal.flush().await;
+            self.active().remove(&run_id);
+            if let Err(e) = store.runs.release_lease(&run_id, &self.owner).await {
+                tracing::warn!(run = %run_id, code = e.code(), "run lease could not be released; it expires on its own: {e}");
+            }
             return;
         }
         let (status, error) = match (&result, state.paused()) {
@@ -367,6 +392,8 @@ impl RunManager {
                         let after = f.after;
                         let _ = tokio::time::timeout(Duration::from_secs(1), rx.wait_for(|seq| *seq > after)).await;
                     }
+                    // Handed over by a shutdown: the client follows it on the next server.
+                    None if f.manager.closing.is_cancelled() => return None,
                     None => {
                         // Not executing here: finished (its terminal event is already read, or
                         // it ended without one), or executing in another process.
@@ -476,7 +503,9 @@ impl RunManager {
     pub async fn recover(self: &Arc<Self>) -> Result<Vec<String>, StoreError> {
         let store = self.runtime.store().clone();
         let mut taken = Vec::new();
-        while let Some(lease) = store.runs.claim_next_run(&self.owner, self.options.lease_ttl).await? {
+        while !self.closing.is_cancelled()
+            && let Some(lease) = store.runs.claim_next_run(&self.owner, self.options.lease_ttl).await?
+        {
             let id = lease.run_id;
             if self.is_active(&id) || self.starting().contains(&id) {
                 continue;
@@ -492,6 +521,21 @@ impl RunManager {
             }
         }
         Ok(taken)
+    }
+
+    /// Hand this process's runs over because it is stopping (SIGTERM, Ctrl-C): every executing
+    /// run is cancelled, checkpointed, journals `run.released` and gives its lease back, so
+    /// another server takes it over at once instead of after the lease expires. Event
+    /// followers end after the hand-over (clients reconnect elsewhere with `Last-Event-ID`);
+    /// no run is recovered or executed here afterwards. Returns once every lease is released.
+    pub async fn shutdown(&self) {
+        self.closing.cancel();
+        let active: Vec<Arc<Active>> = self.active().values().cloned().collect();
+        for run in active {
+            run.cancel.cancel();
+        }
+        self.tasks.close();
+        self.tasks.wait().await;
     }
 
     /// Recover now, then again every half lease TTL, for as long as the manager lives.
