@@ -50,6 +50,8 @@ enum Command {
     Serve(commands::serve::Args),
     /// Ask an agent one thing from the terminal; the answer streams to stdout.
     Run(commands::run::Args),
+    /// Follow, steer, abort or reconcile a durable run on a running server.
+    Runs(commands::runs::Args),
     /// Print a shell completion script.
     Completions(commands::completions::Args),
 }
@@ -66,6 +68,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Dev(args) => commands::serve::run(global, args, true),
         Command::Serve(args) => commands::serve::run(global, args, false),
         Command::Run(args) => commands::run::run(global, args),
+        Command::Runs(args) => commands::runs::run(global, args),
         Command::Completions(args) => commands::completions::run(args, &mut Cli::command()),
     }
 }

@@ -10,6 +10,7 @@ pub mod migrate;
 pub mod models;
 pub mod providers;
 pub mod run;
+pub mod runs;
 pub mod runtime;
 pub mod serve;
 pub mod validate;

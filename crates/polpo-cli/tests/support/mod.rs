@@ -25,8 +25,14 @@ impl ServerProcess {
     /// Start `polpo <command> --project <root> --port 0 <extra>` with `env`, and wait for
     /// the listening line.
     pub fn start(command: &str, root: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_on(command, root, 0, extra, env)
+    }
+
+    /// [`ServerProcess::start`] on a fixed `port` (`0`: any), for a server that replaces a
+    /// stopped one at the same address.
+    pub fn start_on(command: &str, root: &Path, port: u16, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_polpo"));
-        cmd.arg(command).arg("--project").arg(root).args(["--port", "0"]).args(extra);
+        cmd.arg(command).arg("--project").arg(root).args(["--port", &port.to_string()]).args(extra);
         cmd.env_remove("POLPO_API_KEY").env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL");
         for (k, v) in env {
             cmd.env(k, v);
@@ -71,6 +77,29 @@ impl ServerProcess {
             }
         }
     }
+}
+
+impl ServerProcess {
+    /// Stop the server the way a supervisor does (SIGTERM) and wait until it says it stopped
+    /// and has exited.
+    pub fn terminate(&mut self) {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(status.success(), "kill -TERM failed");
+        self.wait_for("polpo stopped");
+        self.child.wait().unwrap();
+    }
+}
+
+/// A port nobody listens on right now, for servers that must share one address.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The `polpo` binary with `args`, without the caller's `POLPO_API_KEY`.
+pub fn polpo(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_polpo"));
+    cmd.args(args).env_remove("POLPO_API_KEY");
+    cmd
 }
 
 impl Drop for ServerProcess {

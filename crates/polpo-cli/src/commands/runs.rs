@@ -1,0 +1,433 @@
+//! `polpo runs get|tail|steer|abort|reconcile`: durable runs of a running server, over its
+//! HTTP API (`/v1/runs/{id}…`), so a terminal can follow, steer or stop a run that a client
+//! started elsewhere.
+//!
+//! The server is `--url` (default `http://127.0.0.1:<settings.port or 3890>`), the API key
+//! `POLPO_API_KEY`. A server error prints its stable code and message
+//! (`error: run_not_found: …`) and exits 1. `tail` follows the run's journal and, when the
+//! connection drops (a server restart, a hand-over), reconnects with `Last-Event-ID`, so every
+//! event is printed exactly once; it exits 0 when the run completed, 2 when it paused for
+//! reconciliation, 1 when it failed or was cancelled.
+
+use super::Global;
+use anyhow::Context as _;
+use polpo_engine::runs::is_terminal;
+use polpo_store::RunStatus;
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Options of `polpo runs`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The server (default: `http://127.0.0.1:<settings.port or 3890>`). The API key, if the
+    /// server needs one, comes from `POLPO_API_KEY`.
+    #[arg(long, global = true, value_name = "URL")]
+    url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// `polpo runs` subcommands.
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// The run: status, agent, session, number of events.
+    Get {
+        /// The run id (`x-polpo-run-id`).
+        id: String,
+        /// Print the run as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the run's events, one per line, until it ends (exit 0 only when it completed).
+    Tail {
+        /// The run id.
+        id: String,
+        /// Start after this event sequence number (default: from the first event).
+        #[arg(long, value_name = "N")]
+        after: Option<u64>,
+        /// Print each event as its raw JSON (`RunStreamEvent`).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a message to a running run, delivered before its next model call.
+    Steer {
+        /// The run id.
+        id: String,
+        /// What to tell the agent.
+        message: String,
+        /// Deliver it when the run would otherwise finish (starts another turn).
+        #[arg(long)]
+        follow_up: bool,
+        /// Idempotency key: sending the same id again is ignored (default: a new one).
+        #[arg(long, value_name = "ID")]
+        message_id: Option<String>,
+    },
+    /// Cancel the run's model call and tools.
+    Abort {
+        /// The run id.
+        id: String,
+        /// Why, for the run's journal.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Decide a write a crash left unconfirmed (the run is paused) and resume the run.
+    Reconcile {
+        /// The run id.
+        id: String,
+        /// Whether the effect happened.
+        outcome: Outcome,
+        /// The effect key (default: the one the run paused on).
+        #[arg(long)]
+        key: Option<String>,
+        /// For `applied`: the tool result the model sees.
+        #[arg(long)]
+        result: Option<String>,
+    },
+}
+
+/// What became of an unconfirmed effect.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Outcome {
+    /// It happened.
+    Applied,
+    /// It did not happen; the model is told and may call the tool again.
+    #[value(alias = "not_applied")]
+    NotApplied,
+}
+
+/// How long `tail` keeps reconnecting to a server that does not answer.
+const RECONNECT_FOR: Duration = Duration::from_secs(30);
+/// The first wait before reconnecting; doubled up to [`RECONNECT_MAX_WAIT`].
+const RECONNECT_FIRST_WAIT: Duration = Duration::from_millis(100);
+const RECONNECT_MAX_WAIT: Duration = Duration::from_secs(2);
+/// Silence after which a stream counts as dropped (the server pings every 20 s).
+const STREAM_SILENCE: Duration = Duration::from_secs(60);
+
+/// Run a `polpo runs` subcommand against the server.
+pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
+    let url = match args.url {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None => format!("http://127.0.0.1:{}", default_port(global)),
+    };
+    polpo_llm::install_crypto_provider();
+    let client = Client { http: reqwest::Client::new(), url, key: std::env::var("POLPO_API_KEY").ok().filter(|k| !k.is_empty()) };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        match args.command {
+            Command::Get { id, json } => get(&client, &id, json).await,
+            Command::Tail { id, after, json } => tail(&client, &id, after.unwrap_or(0), json).await,
+            Command::Steer { id, message, follow_up, message_id } => steer(&client, &id, message, follow_up, message_id).await,
+            Command::Abort { id, reason } => {
+                client.call(Method::POST, &format!("/v1/runs/{id}/abort"), Some(json!({"reason": reason}))).await?;
+                println!("run {id} is cancelling");
+                Ok(ExitCode::SUCCESS)
+            }
+            Command::Reconcile { id, outcome, key, result } => reconcile(&client, &id, outcome, key, result).await,
+        }
+    })
+}
+
+/// The project's `settings.port` when the project loads, else the default port.
+fn default_port(global: &Global) -> u16 {
+    let project = global.root().ok().and_then(|root| polpo_project::load_project(&root).ok());
+    project.map_or(polpo_core::config::settings::DEFAULT_PORT, |p| p.settings().port())
+}
+
+/// An error the server answered with, or `server_unreachable`.
+#[derive(Debug)]
+struct ServerError {
+    code: String,
+    message: String,
+}
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ServerError {}
+
+impl ServerError {
+    fn unreachable(url: &str, e: impl std::fmt::Display) -> Self {
+        Self { code: "server_unreachable".into(), message: format!("cannot reach the polpo server at {url} (start it with `polpo serve`, or pass --url): {e}") }
+    }
+
+    /// The error in a failed response: `{ok:false, error, code}` (run routes) or
+    /// `{error:{message, code}}` (OpenAI envelope, e.g. a missing API key).
+    async fn from_response(response: reqwest::Response) -> Self {
+        let status = response.status();
+        let body: Value = response.json().await.unwrap_or_default();
+        let text = |v: &Value| v.as_str().map(str::to_owned);
+        let code = text(&body["code"]).or_else(|| text(&body["error"]["code"])).unwrap_or_else(|| format!("http_{}", status.as_u16()));
+        let message = text(&body["error"]).or_else(|| text(&body["error"]["message"])).unwrap_or_else(|| status.to_string());
+        // Some messages already start with their code (`run_not_found: no run …`).
+        let message = message.strip_prefix(&format!("{code}: ")).map(str::to_owned).unwrap_or(message);
+        Self { code, message }
+    }
+}
+
+/// The server and its credentials.
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    key: Option<String>,
+}
+
+impl Client {
+    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.url));
+        match &self.key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    /// Send a request; a success status, or the server's error.
+    async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, ServerError> {
+        let response = request.send().await.map_err(|e| ServerError::unreachable(&self.url, e))?;
+        if response.status().is_success() { Ok(response) } else { Err(ServerError::from_response(response).await) }
+    }
+
+    /// A JSON route: its `data`.
+    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, ServerError> {
+        let mut request = self.request(method, path);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let mut reply: Value = self.send(request).await?.json().await.map_err(|e| ServerError::unreachable(&self.url, e))?;
+        Ok(reply["data"].take())
+    }
+}
+
+async fn get(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let run = client.call(Method::GET, &format!("/v1/runs/{id}"), None).await?;
+    if json {
+        return super::print_json(&run);
+    }
+    for (label, key) in [("run", "id"), ("status", "status"), ("agent", "agent"), ("session", "sessionId"), ("events", "lastSeq"), ("created", "createdAt"), ("updated", "updatedAt"), ("error", "error")] {
+        match &run[key] {
+            Value::Null => {}
+            Value::String(s) => println!("{label:<8} {s}"),
+            other => println!("{label:<8} {other}"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Follow the journal from `after` to the run's terminal event, reconnecting with
+/// `Last-Event-ID` when the connection drops.
+async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::Result<ExitCode> {
+    let mut reconnecting = false;
+    let mut wait = RECONNECT_FIRST_WAIT;
+    let mut unreachable_since: Option<Instant> = None;
+    loop {
+        let mut request = client.request(Method::GET, &format!("/v1/runs/{id}/events?after={after}"));
+        if reconnecting {
+            request = request.header("last-event-id", after.to_string());
+        }
+        let dropped = match client.send(request).await {
+            Ok(response) => {
+                let mut events = SseFrames { response, buffer: Vec::new() };
+                loop {
+                    match events.next().await {
+                        Ok(Some(frame)) if frame.event.as_deref() == Some("error") => {
+                            let error: Value = serde_json::from_str(&frame.data).unwrap_or_default();
+                            let text = |k: &str| error[k].as_str().unwrap_or_default().to_owned();
+                            return Err(ServerError { code: text("code"), message: text("message") }.into());
+                        }
+                        Ok(Some(frame)) => {
+                            let Some(seq) = frame.id.filter(|seq| *seq > after) else { continue };
+                            let event: Value = serde_json::from_str(&frame.data).with_context(|| format!("event {seq} of run {id} is not JSON"))?;
+                            after = seq;
+                            (wait, unreachable_since) = (RECONNECT_FIRST_WAIT, None);
+                            println!("{}", if json { event.to_string() } else { human(&event) });
+                            let kind = event["type"].as_str().unwrap_or_default();
+                            if is_terminal(kind) {
+                                return Ok(ending(id, &event));
+                            }
+                        }
+                        Ok(None) => {
+                            // A run can end without a final event (its process died while
+                            // recording it): the stored status says so.
+                            if let Ok(run) = client.call(Method::GET, &format!("/v1/runs/{id}"), None).await
+                                && let Some(status) = run["status"].as_str().and_then(RunStatus::parse).filter(|s| s.is_terminal())
+                                && run["lastSeq"].as_u64().unwrap_or_default() <= after
+                            {
+                                if status == RunStatus::Completed {
+                                    return Ok(ExitCode::SUCCESS);
+                                }
+                                eprintln!("run {id} ended {}", status.as_str());
+                                return Ok(ExitCode::FAILURE);
+                            }
+                            break "the server ended the stream".to_owned();
+                        }
+                        Err(e) => break e,
+                    }
+                }
+            }
+            Err(e) if e.code == "server_unreachable" => e.message,
+            Err(e) => return Err(e.into()),
+        };
+        let since = *unreachable_since.get_or_insert_with(Instant::now);
+        if since.elapsed() > RECONNECT_FOR {
+            return Err(ServerError::unreachable(&client.url, format!("gave up reconnecting after {} s: {dropped}", RECONNECT_FOR.as_secs())).into());
+        }
+        if !reconnecting || wait == RECONNECT_FIRST_WAIT {
+            eprintln!("connection lost after event {after} ({dropped}); reconnecting");
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(RECONNECT_MAX_WAIT);
+        reconnecting = true;
+    }
+}
+
+/// The exit code for a run's terminal event, with a line on stderr when it did not complete.
+fn ending(id: &str, event: &Value) -> ExitCode {
+    let data = &event["data"];
+    match event["type"].as_str().unwrap_or_default() {
+        "run.completed" => ExitCode::SUCCESS,
+        "run.paused" => {
+            let key = data["detail"]["key"].as_str().unwrap_or_default();
+            eprintln!("run {id} paused: {}: decide it with `polpo runs reconcile {id} applied|not-applied` (effect {key})", data["code"].as_str().unwrap_or_default());
+            ExitCode::from(2)
+        }
+        "run.cancelled" => {
+            eprintln!("run {id} was cancelled");
+            ExitCode::FAILURE
+        }
+        _ => {
+            eprintln!("run {id} failed: {}: {}", data["code"].as_str().unwrap_or_default(), data["message"].as_str().unwrap_or_default());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// One line for a run event: sequence, type, and what matters in it.
+fn human(event: &Value) -> String {
+    let data = &event["data"];
+    let s = |k: &str| data[k].as_str().unwrap_or_default().to_owned();
+    let quoted = |k: &str| clip(&Value::String(s(k)).to_string());
+    let kind = event["type"].as_str().unwrap_or_default();
+    let detail = match kind {
+        "output.text.delta" | "output.reasoning.delta" => quoted("text"),
+        "tool.started" => format!("{} {}", s("name"), clip(&data["arguments"].to_string())),
+        "tool.completed" | "tool.failed" => format!("{} -> {}", s("name"), quoted("result")),
+        "run.completed" => quoted("content"),
+        "run.failed" => format!("{}: {}", s("code"), s("message")),
+        "run.paused" => format!("{} {}", s("code"), data["detail"]["key"].as_str().unwrap_or_default()),
+        _ if data.as_object().is_none_or(serde_json::Map::is_empty) => String::new(),
+        _ => clip(&data.to_string()),
+    };
+    format!("{:>4} {kind} {detail}", event["sequence"].as_u64().unwrap_or_default()).trim_end().to_owned()
+}
+
+/// At most 200 characters of `text`, so one event stays one readable line.
+fn clip(text: &str) -> String {
+    const MAX: usize = 200;
+    match text.char_indices().nth(MAX) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+async fn steer(client: &Client, id: &str, message: String, follow_up: bool, message_id: Option<String>) -> anyhow::Result<ExitCode> {
+    let message_id = message_id.unwrap_or_else(|| {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        format!("cli-{}-{nanos}", std::process::id())
+    });
+    let mode = if follow_up { "follow_up" } else { "steer" };
+    let reply = client.call(Method::POST, &format!("/v1/runs/{id}/steer"), Some(json!({"id": message_id, "mode": mode, "content": message}))).await?;
+    if reply["duplicate"] == true {
+        println!("already received: message {message_id} was sent to run {id} before");
+    } else {
+        println!("accepted: message {message_id} queued for run {id} ({mode})");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn reconcile(client: &Client, id: &str, outcome: Outcome, key: Option<String>, result: Option<String>) -> anyhow::Result<ExitCode> {
+    let key = match key {
+        Some(key) => key,
+        None => paused_on(client, id).await?,
+    };
+    let outcome = match outcome {
+        Outcome::Applied => "applied",
+        Outcome::NotApplied => "not_applied",
+    };
+    client.call(Method::POST, &format!("/v1/runs/{id}/reconcile"), Some(json!({"key": key, "outcome": outcome, "result": result}))).await?;
+    println!("run {id} resumed: effect {key} reconciled as {outcome}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The effect key a paused run stopped on: its last event is `run.paused`.
+async fn paused_on(client: &Client, id: &str) -> Result<String, ServerError> {
+    let run = client.call(Method::GET, &format!("/v1/runs/{id}"), None).await?;
+    let not_paused = || ServerError { code: "run_not_active".into(), message: format!("run `{id}` is {}, not paused on an effect; pass --key", run["status"].as_str().unwrap_or("unknown")) };
+    if run["status"] != "paused" {
+        return Err(not_paused());
+    }
+    let last = run["lastSeq"].as_u64().unwrap_or_default();
+    let response = client.send(client.request(Method::GET, &format!("/v1/runs/{id}/events?after={}", last.saturating_sub(1)))).await?;
+    let frame = SseFrames { response, buffer: Vec::new() }.next().await.map_err(|e| ServerError::unreachable(&client.url, e))?;
+    let event: Value = frame.and_then(|f| serde_json::from_str(&f.data).ok()).unwrap_or_default();
+    event["data"]["detail"]["key"].as_str().filter(|_| event["type"] == "run.paused").map(str::to_owned).ok_or_else(not_paused)
+}
+
+/// One server-sent event.
+struct SseFrame {
+    event: Option<String>,
+    id: Option<u64>,
+    data: String,
+}
+
+/// The frames of an SSE response as they arrive (comments and pings skipped).
+struct SseFrames {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+}
+
+impl SseFrames {
+    /// The next frame; `None` when the server ends the stream; `Err` when the connection
+    /// fails or stays silent past [`STREAM_SILENCE`].
+    async fn next(&mut self) -> Result<Option<SseFrame>, String> {
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                let raw: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                let raw = String::from_utf8_lossy(&raw);
+                let field = |name: &str| raw.lines().filter_map(|l| l.strip_prefix(name)).map(|v| v.strip_prefix(' ').unwrap_or(v)).collect::<Vec<_>>();
+                let data = field("data:");
+                if data.is_empty() {
+                    continue;
+                }
+                let event = field("event:").first().map(|e| (*e).to_owned());
+                let id = field("id:").first().and_then(|v| v.trim().parse().ok());
+                return Ok(Some(SseFrame { event, id, data: data.join("\n") }));
+            }
+            match tokio::time::timeout(STREAM_SILENCE, self.response.chunk()).await {
+                Ok(Ok(Some(chunk))) => self.buffer.extend_from_slice(&chunk),
+                Ok(Ok(None)) => return Ok(None),
+                Ok(Err(e)) => return Err(format!("the connection failed: {e}")),
+                Err(_) => return Err(format!("nothing received for {} s", STREAM_SILENCE.as_secs())),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_is_one_line_with_its_sequence_and_what_matters() {
+        let delta = json!({"sequence": 7, "type": "output.text.delta", "data": {"text": "Hello\nworld"}});
+        assert_eq!(human(&delta), r#"   7 output.text.delta "Hello\nworld""#);
+        let tool = json!({"sequence": 12, "type": "tool.started", "data": {"id": "c1", "name": "bash", "arguments": {"command": "ls"}}});
+        assert_eq!(human(&tool), r#"  12 tool.started bash {"command":"ls"}"#);
+        assert_eq!(human(&json!({"sequence": 1, "type": "run.cancelled", "data": {}})), "   1 run.cancelled");
+        let long = "x".repeat(500);
+        assert_eq!(human(&json!({"sequence": 2, "type": "run.completed", "data": {"content": long}})).chars().count(), 4 + 1 + 13 + 1 + 200 + 1);
+    }
+}
