@@ -49,6 +49,18 @@ pub enum EngineError {
     /// A termination gate applies to a durable agent node in a parallel loop branch.
     #[error("termination_gate_parallel_unsupported: {0}")]
     TerminationGateParallelUnsupported(String),
+    /// A durable run could not write (`invalid`) the checkpoint a termination gate needs
+    /// before it validates or continues, or its stored gate state is unusable: the gate fails
+    /// closed rather than validate what a resume could not reproduce.
+    #[error("termination_gate_checkpoint_invalid: {0}")]
+    TerminationGateCheckpointInvalid(String),
+    /// The run's checkpoint exceeds the store's size limit, so the gate's state cannot be kept.
+    #[error("termination_gate_checkpoint_too_large: {0}")]
+    TerminationGateCheckpointTooLarge(String),
+    /// A resumed run was interrupted during a model call inside a correction cycle: whether it
+    /// happened (and what it cost) is unknown, so it is not repeated blindly.
+    #[error("termination_gate_effect_unconfirmed: {0}")]
+    TerminationGateEffectUnconfirmed(String),
     /// A hook answered `stop` on a tool event.
     #[error("hook_stopped: {0}")]
     HookStopped(String),
@@ -71,6 +83,9 @@ impl EngineError {
             Self::TerminationGateRejected(_) => "termination_gate_rejected",
             Self::TerminationGateDisabled(_) => "termination_gate_disabled",
             Self::TerminationGateParallelUnsupported(_) => "termination_gate_parallel_unsupported",
+            Self::TerminationGateCheckpointInvalid(_) => "termination_gate_checkpoint_invalid",
+            Self::TerminationGateCheckpointTooLarge(_) => "termination_gate_checkpoint_too_large",
+            Self::TerminationGateEffectUnconfirmed(_) => "termination_gate_effect_unconfirmed",
             Self::HookStopped(_) => "hook_stopped",
             Self::HookFailed(_) => "hook_failed",
         }

@@ -90,6 +90,14 @@ impl Invocation {
         if self.max_turns == 0 {
             return Err(EngineError::InvalidRequest("maxTurns must be at least 1".into()));
         }
+        if let Some(hooks) = self.hooks.as_ref().filter(|h| h.parallel_branch && h.runtime.enabled)
+            && hooks.set.gate_limits(&hooks.target(None)).is_some()
+        {
+            return Err(EngineError::TerminationGateParallelUnsupported(format!(
+                "agent `{}` runs in a parallel loop branch, where termination gates cannot be checkpointed yet",
+                self.agent
+            )));
+        }
         Ok(())
     }
 

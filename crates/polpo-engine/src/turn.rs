@@ -11,9 +11,11 @@
 
 use crate::error::EngineError;
 use crate::events::{EventSink, RunEvent};
+use crate::hooks::GateCheckpoint;
 use crate::hooks::termination::{Judgement, Termination};
 use crate::invocation::Invocation;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use polpo_core::message::{Content, FinishReason, Message, Role, ToolCall, Usage};
 use polpo_llm::{ModelEvent, ModelRequest, ToolChoice};
 use tokio_util::sync::CancellationToken;
@@ -48,12 +50,40 @@ struct ModelReply {
 /// What a durable run adds to the loop: messages that arrive while it works (steering). The
 /// loop asks only at safe boundaries — before a model call, and when it would finish — so a
 /// tool call in progress is never interrupted.
+///
+/// A durable run also keeps the termination gate's state (budgets consumed, the validation of
+/// the latest candidate) in its checkpoint, so a resume continues the same validation; the
+/// defaults are for runs that keep nothing.
 pub trait RunControl: Send + Sync {
     /// `steer` messages to add before the next model call, oldest first.
     fn take_steering(&self) -> Vec<Message>;
     /// Messages that start another turn when the run would otherwise finish: `follow_up`s,
     /// and steering that arrived during the last model call.
     fn take_follow_ups(&self) -> Vec<Message>;
+    /// Model calls the run made before this invocation began (a resumed run goes on counting,
+    /// so hook idempotency keys and gate execution ids stay the same across a restart).
+    fn model_calls_before(&self) -> u32 {
+        0
+    }
+    /// The gate state the run's checkpoint holds (a resumed run), if any.
+    fn gate_checkpoint(&self) -> Option<GateCheckpoint> {
+        None
+    }
+    /// Keep `gate` for the next checkpoint.
+    fn keep_gate(&self, _gate: &GateCheckpoint) {}
+    /// Wait until a checkpoint with everything kept so far is durable.
+    fn commit(&self) -> BoxFuture<'_, Result<(), CheckpointError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Why a checkpoint the run waited for was not written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckpointError {
+    /// The state is larger than the store accepts.
+    TooLarge(String),
+    /// The store refused or failed the write.
+    Failed(String),
 }
 
 /// Run the loop for `inv` over `history` (the conversation so far, without system prompt).
@@ -77,7 +107,9 @@ pub async fn run_turns_controlled(
     control: Option<&dyn RunControl>,
 ) -> Result<RunOutcome, EngineError> {
     inv.check()?;
-    let mut termination = Termination::prepare(inv)?;
+    // Turns are numbered over the whole run, so a resumed run's hooks see the same keys.
+    let base_turn = control.map_or(0, RunControl::model_calls_before);
+    let mut termination = Termination::prepare(inv, control)?;
     let hooks = termination.hooks();
     let mut conversation = Vec::with_capacity(history.len() + 8);
     conversation.push(Message::system(inv.system_prompt.clone()));
@@ -87,95 +119,118 @@ pub async fn run_turns_controlled(
     let mut usage = Usage::default();
     let mut repaired = false;
     if control.is_some() {
-        for result in answer_pending_calls(inv, hooks, &conversation, sink, cancel).await? {
+        for result in answer_pending_calls(inv, hooks, base_turn.max(1), &conversation, sink, cancel).await? {
             conversation.push(result.clone());
             sink(RunEvent::MessageAppended { message: result });
         }
     }
+    // A gated run resumed after its last candidate was produced judges that candidate (or
+    // replays the decision recorded for it) instead of asking the model again.
+    let mut candidate = if control.is_some() && termination.is_gate() { checkpointed_candidate(&conversation) } else { None };
+    let mut turn = 0;
 
-    for turn in 1..=inv.max_turns {
-        for message in control.map(RunControl::take_steering).unwrap_or_default() {
-            conversation.push(message.clone());
-            sink(RunEvent::MessageAppended { message });
-        }
-        let output_cap = termination.before_model_call()?;
-        let tool_free = repaired || termination.tool_free();
-        let shape = CallShape {
-            tools: if tool_free { Vec::new() } else { crate::tool_loading::visible_tools(inv, &conversation) },
-            tool_choice: if tool_free { ToolChoice::None } else if turn == 1 { inv.tool_choice.clone() } else { ToolChoice::Auto },
-            max_output_tokens: output_cap,
-        };
-        sink(RunEvent::TurnStarted { turn });
-        let reply = call_model(inv, &conversation, shape, buffer_text, sink, cancel).await?;
-        usage.add(reply.usage.unwrap_or_default());
-        sink(RunEvent::TurnCompleted { turn, usage: reply.usage.unwrap_or_default(), finish_reason: reply.finish.clone() });
-
-        let assistant = Message {
-            role: Role::Assistant,
-            content: (!reply.text.is_empty()).then(|| Content::Text(reply.text.clone())),
-            tool_calls: reply.tool_calls.clone(),
-            tool_call_id: None,
-            name: None,
-        };
-        conversation.push(assistant.clone());
-        sink(RunEvent::MessageAppended { message: assistant });
-        termination.after_model_call(reply.usage)?;
-
-        if reply.tool_calls.is_empty() {
-            if let Judgement::Retry(feedback) = termination.judge(inv, turn, &reply.text, sink).await? {
-                // The rejected candidate stays in the history (the model needs it), but it
-                // was never streamed; the feedback is model-visible.
-                conversation.push(feedback.clone());
-                sink(RunEvent::MessageAppended { message: feedback });
-                continue;
-            }
-            match inv.response_format.check(&reply.text) {
-                Ok(content) => {
-                    if buffer_text {
-                        sink(RunEvent::TextDelta { text: content.clone() });
-                    }
-                    let follow_ups = control.map(RunControl::take_follow_ups).unwrap_or_default();
-                    if !follow_ups.is_empty() {
-                        for message in follow_ups {
-                            conversation.push(message.clone());
-                            sink(RunEvent::MessageAppended { message });
-                        }
-                        continue;
-                    }
-                    return Ok(outcome(Some(content), FinishReason::Stop, Vec::new(), usage, turn, &conversation[base_len..]));
+    loop {
+        let text = match candidate.take() {
+            Some(text) => text,
+            None => {
+                if turn == inv.max_turns {
+                    break;
                 }
-                Err(diagnostics) if !repaired => {
-                    // One bounded, tool-free repair turn with model-visible diagnostics.
-                    repaired = true;
-                    let fix = Message::user(format!(
-                        "Your answer does not match the required response format: {diagnostics}. Reply again with only the corrected JSON value."
-                    ));
-                    conversation.push(fix.clone());
-                    sink(RunEvent::MessageAppended { message: fix });
+                turn += 1;
+                for message in control.map(RunControl::take_steering).unwrap_or_default() {
+                    conversation.push(message.clone());
+                    sink(RunEvent::MessageAppended { message });
+                }
+                let output_cap = termination.before_model_call().await?;
+                let tool_free = repaired || termination.tool_free();
+                let shape = CallShape {
+                    tools: if tool_free { Vec::new() } else { crate::tool_loading::visible_tools(inv, &conversation) },
+                    tool_choice: if tool_free { ToolChoice::None } else if turn == 1 { inv.tool_choice.clone() } else { ToolChoice::Auto },
+                    max_output_tokens: output_cap,
+                };
+                sink(RunEvent::TurnStarted { turn });
+                let reply = call_model(inv, &conversation, shape, buffer_text, sink, cancel).await?;
+                usage.add(reply.usage.unwrap_or_default());
+                sink(RunEvent::TurnCompleted { turn, usage: reply.usage.unwrap_or_default(), finish_reason: reply.finish.clone() });
+
+                let assistant = Message {
+                    role: Role::Assistant,
+                    content: (!reply.text.is_empty()).then(|| Content::Text(reply.text.clone())),
+                    tool_calls: reply.tool_calls.clone(),
+                    tool_call_id: None,
+                    name: None,
+                };
+                conversation.push(assistant.clone());
+                sink(RunEvent::MessageAppended { message: assistant });
+                termination.after_model_call(reply.usage)?;
+                if reply.tool_calls.is_empty() {
+                    reply.text
+                } else {
+                    let (client, server): (Vec<ToolCall>, Vec<ToolCall>) =
+                        reply.tool_calls.into_iter().partition(|c| crate::interaction::runs_in_client(inv, c));
+                    if !server.is_empty() {
+                        if cancel.is_cancelled() {
+                            return Err(EngineError::Aborted);
+                        }
+                        for result in crate::runtime_tools::execute(inv, hooks, base_turn + turn, &server, &conversation, sink).await? {
+                            conversation.push(result.clone());
+                            sink(RunEvent::MessageAppended { message: result });
+                        }
+                    }
+                    if cancel.is_cancelled() {
+                        return Err(EngineError::Aborted);
+                    }
+                    if !client.is_empty() {
+                        return Ok(outcome(None, crate::interaction::finish_reason(&client), client, usage, turn, &conversation[base_len..]));
+                    }
                     continue;
                 }
-                Err(diagnostics) => return Err(EngineError::StructuredOutputInvalid(diagnostics)),
             }
-        }
+        };
 
-        let (client, server): (Vec<ToolCall>, Vec<ToolCall>) = reply.tool_calls.into_iter().partition(|c| crate::interaction::runs_in_client(inv, c));
-        if !server.is_empty() {
-            if cancel.is_cancelled() {
-                return Err(EngineError::Aborted);
-            }
-            for result in crate::runtime_tools::execute(inv, hooks, turn, &server, &conversation, sink).await? {
-                conversation.push(result.clone());
-                sink(RunEvent::MessageAppended { message: result });
-            }
+        if let Judgement::Retry(feedback) = termination.judge(inv, base_turn + turn, &text, sink).await? {
+            // The rejected candidate stays in the history (the model needs it), but it
+            // was never streamed; the feedback is model-visible.
+            conversation.push(feedback.clone());
+            sink(RunEvent::MessageAppended { message: feedback });
+            continue;
         }
-        if cancel.is_cancelled() {
-            return Err(EngineError::Aborted);
-        }
-        if !client.is_empty() {
-            return Ok(outcome(None, crate::interaction::finish_reason(&client), client, usage, turn, &conversation[base_len..]));
+        match inv.response_format.check(&text) {
+            Ok(content) => {
+                if buffer_text {
+                    sink(RunEvent::TextDelta { text: content.clone() });
+                }
+                let follow_ups = control.map(RunControl::take_follow_ups).unwrap_or_default();
+                if !follow_ups.is_empty() {
+                    for message in follow_ups {
+                        conversation.push(message.clone());
+                        sink(RunEvent::MessageAppended { message });
+                    }
+                    continue;
+                }
+                return Ok(outcome(Some(content), FinishReason::Stop, Vec::new(), usage, turn, &conversation[base_len..]));
+            }
+            Err(diagnostics) if !repaired => {
+                // One bounded, tool-free repair turn with model-visible diagnostics.
+                repaired = true;
+                let fix = Message::user(format!(
+                    "Your answer does not match the required response format: {diagnostics}. Reply again with only the corrected JSON value."
+                ));
+                conversation.push(fix.clone());
+                sink(RunEvent::MessageAppended { message: fix });
+                continue;
+            }
+            Err(diagnostics) => return Err(EngineError::StructuredOutputInvalid(diagnostics)),
         }
     }
     Err(termination.out_of_turns(inv.max_turns, conversation.split_off(base_len)))
+}
+
+/// The text of the candidate final answer a resumed run's conversation ends with (an
+/// assistant message without tool calls), if it does. A new request always ends with the
+/// user's message, so only a checkpoint taken after a candidate ends like this.
+fn checkpointed_candidate(conversation: &[Message]) -> Option<String> {
+    conversation.last().filter(|m| m.role == Role::Assistant && m.tool_calls.is_empty()).map(Message::text_content)
 }
 
 /// Results for the server tool calls of the last assistant message that have none yet (a
@@ -183,6 +238,7 @@ pub async fn run_turns_controlled(
 async fn answer_pending_calls(
     inv: &Invocation,
     hooks: Option<&crate::hooks::InvocationHooks>,
+    turn: u32,
     conversation: &[Message],
     sink: EventSink<'_>,
     cancel: &CancellationToken,
@@ -206,7 +262,7 @@ async fn answer_pending_calls(
     }
     // Through the runtime's own tools too (a resumed `polpo_tool_load`), judged against the
     // conversation up to the assistant message that made the calls.
-    crate::runtime_tools::execute(inv, hooks, 1, &missing, &conversation[..=last], sink).await
+    crate::runtime_tools::execute(inv, hooks, turn, &missing, &conversation[..=last], sink).await
 }
 
 fn outcome(content: Option<String>, finish_reason: FinishReason, client_tool_calls: Vec<ToolCall>, usage: Usage, turns: u32, added: &[Message]) -> RunOutcome {

@@ -1,12 +1,16 @@
 //! Durable runs below HTTP, on the file store, SQLite and PostgreSQL: steering at the next safe
 //! boundary, follow-ups after the run would finish, duplicate steering ids, abort of a running
 //! tool, journal replay from any position, and resuming a crashed run from its checkpoint
-//! with the effect ledger deciding whether a `write` call runs again.
+//! with the effect ledger deciding whether a `write` call runs again. A termination gate's
+//! state survives the crash too: budgets, recorded decisions, an accepted answer, and
+//! operations it cannot confirm.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup should panic loudly
 
 use futures::StreamExt;
 use polpo_core::message::{Message, Role, ToolCall};
+use polpo_core::hooks::{GateBudget, GateLimits};
+use polpo_engine::hooks::{GateCheckpoint, GateDecision, GateValidation};
 use polpo_engine::runs::{CheckpointState, Queued, RunManager, RunOptions, RunSpec, SteerMessage, SteerMode, effect_key};
 use polpo_engine::{ChatInput, Loaded, Runtime};
 use polpo_llm::Providers;
@@ -21,6 +25,11 @@ use tempfile::TempDir;
 
 /// Generous bound for "eventually" (a slow CI machine), never a timing assertion.
 const EVENTUALLY: Duration = Duration::from_secs(20);
+
+/// The `repairer` agent's termination gate validator: appends its envelope to
+/// `validations.log` each time it runs, accepts candidates starting with `FINAL`, and sends
+/// every other one back.
+const FINAL_VALIDATOR: &str = r#"input=$(cat); printf '%s\n' "$input" >> validations.log; case "$input" in *'"candidate":"FINAL'*) echo '{"decision":"accept"}' ;; *) echo '{"decision":"continue","diagnostics":{"missing":"FINAL"}}' ;; esac"#;
 
 struct Setup {
     dir: TempDir,
@@ -43,6 +52,13 @@ impl Setup {
             }}]}}))
             .unwrap()
             .agent("gated", json!({"model": "openai/fake-model", "allowedTools": ["read"], "hooks": ["quality"]}), "You answer.")
+            .unwrap()
+            .hook_pack("checked", json!({"version": 1, "hooks": {"turn:stop": [{"id": "has-final", "terminationGate": {
+                "validator": {"type": "command", "command": FINAL_VALIDATOR, "timeoutMs": 3000},
+                "maxCycles": 5, "maxDurationMs": 3_600_000
+            }}]}}))
+            .unwrap()
+            .agent("repairer", json!({"model": "openai/fake-model", "allowedTools": ["read", "bash"], "hooks": ["checked"], "maxTurns": 8}), "You repair.")
             .unwrap();
         let project = polpo_project::load_project(dir.path()).unwrap();
         let env: polpo_llm::EnvLookup = llm.openai_env();
@@ -365,6 +381,241 @@ async fn a_resumed_run_keeps_the_termination_gate_time_budget_it_used() {
     s.finish().await;
 }
 
+/// The `repairer`'s validations so far: one envelope per validator run.
+fn validations(s: &Setup) -> Vec<serde_json::Value> {
+    let log = std::fs::read_to_string(s.path("validations.log")).unwrap_or_default();
+    log.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Gate state as a crashed process checkpoints it: `cycles` repairs and `attempts`
+/// validations used of a 3-cycle budget, and the latest validation.
+fn gate_state(cycles: u32, attempts: u32, validation: Option<GateValidation>) -> GateCheckpoint {
+    let limits = GateLimits { max_cycles: 3, max_duration_ms: 3_600_000, max_tokens: None };
+    GateCheckpoint { budget: GateBudget { limits, cycles_used: cycles, tokens_used: 0, termination_attempts: attempts }, validation, model_call_in_flight: false }
+}
+
+/// The validation of the candidate of model call `turn`.
+fn validation(turn: u32, attempt: u32, decision: Option<GateDecision>) -> GateValidation {
+    GateValidation { gate_execution_id: format!("hx_attempt_{attempt}"), turn, termination_attempt: attempt, decision }
+}
+
+fn sent_back(feedback: &str, cycle: u32) -> Option<GateDecision> {
+    Some(GateDecision::Continue { feedback: feedback.into(), correction_cycle: cycle })
+}
+
+/// A `repairer` run as a crashed process leaves it: checkpointed with `produced` and `gate`,
+/// no lease.
+async fn crashed_gate_run(s: &Setup, produced: Vec<Message>, gate: GateCheckpoint) -> String {
+    let store = s.runs_store();
+    let session = store.sessions.create_session(polpo_store::NewSession { agent: "repairer".into(), ..Default::default() }).await.unwrap();
+    let run = store.runs.create_run(NewRun { id: Some(format!("chat-{}", uuid_like())), agent: "repairer".into(), session_id: Some(session.id.clone()) }).await.unwrap();
+    let seq = store.runs.append_event(&run.id, "run.accepted", json!({})).await.unwrap();
+    let spec = RunSpec { agent: "repairer".into(), session_id: session.id, messages: vec![Message::user("Write the report")], ..Default::default() };
+    let state = CheckpointState { spec, produced, gate: Some(gate), ..Default::default() };
+    store.runs.put_checkpoint(&run.id, seq, serde_json::to_value(state).unwrap()).await.unwrap();
+    run.id
+}
+
+fn answer(text: &str) -> Message {
+    Message { role: Role::Assistant, content: Some(polpo_core::message::Content::Text(text.into())), tool_calls: Vec::new(), tool_call_id: None, name: None }
+}
+
+fn last_user_text(body: &serde_json::Value) -> String {
+    user_texts(body).pop().unwrap_or_default()
+}
+
+/// The run's terminal event as (type, code).
+fn ending(journal: &[RunEvent]) -> (String, Option<String>) {
+    let last = journal.last().unwrap();
+    (last.event_type.clone(), last.data["code"].as_str().map(str::to_owned))
+}
+
+async fn a_resumed_gate_keeps_the_correction_cycles_it_used(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::text("draft 3"), Turn::text("draft 4"), Turn::text("draft 5"), Turn::text("FINAL never")]).await.unwrap();
+    let s = Setup::new(kind, &llm).await;
+    // Two of three repairs were used before the crash; the pack now even allows five.
+    let produced = vec![answer("draft 1"), Message::user("fix 1"), answer("draft 2"), Message::user("fix 2")];
+    let run = crashed_gate_run(&s, produced, gate_state(2, 2, Some(validation(2, 2, sent_back("fix 2", 2))))).await;
+
+    s.runs.recover().await.unwrap();
+    let journal = s.journal(&run).await;
+    assert_eq!(ending(&journal), ("run.failed".into(), Some("termination_gate_cycles_exhausted".into())), "{:?}", types(&journal));
+    assert_eq!(llm.requests().len(), 2, "one repair was left: draft 3 used it, draft 4 exhausted the budget");
+    let seen: Vec<(u64, u64)> = validations(&s).iter().map(|e| (e["data"]["terminationAttempt"].as_u64().unwrap(), e["data"]["correctionCycle"].as_u64().unwrap())).collect();
+    assert_eq!(seen, [(3, 2), (4, 3)], "attempts and cycles continue from the checkpoint");
+    s.finish().await;
+}
+
+async fn a_recorded_validation_decision_is_replayed_without_running_the_validator(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::text("FINAL report")]).await.unwrap();
+    let s = Setup::new(kind, &llm).await;
+    // The validator sent "draft 1" back; the crash came before the feedback reached the history.
+    let run = crashed_gate_run(&s, vec![answer("draft 1")], gate_state(1, 1, Some(validation(1, 1, sent_back("Recorded: start with FINAL.", 1))))).await;
+
+    s.runs.recover().await.unwrap();
+    let journal = s.journal(&run).await;
+    assert_eq!(journal.last().unwrap().data["content"], "FINAL report", "{:?}", types(&journal));
+    assert_eq!(last_user_text(&llm.requests()[0].body), "Recorded: start with FINAL.", "the recorded feedback, not a new validation");
+    let runs = validations(&s);
+    assert_eq!(runs.len(), 1, "the validator ran only for the new candidate");
+    assert_eq!((runs[0]["data"]["candidate"].as_str(), runs[0]["data"]["terminationAttempt"].as_u64()), (Some("FINAL report"), Some(2)));
+    s.finish().await;
+}
+
+async fn an_undecided_validation_runs_again_under_the_same_key(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::text("never")]).await.unwrap();
+    let s = Setup::new(kind, &llm).await;
+    // The crash came while the validator judged "FINAL draft" (attempt 2, model call 3).
+    let produced = vec![answer("draft 1"), Message::user("fix 1"), answer("FINAL draft")];
+    let run = crashed_gate_run(&s, produced, gate_state(1, 2, Some(validation(2, 2, None)))).await;
+
+    s.runs.recover().await.unwrap();
+    let journal = s.journal(&run).await;
+    assert_eq!(journal.last().unwrap().data["content"], "FINAL draft", "{:?}", types(&journal));
+    assert!(llm.requests().is_empty(), "the candidate was judged, not asked for again");
+    let runs = validations(&s);
+    assert_eq!(runs.len(), 1);
+    assert_eq!((runs[0]["turn"].as_u64(), runs[0]["data"]["terminationAttempt"].as_u64()), (Some(2), Some(2)), "same turn and attempt, hence the same idempotency key");
+    s.finish().await;
+}
+
+async fn an_accepted_checkpoint_returns_its_result_without_a_model_call(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::text("never")]).await.unwrap();
+    let s = Setup::new(kind, &llm).await;
+    let run = crashed_gate_run(&s, vec![answer("FINAL accepted report")], gate_state(0, 1, Some(validation(1, 1, Some(GateDecision::Accept))))).await;
+
+    s.runs.recover().await.unwrap();
+    let journal = s.journal(&run).await;
+    let last = journal.last().unwrap();
+    assert_eq!((last.event_type.as_str(), last.data["content"].as_str()), ("run.completed", Some("FINAL accepted report")), "{:?}", types(&journal));
+    assert_eq!(last.data["usage"]["input_tokens"].as_u64().unwrap_or_default() + last.data["usage"]["output_tokens"].as_u64().unwrap_or_default(), 0, "nothing billed again");
+    assert!(llm.requests().is_empty(), "no model call");
+    assert!(validations(&s).is_empty(), "no validator run");
+    s.finish().await;
+}
+
+async fn an_interrupted_model_call_in_a_correction_cycle_is_not_repeated(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::text("FINAL never")]).await.unwrap();
+    let s = Setup::new(kind, &llm).await;
+    let mut gate = gate_state(1, 1, Some(validation(1, 1, sent_back("fix 1", 1))));
+    gate.model_call_in_flight = true;
+    let run = crashed_gate_run(&s, vec![answer("draft 1"), Message::user("fix 1")], gate).await;
+
+    s.runs.recover().await.unwrap();
+    let journal = s.journal(&run).await;
+    assert_eq!(ending(&journal), ("run.failed".into(), Some("termination_gate_effect_unconfirmed".into())), "{:?}", types(&journal));
+    assert!(llm.requests().is_empty(), "the uncertain model call is not repeated");
+    s.finish().await;
+}
+
+async fn an_unconfirmed_write_in_a_correction_cycle_pauses_with_the_gate_code(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::text("FINAL never")]).await.unwrap();
+    let s = Setup::new(kind, &llm).await;
+    let args = json!({"command": "echo line >> log.txt"});
+    let call = ToolCall { id: "call_1".into(), name: "bash".into(), arguments: args.to_string() };
+    let repair = Message { role: Role::Assistant, content: None, tool_calls: vec![call], tool_call_id: None, name: None };
+    let run = crashed_gate_run(&s, vec![answer("draft 1"), Message::user("fix 1"), repair], gate_state(1, 1, Some(validation(1, 1, sent_back("fix 1", 1))))).await;
+    // The crashed process recorded the write's intent, not its result.
+    assert_eq!(s.runs_store().effects.record_effect_intent(&effect_key(&run, 2, 0, &args)).await.unwrap(), EffectClaim::Fresh);
+
+    s.runs.recover().await.unwrap();
+    let journal = s.journal(&run).await;
+    assert_eq!(ending(&journal), ("run.paused".into(), Some("termination_gate_effect_unconfirmed".into())), "{:?}", types(&journal));
+    assert!(!s.path("log.txt").exists(), "the uncertain write was not repeated");
+    assert!(llm.requests().is_empty());
+    s.finish().await;
+}
+
+/// The state the crash tests start from is what a real gated run checkpoints.
+async fn a_gated_run_checkpoints_its_budget_and_decision(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::text("draft 1"), Turn::text("FINAL report")]).await.unwrap();
+    let s = Setup::new(kind, &llm).await;
+    let run = s.runs.start(ChatInput::new("repairer", vec![Message::user("Write the report")])).await.unwrap().run_id;
+    let journal = s.journal(&run).await;
+    assert_eq!(journal.last().unwrap().data["content"], "FINAL report");
+
+    let checkpoint: CheckpointState = serde_json::from_value(s.runs_store().runs.latest_checkpoint(&run).await.unwrap().unwrap().state).unwrap();
+    let gate = checkpoint.gate.expect("the gate's state is checkpointed");
+    assert_eq!((gate.budget.cycles_used, gate.budget.termination_attempts, gate.budget.limits.max_cycles), (1, 2, 5));
+    assert!(!gate.model_call_in_flight);
+    let v = gate.validation.unwrap();
+    assert_eq!((v.turn, v.termination_attempt, v.decision), (2, 2, Some(GateDecision::Accept)));
+    let accepted = journal.iter().find(|e| e.event_type == "termination_gate" && e.data["state"] == "accepted").unwrap();
+    assert_eq!(accepted.data["gate_execution_id"], v.gate_execution_id.as_str(), "keyed by the gate's stable execution id");
+    s.finish().await;
+}
+
+async fn a_gate_in_a_parallel_branch_is_refused_before_the_run_exists(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::text("FINAL never")]).await.unwrap();
+    let s = Setup::new(kind, &llm).await;
+    let mut input = ChatInput::new("repairer", vec![Message::user("Write the report")]);
+    input.parallel_branch = true;
+    let err = s.runs.start(input).await.unwrap_err();
+    assert_eq!(err.code(), "termination_gate_parallel_unsupported");
+    assert!(llm.requests().is_empty(), "refused before inference");
+    assert!(s.runs_store().runs.claim_next_run("probe", Duration::from_secs(1)).await.unwrap().is_none(), "no run was created");
+    // The same branch without a gate runs.
+    let mut plain = ChatInput::new("coder", vec![Message::user("Hi")]);
+    plain.parallel_branch = true;
+    let run = s.runs.start(plain).await.unwrap().run_id;
+    assert_eq!(s.journal(&run).await.last().unwrap().event_type, "run.completed");
+    s.finish().await;
+}
+
+/// A gate whose checkpoint cannot be written fails closed: the validator does not run and the
+/// candidate is never the answer. (File store: `checkpoint.json` replaced by a directory
+/// while a tool runs.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_fails_closed_when_its_checkpoint_cannot_be_written() {
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "worked"))]), Turn::text("FINAL report")]).await.unwrap();
+    let s = Setup::new(StoreKind::File, &llm).await;
+    let run = s.runs.start(ChatInput::new("repairer", vec![Message::user("Write the report")])).await.unwrap().run_id;
+    // The ledger records the call's intent only once the checkpoint before it is durable.
+    let key = effect_key(&run, 1, 0, &gated_append("go", "worked"));
+    tokio::time::timeout(EVENTUALLY, async {
+        while s.runs_store().effects.get_effect(&key).await.unwrap().is_none() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    let checkpoint = s.path(&format!(".polpo/runs/{run}/checkpoint.json"));
+    std::fs::remove_file(&checkpoint).unwrap();
+    std::fs::create_dir(&checkpoint).unwrap();
+    std::fs::write(s.path("go"), "").unwrap();
+
+    let journal = s.journal(&run).await;
+    assert_eq!(ending(&journal), ("run.failed".into(), Some("termination_gate_checkpoint_invalid".into())), "{:?}", types(&journal));
+    assert!(validations(&s).is_empty(), "the validator never judged a candidate whose validation could not be kept");
+    assert!(!journal.iter().any(|e| e.event_type == "output.text.delta"), "the candidate was never shown");
+    s.finish().await;
+}
+
+/// A gate whose state would push the checkpoint over the store's size limit fails closed with
+/// its own code, before the validator runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_fails_closed_when_its_checkpoint_is_too_large() {
+    let llm = FakeLlm::start([Turn::text("never")]).await.unwrap();
+    let s = Setup::new(StoreKind::File, &llm).await;
+    let store = s.runs_store();
+    let session = store.sessions.create_session(polpo_store::NewSession { agent: "repairer".into(), ..Default::default() }).await.unwrap();
+    let run = store.runs.create_run(NewRun { id: Some(format!("chat-{}", uuid_like())), agent: "repairer".into(), session_id: Some(session.id.clone()) }).await.unwrap();
+    let seq = store.runs.append_event(&run.id, "run.accepted", json!({})).await.unwrap();
+    let spec = RunSpec { agent: "repairer".into(), session_id: session.id, messages: vec![Message::user("Write the report")], ..Default::default() };
+    // A candidate that leaves the checkpoint just below the limit, without gate state yet.
+    let state = |text: String| CheckpointState { spec: spec.clone(), produced: vec![answer(&format!("FINAL {text}"))], ..Default::default() };
+    let base = serde_json::to_vec(&state(String::new())).unwrap().len();
+    let state = serde_json::to_value(state("x".repeat(polpo_store::MAX_CHECKPOINT_BYTES - base - 16))).unwrap();
+    store.runs.put_checkpoint(&run.id, seq, state).await.unwrap();
+
+    s.runs.recover().await.unwrap();
+    let journal = s.journal(&run.id).await;
+    assert_eq!(ending(&journal), ("run.failed".into(), Some("termination_gate_checkpoint_too_large".into())), "{:?}", types(&journal));
+    assert!(validations(&s).is_empty(), "the validator did not run");
+    assert!(llm.requests().is_empty());
+    s.finish().await;
+}
+
 macro_rules! on_backends {
     ($($name:ident),* $(,)?) => {
         mod file {
@@ -388,4 +639,12 @@ on_backends!(
     a_write_with_intent_but_no_result_pauses_the_run,
     pending_steering_survives_a_crash,
     a_person_reconciles_a_paused_run_and_it_finishes,
+    a_resumed_gate_keeps_the_correction_cycles_it_used,
+    a_recorded_validation_decision_is_replayed_without_running_the_validator,
+    an_undecided_validation_runs_again_under_the_same_key,
+    an_accepted_checkpoint_returns_its_result_without_a_model_call,
+    an_interrupted_model_call_in_a_correction_cycle_is_not_repeated,
+    an_unconfirmed_write_in_a_correction_cycle_pauses_with_the_gate_code,
+    a_gated_run_checkpoints_its_budget_and_decision,
+    a_gate_in_a_parallel_branch_is_refused_before_the_run_exists,
 );

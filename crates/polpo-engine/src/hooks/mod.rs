@@ -17,6 +17,8 @@ mod scopes;
 
 pub use scopes::{LoopContext, invocation_info};
 
+pub use termination::{GateCheckpoint, GateDecision, GateValidation};
+
 use polpo_core::hooks::{ExecutionMode, HookSet, InvocationInfo, Target};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

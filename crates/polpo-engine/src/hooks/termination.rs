@@ -11,9 +11,70 @@ use super::{InvocationHooks, handlers};
 use crate::error::EngineError;
 use crate::events::{EventSink, GateState, RunEvent};
 use crate::invocation::Invocation;
+use crate::turn::{CheckpointError, RunControl};
 use polpo_core::hooks::envelope::idempotency_key;
 use polpo_core::hooks::{GateBudget, GateExhaustion, GateVerdict, HookEvent, StopVerdict};
 use polpo_core::message::{Message, Usage};
+use serde::{Deserialize, Serialize};
+
+/// What a durable run checkpoints about its termination gate, so a resume continues the same
+/// validation: budgets it cannot loosen, and the decision on the latest candidate it replays
+/// instead of asking the validator again.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateCheckpoint {
+    /// What was consumed, and the limits in force when it was written.
+    pub budget: GateBudget,
+    /// The validation of the latest candidate, once one started.
+    #[serde(default)]
+    pub validation: Option<GateValidation>,
+    /// A model call inside a correction cycle started and its reply is not checkpointed yet.
+    #[serde(default)]
+    pub model_call_in_flight: bool,
+}
+
+impl GateCheckpoint {
+    /// True once a candidate was accepted.
+    pub fn accepted(&self) -> bool {
+        matches!(self.validation, Some(GateValidation { decision: Some(GateDecision::Accept), .. }))
+    }
+
+    /// True while the agent repairs a rejected answer (a correction cycle): an interrupted
+    /// operation then cannot be repeated blindly (`termination_gate_effect_unconfirmed`).
+    pub fn in_correction_cycle(&self) -> bool {
+        self.budget.cycles_used > 0 && !self.accepted()
+    }
+}
+
+/// One validation of one candidate.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateValidation {
+    /// The stable hook execution id of this validation (its traces carry it too).
+    pub gate_execution_id: String,
+    /// The run's model call (1-based, counted over the whole run) that produced the candidate.
+    pub turn: u32,
+    /// 1-based number of the candidate.
+    pub termination_attempt: u32,
+    /// The validator's decision; `None` while it runs.
+    #[serde(default)]
+    pub decision: Option<GateDecision>,
+}
+
+/// A recorded validation decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum GateDecision {
+    /// The candidate (the run's last assistant message) is the answer.
+    Accept,
+    /// The agent was sent back to work with this model-visible message.
+    Continue {
+        /// The message, diagnostics included (already redacted).
+        feedback: String,
+        /// The correction cycle it started.
+        correction_cycle: u32,
+    },
+}
 
 /// What the loop does with a candidate final answer.
 #[derive(Debug)]
@@ -31,21 +92,25 @@ enum Phase {
     /// observe-only hooks (`controlling: false`) the answer streams as usual and the hooks
     /// just watch.
     Hooks { recovered: bool, controlling: bool },
-    /// A termination gate; `accepted` once a candidate passed (formatting may still follow).
-    Gate { budget: GateBudget, accepted: bool },
+    /// A termination gate; accepted once a candidate passed (formatting may still follow).
+    Gate(GateCheckpoint),
 }
 
 /// The termination state of one invocation.
 pub(crate) struct Termination<'a> {
     hooks: Option<&'a InvocationHooks>,
+    /// Where a durable run keeps the gate's state; `None` for plain chat.
+    control: Option<&'a dyn RunControl>,
     phase: Phase,
 }
 
 impl<'a> Termination<'a> {
     /// Resolve the hooks of `inv`. With the kill switch thrown, hooks are skipped — but an
     /// agent whose termination gate would apply refuses to run rather than run unvalidated.
-    pub(crate) fn prepare(inv: &'a Invocation) -> Result<Self, EngineError> {
-        let Some(hooks) = inv.hooks.as_ref() else { return Ok(Self { hooks: None, phase: Phase::Plain }) };
+    /// A resumed durable run (`control`) continues from its checkpointed gate state.
+    pub(crate) fn prepare(inv: &'a Invocation, control: Option<&'a dyn RunControl>) -> Result<Self, EngineError> {
+        let stored = control.and_then(RunControl::gate_checkpoint);
+        let Some(hooks) = inv.hooks.as_ref() else { return Self::plain(inv, stored, control) };
         let target = hooks.target(None);
         let limits = hooks.set.gate_limits(&target);
         if !hooks.runtime.enabled {
@@ -56,15 +121,9 @@ impl<'a> Termination<'a> {
                     super::KILL_SWITCH_ENV
                 )));
             }
-            return Ok(Self { hooks: None, phase: Phase::Plain });
+            return Self::plain(inv, stored, control);
         }
         if limits.is_some() {
-            if hooks.parallel_branch {
-                return Err(EngineError::TerminationGateParallelUnsupported(format!(
-                    "agent `{}` runs in a parallel loop branch, where termination gates cannot be checkpointed yet",
-                    inv.agent
-                )));
-            }
             let gates = hooks.set.applicable(HookEvent::TurnStop, &target).controlling.into_iter().filter_map(|s| s.hook.gate().map(|g| (s.hook.qualified_id(), g)));
             for (id, gate) in gates {
                 if let Some(why) = handlers::unavailable(&gate.validator) {
@@ -72,14 +131,32 @@ impl<'a> Termination<'a> {
                 }
             }
         }
-        let phase = match limits {
-            Some(limits) => Phase::Gate { budget: GateBudget::new(limits), accepted: false },
-            None => match runner::stop_hooks(hooks) {
+        let phase = match (limits, stored) {
+            (Some(limits), stored) => Phase::Gate(resume_gate(limits, stored)?),
+            (None, stored @ Some(_)) => return Self::plain(inv, stored, control),
+            (None, None) => match runner::stop_hooks(hooks) {
                 (0, 0) => Phase::Plain,
                 (controlling, _) => Phase::Hooks { recovered: false, controlling: controlling > 0 },
             },
         };
-        Ok(Self { hooks: Some(hooks), phase })
+        Ok(Self { hooks: Some(hooks), control, phase })
+    }
+
+    /// No hooks run. A checkpoint that holds a gate's state refuses that: the gate was
+    /// removed or switched off while the run was interrupted, and resuming must not loosen it.
+    fn plain(inv: &Invocation, stored: Option<GateCheckpoint>, control: Option<&'a dyn RunControl>) -> Result<Self, EngineError> {
+        if stored.is_some() {
+            return Err(EngineError::TerminationGateCheckpointInvalid(format!(
+                "the run's checkpoint holds termination gate state, but agent `{}` no longer has a gate that runs; refusing to resume without validation",
+                inv.agent
+            )));
+        }
+        Ok(Self { hooks: None, control, phase: Phase::Plain })
+    }
+
+    /// True when a termination gate judges candidates.
+    pub(crate) fn is_gate(&self) -> bool {
+        matches!(self.phase, Phase::Gate(_))
     }
 
     /// The active hooks, `None` when there are none or they are switched off.
@@ -97,35 +174,45 @@ impl<'a> Termination<'a> {
         matches!(self.phase, Phase::Hooks { recovered: true, .. })
     }
 
-    /// Checked before every model call: the time budget. Returns the output-token cap.
-    pub(crate) fn before_model_call(&self) -> Result<Option<u32>, EngineError> {
-        let (Phase::Gate { budget, .. }, Some(hooks)) = (&self.phase, self.hooks) else { return Ok(None) };
-        check_time(hooks, budget)?;
-        Ok(budget.output_cap().map(|c| u32::try_from(c).unwrap_or(u32::MAX)))
+    /// Checked before every model call: the time budget. Returns the output-token cap. Inside
+    /// a correction cycle, a durable run first records that the call is starting, so a crash
+    /// during it is recognised instead of repeated.
+    pub(crate) async fn before_model_call(&mut self) -> Result<Option<u32>, EngineError> {
+        let (Phase::Gate(gate), Some(hooks)) = (&mut self.phase, self.hooks) else { return Ok(None) };
+        check_time(hooks, &gate.budget)?;
+        if gate.in_correction_cycle() && self.control.is_some() {
+            gate.model_call_in_flight = true;
+            commit(self.control, gate).await?;
+        }
+        Ok(gate.budget.output_cap().map(|c| u32::try_from(c).unwrap_or(u32::MAX)))
     }
 
     /// Checked after every model call: the token budget (`None` = the provider reported none).
     pub(crate) fn after_model_call(&mut self, usage: Option<Usage>) -> Result<(), EngineError> {
-        match &mut self.phase {
-            Phase::Gate { budget, .. } => budget.record_usage(usage).map_err(|e| exhausted(e, budget)),
-            _ => Ok(()),
+        let Phase::Gate(gate) = &mut self.phase else { return Ok(()) };
+        gate.model_call_in_flight = false;
+        let recorded = gate.budget.record_usage(usage).map_err(|e| exhausted(e, &gate.budget));
+        if let Some(control) = self.control {
+            control.keep_gate(gate);
         }
+        recorded
     }
 
     /// Judge a candidate final answer.
     pub(crate) async fn judge(&mut self, inv: &Invocation, turn: u32, candidate: &str, sink: EventSink<'_>) -> Result<Judgement, EngineError> {
         let Some(hooks) = self.hooks else { return Ok(Judgement::Final) };
         match &mut self.phase {
-            Phase::Plain | Phase::Gate { accepted: true, .. } => Ok(Judgement::Final),
+            Phase::Plain => Ok(Judgement::Final),
+            Phase::Gate(gate) if gate.accepted() => Ok(Judgement::Final),
             Phase::Hooks { recovered, .. } => judge_by_stop_hooks(&At { inv, hooks, turn, subject: format!("stop-{turn}"), sink }, candidate, recovered).await,
-            Phase::Gate { budget, accepted } => judge_by_gate(inv, hooks, turn, candidate, sink, budget, accepted).await,
+            Phase::Gate(gate) => judge_by_gate(inv, hooks, self.control, turn, candidate, sink, gate).await,
         }
     }
 
     /// The error when the agent's `maxTurns` ran out: a gate turns it into its own code.
     pub(crate) fn out_of_turns(&self, max_turns: u32, transcript: Vec<Message>) -> EngineError {
         match &self.phase {
-            Phase::Gate { budget, accepted: false } => exhausted(GateExhaustion::Turns, budget),
+            Phase::Gate(gate) if !gate.accepted() => exhausted(GateExhaustion::Turns, &gate.budget),
             _ => EngineError::MaxTurnsExhausted { max_turns, transcript },
         }
     }
@@ -147,38 +234,89 @@ async fn judge_by_stop_hooks(at: &At<'_>, candidate: &str, recovered: &mut bool)
     }
 }
 
+/// The gate of a new invocation, or of a resumed one from its checkpoint: consumption is
+/// kept and the limits are the stricter of the stored and the configured ones. A resume
+/// interrupted during a correction cycle's model call stops here (nothing is repeated).
+fn resume_gate(limits: polpo_core::hooks::GateLimits, stored: Option<GateCheckpoint>) -> Result<GateCheckpoint, EngineError> {
+    let Some(stored) = stored else { return Ok(GateCheckpoint { budget: GateBudget::new(limits), validation: None, model_call_in_flight: false }) };
+    if stored.model_call_in_flight {
+        return Err(EngineError::TerminationGateEffectUnconfirmed(format!(
+            "the run was interrupted during a model call of correction cycle {}; its outcome and cost are unknown, so it is not repeated",
+            stored.budget.cycles_used
+        )));
+    }
+    Ok(GateCheckpoint { budget: GateBudget::resumed(stored.budget, limits), ..stored })
+}
+
+/// Keep the gate state and wait until it is durable. A durable run that cannot write it fails
+/// closed: a validation a resume could not reproduce must not count.
+async fn commit(control: Option<&dyn RunControl>, gate: &GateCheckpoint) -> Result<(), EngineError> {
+    let Some(control) = control else { return Ok(()) };
+    control.keep_gate(gate);
+    control.commit().await.map_err(|e| match e {
+        CheckpointError::TooLarge(why) => EngineError::TerminationGateCheckpointTooLarge(format!("the termination gate's checkpoint cannot be written: {why}")),
+        CheckpointError::Failed(why) => EngineError::TerminationGateCheckpointInvalid(format!("the termination gate's checkpoint could not be written: {why}")),
+    })
+}
+
 /// The termination gate: validate the buffered candidate; accept it, or reopen the
-/// operational phase with model-visible diagnostics while the budgets allow.
+/// operational phase with model-visible diagnostics while the budgets allow. A decision
+/// already recorded for this candidate (a resumed run) is replayed without running the
+/// validator again; a validation that started but has no decision runs again under the same
+/// attempt number, so the validator sees the same idempotency key.
 async fn judge_by_gate(
     inv: &Invocation,
     hooks: &InvocationHooks,
+    control: Option<&dyn RunControl>,
     turn: u32,
     candidate: &str,
     sink: EventSink<'_>,
-    budget: &mut GateBudget,
-    accepted: &mut bool,
+    gate: &mut GateCheckpoint,
 ) -> Result<Judgement, EngineError> {
-    check_time(hooks, budget)?;
-    let attempt = budget.begin_attempt();
+    check_time(hooks, &gate.budget)?;
+    let attempt = match &gate.validation {
+        Some(v) if v.turn == turn => match &v.decision {
+            Some(GateDecision::Accept) => return Ok(Judgement::Final),
+            Some(GateDecision::Continue { feedback, .. }) => return Ok(Judgement::Retry(Message::user(feedback.clone()))),
+            None => v.termination_attempt,
+        },
+        _ => {
+            let attempt = gate.budget.begin_attempt();
+            gate.validation = Some(GateValidation { gate_execution_id: gate_execution_id(hooks, turn, attempt), turn, termination_attempt: attempt, decision: None });
+            // Durable before the validator runs, so a resume gives it the same key.
+            commit(control, gate).await?;
+            attempt
+        }
+    };
     let gate_execution_id = gate_execution_id(hooks, turn, attempt);
     let event = |state, correction_cycle| RunEvent::TerminationGate { state, gate_execution_id: gate_execution_id.clone(), termination_attempt: attempt, correction_cycle };
-    sink(event(GateState::Validating, budget.cycles_used));
+    sink(event(GateState::Validating, gate.budget.cycles_used));
     let at = At { inv, hooks, turn, subject: format!("attempt-{attempt}"), sink };
-    match runner::validate(&at, candidate, attempt, budget.cycles_used).await {
+    let verdict = runner::validate(&at, candidate, attempt, gate.budget.cycles_used).await;
+    let decide = |gate: &mut GateCheckpoint, decision| {
+        if let Some(v) = gate.validation.as_mut() {
+            v.decision = Some(decision);
+        }
+    };
+    match verdict {
         GateVerdict::Accept => {
-            *accepted = true;
-            sink(event(GateState::Accepted, budget.cycles_used));
+            decide(gate, GateDecision::Accept);
+            commit(control, gate).await?;
+            sink(event(GateState::Accepted, gate.budget.cycles_used));
             Ok(Judgement::Final)
         }
         GateVerdict::Continue { hook, mut diagnostics } => {
             polpo_core::hooks::redact(&mut diagnostics, &hooks.secrets);
-            let cycle = budget.begin_cycle().map_err(|e| exhausted(e, budget))?;
-            sink(event(GateState::Continuing, cycle));
-            Ok(Judgement::Retry(Message::user(format!(
+            let cycle = gate.budget.begin_cycle().map_err(|e| exhausted(e, &gate.budget))?;
+            let feedback = format!(
                 "The termination gate did not accept your final answer (correction cycle {cycle} of {max}). Diagnostics from {hook}:\n{diagnostics}\n\
                  Continue working on the task with your tools as needed, then give a new final answer.",
-                max = budget.limits.max_cycles
-            ))))
+                max = gate.budget.limits.max_cycles
+            );
+            decide(gate, GateDecision::Continue { feedback: feedback.clone(), correction_cycle: cycle });
+            commit(control, gate).await?;
+            sink(event(GateState::Continuing, cycle));
+            Ok(Judgement::Retry(Message::user(feedback)))
         }
         GateVerdict::Reject { hook, reason } => Err(EngineError::TerminationGateRejected(hooks.redact_text(format!("validator {hook} rejected the answer: {reason}")))),
     }
@@ -216,10 +354,11 @@ mod tests {
     fn a_token_budget_without_reported_usage_stops_the_run() {
         // The fake LLM always reports usage, so this case is proven here, at the seam.
         let limits = GateLimits { max_cycles: 1, max_duration_ms: 1000, max_tokens: Some(100) };
-        let mut t = Termination { hooks: None, phase: Phase::Gate { budget: GateBudget::new(limits), accepted: false } };
+        let gate = |limits| Phase::Gate(GateCheckpoint { budget: GateBudget::new(limits), validation: None, model_call_in_flight: false });
+        let mut t = Termination { hooks: None, control: None, phase: gate(limits) };
         let err = t.after_model_call(None).err().map(|e| e.code());
         assert_eq!(err, Some("termination_gate_usage_unknown"));
-        let mut unbounded = Termination { hooks: None, phase: Phase::Gate { budget: GateBudget::new(GateLimits { max_tokens: None, ..limits }), accepted: false } };
+        let mut unbounded = Termination { hooks: None, control: None, phase: gate(GateLimits { max_tokens: None, ..limits }) };
         assert!(unbounded.after_model_call(None).is_ok());
     }
 }

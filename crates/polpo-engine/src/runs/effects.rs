@@ -2,7 +2,8 @@
 //! before it runs and its result after, under a key of (run, model turn, call position,
 //! hash of the arguments). A call that already has a result returns it instead of running
 //! again; a call with an intent but no result may or may not have happened, so the run
-//! pauses (`effect_unconfirmed`) for a hook or a person to decide.
+//! pauses (`effect_unconfirmed`, or `termination_gate_effect_unconfirmed` inside a termination
+//! gate's correction cycle) for a hook or a person to decide.
 
 use super::state::{Pause, RunState};
 use polpo_core::tool::{ToolEffect, ToolSpec};
@@ -79,9 +80,12 @@ impl Tool for Ledgered {
             }
             Ok(EffectClaim::Done(effect)) => decode(&effect.result.unwrap_or_default()),
             Ok(EffectClaim::Pending(_)) => {
-                self.state.pause(Pause { code: "effect_unconfirmed", data: json!({"key": key, "tool": self.inner.spec().name}) });
+                // Inside a gate's correction cycle the gate's own code says which contract
+                // stopped the run; reconciling works the same either way.
+                let code = if self.state.in_gate_correction_cycle() { "termination_gate_effect_unconfirmed" } else { "effect_unconfirmed" };
+                self.state.pause(Pause { code, data: json!({"key": key, "tool": self.inner.spec().name}) });
                 self.cancel.cancel();
-                Err(ToolError::new("effect_unconfirmed", format!("`{}` may already have run (effect {key}); the run is paused", self.inner.spec().name)))
+                Err(ToolError::new(code, format!("`{}` may already have run (effect {key}); the run is paused", self.inner.spec().name)))
             }
             Err(e) => Err(ToolError::new(e.code(), format!("the effect ledger is unavailable, so `{}` did not run: {e}", self.inner.spec().name))),
         }

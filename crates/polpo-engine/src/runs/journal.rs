@@ -5,7 +5,8 @@
 
 use crate::events::RunEvent;
 use polpo_core::message::FinishReason;
-use polpo_store::{MAX_EVENT_BATCH, NewRunEvent, RunEvent as StoredEvent, Store};
+use crate::turn::CheckpointError;
+use polpo_store::{MAX_CHECKPOINT_BYTES, MAX_EVENT_BATCH, NewRunEvent, RunEvent as StoredEvent, Store};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -25,6 +26,8 @@ enum Item {
     Event(NewRunEvent),
     Checkpoint,
     Flush(oneshot::Sender<()>),
+    /// A checkpoint whose writing the sender waits for, with its outcome.
+    Commit(oneshot::Sender<Result<(), CheckpointError>>),
 }
 
 /// The state a checkpoint writes, taken when the writer gets to it (the newest state).
@@ -46,13 +49,17 @@ impl Journal {
         tokio::spawn(async move {
             let mut last = last_seq;
             while let Some(first) = rx.recv().await {
-                let (mut events, mut checkpoint, mut acks) = (Vec::new(), false, Vec::new());
+                let (mut events, mut checkpoint, mut acks, mut commits) = (Vec::new(), false, Vec::new(), Vec::new());
                 let mut next = Some(first);
                 while let Some(item) = next.take() {
                     match item {
                         Item::Event(e) => events.push(e),
                         Item::Checkpoint => checkpoint = true,
                         Item::Flush(ack) => acks.push(ack),
+                        Item::Commit(ack) => {
+                            checkpoint = true;
+                            commits.push(ack);
+                        }
                     }
                     if events.len() < MAX_EVENT_BATCH {
                         next = rx.try_recv().ok();
@@ -75,12 +82,13 @@ impl Journal {
                         break;
                     }
                 }
-                if checkpoint && let Err(e) = store.runs.put_checkpoint(&run_id, last, snapshot()).await {
-                    tracing::warn!(run = %run_id, code = e.code(), "run checkpoint could not be written: {e}");
-                }
+                let written = if checkpoint { write_checkpoint(&store, &run_id, last, &snapshot).await } else { Ok(()) };
                 seq_tx.send_replace(last);
                 acks.into_iter().for_each(|a| {
                     let _ = a.send(());
+                });
+                commits.into_iter().for_each(|a| {
+                    let _ = a.send(written.clone());
                 });
             }
         });
@@ -97,6 +105,14 @@ impl Journal {
         let _ = self.tx.send(Item::Checkpoint);
     }
 
+    /// Write a checkpoint of the run's current state (after everything queued so far) and
+    /// wait for the outcome: for state that must not be relied on unless it is durable.
+    pub(crate) async fn commit(&self) -> Result<(), CheckpointError> {
+        let (ack, done) = oneshot::channel();
+        self.tx.send(Item::Commit(ack)).map_err(|_| CheckpointError::Failed("the run's journal writer has stopped".into()))?;
+        done.await.unwrap_or_else(|_| Err(CheckpointError::Failed("the run's journal writer has stopped".into())))
+    }
+
     /// Wait until everything queued so far is durable.
     pub(crate) async fn flush(&self) {
         let (ack, done) = oneshot::channel();
@@ -109,6 +125,20 @@ impl Journal {
     pub(crate) fn watch(&self) -> watch::Receiver<u64> {
         self.seq.clone()
     }
+}
+
+/// Write one checkpoint; a failure is logged and returned (only a commit waits for it).
+async fn write_checkpoint(store: &Store, run_id: &str, seq: u64, snapshot: &Snapshot) -> Result<(), CheckpointError> {
+    let Err(e) = store.runs.put_checkpoint(run_id, seq, snapshot()).await else { return Ok(()) };
+    tracing::warn!(run = %run_id, code = e.code(), "run checkpoint could not be written: {e}");
+    // Measured only after a failure (on a fresh snapshot), so the common path neither copies
+    // nor serializes the state twice.
+    let bytes = serde_json::to_vec(&snapshot()).map_or(0, |b| b.len());
+    Err(if bytes > MAX_CHECKPOINT_BYTES {
+        CheckpointError::TooLarge(format!("{bytes} bytes, more than the store's limit of {MAX_CHECKPOINT_BYTES}"))
+    } else {
+        CheckpointError::Failed(format!("{}: {e}", e.code()))
+    })
 }
 
 /// The journal entry for a runtime event (the reference's run stream types where it has one);

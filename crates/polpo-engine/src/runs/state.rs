@@ -8,7 +8,9 @@
 use super::journal::Journal;
 use crate::runtime::ChatInput;
 use crate::structured::ResponseFormat;
-use crate::turn::RunControl;
+use crate::hooks::GateCheckpoint;
+use crate::turn::{CheckpointError, RunControl};
+use futures::future::BoxFuture;
 use polpo_core::message::{Message, Role};
 use polpo_core::tool::ToolSpec;
 use polpo_llm::ToolChoice;
@@ -69,6 +71,9 @@ pub struct RunSpec {
     /// `polpo.capabilities` (questions, suggestions), so a resumed run offers the same.
     #[serde(default)]
     pub capabilities: crate::interaction::Capabilities,
+    /// The run is an agent node in a parallel loop branch (a resumed run is refused a gate too).
+    #[serde(default)]
+    pub parallel_branch: bool,
 }
 
 impl RunSpec {
@@ -94,6 +99,7 @@ impl RunSpec {
             allowed_tools: input.allowed_tools.clone(),
             loop_context: input.loop_context.clone(),
             capabilities: input.capabilities,
+            parallel_branch: input.parallel_branch,
         }
     }
 
@@ -112,6 +118,7 @@ impl RunSpec {
         input.allowed_tools = self.allowed_tools.clone();
         input.loop_context = self.loop_context.clone();
         input.capabilities = self.capabilities;
+        input.parallel_branch = self.parallel_branch;
         input.run_id = run_id.to_owned();
         Ok(input)
     }
@@ -132,6 +139,9 @@ pub struct CheckpointState {
     /// Every steering id received (delivered or not): the idempotency keys.
     #[serde(default)]
     pub steering_ids: Vec<String>,
+    /// The termination gate's budgets and latest validation, when the agent has a gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateCheckpoint>,
 }
 
 /// Why a run stopped without finishing.
@@ -248,6 +258,12 @@ impl RunState {
         self.lock().paused.clone()
     }
 
+    /// True while a termination gate's correction cycle runs: an effect it cannot confirm
+    /// then carries the gate's code.
+    pub(crate) fn in_gate_correction_cycle(&self) -> bool {
+        self.lock().state.gate.as_ref().is_some_and(GateCheckpoint::in_correction_cycle)
+    }
+
     /// Model calls made so far (one assistant message each).
     pub(crate) fn turns_used(&self) -> u32 {
         self.lock().state.produced.iter().filter(|m| m.role == Role::Assistant).count() as u32
@@ -283,5 +299,22 @@ impl RunControl for RunState {
 
     fn take_follow_ups(&self) -> Vec<Message> {
         self.deliver(|_| true, true)
+    }
+
+    fn model_calls_before(&self) -> u32 {
+        self.turns_used()
+    }
+
+    fn gate_checkpoint(&self) -> Option<GateCheckpoint> {
+        self.lock().state.gate.clone()
+    }
+
+    fn keep_gate(&self, gate: &GateCheckpoint) {
+        self.lock().state.gate = Some(gate.clone());
+        self.journal.checkpoint();
+    }
+
+    fn commit(&self) -> BoxFuture<'_, Result<(), CheckpointError>> {
+        Box::pin(self.journal.commit())
     }
 }
