@@ -29,6 +29,10 @@ pub const DEFAULT_CLASSIFIER_TIMEOUT_MS: u64 = 3_000;
 /// Characters of the user's message the classifier sees (its head), so a huge prompt does not
 /// make routing cost as much as answering.
 pub const MAX_CLASSIFIER_INPUT_CHARS: usize = 4_000;
+/// Most routing labels one request may carry (`routing.labels` of a chat request).
+pub const MAX_REQUEST_LABELS: usize = 16;
+/// Longest routing label a request may carry, in characters.
+pub const MAX_REQUEST_LABEL_CHARS: usize = 64;
 
 /// `settings.modelRouting`: how requests of opted-in agents pick a profile.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +73,9 @@ pub struct RoutingCondition {
     /// The request declares client tools (`true`) or none (`false`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub has_tools: Option<bool>,
+    /// The request carries at least one of these routing labels (case-insensitive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
 }
 
 /// `settings.modelRouting.classifier`: one bounded, tool-free model call that answers a label.
@@ -97,6 +104,8 @@ pub struct RoutingRequest<'a> {
     pub text: &'a str,
     /// Whether the request declares client tools.
     pub has_tools: bool,
+    /// Routing labels the caller attached to the request (`routing.labels` in chat).
+    pub labels: &'a [String],
 }
 
 /// Why the classifier's answer picked no profile; the agent's own model answers then.
@@ -137,6 +146,7 @@ impl RoutingRule {
             && when.min_chars.is_none_or(|min| chars >= min as usize)
             && when.max_chars.is_none_or(|max| chars <= max as usize)
             && when.has_tools.is_none_or(|wanted| wanted == request.has_tools)
+            && when.labels.as_ref().is_none_or(|wanted| wanted.iter().any(|w| request.labels.iter().any(|l| l.eq_ignore_ascii_case(w))))
     }
 }
 
@@ -228,6 +238,7 @@ static ROUTING_CONDITION: Shape = Shape::Object(&[&[
     Field::optional("minChars", crate::config::schema::COUNT),
     Field::optional("maxChars", crate::config::schema::COUNT),
     Field::optional("hasTools", Shape::Bool),
+    Field::optional("labels", STRINGS),
 ]]);
 
 static ROUTING_RULE: Shape = Shape::Object(&[&[Field::optional("when", ROUTING_CONDITION), Field::required("profile", Shape::String)]]);
@@ -256,7 +267,7 @@ mod tests {
     }
 
     fn ask(text: &str) -> RoutingRequest<'_> {
-        RoutingRequest { text, has_tools: false }
+        RoutingRequest { text, has_tools: false, labels: &[] }
     }
 
     const RULES: &str = r#"{"rules": [
@@ -271,8 +282,17 @@ mod tests {
         assert_eq!(r.rule_for(&ask("hi there"), None).map(|(i, rule)| (i, rule.profile.as_str())), Some((1, "fast")));
         assert_eq!(r.rule_for(&ask("why does it PANIC?"), None).map(|(i, _)| i), Some(0), "phrases match case-insensitively");
         assert_eq!(r.rule_for(&ask(&"long ".repeat(20)), None).map(|(i, _)| i), Some(2), "the catch-all");
-        let with_tools = RoutingRequest { text: "hi", has_tools: true };
+        let with_tools = RoutingRequest { text: "hi", has_tools: true, labels: &[] };
         assert_eq!(r.rule_for(&with_tools, None).map(|(i, _)| i), Some(2), "hasTools must agree");
+    }
+
+    #[test]
+    fn a_label_rule_needs_one_of_its_labels_on_the_request() {
+        let rule: RoutingRule = serde_json::from_str(r#"{"when": {"labels": ["vip", "escalated"]}, "profile": "balanced"}"#).unwrap();
+        let labels = vec!["beta".to_owned(), "VIP".to_owned()];
+        assert!(rule.matches(&RoutingRequest { text: "hi", has_tools: false, labels: &labels }));
+        assert!(!rule.matches(&RoutingRequest { text: "hi", has_tools: false, labels: &labels[..1] }));
+        assert!(!rule.matches(&ask("vip")), "labels are not words of the message");
     }
 
     #[test]

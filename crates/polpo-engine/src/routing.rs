@@ -80,7 +80,7 @@ pub async fn route(providers: &Providers, loaded: &Loaded, agent: &Agent, input:
     let Some(routing) = &settings.model_routing else { return Some(ModelRoute::pinned("no_route")) };
     let allowed = agent.config.allowed_model_profiles.as_deref();
     let text = crate::interaction::last_user_text(&input.messages).unwrap_or_default();
-    let request = RoutingRequest { text: &text, has_tools: !input.client_tools.is_empty() };
+    let request = RoutingRequest { text: &text, has_tools: !input.client_tools.is_empty(), labels: &input.routing_labels };
     if let Some((index, rule)) = routing.rule_for(&request, allowed) {
         return Some(ModelRoute { via: RouteVia::Rule, profile: Some(rule.profile.clone()), rule: Some(index), label: None, reason: None });
     }

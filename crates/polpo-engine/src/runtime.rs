@@ -103,6 +103,9 @@ pub struct ChatInput {
     pub user: Option<String>,
     /// Metadata stored on a new session (a JSON object or null).
     pub metadata: Value,
+    /// Routing labels (`routing.labels` of a chat request) that `settings.modelRouting` rules
+    /// may match, for agents that opted in to model routing.
+    pub routing_labels: Vec<String>,
     /// The run id this turn reports under (hook envelopes, events, `x-polpo-run-id`).
     pub run_id: String,
     /// What the client can render (`polpo.capabilities`): questions, suggestions.
@@ -124,6 +127,7 @@ impl ChatInput {
             loop_context: None,
             user: None,
             metadata: Value::Null,
+            routing_labels: Vec::new(),
             run_id: format!("chat-{}", uuid::Uuid::now_v7().simple()),
             capabilities: Capabilities::default(),
         }

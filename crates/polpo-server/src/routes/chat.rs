@@ -402,6 +402,7 @@ fn chat_input(state: &AppState, r: &ChatRequest, headers: &HeaderMap) -> Result<
     input.allowed_tools = r.polpo.as_ref().and_then(|p| p.execution.as_ref()).and_then(|e| e.allowed_tools.clone());
     input.user = r.user.clone();
     input.metadata = metadata(r.metadata.as_ref())?;
+    input.routing_labels = routing_labels(r.extra.get("routing"))?;
     input.capabilities = capabilities(r.polpo.as_ref().map(|p| &p.capabilities));
     if r.loop_name.is_some() {
         return Err(ApiError::new("loop_not_supported", "`loop` requests are not supported by this server yet"));
@@ -451,6 +452,19 @@ fn capabilities(c: Option<&Map<String, Value>>) -> Capabilities {
 }
 
 /// `metadata`: a string map of bounded size, stored on the session.
+/// `routing: {"labels": [...]}` (Polpo extension): bounded labels that model routing rules
+/// may match; ignored for agents that did not opt in to routing.
+fn routing_labels(routing: Option<&Value>) -> Result<Vec<String>, ApiError> {
+    use polpo_core::routing::{MAX_REQUEST_LABEL_CHARS, MAX_REQUEST_LABELS};
+    let Some(routing) = routing.filter(|v| !v.is_null()) else { return Ok(Vec::new()) };
+    let labels = routing.get("labels").and_then(Value::as_array).filter(|_| routing.as_object().is_some_and(|o| o.len() == 1));
+    let labels: Option<Vec<String>> = labels.and_then(|l| l.iter().map(|v| v.as_str().map(str::to_owned)).collect());
+    match labels {
+        Some(labels) if labels.len() <= MAX_REQUEST_LABELS && labels.iter().all(|l| !l.is_empty() && l.chars().count() <= MAX_REQUEST_LABEL_CHARS) => Ok(labels),
+        _ => Err(ApiError::invalid(format!("routing must be {{\"labels\": [...]}} with at most {MAX_REQUEST_LABELS} non-empty strings of at most {MAX_REQUEST_LABEL_CHARS} characters"))),
+    }
+}
+
 fn metadata(m: Option<&Map<String, Value>>) -> Result<Value, ApiError> {
     let Some(m) = m else { return Ok(Value::Null) };
     if m.len() > MAX_METADATA_KEYS {
