@@ -86,7 +86,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/agents/{id}", get(routes::agents::get).put(routes::agents::replace).patch(routes::agents::patch).delete(routes::agents::delete))
         .merge(routes::sessions::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
-    open.merge(protected)
+    open.merge(routes::dashboard::router())
+        .merge(protected)
         .fallback(|| async { ApiError::new("route_not_found", "no such route") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(cors(&state.cors_origins))

@@ -2,6 +2,7 @@
 
 pub mod agents;
 pub mod chat;
+pub mod dashboard;
 pub mod events;
 pub mod health;
 pub mod models;

@@ -14,6 +14,8 @@ use serde_json::{Map, Value, json};
 pub const BOTH: &[&str] = &["/api/v1", "/v1"];
 /// The OpenAI-compatible surface lives under `/v1` only.
 pub const V1: &[&str] = &["/v1"];
+/// The dashboard's static files live at the root, outside the API prefixes.
+pub const ROOT: &[&str] = &[""];
 
 /// What a successful response body is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +28,8 @@ pub enum Body {
     JsonOrSse(&'static str),
     /// A server-sent event stream only.
     Sse,
+    /// A static file of this media type (the dashboard).
+    Asset(&'static str),
 }
 
 /// One operation of the API.
@@ -131,6 +135,11 @@ pub const ROUTES: &[Route] = &[
     op("get", BOTH, SESSION_MESSAGES, "getSessionMessages", "sessions", "A session and its messages, oldest first.").returns(200, Body::Envelope("SessionWithMessages")),
     op("patch", BOTH, SESSION, "patchSession", "sessions", "Retitle a session (or replace its metadata).").request("SessionPatch").returns(200, Body::Envelope("Session")),
     op("delete", BOTH, SESSION, "deleteSession", "sessions", "Delete a session and its messages.").returns(200, Body::Envelope("Removed")),
+    op("get", ROOT, &["/", "/dashboard"], "dashboard", "dashboard", "The web dashboard page; it holds no data (it calls this API with the key the user enters), so it needs no key.")
+        .open()
+        .returns(200, Body::Asset("text/html")),
+    op("get", ROOT, &["/dashboard/app.js"], "dashboardScript", "dashboard", "The dashboard's script.").open().returns(200, Body::Asset("text/javascript")),
+    op("get", ROOT, &["/dashboard/app.css"], "dashboardStyle", "dashboard", "The dashboard's style.").open().returns(200, Body::Asset("text/css")),
 ];
 
 /// `GET /api/v1/openapi.json`.
@@ -175,6 +184,7 @@ fn operation(route: &Route, path: &str, canonical: bool) -> Value {
         Body::Envelope(s) => json!({"application/json": {"schema": {"type": "object", "required": ["ok", "data"], "properties": {"ok": {"const": true}, "data": schema(s)}}}}),
         Body::Sse => json!({"text/event-stream": {"schema": {"type": "string"}}}),
         Body::JsonOrSse(s) => json!({"application/json": {"schema": schema(s)}, "text/event-stream": {"schema": {"type": "string"}}}),
+        Body::Asset(media) => json!({media: {"schema": {"type": "string"}}}),
     };
     let error = if route.prefixes == V1 { "OpenAIError" } else { "RestError" };
     let mut responses = Map::new();
