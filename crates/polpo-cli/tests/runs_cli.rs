@@ -10,8 +10,9 @@ mod support;
 use polpo_testkit::pg::PgSchema;
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::Output;
+use std::process::{Output, Stdio};
 use std::time::Duration;
 use support::{ServerProcess, free_port, polpo};
 
@@ -176,6 +177,49 @@ async fn errors_exit_non_zero_with_the_servers_code() {
     assert_eq!(llm.requests().len(), 0);
 }
 
+/// Killed while a write runs, the run pauses on the restarted server: `tail` exits 2 and says
+/// how to go on, `reconcile` (the key found from the pause) resumes it, and it completes
+/// without repeating the write.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_paused_by_a_crash_is_reconciled_from_the_terminal() {
+    let command = "echo one >> log.txt; for i in $(seq 300); do [ -f gate ] && break; sleep 0.02; done";
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": command}))]), Turn::text("Confirmed and finished.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path(), json!({"storage": "file"}));
+    let base = llm.base_url();
+    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", "1000")];
+    let first = ServerProcess::start("serve", dir.path(), &[], &env);
+    let run = start_run(&first.url, "Append one").await;
+    let log = dir.path().join("log.txt");
+    tokio::time::timeout(EVENTUALLY, async {
+        while std::fs::read_to_string(&log).unwrap_or_default() != "one\n" {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the write happens");
+    drop(first); // SIGKILL between the effect and its recorded result
+
+    let second = ServerProcess::start("serve", dir.path(), &[], &env);
+    let paused = runs(&second.url, &["tail", &run]).await;
+    assert_eq!(paused.status.code(), Some(2), "{}\n{}", stdout(&paused), stderr(&paused));
+    assert!(stdout(&paused).lines().last().unwrap().contains("run.paused effect_unconfirmed"), "{}", stdout(&paused));
+    assert!(stderr(&paused).contains("polpo runs reconcile"), "{}", stderr(&paused));
+
+    let reconciled = runs(&second.url, &["reconcile", &run, "applied", "--result", "appended"]).await;
+    assert!(reconciled.status.success(), "{}", stderr(&reconciled));
+    let done = runs(&second.url, &["tail", &run]).await;
+    assert!(done.status.success(), "{}", stderr(&done));
+    assert!(stdout(&done).lines().last().unwrap().ends_with(r#"run.completed "Confirmed and finished.""#), "{}", stdout(&done));
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "one\n", "the write was not repeated");
+    assert_eq!(llm.requests().last().unwrap().body["messages"].as_array().unwrap().last().unwrap()["content"], "appended");
+
+    // Nothing left to reconcile: the server's code for a run that is not paused.
+    let again = runs(&second.url, &["reconcile", &run, "not-applied"]).await;
+    assert_eq!(again.status.code(), Some(1));
+    assert!(stderr(&again).contains("run_not_active"), "{}", stderr(&again));
+}
+
 /// SIGTERM in the middle of a model call: the server checkpoints the run and gives its lease
 /// back before exiting, so a new server whose leases would otherwise keep it waiting for 10
 /// minutes takes the run over at once and completes it. `polpo runs tail`, attached before
@@ -189,16 +233,19 @@ async fn sigterm_hands_the_run_over_to_the_next_server_at_once(settings: Value) 
     let port = free_port();
     let mut first = ServerProcess::start_on("serve", dir.path(), port, &[], &env);
     let run = start_run(&first.url, "Build it").await;
-    let url = first.url.clone();
-    let mut tail = polpo(&["runs", "tail", &run, "--json", "--url", &url]);
-    let tail = tokio::task::spawn_blocking(move || tail.output().unwrap());
+    let mut tail = polpo(&["runs", "tail", &run, "--json", "--url", &first.url]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let tail_stdout = tail.stdout.take().unwrap();
+    std::thread::spawn(move || BufReader::new(tail_stdout).lines().map_while(Result::ok).try_for_each(|l| tx.send(l)));
+    // Its first event printed: tail is attached to the first server.
+    let first_line = tokio::task::block_in_place(|| lines.recv_timeout(EVENTUALLY)).expect("tail prints the first event");
 
     model_calls(&llm, 2).await; // the second model call hangs: the run is mid-turn
     first.terminate();
     let _second = ServerProcess::start_on("serve", dir.path(), port, &[], &env);
 
-    let out = tokio::time::timeout(EVENTUALLY, tail).await.expect("tail follows the run to its end").unwrap();
-    let frames: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let out = tokio::time::timeout(EVENTUALLY, tokio::task::spawn_blocking(move || tail.wait_with_output().unwrap())).await.expect("tail follows the run to its end").unwrap();
+    let frames: Vec<Value> = std::iter::once(first_line).chain(lines.iter()).map(|l| serde_json::from_str(&l).unwrap()).collect();
     let types: Vec<&str> = frames.iter().map(|f| f["type"].as_str().unwrap()).collect();
     assert!(out.status.success(), "{types:?}\n{}", stderr(&out));
     let seqs: Vec<u64> = frames.iter().map(|f| f["sequence"].as_u64().unwrap()).collect();

@@ -228,7 +228,8 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
         if reconnecting {
             request = request.header("last-event-id", after.to_string());
         }
-        let dropped = match client.send(request).await {
+        // `None`: follow on at once; `Some(why)`: the connection dropped.
+        let dropped: Option<String> = match client.send(request).await {
             Ok(response) => {
                 let mut events = SseFrames { response, buffer: Vec::new() };
                 loop {
@@ -246,6 +247,10 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
                             println!("{}", if json { event.to_string() } else { human(&event) });
                             let kind = event["type"].as_str().unwrap_or_default();
                             if is_terminal(kind) {
+                                // A paused run reconciled since then goes on after `run.paused`.
+                                if kind == "run.paused" && client.call(Method::GET, &format!("/v1/runs/{id}"), None).await.is_ok_and(|run| run["status"] != "paused") {
+                                    break None;
+                                }
                                 return Ok(ending(id, &event));
                             }
                         }
@@ -262,25 +267,26 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
                                 eprintln!("run {id} ended {}", status.as_str());
                                 return Ok(ExitCode::FAILURE);
                             }
-                            break "the server ended the stream".to_owned();
+                            break Some("the server ended the stream".to_owned());
                         }
-                        Err(e) => break e,
+                        Err(e) => break Some(e),
                     }
                 }
             }
-            Err(e) if e.code == "server_unreachable" => e.message,
+            Err(e) if e.code == "server_unreachable" => Some(e.message),
             Err(e) => return Err(e.into()),
         };
+        reconnecting = true;
+        let Some(dropped) = dropped else { continue };
         let since = *unreachable_since.get_or_insert_with(Instant::now);
         if since.elapsed() > RECONNECT_FOR {
             return Err(ServerError::unreachable(&client.url, format!("gave up reconnecting after {} s: {dropped}", RECONNECT_FOR.as_secs())).into());
         }
-        if !reconnecting || wait == RECONNECT_FIRST_WAIT {
+        if wait == RECONNECT_FIRST_WAIT {
             eprintln!("connection lost after event {after} ({dropped}); reconnecting");
         }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(RECONNECT_MAX_WAIT);
-        reconnecting = true;
     }
 }
 
