@@ -397,7 +397,9 @@ async function loadRun(id) {
 
 $('run-form').addEventListener('submit', (e) => {
   e.preventDefault();
-  location.hash = '#runs/' + encodeURIComponent($('run-id').value.trim());
+  const next = '#runs/' + encodeURIComponent($('run-id').value.trim());
+  if (location.hash === next) route(); // the same run again: reload it
+  else location.hash = next;
 });
 
 // ---- Views ----------------------------------------------------------------------------------
