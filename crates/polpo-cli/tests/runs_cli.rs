@@ -177,11 +177,11 @@ async fn errors_exit_non_zero_with_the_servers_code() {
     assert_eq!(llm.requests().len(), 0);
 }
 
-/// Killed while a write runs, the run pauses on the restarted server: `tail` exits 2 and says
-/// how to go on, `reconcile` (the key found from the pause) resumes it, and it completes
-/// without repeating the write.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_run_paused_by_a_crash_is_reconciled_from_the_terminal() {
+/// Stopped (`stop`: SIGKILL or SIGTERM) while a write runs, the run pauses on the restarted
+/// server, since nobody knows whether the write finished: `tail` exits 2 and says how to go
+/// on, `reconcile` (the key found from the pause) resumes it, and it completes without
+/// repeating the write.
+async fn a_run_paused_by_a_stop_is_reconciled_from_the_terminal(stop: fn(ServerProcess)) {
     let command = "echo one >> log.txt; for i in $(seq 300); do [ -f gate ] && break; sleep 0.02; done";
     let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": command}))]), Turn::text("Confirmed and finished.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -198,7 +198,7 @@ async fn a_run_paused_by_a_crash_is_reconciled_from_the_terminal() {
     })
     .await
     .expect("the write happens");
-    drop(first); // SIGKILL between the effect and its recorded result
+    stop(first); // between the effect and its recorded result
 
     let second = ServerProcess::start("serve", dir.path(), &[], &env);
     let paused = runs(&second.url, &["tail", &run]).await;
@@ -218,6 +218,16 @@ async fn a_run_paused_by_a_crash_is_reconciled_from_the_terminal() {
     let again = runs(&second.url, &["reconcile", &run, "not-applied"]).await;
     assert_eq!(again.status.code(), Some(1));
     assert!(stderr(&again).contains("run_not_active"), "{}", stderr(&again));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_paused_by_a_crash_is_reconciled_from_the_terminal() {
+    a_run_paused_by_a_stop_is_reconciled_from_the_terminal(drop).await; // SIGKILL
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_cut_short_by_sigterm_is_not_repeated_by_the_next_server() {
+    a_run_paused_by_a_stop_is_reconciled_from_the_terminal(|mut server| server.terminate()).await;
 }
 
 /// SIGTERM in the middle of a model call: the server checkpoints the run and gives its lease
