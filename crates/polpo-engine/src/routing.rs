@@ -64,8 +64,8 @@ impl ModelRoute {
 
     /// The agent's own model answers after all: the routed profile's chain could not be built
     /// (`code`, e.g. a provider that is not configured), and routing fails open.
-    pub fn unavailable(self, code: &str) -> Self {
-        Self { label: self.label, rule: self.rule, ..Self::pinned(&format!("route_unavailable: {code}")) }
+    pub fn fail_open(&mut self, code: &str) {
+        *self = Self { label: self.label.take(), rule: self.rule, ..Self::pinned(&format!("route_unavailable: {code}")) };
     }
 }
 

@@ -207,6 +207,8 @@ pub struct PreparedChat {
     pub(crate) run_id: String,
     /// Steering of a durable run (`crate::runs`); `None` for plain chat.
     pub(crate) control: Option<Arc<dyn RunControl>>,
+    /// Which way model routing sent this request; `None` when the agent did not opt in.
+    pub(crate) route: Option<crate::routing::ModelRoute>,
 }
 
 impl PreparedChat {
@@ -220,13 +222,18 @@ impl PreparedChat {
         &self.run_id
     }
 
+    /// Which way model routing sent this request (`None`: the agent did not opt in).
+    pub fn route(&self) -> Option<&crate::routing::ModelRoute> {
+        self.route.as_ref()
+    }
+
     /// Run the agent's turn loop over the session's history plus the new messages, then store
     /// the new messages and the turn's output in one append.
     ///
     /// Nothing is stored when the turn fails before producing anything, so a client may retry
     /// with the same messages; a run that used up `maxTurns` keeps its transcript.
     pub async fn run(self, sink: EventSink<'_>) -> Result<ChatOutput, ChatError> {
-        let Self { runtime, invocation, session, history, new_messages, cancel, run_id, control } = self;
+        let Self { runtime, invocation, session, history, new_messages, cancel, run_id, control, route: _ } = self;
         let events = RunEvents::new(&runtime.bus, &run_id, &session.id, &invocation.agent);
         events.started();
         let reasoning = std::sync::Mutex::new(crate::reasoning::ReasoningLog::default());
@@ -397,19 +404,20 @@ impl Runtime {
         let (session, history, new_messages) = self.prepare_session(&input).await?;
         // Routed only once the request is known to run, so a refused one costs no classifier
         // call; a routed chain that cannot be built leaves the agent on its own (pinned) model.
-        if let Some(mut route) = crate::routing::route(&self.providers, &loaded, agent, &input, cancel).await {
+        let mut route = crate::routing::route(&self.providers, &loaded, agent, &input, cancel).await;
+        if let Some(route) = &mut route {
             if let Some(routed) = route.selection() {
                 match self.provider_for_model(&loaded, agent, Some(&routed)) {
                     Ok(provider) => invocation.provider = provider,
-                    Err(e) => route = route.unavailable(e.code()),
+                    Err(e) => route.fail_open(e.code()),
                 }
             }
-            RunEvents::new(&self.bus, &input.run_id, &session.id, &input.agent).model_routed(&route);
+            RunEvents::new(&self.bus, &input.run_id, &session.id, &input.agent).model_routed(route);
         }
         if let Some(hooks) = &mut invocation.hooks {
             hooks.info.session_id = Some(session.id.clone());
         }
-        Ok(PreparedChat { runtime: self.clone(), invocation, session, history, new_messages, cancel: cancel.clone(), run_id: input.run_id, control: None })
+        Ok(PreparedChat { runtime: self.clone(), invocation, session, history, new_messages, cancel: cancel.clone(), run_id: input.run_id, control: None, route })
     }
 
     /// Find or create the session and split the request into stored history and new messages.

@@ -5,15 +5,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup should panic loudly
 
+use futures::StreamExt;
 use polpo_core::message::Message;
 use polpo_core::tool::ToolSpec;
+use polpo_engine::runs::{CheckpointState, RunManager, RunOptions, RunSpec};
 use polpo_engine::{ChatInput, Delivery, Loaded, Runtime};
 use polpo_llm::Providers;
-use polpo_store::{StoreKind, SystemClock, open_store};
+use polpo_store::{NewRun, NewSession, RunEvent, StoreKind, SystemClock, open_store};
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 
@@ -198,4 +201,36 @@ fn routing_mistakes_are_reported_with_file_and_pointer() {
     assert!(found.iter().any(|(c, f, p)| c == "model_profile_unknown" && f.ends_with("project.json") && p == "/settings/modelRouting/rules/0/profile"), "{found:?}");
     let label = found.iter().find(|(c, f, _)| c == "model_profile_not_allowed" && f.ends_with("agent.json"));
     assert_eq!(label.map(|(_, _, p)| p.as_str()), Some("/modelRouting"), "the `simple` → fast label is outside narrow's grant: {found:?}");
+}
+
+/// The whole journal of `run` until its stream ends (bounded: a stuck run fails the test).
+async fn journal(runs: &Arc<RunManager>, run: &str) -> Vec<RunEvent> {
+    let stream = runs.events(run, 0).map(Result::unwrap).collect::<Vec<_>>();
+    tokio::time::timeout(Duration::from_secs(20), stream).await.expect("the run ends")
+}
+
+#[tokio::test]
+async fn a_durable_run_records_its_routed_profile_and_a_resumed_run_keeps_it() {
+    let llm = FakeLlm::start([Turn::text("Fast answer."), Turn::text("Balanced answer after the crash.")]).await.unwrap();
+    let s = setup(&llm).await;
+    let runs = RunManager::new(s.runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) });
+    let started = runs.start(ChatInput::new("router", vec![Message::user(SHORT)])).await.unwrap();
+    let events = journal(&runs, &started.run_id).await;
+    assert_eq!(events[0].event_type, "run.accepted");
+    assert_eq!(events[0].data["spec"]["modelProfile"], "fast", "the route travels with the request");
+    assert_eq!(events.last().unwrap().event_type, "run.completed");
+
+    // A run accepted on `balanced` (say, by the classifier) whose process crashed before it
+    // answered: the long message would need the classifier again, yet the resumed run goes
+    // straight to the profile it was accepted with.
+    let store = s.runtime.store().clone();
+    let session = store.sessions.create_session(NewSession { agent: "router".into(), ..Default::default() }).await.unwrap();
+    let run = store.runs.create_run(NewRun { id: Some("chat-routed-crash".into()), agent: "router".into(), session_id: Some(session.id.clone()) }).await.unwrap();
+    let seq = store.runs.append_event(&run.id, "run.accepted", json!({})).await.unwrap();
+    let spec = RunSpec { agent: "router".into(), session_id: session.id, messages: vec![Message::user(LONG)], model_profile: Some("balanced".into()), ..Default::default() };
+    store.runs.put_checkpoint(&run.id, seq, serde_json::to_value(CheckpointState { spec, ..Default::default() }).unwrap()).await.unwrap();
+    assert_eq!(runs.recover().await.unwrap(), std::slice::from_ref(&run.id));
+    let events = journal(&runs, &run.id).await;
+    assert_eq!(events.last().unwrap().event_type, "run.completed", "{:?}", events.iter().map(|e| &e.event_type).collect::<Vec<_>>());
+    assert_eq!(models_called(&llm), ["fast-model", "balanced-model"], "no classifier call on resume");
 }

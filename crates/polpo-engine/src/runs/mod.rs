@@ -202,6 +202,7 @@ impl RunManager {
         let prepared = self.runtime.prepare(input, &cancel).await?;
         spec.session_id = prepared.session.id.clone();
         spec.messages = prepared.new_messages.clone();
+        spec.model_profile = prepared.route().and_then(|r| r.profile.clone());
         let run_id = prepared.run_id.clone();
         let store = self.runtime.store().clone();
         self.starting().insert(run_id.clone());
@@ -571,7 +572,11 @@ impl RunManager {
         let input = state.spec.to_input(id).map_err(RunError::Invalid)?;
         let loaded = self.runtime.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
-        let provider = self.runtime.provider_for(&loaded, agent)?;
+        // A routed run keeps the profile it was accepted with: no second routing, no classifier.
+        let provider = match state.spec.model_profile.clone() {
+            Some(profile) => self.runtime.provider_for_model(&loaded, agent, Some(&polpo_core::model::ModelSelection::Profile { profile }))?,
+            None => self.runtime.provider_for(&loaded, agent)?,
+        };
         let cancel = CancellationToken::new();
         let mut invocation = self.runtime.invocation(&loaded, agent, provider, &input, &cancel)?;
         let session = store.sessions.get_session(&state.spec.session_id).await?.ok_or_else(|| ChatError::SessionNotFound(state.spec.session_id.clone()))?;
@@ -585,7 +590,7 @@ impl RunManager {
         }
         let history = self.runtime.history(&session.id).await?;
         let new_messages = state.spec.messages.iter().chain(&state.produced).cloned().collect();
-        let prepared = PreparedChat { runtime: self.runtime.clone(), invocation, session, history, new_messages, cancel, run_id: id.to_owned(), control: None };
+        let prepared = PreparedChat { runtime: self.runtime.clone(), invocation, session, history, new_messages, cancel, run_id: id.to_owned(), control: None, route: None };
         self.launch(prepared, state, run.last_seq, true);
         Ok(())
     }

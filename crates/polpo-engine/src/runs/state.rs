@@ -74,6 +74,10 @@ pub struct RunSpec {
     /// The run is an agent node in a parallel loop branch (a resumed run is refused a gate too).
     #[serde(default)]
     pub parallel_branch: bool,
+    /// The profile model routing chose when the run was accepted, so a resumed run answers
+    /// with it again instead of routing (and paying a classifier) a second time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_profile: Option<String>,
 }
 
 impl RunSpec {
@@ -98,6 +102,7 @@ impl RunSpec {
             },
             allowed_tools: input.allowed_tools.clone(),
             loop_context: input.loop_context.clone(),
+            model_profile: None,
             capabilities: input.capabilities,
             parallel_branch: input.parallel_branch,
         }
