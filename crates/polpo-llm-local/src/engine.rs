@@ -6,7 +6,7 @@
 
 use crate::error::LocalModelError;
 use crate::grammar::{Tags, ToolConstraint};
-use crate::prompt::Turn;
+use crate::prompt::{ToolResults, Turn};
 use crate::utf8::Utf8Stream;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -28,6 +28,7 @@ const SEED: u32 = 0x5eed;
 pub struct LoadedModel {
     model: LlamaModel,
     template: LlamaChatTemplate,
+    tool_results: ToolResults,
     turn: Mutex<()>,
 }
 
@@ -111,9 +112,11 @@ pub fn load(path: &Path) -> Result<Arc<LoadedModel>, LocalModelError> {
         .filter(|t| model.apply_chat_template(t, &[], true).is_ok())
         .map_or_else(|| LlamaChatTemplate::new("chatml"), Ok)
         .map_err(|e| failed(e.to_string()))?;
+    let tool_results = ToolResults::for_template(template.to_str().unwrap_or_default());
     let loaded = Arc::new(LoadedModel {
         model,
         template,
+        tool_results,
         turn: Mutex::new(()),
     });
     models.insert(key, loaded.clone());
@@ -121,6 +124,11 @@ pub fn load(path: &Path) -> Result<Arc<LoadedModel>, LocalModelError> {
 }
 
 impl LoadedModel {
+    /// How this model's chat template passes tool results back (see [`ToolResults`]).
+    pub fn tool_results(&self) -> ToolResults {
+        self.tool_results
+    }
+
     /// Render `turns` with the chat template, ending with an open assistant turn.
     fn render(&self, turns: &[Turn]) -> Result<String, LocalModelError> {
         let messages = turns

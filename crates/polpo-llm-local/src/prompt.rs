@@ -2,8 +2,9 @@
 //!
 //! Small local models have no native tool API, so tools are described Hermes-style (the framing
 //! Qwen2.5 and SmolLM2 were tuned on): JSON schemas inside `<tools>` in the system prompt, calls
-//! written back as `<tool_call>{…}</tool_call>`, results passed as `<tool_response>` user turns
-//! (templates applied by llama.cpp have no `tool` role).
+//! written back as `<tool_call>{…}</tool_call>`, results passed back the way the model's own chat
+//! template does ([`ToolResults`]): a model that reads a result in an unfamiliar framing takes it
+//! for a new request and calls the same tool again instead of answering.
 
 use polpo_core::message::{Message, Role};
 use polpo_core::tool::ToolSpec;
@@ -18,6 +19,29 @@ pub struct Turn {
     pub content: String,
 }
 
+/// How a chat template passes tool results back to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolResults {
+    /// Qwen2.5's template: consecutive results in one `user` turn, each inside
+    /// `<tool_response>` tags.
+    UserTurn,
+    /// A template that writes any role as is (ChatML without tool support, e.g. SmolLM2's):
+    /// each result is a turn of its own with the `tool` role.
+    ToolRole,
+}
+
+impl ToolResults {
+    /// The framing a template's source asks for: it wraps results in `<tool_response>` itself
+    /// when the model was tuned on that, and otherwise has no opinion, so the role says it.
+    pub fn for_template(source: &str) -> Self {
+        if source.contains("<tool_response>") {
+            Self::UserTurn
+        } else {
+            Self::ToolRole
+        }
+    }
+}
+
 /// The tools the model may call for this request, after `tool_choice`.
 pub fn offered_tools(request: &ModelRequest) -> Vec<&ToolSpec> {
     match &request.tool_choice {
@@ -28,8 +52,8 @@ pub fn offered_tools(request: &ModelRequest) -> Vec<&ToolSpec> {
 }
 
 /// The conversation as template turns: every system message merged into one leading turn, the
-/// tool block appended to it, assistant tool calls and tool results in Hermes framing.
-pub fn turns(request: &ModelRequest) -> Vec<Turn> {
+/// tool block appended to it, assistant tool calls in Hermes framing, tool results as `results`.
+pub fn turns(request: &ModelRequest, results: ToolResults) -> Vec<Turn> {
     let tools = offered_tools(request);
     let mut system: Vec<String> = request
         .messages
@@ -48,7 +72,10 @@ pub fn turns(request: &ModelRequest) -> Vec<Turn> {
             content: system.join("\n\n"),
         });
     }
+    let mut previous = None;
     for message in &request.messages {
+        let after_result = previous == Some(Role::Tool);
+        previous = Some(message.role);
         match message.role {
             Role::System => {}
             Role::User => out.push(Turn {
@@ -59,17 +86,32 @@ pub fn turns(request: &ModelRequest) -> Vec<Turn> {
                 role: "assistant",
                 content: assistant_text(message),
             }),
-            Role::Tool => out.push(Turn {
-                role: "user",
-                content: format!(
-                    "<tool_response>\n{}\n</tool_response>",
-                    message.text_content()
-                ),
-            }),
+            Role::Tool => {
+                let result = message.text_content();
+                let response = format!("{RESPONSE_OPEN}\n{result}\n{RESPONSE_CLOSE}");
+                match (results, out.last_mut()) {
+                    (ToolResults::ToolRole, _) => out.push(Turn {
+                        role: "tool",
+                        content: result,
+                    }),
+                    // A result right after another result joins its turn, as Qwen's template does.
+                    (ToolResults::UserTurn, Some(last)) if after_result => {
+                        last.content.push('\n');
+                        last.content.push_str(&response);
+                    }
+                    (ToolResults::UserTurn, _) => out.push(Turn {
+                        role: "user",
+                        content: response,
+                    }),
+                }
+            }
         }
     }
     out
 }
+
+const RESPONSE_OPEN: &str = "<tool_response>";
+const RESPONSE_CLOSE: &str = "</tool_response>";
 
 fn tool_block(tools: &[&ToolSpec]) -> String {
     let signatures: Vec<String> = tools
@@ -129,7 +171,7 @@ mod tests {
             tools: vec![read_tool()],
             ..Default::default()
         };
-        let t = turns(&request);
+        let t = turns(&request, ToolResults::UserTurn);
         assert_eq!(t.len(), 2);
         assert_eq!(t[0].role, "system");
         assert!(t[0].content.starts_with("Be brief.\n\nBe kind.\n\n# Tools"));
@@ -143,25 +185,30 @@ mod tests {
         );
     }
 
-    #[test]
-    fn tool_history_is_written_in_hermes_framing() {
+    /// A call to `read` answered by two results (a model may call twice in one turn).
+    fn answered_call() -> ModelRequest {
         let mut call = Message::assistant("");
         call.tool_calls.push(ToolCall {
             id: "c1".into(),
             name: "read".into(),
             arguments: r#"{"path":"a"}"#.into(),
         });
-        let request = ModelRequest {
+        ModelRequest {
             messages: vec![
                 Message::user("read a"),
                 call,
                 Message::tool_result("c1", "hello"),
+                Message::tool_result("c2", "world"),
             ],
             tools: vec![read_tool()],
             tool_choice: ToolChoice::None,
             ..Default::default()
-        };
-        let t = turns(&request);
+        }
+    }
+
+    #[test]
+    fn tool_history_is_written_in_hermes_framing() {
+        let t = turns(&answered_call(), ToolResults::UserTurn);
         assert_eq!(
             t.len(),
             3,
@@ -175,9 +222,27 @@ mod tests {
             t[2],
             Turn {
                 role: "user",
-                content: "<tool_response>\nhello\n</tool_response>".into()
-            }
+                content: "<tool_response>\nhello\n</tool_response>\n<tool_response>\nworld\n</tool_response>".into()
+            },
+            "consecutive results share one user turn"
         );
+    }
+
+    #[test]
+    fn a_template_without_tool_framing_gets_tool_turns() {
+        let t = turns(&answered_call(), ToolResults::ToolRole);
+        let results: Vec<_> = t
+            .iter()
+            .skip(2)
+            .map(|t| (t.role, t.content.as_str()))
+            .collect();
+        assert_eq!(results, [("tool", "hello"), ("tool", "world")]);
+        // Qwen2.5's template wraps results itself; SmolLM2's (plain ChatML) writes roles as given.
+        let qwen = "{%- elif message.role == \"tool\" %}{{- '<|im_start|>user' }}{{- '\\n<tool_response>\\n' }}";
+        assert_eq!(ToolResults::for_template(qwen), ToolResults::UserTurn);
+        let smollm = "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}";
+        assert_eq!(ToolResults::for_template(smollm), ToolResults::ToolRole);
+        assert_eq!(ToolResults::for_template("chatml"), ToolResults::ToolRole);
     }
 
     #[test]

@@ -98,7 +98,7 @@ mod run {
     use crate::engine::{self, Job, LoadedModel, Stop};
     use crate::framing::{self, Piece, Splitter};
     use crate::grammar::ToolConstraint;
-    use crate::prompt;
+    use crate::prompt::{self, ToolResults};
     use polpo_core::message::{FinishReason, Usage};
     use polpo_llm::{LlmErrorKind, ModelEvent, ToolChoice};
     use std::sync::Arc;
@@ -117,7 +117,7 @@ mod run {
         let model = tokio::task::spawn_blocking(move || engine::load(&path))
             .await
             .map_err(joined)??;
-        let job = job(settings, &request);
+        let job = job(settings, &request, model.tool_results());
         let (tx, mut rx) = mpsc::channel(CHANNEL_CAPACITY);
         tokio::task::spawn_blocking(move || generate(&model, &job, &tx));
         Ok(Box::pin(futures::stream::poll_fn(move |cx| {
@@ -132,14 +132,14 @@ mod run {
         )
     }
 
-    fn job(settings: &LocalSettings, request: &ModelRequest) -> Job {
+    fn job(settings: &LocalSettings, request: &ModelRequest, results: ToolResults) -> Job {
         let tools = prompt::offered_tools(request);
         let grammar = (!tools.is_empty()).then(|| ToolConstraint {
             tools: tools.into_iter().cloned().collect(),
             allow_text: matches!(request.tool_choice, ToolChoice::Auto),
         });
         Job {
-            turns: prompt::turns(request),
+            turns: prompt::turns(request, results),
             grammar,
             context_size: settings.context_size,
             max_tokens: request

@@ -27,14 +27,21 @@ fn provider() -> LocalProvider {
     LocalProvider::new(LocalSettings::new(cache_dir()))
 }
 
+/// The shape of polpo-tools' `read`: optional 1-based counts and no other properties, so every
+/// test that offers it also has llama.cpp parse the grammar for a closed schema.
 fn read_tool() -> ToolSpec {
     ToolSpec {
         name: "read".into(),
         description: "Read a text file from the workspace and return its content.".into(),
         parameters: serde_json::json!({
             "type": "object",
-            "properties": {"path": {"type": "string", "description": "Path of the file"}},
+            "properties": {
+                "path": {"type": "string", "description": "Path of the file"},
+                "offset": {"type": "integer", "minimum": 1},
+                "limit": {"type": "integer", "minimum": 1},
+            },
             "required": ["path"],
+            "additionalProperties": false,
         }),
     }
 }
@@ -185,6 +192,13 @@ async fn a_named_tool_choice_gets_that_tool_with_its_required_argument() {
     assert_eq!(call.name, "read");
     let arguments: serde_json::Value = serde_json::from_str(&call.arguments).unwrap();
     assert!(arguments["path"].is_string(), "{arguments}");
+    let undeclared: Vec<&String> = arguments
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| !["path", "offset", "limit"].contains(&k.as_str()))
+        .collect();
+    assert!(undeclared.is_empty(), "the schema forbids other properties: {arguments}");
 }
 
 /// Needs the 491 MB Qwen2.5-Coder-0.5B (installed on first run):
@@ -307,8 +321,8 @@ async fn a_tool_result_in_the_history_informs_the_answer() {
             Message::tool_result("call_1", "The launch code is 4711."),
         ],
         tools: vec![read_tool(), bash_tool()],
-        // SmolLM2 left to choose would read the file again; Qwen answers (see the ignored test).
-        tool_choice: ToolChoice::None,
+        // Left to choose, with the result framed as its template expects, SmolLM2 answers.
+        tool_choice: ToolChoice::Auto,
         ..Default::default()
     })
     .await;
