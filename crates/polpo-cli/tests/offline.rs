@@ -95,20 +95,19 @@ fn polpo_run_answers_with_the_local_model_when_no_key_is_set() {
 }
 
 #[test]
-#[ignore = "polpo-llm-local's tool grammar lets SmolLM2 add properties the `read` schema forbids \
-            (additionalProperties: false), so every call fails validation; run with --ignored once fixed"]
 fn an_agent_reads_a_workspace_file_offline() {
     let dir = tempfile::tempdir().unwrap();
     project(dir.path());
-    std::fs::write(dir.path().join("notes.txt"), "The meeting is on Tuesday at 3pm.\n").unwrap();
+    // A made-up word: the model can only answer with it by reading the file.
+    std::fs::write(dir.path().join("notes.txt"), "The code word is PELICAN-42.\n").unwrap();
     let tripwire = Tripwire::new();
     // SmolLM2 does not pick tools on its own: force `read` on the first call.
-    let out = polpo_run(dir.path(), &tripwire, &["assistant", "What is in notes.txt?", "--tool-choice", "read"]);
+    let out = polpo_run(dir.path(), &tripwire, &["assistant", "Read notes.txt and tell me the code word.", "--tool-choice", "read"]);
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(stderr.contains("→ read"), "the model called the read tool:\n{stderr}");
-    assert!(stderr.contains("✓ read") && stderr.contains("Tuesday at 3pm"), "the read tool ran on the file:\n{stderr}");
+    assert_eq!(stderr.matches("→ read").count(), 1, "one read, then an answer instead of reading again:\n{stderr}");
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    assert!(!stdout.trim().is_empty(), "an answer after the tool ran; stderr:\n{stderr}");
+    assert!(stdout.contains("PELICAN-42"), "the answer quotes the file: {stdout}\nstderr:\n{stderr}");
     tripwire.assert_untouched();
 }
 
