@@ -102,6 +102,19 @@ pub fn parse_call(body: &str) -> Option<ToolCall> {
     })
 }
 
+/// True when `call` names the same tool with the same arguments (as JSON values, so spacing and
+/// key order do not count) as one of `earlier`.
+pub fn repeats(call: &ToolCall, earlier: &[ToolCall]) -> bool {
+    let arguments = |raw: &str| serde_json::from_str::<serde_json::Value>(raw).ok();
+    earlier.iter().any(|e| {
+        e.name == call.name
+            && match (arguments(&e.arguments), arguments(&call.arguments)) {
+                (Some(a), Some(b)) => a == b,
+                _ => e.arguments == call.arguments,
+            }
+    })
+}
+
 /// How a call body that did not parse is shown: as the text the model wrote.
 pub fn unparsed_call_text(body: &str) -> String {
     format!("{OPEN}{body}")
@@ -192,5 +205,19 @@ mod tests {
         assert!(parse_call("not json").is_none());
         assert_eq!(unparsed_call_text("not json"), "<tool_call>not json");
         assert!(parse_call(r#"{"arguments":{}}"#).is_none());
+    }
+
+    #[test]
+    fn a_repeat_is_the_same_tool_with_equal_arguments() {
+        let earlier =
+            [parse_call(r#"{"name":"read","arguments":{"path":"a","limit":5}}"#).unwrap()];
+        let again =
+            parse_call(r#"{"name": "read", "arguments": {"limit": 5, "path": "a"}}"#).unwrap();
+        assert!(repeats(&again, &earlier));
+        let other_file =
+            parse_call(r#"{"name":"read","arguments":{"path":"b","limit":5}}"#).unwrap();
+        let other_tool = parse_call(r#"{"name":"ls","arguments":{"path":"a","limit":5}}"#).unwrap();
+        assert!(!repeats(&other_file, &earlier) && !repeats(&other_tool, &earlier));
+        assert!(!repeats(&again, &[]));
     }
 }

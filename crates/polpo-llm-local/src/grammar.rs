@@ -26,10 +26,13 @@ boolean ::= ( "true" | "false" ) ws
 ws ::= [ \t\n]{0,4}
 "#;
 
+/// Prose: anything that does not start like a call (`<tool_call>` or bare JSON).
+const TEXT: &str = "[^<{] .*";
+
 /// What a tool-call grammar must allow: the offered tools, and whether prose may stand instead.
 #[derive(Debug, Clone)]
 pub struct ToolConstraint {
-    /// Offered tools (never empty).
+    /// Offered tools; none means prose only (see [`ToolConstraint::text_only`]).
     pub tools: Vec<ToolSpec>,
     /// Keep the plain-text answer open (tool choice `auto`); otherwise a call is forced.
     pub allow_text: bool,
@@ -61,6 +64,15 @@ impl Tags {
 }
 
 impl ToolConstraint {
+    /// Prose that does not open like a call: for a turn that must answer after tool calls, when a
+    /// small model would otherwise imitate its earlier calls in free text.
+    pub fn text_only() -> Self {
+        Self {
+            tools: Vec::new(),
+            allow_text: true,
+        }
+    }
+
     /// True when output starting with `piece` can only be the free-text branch, which accepts
     /// anything from there on: the grammar may then be dropped, saving a third of decode time.
     pub fn is_free_text_start(&self, piece: &str) -> bool {
@@ -69,12 +81,14 @@ impl ToolConstraint {
 
     /// The GBNF: either text that does not start with `<`, or one call naming an offered tool.
     pub fn gbnf(&self, tags: &Tags) -> String {
-        let mut g = String::new();
-        g.push_str(if self.allow_text {
-            "root ::= text | call\ntext ::= [^<{] .*\n"
+        if self.tools.is_empty() {
+            return format!("root ::= {TEXT}\n");
+        }
+        let mut g = if self.allow_text {
+            format!("root ::= text | call\ntext ::= {TEXT}\n")
         } else {
-            "root ::= call\n"
-        });
+            "root ::= call\n".to_string()
+        };
         let alternatives: Vec<String> =
             (0..self.tools.len()).map(|i| format!("call-{i}")).collect();
         g.push_str(&format!(
@@ -248,6 +262,9 @@ mod tests {
             !forced.is_free_text_start("Sure"),
             "a forced call never drops its grammar"
         );
+        let answer = ToolConstraint::text_only();
+        assert_eq!(answer.gbnf(&Tags::new(None, None)), "root ::= [^<{] .*\n");
+        assert!(answer.is_free_text_start("The") && !answer.is_free_text_start("{"));
     }
 
     #[test]

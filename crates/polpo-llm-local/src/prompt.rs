@@ -6,7 +6,7 @@
 //! template does ([`ToolResults`]): a model that reads a result in an unfamiliar framing takes it
 //! for a new request and calls the same tool again instead of answering.
 
-use polpo_core::message::{Message, Role};
+use polpo_core::message::{Message, Role, ToolCall};
 use polpo_core::tool::ToolSpec;
 use polpo_llm::{ModelRequest, ToolChoice};
 
@@ -48,6 +48,29 @@ pub fn offered_tools(request: &ModelRequest) -> Vec<&ToolSpec> {
         ToolChoice::None => Vec::new(),
         ToolChoice::Tool(name) => request.tools.iter().filter(|t| &t.name == name).collect(),
         ToolChoice::Auto | ToolChoice::Required => request.tools.iter().collect(),
+    }
+}
+
+/// True when the conversation holds tool calls or results, which a small model tends to imitate.
+pub fn has_tool_history(request: &ModelRequest) -> bool {
+    request
+        .messages
+        .iter()
+        .any(|m| m.role == Role::Tool || !m.tool_calls.is_empty())
+}
+
+/// The calls of the last assistant turn when only their results follow it: what the model just
+/// asked for and got, so asking again with the same arguments cannot tell it anything new.
+pub fn just_answered(request: &ModelRequest) -> &[ToolCall] {
+    let messages = &request.messages;
+    let results = messages
+        .iter()
+        .rev()
+        .take_while(|m| m.role == Role::Tool)
+        .count();
+    match messages.len().checked_sub(results + 1) {
+        Some(i) if results > 0 && messages[i].role == Role::Assistant => &messages[i].tool_calls,
+        _ => &[],
     }
 }
 
@@ -150,7 +173,6 @@ fn assistant_text(message: &Message) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use polpo_core::message::ToolCall;
 
     fn read_tool() -> ToolSpec {
         ToolSpec {
@@ -226,6 +248,28 @@ mod tests {
             },
             "consecutive results share one user turn"
         );
+    }
+
+    #[test]
+    fn the_last_round_of_calls_is_just_answered_until_someone_speaks() {
+        let mut request = answered_call();
+        assert!(has_tool_history(&request));
+        assert_eq!(just_answered(&request)[0].name, "read");
+        request.messages.push(Message::user("and now?"));
+        assert!(
+            just_answered(&request).is_empty(),
+            "a new question is not a repeat"
+        );
+        request.messages.truncate(2);
+        assert!(
+            just_answered(&request).is_empty(),
+            "the call has no result yet"
+        );
+        let chat = ModelRequest {
+            messages: vec![Message::user("hi"), Message::assistant("hello")],
+            ..Default::default()
+        };
+        assert!(!has_tool_history(&chat) && just_answered(&chat).is_empty());
     }
 
     #[test]

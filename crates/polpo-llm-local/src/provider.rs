@@ -99,7 +99,7 @@ mod run {
     use crate::framing::{self, Piece, Splitter};
     use crate::grammar::ToolConstraint;
     use crate::prompt::{self, ToolResults};
-    use polpo_core::message::{FinishReason, Usage};
+    use polpo_core::message::{FinishReason, ToolCall, Usage};
     use polpo_llm::{LlmErrorKind, ModelEvent, ToolChoice};
     use std::sync::Arc;
     use tokio::sync::mpsc;
@@ -117,9 +117,11 @@ mod run {
         let model = tokio::task::spawn_blocking(move || engine::load(&path))
             .await
             .map_err(joined)??;
-        let job = job(settings, &request, model.tool_results());
+        let results = model.tool_results();
+        let job = job(settings, &request, results);
+        let retry = retry(settings, &request, results);
         let (tx, mut rx) = mpsc::channel(CHANNEL_CAPACITY);
-        tokio::task::spawn_blocking(move || generate(&model, &job, &tx));
+        tokio::task::spawn_blocking(move || generate(&model, &job, retry.as_ref(), &tx));
         Ok(Box::pin(futures::stream::poll_fn(move |cx| {
             rx.poll_recv(cx)
         })))
@@ -134,10 +136,17 @@ mod run {
 
     fn job(settings: &LocalSettings, request: &ModelRequest, results: ToolResults) -> Job {
         let tools = prompt::offered_tools(request);
-        let grammar = (!tools.is_empty()).then(|| ToolConstraint {
-            tools: tools.into_iter().cloned().collect(),
-            allow_text: matches!(request.tool_choice, ToolChoice::Auto),
-        });
+        let grammar = if !tools.is_empty() {
+            Some(ToolConstraint {
+                tools: tools.into_iter().cloned().collect(),
+                allow_text: matches!(request.tool_choice, ToolChoice::Auto),
+            })
+        } else if prompt::has_tool_history(request) && request.response_format.is_none() {
+            // No tool this turn, but earlier calls in view: a small model would write another.
+            Some(ToolConstraint::text_only())
+        } else {
+            None
+        };
         Job {
             turns: prompt::turns(request, results),
             grammar,
@@ -152,56 +161,145 @@ mod run {
         }
     }
 
-    /// Runs on a blocking thread: decode, split text from calls, send events until done or dropped.
-    fn generate(model: &Arc<LoadedModel>, job: &Job, tx: &Sender) {
-        let mut splitter = Splitter::default();
-        let mut calls = 0usize;
-        let result = model.generate(job, &mut |text| {
-            splitter
-                .push(text)
-                .into_iter()
-                .all(|p| send_piece(tx, p, &mut calls))
-        });
-        let stats = match result {
-            Ok(stats) if stats.stop == Stop::Cancelled => return,
-            Ok(stats) => stats,
-            Err(e) => {
-                let _ = tx.blocking_send(Err(e.into()));
-                return;
-            }
-        };
-        if let Some(piece) = splitter.finish()
-            && !send_piece(tx, piece, &mut calls)
-        {
-            return;
+    /// A second chance for a turn that may loop: a small model often answers a tool result by
+    /// making the very same call again, and greedy decoding would repeat that every turn until
+    /// the agent runs out of turns. Such a repeat is not sent; the model is asked once more,
+    /// with no tool offered, to answer from the result it has.
+    struct Retry {
+        /// The calls whose results end the conversation.
+        answered: Vec<ToolCall>,
+        /// The same request with tool choice `none`.
+        answer: Job,
+    }
+
+    /// Only when the model may choose (`auto`) and the conversation ends with tool results.
+    fn retry(
+        settings: &LocalSettings,
+        request: &ModelRequest,
+        results: ToolResults,
+    ) -> Option<Retry> {
+        let answered = prompt::just_answered(request);
+        if answered.is_empty() || request.tool_choice != ToolChoice::Auto {
+            return None;
         }
-        let finish = match stats.stop {
+        let answer = ModelRequest {
+            tool_choice: ToolChoice::None,
+            ..request.clone()
+        };
+        Some(Retry {
+            answered: answered.to_vec(),
+            answer: job(settings, &answer, results),
+        })
+    }
+
+    /// Runs on a blocking thread: decode (again without tools if the model repeated a call it was
+    /// just answered), send events until done or dropped, then usage and the finish reason.
+    fn generate(model: &Arc<LoadedModel>, job: &Job, retry: Option<&Retry>, tx: &Sender) {
+        let mut usage = Usage::default();
+        let answered = retry.map_or(&[][..], |r| r.answered.as_slice());
+        let mut pass = decode(model, job, answered, tx, &mut usage);
+        if let (Pass::Repeated, Some(retry)) = (&pass, retry) {
+            tracing::debug!(
+                "the local model repeated a call it was just answered; asking it to answer"
+            );
+            pass = decode(model, &retry.answer, &[], tx, &mut usage);
+        }
+        let Pass::Done { stop, calls } = pass else {
+            return;
+        };
+        let finish = match stop {
             _ if calls > 0 => FinishReason::ToolCalls,
             Stop::Limit => FinishReason::Length,
             Stop::EndOfTurn | Stop::Cancelled => FinishReason::Stop,
-        };
-        let usage = Usage {
-            input_tokens: stats.prompt_tokens as u64,
-            output_tokens: stats.completion_tokens as u64,
         };
         let _ = tx
             .blocking_send(Ok(ModelEvent::Usage(usage)))
             .and_then(|()| tx.blocking_send(Ok(ModelEvent::Finish(finish))));
     }
 
-    /// Send one piece as events; false when the consumer is gone.
-    fn send_piece(tx: &Sender, piece: Piece, calls: &mut usize) -> bool {
-        let event = match piece {
-            Piece::Text(text) => ModelEvent::TextDelta(text),
-            Piece::Call(body) => match framing::parse_call(&body) {
-                Some(call) => {
-                    *calls += 1;
-                    ModelEvent::ToolCall(call)
-                }
-                None => ModelEvent::TextDelta(framing::unparsed_call_text(&body)),
-            },
+    /// How one decoding pass ended.
+    enum Pass {
+        /// Generation ended and its events were sent, `calls` of them tool calls.
+        Done { stop: Stop, calls: usize },
+        /// The output was a call repeating one in `answered`; nothing was sent.
+        Repeated,
+        /// The consumer went away, or the error was sent.
+        Over,
+    }
+
+    /// One generation: split text from calls and send them, adding its tokens to `usage`.
+    fn decode(
+        model: &Arc<LoadedModel>,
+        job: &Job,
+        answered: &[ToolCall],
+        tx: &Sender,
+        usage: &mut Usage,
+    ) -> Pass {
+        let mut splitter = Splitter::default();
+        let mut out = Outlet {
+            tx,
+            answered,
+            sent: false,
+            calls: 0,
+            repeated: false,
         };
-        tx.blocking_send(Ok(event)).is_ok()
+        let result = model.generate(job, &mut |text| {
+            splitter.push(text).into_iter().all(|p| out.send(p))
+        });
+        let stats = match result {
+            Ok(stats) => stats,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e.into()));
+                return Pass::Over;
+            }
+        };
+        usage.input_tokens += stats.prompt_tokens as u64;
+        usage.output_tokens += stats.completion_tokens as u64;
+        if stats.stop != Stop::Cancelled
+            && let Some(piece) = splitter.finish()
+        {
+            out.send(piece);
+        }
+        match (out.repeated, stats.stop) {
+            (true, _) => Pass::Repeated,
+            (false, Stop::Cancelled) => Pass::Over,
+            (false, stop) => Pass::Done {
+                stop,
+                calls: out.calls,
+            },
+        }
+    }
+
+    /// Where a pass's pieces go: the consumer, unless the first thing out is a repeated call.
+    struct Outlet<'a> {
+        tx: &'a Sender,
+        answered: &'a [ToolCall],
+        sent: bool,
+        calls: usize,
+        repeated: bool,
+    }
+
+    impl Outlet<'_> {
+        /// Send one piece as events; false when generation should stop (consumer gone, or a
+        /// repeated call held back).
+        fn send(&mut self, piece: Piece) -> bool {
+            let event = match piece {
+                Piece::Text(text) => ModelEvent::TextDelta(text),
+                Piece::Call(body) => match framing::parse_call(&body) {
+                    Some(call) if !self.sent && framing::repeats(&call, self.answered) => {
+                        self.repeated = true;
+                        return false;
+                    }
+                    Some(call) => {
+                        self.calls += 1;
+                        ModelEvent::ToolCall(call)
+                    }
+                    None => ModelEvent::TextDelta(framing::unparsed_call_text(&body)),
+                },
+            };
+            self.sent = true;
+            self.tx.blocking_send(Ok(event)).is_ok()
+        }
     }
 }
 

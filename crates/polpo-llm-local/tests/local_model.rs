@@ -330,3 +330,59 @@ async fn a_tool_result_in_the_history_informs_the_answer() {
     assert!(text.contains("4711"), "answer: {events:?}");
     assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::Stop)));
 }
+
+/// `model`'s turn after `rounds` identical reads of notes.txt, each answered with its code word,
+/// with `read` the only tool (as for the offline CLI test's agent).
+async fn after_reading_notes(model: &str, rounds: usize) -> Vec<ModelEvent> {
+    let mut call = Message::assistant("");
+    call.tool_calls.push(ToolCall {
+        id: "call_1".into(),
+        name: "read".into(),
+        arguments: r#"{"path":"notes.txt","limit":500}"#.into(),
+    });
+    let result = Message::tool_result("call_1", "1\tThe code word is PELICAN-42.");
+    let mut messages = vec![
+        Message::system("You are a helpful assistant. Answer clearly and briefly."),
+        Message::user("What is the code word in notes.txt?"),
+    ];
+    for _ in 0..rounds {
+        messages.extend([call.clone(), result.clone()]);
+    }
+    collect(ModelRequest {
+        model: model.into(),
+        messages,
+        tools: vec![read_tool()],
+        tool_choice: ToolChoice::Auto,
+        ..Default::default()
+    })
+    .await
+}
+
+/// The answer a small model gives instead of repeating the read it was just answered.
+fn assert_answered_without_repeating(events: &[ModelEvent]) {
+    assert!(
+        !events.iter().any(|e| matches!(e, ModelEvent::ToolCall(_))),
+        "the repeated call is not passed on: {events:?}"
+    );
+    assert!(text_of(events).contains("PELICAN-42"), "answer: {events:?}");
+    assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::Stop)));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_repeating_the_one_just_answered_becomes_an_answer() {
+    // After two identical rounds SmolLM2 left alone makes the same call a third time.
+    assert_answered_without_repeating(&after_reading_notes(TEST_MODEL, 2).await);
+}
+
+/// Qwen2.5-Coder-0.5B repeats the read after a single round (see the test above for the cost).
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "downloads a 491 MB model"]
+async fn qwen_answers_after_one_read_instead_of_reading_again() {
+    let model = "qwen2.5-coder-0.5b";
+    let dir = cache_dir();
+    tokio::task::spawn_blocking(move || install(model, &dir, |_, _| {}))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_answered_without_repeating(&after_reading_notes(model, 1).await);
+}
