@@ -2,7 +2,9 @@
 //!
 //! Each call finds the weights (explicit path, `POLPO_LOCAL_MODEL`, then the cache), loads them
 //! once per process, and generates on a blocking thread that streams events through a channel.
-//! Dropping the stream closes the channel, and generation stops at the next token.
+//! Dropping the stream closes the channel, and generation stops at the next token. A model that
+//! answers a tool result by making the same call again is asked once more, without tools, to
+//! answer instead (see `Retry`).
 
 use crate::install;
 use polpo_llm::{LlmError, ModelProvider, ModelRequest, ModelStream};
