@@ -110,6 +110,9 @@ pub struct ChatInput {
     pub run_id: String,
     /// What the client can render (`polpo.capabilities`): questions, suggestions.
     pub capabilities: Capabilities,
+    /// The agent runs as a node of a parallel loop branch, which has no durable checkpoint of
+    /// its own yet: an agent with a termination gate is refused there before inference.
+    pub parallel_branch: bool,
 }
 
 impl ChatInput {
@@ -130,6 +133,7 @@ impl ChatInput {
             routing_labels: Vec::new(),
             run_id: format!("chat-{}", uuid::Uuid::now_v7().simple()),
             capabilities: Capabilities::default(),
+            parallel_branch: false,
         }
     }
 }
@@ -469,7 +473,7 @@ impl Runtime {
             runtime: self.hook_runtime,
             clock: system_clock(),
             secrets: Vec::new(),
-            parallel_branch: false,
+            parallel_branch: input.parallel_branch,
         });
         let interactions = Interactions::resolve(c.chat.as_ref(), input.capabilities, &policy);
         Ok(Invocation {
