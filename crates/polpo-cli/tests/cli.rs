@@ -412,3 +412,31 @@ fn hooks_validate_checks_packs_and_assignments() {
     let caps: serde_json::Value = serde_json::from_str(&ok(polpo(&demo, &["hooks", "capabilities", "--json"]))).unwrap();
     assert!(caps.get("terminationGate").is_some(), "{caps}");
 }
+
+#[test]
+fn validate_warns_about_routes_an_agent_may_not_take_and_still_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(polpo(dir.path(), &["create", "demo", "--yes"]));
+    let root = dir.path().join("demo");
+    write(
+        &root,
+        &[
+            (
+                ".polpo/project.json",
+                r#"{"schemaVersion": 2, "settings": {"storage": "file",
+                    "modelProfiles": {"fast": "openai/gpt-4o-mini", "balanced": "openai/gpt-4o"},
+                    "modelRouting": {"rules": [{"when": {"maxChars": 40}, "profile": "fast"}]}}}"#,
+            ),
+            (
+                ".polpo/agents/assistant/agent.json",
+                r#"{"model": {"profile": "balanced"}, "allowedModelProfiles": ["balanced"], "modelRouting": {"mode": "auto"}}"#,
+            ),
+        ],
+    );
+    let out = ok(polpo(dir.path(), &["validate", "--project", "demo"]));
+    let warning = out.lines().find(|l| l.starts_with("warning: ")).unwrap_or_default();
+    assert!(
+        warning.starts_with("warning: .polpo/agents/assistant/agent.json:/modelRouting: model_profile_not_allowed: settings.modelRouting rule 0 routes to profile `fast`"),
+        "{out}"
+    );
+}

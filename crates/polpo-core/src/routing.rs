@@ -8,7 +8,7 @@
 //! data; the classifier's model call happens in the engine, which hands its answer back to
 //! [`RoutingClassifier::profile_for`]. Neither path can leave the agent's
 //! `allowedModelProfiles`: a rule or label naming a profile outside it is skipped at run time and
-//! reported by [`validate_agent_routing`].
+//! reported as a warning by [`agent_routing_warnings`].
 
 use crate::config::codes;
 use crate::config::schema::{Field, Shape, STRINGS};
@@ -218,19 +218,39 @@ pub fn validate_model_routing(routing: &ModelRoutingSettings, profiles: &ModelPr
 }
 
 /// Check one agent's opt-in (`pointer` is its `modelRouting` field): the project must define
-/// `settings.modelRouting`, and every rule or label must route inside the agent's
-/// `allowedModelProfiles` (such routes would be skipped at run time, so they are flagged here).
-pub fn validate_agent_routing(routing: Option<&ModelRoutingSettings>, allowed: Option<&[String]>, pointer: &str) -> Vec<Problem> {
-    let Some(routing) = routing else {
-        return vec![Problem::new(codes::INVALID_VALUE, "`modelRouting.mode` is `auto` but settings.modelRouting is not set: the agent would stay pinned").at(pointer)];
-    };
+/// `settings.modelRouting`, or the opt-in could never route anything.
+pub fn validate_agent_routing(routing: Option<&ModelRoutingSettings>, pointer: &str) -> Vec<Problem> {
+    match routing {
+        Some(_) => Vec::new(),
+        None => vec![Problem::new(codes::INVALID_VALUE, "`modelRouting.mode` is `auto` but settings.modelRouting is not set: the agent would stay pinned").at(pointer)],
+    }
+}
+
+/// Warnings for the rules and classifier labels an opted-in agent can never take because they
+/// route outside its `allowedModelProfiles`. They are skipped at run time, so the project still
+/// loads (the rules are project-wide and an agent narrowing its grant is legitimate), but the
+/// owner is told which routes are dead for which agent.
+pub fn agent_routing_warnings(routing: &ModelRoutingSettings, allowed: Option<&[String]>, pointer: &str) -> Vec<Problem> {
     let not_allowed = |what: String, profile: &str| {
-        let sentence = format!("{what} routes to profile `{profile}`, which is not in this agent's allowedModelProfiles; it would never be used for this agent");
+        let sentence = format!("{what} routes to profile `{profile}`, which is not in this agent's allowedModelProfiles; it is never used for this agent");
         Problem::new(ModelProfileError::NotAllowed(profile.to_owned()).code(), sentence).at(pointer)
     };
     let rules = routing.rules.iter().flatten().enumerate().filter(|(_, r)| !profile_allowed(&r.profile, allowed)).map(|(i, r)| not_allowed(format!("settings.modelRouting rule {i}"), &r.profile));
     let labels = routing.classifier.iter().flat_map(|c| &c.labels).filter(|(_, p)| !profile_allowed(p, allowed)).map(|(l, p)| not_allowed(format!("classifier label `{l}`"), p));
     rules.chain(labels).collect()
+}
+
+/// [`agent_routing_warnings`] for every opted-in agent of `project`, located in its file.
+pub fn project_routing_warnings(project: &crate::config::Project) -> Vec<Problem> {
+    let Some(routing) = project.settings().model_routing.as_ref() else {
+        return Vec::new();
+    };
+    project
+        .agents
+        .values()
+        .filter(|a| a.config.model_routing.as_ref().is_some_and(|r| r.mode == crate::config::enums::RouterMode::Auto))
+        .flat_map(|a| agent_routing_warnings(routing, a.config.allowed_model_profiles.as_deref(), "/modelRouting").into_iter().map(|p| a.source.locate(p)))
+        .collect()
 }
 
 static ROUTING_CONDITION: Shape = Shape::Object(&[&[
@@ -340,11 +360,12 @@ mod tests {
     #[test]
     fn an_agent_is_told_which_routes_it_may_not_take() {
         let r = routing(r#"{"rules": [{"profile": "fast"}, {"profile": "balanced"}], "classifier": {"model": "o/c", "labels": {"hard": "fast"}}}"#);
-        let problems = validate_agent_routing(Some(&r), Some(&["balanced".to_owned()]), "/modelRouting");
-        assert_eq!(problems.len(), 2);
-        assert!(problems.iter().all(|p| p.code == "model_profile_not_allowed" && p.pointer.as_deref() == Some("/modelRouting")));
-        assert!(problems[0].message.contains("rule 0") && problems[1].message.contains("label `hard`"), "{problems:?}");
-        assert!(validate_agent_routing(Some(&r), None, "/modelRouting").is_empty());
-        assert_eq!(validate_agent_routing(None, None, "/modelRouting")[0].code, "invalid_value");
+        let warnings = agent_routing_warnings(&r, Some(&["balanced".to_owned()]), "/modelRouting");
+        assert_eq!(warnings.len(), 2);
+        assert!(warnings.iter().all(|p| p.code == "model_profile_not_allowed" && p.pointer.as_deref() == Some("/modelRouting")));
+        assert!(warnings[0].message.contains("rule 0") && warnings[1].message.contains("label `hard`"), "{warnings:?}");
+        assert!(agent_routing_warnings(&r, None, "/modelRouting").is_empty());
+        assert!(validate_agent_routing(Some(&r), "/modelRouting").is_empty());
+        assert_eq!(validate_agent_routing(None, "/modelRouting")[0].code, "invalid_value");
     }
 }

@@ -40,23 +40,21 @@ struct Setup {
 }
 
 /// A project with a routed agent, a narrowly allowed routed agent and two pinned agents.
-/// `narrow` is written with every routed profile allowed (a valid project), then narrowed to
-/// `balanced` in memory, the way a project edited behind validation's back would be: the
-/// runtime must still skip every route outside the grant.
+/// `narrow` only allows `balanced`: the project loads (with a warning) and the runtime must
+/// skip every route outside that grant.
 async fn setup(llm: &FakeLlm) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     ProjectFixture::new(dir.path(), settings())
         .unwrap()
         .agent("router", json!({"model": "openai/pinned-model", "modelRouting": {"mode": "auto"}}), "You route.")
         .unwrap()
-        .agent("narrow", json!({"model": {"profile": "balanced"}, "allowedModelProfiles": ["balanced", "fast", "remote"], "modelRouting": {"mode": "auto"}}), "You are narrow.")
+        .agent("narrow", json!({"model": {"profile": "balanced"}, "allowedModelProfiles": ["balanced"], "modelRouting": {"mode": "auto"}}), "You are narrow.")
         .unwrap()
         .agent("pinned", json!({"model": "openai/pinned-model"}), "You stay.")
         .unwrap()
         .agent("profiled", json!({"model": {"profile": "balanced"}}), "You stay on your profile.")
         .unwrap();
-    let mut project = polpo_project::load_project(dir.path()).unwrap();
-    project.agents.get_mut("narrow").unwrap().config.allowed_model_profiles = Some(vec!["balanced".into()]);
+    let project = polpo_project::load_project(dir.path()).unwrap();
     let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
     let runtime = Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store));
     Setup { _dir: dir, runtime }
@@ -199,8 +197,14 @@ fn routing_mistakes_are_reported_with_file_and_pointer() {
     let problems = polpo_project::load_project(dir.path()).unwrap_err();
     let found: Vec<(String, String, String)> = problems.iter().map(|p| (p.code.clone(), p.file.clone().unwrap_or_default(), p.pointer.clone().unwrap_or_default())).collect();
     assert!(found.iter().any(|(c, f, p)| c == "model_profile_unknown" && f.ends_with("project.json") && p == "/settings/modelRouting/rules/0/profile"), "{found:?}");
-    let label = found.iter().find(|(c, f, _)| c == "model_profile_not_allowed" && f.ends_with("agent.json"));
-    assert_eq!(label.map(|(_, _, p)| p.as_str()), Some("/modelRouting"), "the `simple` → fast label is outside narrow's grant: {found:?}");
+    assert!(!found.iter().any(|(c, _, _)| c == "model_profile_not_allowed"), "a route outside an agent's grant is not an error: {found:?}");
+
+    // It is a warning that names the agent's file: the project loads and the route is skipped.
+    ProjectFixture::new(dir.path(), settings()).unwrap();
+    let project = polpo_project::load_project(dir.path()).unwrap();
+    let warnings = polpo_core::routing::project_routing_warnings(&project);
+    let label = warnings.iter().find(|w| w.code == "model_profile_not_allowed" && w.file.as_deref().is_some_and(|f| f.ends_with("narrow/agent.json")));
+    assert_eq!(label.and_then(|w| w.pointer.as_deref()), Some("/modelRouting"), "the `simple` → fast label is outside narrow's grant: {warnings:?}");
 }
 
 /// The whole journal of `run` until its stream ends (bounded: a stuck run fails the test).

@@ -18,8 +18,10 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let mut warnings = Vec::new();
     let result = polpo_project::load_project(&root).and_then(|project| {
         let (packs, problems) = polpo_project::hooks::check_project_hooks(&project);
-        // Warnings (hooks that can never fire for their agent) never fail validation.
+        // Warnings (hooks that can never fire for their agent, routes an agent may not take)
+        // never fail validation.
         warnings = super::hooks::agent_warnings(&project, &packs);
+        warnings.extend(polpo_core::routing::project_routing_warnings(&project));
         if problems.is_empty() { Ok(project) } else { Err(problems) }
     });
     if args.json {

@@ -130,8 +130,7 @@ pub fn validate_project(project: &Project) -> Vec<Problem> {
         check_loops(agent, &mut out);
         check_agent_model(agent, profiles, &mut out);
         if agent.config.model_routing.as_ref().is_some_and(|r| r.mode == super::enums::RouterMode::Auto) {
-            let allowed = agent.config.allowed_model_profiles.as_deref();
-            let problems = crate::routing::validate_agent_routing(settings.model_routing.as_ref(), allowed, "/modelRouting");
+            let problems = crate::routing::validate_agent_routing(settings.model_routing.as_ref(), "/modelRouting");
             out.extend(problems.into_iter().map(|p| agent.source.locate(p)));
         }
     }
