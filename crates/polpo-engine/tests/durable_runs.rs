@@ -85,7 +85,7 @@ impl Setup {
         self.runs.start(ChatInput::new("coder", vec![Message::user(text)])).await.unwrap().run_id
     }
 
-    /// Events from `after` until the first of type `until` (included).
+    /// Events from `after` until the first of type `until` (included), or the stream's end.
     async fn read_until(&self, run: &str, after: u64, until: &str) -> Vec<RunEvent> {
         let mut stream = Box::pin(self.runs.events(run, after));
         let mut out = Vec::new();
@@ -104,10 +104,10 @@ impl Setup {
         out
     }
 
-    /// The whole journal until the run's stream ends.
+    /// The whole journal until the run's stream ends, or until the run pauses (a paused
+    /// run's stream stays open for its reconciliation).
     async fn journal(&self, run: &str) -> Vec<RunEvent> {
-        let stream = self.runs.events(run, 0).map(Result::unwrap).collect::<Vec<_>>();
-        tokio::time::timeout(EVENTUALLY, stream).await.expect("the run ends")
+        self.read_until(run, 0, "run.paused").await
     }
 
     async fn finish(self) {

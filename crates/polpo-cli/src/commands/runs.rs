@@ -228,8 +228,8 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
         if reconnecting {
             request = request.header("last-event-id", after.to_string());
         }
-        // `None`: follow on at once; `Some(why)`: the connection dropped.
-        let dropped: Option<String> = match client.send(request).await {
+        // Why the connection dropped.
+        let dropped: String = match client.send(request).await {
             Ok(response) => {
                 let mut events = SseFrames { response, buffer: Vec::new() };
                 loop {
@@ -246,11 +246,12 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
                             (wait, unreachable_since) = (RECONNECT_FIRST_WAIT, None);
                             println!("{}", if json { event.to_string() } else { human(&event) });
                             let kind = event["type"].as_str().unwrap_or_default();
-                            if is_terminal(kind) {
-                                // A paused run reconciled since then goes on after `run.paused`.
-                                if kind == "run.paused" && client.call(Method::GET, &format!("/v1/runs/{id}"), None).await.is_ok_and(|run| run["status"] != "paused") {
-                                    break None;
-                                }
+                            // The server's stream goes on past `run.paused` (through the
+                            // reconciliation); tail stops there unless the run was reconciled
+                            // already, since only a person's decision resumes it.
+                            let stops = is_terminal(kind)
+                                || (kind == "run.paused" && !client.call(Method::GET, &format!("/v1/runs/{id}"), None).await.is_ok_and(|run| run["status"] != "paused"));
+                            if stops {
                                 return Ok(ending(id, &event));
                             }
                         }
@@ -267,17 +268,16 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
                                 eprintln!("run {id} ended {}", status.as_str());
                                 return Ok(ExitCode::FAILURE);
                             }
-                            break Some("the server ended the stream".to_owned());
+                            break "the server ended the stream".to_owned();
                         }
-                        Err(e) => break Some(e),
+                        Err(e) => break e,
                     }
                 }
             }
-            Err(e) if e.code == "server_unreachable" => Some(e.message),
+            Err(e) if e.code == "server_unreachable" => e.message,
             Err(e) => return Err(e.into()),
         };
         reconnecting = true;
-        let Some(dropped) = dropped else { continue };
         let since = *unreachable_since.get_or_insert_with(Instant::now);
         if since.elapsed() > RECONNECT_FOR {
             return Err(ServerError::unreachable(&client.url, format!("gave up reconnecting after {} s: {dropped}", RECONNECT_FOR.as_secs())).into());

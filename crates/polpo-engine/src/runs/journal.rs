@@ -11,10 +11,12 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 
-/// Journal types after which a run's stream ends (the run will not produce more on its own).
-pub const TERMINAL_EVENTS: [&str; 4] = ["run.completed", "run.failed", "run.cancelled", "run.paused"];
+/// Journal types after which a run produces nothing more, so its stream ends there.
+/// `run.paused` is not one of them: a paused run waits for a person's decision and goes on
+/// after `POST /v1/runs/{id}/reconcile`, so its followers stay attached.
+pub const TERMINAL_EVENTS: [&str; 3] = ["run.completed", "run.failed", "run.cancelled"];
 
-/// True for an event that ends a run's stream.
+/// True for an event that ends a run's stream (the run completed, failed or was cancelled).
 pub fn is_terminal(event_type: &str) -> bool {
     TERMINAL_EVENTS.contains(&event_type)
 }

@@ -6,7 +6,8 @@
 //! Everything it does goes to the run journal with gap-free sequence numbers
 //! (`run.accepted`, `run.started`, `output.text.delta`, `tool.started`, `tool.completed`,
 //! `run.completed`, `run.failed` …), and [`RunManager::events`] replays the journal after
-//! any position and then follows it live.
+//! any position and then follows it live, through a pause and its reconciliation, until the
+//! run completes, fails or is cancelled.
 //!
 //! A checkpoint is written after each model turn and tool result; `write` tools go through
 //! the effect ledger. [`RunManager::recover`] takes over runs whose owner stopped renewing
@@ -43,6 +44,10 @@ use tokio_util::task::TaskTracker;
 
 /// Environment variable that sets the lease time-to-live in milliseconds.
 pub const LEASE_TTL_ENV: &str = "POLPO_RUN_LEASE_MS";
+
+/// How often a follower of a paused run checks whether it was reconciled (the reconciling
+/// process may be another one).
+const PAUSED_POLL: Duration = Duration::from_secs(1);
 
 /// How runs hold their leases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -353,8 +358,12 @@ impl RunManager {
     }
 
     /// The journal of run `id` after sequence `after`, then live until the run's terminal
-    /// event: every event exactly once, in order. Followers of a run executing in this
-    /// process wake on each journal write; others poll the store.
+    /// event (completed, failed, cancelled): every event exactly once, in order. A paused run
+    /// keeps its followers: after `run.paused` the stream waits (the caller sends keep-alives)
+    /// and goes on with the run's reconciliation and the rest of it, so whoever watched the
+    /// pause sees the run end. It ends early when this process stops
+    /// ([`RunManager::shutdown`]): the client follows on with the next server. Followers of a
+    /// run executing in this process wake on each journal write; others poll the store.
     pub fn events(self: &Arc<Self>, id: &str, after: u64) -> impl Stream<Item = Result<StoredEvent, StoreError>> + Send + 'static {
         struct Follow {
             manager: Arc<RunManager>,
@@ -401,6 +410,8 @@ impl RunManager {
                         match store.runs.get_run(&f.id).await {
                             Ok(Some(run)) if run.status.is_terminal() && run.last_seq <= f.after => return None,
                             Ok(None) => return None,
+                            // Waiting for a person (minutes, hours): a slower poll.
+                            Ok(Some(run)) if run.status == RunStatus::Paused => tokio::time::sleep(PAUSED_POLL).await,
                             _ => tokio::time::sleep(Duration::from_millis(200)).await,
                         }
                     }
@@ -527,7 +538,8 @@ impl RunManager {
     /// Hand this process's runs over because it is stopping (SIGTERM, Ctrl-C): every executing
     /// run is cancelled, checkpointed, journals `run.released` and gives its lease back, so
     /// another server takes it over at once instead of after the lease expires. Event
-    /// followers end after the hand-over (clients reconnect elsewhere with `Last-Event-ID`);
+    /// followers end after the hand-over (clients reconnect elsewhere with `Last-Event-ID`),
+    /// also those of paused runs;
     /// no run is recovered or executed here afterwards. Returns once every lease is released.
     pub async fn shutdown(&self) {
         self.closing.cancel();

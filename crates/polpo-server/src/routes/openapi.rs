@@ -102,7 +102,7 @@ pub const ROUTES: &[Route] = &[
         .query(&[("after", "resume after this event id"), ("filter", "event-name globs, comma-separated or repeated")])
         .returns(200, Body::Sse),
     op("get", BOTH, &["/runs/{id}"], "getRun", "runs", "A run: status, agent, session, last sequence number.").returns(200, Body::Envelope("Object")),
-    op("get", BOTH, &["/runs/{id}/events"], "runEvents", "runs", "SSE: the run's journal after `Last-Event-ID` (or `?after=N`), then live, until the run ends.")
+    op("get", BOTH, &["/runs/{id}/events"], "runEvents", "runs", "SSE: the run's journal after `Last-Event-ID` (or `?after=N`), then live, until the run completes, fails or is cancelled (open through a pause and its reconciliation).")
         .query(&[("after", "resume after this sequence number")])
         .returns(200, Body::Sse),
     op("post", BOTH, &["/runs/{id}/steer"], "steerRun", "runs", "Add information to a running run, or queue a follow-up.").request("Object").returns(200, Body::Envelope("Object")),

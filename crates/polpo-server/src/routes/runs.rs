@@ -5,7 +5,11 @@
 //! and `/api/v1`, with the REST envelope `{ok, data}` for the JSON routes.
 //!
 //! A client that lost its connection reconnects to the events route with the last `id:` it
-//! saw and gets every later event exactly once, then the live ones, until the terminal event.
+//! saw and gets every later event exactly once, then the live ones, until the terminal event
+//! (`run.completed`, `run.failed`, `run.cancelled`). `run.paused` is not one: the stream stays
+//! open (with `: ping` keep-alives) while the run waits for `POST /v1/runs/{id}/reconcile`, then
+//! carries the resumed run to its end, so a follower never has to reconnect to see it finish.
+//! A client that only wants to know the run paused stops reading at `run.paused`.
 
 use crate::app::AppState;
 use crate::routes::chat::PING_INTERVAL;
@@ -42,7 +46,8 @@ pub struct EventsQuery {
 }
 
 /// `GET /v1/runs/{id}/events`: the journal after `Last-Event-ID` (or `?after=N`, else from
-/// the start), then live, ending after the run's terminal event. Frames are
+/// the start), then live, ending after the run's terminal event (through a pause and its
+/// reconciliation; early when this server stops and hands the run over). Frames are
 /// `event: run.event`, `id: <sequence>`, `data: RunStreamEvent`.
 pub async fn events(
     State(state): State<Arc<AppState>>,
