@@ -72,6 +72,15 @@ impl Completion {
         c
     }
 
+    /// An in-stream error for an answer that did not end here, since its run `run_id` goes
+    /// on elsewhere: no finish reason (the answer is not complete), the error envelope with
+    /// the run to follow.
+    pub fn unfinished_chunk(&self, message: &str, code: &str, run_id: &str) -> Value {
+        let mut c = self.chunk(json!({"index": 0, "delta": {}, "finish_reason": null}));
+        c["error"] = json!({"message": message, "type": "runtime_error", "code": code, "run_id": run_id});
+        c
+    }
+
     /// A whole non-streaming `chat.completion`.
     pub fn body(&self, content: Option<&str>, finish: &FinishReason, client_calls: &[ToolCall], usage: &Usage) -> Value {
         let mut message = json!({"role": "assistant", "content": content});

@@ -18,12 +18,20 @@ pub struct ApiError {
     pub code: String,
     /// Human sentence.
     pub message: String,
+    /// The durable run the failure concerns (`error.run_id`), for a client to follow it on.
+    pub run_id: Option<String>,
 }
 
 impl ApiError {
     /// An error whose status follows from its code.
     pub fn new(code: &str, message: impl Into<String>) -> Self {
-        Self { status: status_of(code), code: code.to_owned(), message: message.into() }
+        Self { status: status_of(code), code: code.to_owned(), message: message.into(), run_id: None }
+    }
+
+    /// The same error, naming the durable run it concerns.
+    pub fn for_run(mut self, run_id: &str) -> Self {
+        self.run_id = Some(run_id.to_owned());
+        self
     }
 
     /// `400 invalid_request`.
@@ -59,7 +67,11 @@ impl From<polpo_store::StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(error_body(&self.message, self.kind(), &self.code))).into_response()
+        let mut body = error_body(&self.message, self.kind(), &self.code);
+        if let Some(run_id) = self.run_id {
+            body["error"]["run_id"] = run_id.into();
+        }
+        (self.status, Json(body)).into_response()
     }
 }
 
@@ -97,6 +109,8 @@ pub fn status_of(code: &str) -> StatusCode {
         c if c.starts_with("termination_gate_") => StatusCode::UNPROCESSABLE_ENTITY,
         "too_many_requests" => StatusCode::TOO_MANY_REQUESTS,
         "aborted" => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+        // The server is stopping; the run goes on on the next one.
+        "run_handed_over" => StatusCode::SERVICE_UNAVAILABLE,
         "rate_limited" | "provider_unavailable" | "auth_failed" | "model_timeout" | "stream_interrupted" | "content_filtered" | "context_length_exceeded" | "invalid_response" => {
             StatusCode::BAD_GATEWAY
         }

@@ -1,5 +1,6 @@
 //! Durable runs over HTTP, on the file store, SQLite and PostgreSQL: run-backed chat that outlives
-//! its client, reconnecting with `Last-Event-ID`, steering and abort through the run routes.
+//! its client, reconnecting with `Last-Event-ID`, steering and abort through the run routes,
+//! followers that stay through a pause, and chats whose server stops (hand-over).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup should panic loudly
 
@@ -222,6 +223,112 @@ async fn only_paused_runs_are_reconciled(settings: Value) {
     assert_eq!(bad.status, 400);
 }
 
+/// A bash call that creates `started` (so the test knows the write is under way), then waits
+/// for `gate` and appends `line` to `log.txt`.
+fn started_gated_append(started: &str, gate: &str, line: &str) -> Value {
+    json!({"command": format!("touch {started}; while [ ! -f {gate} ]; do sleep 0.02; done; echo {line} >> log.txt")})
+}
+
+/// Wait until the workspace file `name` exists (a tool wrote it).
+async fn written(s: &Server, name: &str) {
+    let path = s.dir.path().join(name);
+    tokio::time::timeout(EVENTUALLY, async {
+        while !path.exists() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{name} is never written"));
+}
+
+/// The `type` of each run event frame.
+fn types(frames: &[Frame]) -> Vec<String> {
+    frames.iter().map(|f| f.json()["type"].as_str().unwrap().to_owned()).collect()
+}
+
+/// A follower attached to the events route before a run pauses stays on the same connection
+/// through the pause and the reconciliation, and sees the resumed run finish. The pause is a
+/// real one: the first server stops (hands the run over) in the middle of a write, and the
+/// second, taking the run over, cannot know whether the write happened.
+async fn a_follower_sees_a_paused_run_through_its_reconciliation_to_the_end(settings: Value) {
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", started_gated_append("started", "go", "x"))]), Turn::text("Reconciled and done.")]).await.unwrap();
+    let first = server(&llm, settings).await;
+    let response = first.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Append x", true))).await;
+    let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    written(&first, "started").await;
+    let second = first.beside(&llm).await;
+    let mut follower = second.stream(&format!("/v1/runs/{run}/events"), &[]).await;
+
+    first.state.runs.shutdown().await;
+    // Taken over now rather than at the second server's next recovery pass.
+    second.state.runs.recover().await.unwrap();
+    let paused = follower.until(EVENTUALLY, |f| f.json()["type"] == "run.paused").await;
+    let pause = paused.last().unwrap().json();
+    assert_eq!(pause["data"]["code"], "effect_unconfirmed", "{:?}", types(&paused));
+    assert!(types(&paused).contains(&"run.released".to_owned()), "{:?}", types(&paused));
+
+    let key = pause["data"]["detail"]["key"].as_str().unwrap();
+    let reply = second.post(&format!("/v1/runs/{run}/reconcile"), &[], json!({"key": key, "outcome": "applied", "result": "appended"})).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    let rest = follower.rest(EVENTUALLY).await;
+    let after = types(&rest);
+    assert_eq!(after.first().map(String::as_str), Some("run.reconciled"), "{after:?}");
+    assert!(after.contains(&"run.resumed".to_owned()), "{after:?}");
+    let last = rest.last().unwrap().json();
+    assert_eq!((last["type"].as_str(), last["data"]["content"].as_str()), (Some("run.completed"), Some("Reconciled and done.")));
+    let seqs: Vec<u64> = paused.iter().chain(&rest).map(|f| f.id.unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "one connection, every event once");
+    assert!(!first.dir.path().join("log.txt").exists(), "the uncertain write was not repeated");
+}
+
+/// A durable chat cut short because its server stops (its run handed over) does not pass for
+/// an answer: the stream ends with a `run_handed_over` error naming the run and no `[DONE]`;
+/// a non-streaming one gets 503 with the code and the run, and its `Idempotency-Key` stays
+/// taken, so a retry cannot start a second run while the first goes on elsewhere.
+async fn a_chat_whose_server_stops_is_told_its_run_was_handed_over(settings: Value) {
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("bash", started_gated_append("streamed", "go", "a"))]),
+        Turn::tool_calls(vec![("bash", started_gated_append("waited", "go", "b"))]),
+    ])
+    .await
+    .unwrap();
+    let s = server(&llm, settings).await;
+    let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Append a", true))).await;
+    let streamed_run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    let streamed = Frames::new(response);
+    written(&s, "streamed").await;
+    let key = [("idempotency-key", "handover-1".to_owned())];
+    let waited = tokio::spawn({
+        let (http, url) = (s.http.clone(), s.url.clone());
+        async move { http.post(format!("{url}/v1/chat/completions")).header("idempotency-key", "handover-1").json(&durable_chat("Append b", false)).send().await.unwrap() }
+    });
+    written(&s, "waited").await;
+
+    s.state.runs.shutdown().await;
+    let frames = streamed.rest(EVENTUALLY).await;
+    assert!(frames.iter().all(|f| f.data != "[DONE]"), "a cut answer has no [DONE]: {frames:?}");
+    let error = frames.last().unwrap().json();
+    assert_eq!(error["error"]["code"], "run_handed_over", "{error}");
+    assert_eq!(error["error"]["run_id"], streamed_run.as_str());
+    assert!(error["error"]["message"].as_str().unwrap().contains(&format!("/v1/runs/{streamed_run}/events")), "{error}");
+    assert_eq!(error["choices"][0]["finish_reason"], Value::Null, "not finished: {error}");
+
+    let reply = waited.await.unwrap();
+    assert_eq!(reply.status(), 503);
+    let run = reply.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    assert_eq!(reply.headers()["x-should-retry"], "false");
+    let body: Value = reply.json().await.unwrap();
+    assert_eq!((body["error"]["code"].as_str(), body["error"]["run_id"].as_str()), (Some("run_handed_over"), Some(run.as_str())), "{body}");
+    let retry = s.open(reqwest::Method::POST, "/v1/chat/completions", &key, Some(durable_chat("Append b", false))).await;
+    assert_eq!(retry.status(), 409, "the key stays taken while the run goes on");
+
+    for run in [streamed_run, run] {
+        let got = s.get(&format!("/v1/runs/{run}"), &[]).await.json();
+        assert_eq!(got["data"]["status"], "running", "handed over, not ended: {got}");
+    }
+    assert_eq!(llm.requests().len(), 2, "no second run");
+}
+
 macro_rules! on_backends {
     ($($name:ident),* $(,)?) => {
         mod file {
@@ -243,4 +350,19 @@ on_backends!(
     a_non_streaming_durable_completion_answers_from_its_run,
     only_paused_runs_are_reconciled,
     a_plain_streaming_chat_can_be_steered_and_aborted_by_its_run_id,
+    a_chat_whose_server_stops_is_told_its_run_was_handed_over,
 );
+
+/// Two servers over one store: not the file store, which admits one process.
+macro_rules! on_shared_backends {
+    ($($name:ident),* $(,)?) => {
+        mod shared_postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::with_backend("postgres", super::$name).await })*
+        }
+        mod shared_sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::with_backend("sqlite", super::$name).await })*
+        }
+    };
+}
+
+on_shared_backends!(a_follower_sees_a_paused_run_through_its_reconciliation_to_the_end);

@@ -10,7 +10,9 @@
 //! With `polpo.delivery.onDisconnect: "continue"` (and `settings.chatExecution: "run"`, the
 //! default) the turn runs as a durable run (`polpo_engine::runs`): it outlives the connection,
 //! streamed chunks carry the run journal's sequence as SSE `id`, and `x-polpo-run-id` names
-//! the run for `GET /v1/runs/{id}/events`, steering and abort.
+//! the run for `GET /v1/runs/{id}/events`, steering and abort. If this server stops meanwhile
+//! (SIGTERM), the run is handed over and the response says so: a `run_handed_over` error frame
+//! without `[DONE]`, or `503 run_handed_over`, naming the run to follow.
 
 use crate::app::AppState;
 use crate::auth::presented_key;
@@ -40,6 +42,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// The code of a durable chat whose run this server handed over because it is stopping
+/// (503 `run_handed_over`, or the stream's last frame): the run goes on on the next server,
+/// to be followed with `GET /v1/runs/{id}/events`.
+pub const RUN_HANDED_OVER: &str = "run_handed_over";
 /// SSE comment interval that keeps proxies from closing a quiet stream.
 pub const PING_INTERVAL: Duration = Duration::from_secs(20);
 /// `metadata` bounds (the reference's): keys, key length, value length.
@@ -280,14 +286,22 @@ async fn durable(state: Arc<AppState>, input: ChatInput, claim: Option<idempoten
     let ids = [("x-session-id", started.session_id.clone()), ("x-polpo-run-id", started.run_id.clone())];
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(follow_run(state, completion, started.run_id, claim, tx, done_tx));
+    tokio::spawn(follow_run(state, completion, started.run_id.clone(), claim, tx, done_tx));
     let mut response = if stream {
         let events = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx)) });
         Sse::new(events).keep_alive(KeepAlive::new().interval(PING_INTERVAL).text("ping")).into_response()
     } else {
         match done_rx.await {
             Ok(Ok(answer)) => axum::Json(answer.body()).into_response(),
-            Ok(Err((code, message))) => ApiError::new(&code, message).into_response(),
+            Ok(Err((code, message))) => {
+                let mut response = ApiError::new(&code, message).for_run(&started.run_id).into_response();
+                if code == RUN_HANDED_OVER {
+                    // A retry would start a second run while this one goes on (OpenAI SDKs
+                    // retry 5xx unless told not to).
+                    response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
+                }
+                response
+            }
             Err(_) => ApiError::new("internal", "the run follower stopped").into_response(),
         }
     };
@@ -297,6 +311,12 @@ async fn durable(state: Arc<AppState>, input: ChatInput, claim: Option<idempoten
 
 /// Follow a durable run's journal to its end, sending chat chunks while the client listens,
 /// then settle the `Idempotency-Key` and report the answer (or `(code, message)`).
+///
+/// The answer ends with the run's verdict (completed, failed, cancelled or paused) and then
+/// `[DONE]`. A run this server hands over because it is stopping (`run.released`) has no
+/// verdict here: the stream ends with a [`RUN_HANDED_OVER`] error frame and no `[DONE]`, so
+/// no client takes the text so far for the whole answer, and the `Idempotency-Key` stays
+/// claimed, since the run goes on on the next server and a retry must not start a second one.
 async fn follow_run(
     state: Arc<AppState>,
     completion: Completion,
@@ -315,6 +335,7 @@ async fn follow_run(
     send(&completion.role_chunk(), None);
     let mut journal = Box::pin(state.runs.events(&run_id, 0));
     let mut result: Result<Answer, (String, String)> = Err(("internal".into(), "the run ended without a terminal event".into()));
+    let mut verdict = false;
     while let Some(event) = journal.next().await {
         let event = match event {
             Ok(e) => e,
@@ -323,6 +344,12 @@ async fn follow_run(
                 break;
             }
         };
+        if event.event_type == "run.released" {
+            let message = format!("{RUN_HANDED_OVER}: this server is stopping and handed run `{run_id}` over to the next one, where it goes on: follow it with GET /v1/runs/{run_id}/events (Last-Event-ID resumes)");
+            send(&completion.unfinished_chunk(&message, RUN_HANDED_OVER, &run_id), Some(event.seq));
+            let _ = done.send(Err((RUN_HANDED_OVER.into(), message)));
+            return;
+        }
         let seq = Some(event.seq);
         if let Some(chunk) = stream_event(&event).and_then(|e| completion.event_chunk(&e)) {
             send(&chunk, seq);
@@ -345,6 +372,12 @@ async fn follow_run(
         if let Err((code, message)) = &result {
             send(&completion.error_chunk(message, code), seq);
         }
+        // The journal goes on past a pause (for the run's own followers); this answer ends.
+        verdict = true;
+        break;
+    }
+    if !verdict && let Err((code, message)) = &result {
+        send(&completion.error_chunk(message, code), None);
     }
     let _ = tx.send(Event::default().data("[DONE]"));
     if let Some(claim) = claim {

@@ -16,7 +16,8 @@ use tempfile::TempDir;
 
 /// A running server.
 pub struct Server {
-    pub dir: TempDir,
+    /// The project folder; shared by the servers started [`Server::beside`] this one.
+    pub dir: Arc<TempDir>,
     pub url: String,
     pub state: Arc<AppState>,
     pub http: reqwest::Client,
@@ -51,6 +52,17 @@ impl Server {
         polpo_llm::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
         write(dir.path());
+        Self::serve(llm, key, Arc::new(dir), tweak).await
+    }
+
+    /// A second server over this one's project folder, and so over the same store (SQLite or
+    /// PostgreSQL: the file store admits one process), like a second `polpo serve`: a run one
+    /// hands over or leaves behind, the other takes over.
+    pub async fn beside(&self, llm: &FakeLlm) -> Self {
+        Self::serve(llm, None, self.dir.clone(), |_| {}).await
+    }
+
+    async fn serve(llm: &FakeLlm, key: Option<&str>, dir: Arc<TempDir>, tweak: impl FnOnce(&mut AppState)) -> Self {
         let project = polpo_project::load_project(dir.path()).unwrap();
         let env: polpo_llm::EnvLookup = llm.openai_env();
         // The backend the project asks for (`storage`, `databaseUrl`), file by default.
