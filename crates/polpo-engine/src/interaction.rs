@@ -20,6 +20,7 @@ use polpo_llm::{ModelEvent, ModelRequest, ToolChoice};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 /// The runtime-provided question tool.
@@ -87,9 +88,10 @@ impl Interactions {
     }
 }
 
-/// The `ask_user_question` schema (the reference's shape).
-pub fn ask_user_spec() -> ToolSpec {
-    ToolSpec {
+/// The `ask_user_question` schema (the reference's shape), built once and shared by every
+/// model request that offers it.
+pub fn ask_user_spec() -> Arc<ToolSpec> {
+    static SPEC: LazyLock<Arc<ToolSpec>> = LazyLock::new(|| Arc::new(ToolSpec {
         name: ASK_USER_QUESTION.into(),
         description: "Ask the user one or more questions when you cannot continue without their input. \
             The turn ends; their answers come back as this tool's result."
@@ -114,7 +116,8 @@ pub fn ask_user_spec() -> ToolSpec {
             }}},
             "required": ["questions"]
         }),
-    }
+    }));
+    SPEC.clone()
 }
 
 /// `Err` with a model-visible sentence when the model's question payload is unusable.

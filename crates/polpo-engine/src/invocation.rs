@@ -37,8 +37,9 @@ pub struct Invocation {
     pub tools: Arc<ToolSet>,
     /// The effective policy of this execution; consulted again at every call.
     pub policy: ToolPolicy,
-    /// Request-scoped client tools: shown to the model, never executed here.
-    pub client_tools: Vec<ToolSpec>,
+    /// Request-scoped client tools: shown to the model, never executed here. Shared, so each
+    /// model call of the request clones pointers rather than schemas.
+    pub client_tools: Vec<Arc<ToolSpec>>,
     /// Tool choice.
     pub tool_choice: ToolChoice,
     /// Run read-only batches concurrently.
@@ -103,7 +104,7 @@ impl Invocation {
 
     /// The tool specs the model sees in direct mode: allowed server tools, then interaction
     /// tools, then client tools.
-    pub fn visible_tools(&self) -> Vec<ToolSpec> {
+    pub fn visible_tools(&self) -> Vec<Arc<ToolSpec>> {
         self.tools
             .specs()
             .filter(|s| self.policy.allows(&s.name))
@@ -114,7 +115,7 @@ impl Invocation {
     }
 
     /// Runtime-provided client tools this invocation offers (`ask_user_question`).
-    pub fn interaction_tools(&self) -> Option<ToolSpec> {
+    pub fn interaction_tools(&self) -> Option<Arc<ToolSpec>> {
         self.interactions.ask_user_question.then(ask_user_spec)
     }
 

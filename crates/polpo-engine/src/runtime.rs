@@ -483,7 +483,7 @@ impl Runtime {
             model: String::new(),
             tools: self.tools.clone(),
             policy,
-            client_tools: input.client_tools.clone(),
+            client_tools: input.client_tools.iter().cloned().map(Arc::new).collect(),
             tool_choice: input.tool_choice.clone(),
             parallel_tool_calls: input.parallel_tool_calls,
             response_format: input.response_format.clone(),

@@ -26,9 +26,10 @@ pub const MAX_PARALLEL_CALLS: usize = 8;
 /// Longest model-written arguments text we parse.
 pub const MAX_ARGUMENTS_BYTES: usize = 1024 * 1024;
 
-/// A tool with its argument schema compiled once.
+/// A tool with its argument schema compiled once and its spec shared with model requests.
 struct ToolEntry {
     tool: Arc<dyn Tool>,
+    spec: Arc<ToolSpec>,
     validator: Option<jsonschema::Validator>,
 }
 
@@ -46,10 +47,10 @@ impl ToolSet {
             .into_iter()
             .map(|tool| {
                 let validator = jsonschema::draft202012::new(&tool.spec().parameters).ok();
-                ToolEntry { tool, validator }
+                ToolEntry { spec: Arc::new(tool.spec().clone()), tool, validator }
             })
             .collect();
-        let by_name = entries.iter().enumerate().map(|(i, e)| (e.tool.spec().name.clone(), i)).collect();
+        let by_name = entries.iter().enumerate().map(|(i, e)| (e.spec.name.clone(), i)).collect();
         Self { entries, by_name }
     }
 
@@ -58,9 +59,9 @@ impl ToolSet {
         self.by_name.get(name).map(|&i| &self.entries[i].tool)
     }
 
-    /// Specs in declaration order.
-    pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
-        self.entries.iter().map(|e| e.tool.spec())
+    /// Specs in declaration order, shared: a model request clones the pointers, not the schemas.
+    pub fn specs(&self) -> impl Iterator<Item = &Arc<ToolSpec>> {
+        self.entries.iter().map(|e| &e.spec)
     }
 
     /// Number of tools.

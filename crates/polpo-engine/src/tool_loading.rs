@@ -20,6 +20,7 @@ use polpo_core::tool::ToolSpec;
 use polpo_llm::ToolChoice;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
+use std::sync::{Arc, LazyLock};
 
 /// `auto` turns progressive above this many authorized runtime tools. Tool schemas cost a few
 /// hundred prompt tokens each; 24 (the 14 built-ins plus a handful of custom or MCP tools,
@@ -46,7 +47,7 @@ pub fn is_disclosure_tool(name: &str) -> bool {
 
 /// The authorized catalog: the agent's runtime tools the effective policy allows, in
 /// declaration order.
-fn catalog(inv: &Invocation) -> impl Iterator<Item = &ToolSpec> {
+fn catalog(inv: &Invocation) -> impl Iterator<Item = &Arc<ToolSpec>> {
     inv.tools.specs().filter(|s| inv.policy.allows(&s.name))
 }
 
@@ -60,7 +61,7 @@ pub fn is_progressive(inv: &Invocation) -> bool {
 }
 
 /// The tool specs of the next model call over `conversation`.
-pub fn visible_tools(inv: &Invocation, conversation: &[Message]) -> Vec<ToolSpec> {
+pub fn visible_tools(inv: &Invocation, conversation: &[Message]) -> Vec<Arc<ToolSpec>> {
     if !is_progressive(inv) {
         return inv.visible_tools();
     }
@@ -69,7 +70,7 @@ pub fn visible_tools(inv: &Invocation, conversation: &[Message]) -> Vec<ToolSpec
         ToolChoice::Tool(name) => Some(name.as_str()),
         _ => None,
     };
-    let mut specs = disclosure_specs();
+    let mut specs = disclosure_specs().to_vec();
     specs.extend(catalog(inv).filter(|s| loaded.contains(&s.name) || forced == Some(s.name.as_str())).cloned());
     specs.extend(inv.interaction_tools());
     specs.extend(inv.client_tools.iter().cloned());
@@ -125,7 +126,7 @@ pub fn call(inv: &Invocation, call: &ToolCall) -> Result<String, String> {
             if terms.is_empty() {
                 return Err("invalid_arguments: `query` must contain at least one word".into());
             }
-            let mut scored: Vec<(usize, &ToolSpec)> = catalog(inv)
+            let mut scored: Vec<(usize, &Arc<ToolSpec>)> = catalog(inv)
                 .filter_map(|s| {
                     let (name, description) = (s.name.to_lowercase(), s.description.to_lowercase());
                     let score: usize = terms.iter().map(|t| if name.contains(t) { 3 } else if description.contains(t) { 1 } else { 0 }).sum();
@@ -137,7 +138,7 @@ pub fn call(inv: &Invocation, call: &ToolCall) -> Result<String, String> {
         }
         TOOL_LOAD => {
             let names = requested_names(&call.arguments).map_err(|e| format!("invalid_arguments: {e}"))?;
-            let known: Vec<&ToolSpec> = catalog(inv).collect();
+            let known: Vec<&Arc<ToolSpec>> = catalog(inv).collect();
             let (mut loaded, mut missing) = (Vec::new(), Vec::new());
             for n in &names {
                 match known.iter().find(|s| s.name.eq_ignore_ascii_case(n)) {
@@ -156,7 +157,7 @@ pub fn call(inv: &Invocation, call: &ToolCall) -> Result<String, String> {
     }
 }
 
-fn listing<'a>(specs: impl Iterator<Item = &'a ToolSpec>, empty: &str) -> String {
+fn listing<'a>(specs: impl Iterator<Item = &'a Arc<ToolSpec>>, empty: &str) -> String {
     let lines: Vec<String> = specs.map(|s| format!("- {}: {}", s.name, first_chars(&s.description, DESCRIPTION_CHARS))).collect();
     if lines.is_empty() { empty.to_owned() } else { lines.join("\n") }
 }
@@ -166,28 +167,32 @@ fn first_chars(text: &str, n: usize) -> &str {
     line.char_indices().nth(n).map_or(line, |(i, _)| &line[..i])
 }
 
-/// Schemas of the three disclosure tools.
-fn disclosure_specs() -> Vec<ToolSpec> {
-    vec![
-        ToolSpec {
-            name: TOOL_LIST.into(),
-            description: "List the tools you may load, one line each (name: what it does).".into(),
-            parameters: json!({"type": "object", "properties": {}, "additionalProperties": false}),
-        },
-        ToolSpec {
-            name: TOOL_SEARCH.into(),
-            description: "Search the tools you may load by words in their name or description.".into(),
-            parameters: json!({"type": "object", "properties": {
-                "query": {"type": "string", "description": "Words to look for."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_RESULTS}
-            }, "required": ["query"], "additionalProperties": false}),
-        },
-        ToolSpec {
-            name: TOOL_LOAD.into(),
-            description: "Load tools by exact name; they can be called from your next step.".into(),
-            parameters: json!({"type": "object", "properties": {
-                "names": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_LOAD_PER_CALL}
-            }, "required": ["names"], "additionalProperties": false}),
-        },
-    ]
+/// Schemas of the three disclosure tools, built once and shared by every progressive request.
+fn disclosure_specs() -> &'static [Arc<ToolSpec>; 3] {
+    static SPECS: LazyLock<[Arc<ToolSpec>; 3]> = LazyLock::new(|| {
+        [
+            ToolSpec {
+                name: TOOL_LIST.into(),
+                description: "List the tools you may load, one line each (name: what it does).".into(),
+                parameters: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            },
+            ToolSpec {
+                name: TOOL_SEARCH.into(),
+                description: "Search the tools you may load by words in their name or description.".into(),
+                parameters: json!({"type": "object", "properties": {
+                    "query": {"type": "string", "description": "Words to look for."},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_RESULTS}
+                }, "required": ["query"], "additionalProperties": false}),
+            },
+            ToolSpec {
+                name: TOOL_LOAD.into(),
+                description: "Load tools by exact name; they can be called from your next step.".into(),
+                parameters: json!({"type": "object", "properties": {
+                    "names": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_LOAD_PER_CALL}
+                }, "required": ["names"], "additionalProperties": false}),
+            },
+        ]
+        .map(Arc::new)
+    });
+    &SPECS
 }

@@ -271,7 +271,7 @@ fn outcome(content: Option<String>, finish_reason: FinishReason, client_tool_cal
 
 /// What one model call may do: which tools, which tool choice, how much output.
 struct CallShape {
-    tools: Vec<polpo_core::tool::ToolSpec>,
+    tools: Vec<std::sync::Arc<polpo_core::tool::ToolSpec>>,
     tool_choice: ToolChoice,
     max_output_tokens: Option<u32>,
 }

@@ -84,7 +84,7 @@ async fn a_forced_tool_is_preloaded_and_client_tools_stay_direct() {
     let mut inv = invocation_with(&llm, &ws, None, polpo_tools::tools::system_tools(), None);
     inv.tool_loading = ToolLoadingMode::Progressive;
     inv.tool_choice = polpo_llm::ToolChoice::Tool("glob".into());
-    inv.client_tools = vec![ToolSpec { name: "open_panel".into(), description: "Open a panel in the UI".into(), parameters: json!({"type": "object"}) }];
+    inv.client_tools = vec![ToolSpec { name: "open_panel".into(), description: "Open a panel in the UI".into(), parameters: json!({"type": "object"}) }.into()];
     run(&inv, "go").await.result.unwrap();
     assert_eq!(request_tools(&llm, 0), [&DISCLOSURE[..], &["glob", "open_panel"]].concat());
 }

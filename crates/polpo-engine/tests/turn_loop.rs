@@ -84,7 +84,8 @@ async fn a_client_tool_is_handed_back_and_the_conversation_continues() {
         name: "configure_module".into(),
         description: "Open the module configuration UI.".into(),
         parameters: json!({"type": "object", "properties": {"module": {"type": "string"}}, "required": ["module"]}),
-    }];
+    }
+    .into()];
     let first = run(&inv, "Configure commerce").await.result.unwrap();
     assert_eq!(first.finish_reason, FinishReason::ToolCalls);
     assert_eq!(first.client_tool_calls[0].name, "configure_module");
@@ -103,9 +104,10 @@ async fn client_tools_that_shadow_runtime_tools_are_refused_before_any_model_cal
     let ws = Workspace::new();
     let llm = FakeLlm::start(vec![]).await.unwrap();
     let mut inv = invocation(&llm, &ws, None);
-    inv.client_tools = vec![ToolSpec { name: "bash".into(), description: String::new(), parameters: json!({"type": "object"}) }];
+    let ui = ToolSpec { name: "bash".into(), description: String::new(), parameters: json!({"type": "object"}) };
+    inv.client_tools = vec![ui.clone().into()];
     assert_eq!(run(&inv, "hi").await.error_code(), "invalid_request");
-    inv.client_tools[0].name = "ui".into();
+    inv.client_tools = vec![ToolSpec { name: "ui".into(), ..ui }.into()];
     inv.parallel_tool_calls = true;
     assert_eq!(run(&inv, "hi").await.error_code(), "invalid_request");
     assert!(llm.requests().is_empty());

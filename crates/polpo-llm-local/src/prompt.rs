@@ -46,8 +46,8 @@ impl ToolResults {
 pub fn offered_tools(request: &ModelRequest) -> Vec<&ToolSpec> {
     match &request.tool_choice {
         ToolChoice::None => Vec::new(),
-        ToolChoice::Tool(name) => request.tools.iter().filter(|t| &t.name == name).collect(),
-        ToolChoice::Auto | ToolChoice::Required => request.tools.iter().collect(),
+        ToolChoice::Tool(name) => request.tools.iter().filter(|t| &t.name == name).map(AsRef::as_ref).collect(),
+        ToolChoice::Auto | ToolChoice::Required => request.tools.iter().map(AsRef::as_ref).collect(),
     }
 }
 
@@ -190,7 +190,7 @@ mod tests {
                 Message::user("hi"),
                 Message::system("Be kind."),
             ],
-            tools: vec![read_tool()],
+            tools: vec![read_tool().into()],
             ..Default::default()
         };
         let t = turns(&request, ToolResults::UserTurn);
@@ -222,7 +222,7 @@ mod tests {
                 Message::tool_result("c1", "hello"),
                 Message::tool_result("c2", "world"),
             ],
-            tools: vec![read_tool()],
+            tools: vec![read_tool().into()],
             tool_choice: ToolChoice::None,
             ..Default::default()
         }
@@ -292,13 +292,16 @@ mod tests {
     #[test]
     fn tool_choice_narrows_the_offer() {
         let mut request = ModelRequest {
-            tools: vec![read_tool()],
+            tools: vec![read_tool().into()],
             ..Default::default()
         };
-        request.tools.push(ToolSpec {
-            name: "write".into(),
-            ..read_tool()
-        });
+        request.tools.push(
+            ToolSpec {
+                name: "write".into(),
+                ..read_tool()
+            }
+            .into(),
+        );
         request.tool_choice = ToolChoice::Tool("write".into());
         assert_eq!(
             offered_tools(&request)

@@ -90,7 +90,7 @@ async fn prefill_and_decode_speed() {
         messages: vec![Message::user(
             "Use the read tool to read the file notes.txt.",
         )],
-        tools: vec![read],
+        tools: vec![read.into()],
         tool_choice: ToolChoice::Required,
         ..Default::default()
     };

@@ -138,7 +138,7 @@ fn read_file_request(model: &str, tool_choice: ToolChoice) -> ModelRequest {
             Message::system("You are a coding assistant. Use the tools to inspect files."),
             Message::user("Use the read tool to read the file notes.txt."),
         ],
-        tools: vec![read_tool(), bash_tool()],
+        tools: vec![read_tool().into(), bash_tool().into()],
         tool_choice,
         ..Default::default()
     }
@@ -320,7 +320,7 @@ async fn a_tool_result_in_the_history_informs_the_answer() {
             call,
             Message::tool_result("call_1", "The launch code is 4711."),
         ],
-        tools: vec![read_tool(), bash_tool()],
+        tools: vec![read_tool().into(), bash_tool().into()],
         // Left to choose, with the result framed as its template expects, SmolLM2 answers.
         tool_choice: ToolChoice::Auto,
         ..Default::default()
@@ -351,7 +351,7 @@ async fn after_reading_notes(model: &str, rounds: usize) -> Vec<ModelEvent> {
     collect(ModelRequest {
         model: model.into(),
         messages,
-        tools: vec![read_tool()],
+        tools: vec![read_tool().into()],
         tool_choice: ToolChoice::Auto,
         ..Default::default()
     })

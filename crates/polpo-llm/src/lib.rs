@@ -42,6 +42,7 @@ use futures::Stream;
 use polpo_core::message::{FinishReason, Message, ToolCall, Usage};
 use polpo_core::tool::ToolSpec;
 use std::pin::Pin;
+use std::sync::Arc;
 
 /// Which tool, if any, the model must call.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -64,8 +65,10 @@ pub struct ModelRequest {
     pub model: String,
     /// The conversation, system messages first.
     pub messages: Vec<Message>,
-    /// Tools the model may call (already filtered by policy).
-    pub tools: Vec<ToolSpec>,
+    /// Tools the model may call (already filtered by policy). Shared, not owned: the runtime
+    /// builds this list for every model call, and deep-cloning the schemas each time was most
+    /// of its own cost per turn.
+    pub tools: Vec<Arc<ToolSpec>>,
     /// Tool choice.
     pub tool_choice: ToolChoice,
     /// OpenAI-style `response_format`, passed to providers that support it natively.

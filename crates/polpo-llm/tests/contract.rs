@@ -50,7 +50,7 @@ fn read_tool() -> ToolSpec {
 }
 
 fn request() -> ModelRequest {
-    ModelRequest { model: "test-model".into(), messages: vec![Message::system("Be brief."), Message::user("What is in a.txt?")], tools: vec![read_tool()], ..ModelRequest::default() }
+    ModelRequest { model: "test-model".into(), messages: vec![Message::system("Be brief."), Message::user("What is in a.txt?")], tools: vec![Arc::new(read_tool())], ..ModelRequest::default() }
 }
 
 /// Everything a caller saw from one call.

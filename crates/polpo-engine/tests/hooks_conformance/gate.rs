@@ -298,7 +298,7 @@ async fn a_client_tool_handoff_is_not_a_successful_termination() {
     let p = gate_pack(picky_validator(&ws), json!({"maxCycles": 1, "maxDurationMs": 600000}));
     let llm = FakeLlm::start([Turn::tool_calls(vec![("ask_user", json!({"question": "which file?"}))])]).await.unwrap();
     let mut inv = invocation(&llm, &ws, Some(hooks(&[p])));
-    inv.client_tools = vec![polpo_core::tool::ToolSpec { name: "ask_user".into(), description: "ask".into(), parameters: json!({"type": "object"}) }];
+    inv.client_tools = vec![polpo_core::tool::ToolSpec { name: "ask_user".into(), description: "ask".into(), parameters: json!({"type": "object"}) }.into()];
     let seen = run(&inv, "task").await;
     let outcome = seen.result.as_ref().unwrap();
     assert_eq!(outcome.finish_reason, polpo_core::message::FinishReason::ToolCalls);
