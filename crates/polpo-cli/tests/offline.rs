@@ -111,6 +111,32 @@ fn an_agent_reads_a_workspace_file_offline() {
     tripwire.assert_untouched();
 }
 
+/// Prompt tokens of one `polpo run --json` answering `prompt` with this `--tool-choice`.
+fn prompt_tokens(root: &Path, tripwire: &Tripwire, prompt: &str, tool_choice: &str) -> u64 {
+    let out = polpo_run(root, tripwire, &["assistant", prompt, "--json", "--tool-choice", tool_choice]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    summary["usage"]["input_tokens"].as_u64().unwrap_or_else(|| panic!("no input tokens: {summary}"))
+}
+
+/// Without `--tool-choice` (what the quick start does) the model is shown the agent's tools: its
+/// prompt is longer than the same question's with `--tool-choice none` by at least the `read`
+/// tool's schema. The question is one SmolLM2 answers in one turn either way, so the two prompts
+/// differ only by the tool block.
+#[test]
+fn the_default_tool_choice_offers_the_agents_tools_to_the_local_model() {
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let tripwire = Tripwire::new();
+    let question = "What is the capital of France?";
+    let without_tools = prompt_tokens(dir.path(), &tripwire, question, "none");
+    let auto = prompt_tokens(dir.path(), &tripwire, question, "auto");
+    // `read`'s description and parameter schema alone are well over 100 tokens.
+    assert!(auto > without_tools + 100, "auto: {auto} prompt tokens, none: {without_tools}");
+    tripwire.assert_untouched();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn polpo_serve_answers_chat_completions_with_the_local_model() {
     let dir = tempfile::tempdir().unwrap();

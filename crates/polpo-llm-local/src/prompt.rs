@@ -136,24 +136,72 @@ pub fn turns(request: &ModelRequest, results: ToolResults) -> Vec<Turn> {
 const RESPONSE_OPEN: &str = "<tool_response>";
 const RESPONSE_CLOSE: &str = "</tool_response>";
 
+/// The tool block in the words and JSON spacing of the Hermes chat template (Qwen2.5's own, which
+/// writes tools with Jinja's `tojson`). A small model recognises the system prompt it was tuned on
+/// token for token: given a paraphrase, Qwen2.5-Coder-0.5B left to choose (`auto`) described a
+/// call in a Markdown block under a made-up name instead of calling `read`.
 fn tool_block(tools: &[&ToolSpec]) -> String {
     let signatures: Vec<String> = tools
         .iter()
         .map(|t| {
-            serde_json::json!({
+            tojson(&serde_json::json!({
                 "type": "function",
                 "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
-            })
-            .to_string()
+            }))
         })
         .collect();
     format!(
-        "# Tools\n\nYou may call a function to assist with the user query.\n\n\
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
          You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{}\n</tools>\n\n\
-         To call a function, return a json object with the function name and arguments within \
+         For each function call, return a json object with function name and arguments within \
          <tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n</tool_call>",
         signatures.join("\n")
     )
+}
+
+/// `value` on one line with `", "` and `": "` between items, as the templates' `tojson` writes it.
+fn tojson(value: &serde_json::Value) -> String {
+    let mut out = Vec::new();
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, TojsonFormatter);
+    // Writing a `Value` to a Vec cannot fail, and serde_json writes only UTF-8.
+    let _ = serde::Serialize::serialize(value, &mut serializer);
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Compact JSON with a space after every `,` and `:` (Python's `json.dumps` defaults).
+struct TojsonFormatter;
+
+impl serde_json::ser::Formatter for TojsonFormatter {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b": ")
+    }
 }
 
 fn assistant_text(message: &Message) -> String {
@@ -197,13 +245,40 @@ mod tests {
         assert_eq!(t.len(), 2);
         assert_eq!(t[0].role, "system");
         assert!(t[0].content.starts_with("Be brief.\n\nBe kind.\n\n# Tools"));
-        assert!(t[0].content.contains(r#""name":"read""#));
+        assert!(t[0].content.contains(r#""name": "read""#));
         assert_eq!(
             t[1],
             Turn {
                 role: "user",
                 content: "hi".into()
             }
+        );
+    }
+
+    #[test]
+    fn auto_offers_the_tools_in_the_words_of_the_hermes_template() {
+        let mut request = ModelRequest {
+            messages: vec![Message::user("Read notes.txt.")],
+            tools: vec![read_tool().into()],
+            ..Default::default()
+        };
+        assert_eq!(request.tool_choice, ToolChoice::Auto);
+        let system = turns(&request, ToolResults::UserTurn).remove(0);
+        assert_eq!(system.role, "system");
+        assert_eq!(
+            system.content,
+            "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+             You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n\
+             {\"type\": \"function\", \"function\": {\"name\": \"read\", \"description\": \"Read a file\", \
+             \"parameters\": {\"type\": \"object\", \"properties\": {\"path\": {\"type\": \"string\"}}, \"required\": [\"path\"]}}}\n\
+             </tools>\n\nFor each function call, return a json object with function name and arguments within \
+             <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
+        );
+        request.tool_choice = ToolChoice::None;
+        assert_eq!(
+            turns(&request, ToolResults::UserTurn)[0].role,
+            "user",
+            "`none` offers nothing"
         );
     }
 
