@@ -2,8 +2,11 @@
 //!
 //! Text is released as soon as it cannot be the start of a `<tool_call>` tag, so users see tokens
 //! as they decode while a call is never shown as text. Output that opens with `{` is taken as one
-//! bare call body (how Qwen writes calls when left to itself). The same splitter serves grammar-constrained
-//! output and free text in which a model wrote a call on its own.
+//! bare call body (how Qwen writes calls when left to itself). Output that opens with a Markdown
+//! block of JSON is held back until the block closes: Qwen2.5-Coder, left to choose, often writes
+//! its call that way, and it is a call when it names an offered tool (the caller decides). The
+//! same splitter serves grammar-constrained output and free text in which a model wrote a call on
+//! its own.
 
 use polpo_core::message::ToolCall;
 
@@ -17,6 +20,34 @@ pub enum Piece {
     Text(String),
     /// The body between `<tool_call>` and `</tool_call>` (or the end of output).
     Call(String),
+    /// A ```` ```json ```` block opening the output: a call if `body` names an offered tool,
+    /// else the `block` as written.
+    Fenced {
+        /// The block as the model wrote it, fences included.
+        block: String,
+        /// The JSON inside the fences.
+        body: String,
+    },
+}
+
+const FENCE: &str = "```";
+
+/// Whether output opening with `text` is a Markdown block of JSON (```` ```json ````, or a bare
+/// fence, then a line starting with `{`): `None` while `text` is too short to tell.
+fn opens_fenced_json(text: &str) -> Option<bool> {
+    let Some(rest) = text.strip_prefix(FENCE) else {
+        return (!FENCE.starts_with(text)).then_some(false);
+    };
+    let rest = match rest.strip_prefix("json") {
+        Some(rest) => rest,
+        None if "json".starts_with(rest) => return None,
+        None => rest,
+    };
+    let rest = rest.trim_start_matches([' ', '\t']);
+    let Some(rest) = rest.strip_prefix('\n') else {
+        return if rest.is_empty() { None } else { Some(false) };
+    };
+    rest.trim_start().chars().next().map(|c| c == '{')
 }
 
 /// Streaming splitter state.
@@ -26,6 +57,8 @@ pub struct Splitter {
     in_call: bool,
     started: bool,
     bare: bool,
+    /// Output opened with a fence: `None` until it is known whether a JSON block follows.
+    fenced: Option<Option<bool>>,
 }
 
 impl Splitter {
@@ -35,11 +68,26 @@ impl Splitter {
             self.started = true;
             // Output that opens with `{` is a bare call (the grammar allows no prose starting so).
             self.bare = text.starts_with('{');
+            self.fenced = text.starts_with('`').then_some(None);
         }
         self.pending.push_str(text);
         let mut out = Vec::new();
         if self.bare {
             return out;
+        }
+        if let Some(None) = self.fenced {
+            self.fenced = Some(opens_fenced_json(&self.pending));
+        }
+        match self.fenced {
+            Some(None) => return out,
+            Some(Some(true)) => match self.pending[FENCE.len()..].find(FENCE) {
+                None => return out,
+                Some(close) => {
+                    let end = FENCE.len() + close + FENCE.len();
+                    out.push(self.fenced_piece(end));
+                }
+            },
+            _ => {}
         }
         loop {
             if self.in_call {
@@ -67,8 +115,25 @@ impl Splitter {
         }
     }
 
+    /// The JSON block opening the pending output, up to byte `end`; what follows is split as usual.
+    fn fenced_piece(&mut self, end: usize) -> Piece {
+        let block: String = self.pending.drain(..end).collect();
+        self.fenced = Some(Some(false));
+        let inner = block[FENCE.len()..].trim_end_matches(FENCE);
+        let body = inner
+            .split_once('\n')
+            .map_or("", |(_, json)| json)
+            .trim()
+            .to_string();
+        Piece::Fenced { block, body }
+    }
+
     /// The output ended: whatever is held back, an unterminated call included.
-    pub fn finish(self) -> Option<Piece> {
+    pub fn finish(mut self) -> Option<Piece> {
+        if matches!(self.fenced, Some(Some(true))) {
+            let end = self.pending.len();
+            return Some(self.fenced_piece(end));
+        }
         match (self.in_call || self.bare, self.pending.is_empty()) {
             (true, _) => Some(Piece::Call(self.pending)),
             (false, false) => Some(Piece::Text(self.pending)),
@@ -183,6 +248,48 @@ mod tests {
             vec![Piece::Call("{\"name\": \"ls\"}".into())]
         );
         assert_eq!(texts(&split(&["Use {x}"])), "Use {x}");
+    }
+
+    #[test]
+    fn a_json_block_opening_the_output_is_held_back_whole() {
+        let call = "{\"name\": \"read\", \"arguments\": {\"path\": \"a\"}}";
+        let out = split(&[
+            "``",
+            "`json",
+            "\n",
+            "{\"name\": \"read\", ",
+            "\"arguments\": {\"path\": \"a\"}}\n`",
+            "``",
+            "\nDone.",
+        ]);
+        assert_eq!(
+            out,
+            vec![
+                Piece::Fenced {
+                    block: format!("```json\n{call}\n```"),
+                    body: call.into()
+                },
+                Piece::Text("\nDone.".into()),
+            ]
+        );
+        assert_eq!(
+            split(&["```\n", "{\"a\": 1}"]),
+            vec![Piece::Fenced {
+                block: "```\n{\"a\": 1}".into(),
+                body: "{\"a\": 1}".into()
+            }],
+            "an unclosed block comes out at the end"
+        );
+        assert_eq!(
+            texts(&split(&["```", "python\nprint(1)\n```"])),
+            "```python\nprint(1)\n```"
+        );
+        assert_eq!(
+            texts(&split(&["```json\n", "[1]\n```"])),
+            "```json\n[1]\n```"
+        );
+        assert_eq!(texts(&split(&["``"])), "``");
+        assert_eq!(texts(&split(&["Use ```json\n{}```"])), "Use ```json\n{}```");
     }
 
     #[test]

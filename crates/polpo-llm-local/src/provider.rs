@@ -102,6 +102,7 @@ mod run {
     use crate::grammar::ToolConstraint;
     use crate::prompt::{self, ToolResults};
     use polpo_core::message::{FinishReason, ToolCall, Usage};
+    use polpo_core::tool::ToolSpec;
     use polpo_llm::{LlmErrorKind, ModelEvent, ToolChoice};
     use std::sync::Arc;
     use tokio::sync::mpsc;
@@ -240,6 +241,7 @@ mod run {
         let mut splitter = Splitter::default();
         let mut out = Outlet {
             tx,
+            offered: job.grammar.as_ref().map_or(&[], |g| g.tools.as_slice()),
             answered,
             sent: false,
             calls: 0,
@@ -275,6 +277,8 @@ mod run {
     /// Where a pass's pieces go: the consumer, unless the first thing out is a repeated call.
     struct Outlet<'a> {
         tx: &'a Sender,
+        /// The tools of this pass: a Markdown JSON block is a call only if it names one.
+        offered: &'a [ToolSpec],
         answered: &'a [ToolCall],
         sent: bool,
         calls: usize,
@@ -285,19 +289,25 @@ mod run {
         /// Send one piece as events; false when generation should stop (consumer gone, or a
         /// repeated call held back).
         fn send(&mut self, piece: Piece) -> bool {
-            let event = match piece {
-                Piece::Text(text) => ModelEvent::TextDelta(text),
-                Piece::Call(body) => match framing::parse_call(&body) {
-                    Some(call) if !self.sent && framing::repeats(&call, self.answered) => {
-                        self.repeated = true;
-                        return false;
-                    }
-                    Some(call) => {
-                        self.calls += 1;
-                        ModelEvent::ToolCall(call)
-                    }
-                    None => ModelEvent::TextDelta(framing::unparsed_call_text(&body)),
-                },
+            let call = match piece {
+                Piece::Text(text) => Err(text),
+                Piece::Call(body) => {
+                    framing::parse_call(&body).ok_or_else(|| framing::unparsed_call_text(&body))
+                }
+                Piece::Fenced { block, body } => framing::parse_call(&body)
+                    .filter(|c| self.offered.iter().any(|t| t.name == c.name))
+                    .ok_or(block),
+            };
+            let event = match call {
+                Ok(call) if !self.sent && framing::repeats(&call, self.answered) => {
+                    self.repeated = true;
+                    return false;
+                }
+                Ok(call) => {
+                    self.calls += 1;
+                    ModelEvent::ToolCall(call)
+                }
+                Err(text) => ModelEvent::TextDelta(text),
             };
             self.sent = true;
             self.tx.blocking_send(Ok(event)).is_ok()
