@@ -106,7 +106,11 @@ pub async fn route(providers: &Providers, loaded: &Loaded, agent: &Agent, input:
     Some(route)
 }
 
-/// The classifier's answer text, or `None` when its call failed.
+/// A label is one short word; a provider that streams more than this (ignoring the token cap)
+/// is cut off rather than buffered until the timeout.
+const MAX_CLASSIFIER_ANSWER_BYTES: usize = 256;
+
+/// The classifier's answer text (bounded), or `None` when its call failed.
 async fn classify(model: &dyn ModelProvider, classifier: &RoutingClassifier, text: &str) -> Option<String> {
     let request = ModelRequest {
         model: String::new(),
@@ -123,6 +127,9 @@ async fn classify(model: &dyn ModelProvider, classifier: &RoutingClassifier, tex
     while let Some(event) = stream.next().await {
         if let ModelEvent::TextDelta(t) = event.ok()? {
             answer.push_str(&t);
+            if answer.len() > MAX_CLASSIFIER_ANSWER_BYTES {
+                break;
+            }
         }
     }
     Some(answer)
