@@ -85,6 +85,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/agents/{id}", get(routes::agents::get).put(routes::agents::replace).patch(routes::agents::patch).delete(routes::agents::delete))
         .route("/v1/agents/{id}", get(routes::agents::get).put(routes::agents::replace).patch(routes::agents::patch).delete(routes::agents::delete))
         .merge(routes::sessions::router())
+        .merge(routes::teams::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     open.merge(routes::dashboard::router())
         .merge(protected)

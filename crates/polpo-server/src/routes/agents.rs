@@ -34,7 +34,7 @@ const NON_CONFIG_KEYS: [&str; 5] = ["id", "name", "instructions", "systemPrompt"
 
 /// Serialises write-then-reload, so reloads happen in the order of the writes and the
 /// runtime never ends up serving an older project than the files hold.
-static WRITES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+pub(crate) static WRITES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A failure of an agent route: a plain REST error, or a list of located problems.
 #[derive(Debug)]
@@ -67,7 +67,8 @@ impl From<ProjectError> for ApiError {
     }
 }
 
-fn project_error(e: ProjectError) -> AgentError {
+/// A project write's failure as an agent route error (its problems located when it has any).
+pub(crate) fn project_error(e: ProjectError) -> AgentError {
     match e {
         ProjectError::Invalid(problems) => AgentError::Problems { code: "invalid_project", problems },
         other => other.into(),
@@ -262,14 +263,14 @@ fn precheck(candidate: polpo_core::config::Project) -> Result<(), AgentError> {
 }
 
 /// Load the project from disk and serve it; a project that does not load is not swapped in.
-fn reload(runtime: &Runtime, root: &std::path::Path) -> Result<(), Vec<Problem>> {
+pub(crate) fn reload(runtime: &Runtime, root: &std::path::Path) -> Result<(), Vec<Problem>> {
     let loaded = polpo_project::load_project(root).and_then(Loaded::new)?;
     runtime.reload(loaded);
     Ok(())
 }
 
 /// Run file work off the async threads (writes fsync).
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, AgentError> + Send + 'static) -> Result<T, AgentError> {
+pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, AgentError> + Send + 'static) -> Result<T, AgentError> {
     tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::new("internal", format!("agent file work failed: {e}")))?
 }
 
@@ -284,7 +285,8 @@ fn with_etag(mut response: Response, revision: &Revision) -> Response {
     response
 }
 
-fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+/// The request body as a JSON object (`400 invalid_request` otherwise).
+pub(crate) fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice(body) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(ApiError::invalid("the body must be a JSON object")),

@@ -9,3 +9,4 @@ pub mod models;
 pub mod openapi;
 pub mod runs;
 pub mod sessions;
+pub mod teams;

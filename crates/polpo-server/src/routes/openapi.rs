@@ -88,6 +88,10 @@ const AGENT: &[&str] = &["/agents/{id}"];
 const SESSIONS: &[&str] = &["/chat/sessions", "/sessions"];
 const SESSION: &[&str] = &["/chat/sessions/{id}", "/sessions/{id}"];
 const SESSION_MESSAGES: &[&str] = &["/chat/sessions/{id}/messages", "/sessions/{id}/messages"];
+const SESSIONS_IMPORT: &[&str] = &["/chat/sessions/import", "/sessions/import"];
+const TEAMS: &[&str] = &["/agents/teams"];
+const TEAM: &[&str] = &["/agents/team"];
+const TEAM_BY_NAME: &[&str] = &["/agents/teams/{name}"];
 
 /// Every route the server mounts.
 pub const ROUTES: &[Route] = &[
@@ -135,6 +139,16 @@ pub const ROUTES: &[Route] = &[
     op("get", BOTH, SESSION_MESSAGES, "getSessionMessages", "sessions", "A session and its messages, oldest first.").returns(200, Body::Envelope("SessionWithMessages")),
     op("patch", BOTH, SESSION, "patchSession", "sessions", "Retitle a session (or replace its metadata).").request("SessionPatch").returns(200, Body::Envelope("Session")),
     op("delete", BOTH, SESSION, "deleteSession", "sessions", "Delete a session and its messages.").returns(200, Body::Envelope("Removed")),
+    op("post", BOTH, SESSIONS_IMPORT, "importSession", "sessions", "Import a conversation as a new session of `agent`; a chat with `x-session-id` continues from it.")
+        .request("SessionImport")
+        .returns(201, Body::Envelope("SessionImported")),
+    op("get", BOTH, TEAMS, "listTeams", "agents", "Teams with their description and members.").returns(200, Body::Envelope("TeamList")),
+    op("post", BOTH, TEAMS, "createTeam", "agents", "Create `.polpo/teams/<name>.json`; 409 `already_exists` when taken.").request("TeamInput").returns(201, Body::Envelope("Team")),
+    op("get", BOTH, TEAM, "getTeam", "agents", "One team; 404 `team_not_found`.").query(&[("name", "the team")]).returns(200, Body::Envelope("Team")),
+    op("patch", BOTH, TEAM, "renameTeam", "agents", "Rename a team (`{oldName, name}`); its members follow; 409 `already_exists` rather than overwrite another team.")
+        .request("TeamRename")
+        .returns(200, Body::Envelope("Team")),
+    op("delete", BOTH, TEAM_BY_NAME, "deleteTeam", "agents", "Delete a team's file; its members keep their `team` label.").returns(200, Body::Envelope("Removed")),
     op("get", ROOT, &["/", "/dashboard"], "dashboard", "dashboard", "The web dashboard page; it holds no data (it calls this API with the key the user enters), so it needs no key.")
         .open()
         .returns(200, Body::Asset("text/html")),
@@ -237,6 +251,14 @@ fn schemas() -> Value {
         "Message": {"type": "object", "additionalProperties": true, "properties": {"id": string, "seq": {"type": "integer"}, "ts": string, "role": string, "content": {}}},
         "SessionWithMessages": {"type": "object", "properties": {"session": {"$ref": "#/components/schemas/Session"}, "messages": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}}}},
         "SessionPatch": {"type": "object", "properties": {"title": string, "metadata": object, "revision": {"type": "integer"}}},
+        "SessionImport": {"type": "object", "required": ["agent", "messages"], "properties": {"title": string, "agent": string, "messages": {"type": "array", "items": {"type": "object", "required": ["role"], "properties": {
+            "role": {"enum": ["system", "user", "assistant", "tool"]}, "content": {}, "toolCallId": string, "name": string,
+            "toolCalls": {"type": "array", "items": {"type": "object", "required": ["id", "name"], "properties": {"id": string, "name": string, "arguments": {}}}}}}}}},
+        "SessionImported": {"type": "object", "properties": {"sessionId": string, "imported": {"type": "integer"}}},
+        "TeamInput": {"type": "object", "required": ["name"], "properties": {"name": string, "description": string}},
+        "TeamRename": {"type": "object", "required": ["oldName", "name"], "properties": {"oldName": string, "name": string}},
+        "Team": {"type": "object", "properties": {"name": string, "description": {"type": ["string", "null"]}, "members": {"type": "array", "items": string}, "file": string}},
+        "TeamList": {"type": "array", "items": {"$ref": "#/components/schemas/Team"}},
     })
 }
 

@@ -1,15 +1,21 @@
 //! Chat sessions: `/api/v1/chat/sessions…` as in the reference, with `/api/v1/sessions…` and
 //! the `/v1/…` twins as aliases. List (newest first, cursor-paginated, filtered by agent,
-//! user and `metadata.<k>=<v>`), read with messages, retitle, delete.
+//! user and `metadata.<k>=<v>`), read with messages, retitle, delete, and import a
+//! conversation held elsewhere so a later chat continues from it.
 
 use crate::app::AppState;
 use crate::error::{ApiError, RestError, ok};
 use axum::body::Bytes;
-use axum::routing::get;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use axum::extract::{Path, Query, State};
+use polpo_core::message::{Content, Message, Role, ToolCall};
+use polpo_engine::runtime::MAX_HISTORY_MESSAGES;
 use polpo_store::page::{DEFAULT_PAGE, MAX_PAGE};
-use polpo_store::{Cursor, PageRequest, Session, SessionFilter, SessionPatch, StoredMessage};
+use polpo_store::{Cursor, MAX_MESSAGE_BYTES, MAX_TITLE_CHARS, PageRequest, Session, SessionFilter, SessionPatch, StoredMessage, TITLE_CHARS};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
@@ -17,10 +23,18 @@ use std::sync::Arc;
 /// huge store returns a short page with a cursor rather than scanning everything.
 pub const MAX_SCANNED: usize = 10_000;
 
+/// Most messages one import takes: no more than a chat replays as history, so an imported
+/// conversation is continued whole.
+pub const MAX_IMPORT_MESSAGES: usize = MAX_HISTORY_MESSAGES;
+
 /// Every session route under `/api/v1` and `/v1`, at the reference's `/chat/sessions` and
 /// the shorter `/sessions`.
 pub fn router() -> Router<Arc<AppState>> {
     Router::new()
+        .route("/api/v1/chat/sessions/import", post(import))
+        .route("/v1/chat/sessions/import", post(import))
+        .route("/api/v1/sessions/import", post(import))
+        .route("/v1/sessions/import", post(import))
         .route("/api/v1/chat/sessions", get(list))
         .route("/v1/chat/sessions", get(list))
         .route("/api/v1/sessions", get(list))
@@ -119,6 +133,122 @@ pub async fn delete(State(state): State<Arc<AppState>>, Path(id): Path<String>) 
     } else {
         Err(not_found(&id).into())
     }
+}
+
+/// `POST /chat/sessions/import {title?, agent, messages:[{role, content?, toolCalls?, toolCallId?, name?}]}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImportRequest {
+    title: Option<String>,
+    agent: String,
+    messages: Vec<ImportedMessage>,
+}
+
+/// One message of an imported conversation, in the reference's camelCase.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ImportedMessage {
+    role: String,
+    content: Option<Content>,
+    #[serde(default)]
+    tool_calls: Vec<ImportedToolCall>,
+    tool_call_id: Option<String>,
+    name: Option<String>,
+}
+
+/// `{id, name, arguments}`; `arguments` is the JSON text, or a JSON object (written as text).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ImportedToolCall {
+    id: String,
+    name: String,
+    #[serde(default)]
+    arguments: Value,
+}
+
+/// `POST /chat/sessions/import` → `201 {sessionId, imported}`: a new session of `agent` holding
+/// these messages, written in one store operation (all of it or nothing). A chat sent with
+/// `x-session-id: <sessionId>` then continues from the imported history.
+pub async fn import(State(state): State<Arc<AppState>>, body: Bytes) -> Result<impl IntoResponse, RestError> {
+    let request: ImportRequest = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("the body must be {{title?, agent, messages:[{{role, content, toolCalls?}}]}}: {e}")))?;
+    if state.runtime.loaded().agent(&request.agent).is_none() {
+        return Err(ApiError::new("agent_not_found", format!("agent `{}` does not exist", request.agent)).into());
+    }
+    if request.messages.is_empty() || request.messages.len() > MAX_IMPORT_MESSAGES {
+        return Err(ApiError::invalid(format!("messages must hold 1..={MAX_IMPORT_MESSAGES} messages")).into());
+    }
+    let messages = request.messages.into_iter().enumerate().map(|(i, m)| imported(m).map_err(|e| ApiError::invalid(format!("messages[{i}]: {e}")))).collect::<Result<Vec<Message>, _>>()?;
+    let title = match request.title.as_deref().map(str::trim) {
+        Some(t) if t.is_empty() || t.chars().count() > MAX_TITLE_CHARS => return Err(ApiError::invalid(format!("`title` must be 1..={MAX_TITLE_CHARS} characters")).into()),
+        Some(t) => t.to_owned(),
+        None => messages.iter().find(|m| m.role == Role::User).map(|m| m.text_content().chars().take(TITLE_CHARS).collect()).unwrap_or_default(),
+    };
+    let now = chrono::Utc::now();
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let count = messages.len();
+    let stored: Vec<StoredMessage> = messages
+        .into_iter()
+        .zip(1u64..)
+        .map(|(message, seq)| StoredMessage {
+            id: format!("msg_{}", uuid::Uuid::new_v4().simple()),
+            session_id: id.clone(),
+            seq,
+            ts: now,
+            message,
+            reasoning: None,
+            reasoning_truncated: false,
+            turn_id: None,
+            usage: None,
+        })
+        .collect();
+    let session = Session { id: id.clone(), agent: request.agent, title, user: None, metadata: json!({}), created_at: now, updated_at: now, message_count: count as u64, revision: 1 };
+    state.runtime.store().sessions.import_session(&session, &stored).await?;
+    Ok((StatusCode::CREATED, ok(json!({"sessionId": id, "imported": count}))))
+}
+
+/// An imported message in the runtime's terms, checked as the model will need it: tool calls
+/// only on assistant messages, a tool result names the call it answers, nothing empty.
+fn imported(m: ImportedMessage) -> Result<Message, String> {
+    let role = match m.role.as_str() {
+        "system" => Role::System,
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" => Role::Tool,
+        other => return Err(format!("role `{other}` is not system, user, assistant or tool")),
+    };
+    if !m.tool_calls.is_empty() && role != Role::Assistant {
+        return Err("only assistant messages carry toolCalls".into());
+    }
+    let tool_call_id = m.tool_call_id.filter(|id| !id.is_empty());
+    if (role == Role::Tool) != tool_call_id.is_some() {
+        return Err("a tool message needs `toolCallId` (and only a tool message has one)".into());
+    }
+    if m.content.is_none() && m.tool_calls.is_empty() {
+        return Err("a message needs `content` or `toolCalls`".into());
+    }
+    let tool_calls = m
+        .tool_calls
+        .into_iter()
+        .enumerate()
+        .map(|(j, c)| {
+            let arguments = match c.arguments {
+                Value::String(text) => text,
+                Value::Null => "{}".to_owned(),
+                v @ Value::Object(_) => v.to_string(),
+                _ => return Err(format!("toolCalls[{j}].arguments must be JSON text or an object")),
+            };
+            if c.id.is_empty() || c.name.is_empty() {
+                return Err(format!("toolCalls[{j}] needs a non-empty `id` and `name`"));
+            }
+            Ok(ToolCall { id: c.id, name: c.name, arguments })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let message = Message { role, content: m.content, tool_calls, tool_call_id, name: m.name };
+    let size = serde_json::to_vec(&message).map_err(|e| e.to_string())?.len();
+    if size > MAX_MESSAGE_BYTES {
+        return Err(format!("the message exceeds {MAX_MESSAGE_BYTES} bytes"));
+    }
+    Ok(message)
 }
 
 fn not_found(id: &str) -> ApiError {
