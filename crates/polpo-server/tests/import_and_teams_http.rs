@@ -134,6 +134,20 @@ async fn teams_are_created_read_renamed_with_their_members_and_deleted_on_disk()
     assert_eq!(read_json(&team_file(&s, "ops")), json!({"description": "Keeps things running."}));
     assert!(team_file(&s, "research").exists());
 
+    // A rename that cannot move every member (one was removed by hand, unseen by the runtime)
+    // changes nothing.
+    let r = s.post("/api/v1/agents", &[], json!({"id": "zeta", "config": {"model": "openai/fake-model", "team": "research"}})).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    std::fs::remove_dir_all(s.dir.path().join(".polpo/agents/zeta")).unwrap();
+    let r = s.patch("/api/v1/agents/team", &[], json!({"oldName": "research", "name": "science"})).await;
+    assert_eq!((r.status, r.json()["code"].clone()), (404, json!("agent_not_found")), "{}", r.text);
+    assert_eq!(read_json(&s.dir.path().join(".polpo/agents/writer/agent.json"))["team"], "research", "the member moved first is put back");
+    assert!(team_file(&s, "research").exists() && !team_file(&s, "science").exists());
+    let r = s.delete("/api/v1/agents/zeta", &[]).await;
+    assert_eq!(r.status, 404, "the agent is gone from disk: {}", r.text);
+    // The runtime picks up the hand removal (as on any later write).
+    s.state.runtime.reload(polpo_engine::Loaded::new(polpo_project::load_project(s.dir.path()).unwrap()).unwrap());
+
     // A rename moves the file and the members follow.
     let r = s.patch("/v1/agents/team", &[], json!({"oldName": "research", "name": "science"})).await;
     assert_eq!(r.status, 200, "{}", r.text);

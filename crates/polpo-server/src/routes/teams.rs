@@ -102,13 +102,17 @@ pub async fn rename(State(state): State<Arc<AppState>>, body: Bytes) -> Result<J
         let config = existing(&runtime, &old)?;
         let (from, to) = (file(&runtime, &old)?, team_path(&runtime, &new, Some(&old))?);
         let members: Vec<String> = runtime.loaded().project.team_members(&old).map(|a| a.id.clone()).collect();
-        fsx::write_json_atomic(&to, &config).map_err(ProjectError::io("write", &to)).map_err(project_error)?;
         let root = runtime.loaded().project.root.clone();
-        for id in &members {
-            let snapshot = read_agent(&root, id).map_err(project_error)?;
-            let mut agent = snapshot.agent.config;
-            agent.team = Some(new.clone());
-            write_agent(&root, id, &agent, &snapshot.agent.instructions, Some(&snapshot.revision)).map_err(project_error)?;
+        fsx::write_json_atomic(&to, &config).map_err(ProjectError::io("write", &to)).map_err(project_error)?;
+        for (n, id) in members.iter().enumerate() {
+            if let Err(e) = repoint(&root, id, &new) {
+                // Put back the members already moved and the new file: the team stays as it was.
+                let undone = members[..n].iter().all(|id| repoint(&root, id, &old).is_ok()) && (from == to || remove(&to).is_ok());
+                if !undone {
+                    tracing::warn!(team = old, "could not undo a half-done team rename");
+                }
+                return Err(e);
+            }
         }
         if from != to {
             remove(&from)?;
@@ -118,6 +122,15 @@ pub async fn rename(State(state): State<Arc<AppState>>, body: Bytes) -> Result<J
     })
     .await?;
     Ok(ok(team))
+}
+
+/// Set agent `id`'s `team` in its `agent.json`, revision-checked against a concurrent edit.
+fn repoint(root: &std::path::Path, id: &str, team: &str) -> Result<(), AgentError> {
+    let snapshot = read_agent(root, id).map_err(project_error)?;
+    let mut config = snapshot.agent.config;
+    config.team = Some(team.to_owned());
+    write_agent(root, id, &config, &snapshot.agent.instructions, Some(&snapshot.revision)).map_err(project_error)?;
+    Ok(())
 }
 
 /// The body (without `name`) as `teams/<name>.json`, checked like `polpo validate` does.
