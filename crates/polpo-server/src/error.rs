@@ -103,7 +103,7 @@ pub fn status_of(code: &str) -> StatusCode {
         "unauthorized" => StatusCode::UNAUTHORIZED,
         "tool_policy_denied" | "hook_stopped" | "forbidden" => StatusCode::FORBIDDEN,
         "agent_not_found" | "team_not_found" | "session_not_found" | "run_not_found" | "not_found" | "route_not_found" => StatusCode::NOT_FOUND,
-        "conflict" | "session_agent_mismatch" | "idempotency_in_progress" | "already_exists" | "lease_held" | "invalid_transition" | "run_not_active" => StatusCode::CONFLICT,
+        "conflict" | "team_not_empty" | "session_agent_mismatch" | "idempotency_in_progress" | "already_exists" | "lease_held" | "invalid_transition" | "run_not_active" => StatusCode::CONFLICT,
         "payload_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
         "idempotency_key_reused" | "max_turns_exhausted" | "structured_output_invalid" | "hook_failed" => StatusCode::UNPROCESSABLE_ENTITY,
         c if c.starts_with("termination_gate_") => StatusCode::UNPROCESSABLE_ENTITY,

@@ -160,6 +160,14 @@ async fn teams_are_created_read_renamed_with_their_members_and_deleted_on_disk()
     let r = s.patch("/api/v1/agents/team", &[], json!({"oldName": "nobody", "name": "x"})).await;
     assert_eq!((r.status, r.json()["code"].clone()), (404, json!("team_not_found")), "{}", r.text);
 
+    // A team with members is not deleted: they would be left naming nothing.
+    let r = s.delete("/v1/agents/teams/science", &[]).await;
+    assert_eq!((r.status, r.json()["code"].clone()), (409, json!("team_not_empty")), "{}", r.text);
+    assert!(r.json()["error"].as_str().unwrap_or_default().contains("writer"), "{}", r.text);
+    assert!(team_file(&s, "science").exists());
+    let r = s.patch("/api/v1/agents/writer", &[], json!({"team": "ops"})).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+
     // Delete: the file is gone, the listing follows, a second delete is a 404.
     let r = s.delete("/v1/agents/teams/science", &[]).await;
     assert_eq!(r.status, 200, "{}", r.text);

@@ -148,7 +148,7 @@ pub const ROUTES: &[Route] = &[
     op("patch", BOTH, TEAM, "renameTeam", "agents", "Rename a team (`{oldName, name}`); its members follow; 409 `already_exists` rather than overwrite another team.")
         .request("TeamRename")
         .returns(200, Body::Envelope("Team")),
-    op("delete", BOTH, TEAM_BY_NAME, "deleteTeam", "agents", "Delete a team's file; its members keep their `team` label.").returns(200, Body::Envelope("Removed")),
+    op("delete", BOTH, TEAM_BY_NAME, "deleteTeam", "agents", "Delete a team's file; `409 team_not_empty` while agents still name it.").returns(200, Body::Envelope("Removed")),
     op("get", ROOT, &["/", "/dashboard"], "dashboard", "dashboard", "The web dashboard page; it holds no data (it calls this API with the key the user enters), so it needs no key.")
         .open()
         .returns(200, Body::Asset("text/html")),

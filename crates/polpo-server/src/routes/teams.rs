@@ -75,13 +75,19 @@ pub async fn create(State(state): State<Arc<AppState>>, body: Bytes) -> Result<i
     Ok((StatusCode::CREATED, ok(team)))
 }
 
-/// `DELETE /agents/teams/{name}` → `{removed: true}`. The members keep naming the team in
-/// their `agent.json`; a project with such agents still loads (membership is a label).
+/// `DELETE /agents/teams/{name}` → `{removed: true}`. `409 team_not_empty` (naming the members)
+/// while agents still name the team: deleting it would silently leave them pointing at nothing,
+/// so the members are moved or removed first, deliberately.
 pub async fn remove_team(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, AgentError> {
     let _order = WRITES.lock().await;
     let runtime = state.runtime.clone();
     blocking(move || {
         let config = existing(&runtime, &name)?;
+        let members: Vec<String> = runtime.loaded().project.team_members(&name).map(|a| a.id.clone()).collect();
+        if !members.is_empty() {
+            let message = format!("team `{name}` still has members ({}); move or remove them first", members.join(", "));
+            return Err(ApiError::new("team_not_empty", message).into());
+        }
         let path = file(&runtime, &name)?;
         remove(&path)?;
         reload_or(&runtime, || fsx::write_json_atomic(&path, &config).map_err(ProjectError::io("write", &path)).map_err(project_error))
