@@ -185,7 +185,7 @@ async fn suggestion_text(inv: &Invocation, policy: &SuggestionPolicy, question: 
     let answer: String = answer.chars().take(ANSWER_CONTEXT_CHARS).collect();
     let request = ModelRequest {
         model: inv.model.clone(),
-        messages: vec![Message::system(system), Message::user(format!("User: {question}\n\nAssistant: {answer}"))],
+        messages: vec![Message::system(system), Message::user(format!("User: {question}\n\nAssistant: {answer}"))].into(),
         tools: Vec::new(),
         tool_choice: ToolChoice::None,
         response_format: None,

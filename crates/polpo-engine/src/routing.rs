@@ -114,7 +114,7 @@ const MAX_CLASSIFIER_ANSWER_BYTES: usize = 256;
 async fn classify(model: &dyn ModelProvider, classifier: &RoutingClassifier, text: &str) -> Option<String> {
     let request = ModelRequest {
         model: String::new(),
-        messages: vec![Message::system(classifier.system_prompt()), Message::user(classifier.input(text))],
+        messages: vec![Message::system(classifier.system_prompt()), Message::user(classifier.input(text))].into(),
         tools: Vec::new(),
         tool_choice: ToolChoice::None,
         response_format: None,

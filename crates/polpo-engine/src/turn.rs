@@ -18,6 +18,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use polpo_core::message::{Content, FinishReason, Message, Role, ToolCall, Usage};
 use polpo_llm::{ModelEvent, ModelRequest, ToolChoice};
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// How a run ended when it did not fail.
@@ -114,13 +115,17 @@ pub async fn run_turns_controlled(
     let mut conversation = Vec::with_capacity(history.len() + 8);
     conversation.push(Message::system(inv.system_prompt.clone()));
     conversation.extend(history);
+    // Shared with each model request, which holds a pointer instead of a copy. The request is
+    // dropped when its call returns, so the appends below find the list unshared and grow it
+    // in place; `make_mut` would copy only if a provider still held it.
+    let mut conversation = Arc::new(conversation);
     let base_len = conversation.len();
     let buffer_text = inv.response_format.is_structured() || termination.buffers_text();
     let mut usage = Usage::default();
     let mut repaired = false;
     if control.is_some() {
         for result in answer_pending_calls(inv, hooks, base_turn.max(1), &conversation, sink, cancel).await? {
-            conversation.push(result.clone());
+            Arc::make_mut(&mut conversation).push(result.clone());
             sink(RunEvent::MessageAppended { message: result });
         }
     }
@@ -138,7 +143,7 @@ pub async fn run_turns_controlled(
                 }
                 turn += 1;
                 for message in control.map(RunControl::take_steering).unwrap_or_default() {
-                    conversation.push(message.clone());
+                    Arc::make_mut(&mut conversation).push(message.clone());
                     sink(RunEvent::MessageAppended { message });
                 }
                 let output_cap = termination.before_model_call().await?;
@@ -160,7 +165,7 @@ pub async fn run_turns_controlled(
                     tool_call_id: None,
                     name: None,
                 };
-                conversation.push(assistant.clone());
+                Arc::make_mut(&mut conversation).push(assistant.clone());
                 sink(RunEvent::MessageAppended { message: assistant });
                 termination.after_model_call(reply.usage)?;
                 if reply.tool_calls.is_empty() {
@@ -173,7 +178,7 @@ pub async fn run_turns_controlled(
                             return Err(EngineError::Aborted);
                         }
                         for result in crate::runtime_tools::execute(inv, hooks, base_turn + turn, &server, &conversation, sink).await? {
-                            conversation.push(result.clone());
+                            Arc::make_mut(&mut conversation).push(result.clone());
                             sink(RunEvent::MessageAppended { message: result });
                         }
                     }
@@ -191,7 +196,7 @@ pub async fn run_turns_controlled(
         if let Judgement::Retry(feedback) = termination.judge(inv, base_turn + turn, &text, sink).await? {
             // The rejected candidate stays in the history (the model needs it), but it
             // was never streamed; the feedback is model-visible.
-            conversation.push(feedback.clone());
+            Arc::make_mut(&mut conversation).push(feedback.clone());
             sink(RunEvent::MessageAppended { message: feedback });
             continue;
         }
@@ -203,7 +208,7 @@ pub async fn run_turns_controlled(
                 let follow_ups = control.map(RunControl::take_follow_ups).unwrap_or_default();
                 if !follow_ups.is_empty() {
                     for message in follow_ups {
-                        conversation.push(message.clone());
+                        Arc::make_mut(&mut conversation).push(message.clone());
                         sink(RunEvent::MessageAppended { message });
                     }
                     continue;
@@ -216,14 +221,14 @@ pub async fn run_turns_controlled(
                 let fix = Message::user(format!(
                     "Your answer does not match the required response format: {diagnostics}. Reply again with only the corrected JSON value."
                 ));
-                conversation.push(fix.clone());
+                Arc::make_mut(&mut conversation).push(fix.clone());
                 sink(RunEvent::MessageAppended { message: fix });
                 continue;
             }
             Err(diagnostics) => return Err(EngineError::StructuredOutputInvalid(diagnostics)),
         }
     }
-    Err(termination.out_of_turns(inv.max_turns, conversation.split_off(base_len)))
+    Err(termination.out_of_turns(inv.max_turns, Arc::make_mut(&mut conversation).split_off(base_len)))
 }
 
 /// The text of the candidate final answer a resumed run's conversation ends with (an
@@ -271,7 +276,7 @@ fn outcome(content: Option<String>, finish_reason: FinishReason, client_tool_cal
 
 /// What one model call may do: which tools, which tool choice, how much output.
 struct CallShape {
-    tools: Vec<std::sync::Arc<polpo_core::tool::ToolSpec>>,
+    tools: Vec<Arc<polpo_core::tool::ToolSpec>>,
     tool_choice: ToolChoice,
     max_output_tokens: Option<u32>,
 }
@@ -279,7 +284,7 @@ struct CallShape {
 /// One streamed model call, forwarding deltas to the sink as they arrive.
 async fn call_model(
     inv: &Invocation,
-    conversation: &[Message],
+    conversation: &Arc<Vec<Message>>,
     shape: CallShape,
     buffer_text: bool,
     sink: EventSink<'_>,
@@ -287,7 +292,7 @@ async fn call_model(
 ) -> Result<ModelReply, EngineError> {
     let request = ModelRequest {
         model: inv.model.clone(),
-        messages: conversation.to_vec(),
+        messages: Arc::clone(conversation),
         tools: shape.tools,
         tool_choice: shape.tool_choice,
         response_format: None,

@@ -2,7 +2,8 @@
 //!
 //! `cargo test --release -p polpo-engine --test bench_turn -- --ignored --nocapture`
 //!
-//! The shape of issue #4: a 20-message history, 10 tools offered, a model answering at once.
+//! The shape of issue #4: a 20-message history (and a 200-message one, a long session), 10 tools
+//! offered, a model answering at once.
 //! Two figures: with an in-process provider that returns a canned answer (the runtime's cost
 //! alone), and through the OpenAI provider to the fake LLM over loopback HTTP (what a real
 //! deployment adds on top of the model).
@@ -77,8 +78,8 @@ impl ModelProvider for Canned {
     }
 }
 
-fn history() -> Vec<Message> {
-    (0..20).map(|i| if i % 2 == 0 { Message::user(format!("question {i} about the project")) } else { Message::assistant(format!("answer {i} with some detail")) }).collect()
+fn history(len: usize) -> Vec<Message> {
+    (0..len).map(|i| if i % 2 == 0 { Message::user(format!("question {i} about the project")) } else { Message::assistant(format!("answer {i} with some detail")) }).collect()
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -86,14 +87,14 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 }
 
 /// Median and p99 time per turn, and allocations and bytes allocated per turn.
-async fn measure(inv: &polpo_engine::Invocation, n: usize) -> (Duration, Duration, u64, u64) {
+async fn measure(inv: &polpo_engine::Invocation, n: usize, history_len: usize) -> (Duration, Duration, u64, u64) {
     let cancel = CancellationToken::new();
     for _ in 0..n / 10 {
-        run_turns(inv, history(), &|_| {}, &cancel).await.unwrap();
+        run_turns(inv, history(history_len), &|_| {}, &cancel).await.unwrap();
     }
     let mut times = Vec::with_capacity(n);
     // Histories are built before counting: the caller's conversation is not the engine's cost.
-    let histories: Vec<Vec<Message>> = (0..n).map(|_| history()).collect();
+    let histories: Vec<Vec<Message>> = (0..n).map(|_| history(history_len)).collect();
     let (allocations, bytes) = (ALLOCATIONS.load(Relaxed), BYTES.load(Relaxed));
     for history in histories {
         let t = Instant::now();
@@ -115,15 +116,21 @@ async fn engine_overhead_per_turn() {
     assert_eq!(tools.len(), 10);
     inv.tools = Arc::new(ToolSet::new(tools));
 
-    let (p50, p99, allocs, bytes) = measure(&inv, 2000).await;
+    let (p50, p99, allocs, bytes) = measure(&inv, 2000, 20).await;
     println!("HTTP to fake LLM (OpenAI wire, loopback): p50 {p50:?}  p99 {p99:?}  {allocs} allocations / {bytes} bytes per turn (fake server included)");
 
     inv.provider = Arc::new(Canned);
-    let (p50, p99, allocs, bytes) = measure(&inv, 20000).await;
+    let (p50, p99, allocs, bytes) = measure(&inv, 20000, 20).await;
     println!("engine alone (in-process canned provider): p50 {p50:?}  p99 {p99:?}  {allocs} allocations / {bytes} bytes per turn");
+
+    // A long session: what the engine's cost per turn does as the history grows tenfold.
+    let short_history_allocs = allocs;
+    let (p50, p99, allocs, bytes) = measure(&inv, 20000, 200).await;
+    println!("engine alone, 200-message history: p50 {p50:?}  p99 {p99:?}  {allocs} allocations / {bytes} bytes per turn");
+    assert_eq!(allocs, short_history_allocs, "the history is shared with each model call, never copied message by message");
 
     // The same without tools: what offering 10 tool schemas per model call costs.
     inv.tools = Arc::new(ToolSet::new(Vec::new()));
-    let (p50, p99, allocs, bytes) = measure(&inv, 20000).await;
+    let (p50, p99, allocs, bytes) = measure(&inv, 20000, 20).await;
     println!("engine alone, no tools offered: p50 {p50:?}  p99 {p99:?}  {allocs} allocations / {bytes} bytes per turn");
 }

@@ -96,7 +96,7 @@ pub fn turns(request: &ModelRequest, results: ToolResults) -> Vec<Turn> {
         });
     }
     let mut previous = None;
-    for message in &request.messages {
+    for message in request.messages.iter() {
         let after_result = previous == Some(Role::Tool);
         previous = Some(message.role);
         match message.role {
@@ -221,6 +221,7 @@ fn assistant_text(message: &Message) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn read_tool() -> ToolSpec {
         ToolSpec {
@@ -237,7 +238,8 @@ mod tests {
                 Message::system("Be brief."),
                 Message::user("hi"),
                 Message::system("Be kind."),
-            ],
+            ]
+            .into(),
             tools: vec![read_tool().into()],
             ..Default::default()
         };
@@ -258,7 +260,7 @@ mod tests {
     #[test]
     fn auto_offers_the_tools_in_the_words_of_the_hermes_template() {
         let mut request = ModelRequest {
-            messages: vec![Message::user("Read notes.txt.")],
+            messages: vec![Message::user("Read notes.txt.")].into(),
             tools: vec![read_tool().into()],
             ..Default::default()
         };
@@ -296,7 +298,8 @@ mod tests {
                 call,
                 Message::tool_result("c1", "hello"),
                 Message::tool_result("c2", "world"),
-            ],
+            ]
+            .into(),
             tools: vec![read_tool().into()],
             tool_choice: ToolChoice::None,
             ..Default::default()
@@ -330,18 +333,18 @@ mod tests {
         let mut request = answered_call();
         assert!(has_tool_history(&request));
         assert_eq!(just_answered(&request)[0].name, "read");
-        request.messages.push(Message::user("and now?"));
+        Arc::make_mut(&mut request.messages).push(Message::user("and now?"));
         assert!(
             just_answered(&request).is_empty(),
             "a new question is not a repeat"
         );
-        request.messages.truncate(2);
+        Arc::make_mut(&mut request.messages).truncate(2);
         assert!(
             just_answered(&request).is_empty(),
             "the call has no result yet"
         );
         let chat = ModelRequest {
-            messages: vec![Message::user("hi"), Message::assistant("hello")],
+            messages: vec![Message::user("hi"), Message::assistant("hello")].into(),
             ..Default::default()
         };
         assert!(!has_tool_history(&chat) && just_answered(&chat).is_empty());

@@ -69,7 +69,8 @@ async fn prefill_and_decode_speed() {
         messages: vec![
             Message::system("You are a helpful assistant. ".repeat(20)),
             Message::user("Explain in detail how a lighthouse works, its history and its parts."),
-        ],
+        ]
+        .into(),
         max_output_tokens: Some(max),
         ..Default::default()
     };
@@ -89,7 +90,8 @@ async fn prefill_and_decode_speed() {
         model: model.clone(),
         messages: vec![Message::user(
             "Use the read tool to read the file notes.txt.",
-        )],
+        )]
+        .into(),
         tools: vec![read.into()],
         tool_choice: ToolChoice::Required,
         ..Default::default()

@@ -9,7 +9,7 @@ use polpo_core::tool::ToolSpec;
 use polpo_llm::{ModelEvent, ModelProvider, ModelRequest, ToolChoice};
 use polpo_llm_local::{LocalProvider, LocalSettings, TEST_MODEL, install, list};
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The test cache, with the test model installed in it (once per test binary).
 fn cache_dir() -> PathBuf {
@@ -101,7 +101,8 @@ async fn a_plain_question_gets_a_streamed_answer_with_usage_and_finish() {
         messages: vec![
             Message::system("You are a helpful assistant. Answer in one short sentence."),
             Message::user("What is the capital of France?"),
-        ],
+        ]
+        .into(),
         ..Default::default()
     })
     .await;
@@ -137,7 +138,8 @@ fn read_file_request(model: &str, tool_choice: ToolChoice) -> ModelRequest {
         messages: vec![
             Message::system("You are a coding assistant. Use the tools to inspect files."),
             Message::user("Use the read tool to read the file notes.txt."),
-        ],
+        ]
+        .into(),
         tools: vec![read_tool().into(), bash_tool().into()],
         tool_choice,
         ..Default::default()
@@ -223,13 +225,11 @@ async fn qwen_calls_the_read_tool_on_its_own_when_asked() {
     let mut assistant = Message::assistant("");
     let call_id = call.id.clone();
     assistant.tool_calls.push(call);
-    request.messages.push(assistant);
-    request
-        .messages
-        .push(Message::tool_result(call_id, "The launch code is 4711."));
-    request
-        .messages
-        .push(Message::user("What is the launch code?"));
+    Arc::make_mut(&mut request.messages).extend([
+        assistant,
+        Message::tool_result(call_id, "The launch code is 4711."),
+        Message::user("What is the launch code?"),
+    ]);
     let events = collect(request).await;
     assert!(text_of(&events).contains("4711"), "{events:?}");
     assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::Stop)));
@@ -245,7 +245,8 @@ async fn qwen_s_markdown_json_call_is_a_call() {
         messages: vec![
             Message::system("You are a helpful assistant. Answer clearly and briefly."),
             Message::user("Please read the file notes.txt."),
-        ],
+        ]
+        .into(),
         tools: vec![read_tool().into()],
         ..Default::default()
     };
@@ -266,7 +267,8 @@ async fn dropping_the_stream_frees_the_model_for_the_next_call() {
         model: TEST_MODEL.into(),
         messages: vec![Message::user(
             "Write a very long story about a lighthouse keeper.",
-        )],
+        )]
+        .into(),
         max_output_tokens: Some(100_000),
         ..Default::default()
     };
@@ -279,7 +281,7 @@ async fn dropping_the_stream_frees_the_model_for_the_next_call() {
     // Generations take turns on one model: this call can only finish once the dropped one stopped.
     let events = collect(ModelRequest {
         model: TEST_MODEL.into(),
-        messages: vec![Message::user("Say hello.")],
+        messages: vec![Message::user("Say hello.")].into(),
         max_output_tokens: Some(4),
         ..Default::default()
     })
@@ -293,7 +295,8 @@ async fn output_stops_at_the_token_cap() {
         model: TEST_MODEL.into(),
         messages: vec![Message::user(
             "Write a long story about a lighthouse keeper.",
-        )],
+        )]
+        .into(),
         max_output_tokens: Some(8),
         ..Default::default()
     })
@@ -339,7 +342,8 @@ async fn a_tool_result_in_the_history_informs_the_answer() {
             Message::user("What is the launch code written in notes.txt?"),
             call,
             Message::tool_result("call_1", "The launch code is 4711."),
-        ],
+        ]
+        .into(),
         tools: vec![read_tool().into(), bash_tool().into()],
         // Left to choose, with the result framed as its template expects, SmolLM2 answers.
         tool_choice: ToolChoice::Auto,
@@ -370,7 +374,7 @@ async fn after_reading_notes(model: &str, rounds: usize) -> Vec<ModelEvent> {
     }
     collect(ModelRequest {
         model: model.into(),
-        messages,
+        messages: messages.into(),
         tools: vec![read_tool().into()],
         tool_choice: ToolChoice::Auto,
         ..Default::default()

@@ -63,8 +63,11 @@ pub enum ToolChoice {
 pub struct ModelRequest {
     /// The provider's own model name (the part after `provider/`).
     pub model: String,
-    /// The conversation, system messages first.
-    pub messages: Vec<Message>,
+    /// The conversation, system messages first. Shared, not owned: the runtime sends the whole
+    /// history on every model call, and deep-copying it each time grew the cost of a turn with
+    /// the length of the session. Providers only read it; a caller that changes a request's
+    /// messages does so with `Arc::make_mut`, which copies only if the list is still shared.
+    pub messages: Arc<Vec<Message>>,
     /// Tools the model may call (already filtered by policy). Shared, not owned: the runtime
     /// builds this list for every model call, and deep-cloning the schemas each time was most
     /// of its own cost per turn.

@@ -50,7 +50,7 @@ fn read_tool() -> ToolSpec {
 }
 
 fn request() -> ModelRequest {
-    ModelRequest { model: "test-model".into(), messages: vec![Message::system("Be brief."), Message::user("What is in a.txt?")], tools: vec![Arc::new(read_tool())], ..ModelRequest::default() }
+    ModelRequest { model: "test-model".into(), messages: Arc::new(vec![Message::system("Be brief."), Message::user("What is in a.txt?")]), tools: vec![Arc::new(read_tool())], ..ModelRequest::default() }
 }
 
 /// Everything a caller saw from one call.
@@ -153,7 +153,7 @@ fn conversation_with_tool_result() -> ModelRequest {
     let mut assistant = Message::assistant("Reading.");
     assistant.tool_calls.push(ToolCall { id: "call_1".into(), name: "read".into(), arguments: r#"{"path":"a.txt"}"#.into() });
     ModelRequest {
-        messages: vec![Message::system("Be brief."), Message::user("What is in a.txt?"), assistant, Message::tool_result("call_1", "hello")],
+        messages: Arc::new(vec![Message::system("Be brief."), Message::user("What is in a.txt?"), assistant, Message::tool_result("call_1", "hello")]),
         tool_choice: ToolChoice::Required,
         max_output_tokens: Some(500),
         ..request()

@@ -72,7 +72,7 @@ async fn run_prompt(inv: &Invocation, prompt: &str, model: Option<&str>, envelop
     );
     let request = ModelRequest {
         model: model.unwrap_or(&inv.model).to_string(),
-        messages: vec![Message::system(system), Message::user(String::from_utf8_lossy(envelope).into_owned())],
+        messages: vec![Message::system(system), Message::user(String::from_utf8_lossy(envelope).into_owned())].into(),
         tools: Vec::new(),
         tool_choice: ToolChoice::None,
         max_output_tokens: Some(PROMPT_MAX_OUTPUT_TOKENS),
