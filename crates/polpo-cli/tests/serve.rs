@@ -54,6 +54,19 @@ fn without_an_api_key_the_server_listens_on_localhost_only() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn serve_prints_the_dashboard_address_and_it_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let mut server = ServerProcess::start("serve", dir.path(), &[], &[]);
+    let line = server.wait_for("dashboard: ");
+    let url = line.split("dashboard: ").nth(1).unwrap().trim().to_owned();
+    assert_eq!(url, format!("{}/", server.url));
+    let page = reqwest::get(&url).await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("<html"), "the dashboard page");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn polpo_run_streams_the_answer_after_using_a_tool() {
     let llm = FakeLlm::start([Turn::tool_calls(vec![("read", json!({"path": "notes.txt"}))]), Turn::text("The note says: buy milk.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();

@@ -61,6 +61,7 @@ async fn serve(project: polpo_core::config::Project, args: Args, files: Option<F
     // One line a script can wait for; the rest is for people.
     println!("polpo listening on http://{addr}");
     println!("  OpenAI-compatible: http://{addr}/v1/chat/completions");
+    println!("  dashboard: http://{addr}/");
     println!("  agents: {}", if agents.is_empty() { "(none)".to_owned() } else { agents.join(", ") });
     println!("  storage: {}", storage.as_str());
 
