@@ -315,7 +315,7 @@ mod tests {
     fn in_stream_error_events_are_classified() {
         let mut d = Decoder::default();
         let data = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        let Err(error) = d.event(SseEvent { event: Some("error".into()), data: data.into() }, &mut Vec::new()) else { panic!("an error event must fail the stream") };
+        let Err(error) = d.event(SseEvent { event: Some("error".into()), data: data.into(), ..SseEvent::default() }, &mut Vec::new()) else { panic!("an error event must fail the stream") };
         assert_eq!(error.kind, LlmErrorKind::ProviderUnavailable);
         assert!(error.message.contains("Overloaded"));
     }

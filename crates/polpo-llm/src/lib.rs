@@ -37,6 +37,7 @@ pub use config::{ApiKey, HttpPolicy, ProviderConfig, WireApi, builtin_provider_n
 pub use fallback::{FallbackProvider, Target, falls_back};
 pub use openai::OpenAiProvider;
 pub use registry::{EnvLookup, Providers, ResolveError, split_model_id};
+pub use sse::{SseDecoder, SseEvent};
 
 use futures::Stream;
 use polpo_core::message::{FinishReason, Message, ToolCall, Usage};

@@ -212,7 +212,7 @@ mod tests {
         let mut d = Decoder::default();
         let mut out = Vec::new();
         for data in lines {
-            d.event(SseEvent { event: None, data: (*data).to_owned() }, &mut out).unwrap();
+            d.event(SseEvent { data: (*data).to_owned(), ..SseEvent::default() }, &mut out).unwrap();
         }
         out
     }
@@ -240,7 +240,7 @@ mod tests {
     fn an_error_object_inside_the_stream_is_classified() {
         let mut d = Decoder::default();
         let data = r#"{"error":{"message":"Rate limit reached","code":"rate_limit_exceeded"}}"#;
-        let Err(error) = d.event(SseEvent { event: None, data: data.into() }, &mut Vec::new()) else { panic!("an error chunk must fail the stream") };
+        let Err(error) = d.event(SseEvent { data: data.into(), ..SseEvent::default() }, &mut Vec::new()) else { panic!("an error chunk must fail the stream") };
         assert_eq!(error.kind, LlmErrorKind::RateLimited);
     }
 

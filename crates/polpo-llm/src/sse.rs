@@ -2,6 +2,8 @@
 //!
 //! Written by hand because provider streams are untrusted input: every buffer here has a
 //! ceiling, and the decoder is a plain state machine fed byte slices, easy to test and fuzz.
+//! Public so every SSE client of the project (providers, the CLI following a run) reads
+//! streams through the same bounded code.
 
 use crate::{LlmError, LlmErrorKind};
 
@@ -11,20 +13,24 @@ const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
 const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
 
 /// One dispatched event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SseEvent {
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SseEvent {
     /// The `event:` field, when given.
     pub event: Option<String>,
+    /// The `id:` field of this event, when given (what a client resumes from with
+    /// `Last-Event-ID`).
+    pub id: Option<String>,
     /// The `data:` lines joined by newlines.
     pub data: String,
 }
 
 /// Incremental decoder: feed it chunks as they arrive.
 #[derive(Debug, Default)]
-pub(crate) struct SseDecoder {
+pub struct SseDecoder {
     line: Vec<u8>,
     after_cr: bool,
     event: Option<String>,
+    id: Option<String>,
     data: String,
     has_data: bool,
 }
@@ -97,15 +103,16 @@ impl SseDecoder {
                 self.has_data = true;
             }
             "event" => self.event = Some(value.to_owned()),
+            "id" => self.id = Some(value.to_owned()),
             _ => {}
         }
         Ok(())
     }
 
     fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
-        let event = self.event.take();
+        let (event, id) = (self.event.take(), self.id.take());
         if std::mem::take(&mut self.has_data) {
-            out.push(SseEvent { event, data: std::mem::take(&mut self.data) });
+            out.push(SseEvent { event, id, data: std::mem::take(&mut self.data) });
         }
     }
 }
@@ -126,12 +133,13 @@ mod tests {
 
     #[test]
     fn events_split_anywhere_reassemble() {
-        let whole = b"event: a\ndata: {\"x\":1}\n\n: ping\n\ndata: one\ndata: two\r\n\r\ndata:tight\r\rdata: last";
+        let whole = b"event: a\nid: 7\ndata: {\"x\":1}\n\n: ping\n\ndata: one\ndata: two\r\n\r\ndata:tight\r\rdata: last";
+        let text = |data: &str| SseEvent { data: data.into(), ..SseEvent::default() };
         let expected = vec![
-            SseEvent { event: Some("a".into()), data: "{\"x\":1}".into() },
-            SseEvent { event: None, data: "one\ntwo".into() },
-            SseEvent { event: None, data: "tight".into() },
-            SseEvent { event: None, data: "last".into() },
+            SseEvent { event: Some("a".into()), id: Some("7".into()), data: "{\"x\":1}".into() },
+            text("one\ntwo"),
+            text("tight"),
+            text("last"),
         ];
         assert_eq!(decode(&[whole]), expected);
         for cut in 1..whole.len() {

@@ -12,9 +12,11 @@
 use super::Global;
 use anyhow::Context as _;
 use polpo_engine::runs::is_terminal;
+use polpo_llm::{SseDecoder, SseEvent};
 use polpo_store::RunStatus;
 use reqwest::Method;
 use serde_json::{Value, json};
+use std::collections::VecDeque;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -231,7 +233,7 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
         // Why the connection dropped.
         let dropped: String = match client.send(request).await {
             Ok(response) => {
-                let mut events = SseFrames { response, buffer: Vec::new() };
+                let mut events = SseFrames::new(response);
                 loop {
                     match events.next().await {
                         Ok(Some(frame)) if frame.event.as_deref() == Some("error") => {
@@ -240,7 +242,7 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
                             return Err(ServerError { code: text("code"), message: text("message") }.into());
                         }
                         Ok(Some(frame)) => {
-                            let Some(seq) = frame.id.filter(|seq| *seq > after) else { continue };
+                            let Some(seq) = frame.id.and_then(|id| id.trim().parse().ok()).filter(|seq| *seq > after) else { continue };
                             let event: Value = serde_json::from_str(&frame.data).with_context(|| format!("event {seq} of run {id} is not JSON"))?;
                             after = seq;
                             (wait, unreachable_since) = (RECONNECT_FIRST_WAIT, None);
@@ -377,47 +379,43 @@ async fn paused_on(client: &Client, id: &str) -> Result<String, ServerError> {
     }
     let last = run["lastSeq"].as_u64().unwrap_or_default();
     let response = client.send(client.request(Method::GET, &format!("/v1/runs/{id}/events?after={}", last.saturating_sub(1)))).await?;
-    let frame = SseFrames { response, buffer: Vec::new() }.next().await.map_err(|e| ServerError::unreachable(&client.url, e))?;
+    let frame = SseFrames::new(response).next().await.map_err(|e| ServerError::unreachable(&client.url, e))?;
     let event: Value = frame.and_then(|f| serde_json::from_str(&f.data).ok()).unwrap_or_default();
     event["data"]["detail"]["key"].as_str().filter(|_| event["type"] == "run.paused").map(str::to_owned).ok_or_else(not_paused)
 }
 
-/// One server-sent event.
-struct SseFrame {
-    event: Option<String>,
-    id: Option<u64>,
-    data: String,
-}
-
-/// The frames of an SSE response as they arrive (comments and pings skipped).
+/// The frames of an SSE response as they arrive (comments and pings skipped), decoded by the
+/// same bounded decoder the model providers use.
 struct SseFrames {
     response: reqwest::Response,
-    buffer: Vec<u8>,
+    decoder: SseDecoder,
+    ready: VecDeque<SseEvent>,
 }
 
 impl SseFrames {
+    fn new(response: reqwest::Response) -> Self {
+        Self { response, decoder: SseDecoder::default(), ready: VecDeque::new() }
+    }
+
     /// The next frame; `None` when the server ends the stream; `Err` when the connection
-    /// fails or stays silent past [`STREAM_SILENCE`].
-    async fn next(&mut self) -> Result<Option<SseFrame>, String> {
+    /// fails, stays silent past [`STREAM_SILENCE`] or sends a frame over the decoder's bounds.
+    async fn next(&mut self) -> Result<Option<SseEvent>, String> {
         loop {
-            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
-                let raw: Vec<u8> = self.buffer.drain(..end + 2).collect();
-                let raw = String::from_utf8_lossy(&raw);
-                let field = |name: &str| raw.lines().filter_map(|l| l.strip_prefix(name)).map(|v| v.strip_prefix(' ').unwrap_or(v)).collect::<Vec<_>>();
-                let data = field("data:");
-                if data.is_empty() {
-                    continue;
-                }
-                let event = field("event:").first().map(|e| (*e).to_owned());
-                let id = field("id:").first().and_then(|v| v.trim().parse().ok());
-                return Ok(Some(SseFrame { event, id, data: data.join("\n") }));
+            if let Some(frame) = self.ready.pop_front() {
+                return Ok(Some(frame));
             }
-            match tokio::time::timeout(STREAM_SILENCE, self.response.chunk()).await {
-                Ok(Ok(Some(chunk))) => self.buffer.extend_from_slice(&chunk),
-                Ok(Ok(None)) => return Ok(None),
+            let mut decoded = Vec::new();
+            let chunk = match tokio::time::timeout(STREAM_SILENCE, self.response.chunk()).await {
+                Ok(Ok(Some(chunk))) => chunk,
+                Ok(Ok(None)) => {
+                    self.decoder.finish(&mut decoded).map_err(|e| e.to_string())?;
+                    return Ok(decoded.pop());
+                }
                 Ok(Err(e)) => return Err(format!("the connection failed: {e}")),
                 Err(_) => return Err(format!("nothing received for {} s", STREAM_SILENCE.as_secs())),
-            }
+            };
+            self.decoder.push(&chunk, &mut decoded).map_err(|e| e.to_string())?;
+            self.ready.extend(decoded);
         }
     }
 }
