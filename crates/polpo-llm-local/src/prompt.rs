@@ -171,17 +171,18 @@ fn tojson(value: &serde_json::Value) -> String {
 /// Compact JSON with a space after every `,` and `:` (Python's `json.dumps` defaults).
 struct TojsonFormatter;
 
+/// `, ` before every array value or object key but the first.
+fn separator<W: ?Sized + std::io::Write>(writer: &mut W, first: bool) -> std::io::Result<()> {
+    if first { Ok(()) } else { writer.write_all(b", ") }
+}
+
 impl serde_json::ser::Formatter for TojsonFormatter {
     fn begin_array_value<W: ?Sized + std::io::Write>(
         &mut self,
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        separator(writer, first)
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -189,11 +190,7 @@ impl serde_json::ser::Formatter for TojsonFormatter {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        separator(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(

@@ -23,6 +23,17 @@ fn cache_dir() -> PathBuf {
         .clone()
 }
 
+/// Qwen2.5-Coder-0.5B installed in the test cache (491 MB on first use), by name.
+async fn installed_qwen() -> &'static str {
+    let model = "qwen2.5-coder-0.5b";
+    let dir = cache_dir();
+    tokio::task::spawn_blocking(move || install(model, &dir, |_, _| {}))
+        .await
+        .unwrap()
+        .unwrap();
+    model
+}
+
 fn provider() -> LocalProvider {
     LocalProvider::new(LocalSettings::new(cache_dir()))
 }
@@ -208,12 +219,7 @@ async fn a_named_tool_choice_gets_that_tool_with_its_required_argument() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "downloads a 491 MB model"]
 async fn qwen_calls_the_read_tool_on_its_own_when_asked() {
-    let model = "qwen2.5-coder-0.5b";
-    let dir = cache_dir();
-    tokio::task::spawn_blocking(move || install(model, &dir, |_, _| {}))
-        .await
-        .unwrap()
-        .unwrap();
+    let model = installed_qwen().await;
     let mut request = read_file_request(model, ToolChoice::Auto);
     let events = collect(request.clone()).await;
     let call = single_call(&events).clone();
@@ -238,10 +244,10 @@ async fn qwen_calls_the_read_tool_on_its_own_when_asked() {
 /// Left to choose, Qwen2.5-Coder-0.5B writes this call as a Markdown JSON block, not in
 /// `<tool_call>` tags: it is still a call, since it names an offered tool.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "needs the 491 MB Qwen2.5-Coder-0.5B (see above)"]
+#[ignore = "downloads a 491 MB model"]
 async fn qwen_s_markdown_json_call_is_a_call() {
     let request = ModelRequest {
-        model: "qwen2.5-coder-0.5b".into(),
+        model: installed_qwen().await.into(),
         messages: vec![
             Message::system("You are a helpful assistant. Answer clearly and briefly."),
             Message::user("Please read the file notes.txt."),
@@ -402,11 +408,6 @@ async fn a_call_repeating_the_one_just_answered_becomes_an_answer() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "downloads a 491 MB model"]
 async fn qwen_answers_after_one_read_instead_of_reading_again() {
-    let model = "qwen2.5-coder-0.5b";
-    let dir = cache_dir();
-    tokio::task::spawn_blocking(move || install(model, &dir, |_, _| {}))
-        .await
-        .unwrap()
-        .unwrap();
+    let model = installed_qwen().await;
     assert_answered_without_repeating(&after_reading_notes(model, 1).await);
 }
