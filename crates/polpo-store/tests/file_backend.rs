@@ -15,6 +15,12 @@ async fn open(dir: &Path) -> polpo_store::Store {
     open_store(StoreKind::File, dir, None, Arc::new(SystemClock)).await.unwrap()
 }
 
+/// The text of each message of session `id` (first page), in order.
+async fn texts(store: &polpo_store::Store, id: &str) -> Vec<String> {
+    let page = store.sessions.list_messages(id, &PageRequest::default()).await.unwrap();
+    page.items.iter().map(|m| m.message.text_content()).collect()
+}
+
 fn lines(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
@@ -102,16 +108,7 @@ async fn journals_torn_by_a_crash_are_cut_and_headers_reconciled() {
     assert_eq!(store.runs.events_after(&rid, 0, 10).await.unwrap().len(), 2);
     assert_eq!(store.runs.append_event(&rid, "run.completed", json!({})).await.unwrap(), 3);
     store.sessions.append_messages(&sid, vec![NewMessage::new(Message::user("three"))], Some(3)).await.unwrap();
-    let texts: Vec<String> = store
-        .sessions
-        .list_messages(&sid, &PageRequest::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(|m| m.message.text_content())
-        .collect();
-    assert_eq!(texts, vec!["one", "two", "three"]);
+    assert_eq!(texts(&store, &sid).await, ["one", "two", "three"]);
     assert_eq!(lines(&polpo.join("runs").join(&rid).join("events.jsonl")).len(), 3, "every line on disk parses again");
 }
 
@@ -177,16 +174,7 @@ async fn concurrent_appends_to_one_session_stay_gap_free_while_other_sessions_wr
     let session = store.sessions.get_session(&shared.id).await.unwrap().unwrap();
     assert_eq!((session.message_count, session.revision), (80, 81), "a clean close leaves exact headers");
     for id in own {
-        let texts: Vec<String> = store
-            .sessions
-            .list_messages(&id, &PageRequest::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .map(|m| m.message.text_content())
-            .collect();
-        assert_eq!(texts, ["0", "1", "2", "3", "4"]);
+        assert_eq!(texts(&store, &id).await, ["0", "1", "2", "3", "4"]);
     }
 }
 
