@@ -34,6 +34,11 @@ pub struct GateCheckpoint {
 }
 
 impl GateCheckpoint {
+    /// The state of a gate no candidate has reached yet.
+    fn new(limits: polpo_core::hooks::GateLimits) -> Self {
+        Self { budget: GateBudget::new(limits), validation: None, model_call_in_flight: false }
+    }
+
     /// True once a candidate was accepted.
     pub fn accepted(&self) -> bool {
         matches!(self.validation, Some(GateValidation { decision: Some(GateDecision::Accept), .. }))
@@ -238,7 +243,7 @@ async fn judge_by_stop_hooks(at: &At<'_>, candidate: &str, recovered: &mut bool)
 /// kept and the limits are the stricter of the stored and the configured ones. A resume
 /// interrupted during a correction cycle's model call stops here (nothing is repeated).
 fn resume_gate(limits: polpo_core::hooks::GateLimits, stored: Option<GateCheckpoint>) -> Result<GateCheckpoint, EngineError> {
-    let Some(stored) = stored else { return Ok(GateCheckpoint { budget: GateBudget::new(limits), validation: None, model_call_in_flight: false }) };
+    let Some(stored) = stored else { return Ok(GateCheckpoint::new(limits)) };
     if stored.model_call_in_flight {
         return Err(EngineError::TerminationGateEffectUnconfirmed(format!(
             "the run was interrupted during a model call of correction cycle {}; its outcome and cost are unknown, so it is not repeated",
@@ -274,21 +279,21 @@ async fn judge_by_gate(
     gate: &mut GateCheckpoint,
 ) -> Result<Judgement, EngineError> {
     check_time(hooks, &gate.budget)?;
-    let attempt = match &gate.validation {
+    let (attempt, gate_execution_id) = match &gate.validation {
         Some(v) if v.turn == turn => match &v.decision {
             Some(GateDecision::Accept) => return Ok(Judgement::Final),
             Some(GateDecision::Continue { feedback, .. }) => return Ok(Judgement::Retry(Message::user(feedback.clone()))),
-            None => v.termination_attempt,
+            None => (v.termination_attempt, v.gate_execution_id.clone()),
         },
         _ => {
             let attempt = gate.budget.begin_attempt();
-            gate.validation = Some(GateValidation { gate_execution_id: gate_execution_id(hooks, turn, attempt), turn, termination_attempt: attempt, decision: None });
+            let id = gate_execution_id(hooks, turn, attempt);
+            gate.validation = Some(GateValidation { gate_execution_id: id.clone(), turn, termination_attempt: attempt, decision: None });
             // Durable before the validator runs, so a resume gives it the same key.
             commit(control, gate).await?;
-            attempt
+            (attempt, id)
         }
     };
-    let gate_execution_id = gate_execution_id(hooks, turn, attempt);
     let event = |state, correction_cycle| RunEvent::TerminationGate { state, gate_execution_id: gate_execution_id.clone(), termination_attempt: attempt, correction_cycle };
     sink(event(GateState::Validating, gate.budget.cycles_used));
     let at = At { inv, hooks, turn, subject: format!("attempt-{attempt}"), sink };
@@ -354,7 +359,7 @@ mod tests {
     fn a_token_budget_without_reported_usage_stops_the_run() {
         // The fake LLM always reports usage, so this case is proven here, at the seam.
         let limits = GateLimits { max_cycles: 1, max_duration_ms: 1000, max_tokens: Some(100) };
-        let gate = |limits| Phase::Gate(GateCheckpoint { budget: GateBudget::new(limits), validation: None, model_call_in_flight: false });
+        let gate = |limits| Phase::Gate(GateCheckpoint::new(limits));
         let mut t = Termination { hooks: None, control: None, phase: gate(limits) };
         let err = t.after_model_call(None).err().map(|e| e.code());
         assert_eq!(err, Some("termination_gate_usage_unknown"));
