@@ -484,7 +484,6 @@ fn capabilities(c: Option<&Map<String, Value>>) -> Capabilities {
     Capabilities { ask_user_question: on("ask_user_question"), suggestions: on("suggestions") }
 }
 
-/// `metadata`: a string map of bounded size, stored on the session.
 /// `routing: {"labels": [...]}` (Polpo extension): bounded labels that model routing rules
 /// may match; ignored for agents that did not opt in to routing.
 fn routing_labels(routing: Option<&Value>) -> Result<Vec<String>, ApiError> {
@@ -498,6 +497,7 @@ fn routing_labels(routing: Option<&Value>) -> Result<Vec<String>, ApiError> {
     }
 }
 
+/// `metadata`: a string map of bounded size, stored on the session.
 fn metadata(m: Option<&Map<String, Value>>) -> Result<Value, ApiError> {
     let Some(m) = m else { return Ok(Value::Null) };
     if m.len() > MAX_METADATA_KEYS {
