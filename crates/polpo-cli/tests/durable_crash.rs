@@ -8,7 +8,6 @@
 
 mod support;
 
-use polpo_testkit::pg::PgSchema;
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -232,9 +231,7 @@ async fn sigkill_during_a_write_on_the_file_store() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_during_a_write_on_postgres() {
-    let schema = PgSchema::create().await.unwrap();
-    killed_during_a_write_the_run_pauses_until_reconciled(json!({"storage": "postgres", "databaseUrl": schema.url()})).await;
-    schema.drop_schema().await.unwrap();
+    support::on_postgres(killed_during_a_write_the_run_pauses_until_reconciled).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -244,7 +241,5 @@ async fn sigkill_mid_run_on_the_file_store() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_mid_run_on_postgres() {
-    let schema = PgSchema::create().await.unwrap();
-    killed_mid_run_and_restarted_the_run_completes_with_each_effect_once(json!({"storage": "postgres", "databaseUrl": schema.url()})).await;
-    schema.drop_schema().await.unwrap();
+    support::on_postgres(killed_mid_run_and_restarted_the_run_completes_with_each_effect_once).await;
 }

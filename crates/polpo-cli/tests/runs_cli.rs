@@ -7,7 +7,6 @@
 
 mod support;
 
-use polpo_testkit::pg::PgSchema;
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
@@ -275,7 +274,5 @@ async fn sigterm_hands_the_run_over_on_the_file_store() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_hands_the_run_over_on_postgres() {
-    let schema = PgSchema::create().await.unwrap();
-    sigterm_hands_the_run_over_to_the_next_server_at_once(json!({"storage": "postgres", "databaseUrl": schema.url()})).await;
-    schema.drop_schema().await.unwrap();
+    support::on_postgres(sigterm_hands_the_run_over_to_the_next_server_at_once).await;
 }

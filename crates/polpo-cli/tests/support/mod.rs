@@ -108,3 +108,11 @@ impl Drop for ServerProcess {
         let _ = self.child.wait();
     }
 }
+
+/// Run a store-parametrised test against a fresh PostgreSQL schema: `test` gets the project
+/// settings that select it, and the schema is dropped afterwards.
+pub async fn on_postgres<F: std::future::Future<Output = ()>>(test: impl FnOnce(serde_json::Value) -> F) {
+    let schema = polpo_testkit::pg::PgSchema::create().await.unwrap();
+    test(serde_json::json!({"storage": "postgres", "databaseUrl": schema.url()})).await;
+    schema.drop_schema().await.unwrap();
+}
