@@ -103,6 +103,9 @@ pub struct ChatInput {
     pub user: Option<String>,
     /// Metadata stored on a new session (a JSON object or null).
     pub metadata: Value,
+    /// The API client a new session belongs to (a key id, never the key); the server keeps
+    /// other clients' keys away from it.
+    pub owner: Option<String>,
     /// Routing labels (`routing.labels` of a chat request) that `settings.modelRouting` rules
     /// may match, for agents that opted in to model routing.
     pub routing_labels: Vec<String>,
@@ -130,6 +133,7 @@ impl ChatInput {
             loop_context: None,
             user: None,
             metadata: Value::Null,
+            owner: None,
             routing_labels: Vec::new(),
             run_id: format!("chat-{}", uuid::Uuid::now_v7().simple()),
             capabilities: Capabilities::default(),
@@ -430,7 +434,7 @@ impl Runtime {
             if !input.messages.iter().any(|m| m.role != Role::System) {
                 return Err(ChatError::InvalidRequest("messages must contain at least one non-system message".into()));
             }
-            let new = NewSession { id: None, agent: input.agent.clone(), title: None, user: input.user.clone(), metadata: input.metadata.clone() };
+            let new = NewSession { id: None, agent: input.agent.clone(), title: None, user: input.user.clone(), metadata: input.metadata.clone(), owner: input.owner.clone() };
             let session = self.store.sessions.create_session(new).await?;
             RunEvents::new(&self.bus, &input.run_id, &session.id, &input.agent).session_created(&session);
             return Ok((session, Vec::new(), input.messages.clone()));

@@ -46,6 +46,11 @@ pub struct Session {
     /// Free-form caller metadata (a JSON object).
     #[serde(default)]
     pub metadata: Value,
+    /// The API client that created the session (a key id derived from its digest, never the
+    /// key), so that another client's key cannot read or continue it; `None` for sessions
+    /// created without a key (local-only mode) or before owners were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// When the session was created.
     pub created_at: DateTime<Utc>,
     /// When a message was last appended or the session last changed.
@@ -69,6 +74,9 @@ pub struct NewSession {
     pub user: Option<String>,
     /// Caller metadata; `Null` is stored as `{}`.
     pub metadata: Value,
+    /// The API client creating it (see [`Session::owner`]).
+    #[serde(default)]
+    pub owner: Option<String>,
 }
 
 /// A change to a session's title or metadata.
@@ -87,6 +95,8 @@ pub struct SessionFilter {
     pub agent: Option<String>,
     /// Only this user's sessions.
     pub user: Option<String>,
+    /// Only sessions this API client owns (see [`Session::owner`]).
+    pub owner: Option<String>,
 }
 
 /// A message to append to a session: the runtime message plus what the store keeps beside it.
@@ -536,6 +546,7 @@ pub(crate) fn session_from_new(new: NewSession, now: DateTime<Utc>) -> Result<Se
         title: new.title.map(check_title).transpose()?.unwrap_or_default(),
         user: new.user,
         metadata,
+        owner: new.owner,
         created_at: now,
         updated_at: now,
         message_count: 0,

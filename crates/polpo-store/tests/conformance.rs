@@ -168,7 +168,7 @@ async fn pagination_has_no_duplicates_and_no_gaps(t: &TestStore) {
     assert_eq!(seen, expected, "newest first, every session exactly once");
 
     let only_a = s
-        .list_sessions(&SessionFilter { agent: Some("a".into()), user: None }, &PageRequest::first(100))
+        .list_sessions(&SessionFilter { agent: Some("a".into()), ..Default::default() }, &PageRequest::first(100))
         .await
         .unwrap();
     assert_eq!(only_a.items.len(), 9);
@@ -200,6 +200,21 @@ async fn pagination_has_no_duplicates_and_no_gaps(t: &TestStore) {
     let bogus = PageRequest::after(polpo_store::Cursor::from_wire("not-a-cursor"), 3);
     assert_eq!(code(s.list_sessions(&SessionFilter::default(), &bogus).await), "invalid_cursor");
     assert_eq!(code(s.list_messages(id, &bogus).await), "invalid_cursor");
+}
+
+async fn sessions_keep_their_owner_and_list_by_it(t: &TestStore) {
+    let s = &t.store.sessions;
+    let mine = s.create_session(NewSession { owner: Some("key_a".into()), ..session("coder") }).await.unwrap();
+    s.create_session(NewSession { owner: Some("key_b".into()), ..session("coder") }).await.unwrap();
+    let unowned = s.create_session(session("coder")).await.unwrap();
+    assert_eq!(s.get_session(&mine.id).await.unwrap().unwrap().owner.as_deref(), Some("key_a"));
+    assert_eq!(s.get_session(&unowned.id).await.unwrap().unwrap().owner, None);
+    let appended = s.append_messages(&mine.id, vec![NewMessage::new(Message::user("hi"))], None).await.unwrap();
+    assert_eq!(appended.session.owner.as_deref(), Some("key_a"), "an append keeps the owner");
+    let only_a = SessionFilter { owner: Some("key_a".into()), ..Default::default() };
+    let listed = s.list_sessions(&only_a, &PageRequest::first(10)).await.unwrap().items;
+    assert_eq!(listed.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(), [mine.id.as_str()]);
+    assert_eq!(s.list_sessions(&SessionFilter::default(), &PageRequest::first(10)).await.unwrap().items.len(), 3);
 }
 
 async fn stale_revisions_and_taken_ids_conflict(t: &TestStore) {
@@ -524,7 +539,7 @@ async fn records_are_revisioned_documents_per_collection(t: &TestStore) {
 }
 
 async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
-    let sid = t.store.sessions.create_session(session("coder")).await.unwrap().id;
+    let sid = t.store.sessions.create_session(NewSession { owner: Some("key_a".into()), ..session("coder") }).await.unwrap().id;
     t.store.sessions.append_messages(&sid, vec![NewMessage::new(Message::user("remember me"))], None).await.unwrap();
     let rid = t.store.runs.create_run(NewRun { session_id: Some(sid.clone()), ..run("coder") }).await.unwrap().id;
     for i in 0..3 {
@@ -591,6 +606,7 @@ macro_rules! conformance {
 
 conformance!(
     sessions_round_trip,
+    sessions_keep_their_owner_and_list_by_it,
     messages_keep_order_and_everything_stored_beside_them,
     pagination_has_no_duplicates_and_no_gaps,
     stale_revisions_and_taken_ids_conflict,

@@ -208,6 +208,7 @@ impl SessionStore for FileStore {
             .values()
             .filter(|s| filter.agent.as_ref().is_none_or(|a| *a == s.agent))
             .filter(|s| filter.user.is_none() || filter.user == s.user)
+            .filter(|s| filter.owner.is_none() || filter.owner == s.owner)
             .cloned()
             .collect();
         page_newest_first(items, |s| (s.created_at.timestamp_millis(), s.id.clone()), page)

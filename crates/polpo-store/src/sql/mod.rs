@@ -88,6 +88,7 @@ macro_rules! sql_store_impl {
                 title: row.try_get("title")?,
                 user: row.try_get("user_id")?,
                 metadata: from_text(row.try_get::<&str, _>("metadata")?)?,
+                owner: row.try_get("owner")?,
                 created_at: from_millis(row.try_get("created_at")?),
                 updated_at: from_millis(row.try_get("updated_at")?),
                 message_count: from_db(row.try_get("message_count")?),
@@ -214,7 +215,7 @@ macro_rules! sql_store_impl {
             ) -> Result<Session, StoreError> {
                 let row = sqlx::query(
                     "UPDATE sessions SET revision = revision WHERE id = $1 \
-                     RETURNING id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision",
+                     RETURNING id, agent, title, user_id, metadata, owner, created_at, updated_at, message_count, revision",
                 )
                 .bind(id)
                 .fetch_optional(&mut **tx)

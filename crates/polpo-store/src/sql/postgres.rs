@@ -18,6 +18,7 @@ pub struct PgStore {
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
     (2, "records", include_str!("../../migrations/postgres/0002_records.sql")),
+    (3, "session_owner", include_str!("../../migrations/postgres/0003_session_owner.sql")),
 ];
 
 /// The oldest running run without a live lease. `FOR UPDATE … SKIP LOCKED` lets concurrent

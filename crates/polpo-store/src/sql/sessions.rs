@@ -8,8 +8,8 @@ macro_rules! sql_sessions {
             async fn create_session(&self, new: NewSession) -> Result<Session, StoreError> {
                 let s = model::session_from_new(new, self.now())?;
                 sqlx::query(
-                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision, owner) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                 )
                 .bind(&s.id)
                 .bind(&s.agent)
@@ -20,6 +20,7 @@ macro_rules! sql_sessions {
                 .bind(s.updated_at.timestamp_millis())
                 .bind(to_db(s.message_count))
                 .bind(to_db(s.revision))
+                .bind(&s.owner)
                 .execute(&self.pool)
                 .await?;
                 Ok(s)
@@ -27,7 +28,7 @@ macro_rules! sql_sessions {
 
             async fn get_session(&self, id: &str) -> Result<Option<Session>, StoreError> {
                 sqlx::query(
-                    "SELECT id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision \
+                    "SELECT id, agent, title, user_id, metadata, owner, created_at, updated_at, message_count, revision \
                      FROM sessions WHERE id = $1",
                 )
                 .bind(id)
@@ -42,10 +43,11 @@ macro_rules! sql_sessions {
                 let (after_ms, after_id) = time_cursor(page)?;
                 let size = page.size();
                 let rows = sqlx::query(
-                    "SELECT id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision \
+                    "SELECT id, agent, title, user_id, metadata, owner, created_at, updated_at, message_count, revision \
                      FROM sessions \
                      WHERE ($1 IS NULL OR agent = $1) AND ($2 IS NULL OR user_id = $2) \
                        AND ($3 IS NULL OR created_at < $3 OR (created_at = $3 AND id < $4)) \
+                       AND ($6 IS NULL OR owner = $6) \
                      ORDER BY created_at DESC, id DESC LIMIT $5",
                 )
                 .bind(&filter.agent)
@@ -53,6 +55,7 @@ macro_rules! sql_sessions {
                 .bind(after_ms)
                 .bind(after_id)
                 .bind(to_db(size as u64 + 1))
+                .bind(&filter.owner)
                 .fetch_all(&self.pool)
                 .await?;
                 let items = rows.iter().map(session_from_row).collect::<Result<Vec<_>, _>>()?;
@@ -137,8 +140,8 @@ macro_rules! sql_sessions {
                 model::check_session_import(s, messages)?;
                 let mut tx = self.tx().await?;
                 let inserted = sqlx::query(
-                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
+                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision, owner) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING",
                 )
                 .bind(&s.id)
                 .bind(&s.agent)
@@ -149,6 +152,7 @@ macro_rules! sql_sessions {
                 .bind(s.updated_at.timestamp_millis())
                 .bind(to_db(s.message_count))
                 .bind(to_db(s.revision))
+                .bind(&s.owner)
                 .execute(&mut *tx)
                 .await?;
                 if inserted.rows_affected() == 0 {

@@ -19,6 +19,7 @@ pub struct SqliteStore {
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../../migrations/sqlite/0001_init.sql")),
     (2, "records", include_str!("../../migrations/sqlite/0002_records.sql")),
+    (3, "session_owner", include_str!("../../migrations/sqlite/0003_session_owner.sql")),
 ];
 
 /// The oldest running run without a live lease. SQLite has one writer at a time (the
