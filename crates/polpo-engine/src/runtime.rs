@@ -508,9 +508,13 @@ fn tool_context(project: &Project, agent: &Agent, cancel: &CancellationToken) ->
         Some(dir) => project.root.join(dir),
         None => project.root.clone(),
     };
+    let polpo_dir = project.root.join(".polpo");
     let mut ctx = ToolContext::new(workspace.clone());
     ctx.allowed_paths = agent.config.allowed_paths.iter().flatten().map(|p| workspace.join(p)).collect();
-    ctx.memory_file = Some(project.root.join(".polpo").join("memory").join(format!("{}.md", agent.id)));
+    // The project's own folder (agents, hooks, sessions, keys) is never the agent's to read or
+    // edit, whatever the workspace or allowedPaths say; only the memory tools reach their file.
+    ctx.protected_paths = vec![polpo_dir.clone()];
+    ctx.memory_file = Some(polpo_dir.join("memory").join(format!("{}.md", agent.id)));
     ctx.cancel = cancel.child_token();
     ctx
 }

@@ -24,6 +24,10 @@ pub struct ToolContext {
     pub workspace: PathBuf,
     /// Roots that file tools may touch (canonical paths). Empty means just `workspace`.
     pub allowed_paths: Vec<PathBuf>,
+    /// Paths no file tool may read, write or list, even inside `allowed_paths`, and that `bash`
+    /// may not write: the engine sets the project's `.polpo/`, so an agent cannot edit its own
+    /// configuration, install hooks, or read other sessions and keys.
+    pub protected_paths: Vec<PathBuf>,
     /// Cancelled when the run is aborted; tools stop promptly and kill their processes.
     pub cancel: CancellationToken,
     /// The agent's markdown memory file (e.g. `.polpo/memory/<agent>.md`); `None` disables the
@@ -40,12 +44,13 @@ pub struct ToolContext {
 }
 
 impl ToolContext {
-    /// A context confined to `workspace`, with no memory file, the default environment
+    /// A context confined to `workspace`, with no protected paths, no memory file, the default environment
     /// allow-list, the private network closed, and a fresh cancellation token.
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
         Self {
             workspace: workspace.into(),
             allowed_paths: Vec::new(),
+            protected_paths: Vec::new(),
             cancel: CancellationToken::new(),
             memory_file: None,
             env_allow: Vec::new(),

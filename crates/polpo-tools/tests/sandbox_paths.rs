@@ -210,3 +210,89 @@ async fn symlink_loops_fail_cleanly() {
         "invalid_path"
     );
 }
+
+/// A workspace that is also the project root: `.polpo/` holds an agent, a hook and the keys.
+fn project_workspace() -> (common::Dirs, polpo_tools::ToolContext) {
+    let d = dirs();
+    let polpo = d.ws.join(".polpo");
+    std::fs::create_dir_all(polpo.join("agents/a")).unwrap();
+    std::fs::create_dir_all(polpo.join("hooks")).unwrap();
+    std::fs::write(polpo.join("agents/a/agent.json"), r#"{"allowedTools":["read"]}"#).unwrap();
+    std::fs::write(polpo.join("project.json"), r#"{"apiKeys":["sk-plain"]}"#).unwrap();
+    std::fs::write(d.ws.join("notes.txt"), "sk-plain is not here").unwrap();
+    let mut c = ctx(&d.ws);
+    c.protected_paths = vec![polpo];
+    (d, c)
+}
+
+#[tokio::test]
+async fn every_file_tool_refuses_the_project_folder() {
+    let (d, c) = project_workspace();
+    let agent = ".polpo/agents/a/agent.json";
+    let refused = [
+        ("read", json!({"path": ".polpo/project.json"})),
+        ("read", json!({"path": d.ws.join(".polpo/project.json")})),
+        ("read", json!({"path": "sub/../.polpo/project.json"})),
+        ("write", json!({"path": agent, "content": r#"{"allowedTools":["*"]}"#})),
+        ("write", json!({"path": ".polpo/hooks/x.json", "content": "{}"})),
+        ("edit", json!({"path": agent, "old_text": "read", "new_text": "*"})),
+        ("ls", json!({"path": ".polpo"})),
+        ("glob", json!({"pattern": "**/*", "path": ".polpo"})),
+        ("grep", json!({"pattern": "sk-plain", "path": ".polpo"})),
+        ("http_download", json!({"url": "http://127.0.0.1:9/x", "path": ".polpo/hooks/x.json"})),
+        ("register_outcome", json!({"type": "file", "label": "keys", "path": ".polpo/project.json"})),
+    ];
+    for (tool, args) in refused {
+        let result = call(&c, tool, args.clone()).await;
+        assert_eq!(code(result), ESCAPE, "{tool} {args}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(d.ws.join(agent)).unwrap(),
+        r#"{"allowedTools":["read"]}"#
+    );
+    assert!(!d.ws.join(".polpo/hooks/x.json").exists());
+}
+
+#[tokio::test]
+async fn a_symlink_into_the_project_folder_is_refused() {
+    let (d, c) = project_workspace();
+    symlink(d.ws.join(".polpo"), d.ws.join("link")).unwrap();
+    symlink(d.ws.join(".polpo/project.json"), d.ws.join("keys.txt")).unwrap();
+    for (tool, args) in [
+        ("read", json!({"path": "link/project.json"})),
+        ("read", json!({"path": "keys.txt"})),
+        ("write", json!({"path": "link/hooks/x.json", "content": "{}"})),
+        ("write", json!({"path": "keys.txt", "content": "{}"})),
+        ("ls", json!({"path": "link"})),
+        ("grep", json!({"pattern": "sk-plain", "path": "link"})),
+    ] {
+        let result = call(&c, tool, args.clone()).await;
+        assert_eq!(code(result), ESCAPE, "{tool} {args}");
+    }
+    assert!(!d.ws.join(".polpo/hooks/x.json").exists());
+    assert!(std::fs::read_to_string(d.ws.join(".polpo/project.json")).unwrap().contains("sk-plain"));
+}
+
+#[tokio::test]
+async fn walking_the_workspace_never_enters_the_project_folder() {
+    let (d, c) = project_workspace();
+    // Even a file linked from outside `.polpo/` is not followed into it.
+    symlink(d.ws.join(".polpo/project.json"), d.ws.join("keys.json")).unwrap();
+    let listing = call(&c, "ls", json!({})).await.unwrap().text;
+    assert!(!listing.contains(".polpo"), "{listing}");
+    assert!(listing.contains("notes.txt"), "{listing}");
+    let found = call(&c, "glob", json!({"pattern": "**/*.json"})).await.unwrap().text;
+    assert_eq!(found, "No files found");
+    let hits = call(&c, "grep", json!({"pattern": "sk-plain"})).await.unwrap().text;
+    assert_eq!(hits, "notes.txt:1:sk-plain is not here");
+}
+
+#[tokio::test]
+async fn protected_paths_win_over_allowed_paths() {
+    let (d, mut c) = project_workspace();
+    c.allowed_paths = vec![d.ws.join(".polpo")];
+    assert_eq!(
+        code(call(&c, "read", json!({"path": ".polpo/project.json"})).await),
+        ESCAPE
+    );
+}

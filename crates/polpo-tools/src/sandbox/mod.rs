@@ -8,5 +8,5 @@ mod process;
 
 pub use capped::CappedOutput;
 pub use env::{BASE_ENV_ALLOW, is_secret_name, scrubbed_env};
-pub use paths::{allowed_roots, resolve_in_sandbox, resolve_real_path};
+pub use paths::{PathRules, resolve_in_sandbox, resolve_real_path};
 pub use process::{CommandOutcome, CommandSpec, Program, SandboxError, Termination, run_command};

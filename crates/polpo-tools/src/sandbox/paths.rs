@@ -1,7 +1,9 @@
 //! The one path check every file tool goes through.
 //!
 //! Paths are resolved the way the kernel would follow them — symlink by symlink, `..` applied
-//! to the *resolved* parent — and the result must lie under an allowed root. Components that do
+//! to the *resolved* parent — and the result must lie under an allowed root and outside every
+//! protected path (the project's `.polpo/`, which holds the agent's own configuration, hooks,
+//! sessions and keys: an agent that could write there could grant itself tools). Components that do
 //! not exist yet (a file about to be written) are kept as written, so the check is decided by
 //! the nearest existing ancestor. What remains is the usual check-then-use race: a process that
 //! can swap a directory for a symlink between the check and the open can still escape; tools
@@ -16,7 +18,7 @@ use std::path::{Component, Path, PathBuf};
 const MAX_SYMLINK_HOPS: usize = 40;
 
 /// Resolves `raw` (relative to the workspace, or absolute) to a real path inside the context's
-/// allowed roots, or refuses it with `path_outside_sandbox`.
+/// allowed roots and outside its protected paths, or refuses it with `path_outside_sandbox`.
 pub fn resolve_in_sandbox(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolError> {
     if raw.is_empty() || raw.contains('\0') {
         return Err(ToolError::new(
@@ -28,8 +30,7 @@ pub fn resolve_in_sandbox(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolE
     let joined = workspace.join(raw);
     let resolved = resolve_real_path(&joined)
         .map_err(|e| ToolError::new("invalid_path", format!("cannot resolve path {raw}: {e}")))?;
-    let roots = allowed_roots(ctx)?;
-    if roots.iter().any(|root| resolved.starts_with(root)) {
+    if PathRules::of(ctx)?.permits(&resolved) {
         Ok(resolved)
     } else {
         Err(ToolError::new(
@@ -39,21 +40,49 @@ pub fn resolve_in_sandbox(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolE
     }
 }
 
-/// The context's allowed roots as real paths: `allowed_paths`, or the workspace when empty.
-pub fn allowed_roots(ctx: &ToolContext) -> Result<Vec<PathBuf>, ToolError> {
-    let configured: Vec<&Path> = if ctx.allowed_paths.is_empty() {
-        vec![ctx.workspace.as_path()]
-    } else {
-        ctx.allowed_paths.iter().map(PathBuf::as_path).collect()
-    };
-    configured
+/// Where a context's file tools may go, as real paths: under one of `roots` and not under any
+/// of `protected`. Walkers (`glob`, `grep`) keep one to judge every entry they meet.
+#[derive(Debug, Clone)]
+pub struct PathRules {
+    roots: Vec<PathBuf>,
+    protected: Vec<PathBuf>,
+}
+
+impl PathRules {
+    /// The context's rules: `allowed_paths` (or the workspace when empty) minus
+    /// `protected_paths`, all resolved to real paths.
+    pub fn of(ctx: &ToolContext) -> Result<Self, ToolError> {
+        let roots: Vec<&Path> = if ctx.allowed_paths.is_empty() {
+            vec![ctx.workspace.as_path()]
+        } else {
+            ctx.allowed_paths.iter().map(PathBuf::as_path).collect()
+        };
+        Ok(Self {
+            roots: real_paths(roots)?,
+            protected: real_paths(ctx.protected_paths.iter().map(PathBuf::as_path))?,
+        })
+    }
+
+    /// True when the real path `path` lies under an allowed root and under no protected path.
+    pub fn permits(&self, path: &Path) -> bool {
+        self.roots.iter().any(|root| path.starts_with(root)) && !self.is_protected(path)
+    }
+
+    /// True when the real path `path` is a protected path or lies under one.
+    pub fn is_protected(&self, path: &Path) -> bool {
+        self.protected.iter().any(|p| path.starts_with(p))
+    }
+}
+
+fn real_paths<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Result<Vec<PathBuf>, ToolError> {
+    paths
         .into_iter()
-        .map(|root| {
-            let root = absolute(root)?;
-            resolve_real_path(&root).map_err(|e| {
+        .map(|path| {
+            let path = absolute(path)?;
+            resolve_real_path(&path).map_err(|e| {
                 ToolError::new(
                     "invalid_path",
-                    format!("cannot resolve allowed path {}: {e}", root.display()),
+                    format!("cannot resolve sandbox path {}: {e}", path.display()),
                 )
             })
         })

@@ -3,7 +3,7 @@
 use super::text::{display_path, real_workspace};
 use super::walk::{Stop, walk_files};
 use crate::args::{parse_args, spec};
-use crate::sandbox::{allowed_roots, resolve_in_sandbox};
+use crate::sandbox::{PathRules, resolve_in_sandbox};
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
 use polpo_core::tool::{ToolEffect, ToolSpec};
 use serde::Deserialize;
@@ -82,7 +82,7 @@ impl Tool for GrepTool {
     ) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
         let base = resolve_in_sandbox(ctx, args.path.as_deref().unwrap_or("."))?;
-        let roots = allowed_roots(ctx)?;
+        let rules = PathRules::of(ctx)?;
         let regex = regex::RegexBuilder::new(&args.pattern)
             .size_limit(REGEX_SIZE_LIMIT)
             .build()
@@ -109,7 +109,7 @@ impl Tool for GrepTool {
             let mut lines = Vec::new();
             let stop = walk_files(
                 &base,
-                &roots,
+                &rules,
                 Instant::now() + TIME_LIMIT,
                 &cancel,
                 |file| {

@@ -1,7 +1,7 @@
 //! `ls {path?}`: the entries of a directory.
 
 use crate::args::{io_error, parse_args, spec};
-use crate::sandbox::resolve_in_sandbox;
+use crate::sandbox::{PathRules, resolve_in_sandbox};
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
 use polpo_core::tool::{ToolEffect, ToolSpec};
 use serde::Deserialize;
@@ -16,7 +16,8 @@ struct Args {
     path: Option<String>,
 }
 
-/// Lists a directory (default: the workspace), sorted, directories suffixed with `/`.
+/// Lists a directory (default: the workspace), sorted, directories suffixed with `/`. Protected
+/// entries (the project's `.polpo/`) are left out, as they are for every other file tool.
 pub struct LsTool {
     spec: ToolSpec,
 }
@@ -63,6 +64,7 @@ impl Tool for LsTool {
     ) -> Result<ToolOutput, ToolError> {
         let args: Args = parse_args(args)?;
         let dir = resolve_in_sandbox(ctx, args.path.as_deref().unwrap_or("."))?;
+        let rules = PathRules::of(ctx)?;
         let mut reader = tokio::fs::read_dir(&dir)
             .await
             .map_err(|e| io_error("list", &dir, &e))?;
@@ -72,6 +74,9 @@ impl Tool for LsTool {
             .await
             .map_err(|e| io_error("list", &dir, &e))?
         {
+            if rules.is_protected(&entry.path()) {
+                continue;
+            }
             let mut name = entry.file_name().to_string_lossy().into_owned();
             // Follow symlinks for the suffix: a link to a directory is listed as one.
             if tokio::fs::metadata(entry.path())

@@ -1,8 +1,8 @@
 //! The bounded directory walk shared by `glob` and `grep`.
 
 use crate::ToolError;
-use crate::sandbox::resolve_real_path;
-use std::path::{Path, PathBuf};
+use crate::sandbox::{PathRules, resolve_real_path};
+use std::path::Path;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -16,12 +16,13 @@ pub(crate) enum Stop {
 }
 
 /// Visits the files under `base` (or `base` itself when it is a file) in name order, so results
-/// are deterministic. Dotfiles and `.gitignore`d paths are skipped; symlinks are followed only
-/// when their target is a file inside `roots`. Stops at `deadline`, when `visit` returns `false`, or with `cancelled` when the
-/// token fires. Blocking: call from `spawn_blocking`.
+/// are deterministic. Dotfiles, `.gitignore`d paths and protected directories (`.polpo/`) are
+/// skipped without being entered; symlinks are followed only when their target is a file that
+/// `rules` permits. Stops at `deadline`, when `visit` returns `false`, or with `cancelled` when
+/// the token fires. Blocking: call from `spawn_blocking`.
 pub(crate) fn walk_files(
     base: &Path,
-    roots: &[PathBuf],
+    rules: &PathRules,
     deadline: Instant,
     cancel: &CancellationToken,
     mut visit: impl FnMut(&Path) -> bool,
@@ -30,6 +31,10 @@ pub(crate) fn walk_files(
         .hidden(true)
         .follow_links(false)
         .sort_by_file_name(|a, b| a.cmp(b))
+        .filter_entry({
+            let rules = rules.clone();
+            move |entry| !rules.is_protected(entry.path())
+        })
         .build();
     for entry in walker {
         if cancel.is_cancelled() {
@@ -44,7 +49,7 @@ pub(crate) fn walk_files(
         };
         let is_file = if kind.is_symlink() {
             match resolve_real_path(entry.path()) {
-                Ok(target) => roots.iter().any(|r| target.starts_with(r)) && target.is_file(),
+                Ok(target) => rules.permits(&target) && target.is_file(),
                 Err(_) => false,
             }
         } else {
