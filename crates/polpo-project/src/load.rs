@@ -11,7 +11,7 @@ use polpo_core::config::schema::{Field, Shape};
 use polpo_core::config::{
     AGENT_FILE, Agent, AgentConfig, LEGACY_AGENT, LEGACY_PROJECT_FILE, LEGACY_TEAM, Layout,
     Location, PROJECT_FILE, Project, ProjectFile, TEAM_FILE, Team, TeamConfig, check_id, codes,
-    collisions, parse_checked, validate_project,
+    check_confusable, collisions, parse_checked, validate_project,
 };
 use polpo_core::problem::Problem;
 use serde_json::Value;
@@ -316,7 +316,8 @@ impl Loader {
         })
     }
 
-    /// Drop (and report) items whose id collides with an earlier one after NFKC + lowercase.
+    /// Drop (and report) items whose id collides with an earlier one after NFKC + lowercase;
+    /// report ids that look like an earlier one or mix scripts (`id_confusable`).
     fn unique<T>(
         &mut self,
         items: Vec<T>,
@@ -330,6 +331,13 @@ impl Loader {
                 format!("id `{id}` collides with `{first}` (ids are compared ignoring case and Unicode form)"),
                 "",
             ));
+        }
+        for (i, item) in items.iter().enumerate() {
+            let (id, source) = key(item);
+            let earlier = items[..i].iter().map(|other| key(other).0.as_str());
+            if let Err(reason) = check_confusable(id, earlier) {
+                self.problems.push(source.problem(codes::ID_CONFUSABLE, reason, ""));
+            }
         }
         items
             .into_iter()

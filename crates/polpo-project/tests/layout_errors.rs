@@ -35,6 +35,22 @@ fn ambiguous_layout_for_teams_and_manifests_too() {
 }
 
 #[test]
+fn an_id_that_looks_like_another_is_id_confusable() {
+    // "hеlper" with U+0435 CYRILLIC SMALL LETTER IE reads as "helper" and mixes two scripts.
+    let dir = project(&[
+        MANIFEST,
+        (".polpo/agents/helper/agent.json", "{}"),
+        (".polpo/agents/helper/instructions.md", ""),
+        (".polpo/agents/h\u{0435}lper/agent.json", "{}"),
+        (".polpo/agents/h\u{0435}lper/instructions.md", ""),
+    ]);
+    assert_eq!(
+        problems(dir.path()),
+        vec![at("id_confusable", ".polpo/agents/h\u{0435}lper/agent.json", "")]
+    );
+}
+
+#[test]
 fn case_collision_after_nfkc_and_lowercase() {
     // The directory layout: "Support" and "support" would be one folder on macOS.
     let dir = project(&[

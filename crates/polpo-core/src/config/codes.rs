@@ -5,6 +5,9 @@
 pub const AMBIGUOUS_LAYOUT: &str = "ambiguous_layout";
 /// Two ids are equal after NFKC normalisation and lowercasing.
 pub const CASE_COLLISION: &str = "case_collision";
+/// An id that can be mistaken for another one (homoglyphs such as a Cyrillic `е`), or that
+/// mixes Latin, Greek and Cyrillic letters.
+pub const ID_CONFUSABLE: &str = "id_confusable";
 /// A file is not valid JSON (carries line and column).
 pub const INVALID_JSON: &str = "invalid_json";
 /// A file the layout requires is absent (`agent.json`, `instructions.md`, `project.json`).

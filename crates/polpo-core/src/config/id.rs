@@ -3,6 +3,11 @@
 //! Ids become directory and file names, so two ids that differ only by case or Unicode
 //! form would collide on macOS and Windows file systems. They are compared after NFKC
 //! normalisation and lowercasing, and a project holding both is rejected everywhere.
+//!
+//! Ids are also shown to people who pick one by its look (a model name in an OpenAI client,
+//! an agent in the dashboard): `hеlper` with a Cyrillic `е` beside `helper` would receive
+//! what was meant for the other. Ids whose [`skeleton`]s are equal, and ids that mix Latin,
+//! Greek and Cyrillic letters, are refused as confusable.
 
 use unicode_normalization::UnicodeNormalization;
 
@@ -53,6 +58,81 @@ pub fn collisions<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<(usize, usi
     out
 }
 
+/// Letters that look like a Latin letter (after [`fold_id`]'s lowercasing), from Cyrillic and
+/// Greek, plus the digits people misread: a reduced form of Unicode TR39's confusables table
+/// covering the homoglyphs that occur in practice.
+const HOMOGLYPHS: &[(char, char)] = &[
+    // Cyrillic
+    ('а', 'a'), ('в', 'b'), ('с', 'c'), ('ԁ', 'd'), ('е', 'e'), ('ё', 'e'), ('һ', 'h'), ('н', 'h'),
+    ('і', 'i'), ('ї', 'i'), ('ј', 'j'), ('к', 'k'), ('ӏ', 'l'), ('м', 'm'), ('п', 'n'), ('о', 'o'),
+    ('р', 'p'), ('ԛ', 'q'), ('г', 'r'), ('ѕ', 's'), ('т', 't'), ('ц', 'u'), ('ѵ', 'v'), ('ԝ', 'w'),
+    ('х', 'x'), ('у', 'y'), ('з', '3'),
+    // Greek
+    ('α', 'a'), ('β', 'b'), ('ϲ', 'c'), ('ε', 'e'), ('η', 'n'), ('ι', 'i'), ('ϳ', 'j'), ('κ', 'k'),
+    ('μ', 'u'), ('ν', 'v'), ('ο', 'o'), ('ρ', 'p'), ('τ', 't'), ('υ', 'u'), ('χ', 'x'), ('γ', 'y'),
+    ('ζ', 'z'),
+    // Digits and Latin letters read as others
+    ('0', 'o'), ('1', 'l'), ('ı', 'i'),
+];
+
+/// The form two ids that look alike share: [`fold_id`], then every homoglyph replaced by the
+/// Latin letter it imitates.
+pub fn skeleton(id: &str) -> String {
+    fold_id(id)
+        .chars()
+        .map(|c| HOMOGLYPHS.iter().find(|(from, _)| *from == c).map_or(c, |(_, to)| *to))
+        .collect()
+}
+
+/// The alphabets whose letters imitate each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Script {
+    Latin,
+    Greek,
+    Cyrillic,
+}
+
+fn script(c: char) -> Option<Script> {
+    match c {
+        'a'..='z' | 'A'..='Z' | '\u{00C0}'..='\u{024F}' | '\u{1E00}'..='\u{1EFF}' => Some(Script::Latin),
+        '\u{0370}'..='\u{03FF}' | '\u{1F00}'..='\u{1FFF}' => Some(Script::Greek),
+        '\u{0400}'..='\u{052F}' => Some(Script::Cyrillic),
+        _ => None,
+    }
+}
+
+/// `Ok` unless `id` mixes Latin, Greek and Cyrillic letters (a spoofing tell: no real name
+/// needs two of them at once); the message names the scripts.
+pub fn check_single_script(id: &str) -> Result<(), String> {
+    let mut seen: Option<Script> = None;
+    for s in id.chars().filter_map(script) {
+        match seen {
+            Some(first) if first != s => {
+                return Err(format!("id `{id}` mixes {first:?} and {s:?} letters, so it can pass for another id"));
+            }
+            _ => seen = Some(s),
+        }
+    }
+    Ok(())
+}
+
+/// The first of `existing` that `id` can be mistaken for: the same [`skeleton`] but not the
+/// same id after [`fold_id`] (that case is a [`collisions`] one).
+pub fn confusable_with<'a>(id: &str, existing: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let (folded, shape) = (fold_id(id), skeleton(id));
+    existing.into_iter().find(|other| fold_id(other) != folded && skeleton(other) == shape)
+}
+
+/// `Ok` when `id` neither mixes scripts nor looks like one of `existing`; else the sentence
+/// for an `id_confusable` refusal.
+pub fn check_confusable<'a>(id: &str, existing: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
+    check_single_script(id)?;
+    match confusable_with(id, existing) {
+        Some(other) => Err(format!("id `{id}` looks like the existing id `{other}`; pick a name that reads differently")),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +150,17 @@ mod tests {
             assert!(check_id(bad).is_err(), "{bad:?}");
         }
         assert!(check_id("support-bot_2").is_ok());
+    }
+
+    #[test]
+    fn homoglyph_and_mixed_script_ids_are_confusable() {
+        // U+0435 CYRILLIC SMALL LETTER IE in place of the Latin e.
+        assert_eq!(confusable_with("h\u{0435}lper", ["helper", "writer"]), Some("helper"));
+        assert_eq!(confusable_with("HELPER", ["helper"]), None, "a case variant is a collision, not a confusable");
+        assert_eq!(confusable_with("he1per", ["helper"]), Some("helper"));
+        assert_eq!(confusable_with("\u{03BF}ps", ["ops"]), Some("ops"), "Greek omicron");
+        assert!(check_single_script("h\u{0435}lper").unwrap_err().contains("Latin and Cyrillic"));
+        assert!(check_single_script("\u{043f}\u{043e}\u{043c}\u{043e}\u{0449}\u{043d}\u{0438}\u{043a}").is_ok(), "a Cyrillic-only id is fine");
+        assert!(check_confusable("support-bot_2", ["support", "writer"]).is_ok());
     }
 }

@@ -21,11 +21,12 @@ pub mod team;
 
 pub use agent::{AGENT_FILE, AgentConfig, DEFAULT_MAX_TURNS, LEGACY_AGENT};
 pub use enums::{ChatExecution, ExecutionMode, ReasoningLevel, StorageKind, ToolLoadingMode};
-pub use id::{check_id, collisions, fold_id};
+pub use id::{check_confusable, check_id, collisions, confusable_with, fold_id, skeleton};
 pub use parse::{Location, parse_checked};
 pub use project::{Agent, Layout, Project, Team, validate_project};
 pub use settings::{
-    LEGACY_PROJECT_FILE, PROJECT_FILE, ProjectFile, ProviderConfig, SCHEMA_VERSION, Settings,
+    ApiKeyEntry, LEGACY_PROJECT_FILE, PROJECT_FILE, ProjectFile, ProviderConfig, SCHEMA_VERSION,
+    Settings,
 };
 pub use team::{LEGACY_TEAM, TEAM_FILE, TeamConfig};
 

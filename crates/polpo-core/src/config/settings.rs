@@ -13,6 +13,50 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
+/// One entry of the top-level `apiKeys`: a key (better its `sha256:<hex>` digest) as a plain
+/// string, or `{"key": …, "admin": true}` for a key that sees every client's sessions and
+/// runs (a plain entry sees only its own).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ApiKeyEntry {
+    /// A client key.
+    Plain(String),
+    /// A key with its role.
+    Detailed {
+        /// The key or its `sha256:<hex>` digest.
+        key: String,
+        /// Sees everything, not only what it created.
+        #[serde(default)]
+        admin: bool,
+    },
+}
+
+impl ApiKeyEntry {
+    /// The key or digest as written.
+    pub fn key(&self) -> &str {
+        match self {
+            Self::Plain(key) | Self::Detailed { key, .. } => key,
+        }
+    }
+
+    /// Whether the key is an administrator's.
+    pub fn admin(&self) -> bool {
+        matches!(self, Self::Detailed { admin: true, .. })
+    }
+}
+
+/// The shape of one `apiKeys` entry.
+static API_KEY_ENTRY: Shape = Shape::OneOf(
+    &[
+        Shape::String,
+        Shape::Object(&[&[
+            Field::required("key", Shape::String),
+            Field::optional("admin", Shape::Bool),
+        ]]),
+    ],
+    "a key string or {\"key\": …, \"admin\": true}",
+);
+
 /// The `schemaVersion` of the directory layout.
 pub const SCHEMA_VERSION: u32 = 2;
 /// Port of the local server when `settings.port` is absent.
@@ -36,7 +80,7 @@ pub struct ProjectFile {
     pub providers: Option<BTreeMap<String, ProviderConfig>>,
     /// Keys accepted by the server's API authentication (in addition to `POLPO_API_KEY`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub api_keys: Option<Vec<String>>,
+    pub api_keys: Option<Vec<ApiKeyEntry>>,
     /// Registry metadata: version.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
@@ -439,7 +483,7 @@ static PROJECT_FIELDS: &[Field] = &[
     Field::optional("project", Shape::String),
     Field::optional("settings", SETTINGS),
     Field::optional("providers", Shape::Map(&PROVIDER)),
-    Field::optional("apiKeys", STRINGS),
+    Field::optional("apiKeys", Shape::Array(&API_KEY_ENTRY)),
     Field::optional("version", Shape::String),
     Field::optional("author", Shape::String),
     Field::optional("tags", STRINGS),
