@@ -440,3 +440,26 @@ fn validate_warns_about_routes_an_agent_may_not_take_and_still_succeeds() {
         "{out}"
     );
 }
+
+#[test]
+fn without_a_key_or_an_offline_model_run_says_what_to_do_before_any_request() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(polpo(dir.path(), &["create", "demo", "--yes"]));
+    // A tripwire where the provider would be: a request reaching it would be accepted here.
+    let tripwire = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    tripwire.set_nonblocking(true).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_polpo"))
+        .args(["run", "assistant", "What files are here?", "--project", "demo"])
+        .current_dir(dir.path())
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("OPENAI_BASE_URL", format!("http://{}/v1", tripwire.local_addr().unwrap()))
+        .env("POLPO_MODELS_DIR", dir.path().join("no-models"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = stderr(&fails(out));
+    assert!(err.contains("provider_not_configured"), "{err}");
+    assert!(err.contains("OPENAI_API_KEY") && err.contains("polpo models install"), "both ways forward are named: {err}");
+    assert!(tripwire.accept().is_err(), "no request went out");
+}

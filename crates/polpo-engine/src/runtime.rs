@@ -388,10 +388,28 @@ impl Runtime {
         let ready = || ids.iter().any(|id| polpo_llm::split_model_id(id).is_some_and(|(p, _)| self.providers.is_ready(p)));
         let chain = match &self.offline_model {
             Some(fallback) if !ready() => self.providers.chain(std::slice::from_ref(fallback)),
+            None if !ready() => Err(self.not_configured(&agent.id, &ids)),
             _ => self.providers.chain(&ids),
         }
         .map_err(ResolveError::from)?;
         Ok(Arc::new(chain))
+    }
+
+    /// Why none of `ids` can be called, and the two ways forward: a key for the provider, or the
+    /// offline model. Said before any request, which would otherwise leave without credentials.
+    fn not_configured(&self, agent: &str, ids: &[String]) -> polpo_llm::LlmError {
+        let keys: Vec<String> = ids
+            .iter()
+            .filter_map(|id| polpo_llm::split_model_id(id).and_then(|(p, _)| self.providers.missing_key(p)))
+            .collect();
+        let set = if keys.is_empty() { "configure its provider".to_owned() } else { format!("set {}", keys.join(" or ")) };
+        polpo_llm::LlmError::new(
+            polpo_llm::LlmErrorKind::NotConfigured,
+            format!(
+                "agent `{agent}` cannot call {}: {set}, or run offline with `polpo models install` (a polpo built with `--features local-model`)",
+                ids.join(", ")
+            ),
+        )
     }
 
     /// Answer one chat request: [`Runtime::prepare`] then [`PreparedChat::run`].
@@ -480,6 +498,9 @@ impl Runtime {
             parallel_branch: input.parallel_branch,
         });
         let interactions = Interactions::resolve(c.chat.as_ref(), input.capabilities, &policy);
+        // Client tools obey the same effective policy as server tools: an excluded one is never
+        // shown to the model, and forcing it is refused by `Invocation::check`.
+        let client_tools = input.client_tools.iter().filter(|t| policy.allows(&t.name)).cloned().map(Arc::new).collect();
         Ok(Invocation {
             agent: agent.id.clone(),
             system_prompt: polpo_core::prompt::system_prompt(agent),
@@ -487,7 +508,7 @@ impl Runtime {
             model: String::new(),
             tools: self.tools.clone(),
             policy,
-            client_tools: input.client_tools.iter().cloned().map(Arc::new).collect(),
+            client_tools,
             tool_choice: input.tool_choice.clone(),
             parallel_tool_calls: input.parallel_tool_calls,
             response_format: input.response_format.clone(),

@@ -137,6 +137,9 @@ pub enum LlmErrorKind {
     InvalidResponse,
     /// The stream broke after content was already delivered.
     StreamInterrupted,
+    /// No model of the chain can be called from here: its provider's API key is not set and no
+    /// offline model stands in. Said before any request goes out, with the ways forward.
+    NotConfigured,
 }
 
 impl LlmErrorKind {
@@ -153,6 +156,7 @@ impl LlmErrorKind {
             Self::InvalidRequest => "invalid_request",
             Self::InvalidResponse => "invalid_response",
             Self::StreamInterrupted => "stream_interrupted",
+            Self::NotConfigured => "provider_not_configured",
         }
     }
 }

@@ -75,6 +75,16 @@ impl Providers {
         config.is_some_and(|c| c.api_key_env.as_deref().is_none_or(|var| (self.env)(var).is_some_and(|k| !k.is_empty())))
     }
 
+    /// The environment variable whose absence keeps `name` from being ready, so a caller can
+    /// say what to set instead of sending a request without credentials.
+    pub fn missing_key(&self, name: &str) -> Option<String> {
+        if self.is_ready(name) {
+            return None;
+        }
+        let config = self.configs.get(name).cloned().or_else(|| ProviderConfig::builtin(name, &*self.env))?;
+        config.api_key_env
+    }
+
     /// The provider called `name`.
     pub fn provider(&self, name: &str) -> Result<Arc<dyn ModelProvider>, LlmError> {
         let mut built = self.built.lock().unwrap_or_else(PoisonError::into_inner);

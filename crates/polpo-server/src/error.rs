@@ -92,6 +92,13 @@ impl IntoResponse for RestError {
     }
 }
 
+/// `e` in the envelope the route at `path` answers with: OpenAI's for the OpenAI surface
+/// (`/v1/chat/completions`, `/v1/models`, which OpenAI SDKs parse), the REST envelope for
+/// everything else; for errors raised before any handler runs (layers, fallbacks).
+pub fn for_path(path: &str, e: ApiError) -> Response {
+    if path == "/v1/chat/completions" || path == "/v1/models" { e.into_response() } else { RestError(e).into_response() }
+}
+
 /// A management route's success: `{ok:true, data}`.
 pub fn ok<T: serde::Serialize>(data: T) -> Json<serde_json::Value> {
     Json(serde_json::json!({"ok": true, "data": data}))
@@ -101,7 +108,11 @@ pub fn ok<T: serde::Serialize>(data: T) -> Json<serde_json::Value> {
 pub fn status_of(code: &str) -> StatusCode {
     match code {
         "unauthorized" => StatusCode::UNAUTHORIZED,
-        "tool_policy_denied" | "hook_stopped" | "forbidden" => StatusCode::FORBIDDEN,
+        "tool_policy_denied" | "hook_stopped" | "forbidden" | "origin_not_allowed" => StatusCode::FORBIDDEN,
+        "host_not_allowed" => StatusCode::MISDIRECTED_REQUEST,
+        "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
+        "request_timeout" => StatusCode::REQUEST_TIMEOUT,
         "agent_not_found" | "team_not_found" | "session_not_found" | "run_not_found" | "not_found" | "route_not_found" => StatusCode::NOT_FOUND,
         "conflict" | "team_not_empty" | "session_agent_mismatch" | "idempotency_in_progress" | "already_exists" | "lease_held" | "invalid_transition" | "run_not_active" => StatusCode::CONFLICT,
         "payload_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
@@ -110,7 +121,9 @@ pub fn status_of(code: &str) -> StatusCode {
         "too_many_requests" => StatusCode::TOO_MANY_REQUESTS,
         "aborted" => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
         // The server is stopping; the run goes on on the next one.
-        "run_handed_over" => StatusCode::SERVICE_UNAVAILABLE,
+        "run_handed_over" | "too_many_connections" => StatusCode::SERVICE_UNAVAILABLE,
+        // The operator has not set the provider's key: nothing the caller can fix by retrying.
+        "provider_not_configured" => StatusCode::SERVICE_UNAVAILABLE,
         "rate_limited" | "provider_unavailable" | "auth_failed" | "model_timeout" | "stream_interrupted" | "content_filtered" | "context_length_exceeded" | "invalid_response" => {
             StatusCode::BAD_GATEWAY
         }

@@ -22,6 +22,7 @@ mod project;
 mod render;
 mod script;
 mod server;
+pub mod strict;
 
 pub use project::ProjectFixture;
 pub use script::{Interruption, ScriptedError, Turn};

@@ -50,6 +50,12 @@ impl Turn {
         Self { text: Some(text.into()), ..Self::default() }
     }
 
+    /// A structured answer: `value` as JSON text. A strict fake sends it as JSON only to a
+    /// request that asks for JSON (see [`crate::strict`]), as real models do.
+    pub fn json(value: Value) -> Self {
+        Self::text(value.to_string())
+    }
+
     /// An answer that only calls tools, e.g. `vec![("read", json!({"path": "a.txt"}))]`.
     pub fn tool_calls<N: Into<String>>(calls: Vec<(N, Value)>) -> Self {
         Self { tool_calls: calls.into_iter().map(|(n, v)| (n.into(), v)).collect(), ..Self::default() }

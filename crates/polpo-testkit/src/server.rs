@@ -3,6 +3,7 @@
 
 use crate::render::Render;
 use crate::script::{Interruption, Turn};
+use crate::strict::{self, Wire};
 use crate::{anthropic, openai};
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -54,11 +55,15 @@ pub struct Options {
     pub record: bool,
     /// Characters per streamed text or argument delta.
     pub chunk_chars: usize,
+    /// Behave like real providers (see [`crate::strict`]'s rules, on by default): scripted JSON
+    /// only when the request asks for JSON, 400 for requests real APIs refuse. Turn it off
+    /// only for a test about what a runtime does with a model that ignores its request.
+    pub strict: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Self { repeat: false, record: true, chunk_chars: 4 }
+        Self { repeat: false, record: true, chunk_chars: 4, strict: true }
     }
 }
 
@@ -92,7 +97,9 @@ impl Drop for OpenBody {
 /// A scripted fake LLM server speaking the OpenAI chat-completions wire
 /// (`POST /v1/chat/completions`) and the Anthropic Messages wire (`POST /v1/messages`),
 /// streaming or not as each request asks. Each request takes the next [`Turn`]; when the
-/// script is empty it answers 500 `fake llm script exhausted`. Stops when dropped.
+/// script is empty it answers 500 `fake llm script exhausted`. Strict by default: JSON only
+/// for requests that ask for it, 400 for requests real APIs refuse ([`crate::strict`]).
+/// Stops when dropped.
 pub struct FakeLlm {
     addr: SocketAddr,
     shared: Arc<Shared>,
@@ -203,12 +210,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-#[derive(Clone, Copy)]
-enum Wire {
-    OpenAi,
-    Anthropic,
-}
-
 async fn openai_route(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
     answer(shared, Wire::OpenAi, "/v1/chat/completions", headers, body).await
 }
@@ -223,6 +224,10 @@ async fn answer(shared: Arc<Shared>, wire: Wire, path: &str, headers: HeaderMap,
     if options.record {
         let headers = headers.iter().map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect();
         lock(&shared.requests).push(RecordedRequest { path: path.to_owned(), headers, body: request.clone(), received_at: Instant::now() });
+    }
+    // Refused before any model runs, so the scripted turn stays for the next request.
+    if let Some(error) = strict::rejection(wire, &request).filter(|_| options.strict) {
+        return respond(StatusCode::BAD_REQUEST, "application/json", Body::from(error.to_string()));
     }
     let turn = {
         let mut turns = lock(&shared.turns);
@@ -250,6 +255,7 @@ async fn answer(shared: Arc<Shared>, wire: Wire, path: &str, headers: HeaderMap,
         }
         return response;
     }
+    let turn = if options.strict { strict::adapt(wire, &request, turn) } else { turn };
     let render = Render {
         model: request["model"].as_str().unwrap_or("fake").to_owned(),
         turn_no: shared.served.fetch_add(1, Ordering::Relaxed) + 1,
