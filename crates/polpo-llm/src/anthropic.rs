@@ -1,5 +1,9 @@
 //! The Anthropic Messages wire: system text in `system`, tool calls as `tool_use` blocks,
 //! tool results as `tool_result` blocks in the next user turn, thinking as reasoning.
+//!
+//! A `response_format` becomes Claude's native structured output: a tool whose
+//! `input_schema` is the schema, forced with `tool_choice: {type: "tool"}`; its input comes
+//! back as the answer text, as on the OpenAI wire.
 
 use crate::config::{ApiKey, ProviderConfig};
 use crate::decode::{self, Step, ToolCalls, WireDecoder};
@@ -36,8 +40,47 @@ impl AnthropicProvider {
 impl ModelProvider for AnthropicProvider {
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, LlmError> {
         let body = request_body(&request, self.stream);
-        let decoder: Option<Box<dyn WireDecoder>> = if self.stream { Some(Box::new(Decoder::default())) } else { None };
-        decode::call(&self.transport, &self.url, &body, decoder, events_from_body).await
+        let format = request.response_format.as_ref().and_then(FormatTool::new);
+        let decoder: Option<Box<dyn WireDecoder>> = if self.stream { Some(Box::new(Decoder { format: format.clone(), ..Decoder::default() })) } else { None };
+        decode::call(&self.transport, &self.url, &body, decoder, move |body| events_from_body(body, format.as_ref())).await
+    }
+}
+
+/// The forced tool that carries a `response_format` on this wire.
+#[derive(Debug, Clone, PartialEq)]
+struct FormatTool {
+    /// The `json_schema` name (`json_answer` for `json_object`).
+    name: String,
+    /// Its `input_schema`: the schema, wrapped in `{"value": …}` unless it describes an object
+    /// (tool input is always an object).
+    input_schema: Value,
+    /// The answer is the `value` property of the input rather than the input itself.
+    wrapped: bool,
+}
+
+impl FormatTool {
+    /// `None` for a text format (or one this wire has no equivalent for).
+    fn new(response_format: &Value) -> Option<Self> {
+        let (name, schema) = match response_format["type"].as_str()? {
+            "json_object" => ("json_answer", json!({"type": "object"})),
+            "json_schema" => {
+                let spec = &response_format["json_schema"];
+                (spec["name"].as_str().unwrap_or("response"), spec.get("schema").cloned().unwrap_or_else(|| json!({})))
+            }
+            _ => return None,
+        };
+        let wrapped = schema["type"] != "object";
+        let input_schema = if wrapped { json!({"type": "object", "properties": {"value": schema}, "required": ["value"], "additionalProperties": false}) } else { schema };
+        Some(Self { name: name.to_owned(), input_schema, wrapped })
+    }
+
+    /// The answer text from the tool's complete input JSON.
+    fn answer(&self, input: &str) -> String {
+        match serde_json::from_str::<Value>(input) {
+            Ok(v) if self.wrapped => v.get("value").map_or_else(|| input.to_owned(), Value::to_string),
+            // Sent as produced; the caller validates it against the schema.
+            _ => input.to_owned(),
+        }
     }
 }
 
@@ -56,7 +99,9 @@ fn thinking_budget(effort: Option<&str>) -> Option<u32> {
 /// The JSON body of a Messages request.
 pub(crate) fn request_body(request: &ModelRequest, stream: bool) -> Value {
     let (system, messages) = wire_messages(&request.messages);
-    let budget = thinking_budget(request.reasoning.as_deref());
+    let format = request.response_format.as_ref().and_then(FormatTool::new);
+    // Anthropic refuses thinking together with a forced tool, which a response format is.
+    let budget = thinking_budget(request.reasoning.as_deref()).filter(|_| format.is_none());
     let requested = request.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
     // The thinking budget counts against max_tokens, which must stay larger than it.
     let max_tokens = budget.map_or(requested, |b| requested.max(b + DEFAULT_MAX_TOKENS));
@@ -64,15 +109,20 @@ pub(crate) fn request_body(request: &ModelRequest, stream: bool) -> Value {
     if let Some(system) = system {
         body["system"] = json!(system);
     }
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request.tools.iter().map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters})).collect();
-        body["tools"] = json!(tools);
+    let mut tools: Vec<Value> = request.tools.iter().map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters})).collect();
+    if let Some(format) = format {
+        tools.push(json!({"name": format.name, "description": "Give your final answer as this tool's input.", "input_schema": format.input_schema}));
+        body["tool_choice"] = json!({"type": "tool", "name": format.name});
+    } else if !tools.is_empty() {
         body["tool_choice"] = match &request.tool_choice {
             ToolChoice::Auto => json!({"type": "auto"}),
             ToolChoice::None => json!({"type": "none"}),
             ToolChoice::Required => json!({"type": "any"}),
             ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
         };
+    }
+    if !tools.is_empty() {
+        body["tools"] = json!(tools);
     }
     match budget {
         Some(b) => body["thinking"] = json!({"type": "enabled", "budget_tokens": b}),
@@ -168,6 +218,10 @@ fn error_event(v: &Value) -> LlmError {
 /// Streamed Messages events.
 #[derive(Default)]
 struct Decoder {
+    /// The request's response format; its tool's input is the answer, not a tool call.
+    format: Option<FormatTool>,
+    /// The content block holding the format tool's input, and the input so far.
+    format_block: Option<(u64, String)>,
     tools: ToolCalls,
     /// Content-block index → tool-call index.
     tool_blocks: HashMap<u64, usize>,
@@ -189,6 +243,9 @@ impl WireDecoder for Decoder {
                 match block["type"].as_str().unwrap_or_default() {
                     "text" => out.extend(block["text"].as_str().filter(|t| !t.is_empty()).map(|t| ModelEvent::TextDelta(t.to_owned()))),
                     "thinking" => out.extend(block["thinking"].as_str().filter(|t| !t.is_empty()).map(|t| ModelEvent::ReasoningDelta(t.to_owned()))),
+                    "tool_use" if self.format.as_ref().is_some_and(|f| block["name"] == f.name.as_str()) => {
+                        self.format_block = Some((block_index, String::new()));
+                    }
                     "tool_use" => {
                         let index = self.tools.len();
                         self.tool_blocks.insert(block_index, index);
@@ -204,6 +261,11 @@ impl WireDecoder for Decoder {
                 match delta["type"].as_str().unwrap_or_default() {
                     "text_delta" => out.extend(delta["text"].as_str().map(|t| ModelEvent::TextDelta(t.to_owned()))),
                     "thinking_delta" => out.extend(delta["thinking"].as_str().map(|t| ModelEvent::ReasoningDelta(t.to_owned()))),
+                    "input_json_delta" if self.format_block.as_ref().is_some_and(|(b, _)| *b == block_index) => {
+                        if let Some((_, input)) = &mut self.format_block {
+                            input.push_str(delta["partial_json"].as_str().unwrap_or(""));
+                        }
+                    }
                     "input_json_delta" => {
                         let index = *self.tool_blocks.get(&block_index).ok_or_else(|| LlmError::new(LlmErrorKind::InvalidResponse, "input_json_delta for a block that is not a tool_use"))?;
                         out.push(self.tools.delta(index, None, None, delta["partial_json"].as_str().unwrap_or(""))?);
@@ -211,9 +273,16 @@ impl WireDecoder for Decoder {
                     _ => {}
                 }
             }
+            // The answer is whole once its block closes (partial JSON of a wrapped value cannot
+            // be unwrapped piecewise, and a structured answer is validated whole anyway).
+            "content_block_stop" if self.format_block.as_ref().is_some_and(|(b, _)| *b == block_index) => {
+                if let (Some(format), Some((_, input))) = (&self.format, self.format_block.take()) {
+                    out.push(ModelEvent::TextDelta(format.answer(&input)));
+                }
+            }
             "message_delta" => {
                 if let Some(reason) = v["delta"]["stop_reason"].as_str() {
-                    self.stop = Some(stop_reason(reason));
+                    self.stop = Some(answered(stop_reason(reason), self.format.is_some()));
                 }
                 if let Some(output) = v["usage"]["output_tokens"].as_u64() {
                     let usage = self.usage.get_or_insert_with(Usage::default);
@@ -241,8 +310,13 @@ impl WireDecoder for Decoder {
     }
 }
 
+/// A response-format answer ends with `tool_use` on the wire; for the caller it is a stop.
+fn answered(reason: FinishReason, formatted: bool) -> FinishReason {
+    if formatted && reason == FinishReason::ToolCalls { FinishReason::Stop } else { reason }
+}
+
 /// A complete `message` body as the same events a stream would give.
-fn events_from_body(body: Value) -> Result<Vec<ModelEvent>, LlmError> {
+fn events_from_body(body: Value, format: Option<&FormatTool>) -> Result<Vec<ModelEvent>, LlmError> {
     if body["type"] == "error" {
         return Err(error_event(&body));
     }
@@ -253,18 +327,21 @@ fn events_from_body(body: Value) -> Result<Vec<ModelEvent>, LlmError> {
         match block["type"].as_str().unwrap_or_default() {
             "text" => out.extend(block["text"].as_str().filter(|t| !t.is_empty()).map(|t| ModelEvent::TextDelta(t.to_owned()))),
             "thinking" => out.extend(block["thinking"].as_str().filter(|t| !t.is_empty()).map(|t| ModelEvent::ReasoningDelta(t.to_owned()))),
-            "tool_use" => {
-                let index = tools.len();
-                let id = block["id"].as_str().map(str::to_owned);
-                let name = block["name"].as_str().map(str::to_owned);
-                out.push(tools.delta(index, id, name, &block["input"].to_string())?);
-            }
+            "tool_use" => match format.filter(|f| block["name"] == f.name.as_str()) {
+                Some(format) => out.push(ModelEvent::TextDelta(format.answer(&block["input"].to_string()))),
+                None => {
+                    let index = tools.len();
+                    let id = block["id"].as_str().map(str::to_owned);
+                    let name = block["name"].as_str().map(str::to_owned);
+                    out.push(tools.delta(index, id, name, &block["input"].to_string())?);
+                }
+            },
             _ => {}
         }
     }
     let u = &body["usage"];
     let usage = u.is_object().then(|| Usage { input_tokens: input_tokens(u), output_tokens: u["output_tokens"].as_u64().unwrap_or(0) });
-    let reason = body["stop_reason"].as_str().map_or(FinishReason::Stop, stop_reason);
+    let reason = answered(body["stop_reason"].as_str().map_or(FinishReason::Stop, stop_reason), format.is_some());
     tools.finish(usage, reason, &mut out)?;
     Ok(out)
 }
@@ -309,6 +386,38 @@ mod tests {
         assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 16384}));
         assert!(body["max_tokens"].as_u64().unwrap() > 16384);
         assert!(body.get("temperature").is_none());
+    }
+
+    #[test]
+    fn a_response_format_is_a_forced_tool_whose_input_is_the_answer() {
+        let schema = json!({"type": "object", "properties": {"tier": {"type": "string"}}, "required": ["tier"]});
+        let format = json!({"type": "json_schema", "json_schema": {"name": "tier", "strict": true, "schema": schema}});
+        let request = ModelRequest { model: "m".into(), reasoning: Some("high".into()), response_format: Some(format.clone()), ..ModelRequest::default() };
+        let body = request_body(&request, true);
+        assert_eq!(body["tools"], json!([{"name": "tier", "description": "Give your final answer as this tool's input.", "input_schema": schema}]));
+        assert_eq!(body["tool_choice"], json!({"type": "tool", "name": "tier"}));
+        assert!(body.get("thinking").is_none(), "Anthropic refuses thinking with a forced tool");
+
+        let mut d = Decoder { format: FormatTool::new(&format), ..Decoder::default() };
+        let mut out = Vec::new();
+        for data in [
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"tier","input":{}}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{\"tier\":"}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"\"paid\"}"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":5}}"#,
+            r#"{"type":"message_stop"}"#,
+        ] {
+            d.event(SseEvent { data: data.into(), ..SseEvent::default() }, &mut out).unwrap();
+        }
+        assert_eq!(out[0], ModelEvent::TextDelta(r#"{"tier":"paid"}"#.into()));
+        assert_eq!(out.last(), Some(&ModelEvent::Finish(FinishReason::Stop)));
+        assert!(!out.iter().any(|e| matches!(e, ModelEvent::ToolCall(_))));
+
+        let list = FormatTool::new(&json!({"type": "json_schema", "json_schema": {"name": "tags", "schema": {"type": "array", "items": {"type": "string"}}}})).unwrap();
+        assert_eq!(list.input_schema["properties"]["value"]["type"], "array", "tool input is an object, so other roots are wrapped");
+        let body = json!({"content": [{"type": "tool_use", "id": "t", "name": "tags", "input": {"value": ["a", "b"]}}], "stop_reason": "tool_use"});
+        assert_eq!(events_from_body(body, Some(&list)).unwrap()[0], ModelEvent::TextDelta(r#"["a","b"]"#.into()));
     }
 
     #[test]

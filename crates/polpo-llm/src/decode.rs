@@ -35,11 +35,16 @@ pub(crate) trait WireDecoder: Send + 'static {
     fn end(&mut self, out: &mut Vec<ModelEvent>) -> Result<(), LlmError>;
 }
 
-/// How a wire turns a complete (non-streamed) response body into events.
-pub(crate) type BodyDecoder = fn(serde_json::Value) -> Result<Vec<ModelEvent>, LlmError>;
-
-/// POST the request and return the model's events, streamed or from one JSON body.
-pub(crate) async fn call(transport: &Transport, url: &str, body: &serde_json::Value, streaming: Option<Box<dyn WireDecoder>>, from_body: BodyDecoder) -> Result<ModelStream, LlmError> {
+/// POST the request and return the model's events, streamed or from one JSON body, which
+/// `from_body` (a wire's decoder, possibly holding what it needs of the request) turns into
+/// events.
+pub(crate) async fn call(
+    transport: &Transport,
+    url: &str,
+    body: &serde_json::Value,
+    streaming: Option<Box<dyn WireDecoder>>,
+    from_body: impl FnOnce(serde_json::Value) -> Result<Vec<ModelEvent>, LlmError>,
+) -> Result<ModelStream, LlmError> {
     let response = transport.post(url, body).await?;
     match streaming {
         Some(decoder) => Ok(drive(response, decoder, transport)),
