@@ -188,7 +188,8 @@ async fn suggestion_text(inv: &Invocation, policy: &SuggestionPolicy, question: 
         messages: vec![Message::system(system), Message::user(format!("User: {question}\n\nAssistant: {answer}"))].into(),
         tools: Vec::new(),
         tool_choice: ToolChoice::None,
-        response_format: None,
+        // Asked for natively too: models answer in JSON reliably only when the request says so.
+        response_format: Some(json!({"type": "json_object"})),
         reasoning: None,
         max_output_tokens: Some(SUGGESTIONS_MAX_TOKENS),
         temperature: None,

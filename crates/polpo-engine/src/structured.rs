@@ -24,6 +24,9 @@ pub enum ResponseFormat {
         schema: Value,
         /// The compiled validator.
         validator: std::sync::Arc<jsonschema::Validator>,
+        /// The `response_format` object exactly as the client sent it (`strict` included),
+        /// which is what providers with native structured output are given.
+        wire: Value,
     },
 }
 
@@ -44,7 +47,7 @@ impl ResponseFormat {
                     return Err(format!("response_format schema is larger than {MAX_SCHEMA_BYTES} bytes"));
                 }
                 let validator = jsonschema::draft202012::new(&schema).map_err(|e| format!("response_format schema is invalid: {e}"))?;
-                Ok(Self::JsonSchema { name, schema, validator: std::sync::Arc::new(validator) })
+                Ok(Self::JsonSchema { name, schema, validator: std::sync::Arc::new(validator), wire: v.clone() })
             }
             Some(other) => Err(format!("response_format.type `{other}` is not supported (text, json_object, json_schema)")),
         }
@@ -53,6 +56,47 @@ impl ResponseFormat {
     /// True when the answer must be JSON (and so is buffered while streaming).
     pub fn is_structured(&self) -> bool {
         !matches!(self, Self::Text)
+    }
+
+    /// The `response_format` to send to the provider: `None` for text, else the client's
+    /// object (a `json_schema` exactly as sent, `strict` included).
+    pub fn wire(&self) -> Option<Value> {
+        match self {
+            Self::Text => None,
+            Self::JsonObject => Some(serde_json::json!({"type": "json_object"})),
+            Self::JsonSchema { wire, .. } => Some(wire.clone()),
+        }
+    }
+
+    /// The system-prompt section that states the required answer shape, for every provider:
+    /// the ones that constrain output natively are told what the tools phase works towards,
+    /// and the ones that cannot constrain it see the schema at all. `None` for text.
+    pub fn instructions(&self) -> Option<String> {
+        match self {
+            Self::Text => None,
+            Self::JsonObject => Some("Response format: your final answer (after any tool use) must be a single JSON object and nothing else.".into()),
+            Self::JsonSchema { name, schema, .. } => Some(format!(
+                "Response format: your final answer (after any tool use) must be a single JSON value, and nothing else, valid against this JSON Schema (`{name}`):\n{schema}"
+            )),
+        }
+    }
+
+    /// The user message that starts the tool-free formatting phase, after a final answer
+    /// given while tools were offered (so without the provider's output constraint).
+    pub fn formatting_request(&self) -> String {
+        match self {
+            Self::JsonSchema { name, .. } => format!("Now give that final answer as a single JSON value valid against the `{name}` JSON Schema of the response format, and nothing else."),
+            _ => "Now give that final answer as a single JSON object, and nothing else.".into(),
+        }
+    }
+
+    /// The user message of the one repair turn: what was wrong, and the schema to meet.
+    pub fn repair_request(&self, diagnostics: &str) -> String {
+        let target = match self {
+            Self::JsonSchema { name, schema, .. } => format!("a single JSON value valid against this JSON Schema (`{name}`):\n{schema}"),
+            _ => "a single JSON object".into(),
+        };
+        format!("Your answer does not match the required response format: {diagnostics}.\nReply again with only the corrected JSON value: {target}")
     }
 
     /// Check a candidate answer. `Ok` carries the canonical JSON text; `Err` carries
@@ -109,6 +153,18 @@ mod tests {
         assert!(tier().check("free").unwrap_err().contains("not valid JSON"));
         let obj = ResponseFormat::from_wire(&json!({"type":"json_object"})).unwrap();
         assert!(obj.check("[1]").is_err());
+    }
+
+    #[test]
+    fn the_provider_gets_the_format_as_sent_and_the_model_sees_the_schema() {
+        let wire = tier().wire().unwrap();
+        assert_eq!(wire["json_schema"]["strict"], true);
+        assert_eq!(wire["json_schema"]["name"], "customer_tier");
+        assert!(tier().instructions().unwrap().contains(r#""enum":["free","paid"]"#));
+        let repair = tier().repair_request("at `/tier`: \"gold\" is not one of [\"free\",\"paid\"]");
+        assert!(repair.contains("/tier") && repair.contains(r#""required":["tier"]"#), "{repair}");
+        assert!(ResponseFormat::Text.wire().is_none() && ResponseFormat::Text.instructions().is_none());
+        assert_eq!(ResponseFormat::JsonObject.wire().unwrap(), serde_json::json!({"type": "json_object"}));
     }
 
     #[test]

@@ -113,7 +113,10 @@ pub async fn run_turns_controlled(
     let mut termination = Termination::prepare(inv, control)?;
     let hooks = termination.hooks();
     let mut conversation = Vec::with_capacity(history.len() + 8);
-    conversation.push(Message::system(inv.system_prompt.clone()));
+    conversation.push(Message::system(match inv.response_format.instructions() {
+        Some(format) => format!("{}\n\n{format}", inv.system_prompt),
+        None => inv.system_prompt.clone(),
+    }));
     conversation.extend(history);
     // Shared with each model request, which holds a pointer instead of a copy. The request is
     // dropped when its call returns, so the appends below find the list unshared and grow it
@@ -122,7 +125,14 @@ pub async fn run_turns_controlled(
     let base_len = conversation.len();
     let buffer_text = inv.response_format.is_structured() || termination.buffers_text();
     let mut usage = Usage::default();
+    // Structured output: a final answer given while tools were offered (so without the
+    // provider's output constraint) that is not valid yet is formatted by one tool-free call
+    // that carries the response format; an answer given under the constraint that is still
+    // invalid gets one repair turn. Both come after the answer was judged, and neither is
+    // judged again.
+    let mut formatting = false;
     let mut repaired = false;
+    let mut constrained = false;
     if control.is_some() {
         for result in answer_pending_calls(inv, hooks, base_turn.max(1), &conversation, sink, cancel).await? {
             Arc::make_mut(&mut conversation).push(result.clone());
@@ -138,7 +148,8 @@ pub async fn run_turns_controlled(
         let text = match candidate.take() {
             Some(text) => text,
             None => {
-                if turn == inv.max_turns {
+                // The formatting call renders an answer already given: it is not an agent turn.
+                if turn >= inv.max_turns && !formatting {
                     break;
                 }
                 turn += 1;
@@ -147,10 +158,14 @@ pub async fn run_turns_controlled(
                     sink(RunEvent::MessageAppended { message });
                 }
                 let output_cap = termination.before_model_call().await?;
-                let tool_free = repaired || termination.tool_free();
+                let tool_free = formatting || repaired || termination.tool_free();
+                let tools = if tool_free { Vec::new() } else { crate::tool_loading::visible_tools(inv, &conversation) };
+                // With no tool to offer, the call that answers can carry the format itself.
+                constrained = tools.is_empty() && inv.response_format.is_structured();
                 let shape = CallShape {
-                    tools: if tool_free { Vec::new() } else { crate::tool_loading::visible_tools(inv, &conversation) },
+                    tools,
                     tool_choice: if tool_free { ToolChoice::None } else if turn == 1 { inv.tool_choice.clone() } else { ToolChoice::Auto },
+                    response_format: if constrained { inv.response_format.wire() } else { None },
                     max_output_tokens: output_cap,
                 };
                 sink(RunEvent::TurnStarted { turn });
@@ -193,7 +208,8 @@ pub async fn run_turns_controlled(
             }
         };
 
-        if let Judgement::Retry(feedback) = termination.judge(inv, base_turn + turn, &text, sink).await? {
+        let rendering = formatting || repaired;
+        if !rendering && let Judgement::Retry(feedback) = termination.judge(inv, base_turn + turn, &text, sink).await? {
             // The rejected candidate stays in the history (the model needs it), but it
             // was never streamed; the feedback is model-visible.
             Arc::make_mut(&mut conversation).push(feedback.clone());
@@ -207,6 +223,8 @@ pub async fn run_turns_controlled(
                 }
                 let follow_ups = control.map(RunControl::take_follow_ups).unwrap_or_default();
                 if !follow_ups.is_empty() {
+                    // A new question: its answer gets the tools phase and formatting again.
+                    (formatting, repaired) = (false, false);
                     for message in follow_ups {
                         Arc::make_mut(&mut conversation).push(message.clone());
                         sink(RunEvent::MessageAppended { message });
@@ -216,11 +234,16 @@ pub async fn run_turns_controlled(
                 return Ok(outcome(Some(content), FinishReason::Stop, Vec::new(), usage, turn, &conversation[base_len..]));
             }
             Err(diagnostics) if !repaired => {
-                // One bounded, tool-free repair turn with model-visible diagnostics.
-                repaired = true;
-                let fix = Message::user(format!(
-                    "Your answer does not match the required response format: {diagnostics}. Reply again with only the corrected JSON value."
-                ));
+                // Unconstrained: one tool-free formatting call under the provider's constraint.
+                // Constrained and still invalid: one bounded repair turn showing the errors
+                // and the schema.
+                let fix = if constrained {
+                    repaired = true;
+                    Message::user(inv.response_format.repair_request(&diagnostics))
+                } else {
+                    formatting = true;
+                    Message::user(inv.response_format.formatting_request())
+                };
                 Arc::make_mut(&mut conversation).push(fix.clone());
                 sink(RunEvent::MessageAppended { message: fix });
                 continue;
@@ -278,6 +301,8 @@ fn outcome(content: Option<String>, finish_reason: FinishReason, client_tool_cal
 struct CallShape {
     tools: Vec<Arc<polpo_core::tool::ToolSpec>>,
     tool_choice: ToolChoice,
+    /// The response format the provider must constrain this call's answer to.
+    response_format: Option<serde_json::Value>,
     max_output_tokens: Option<u32>,
 }
 
@@ -295,7 +320,7 @@ async fn call_model(
         messages: Arc::clone(conversation),
         tools: shape.tools,
         tool_choice: shape.tool_choice,
-        response_format: None,
+        response_format: shape.response_format,
         reasoning: inv.reasoning.clone(),
         max_output_tokens: shape.max_output_tokens,
         temperature: None,

@@ -9,7 +9,6 @@ mod support;
 use polpo_core::message::{FinishReason, Message};
 use polpo_core::tool::ToolSpec;
 use polpo_engine::run_turns;
-use polpo_engine::structured::ResponseFormat;
 use polpo_llm::ToolChoice;
 use polpo_testkit::{FakeLlm, Turn};
 use serde_json::json;
@@ -111,36 +110,6 @@ async fn client_tools_that_shadow_runtime_tools_are_refused_before_any_model_cal
     inv.parallel_tool_calls = true;
     assert_eq!(run(&inv, "hi").await.error_code(), "invalid_request");
     assert!(llm.requests().is_empty());
-}
-
-fn tier_format() -> ResponseFormat {
-    ResponseFormat::from_wire(&json!({"type": "json_schema", "json_schema": {"name": "customer_tier", "strict": true, "schema": {
-        "type": "object", "properties": {"tier": {"type": "string", "enum": ["free", "paid"]}}, "required": ["tier"], "additionalProperties": false}}}))
-    .unwrap()
-}
-
-#[tokio::test]
-async fn structured_output_is_repaired_once_and_only_the_valid_value_is_streamed() {
-    let ws = Workspace::new();
-    let llm = FakeLlm::start(vec![Turn::text("The tier is paid."), Turn::text(r#"{"tier": "paid"}"#)]).await.unwrap();
-    let mut inv = invocation(&llm, &ws, None);
-    inv.response_format = tier_format();
-    let seen = run(&inv, "Return the tier").await;
-    assert_eq!(seen.content(), r#"{"tier":"paid"}"#);
-    assert_eq!(seen.streamed_text(), r#"{"tier":"paid"}"#, "the invalid first answer is never streamed");
-    assert!(request_text(&llm, 1).contains("does not match the required response format"));
-    assert!(request_tools(&llm, 1).is_empty(), "the repair turn is tool-free");
-}
-
-#[tokio::test]
-async fn structured_output_that_stays_invalid_fails_clearly() {
-    let ws = Workspace::new();
-    let llm = FakeLlm::start(vec![Turn::text("paid"), Turn::text(r#"{"tier": "gold"}"#)]).await.unwrap();
-    let mut inv = invocation(&llm, &ws, None);
-    inv.response_format = tier_format();
-    let seen = run(&inv, "Return the tier").await;
-    assert_eq!(seen.error_code(), "structured_output_invalid");
-    assert!(seen.streamed_text().is_empty());
 }
 
 #[tokio::test]

@@ -75,6 +75,8 @@ async fn run_prompt(inv: &Invocation, prompt: &str, model: Option<&str>, envelop
         messages: vec![Message::system(system), Message::user(String::from_utf8_lossy(envelope).into_owned())].into(),
         tools: Vec::new(),
         tool_choice: ToolChoice::None,
+        // Asked for natively too: models answer in JSON reliably only when the request says so.
+        response_format: Some(serde_json::json!({"type": "json_object"})),
         max_output_tokens: Some(PROMPT_MAX_OUTPUT_TOKENS),
         ..ModelRequest::default()
     };

@@ -95,11 +95,8 @@ impl RunSpec {
                 ToolChoice::Tool(name) => json!({"tool": name}),
             },
             parallel_tool_calls: input.parallel_tool_calls,
-            response_format: match &input.response_format {
-                ResponseFormat::Text => Value::Null,
-                ResponseFormat::JsonObject => json!({"type": "json_object"}),
-                ResponseFormat::JsonSchema { name, schema, .. } => json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}}),
-            },
+            // As the client sent it, so a resumed run asks the provider for the same thing.
+            response_format: input.response_format.wire().unwrap_or(Value::Null),
             allowed_tools: input.allowed_tools.clone(),
             loop_context: input.loop_context.clone(),
             model_profile: None,
