@@ -6,6 +6,7 @@
 //! their own process group with bounded time and output and a scrubbed environment.
 
 use polpo_core::tool::{ToolEffect, ToolSpec};
+use sandbox::SandboxPolicy;
 use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 
@@ -41,11 +42,14 @@ pub struct ToolContext {
     /// Exact `host:port` authorities that `http_*` may reach even though they resolve to private
     /// addresses (a local dev API, say), without opening the whole private network.
     pub private_network_allowlist: Vec<String>,
+    /// How `bash` is confined (limits, user, whether it may run where Landlock is missing).
+    pub sandbox: SandboxPolicy,
 }
 
 impl ToolContext {
-    /// A context confined to `workspace`, with no protected paths, no memory file, the default environment
-    /// allow-list, the private network closed, and a fresh cancellation token.
+    /// A context confined to `workspace`, with no protected paths, no memory file, the default
+    /// environment allow-list, the private network closed, the default `bash` sandbox policy
+    /// and a fresh cancellation token.
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
         Self {
             workspace: workspace.into(),
@@ -56,6 +60,7 @@ impl ToolContext {
             env_allow: Vec::new(),
             allow_private_network: false,
             private_network_allowlist: Vec::new(),
+            sandbox: SandboxPolicy::default(),
         }
     }
 }

@@ -1,12 +1,23 @@
-//! The sandbox every tool call runs in: file paths confined to the allowed roots, processes in
-//! their own group with bounded time and output and a scrubbed environment.
+//! The sandbox every tool call runs in: file paths confined to the allowed roots minus the
+//! protected ones, processes in their own group and PID namespace with bounded time and output
+//! and a scrubbed environment, and `bash` further confined by Landlock, resource limits and
+//! dropped privileges.
 
 mod capped;
+mod confine;
 mod env;
+mod fs_rules;
 mod paths;
+mod policy;
 mod process;
 
 pub use capped::CappedOutput;
 pub use env::{BASE_ENV_ALLOW, is_secret_name, scrubbed_env};
 pub use paths::{PathRules, resolve_in_sandbox, resolve_real_path};
-pub use process::{CommandOutcome, CommandSpec, Program, SandboxError, Termination, run_command};
+pub use policy::{
+    Confinement, FORCE_UNAVAILABLE_ENV, ResourceLimits, SandboxPolicy, SandboxSupport,
+    sandbox_support,
+};
+pub use process::{
+    CommandOutcome, CommandSpec, Isolation, Program, SandboxError, Termination, run_command,
+};

@@ -68,6 +68,16 @@ impl PathRules {
         self.roots.iter().any(|root| path.starts_with(root)) && !self.is_protected(path)
     }
 
+    /// The allowed roots, as real paths.
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
+    /// The protected paths, as real paths.
+    pub fn protected(&self) -> &[PathBuf] {
+        &self.protected
+    }
+
     /// True when the real path `path` is a protected path or lies under one.
     pub fn is_protected(&self, path: &Path) -> bool {
         self.protected.iter().any(|p| path.starts_with(p))

@@ -1,11 +1,17 @@
 //! Running a process so that it cannot outlive, outgrow or out-wait its caller.
 //!
-//! Used by the `bash` tool and by command hooks. Each process leads its own process group; when
-//! the call ends — normal exit, timeout, cancellation, or the caller dropping the future — the
-//! whole group is terminated (SIGTERM, a short grace, then SIGKILL), so background children
-//! (`sleep 300 &`) never survive as orphans. Output is read concurrently into bounded buffers.
+//! Used by the `bash` tool and by command hooks. Each process leads its own process group and,
+//! where the host allows it, is PID 1 of its own PID namespace; when the call ends — normal
+//! exit, timeout, cancellation, or the caller dropping the future — the whole group is
+//! terminated (SIGTERM, a short grace, then SIGKILL) and the namespace with it, so background
+//! children (`sleep 300 &`, even `setsid`) never survive as orphans. Output is read
+//! concurrently into bounded buffers. A [`Confinement`] adds Landlock file-system rules,
+//! resource limits and dropped privileges (see [`super::confine`]).
 
-use super::CappedOutput;
+use super::confine::{self, ChildSetup};
+use super::fs_rules::{FsPolicy, build_ruleset};
+use super::{CappedOutput, Confinement, ResourceLimits, sandbox_support};
+use nix::sys::resource::Resource;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::os::fd::OwnedFd;
@@ -57,11 +63,15 @@ pub struct CommandSpec {
     pub kill_grace: Duration,
     /// Cancelling it kills the group and ends the run with [`Termination::Cancelled`].
     pub cancel: CancellationToken,
+    /// File-system rules, limits and identity for agent-chosen commands; `None` for trusted
+    /// commands (hooks), which still get the process containment.
+    pub confinement: Option<Confinement>,
 }
 
 impl CommandSpec {
     /// A spec with an empty environment, no stdin, a 120 s timeout, a 30 KB output cap per
-    /// stream, separate stderr, a 2 s kill grace and its own cancellation token.
+    /// stream, separate stderr, a 2 s kill grace, its own cancellation token and no
+    /// confinement.
     pub fn new(program: Program, cwd: impl Into<PathBuf>) -> Self {
         Self {
             program,
@@ -73,6 +83,7 @@ impl CommandSpec {
             merge_stderr: false,
             kill_grace: Duration::from_secs(2),
             cancel: CancellationToken::new(),
+            confinement: None,
         }
     }
 }
@@ -109,6 +120,17 @@ pub struct CommandOutcome {
     pub pgid: i32,
     /// Wall-clock run time.
     pub duration: Duration,
+    /// What was actually enforced, for traces and the tool's details.
+    pub isolation: Isolation,
+}
+
+/// What a run was actually held to (the host may not support everything).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Isolation {
+    /// Landlock file-system rules were enforced.
+    pub filesystem: bool,
+    /// The process tree ran in its own PID namespace.
+    pub contained: bool,
 }
 
 impl CommandOutcome {
@@ -137,6 +159,12 @@ pub enum SandboxError {
     /// Waiting for the process failed.
     #[error("cannot wait for process: {0}")]
     Wait(std::io::Error),
+    /// The confinement could not be prepared (Landlock ruleset, scratch directory).
+    #[error("cannot prepare the sandbox: {0}")]
+    Confine(std::io::Error),
+    /// `run_as` names no user of this host.
+    #[error("no such user to run as: {0}")]
+    UnknownUser(String),
 }
 
 impl SandboxError {
@@ -147,6 +175,8 @@ impl SandboxError {
             SandboxError::Pipe(_) => "pipe_failed",
             SandboxError::Spawn(_) => "spawn_failed",
             SandboxError::Wait(_) => "wait_failed",
+            SandboxError::Confine(_) => "sandbox_setup_failed",
+            SandboxError::UnknownUser(_) => "unknown_user",
         }
     }
 }
@@ -155,13 +185,16 @@ impl SandboxError {
 pub async fn run_command(spec: CommandSpec) -> Result<CommandOutcome, SandboxError> {
     let started = Instant::now();
     let mut command = build_command(&spec)?;
+    let (setup, scratch, isolation) = prepare_child(&spec, &mut command)?;
+    setup.install(&mut command);
     let merged = if spec.merge_stderr {
         Some(attach_merged_pipe(&mut command)?)
     } else {
         None
     };
     let mut child = command.spawn().map_err(SandboxError::Spawn)?;
-    // Close our copies of the merged pipe's write end, so EOF arrives when the group is gone.
+    // Close our copies of the merged pipe's write end, so EOF arrives when the group is gone
+    // (and the Landlock ruleset descriptor, which the child holds now).
     drop(command);
     let pgid = child
         .id()
@@ -208,13 +241,113 @@ pub async fn run_command(spec: CommandSpec) -> Result<CommandOutcome, SandboxErr
     if let Some(task) = stdin_task {
         task.abort();
     }
+    drop(scratch);
     Ok(CommandOutcome {
         termination,
         stdout: take(&stdout),
         stderr: take(&stderr),
         pgid,
         duration: started.elapsed(),
+        isolation,
     })
+}
+
+/// Decides what the child does before `exec`: always the PID namespace where the host allows
+/// it; for a confined spec also limits, identity, a private scratch directory (its `TMPDIR` and
+/// `HOME`) and the Landlock ruleset. Everything is computed here, before the fork.
+fn prepare_child(
+    spec: &CommandSpec,
+    command: &mut Command,
+) -> Result<(ChildSetup, Option<Scratch>, Isolation), SandboxError> {
+    let support = sandbox_support();
+    let mut setup = ChildSetup {
+        contain: support.containment(),
+        rlimits: Vec::new(),
+        run_as: None,
+        drop_capabilities: false,
+        last_capability: 0,
+        no_new_privs: false,
+        landlock: None,
+    };
+    let mut isolation = Isolation {
+        filesystem: false,
+        contained: setup.contain.is_some(),
+    };
+    let Some(confinement) = &spec.confinement else {
+        return Ok((setup, None, isolation));
+    };
+    setup.rlimits = rlimits(&confinement.limits);
+    setup.run_as = confinement.run_as.as_deref().map(lookup_user).transpose()?;
+    setup.drop_capabilities = setup.run_as.is_none() && confine::is_root();
+    setup.last_capability = confine::last_capability();
+    setup.no_new_privs = true;
+    let scratch = Scratch::create(setup.run_as)?;
+    command.env("TMPDIR", &scratch.0).env("HOME", &scratch.0);
+    if support.landlock_abi.is_some() {
+        setup.landlock = build_ruleset(&FsPolicy {
+            writable: &confinement.writable,
+            protected: &confinement.protected,
+            scratch: &scratch.0,
+        })?;
+        isolation.filesystem = setup.landlock.is_some();
+    }
+    Ok((setup, Some(scratch), isolation))
+}
+
+fn rlimits(limits: &ResourceLimits) -> Vec<(Resource, nix::libc::rlim_t)> {
+    [
+        (Resource::RLIMIT_CPU, limits.cpu_seconds),
+        (Resource::RLIMIT_AS, limits.memory_bytes),
+        (Resource::RLIMIT_NPROC, limits.max_processes),
+        (Resource::RLIMIT_FSIZE, limits.file_size_bytes),
+        // No core dumps: one could hold whatever the process read.
+        (Resource::RLIMIT_CORE, 0),
+    ]
+    .into_iter()
+    .filter(|&(resource, value)| value > 0 || resource == Resource::RLIMIT_CORE)
+    .collect()
+}
+
+fn lookup_user(name: &str) -> Result<(nix::libc::uid_t, nix::libc::gid_t), SandboxError> {
+    match nix::unistd::User::from_name(name) {
+        Ok(Some(user)) => Ok((user.uid.as_raw(), user.gid.as_raw())),
+        _ => Err(SandboxError::UnknownUser(name.to_owned())),
+    }
+}
+
+/// A private temporary directory for one confined run, removed with everything in it when
+/// the run ends.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn create(owner: Option<(nix::libc::uid_t, nix::libc::gid_t)>) -> Result<Self, SandboxError> {
+        use std::os::unix::fs::DirBuilderExt;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "polpo-sandbox-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = std::env::temp_dir().join(name);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&path)
+            .map_err(SandboxError::Confine)?;
+        let scratch = Self(path);
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(&scratch.0, Some(uid), Some(gid))
+                .map_err(SandboxError::Confine)?;
+        }
+        Ok(scratch)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // Best effort: a leftover directory in the temp dir is harmless.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn build_command(spec: &CommandSpec) -> Result<Command, SandboxError> {

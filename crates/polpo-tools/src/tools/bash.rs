@@ -1,7 +1,10 @@
 //! `bash {command, timeout?}`: run a shell command in the workspace.
 
 use crate::args::{parse_args, spec};
-use crate::sandbox::{CommandSpec, Program, Termination, run_command, scrubbed_env};
+use crate::sandbox::{
+    CommandSpec, Confinement, PathRules, Program, Termination, run_command, sandbox_support,
+    scrubbed_env,
+};
 use crate::{Tool, ToolContext, ToolError, ToolOutput};
 use polpo_core::tool::{ToolEffect, ToolSpec};
 use serde::Deserialize;
@@ -25,9 +28,14 @@ struct Args {
     timeout: Option<u64>,
 }
 
-/// Runs `sh -c <command>` in the workspace through [`run_command`]: own process group, scrubbed
-/// environment, null stdin, stdout and stderr interleaved and capped. The text starts with
-/// `Exit code: N`. Its effect is `Write`: a command may do anything.
+/// Runs `sh -c <command>` in the workspace through [`run_command`], confined: Landlock lets it
+/// write only beneath the allowed roots minus the protected paths (and its private TMPDIR),
+/// read the system and the workspace, and neither signal nor ptrace (read `/proc/<pid>/environ`
+/// of) the server; its PID namespace dies with it; limits and dropped privileges apply. Where
+/// Landlock is missing it refuses with `sandbox_unavailable` unless the policy allows running
+/// unconfined. Scrubbed environment, null stdin, stdout and stderr interleaved and capped. The
+/// text starts with `Exit code: N`. Its effect is `Write`: a command may change anything it
+/// may reach.
 pub struct BashTool {
     spec: ToolSpec,
 }
@@ -79,7 +87,20 @@ impl Tool for BashTool {
             .timeout
             .unwrap_or(DEFAULT_TIMEOUT_MS)
             .clamp(1, MAX_TIMEOUT_MS);
+        if sandbox_support().landlock_abi.is_none() && !ctx.sandbox.allow_unconfined {
+            return Err(ToolError::new(
+                "sandbox_unavailable",
+                "bash is disabled: this host has no Landlock file-system sandbox (set settings.sandbox.allowUnconfined to run it unconfined)",
+            ));
+        }
+        let rules = PathRules::of(ctx)?;
         let mut run = CommandSpec::new(Program::Shell(args.command), &ctx.workspace);
+        run.confinement = Some(Confinement {
+            writable: rules.roots().to_vec(),
+            protected: rules.protected().to_vec(),
+            limits: ctx.sandbox.limits,
+            run_as: ctx.sandbox.run_as.clone(),
+        });
         run.env = scrubbed_env(&ctx.env_allow);
         run.timeout = Duration::from_millis(timeout_ms);
         run.output_cap = OUTPUT_CAP;
@@ -95,6 +116,10 @@ impl Tool for BashTool {
             "outputBytes": outcome.stdout.total_bytes(),
             "truncated": outcome.stdout.is_truncated(),
             "durationMs": u64::try_from(outcome.duration.as_millis()).unwrap_or(u64::MAX),
+            "sandbox": {
+                "filesystem": outcome.isolation.filesystem,
+                "contained": outcome.isolation.contained,
+            },
         });
         match (outcome.termination, outcome.exit_code()) {
             (Termination::TimedOut, _) => Err(ToolError::new(

@@ -1,0 +1,274 @@
+//! What a sandboxed process does between `fork` and `exec`, and the kernel probes that say what
+//! this host supports. This is the crate's only `unsafe` code.
+//!
+//! The child of `fork` in a multi-threaded server may only make async-signal-safe calls: no
+//! allocation, no locks. So everything is prepared before the spawn ([`ChildSetup`]: numbers,
+//! an already-built Landlock ruleset fd) and the closure below only issues system calls.
+//!
+//! The order matters:
+//! 1. `unshare` a new PID namespace (and, without root, a user namespace to be allowed to) and
+//!    `fork` once more. The grandchild becomes PID 1 of the namespace and goes on to `exec` the
+//!    command; when it exits the kernel kills every process left in the namespace — `setsid`
+//!    and double-forked children included. The intermediate process closes every descriptor
+//!    (so it holds no pipe open), restores default signal dispositions (so the runner's SIGTERM
+//!    and SIGKILL to the process group end it), waits, and exits with the grandchild's status.
+//!    The grandchild asks for SIGKILL when the intermediate dies, so killing the group kills
+//!    the namespace.
+//! 2. Resource limits.
+//! 3. Identity: switch to `run_as`, or, for root, empty the capability bounding, ambient and
+//!    inheritable sets so that after `exec` uid 0 holds no capability (no DAC override, no
+//!    ptrace or kill of other users' processes, no mounts).
+//! 4. `no_new_privs`, then `landlock_restrict_self` with the prepared ruleset.
+#![allow(unsafe_code)]
+
+use nix::libc;
+use nix::sys::resource::{Resource, setrlimit};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// `LANDLOCK_CREATE_RULESET_VERSION`: asks `landlock_create_ruleset` for the ABI version.
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+/// `_LINUX_CAPABILITY_VERSION_3`: 64-bit capability sets in two 32-bit words.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+/// Highest signal number whose disposition the intermediate process resets.
+const LAST_SIGNAL: libc::c_int = 64;
+/// Highest capability number dropped when the kernel does not say (`cap_last_cap`).
+const FALLBACK_LAST_CAPABILITY: libc::c_ulong = 63;
+
+/// How a process tree is kept inside a PID namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Containment {
+    /// `unshare(CLONE_NEWPID)`: needs `CAP_SYS_ADMIN` (the server runs as root).
+    PidNamespace,
+    /// `unshare(CLONE_NEWUSER | CLONE_NEWPID)`: for an unprivileged server where user
+    /// namespaces are enabled. No id mapping is written; files keep the server's owner.
+    UserAndPidNamespace,
+}
+
+impl Containment {
+    fn flags(self) -> libc::c_int {
+        match self {
+            Containment::PidNamespace => libc::CLONE_NEWPID,
+            Containment::UserAndPidNamespace => libc::CLONE_NEWUSER | libc::CLONE_NEWPID,
+        }
+    }
+}
+
+/// Everything the child does before `exec`, computed before the spawn.
+#[derive(Debug)]
+pub(crate) struct ChildSetup {
+    /// Run the command as PID 1 of a fresh PID namespace.
+    pub contain: Option<Containment>,
+    /// `(resource, limit)` pairs; soft and hard limit are both set to the value.
+    pub rlimits: Vec<(Resource, libc::rlim_t)>,
+    /// Switch to this uid and gid (supplementary groups: just the gid).
+    pub run_as: Option<(libc::uid_t, libc::gid_t)>,
+    /// Empty every capability set (for a root server without `run_as`).
+    pub drop_capabilities: bool,
+    /// Highest capability number of this kernel.
+    pub last_capability: libc::c_ulong,
+    /// Set `no_new_privs` (required by Landlock; also stops setuid binaries regaining root).
+    pub no_new_privs: bool,
+    /// A created Landlock ruleset to enforce on the command.
+    pub landlock: Option<OwnedFd>,
+}
+
+impl ChildSetup {
+    /// Arranges for [`ChildSetup::apply`] to run in the child of `command`'s spawn.
+    pub fn install(self, command: &mut tokio::process::Command) {
+        // SAFETY: `apply` runs in the forked child before `exec`. It only issues system calls
+        // (unshare, fork, waitpid, close_range, sigaction via `signal`, prctl, setrlimit,
+        // setgroups/setgid/setuid, capget/capset, landlock_restrict_self, _exit) on data
+        // prepared before the fork; it allocates nothing and takes no lock, so it is
+        // async-signal-safe even though the server is multi-threaded. `io::Error` values built
+        // from an errno do not allocate.
+        unsafe {
+            command.pre_exec(move || self.apply());
+        }
+    }
+
+    fn apply(&self) -> io::Result<()> {
+        if let Some(contain) = self.contain {
+            // SAFETY: plain system calls on integers; see `install`.
+            check(unsafe { libc::unshare(contain.flags()) })?;
+            // SAFETY: fork in the (single-threaded) child; the parent branch never returns.
+            let pid = check(unsafe { libc::fork() })?;
+            if pid > 0 {
+                mirror_child(pid);
+            }
+            // SAFETY: plain system call; SIGKILL when the intermediate process dies.
+            check(unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0)
+            })?;
+        }
+        for &(resource, limit) in &self.rlimits {
+            setrlimit(resource, limit, limit).map_err(io::Error::from)?;
+        }
+        if let Some((uid, gid)) = self.run_as {
+            // SAFETY: plain system calls; `gid` lives on this stack frame during the call.
+            check(unsafe { libc::setgroups(1, &gid) })?;
+            check(unsafe { libc::setgid(gid) })?;
+            check(unsafe { libc::setuid(uid) })?;
+        } else if self.drop_capabilities {
+            drop_all_capabilities(self.last_capability)?;
+        }
+        if self.no_new_privs {
+            // SAFETY: plain system call.
+            check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) })?;
+        }
+        if let Some(ruleset) = &self.landlock {
+            // SAFETY: plain system call on a valid, open ruleset descriptor.
+            check_long(unsafe {
+                libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0)
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The intermediate process: hold nothing open, die on the runner's signals, wait for the
+/// namespace's PID 1 and exit as it did. Never returns.
+fn mirror_child(pid: libc::pid_t) -> ! {
+    // SAFETY: only system calls on integers and a stack variable; `_exit` ends the process
+    // without running any destructor or atexit handler of the forked server image.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, 0, libc::c_uint::MAX, 0) != 0 {
+            for fd in 0..1024 {
+                libc::close(fd);
+            }
+        }
+        for signal in 1..=LAST_SIGNAL {
+            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+        }
+        let mut status: libc::c_int = 0;
+        loop {
+            if libc::waitpid(pid, &mut status, 0) == pid {
+                break;
+            }
+            if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                libc::_exit(127);
+            }
+        }
+        if libc::WIFEXITED(status) {
+            libc::_exit(libc::WEXITSTATUS(status));
+        }
+        let signal = libc::WTERMSIG(status);
+        libc::kill(libc::getpid(), signal);
+        libc::_exit(128 + signal)
+    }
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Empties the bounding and ambient sets and the inheritable set, so `exec` leaves uid 0 with
+/// no capability at all (the effective and permitted sets after `exec` are computed from them).
+fn drop_all_capabilities(last: libc::c_ulong) -> io::Result<()> {
+    for cap in 0..=last {
+        // SAFETY: plain system call; EINVAL for a number the kernel does not know is harmless.
+        unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+    }
+    // SAFETY: plain system call.
+    check(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    })?;
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: header and data are valid, correctly laid-out stack buffers for version 3.
+    check_long(unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) })?;
+    for word in &mut data {
+        word.inheritable = 0;
+    }
+    // SAFETY: as above.
+    check_long(unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) })?;
+    Ok(())
+}
+
+fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+fn check_long(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// The Landlock ABI version of the running kernel, `None` when Landlock is missing or disabled.
+pub(crate) fn landlock_abi() -> Option<i32> {
+    // SAFETY: the documented version query: null attributes, size 0, flag VERSION.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    i32::try_from(abi).ok().filter(|abi| *abi > 0)
+}
+
+/// Which containment this host allows, found by starting `sh -c :` after the `unshare` each
+/// one needs (the cheapest honest test: container runtimes often forbid both).
+pub(crate) fn probe_containment() -> Option<Containment> {
+    [Containment::PidNamespace, Containment::UserAndPidNamespace]
+        .into_iter()
+        .find(|&contain| {
+            let mut command = std::process::Command::new("sh");
+            command
+                .args(["-c", ":"])
+                .env_clear()
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null());
+            let flags = contain.flags();
+            // SAFETY: the closure only issues `unshare` on an integer (async-signal-safe).
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                    check(libc::unshare(flags)).map(drop)
+                });
+            }
+            command.status().is_ok_and(|status| status.success())
+        })
+}
+
+/// Highest capability number of the running kernel.
+pub(crate) fn last_capability() -> libc::c_ulong {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(FALLBACK_LAST_CAPABILITY)
+}
+
+/// True when the server runs with effective uid 0.
+pub(crate) fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}

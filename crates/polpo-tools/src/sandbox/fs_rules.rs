@@ -1,0 +1,155 @@
+//! The Landlock ruleset a confined process runs under: what it may read, execute and write.
+//!
+//! Landlock only grants, beneath a directory, and has no "deny" rule; so "the workspace minus
+//! `.polpo/`" is built by granting each entry of the workspace except the protected one (and,
+//! when the protected path lies deeper, by descending towards it). The consequence, when the
+//! workspace is the project root: the workspace's top level itself gets no create or delete
+//! right (a right on a directory covers everything beneath it, `.polpo/` included), so a
+//! command can change existing top-level files and anything inside the existing top-level
+//! directories, but cannot create or remove entries directly at the top level. A `workDir`
+//! below the project root avoids that (the workspace then holds no protected path).
+//!
+//! Renames and links across directories need `REFER`, which Landlock only allows when the
+//! destination grants no more than the source — so nothing can be moved or linked into or out
+//! of `.polpo/` either.
+
+use super::SandboxError;
+use landlock::{
+    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+/// The ABI whose rights are requested: 6 adds the signal and abstract-socket scopes. Rights a
+/// kernel lacks are dropped (best effort); the start-up notice reports an older ABI.
+const REQUESTED_ABI: ABI = ABI::V6;
+
+/// System directories a command reads and executes from (missing ones are skipped).
+const SYSTEM_READ: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc", "/sys",
+    "/dev",
+];
+/// `/etc` entries left out: password hashes and sudo rules are nobody's business in a sandbox.
+const ETC_HIDDEN: &[&str] = &["shadow", "shadow-", "gshadow", "gshadow-", "sudoers", "sudoers.d"];
+/// Devices a command may also write.
+const WRITABLE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+];
+
+/// What a confined process may touch, as real paths.
+#[derive(Debug, Clone)]
+pub(crate) struct FsPolicy<'a> {
+    /// Read, write, create and delete beneath these, except under `protected`.
+    pub writable: &'a [PathBuf],
+    /// Never readable or writable (only listable, as part of a writable root's tree).
+    pub protected: &'a [PathBuf],
+    /// A private scratch directory (TMPDIR and HOME of the process).
+    pub scratch: &'a Path,
+}
+
+/// Builds the ruleset for `policy`, scoped so the process cannot signal or reach abstract unix
+/// sockets of processes outside it. `None` when the kernel has no Landlock.
+pub(crate) fn build_ruleset(policy: &FsPolicy<'_>) -> Result<Option<OwnedFd>, SandboxError> {
+    let all = AccessFs::from_all(REQUESTED_ABI);
+    let read = AccessFs::from_read(REQUESTED_ABI);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(all)
+        .and_then(|r| r.scope(Scope::from_all(REQUESTED_ABI)))
+        .and_then(Ruleset::create)
+        .map_err(landlock_error)?;
+    let mut grant = |path: &Path, access: BitFlags<AccessFs>| -> Result<(), SandboxError> {
+        // Paths that do not exist on this host (no /lib32, say) are simply not granted.
+        let Ok(fd) = PathFd::new(path) else {
+            return Ok(());
+        };
+        let access = if path.is_dir() {
+            access
+        } else {
+            access & AccessFs::from_file(REQUESTED_ABI)
+        };
+        add_rule(&mut ruleset, PathBeneath::new(fd, access))
+    };
+    for dir in SYSTEM_READ {
+        grant(Path::new(dir), read)?;
+    }
+    grant(Path::new("/etc"), AccessFs::ReadDir.into())?;
+    for entry in children(Path::new("/etc")) {
+        let hidden = entry
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| ETC_HIDDEN.contains(&n));
+        if !hidden {
+            grant(&entry, read)?;
+        }
+    }
+    // /etc/resolv.conf and friends are often symlinks into /run; grant their targets only.
+    for entry in children(Path::new("/etc")) {
+        if let Ok(target) = std::fs::canonicalize(&entry)
+            && !target.starts_with("/etc")
+            && target.is_file()
+        {
+            grant(&target, read)?;
+        }
+    }
+    for device in WRITABLE_DEVICES {
+        grant(
+            Path::new(device),
+            read | AccessFs::WriteFile | AccessFs::IoctlDev,
+        )?;
+    }
+    grant(policy.scratch, all)?;
+    for root in policy.writable {
+        grant_except(root, policy.protected, all, &mut grant)?;
+    }
+    Ok(Option::<OwnedFd>::from(ruleset))
+}
+
+/// Grants `access` beneath `root` but not beneath any `protected` path: a root that holds a
+/// protected path gets only `ReadDir` itself and its entries are handled one by one.
+fn grant_except(
+    root: &Path,
+    protected: &[PathBuf],
+    access: BitFlags<AccessFs>,
+    grant: &mut impl FnMut(&Path, BitFlags<AccessFs>) -> Result<(), SandboxError>,
+) -> Result<(), SandboxError> {
+    if protected.iter().any(|p| root.starts_with(p)) {
+        return Ok(());
+    }
+    if !protected.iter().any(|p| p.starts_with(root)) {
+        return grant(root, access);
+    }
+    grant(root, AccessFs::ReadDir.into())?;
+    for entry in children(root) {
+        // Entries are real paths unless they are symlinks; a symlink needs no rule of its own
+        // (Landlock checks the path it resolves to).
+        if entry.is_symlink() {
+            continue;
+        }
+        grant_except(&entry, protected, access, grant)?;
+    }
+    Ok(())
+}
+
+fn children(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+fn add_rule(
+    ruleset: &mut RulesetCreated,
+    rule: PathBeneath<PathFd>,
+) -> Result<(), SandboxError> {
+    ruleset.add_rule(rule).map(drop).map_err(landlock_error)
+}
+
+fn landlock_error(e: landlock::RulesetError) -> SandboxError {
+    SandboxError::Confine(std::io::Error::other(e.to_string()))
+}

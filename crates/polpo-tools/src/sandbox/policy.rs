@@ -1,0 +1,120 @@
+//! What a confined process is allowed, and what this host can enforce.
+
+use super::confine::{self, Containment};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// Set to `1` to make [`sandbox_support`] report Landlock as missing, so tests can exercise
+/// the refusal and the start-up notices on a kernel that has it. Not meant for production.
+pub const FORCE_UNAVAILABLE_ENV: &str = "POLPO_SANDBOX_FORCE_UNAVAILABLE";
+
+/// Resource limits of a confined process (`setrlimit`, soft = hard). `0` leaves one unlimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceLimits {
+    /// CPU seconds (`RLIMIT_CPU`); the process gets SIGKILL past it.
+    pub cpu_seconds: u64,
+    /// Address space in bytes (`RLIMIT_AS`); allocations fail past it.
+    pub memory_bytes: u64,
+    /// Processes of the process's user (`RLIMIT_NPROC`). It counts every process of that uid
+    /// on the host, and the kernel does not enforce it for root: it bites with `run_as`.
+    pub max_processes: u64,
+    /// Largest file the process may write, in bytes (`RLIMIT_FSIZE`).
+    pub file_size_bytes: u64,
+}
+
+impl Default for ResourceLimits {
+    /// 600 CPU seconds (the longest `bash` timeout), 8 GiB of address space (runtimes such as
+    /// the JVM reserve far more than they use), 512 processes, 2 GiB files.
+    fn default() -> Self {
+        Self {
+            cpu_seconds: 600,
+            memory_bytes: 8 << 30,
+            max_processes: 512,
+            file_size_bytes: 2 << 30,
+        }
+    }
+}
+
+/// How a command that runs agent-chosen code is confined (the `bash` tool). Command hooks are
+/// project policy and run without it: they get the process containment, the environment
+/// allow-list and the output and time bounds, but their own filesystem access.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Confinement {
+    /// Real paths the process may write beneath (the workspace or the agent's allowed paths).
+    pub writable: Vec<PathBuf>,
+    /// Real paths it may neither read nor write even beneath `writable` (`.polpo/`).
+    pub protected: Vec<PathBuf>,
+    /// Resource limits.
+    pub limits: ResourceLimits,
+    /// Run as this user (name) instead of the server's; the workspace must be writable by it.
+    pub run_as: Option<String>,
+}
+
+/// The confinement settings of a project (`settings.sandbox`), as the runtime hands them to
+/// the tools.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SandboxPolicy {
+    /// Resource limits of `bash`.
+    pub limits: ResourceLimits,
+    /// Run `bash` as this user.
+    pub run_as: Option<String>,
+    /// Let `bash` run without filesystem confinement where Landlock is missing (otherwise it
+    /// refuses with `sandbox_unavailable`).
+    pub allow_unconfined: bool,
+}
+
+/// What the running kernel and privileges allow the sandbox to enforce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSupport {
+    /// Landlock ABI version; `None` means file-system confinement is unavailable.
+    pub landlock_abi: Option<i32>,
+    containment: Option<Containment>,
+}
+
+/// The oldest Landlock ABI with the signal and abstract-socket scopes.
+const SCOPED_ABI: i32 = 6;
+
+impl SandboxSupport {
+    /// True when commands run in their own PID namespace, so everything they start (even with
+    /// `setsid`) dies with them; otherwise only their process group is killed.
+    pub fn contains_process_trees(&self) -> bool {
+        self.containment.is_some()
+    }
+
+    pub(crate) fn containment(&self) -> Option<Containment> {
+        self.containment
+    }
+
+    /// Sentences for the operator about what is *not* enforced on this host (empty when all
+    /// is), printed at start-up and by `polpo validate`.
+    pub fn notices(&self) -> Vec<String> {
+        let mut notices = Vec::new();
+        match self.landlock_abi {
+            None => notices.push(
+                "tool sandbox: Landlock is not available on this kernel; `bash` is refused (sandbox_unavailable) unless settings.sandbox.allowUnconfined is true, and then runs without file-system confinement".to_owned(),
+            ),
+            Some(abi) if abi < SCOPED_ABI => notices.push(format!(
+                "tool sandbox: Landlock ABI {abi} lacks signal scoping (ABI {SCOPED_ABI}); `bash` could signal other processes of the server's user"
+            )),
+            Some(_) => {}
+        }
+        if self.containment.is_none() {
+            notices.push(
+                "tool sandbox: cannot create a PID namespace here; setsid children of `bash` and command hooks are not contained (only their process group is killed)".to_owned(),
+            );
+        }
+        notices
+    }
+}
+
+/// What this host supports, probed once (the probe starts one short process).
+pub fn sandbox_support() -> &'static SandboxSupport {
+    static SUPPORT: OnceLock<SandboxSupport> = OnceLock::new();
+    SUPPORT.get_or_init(|| {
+        let forced_off = std::env::var(FORCE_UNAVAILABLE_ENV).is_ok_and(|v| v == "1");
+        SandboxSupport {
+            landlock_abi: confine::landlock_abi().filter(|_| !forced_off),
+            containment: confine::probe_containment(),
+        }
+    })
+}

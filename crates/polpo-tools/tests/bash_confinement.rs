@@ -1,0 +1,295 @@
+//! The `bash` tool's confinement, attack by attack: it reads and writes the workspace, but
+//! cannot write anywhere else, cannot touch the project's `.polpo/`, cannot read another
+//! process's environment or signal it, leaves no `setsid` child behind, and runs within its
+//! resource limits and without root's capabilities. Needs Landlock (Linux ≥ 6.12 for scoping).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::{assert_no_survivors, call, code, ctx, dirs, marker};
+use polpo_tools::ToolContext;
+use polpo_tools::sandbox::{
+    CommandSpec, FORCE_UNAVAILABLE_ENV, Program, ResourceLimits, run_command, sandbox_support,
+};
+use serde_json::json;
+use std::path::Path;
+use std::process::{Child, Command};
+
+/// Runs `command` through the `bash` tool and returns its text (`Exit code: N\n…`).
+async fn bash(c: &ToolContext, command: &str) -> String {
+    call(c, "bash", json!({"command": command})).await.unwrap().text
+}
+
+/// A process outside the sandbox holding a secret in its environment, as the server does.
+struct SecretHolder(Child);
+
+impl SecretHolder {
+    fn start(secret: &str) -> Self {
+        let child = Command::new("sleep")
+            .arg("300")
+            .env("OPENAI_API_KEY", secret)
+            .spawn()
+            .unwrap();
+        Self(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    fn is_alive(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for SecretHolder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A workspace that is the project root: `.polpo/` with an agent and plain keys, an existing
+/// `src/` directory and a top-level file.
+fn project(ws: &Path) -> ToolContext {
+    std::fs::create_dir_all(ws.join(".polpo/agents/a")).unwrap();
+    std::fs::create_dir_all(ws.join(".polpo/hooks")).unwrap();
+    std::fs::create_dir_all(ws.join("src")).unwrap();
+    std::fs::write(ws.join(".polpo/agents/a/agent.json"), r#"{"allowedTools":["bash"]}"#).unwrap();
+    std::fs::write(ws.join(".polpo/project.json"), r#"{"apiKeys":["sk-plain-key"]}"#).unwrap();
+    std::fs::write(ws.join("README.md"), "hello\n").unwrap();
+    let mut c = ctx(ws);
+    c.protected_paths = vec![ws.join(".polpo")];
+    c
+}
+
+#[tokio::test]
+async fn reads_and_writes_the_workspace_and_reports_its_confinement() {
+    let d = dirs();
+    std::fs::write(d.ws.join("in.txt"), "input\n").unwrap();
+    let out = call(
+        &ctx(&d.ws),
+        "bash",
+        json!({"command": "cat in.txt; mkdir -p a/b && echo made > a/b/c.txt && cat a/b/c.txt; echo tmp > \"$TMPDIR/t\" && cat \"$TMPDIR/t\""}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out.text, "Exit code: 0\ninput\nmade\ntmp\n");
+    assert_eq!(std::fs::read_to_string(d.ws.join("a/b/c.txt")).unwrap(), "made\n");
+    assert_eq!(out.details["sandbox"], json!({"filesystem": true, "contained": true}));
+}
+
+#[tokio::test]
+async fn cannot_write_outside_the_workspace() {
+    let d = dirs();
+    let m = marker();
+    let evil = d.outside.join("evil.txt");
+    let in_tmp = std::env::temp_dir().join(format!("polpo-evil-{m}"));
+    let command = format!(
+        "echo pwned > {}; echo pwned > {}; mkdir {}/dir; ln -s /etc {}/link; echo done",
+        evil.display(),
+        in_tmp.display(),
+        d.outside.display(),
+        d.outside.display()
+    );
+    let out = bash(&ctx(&d.ws), &command).await;
+    assert!(out.ends_with("done\n"), "{out}");
+    assert!(out.contains("Permission denied"), "{out}");
+    assert!(!evil.exists());
+    assert!(!in_tmp.exists());
+    assert_eq!(std::fs::read_dir(&d.outside).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn cannot_read_or_change_the_project_folder() {
+    let d = dirs();
+    let c = project(&d.ws);
+    let out = bash(
+        &c,
+        r#"echo '{"allowedTools":["*"]}' > .polpo/agents/a/agent.json
+echo '{}' > .polpo/hooks/x.json
+cat .polpo/project.json
+mv .polpo/project.json stolen.json
+ln .polpo/project.json src/hard.json
+ln -s ../.polpo/hooks src/hooks && echo '{}' > src/hooks/y.json
+rm -rf .polpo
+echo still > README.md; echo new > src/new.txt; cat README.md src/new.txt"#,
+    )
+    .await;
+    assert!(!out.contains("sk-plain-key"), "{out}");
+    assert!(out.ends_with("still\nnew\n"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(d.ws.join(".polpo/agents/a/agent.json")).unwrap(),
+        r#"{"allowedTools":["bash"]}"#
+    );
+    assert!(!d.ws.join(".polpo/hooks/x.json").exists());
+    assert!(!d.ws.join(".polpo/hooks/y.json").exists());
+    assert!(d.ws.join(".polpo/project.json").exists());
+    assert!(!d.ws.join("stolen.json").exists());
+    assert!(!d.ws.join("src/hard.json").exists());
+}
+
+#[tokio::test]
+async fn when_the_workspace_is_the_project_root_its_top_level_takes_no_new_entries() {
+    // Landlock cannot grant "create here" on a directory without granting it beneath, in
+    // `.polpo/` too; the documented price is that the top level only takes edits.
+    let d = dirs();
+    let c = project(&d.ws);
+    let out = bash(&c, "echo x > new-top.txt; mkdir newdir; echo edit >> README.md").await;
+    assert!(out.starts_with("Exit code: 0\n"), "{out}");
+    assert!(!d.ws.join("new-top.txt").exists());
+    assert!(!d.ws.join("newdir").exists());
+    assert_eq!(std::fs::read_to_string(d.ws.join("README.md")).unwrap(), "hello\nedit\n");
+}
+
+#[tokio::test]
+async fn cannot_read_the_environment_of_a_process_outside() {
+    let d = dirs();
+    let mut holder = SecretHolder::start("sk-secret-environ");
+    let environ = format!("/proc/{}/environ", holder.pid());
+    // The secret is there to be read by anyone outside the sandbox with the same uid.
+    assert!(String::from_utf8_lossy(&std::fs::read(&environ).unwrap()).contains("sk-secret-environ"));
+    let parent = format!("/proc/{}/environ", std::process::id());
+    let command = format!(
+        "tr '\\0' '\\n' < /proc/$PPID/environ; tr '\\0' '\\n' < {environ}; tr '\\0' '\\n' < {parent}; grep -a OPENAI /proc/*/environ; env"
+    );
+    let out = bash(&ctx(&d.ws), &command).await;
+    assert!(!out.contains("sk-secret-environ"), "{out}");
+    assert!(!out.contains("OPENAI_API_KEY"), "{out}");
+    assert!(holder.is_alive());
+}
+
+#[tokio::test]
+async fn cannot_signal_a_process_outside() {
+    let d = dirs();
+    let mut holder = SecretHolder::start("unused");
+    let out = bash(
+        &ctx(&d.ws),
+        &format!("kill -KILL {0}; kill -TERM {0}; echo $?", holder.pid()),
+    )
+    .await;
+    assert!(out.ends_with("1\n"), "{out}");
+    assert!(holder.is_alive(), "the sandbox killed a process outside it");
+}
+
+#[tokio::test]
+async fn setsid_children_do_not_outlive_the_call() {
+    let d = dirs();
+    let m = marker();
+    // `setsid` leaves the process group, so only the PID namespace catches it.
+    let command = format!(
+        "setsid sh -c 'echo up > up; exec sleep 300.{m}' </dev/null >/dev/null 2>&1 & \
+         until [ -s up ]; do :; done; (setsid sleep 301.{m} &) ; echo started"
+    );
+    let out = bash(&ctx(&d.ws), &command).await;
+    assert_eq!(out, "Exit code: 0\nstarted\n");
+    assert_no_survivors(&m);
+}
+
+#[tokio::test]
+async fn hooks_get_the_containment_but_not_the_file_rules() {
+    let d = dirs();
+    let m = marker();
+    let target = d.outside.join("audit.log");
+    let mut spec = CommandSpec::new(
+        Program::Shell(format!(
+            "echo audited > {}; (setsid sleep 300.{m} </dev/null >/dev/null 2>&1 &); echo ok",
+            target.display()
+        )),
+        &d.ws,
+    );
+    spec.timeout = std::time::Duration::from_secs(30);
+    let outcome = run_command(spec).await.unwrap();
+    assert_eq!(outcome.stdout.render(), "ok\n");
+    assert!(outcome.isolation.contained && !outcome.isolation.filesystem);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "audited\n");
+    assert_no_survivors(&m);
+}
+
+#[tokio::test]
+async fn resource_limits_apply() {
+    let d = dirs();
+    let mut c = ctx(&d.ws);
+    c.sandbox.limits = ResourceLimits {
+        cpu_seconds: 7,
+        memory_bytes: 1 << 30,
+        max_processes: 64,
+        file_size_bytes: 1 << 20,
+    };
+    let out = bash(
+        &c,
+        "cat /proc/self/limits; head -c 2000000 /dev/zero > big; wc -c < big",
+    )
+    .await;
+    let limit = |name: &str| -> Vec<String> {
+        let line = out.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{out}"));
+        line[name.len()..].split_whitespace().take(2).map(str::to_owned).collect()
+    };
+    assert_eq!(limit("Max cpu time"), ["7", "7"]);
+    assert_eq!(limit("Max address space"), ["1073741824", "1073741824"]);
+    assert_eq!(limit("Max processes"), ["64", "64"]);
+    assert_eq!(limit("Max file size"), ["1048576", "1048576"]);
+    assert_eq!(limit("Max core file size"), ["0", "0"]);
+    assert!(out.ends_with("\n1048576\n"), "{out}");
+    assert_eq!(std::fs::metadata(d.ws.join("big")).unwrap().len(), 1 << 20);
+}
+
+#[tokio::test]
+async fn root_runs_without_capabilities() {
+    let d = dirs();
+    if !nix::unistd::geteuid().is_root() {
+        return; // Nothing to drop.
+    }
+    let out = bash(
+        &ctx(&d.ws),
+        "grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status; cat /etc/shadow; echo $?",
+    )
+    .await;
+    for set in ["CapEff", "CapPrm", "CapBnd", "CapAmb"] {
+        assert!(out.contains(&format!("{set}:\t0000000000000000")), "{out}");
+    }
+    assert!(!out.contains("root:"), "{out}");
+}
+
+#[tokio::test]
+async fn an_unknown_run_as_user_is_refused() {
+    let d = dirs();
+    let mut c = ctx(&d.ws);
+    c.sandbox.run_as = Some("no-such-user-polpo".into());
+    assert_eq!(
+        code(call(&c, "bash", json!({"command": "true"})).await),
+        "unknown_user"
+    );
+}
+
+/// Runs in a child test process started with Landlock reported missing.
+#[tokio::test]
+#[ignore = "started by without_landlock_bash_is_refused_unless_allowed with the override set"]
+async fn unavailable_child() {
+    assert_eq!(sandbox_support().landlock_abi, None, "not started by the parent test");
+    assert!(sandbox_support().notices()[0].contains("Landlock is not available"));
+    let d = dirs();
+    let mut c = ctx(&d.ws);
+    let err = call(&c, "bash", json!({"command": "echo hi"})).await.unwrap_err();
+    assert_eq!(err.code, "sandbox_unavailable");
+    c.sandbox.allow_unconfined = true;
+    let out = call(&c, "bash", json!({"command": "echo hi"})).await.unwrap();
+    assert_eq!(out.text, "Exit code: 0\nhi\n");
+    assert_eq!(out.details["sandbox"]["filesystem"], false);
+}
+
+#[test]
+fn without_landlock_bash_is_refused_unless_allowed() {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["unavailable_child", "--exact", "--ignored", "--nocapture"])
+        .env(FORCE_UNAVAILABLE_ENV, "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("1 passed"), "{stdout}");
+}
