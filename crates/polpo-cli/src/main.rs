@@ -41,6 +41,9 @@ enum Command {
     /// Validate hook packs or show hook capabilities.
     #[command(subcommand)]
     Hooks(commands::hooks::Command),
+    /// Hash an API key for `apiKeys` in project.json.
+    #[command(subcommand)]
+    Keys(commands::keys::Command),
     /// List or install the offline models of the `local` provider.
     #[command(subcommand)]
     Models(commands::models::Command),
@@ -64,6 +67,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Migrate(args) => commands::migrate::run(global, args),
         Command::Db(command) => commands::db::run(global, command),
         Command::Hooks(command) => commands::hooks::run(global, command),
+        Command::Keys(command) => commands::keys::run(command),
         Command::Models(command) => commands::models::run(command),
         Command::Dev(args) => commands::serve::run(global, args, true),
         Command::Serve(args) => commands::serve::run(global, args, false),

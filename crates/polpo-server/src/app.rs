@@ -1,19 +1,23 @@
 //! The server's shared state and its router: which route lives where, and the layers every
-//! request passes (authentication, body limit, timeout, CORS).
+//! request passes (JSON errors, host and origin checks, CORS, JSON bodies, body limit,
+//! authentication).
 
 use crate::auth::{ApiKeys, digest, presented_key};
-use crate::ratelimit::RateLimit;
-use crate::error::{ApiError, RestError};
+use crate::error::{ApiError, for_path};
+use crate::guard::{self, HostPolicy};
+use crate::ratelimit::{AUTH_FAILURES_PER_MINUTE, RateLimit};
 use crate::routes;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderName, Method};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
+use axum::http::{HeaderName, HeaderValue, Method};
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{get, post};
 use polpo_engine::Runtime;
 use polpo_engine::runs::{RunManager, RunOptions};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Instant;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 /// Largest request body. Generous enough for image parts as data URLs, small enough that
@@ -22,6 +26,10 @@ pub const MAX_BODY_BYTES: usize = 20 * 1024 * 1024;
 
 /// Headers browsers may read from responses (the reference exposes `x-session-id`).
 pub const EXPOSED_HEADERS: [&str; 3] = ["x-session-id", "x-polpo-run-id", "x-polpo-overhead-ms"];
+
+/// Request headers allowed pages may send: named one by one, since a wildcard does not cover
+/// `Authorization` in browsers.
+pub const ALLOWED_HEADERS: [&str; 6] = ["authorization", "content-type", "x-api-key", "idempotency-key", "x-session-id", "last-event-id"];
 
 /// Everything a handler needs.
 pub struct AppState {
@@ -35,8 +43,15 @@ pub struct AppState {
     pub started: std::time::Instant,
     /// Per-key request limit; only applied when keys are configured.
     pub rate_limit: Option<RateLimit>,
+    /// Failed authentications per client address.
+    pub auth_failures: Option<RateLimit<IpAddr>>,
+    /// Which `Host` headers are answered.
+    pub hosts: HostPolicy,
     /// Durable runs of this process (run-backed chat, steering, abort, recovery).
     pub runs: Arc<RunManager>,
+    /// The owner of each inline (not stored) run executing now, by run id, so that steering
+    /// and abort reach it only from the client that started it.
+    pub inline_owners: std::sync::Mutex<std::collections::HashMap<String, Option<String>>>,
 }
 
 impl AppState {
@@ -48,7 +63,9 @@ impl AppState {
         if tokio::runtime::Handle::try_current().is_ok() {
             runs.spawn_recovery();
         }
-        Self { runtime, keys, cors_origins: default_cors_origins(), started: std::time::Instant::now(), rate_limit, runs }
+        let auth_failures = RateLimit::with_burst(AUTH_FAILURES_PER_MINUTE, AUTH_FAILURES_PER_MINUTE);
+        let hosts = HostPolicy::for_server(!keys.is_empty());
+        Self { runtime, keys, cors_origins: default_cors_origins(), started: std::time::Instant::now(), rate_limit, auth_failures, hosts, runs, inline_owners: Default::default() }
     }
 }
 
@@ -87,34 +104,51 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(routes::sessions::router())
         .merge(routes::teams::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    // Layers run outside in: the last added sees the request first.
     open.merge(routes::dashboard::router())
         .merge(protected)
         .fallback(|| async { ApiError::new("route_not_found", "no such route") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(guard::check_content_type))
         .layer(cors(&state.cors_origins))
+        .layer(middleware::from_fn_with_state(state.clone(), guard::check_origin))
+        .layer(middleware::from_fn_with_state(state.clone(), guard::check_host))
+        .layer(middleware::from_fn(guard::json_errors))
         .with_state(state)
 }
 
-/// Reject requests without a valid key (when keys are configured) with the OpenAI 401 shape.
-/// The OpenAI surface gets the OpenAI error shape, management routes the REST envelope.
-async fn authenticate(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    let path = request.uri().path();
-    let openai_shape = path == "/v1/chat/completions" || path == "/v1/models";
-    let reply = |e: ApiError| if openai_shape { e.into_response() } else { RestError(e).into_response() };
-    if !state.keys.authorizes(request.headers()) {
-        return reply(ApiError::new("unauthorized", "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`"));
+/// Reject requests without a valid key (when keys are configured) with `401`, in the envelope
+/// of the route; a client address that failed too often gets `429` with `Retry-After` until
+/// its budget refills, whatever key it presents. A request that passes carries its
+/// [`Caller`](crate::auth::Caller) for the handlers.
+async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_owned();
+    let client = request.extensions().get::<ConnectInfo<SocketAddr>>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
+    let now = Instant::now();
+    if let Some(wait) = state.auth_failures.as_ref().and_then(|l| l.exhausted(&client, now)) {
+        return too_many(&path, wait, "too many failed authentications from this address");
     }
-    if let (Some(limit), Some(key)) = (&state.rate_limit, presented_key(request.headers()))
-        && let Err(wait) = limit.check(digest(key), std::time::Instant::now())
-    {
-        let secs = wait.as_secs() + 1;
-        let mut response = reply(ApiError::new("too_many_requests", format!("rate limit reached for this API key; retry in {secs} s")));
-        if let Ok(v) = secs.to_string().parse() {
-            response.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+    let Some(caller) = state.keys.authenticate(request.headers()) else {
+        if let Some(Err(wait)) = state.auth_failures.as_ref().map(|l| l.check(client, now)) {
+            return too_many(&path, wait, "too many failed authentications from this address");
         }
-        return response;
+        return for_path(&path, ApiError::new("unauthorized", "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`"));
+    };
+    if let (Some(limit), Some(key)) = (&state.rate_limit, presented_key(request.headers()))
+        && let Err(wait) = limit.check(digest(key), now)
+    {
+        return too_many(&path, wait, "rate limit reached for this API key");
     }
+    request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// `429 too_many_requests` with `Retry-After`.
+fn too_many(path: &str, wait: std::time::Duration, why: &str) -> Response {
+    let secs = wait.as_secs() + 1;
+    let mut response = for_path(path, ApiError::new("too_many_requests", format!("{why}; retry in {secs} s")));
+    response.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
+    response
 }
 
 fn cors(origins: &[String]) -> CorsLayer {
@@ -126,6 +160,6 @@ fn cors(origins: &[String]) -> CorsLayer {
     CorsLayer::new()
         .allow_origin(allow)
         .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
-        .allow_headers(tower_http::cors::Any)
+        .allow_headers(ALLOWED_HEADERS.map(HeaderName::from_static))
         .expose_headers(EXPOSED_HEADERS.map(HeaderName::from_static))
 }

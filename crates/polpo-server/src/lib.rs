@@ -12,6 +12,7 @@ pub mod app;
 pub mod auth;
 pub mod chunks;
 pub mod error;
+pub mod guard;
 pub mod idempotency;
 pub mod ratelimit;
 pub mod routes;

@@ -2,8 +2,27 @@
 //!
 //! Security by default: with no API key configured the server only ever listens on
 //! 127.0.0.1, whatever host was asked for, and says so. A public bind needs a key.
+//!
+//! [`run`] serves connections itself (hyper's HTTP/1 server) rather than through
+//! `axum::serve`, for what a server on a shared machine needs and `axum::serve` does not
+//! expose: a client must send its request head within [`Limits::header_read_timeout`] (a
+//! slow or silent client, or an idle keep-alive connection, is closed then), a connection
+//! holds small buffers until it has something to read, and beyond
+//! [`Limits::max_connections`] a new connection is answered `503 too_many_connections` and
+//! closed instead of queueing.
 
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
 
 /// Where the server listens and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +42,113 @@ pub fn bind_address(host: IpAddr, port: u16, has_keys: bool) -> Bind {
         addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port),
         notice: Some(format!("no API key configured: listening on 127.0.0.1 only, not {host}. Set POLPO_API_KEY (or settings.apiKeys) to serve other machines.")),
     }
+}
+
+/// Environment variable overriding [`DEFAULT_MAX_CONNECTIONS`].
+pub const MAX_CONNECTIONS_ENV: &str = "POLPO_MAX_CONNECTIONS";
+/// Connections served at once unless `POLPO_MAX_CONNECTIONS` says otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Time a client has to send a whole request head, and that a keep-alive connection may
+/// wait idle for its next request.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest read buffer of a connection: request heads fit (browsers' are a few KB), bodies
+/// stream through it in pieces.
+pub const MAX_BUF_BYTES: usize = 64 * 1024;
+/// Refused connections being answered at once; more are closed without an answer.
+const MAX_REFUSALS_IN_FLIGHT: usize = 64;
+/// How long a refused connection may take to read its `503`.
+const REFUSAL_LINGER: Duration = Duration::from_secs(1);
+
+/// How connections are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// See [`HEADER_READ_TIMEOUT`].
+    pub header_read_timeout: Duration,
+    /// Connections served at once; more are refused with `503 too_many_connections`.
+    pub max_connections: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { header_read_timeout: HEADER_READ_TIMEOUT, max_connections: DEFAULT_MAX_CONNECTIONS }
+    }
+}
+
+impl Limits {
+    /// The defaults, with `POLPO_MAX_CONNECTIONS` when it is a positive number.
+    pub fn from_env() -> Self {
+        let max = std::env::var(MAX_CONNECTIONS_ENV).ok().and_then(|v| v.trim().parse().ok()).filter(|n| *n > 0);
+        Self { max_connections: max.unwrap_or(DEFAULT_MAX_CONNECTIONS), ..Self::default() }
+    }
+}
+
+/// Serve `app` on `listener` until `shutdown` completes, then stop accepting and wait for the
+/// open connections to finish their requests (streams end once their runs are handed over).
+/// Handlers see the peer address as `ConnectInfo<SocketAddr>`.
+pub async fn run(listener: TcpListener, app: Router, limits: Limits, shutdown: impl Future<Output = ()>) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
+    let graceful = GracefulShutdown::new();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).max_buf_size(MAX_BUF_BYTES);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            if let Ok(permit) = refusals.clone().try_acquire_owned() {
+                tokio::spawn(async move {
+                    refuse(stream).await;
+                    drop(permit);
+                });
+            }
+            continue;
+        };
+        let (app, builder, watcher) = (app.clone(), builder.clone(), graceful.watcher());
+        let header_timeout = limits.header_read_timeout;
+        tokio::spawn(async move {
+            // A silent client costs no buffers: the connection is set up once there is
+            // something to read, and dropped when nothing came within the header timeout.
+            if tokio::time::timeout(header_timeout, stream.readable()).await.is_err() {
+                return;
+            }
+            let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                app.clone().oneshot(request)
+            });
+            let _ = watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await;
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+}
+
+/// Answer a connection over the cap with a complete `503 too_many_connections` and close it,
+/// letting the client read the answer first (closing with its request unread would reset
+/// the connection and lose the answer).
+async fn refuse(mut stream: TcpStream) {
+    let body = r#"{"ok":false,"error":"the server has too many open connections; retry shortly","code":"too_many_connections"}"#;
+    let head = format!("HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n", body.len());
+    let answer = async {
+        stream.write_all(head.as_bytes()).await?;
+        stream.write_all(body.as_bytes()).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        while stream.read(&mut sink).await? > 0 {}
+        std::io::Result::Ok(())
+    };
+    let _ = tokio::time::timeout(REFUSAL_LINGER, answer).await;
 }
 
 #[cfg(test)]

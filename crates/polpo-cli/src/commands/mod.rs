@@ -6,6 +6,7 @@ pub mod completions;
 pub mod create;
 pub mod db;
 pub mod hooks;
+pub mod keys;
 pub mod migrate;
 pub mod models;
 pub mod providers;

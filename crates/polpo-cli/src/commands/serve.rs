@@ -9,6 +9,7 @@ use super::Global;
 use anyhow::Context as _;
 use polpo_engine::{Loaded, Runtime};
 use polpo_server::auth::ApiKeys;
+use polpo_server::serve::Limits;
 use polpo_server::{AppState, bind_address, router};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -85,7 +86,7 @@ async fn serve(project: polpo_core::config::Project, args: Args, files: Option<F
     let stopped = async {
         let _ = stopping.await;
     };
-    axum::serve(listener, router(state)).with_graceful_shutdown(stopped).await.context("the server failed")?;
+    polpo_server::serve::run(listener, router(state), Limits::from_env(), stopped).await;
     handover.await.context("the hand-over of running runs failed")?;
     eprintln!("polpo stopped");
     Ok(ExitCode::SUCCESS)

@@ -7,8 +7,10 @@
 //! files changed since, instead of overwriting the hand edit. Without a revision the change
 //! applies to the files as they are now (a PATCH merges onto them).
 //!
-//! A change is checked before anything is written: the config against the same schema
-//! `polpo validate` uses (`400 invalid_config`, each problem with file and JSON pointer), then
+//! A change is checked before anything is written: the id (`400 id_confusable` when it can be
+//! mistaken for another agent's), the config against the same schema `polpo validate` uses
+//! (`400 invalid_config`, each problem with file and JSON pointer; a create or a full replace
+//! must name the agent's `model`, so `PUT {}` cannot wipe it), then
 //! the whole project with the change applied (`400 invalid_project`, e.g. a `reportsTo` that
 //! names a deleted agent). After the write the project is reloaded from disk; if it no longer
 //! loads (another file broke meanwhile) the write is undone and the runtime keeps the version
@@ -21,7 +23,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use polpo_core::config::{AGENT_FILE, Agent, AgentConfig, Location, check_id, parse_checked, validate_project};
+use polpo_core::config::{AGENT_FILE, Agent, AgentConfig, Location, check_confusable, check_id, codes, parse_checked, validate_project};
 use polpo_core::problem::Problem;
 use polpo_engine::{Loaded, Runtime};
 use polpo_project::paths::{AGENT_JSON, AGENTS_DIR, display};
@@ -185,6 +187,7 @@ async fn save(state: &AppState, id: String, base: Base, edit: ConfigEdit, instru
 fn write(runtime: &Runtime, id: &str, base: Base, edit: ConfigEdit, instructions: Option<String>) -> Result<(Agent, Revision), AgentError> {
     check_id(id).map_err(|reason| ApiError::new("invalid_value", format!("invalid agent id `{id}`: {reason}")))?;
     let loaded = runtime.loaded();
+    check_confusable(id, loaded.project.agents.keys().map(String::as_str)).map_err(|reason| ApiError::new(codes::ID_CONFUSABLE, reason))?;
     let root = loaded.project.root.clone();
     let current = match base {
         Base::Absent => None,
@@ -200,6 +203,7 @@ fn write(runtime: &Runtime, id: &str, base: Base, edit: ConfigEdit, instructions
     {
         return Err(ProjectError::Conflict(id.to_owned()).into());
     }
+    let replaced = matches!(edit, ConfigEdit::Replace(_));
     let value = match (edit, &current) {
         (ConfigEdit::Replace(v), _) => v,
         (ConfigEdit::Merge(patch), Some(snapshot)) => {
@@ -210,6 +214,10 @@ fn write(runtime: &Runtime, id: &str, base: Base, edit: ConfigEdit, instructions
         (ConfigEdit::Merge(patch), None) => patch,
     };
     let at = Location::file(display(&[AGENTS_DIR, id, AGENT_JSON]));
+    if replaced && value.get("model").is_none_or(Value::is_null) {
+        let problem = at.problem(codes::INVALID_VALUE, "a whole agent config names its `model`; to change some fields only, use PATCH", "/model");
+        return Err(AgentError::Problems { code: "invalid_config", problems: vec![problem] });
+    }
     let config: AgentConfig = parse_checked(&value, &AGENT_FILE, &at).map_err(|problems| AgentError::Problems { code: "invalid_config", problems })?;
     let instructions = instructions.or_else(|| current.as_ref().map(|s| s.agent.instructions.clone())).unwrap_or_default();
     let agent = Agent { id: id.to_owned(), config, instructions, source: at };

@@ -15,13 +15,14 @@
 //! without `[DONE]`, or `503 run_handed_over`, naming the run to follow.
 
 use crate::app::AppState;
-use crate::auth::presented_key;
+use crate::auth::{Caller, presented_key};
 use crate::chunks::Completion;
 use crate::error::ApiError;
 use crate::idempotency::{self, Lookup};
+use crate::routes::sessions;
 use crate::wire::ChatRequest;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -54,8 +55,8 @@ const MAX_METADATA_KEY_CHARS: usize = 64;
 const MAX_METADATA_VALUE_CHARS: usize = 512;
 
 /// The handler.
-pub async fn completions(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(state, headers, body).await.unwrap_or_else(IntoResponse::into_response)
+pub async fn completions(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(state, caller, headers, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
 /// A finished completion as remembered for `Idempotency-Key` replays.
@@ -136,10 +137,15 @@ impl Answer {
     }
 }
 
-async fn handle(state: Arc<AppState>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     let meter = Meter::start();
     let request: ChatRequest = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("the body is not a valid chat completion request: {e}")))?;
-    let input = chat_input(&state, &request, &headers)?;
+    let mut input = chat_input(&state, &request, &headers)?;
+    // Another client's session is answered as one that does not exist.
+    if let Some(id) = input.session_id.as_deref().filter(|_| !caller.admin) {
+        sessions::owned(&state, &caller, id).await?;
+    }
+    input.owner = caller.owner;
     let stream = request.stream;
 
     let claim = match headers.get("idempotency-key").map(|v| v.to_str().unwrap_or_default()) {
@@ -255,6 +261,16 @@ fn streamed(
 /// (`/v1/runs/{id}/steer|abort`) with `settings.chatExecution: "run"`, plain with `inline`.
 async fn run_prepared(state: &AppState, prepared: polpo_engine::PreparedChat, sink: polpo_engine::EventSink<'_>) -> Result<ChatOutput, polpo_engine::ChatError> {
     if state.runtime.loaded().project.settings().chat_execution() == ChatExecution::Run {
+        /// Forgets the run's owner however the turn ends (a client disconnect drops it).
+        struct Registered<'a>(&'a AppState, String);
+        impl Drop for Registered<'_> {
+            fn drop(&mut self) {
+                self.0.inline_owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.1);
+            }
+        }
+        let run_id = prepared.run_id().to_owned();
+        state.inline_owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(run_id.clone(), prepared.session().owner.clone());
+        let _registered = Registered(state, run_id);
         state.runs.run_inline(prepared, sink).await
     } else {
         prepared.run(sink).await
@@ -423,6 +439,7 @@ fn chat_input(state: &AppState, r: &ChatRequest, headers: &HeaderMap) -> Result<
     if messages.is_empty() {
         return Err(ApiError::invalid("messages must contain at least one message"));
     }
+    sampling(&r.extra)?;
     let mut input = ChatInput::new(agent, messages);
     input.session_id = headers.get("x-session-id").and_then(|v| v.to_str().ok()).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
     input.client_tools = r.tools.iter().cloned().map(|t| t.into_spec()).collect::<Result<_, _>>().map_err(ApiError::invalid)?;
@@ -495,6 +512,31 @@ fn routing_labels(routing: Option<&Value>) -> Result<Vec<String>, ApiError> {
         Some(labels) if labels.len() <= MAX_REQUEST_LABELS && labels.iter().all(|l| !l.is_empty() && l.chars().count() <= MAX_REQUEST_LABEL_CHARS) => Ok(labels),
         _ => Err(ApiError::invalid(format!("routing must be {{\"labels\": [...]}} with at most {MAX_REQUEST_LABELS} non-empty strings of at most {MAX_REQUEST_LABEL_CHARS} characters"))),
     }
+}
+
+/// Most output tokens a request may ask for; more is a client bug, not a model's limit.
+pub const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
+
+/// The OpenAI sampling parameters, checked against their documented ranges so a nonsense value
+/// (`-1`, `1e30`, `"NaN"`) is `400 invalid_value` naming the field instead of silently ignored.
+/// `null` means "not given".
+fn sampling(extra: &Map<String, Value>) -> Result<(), ApiError> {
+    let invalid = |field: &str, expected: &str, got: &Value| ApiError::new("invalid_value", format!("`{field}` must be {expected} (got {got})"));
+    for field in ["max_tokens", "max_completion_tokens"] {
+        match extra.get(field) {
+            None | Some(Value::Null) => {}
+            Some(v) if v.as_u64().is_some_and(|n| (1..=MAX_OUTPUT_TOKENS).contains(&n)) => {}
+            Some(v) => return Err(invalid(field, &format!("an integer from 1 to {MAX_OUTPUT_TOKENS}"), v)),
+        }
+    }
+    for (field, max) in [("temperature", 2.0), ("top_p", 1.0)] {
+        match extra.get(field) {
+            None | Some(Value::Null) => {}
+            Some(v) if v.as_f64().is_some_and(|x| x.is_finite() && (0.0..=max).contains(&x)) => {}
+            Some(v) => return Err(invalid(field, &format!("a number from 0 to {max}"), v)),
+        }
+    }
+    Ok(())
 }
 
 /// `metadata`: a string map of bounded size, stored on the session.

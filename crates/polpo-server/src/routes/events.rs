@@ -7,11 +7,15 @@
 //! the client's position stays where it was) comes first. `?filter=session:*,run:*` (or the
 //! parameter repeated) narrows the feed by event-name globs; `events_lost` always passes.
 //! A `: ping` comment every 20 s keeps proxies from closing a quiet stream.
+//!
+//! The feed carries every client's sessions and runs, so with several API keys only admin
+//! keys may open it (`403 forbidden` for a client key).
 
 use crate::app::AppState;
+use crate::auth::Caller;
 use crate::error::{ApiError, RestError};
 use crate::routes::chat::PING_INTERVAL;
-use axum::extract::{Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -27,7 +31,10 @@ use std::sync::Arc;
 pub const MAX_FILTERS: usize = 32;
 
 /// The handler.
-pub async fn stream(State(state): State<Arc<AppState>>, headers: HeaderMap, Query(query): Query<Vec<(String, String)>>) -> Response {
+pub async fn stream(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, headers: HeaderMap, Query(query): Query<Vec<(String, String)>>) -> Response {
+    if !caller.admin {
+        return RestError(ApiError::new("forbidden", "the live event feed shows every client's activity: it needs an admin API key")).into_response();
+    }
     match open(&state, &headers, &query) {
         Ok(sse) => sse.into_response(),
         Err(e) => RestError(e).into_response(),

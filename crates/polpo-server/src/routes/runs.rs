@@ -10,16 +10,21 @@
 //! open (with `: ping` keep-alives) while the run waits for `POST /v1/runs/{id}/reconcile`, then
 //! carries the resumed run to its end, so a follower never has to reconnect to see it finish.
 //! A client that only wants to know the run paused stops reading at `run.paused`.
+//!
+//! A run belongs to whoever owns its session: with several API keys, another client key gets
+//! `404 run_not_found` on every run route; admin keys reach every run.
 
 use crate::app::AppState;
+use crate::auth::Caller;
 use crate::routes::chat::PING_INTERVAL;
 use crate::error::{ApiError, RestError, ok};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use polpo_core::message::{Content, ContentPart, Message};
+use polpo_store::Run;
 use polpo_engine::runs::{Queued, Reconcile, RunError, SteerMessage, SteerMode, stream_frame};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -32,9 +37,37 @@ impl From<RunError> for ApiError {
     }
 }
 
+/// Stored run `id` (`None` for an inline chat's run, which executes here without a record)
+/// when `caller` may reach it: it owns the run's session, or is an admin. `404 run_not_found`
+/// otherwise, the same as for a run that does not exist; an admin gets `None` for an unknown
+/// id too and meets the route's own answer for it.
+async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<Option<Run>, ApiError> {
+    let not_found = || ApiError::new("run_not_found", format!("no run `{id}`"));
+    let Some(run) = state.runs.get(id).await? else {
+        // An inline chat's run is not stored; it is steerable while it executes here.
+        let inline = state.inline_owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(id).cloned();
+        return match inline {
+            _ if caller.admin => Ok(None),
+            Some(owner) if caller.may_see(owner.as_deref()) => Ok(None),
+            _ => Err(not_found()),
+        };
+    };
+    if caller.admin {
+        return Ok(Some(run));
+    }
+    let session = match &run.session_id {
+        Some(session) => state.runtime.store().sessions.get_session(session).await?,
+        None => None,
+    };
+    match session {
+        Some(session) if caller.may_see(session.owner.as_deref()) => Ok(Some(run)),
+        _ => Err(not_found()),
+    }
+}
+
 /// `GET /v1/runs/{id}`: the run (status, agent, session, last sequence number).
-pub async fn get_run(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, RestError> {
-    let run = state.runs.get(&id).await?.ok_or_else(|| ApiError::new("run_not_found", format!("no run `{id}`")))?;
+pub async fn get_run(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>) -> Result<Response, RestError> {
+    let run = owned(&state, &caller, &id).await?.ok_or_else(|| ApiError::new("run_not_found", format!("no run `{id}`")))?;
     Ok(ok(run).into_response())
 }
 
@@ -51,6 +84,7 @@ pub struct EventsQuery {
 /// `event: run.event`, `id: <sequence>`, `data: RunStreamEvent`.
 pub async fn events(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(query): Query<EventsQuery>,
     headers: HeaderMap,
@@ -60,7 +94,7 @@ pub async fn events(
         Some(v) => v.parse::<u64>().map_err(|_| ApiError::invalid("Last-Event-ID must be a run event sequence number"))?,
         None => query.after.unwrap_or(0),
     };
-    if state.runs.get(&id).await?.is_none() {
+    if owned(&state, &caller, &id).await?.is_none() {
         return Err(ApiError::new("run_not_found", format!("no run `{id}`")).into());
     }
     let frames = state.runs.events(&id, after).map(|e| {
@@ -84,7 +118,8 @@ pub struct SteerBody {
 }
 
 /// `POST /v1/runs/{id}/steer`: add information to a running run, or queue a follow-up.
-pub async fn steer(State(state): State<Arc<AppState>>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
+pub async fn steer(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
+    owned(&state, &caller, &id).await?;
     let body: SteerBody = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("steer body must be {{id, mode: steer|follow_up, content}}: {e}")))?;
     let message = steer_message(&body.content)?;
     let queued = state.runs.steer(&id, SteerMessage { id: body.id.clone(), mode: body.mode, message }).await?;
@@ -101,7 +136,8 @@ pub struct AbortBody {
 }
 
 /// `POST /v1/runs/{id}/abort`: cancel the run's model call and tools.
-pub async fn abort(State(state): State<Arc<AppState>>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
+pub async fn abort(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
+    owned(&state, &caller, &id).await?;
     let body: AbortBody = if body.is_empty() { AbortBody::default() } else { serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("abort body must be {{reason?}}: {e}")))? };
     state.runs.abort(&id, body.reason).await?;
     Ok(ok(json!({"runId": id, "status": "cancelling"})).into_response())
@@ -121,7 +157,8 @@ pub struct ReconcileBody {
 
 /// `POST /v1/runs/{id}/reconcile`: decide an effect a crash left unconfirmed (`applied` or
 /// `not_applied`) and resume the paused run. The effect itself is never repeated here.
-pub async fn reconcile(State(state): State<Arc<AppState>>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
+pub async fn reconcile(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
+    owned(&state, &caller, &id).await?;
     let body: ReconcileBody = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("reconcile body must be {{key, outcome: applied|not_applied, result?}}: {e}")))?;
     let decision = match body.outcome.as_str() {
         "applied" => Reconcile::Applied { result: body.result },

@@ -2,15 +2,19 @@
 //! the `/v1/…` twins as aliases. List (newest first, cursor-paginated, filtered by agent,
 //! user and `metadata.<k>=<v>`), read with messages, retitle, delete, and import a
 //! conversation held elsewhere so a later chat continues from it.
+//!
+//! With several API keys, a client key sees only the sessions it created (any other is
+//! `404 session_not_found`, as if it did not exist); admin keys see every session.
 
 use crate::app::AppState;
+use crate::auth::Caller;
 use crate::error::{ApiError, RestError, ok};
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use polpo_core::message::{Content, Message, Role, ToolCall};
 use polpo_engine::runtime::MAX_HISTORY_MESSAGES;
 use polpo_store::page::{DEFAULT_PAGE, MAX_PAGE};
@@ -51,8 +55,8 @@ pub fn router() -> Router<Arc<AppState>> {
 
 /// `GET /chat/sessions?agent=&user=&limit=&cursor=&metadata.<k>=<v>` →
 /// `{sessions, nextCursor}`; `nextCursor` is `null` on the last page.
-pub async fn list(State(state): State<Arc<AppState>>, Query(query): Query<Vec<(String, String)>>) -> Result<Json<Value>, RestError> {
-    let mut filter = SessionFilter::default();
+pub async fn list(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Query(query): Query<Vec<(String, String)>>) -> Result<Json<Value>, RestError> {
+    let mut filter = SessionFilter { owner: caller.listing_owner(), ..SessionFilter::default() };
     let mut limit = DEFAULT_PAGE;
     let mut after = None;
     let mut metadata = Vec::new();
@@ -87,9 +91,9 @@ pub async fn list(State(state): State<Arc<AppState>>, Query(query): Query<Vec<(S
 }
 
 /// `GET /chat/sessions/{id}` and `…/{id}/messages` → `{session, messages}` (oldest first).
-pub async fn get_one(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
+pub async fn get_one(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
     let store = &state.runtime.store().sessions;
-    let session = store.get_session(&id).await?.ok_or_else(|| not_found(&id))?;
+    let session = owned(&state, &caller, &id).await?;
     let mut messages: Vec<StoredMessage> = Vec::new();
     let mut page = PageRequest::first(MAX_PAGE);
     loop {
@@ -104,7 +108,7 @@ pub async fn get_one(State(state): State<Arc<AppState>>, Path(id): Path<String>)
 }
 
 /// `PATCH /chat/sessions/{id} {title?, metadata?, revision?}` → the session.
-pub async fn patch(State(state): State<Arc<AppState>>, Path(id): Path<String>, body: Bytes) -> Result<Json<Value>, RestError> {
+pub async fn patch(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>, body: Bytes) -> Result<Json<Value>, RestError> {
     let body: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("the body must be a JSON object: {e}")))?;
     let title = match body.get("title") {
         None | Some(Value::Null) => None,
@@ -120,14 +124,14 @@ pub async fn patch(State(state): State<Arc<AppState>>, Path(id): Path<String>, b
         None | Some(Value::Null) => None,
         Some(r) => Some(r.as_u64().ok_or_else(|| ApiError::invalid("`revision` must be the number a read returned"))?),
     };
-    let store = &state.runtime.store().sessions;
-    store.get_session(&id).await?.ok_or_else(|| not_found(&id))?;
-    let session = store.update_session(&id, SessionPatch { title, metadata }, revision).await?;
+    owned(&state, &caller, &id).await?;
+    let session = state.runtime.store().sessions.update_session(&id, SessionPatch { title, metadata }, revision).await?;
     Ok(ok(session))
 }
 
 /// `DELETE /chat/sessions/{id}` → `{removed: true}`; `404` when there was no such session.
-pub async fn delete(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
+pub async fn delete(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
+    owned(&state, &caller, &id).await?;
     if state.runtime.store().sessions.delete_session(&id).await? {
         Ok(ok(json!({"removed": true})))
     } else {
@@ -169,7 +173,7 @@ struct ImportedToolCall {
 /// `POST /chat/sessions/import` → `201 {sessionId, imported}`: a new session of `agent` holding
 /// these messages, written in one store operation (all of it or nothing). A chat sent with
 /// `x-session-id: <sessionId>` then continues from the imported history.
-pub async fn import(State(state): State<Arc<AppState>>, body: Bytes) -> Result<impl IntoResponse, RestError> {
+pub async fn import(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, body: Bytes) -> Result<impl IntoResponse, RestError> {
     let request: ImportRequest = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("the body must be {{title?, agent, messages:[{{role, content, toolCalls?}}]}}: {e}")))?;
     if state.runtime.loaded().agent(&request.agent).is_none() {
         return Err(ApiError::new("agent_not_found", format!("agent `{}` does not exist", request.agent)).into());
@@ -201,7 +205,7 @@ pub async fn import(State(state): State<Arc<AppState>>, body: Bytes) -> Result<i
             usage: None,
         })
         .collect();
-    let session = Session { id: id.clone(), agent: request.agent, title, user: None, metadata: json!({}), created_at: now, updated_at: now, message_count: count as u64, revision: 1 };
+    let session = Session { id: id.clone(), agent: request.agent, title, user: None, metadata: json!({}), owner: caller.owner, created_at: now, updated_at: now, message_count: count as u64, revision: 1 };
     state.runtime.store().sessions.import_session(&session, &stored).await?;
     Ok((StatusCode::CREATED, ok(json!({"sessionId": id, "imported": count}))))
 }
@@ -249,6 +253,15 @@ fn imported(m: ImportedMessage) -> Result<Message, String> {
         return Err(format!("the message exceeds {MAX_MESSAGE_BYTES} bytes"));
     }
     Ok(message)
+}
+
+/// Session `id` when `caller` may see it; `404 session_not_found` when it does not exist or
+/// belongs to another client (the two are not told apart).
+pub(crate) async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<Session, ApiError> {
+    match state.runtime.store().sessions.get_session(id).await? {
+        Some(session) if caller.may_see(session.owner.as_deref()) => Ok(session),
+        _ => Err(not_found(id)),
+    }
 }
 
 fn not_found(id: &str) -> ApiError {

@@ -18,7 +18,7 @@ use axum::{Json, Router};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use polpo_core::config::{Location, Project, TEAM_FILE, TeamConfig, check_id, fold_id, parse_checked};
+use polpo_core::config::{Location, Project, TEAM_FILE, TeamConfig, check_confusable, check_id, codes, fold_id, parse_checked};
 use polpo_engine::Runtime;
 use polpo_project::paths::{LEGACY_TEAMS_JSON, TEAMS_DIR, display, polpo_dir};
 use polpo_project::{ProjectError, fsx, read_agent, write_agent};
@@ -150,7 +150,10 @@ fn checked(name: &str, body: Map<String, Value>) -> Result<TeamConfig, AgentErro
 /// or a file on disk already has that id.
 fn team_path(runtime: &Runtime, name: &str, except: Option<&str>) -> Result<PathBuf, AgentError> {
     check_id(name).map_err(|reason| ApiError::new("invalid_value", format!("invalid team name `{name}`: {reason}")))?;
-    let taken = runtime.loaded().project.teams.keys().any(|id| Some(id.as_str()) != except && fold_id(id) == fold_id(name));
+    let loaded = runtime.loaded();
+    let others: Vec<&str> = loaded.project.teams.keys().map(String::as_str).filter(|id| Some(*id) != except).collect();
+    check_confusable(name, others.iter().copied()).map_err(|reason| ApiError::new(codes::ID_CONFUSABLE, reason))?;
+    let taken = others.iter().any(|id| fold_id(id) == fold_id(name));
     let path = file(runtime, name)?;
     if taken || (except != Some(name) && path.exists()) {
         return Err(ApiError::new("already_exists", format!("team `{name}` already exists")).into());

@@ -77,7 +77,7 @@ impl Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let app = router(state.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        tokio::spawn(polpo_server::serve::run(listener, app, polpo_server::serve::Limits::default(), std::future::pending()));
         Self { dir, url, state, http: reqwest::Client::new() }
     }
 

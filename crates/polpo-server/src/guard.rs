@@ -1,0 +1,218 @@
+//! Checks every request passes before any route sees it, against attacks from the user's own
+//! browser: a web page may send requests to `localhost` (it cannot read the answers, but a
+//! chat request runs the agent and its tools all the same).
+//!
+//! - **Host** ([`check_host`]): a local-only server (no API keys) answers only requests whose
+//!   `Host` is `localhost`, `127.0.0.1` or `[::1]` (any port), so a page whose DNS name is made
+//!   to point at 127.0.0.1 (DNS rebinding) is refused with `421 host_not_allowed`. With keys,
+//!   `POLPO_ALLOWED_HOSTS` (comma-separated names or `name:port`) narrows it; default any.
+//! - **Origin** ([`check_origin`]): a state-changing request (POST, PUT, PATCH, DELETE) from a
+//!   browser page of another origin is refused with `403 origin_not_allowed`, with or without
+//!   keys, unless that origin is in the CORS list. The server's own origin (the dashboard) is
+//!   allowed. `Sec-Fetch-Site: cross-site` without a listed origin is refused the same way.
+//! - **Content-Type** ([`check_content_type`]): request bodies must be `application/json`, so
+//!   a browser cannot send one without a CORS preflight (`text/plain`, forms): `415
+//!   unsupported_media_type`.
+//! - **Envelope** ([`json_errors`]): every error response is JSON in the route's envelope,
+//!   also those produced by the framework (unknown route, wrong method, a query or body that
+//!   does not parse, a body too large).
+
+use crate::app::AppState;
+use crate::error::{ApiError, for_path, status_of};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST, ORIGIN, TRANSFER_ENCODING};
+use axum::http::{HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use std::sync::Arc;
+
+/// Host names a local-only server answers to.
+pub const LOCAL_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+/// Environment variable listing the hosts a server with keys answers to.
+pub const ALLOWED_HOSTS_ENV: &str = "POLPO_ALLOWED_HOSTS";
+/// Most bytes of a framework error's text kept as the envelope's message.
+const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// Which `Host` headers the server answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPolicy {
+    /// [`LOCAL_HOSTS`] only, any port; a request without `Host` is refused.
+    Local,
+    /// Any host (a server with keys and no `POLPO_ALLOWED_HOSTS`).
+    Any,
+    /// These names (any port) or `name:port` entries.
+    List(Vec<String>),
+}
+
+impl HostPolicy {
+    /// The policy for a server with or without keys: local-only mode answers local names
+    /// only; with keys, `POLPO_ALLOWED_HOSTS` when set, else any host.
+    pub fn for_server(has_keys: bool) -> Self {
+        if !has_keys {
+            return Self::Local;
+        }
+        match std::env::var(ALLOWED_HOSTS_ENV) {
+            Ok(list) if !list.trim().is_empty() => Self::list(&list),
+            _ => Self::Any,
+        }
+    }
+
+    /// A comma-separated list of names or `name:port`.
+    pub fn list(list: &str) -> Self {
+        Self::List(list.split(',').map(|h| h.trim().to_ascii_lowercase()).filter(|h| !h.is_empty()).collect())
+    }
+
+    /// Whether a request with this `Host` (authority) is answered.
+    pub fn allows(&self, authority: Option<&str>) -> bool {
+        let Some(authority) = authority.map(str::to_ascii_lowercase) else { return *self == Self::Any };
+        let name = host_name(&authority);
+        match self {
+            Self::Local => LOCAL_HOSTS.contains(&name),
+            Self::Any => true,
+            Self::List(allowed) => allowed.iter().any(|a| *a == authority || a == name),
+        }
+    }
+}
+
+/// The name part of `host[:port]` (an IPv6 literal keeps its brackets).
+fn host_name(authority: &str) -> &str {
+    match authority.strip_prefix('[') {
+        Some(rest) => rest.find(']').map_or(authority, |end| &authority[..end + 2]),
+        None => authority.split(':').next().unwrap_or(authority),
+    }
+}
+
+/// The authority the request was sent to: `Host`, or the URI's (HTTP/2 `:authority`).
+fn authority(request: &Request) -> Option<&str> {
+    request.headers().get(HOST).and_then(|v| v.to_str().ok()).or_else(|| request.uri().authority().map(|a| a.as_str()))
+}
+
+/// Refuse a request whose `Host` the server does not answer (`421 host_not_allowed`).
+pub async fn check_host(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    if state.hosts.allows(authority(&request)) {
+        return next.run(request).await;
+    }
+    let shown = authority(&request).unwrap_or("(none)").to_owned();
+    let message = match state.hosts {
+        HostPolicy::Local => format!("host `{shown}` is not served: without API keys this server answers only localhost, 127.0.0.1 and [::1]"),
+        _ => format!("host `{shown}` is not served: it is not in {ALLOWED_HOSTS_ENV}"),
+    };
+    for_path(request.uri().path(), ApiError::new("host_not_allowed", message))
+}
+
+/// Whether the method changes state (and so must not come from a foreign page).
+fn changes_state(method: &Method) -> bool {
+    [Method::POST, Method::PUT, Method::PATCH, Method::DELETE].contains(method)
+}
+
+/// Refuse a state-changing request from a browser page of a foreign origin
+/// (`403 origin_not_allowed`).
+pub async fn check_origin(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    if !changes_state(request.method()) {
+        return next.run(request).await;
+    }
+    let origin = request.headers().get(ORIGIN).map(|v| v.to_str().unwrap_or("(not text)"));
+    let listed = origin.is_some_and(|o| state.cors_origins.iter().any(|allowed| allowed == "*" || allowed.eq_ignore_ascii_case(o)));
+    let same = origin.zip(authority(&request)).is_some_and(|(o, host)| o.split_once("://").is_some_and(|(_, rest)| rest.eq_ignore_ascii_case(host)));
+    let cross_site = request.headers().get("sec-fetch-site").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
+    let refused = if cross_site { !listed } else { origin.is_some() && !listed && !same };
+    if !refused {
+        return next.run(request).await;
+    }
+    let message = format!(
+        "requests from origin `{}` may not change anything here: add it to POLPO_CORS_ORIGINS to allow a web page there to call this server",
+        origin.unwrap_or("(cross-site)")
+    );
+    for_path(request.uri().path(), ApiError::new("origin_not_allowed", message))
+}
+
+/// Whether a `Content-Type` value is JSON (`application/json`, parameters allowed).
+fn is_json(content_type: &HeaderValue) -> bool {
+    content_type.to_str().ok().and_then(|v| v.split(';').next()).is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// Refuse a request body that is not declared `application/json`
+/// (`415 unsupported_media_type`); a request without a body needs no type.
+pub async fn check_content_type(request: Request, next: Next) -> Response {
+    let headers = request.headers();
+    let has_body = headers.contains_key(TRANSFER_ENCODING) || headers.get(CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
+    let acceptable = match headers.get(CONTENT_TYPE) {
+        Some(ct) => is_json(ct),
+        None => !has_body,
+    };
+    if acceptable {
+        return next.run(request).await;
+    }
+    let given = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("none");
+    let message = format!("request bodies must be JSON with `Content-Type: application/json` (got {given})");
+    for_path(request.uri().path(), ApiError::new("unsupported_media_type", message))
+}
+
+/// The stable code for a framework error of this status.
+fn code_for(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        404 => "route_not_found",
+        405 => "method_not_allowed",
+        408 => "request_timeout",
+        413 => "payload_too_large",
+        415 => "unsupported_media_type",
+        429 => "too_many_requests",
+        500..=599 => "internal",
+        _ => "invalid_request",
+    }
+}
+
+/// Rewrite every error response that is not JSON (the framework's plain-text rejections,
+/// empty 405s) into the route's JSON envelope, keeping its status and headers (`Allow`).
+pub async fn json_errors(request: Request, next: Next) -> Response {
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    let json = response.headers().get(CONTENT_TYPE).is_some_and(is_json);
+    if json || !(response.status().is_client_error() || response.status().is_server_error()) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, MAX_MESSAGE_BYTES).await.map(|b| String::from_utf8_lossy(&b).trim().to_owned()).unwrap_or_default();
+    let code = code_for(parts.status);
+    let message = if text.is_empty() { parts.status.canonical_reason().unwrap_or("error").to_owned() } else { text };
+    let mut error = ApiError::new(code, message);
+    if status_of(code) != parts.status {
+        error.status = parts.status;
+    }
+    let (json_parts, json_body): (_, Body) = for_path(&path, error).into_parts();
+    parts.headers.remove(CONTENT_LENGTH);
+    if let Some(ct) = json_parts.headers.get(CONTENT_TYPE) {
+        parts.headers.insert(CONTENT_TYPE, ct.clone());
+    }
+    Response::from_parts(parts, json_body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_mode_answers_loopback_names_on_any_port_only() {
+        let local = HostPolicy::Local;
+        for ok in ["localhost", "localhost:3890", "127.0.0.1:1", "[::1]:3890", "LOCALHOST"] {
+            assert!(local.allows(Some(ok)), "{ok}");
+        }
+        for bad in ["attacker.example:3890", "localhost.evil.example", "127.0.0.1.nip.io", "[::2]:3890"] {
+            assert!(!local.allows(Some(bad)), "{bad}");
+        }
+        assert!(!local.allows(None), "HTTP/1.0 without Host");
+        assert!(HostPolicy::Any.allows(None));
+        let list = HostPolicy::list("api.example.com, other.example:8443");
+        assert!(list.allows(Some("api.example.com:3890")) && list.allows(Some("other.example:8443")));
+        assert!(!list.allows(Some("other.example:3890")) && !list.allows(None));
+    }
+
+    #[test]
+    fn json_content_types_may_carry_parameters() {
+        assert!(is_json(&HeaderValue::from_static("application/json; charset=utf-8")));
+        assert!(is_json(&HeaderValue::from_static("Application/JSON")));
+        assert!(!is_json(&HeaderValue::from_static("text/plain")));
+        assert!(!is_json(&HeaderValue::from_static("application/x-www-form-urlencoded")));
+    }
+}
