@@ -535,6 +535,7 @@ fn tool_context(project: &Project, agent: &Agent, cancel: &CancellationToken) ->
     // The project's own folder (agents, hooks, sessions, keys) is never the agent's to read or
     // edit, whatever the workspace or allowedPaths say; only the memory tools reach their file.
     ctx.protected_paths = vec![polpo_dir.clone()];
+    ctx.sandbox = project.settings().sandbox.as_ref().map(Into::into).unwrap_or_default();
     ctx.memory_file = Some(polpo_dir.join("memory").join(format!("{}.md", agent.id)));
     ctx.cancel = cancel.child_token();
     ctx

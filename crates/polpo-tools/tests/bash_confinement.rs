@@ -267,7 +267,9 @@ async fn an_unknown_run_as_user_is_refused() {
 #[ignore = "started by without_landlock_bash_is_refused_unless_allowed with the override set"]
 async fn unavailable_child() {
     assert_eq!(sandbox_support().landlock_abi, None, "not started by the parent test");
-    assert!(sandbox_support().notices()[0].contains("Landlock is not available"));
+    let notice = &sandbox_support().notices()[0];
+    assert_eq!(notice.code, "sandbox_unavailable");
+    assert!(notice.message.contains("Landlock is not available"), "{notice:?}");
     let d = dirs();
     let mut c = ctx(&d.ws);
     let err = call(&c, "bash", json!({"command": "echo hi"})).await.unwrap_err();

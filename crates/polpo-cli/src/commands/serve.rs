@@ -47,6 +47,10 @@ async fn serve(project: polpo_core::config::Project, args: Args, files: Option<F
     for w in warnings {
         eprintln!("warning: {w}");
     }
+    // What the tool sandbox cannot enforce on this host, said before anything runs.
+    for notice in polpo_tools::sandbox::sandbox_support().notices() {
+        eprintln!("warning: {}", notice.message);
+    }
     let storage = project.settings().storage();
     let agents: Vec<String> = project.agents.keys().cloned().collect();
     let runtime = super::runtime::open(project).await?;

@@ -22,6 +22,8 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
         // never fail validation.
         warnings = super::hooks::agent_warnings(&project, &packs);
         warnings.extend(polpo_core::routing::project_routing_warnings(&project));
+        // A project whose agents may run `bash` on a host that cannot confine it should know.
+        warnings.extend(polpo_tools::sandbox::sandbox_support().notices().into_iter().map(|n| polpo_core::problem::Problem::new(n.code, n.message)));
         if problems.is_empty() { Ok(project) } else { Err(problems) }
     });
     if args.json {

@@ -26,7 +26,7 @@ pub use parse::{Location, parse_checked};
 pub use project::{Agent, Layout, Project, Team, validate_project};
 pub use settings::{
     ApiKeyEntry, LEGACY_PROJECT_FILE, PROJECT_FILE, ProjectFile, ProviderConfig, SCHEMA_VERSION,
-    Settings,
+    SandboxSettings, Settings,
 };
 pub use team::{LEGACY_TEAM, TEAM_FILE, TeamConfig};
 

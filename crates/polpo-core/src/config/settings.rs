@@ -1,7 +1,8 @@
 //! `project.json`: the manifest (`ProjectFile`) and its `settings` (`Settings`).
 //!
 //! Sections the runtime does not interpret yet (notifications, approval gates, escalation,
-//! SLA, sandbox, guardrails) are kept verbatim as JSON so that they round-trip untouched.
+//! SLA, guardrails, the sandbox's `isolation`) are kept verbatim as JSON so that they
+//! round-trip untouched.
 
 use super::enums::{
     ChatExecution, ExecutionMode, LogLevel, ProviderApi, ReasoningLevel, StorageKind,
@@ -162,9 +163,9 @@ pub struct Settings {
     /// How tasks execute (default subprocess).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub task_execution: Option<ExecutionMode>,
-    /// Default sandbox options, kept verbatim.
+    /// How the `bash` tool is confined; see [`SandboxSettings`].
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<Value>,
+    pub sandbox: Option<SandboxSettings>,
     /// How chat completions execute (default run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chat_execution: Option<ChatExecution>,
@@ -239,6 +240,38 @@ impl Settings {
     pub fn is_default(&self) -> bool {
         *self == Self::default()
     }
+}
+
+/// `settings.sandbox`: the confinement of the `bash` tool. Absent fields take the tool
+/// sandbox's defaults (600 CPU seconds, 8192 MB of address space, 512 processes, 2048 MB files,
+/// the server's own user, refuse to run where Landlock is missing).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxSettings {
+    /// Legacy task isolation mode (`fresh`, `reuse`), kept verbatim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Value>,
+    /// Run `bash` without file-system confinement on hosts without Landlock (default false:
+    /// it is refused with `sandbox_unavailable`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_unconfined: Option<bool>,
+    /// User `bash` runs as when the server runs as root; it must be able to write the
+    /// workspace. Absent: the server's user, with every capability dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_as: Option<String>,
+    /// CPU seconds per command (`RLIMIT_CPU`); 0 for no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<u64>,
+    /// Address space per process in MB (`RLIMIT_AS`); 0 for no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// Processes of the command's user (`RLIMIT_NPROC`, counted host-wide per user and not
+    /// enforced for root); 0 for no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_processes: Option<u64>,
+    /// Largest file a command may write, in MB (`RLIMIT_FSIZE`); 0 for no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file_size_mb: Option<u64>,
 }
 
 /// `settings.defaultRetryPolicy`.
@@ -437,7 +470,18 @@ static SETTINGS: Shape = Shape::Object(&[&[
     Field::optional("storage", Shape::Enum(StorageKind::NAMES)),
     Field::optional("databaseUrl", Shape::String),
     Field::optional("taskExecution", Shape::Enum(ExecutionMode::NAMES)),
-    Field::optional("sandbox", Shape::Any),
+    Field::optional(
+        "sandbox",
+        Shape::Object(&[&[
+            Field::optional("isolation", Shape::Any),
+            Field::optional("allowUnconfined", Shape::Bool),
+            Field::optional("runAs", Shape::String),
+            Field::optional("cpuSeconds", COUNT),
+            Field::optional("memoryMb", COUNT),
+            Field::optional("maxProcesses", COUNT),
+            Field::optional("fileSizeMb", COUNT),
+        ]]),
+    ),
     Field::optional("chatExecution", Shape::Enum(ChatExecution::NAMES)),
     Field::optional("maxAssessmentRetries", COUNT),
     Field::optional(

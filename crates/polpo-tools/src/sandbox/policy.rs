@@ -1,6 +1,7 @@
 //! What a confined process is allowed, and what this host can enforce.
 
 use super::confine::{self, Containment};
+use polpo_core::config::SandboxSettings;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -75,35 +76,65 @@ pub struct SandboxSupport {
 const SCOPED_ABI: i32 = 6;
 
 impl SandboxSupport {
-    /// True when commands run in their own PID namespace, so everything they start (even with
-    /// `setsid`) dies with them; otherwise only their process group is killed.
-    pub fn contains_process_trees(&self) -> bool {
-        self.containment.is_some()
-    }
-
+    /// The PID-namespace containment commands run in; `None`: only their process group is
+    /// killed, so `setsid` children can survive.
     pub(crate) fn containment(&self) -> Option<Containment> {
         self.containment
     }
 
-    /// Sentences for the operator about what is *not* enforced on this host (empty when all
-    /// is), printed at start-up and by `polpo validate`.
-    pub fn notices(&self) -> Vec<String> {
+    /// What is *not* enforced on this host (empty when all is), for the operator: printed at
+    /// start-up and reported by `polpo validate`.
+    pub fn notices(&self) -> Vec<SandboxNotice> {
         let mut notices = Vec::new();
         match self.landlock_abi {
-            None => notices.push(
-                "tool sandbox: Landlock is not available on this kernel; `bash` is refused (sandbox_unavailable) unless settings.sandbox.allowUnconfined is true, and then runs without file-system confinement".to_owned(),
-            ),
-            Some(abi) if abi < SCOPED_ABI => notices.push(format!(
-                "tool sandbox: Landlock ABI {abi} lacks signal scoping (ABI {SCOPED_ABI}); `bash` could signal other processes of the server's user"
-            )),
+            None => notices.push(SandboxNotice {
+                code: "sandbox_unavailable",
+                message: "tool sandbox: Landlock is not available on this kernel; `bash` is refused (sandbox_unavailable) unless settings.sandbox.allowUnconfined is true, and then runs without file-system confinement".to_owned(),
+            }),
+            Some(abi) if abi < SCOPED_ABI => notices.push(SandboxNotice {
+                code: "sandbox_partial",
+                message: format!(
+                    "tool sandbox: Landlock ABI {abi} lacks signal scoping (ABI {SCOPED_ABI}); `bash` could signal other processes of the server's user"
+                ),
+            }),
             Some(_) => {}
         }
         if self.containment.is_none() {
-            notices.push(
-                "tool sandbox: cannot create a PID namespace here; setsid children of `bash` and command hooks are not contained (only their process group is killed)".to_owned(),
-            );
+            notices.push(SandboxNotice {
+                code: "sandbox_partial",
+                message: "tool sandbox: cannot create a PID namespace here; setsid children of `bash` and command hooks are not contained (only their process group is killed)".to_owned(),
+            });
         }
         notices
+    }
+}
+
+/// One thing the sandbox cannot enforce on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxNotice {
+    /// `sandbox_unavailable` (no file-system confinement) or `sandbox_partial`.
+    pub code: &'static str,
+    /// A sentence for the operator.
+    pub message: String,
+}
+
+impl From<&SandboxSettings> for SandboxPolicy {
+    /// The project's `settings.sandbox`, absent fields taking the defaults (MB become bytes).
+    fn from(settings: &SandboxSettings) -> Self {
+        let defaults = ResourceLimits::default();
+        let mb = |value: Option<u64>, default: u64| {
+            value.map_or(default, |mb| mb.saturating_mul(1 << 20))
+        };
+        Self {
+            limits: ResourceLimits {
+                cpu_seconds: settings.cpu_seconds.unwrap_or(defaults.cpu_seconds),
+                memory_bytes: mb(settings.memory_mb, defaults.memory_bytes),
+                max_processes: settings.max_processes.unwrap_or(defaults.max_processes),
+                file_size_bytes: mb(settings.file_size_mb, defaults.file_size_bytes),
+            },
+            run_as: settings.run_as.clone(),
+            allow_unconfined: settings.allow_unconfined.unwrap_or(false),
+        }
     }
 }
 
@@ -117,4 +148,28 @@ pub fn sandbox_support() -> &'static SandboxSupport {
             containment: confine::probe_containment(),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_fill_in_defaults_and_scale_megabytes() {
+        let policy = SandboxPolicy::from(&SandboxSettings::default());
+        assert_eq!(policy, SandboxPolicy::default());
+        let settings = SandboxSettings {
+            memory_mb: Some(256),
+            cpu_seconds: Some(0),
+            run_as: Some("nobody".into()),
+            allow_unconfined: Some(true),
+            ..SandboxSettings::default()
+        };
+        let policy = SandboxPolicy::from(&settings);
+        assert_eq!(policy.limits.memory_bytes, 256 << 20);
+        assert_eq!(policy.limits.cpu_seconds, 0);
+        assert_eq!(policy.limits.file_size_bytes, ResourceLimits::default().file_size_bytes);
+        assert_eq!(policy.run_as.as_deref(), Some("nobody"));
+        assert!(policy.allow_unconfined);
+    }
 }
