@@ -5,7 +5,7 @@
 //! says whether anyone still listens.
 
 use crate::error::LocalModelError;
-use crate::grammar::{Tags, ToolConstraint};
+use crate::grammar::{Constraint, Tags};
 use crate::prompt::{ToolResults, Turn};
 use crate::utf8::Utf8Stream;
 use llama_cpp_2::context::params::LlamaContextParams;
@@ -36,8 +36,9 @@ pub struct LoadedModel {
 pub struct Job {
     /// The conversation.
     pub turns: Vec<Turn>,
-    /// Tool-call constraint on the output, if tools are offered.
-    pub grammar: Option<ToolConstraint>,
+    /// Grammar constraint on the output: tool calls when tools are offered, the schema of a
+    /// structured answer.
+    pub grammar: Option<Constraint>,
     /// Context window in tokens.
     pub context_size: u32,
     /// Output token cap.
@@ -210,7 +211,7 @@ impl LoadedModel {
         let mut constrained = match &job.grammar {
             Some(constraint) => Some(LlamaSampler::chain_simple([
                 LlamaSampler::grammar(&self.model, &constraint.gbnf(&self.tags()), "root")
-                    .map_err(|e| fail("tool grammar", &e))?,
+                    .map_err(|e| fail("grammar", &e))?,
                 free_sampler(job.temperature),
             ])),
             None => None,

@@ -6,6 +6,12 @@
 //! arguments object starts with the schema's required properties, typed where the schema says so,
 //! and holds nothing undeclared when the schema forbids additional properties. Without it a 135M-parameter model writes calls that rarely parse; with it every
 //! call parses, and choosing the right tool is the only thing left to the model.
+//!
+//! A structured answer (`response_format`) is constrained the same way: [`JsonAnswer`] turns the
+//! JSON Schema into a grammar for the subset a grammar can express (objects with their
+//! properties, required ones and `additionalProperties: false`; string, number, integer, boolean
+//! and null; `enum` and `const`; arrays of `items`; nullable types and `anyOf`). Everything else
+//! (lengths, ranges, patterns, formats, `$ref`) is left to the validation that follows.
 
 use polpo_core::tool::ToolSpec;
 use serde_json::Value;
@@ -28,6 +34,136 @@ ws ::= [ \t\n]{0,4}
 
 /// Prose: anything that does not start like a call (`<tool_call>` or bare JSON).
 const TEXT: &str = "[^<{] .*";
+
+/// What the output of one generation is constrained to.
+#[derive(Debug, Clone)]
+pub enum Constraint {
+    /// Tool calls (and perhaps prose).
+    Tools(ToolConstraint),
+    /// One JSON value for a structured answer.
+    Json(JsonAnswer),
+}
+
+impl Constraint {
+    /// The GBNF, rooted at `root`.
+    pub fn gbnf(&self, tags: &Tags) -> String {
+        match self {
+            Self::Tools(tools) => tools.gbnf(tags),
+            Self::Json(answer) => answer.gbnf(),
+        }
+    }
+
+    /// See [`ToolConstraint::is_free_text_start`]; a JSON answer is never free text.
+    pub fn is_free_text_start(&self, piece: &str) -> bool {
+        matches!(self, Self::Tools(tools) if tools.is_free_text_start(piece))
+    }
+
+    /// The tools a call may name (none for a JSON answer).
+    pub fn tools(&self) -> &[ToolSpec] {
+        match self {
+            Self::Tools(tools) => &tools.tools,
+            Self::Json(_) => &[],
+        }
+    }
+
+    /// True for a structured answer, whose output is text only (never a call).
+    pub fn is_json(&self) -> bool {
+        matches!(self, Self::Json(_))
+    }
+}
+
+/// A structured answer: the output is one JSON value of the `response_format`'s schema.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonAnswer {
+    /// The JSON Schema (`{"type": "object"}` for `json_object`).
+    pub schema: Value,
+}
+
+impl JsonAnswer {
+    /// From an OpenAI-wire `response_format`; `None` for text.
+    pub fn from_response_format(format: &Value) -> Option<Self> {
+        match format.get("type").and_then(Value::as_str)? {
+            "json_object" => Some(Self { schema: serde_json::json!({"type": "object"}) }),
+            "json_schema" => Some(Self { schema: format.pointer("/json_schema/schema").cloned().unwrap_or(Value::Bool(true)) }),
+            _ => None,
+        }
+    }
+
+    /// The GBNF: `root` is a value of the schema; nested objects and arrays get rules of their
+    /// own (`schema-N`).
+    pub fn gbnf(&self) -> String {
+        let mut rules = SchemaRules::default();
+        let root = rules.expression(&self.schema);
+        let mut g = format!("root ::= {root}\n");
+        for (i, body) in rules.0.iter().enumerate() {
+            g.push_str(&format!("schema-{i} ::= {body}\n"));
+        }
+        g.push_str(JSON_RULES);
+        g
+    }
+}
+
+/// The named rules of a schema grammar, in creation order.
+#[derive(Default)]
+struct SchemaRules(Vec<String>);
+
+impl SchemaRules {
+    /// A GBNF expression matching values of `schema` (what the grammar cannot express is
+    /// widened, never narrowed: validation after decoding has the last word).
+    fn expression(&mut self, schema: &Value) -> String {
+        if let Some(value) = schema.get("const") {
+            return format!("{} ws", gbnf_literal(&value.to_string()));
+        }
+        if let Some(options) = schema.get("enum").and_then(Value::as_array).filter(|o| !o.is_empty()) {
+            let literals: Vec<String> = options.iter().map(|v| gbnf_literal(&v.to_string())).collect();
+            return format!("( {} ) ws", literals.join(" | "));
+        }
+        if let Some(options) = schema.get("anyOf").or_else(|| schema.get("oneOf")).and_then(Value::as_array).filter(|o| !o.is_empty()) {
+            let alternatives: Vec<String> = options.iter().map(|o| self.expression(o)).collect();
+            return format!("( {} )", alternatives.join(" | "));
+        }
+        let mut types: Vec<&str> = match schema.get("type") {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+            _ if schema.get("properties").is_some() => vec!["object"],
+            _ => return "value".into(),
+        };
+        // OpenAPI's `nullable: true`, which some clients still send.
+        if schema.get("nullable") == Some(&Value::Bool(true)) {
+            types.push("null");
+        }
+        let alternatives: Vec<String> = types.into_iter().map(|t| self.typed(t, schema)).collect();
+        match alternatives.as_slice() {
+            [one] => one.clone(),
+            _ => format!("( {} )", alternatives.join(" | ")),
+        }
+    }
+
+    fn typed(&mut self, kind: &str, schema: &Value) -> String {
+        match kind {
+            "object" => {
+                let body = object_rule(schema, &mut |property| self.expression(property));
+                // An open object without requirements is any object: no rule of its own.
+                if body == "object" { body } else { self.named(body) }
+            }
+            "array" => match schema.get("items").filter(|i| i.is_object()) {
+                Some(items) => {
+                    let item = self.expression(items);
+                    self.named(format!("\"[\" ws ( {item} ( \",\" ws {item} )* )? \"]\" ws"))
+                }
+                None => "array".into(),
+            },
+            "string" | "number" | "integer" | "boolean" => kind.into(),
+            "null" => "\"null\" ws".into(),
+            _ => "value".into(),
+        }
+    }
+
+    fn named(&mut self, body: String) -> String {
+        self.0.push(body);
+        format!("schema-{}", self.0.len() - 1)
+    }
+}
 
 /// What a tool-call grammar must allow: the offered tools, and whether prose may stand instead.
 #[derive(Debug, Clone)]
@@ -114,24 +250,29 @@ impl ToolConstraint {
     }
 }
 
-/// `{ "req1": <typed>, "req2": <typed> … }`: the schema's required properties first, in order.
-/// When the schema forbids additional properties, only its declared optional properties may
-/// follow, each at most once and in declared order, so a model cannot invent an argument the
-/// tool will reject; otherwise any further pairs may follow. With nothing required and extra
-/// properties allowed, any object.
+/// A tool's arguments object: [`object_rule`] with each property typed by [`value_rule`].
 fn arguments_rule(schema: &Value) -> String {
+    object_rule(schema, &mut value_rule)
+}
+
+/// `{ "req1": <typed>, "req2": <typed> … }`: the schema's required properties first, in order,
+/// each value matched by `value`'s rule for its property schema. When the schema forbids
+/// additional properties, only its declared optional properties may follow, each at most once
+/// and in declared order, so a model cannot invent a property that will be rejected; otherwise
+/// any further pairs may follow. With nothing required and extra properties allowed, any object.
+fn object_rule(schema: &Value, value: &mut dyn FnMut(&Value) -> String) -> String {
     let required: Vec<&str> = schema
         .get("required")
         .and_then(Value::as_array)
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     let declared = schema.get("properties").and_then(Value::as_object);
-    let field = |name: &str| {
+    let mut field = |name: &str| {
         let property = declared.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
         format!(
             "{} ws \":\" ws {}",
             json_key_literal(name),
-            value_rule(property)
+            value(property)
         )
     };
     let required_fields: Vec<String> = required.iter().map(|name| field(name)).collect();
@@ -196,10 +337,14 @@ fn value_rule(property: &Value) -> String {
 
 /// A GBNF literal matching `text` written as a JSON string (quotes included).
 fn json_key_literal(text: &str) -> String {
-    let json = Value::String(text.into()).to_string();
-    let mut out = String::with_capacity(json.len() + 8);
+    gbnf_literal(&Value::String(text.into()).to_string())
+}
+
+/// A GBNF literal matching `text` exactly.
+fn gbnf_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 8);
     out.push('"');
-    for c in json.chars() {
+    for c in text.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
@@ -292,6 +437,51 @@ mod tests {
             "object",
             "an open schema with nothing required takes any object"
         );
+    }
+
+    #[test]
+    fn a_strict_schema_becomes_a_grammar_of_its_exact_shape() {
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "name": {"type": "string"},
+            "age": {"type": "integer"},
+            "tier": {"enum": ["free", "paid"]},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "manager": {"type": ["string", "null"]},
+            "address": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"], "additionalProperties": false}
+        }, "required": ["name", "age", "tier", "tags", "manager", "address"], "additionalProperties": false});
+        let g = JsonAnswer { schema }.gbnf();
+        let rules: Vec<&str> = g.lines().take(4).collect();
+        assert_eq!(rules[0], "root ::= schema-2");
+        assert_eq!(rules[1], r#"schema-0 ::= "[" ws ( string ( "," ws string )* )? "]" ws"#);
+        assert_eq!(rules[2], r#"schema-1 ::= "{" ws "\"city\"" ws ":" ws string "}" ws"#);
+        assert_eq!(
+            rules[3],
+            concat!(
+                r#"schema-2 ::= "{" ws "\"name\"" ws ":" ws string "," ws "\"age\"" ws ":" ws integer "," ws "#,
+                r#""\"tier\"" ws ":" ws ( "\"free\"" | "\"paid\"" ) ws "," ws "\"tags\"" ws ":" ws schema-0 "," ws "#,
+                r#""\"manager\"" ws ":" ws ( string | "null" ws ) "," ws "\"address\"" ws ":" ws schema-1 "}" ws"#
+            )
+        );
+        assert!(g.contains("\nvalue ::= "), "the JSON building blocks follow");
+    }
+
+    #[test]
+    fn what_a_grammar_cannot_express_is_widened_and_validated_after() {
+        let answer = |format: Value| JsonAnswer::from_response_format(&format).unwrap().gbnf();
+        assert!(answer(serde_json::json!({"type": "json_object"})).starts_with("root ::= object\n"));
+        let referenced = serde_json::json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/a"}}});
+        assert!(answer(referenced).starts_with("root ::= value\n"));
+        let choice = serde_json::json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {
+            "anyOf": [{"type": "integer"}, {"const": "none"}], "minimum": 3}}});
+        assert!(answer(choice).starts_with(r#"root ::= ( integer | "\"none\"" ws )"#));
+        let nullable = serde_json::json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "number", "nullable": true}}});
+        assert!(answer(nullable).starts_with(r#"root ::= ( number | "null" ws )"#));
+        assert!(JsonAnswer::from_response_format(&serde_json::json!({"type": "text"})).is_none());
+        let constraint = Constraint::Json(JsonAnswer { schema: serde_json::json!({"type": "object"}) });
+        assert!(constraint.is_json() && constraint.tools().is_empty() && !constraint.is_free_text_start("The"));
+        assert!(constraint.gbnf(&Tags::new(None, None)).starts_with("root ::= object\n"));
+        let prose = Constraint::Tools(ToolConstraint::text_only());
+        assert!(!prose.is_json() && prose.is_free_text_start("The"));
     }
 
     #[test]

@@ -99,7 +99,7 @@ mod run {
     use super::*;
     use crate::engine::{self, Job, LoadedModel, Stop};
     use crate::framing::{self, Piece, Splitter};
-    use crate::grammar::ToolConstraint;
+    use crate::grammar::{Constraint, JsonAnswer, ToolConstraint};
     use crate::prompt::{self, ToolResults};
     use polpo_core::message::{FinishReason, ToolCall, Usage};
     use polpo_core::tool::ToolSpec;
@@ -139,14 +139,21 @@ mod run {
 
     fn job(settings: &LocalSettings, request: &ModelRequest, results: ToolResults) -> Job {
         let tools = prompt::offered_tools(request);
+        let answer = request
+            .response_format
+            .as_ref()
+            .and_then(JsonAnswer::from_response_format);
         let grammar = if !tools.is_empty() {
-            Some(ToolConstraint {
+            Some(Constraint::Tools(ToolConstraint {
                 tools: tools.into_iter().cloned().collect(),
                 allow_text: matches!(request.tool_choice, ToolChoice::Auto),
-            })
+            }))
+        } else if let Some(answer) = answer {
+            // A structured answer: decoded under its schema's grammar, so it parses.
+            Some(Constraint::Json(answer))
         } else if prompt::has_tool_history(request) && request.response_format.is_none() {
             // No tool this turn, but earlier calls in view: a small model would write another.
-            Some(ToolConstraint::text_only())
+            Some(Constraint::Tools(ToolConstraint::text_only()))
         } else {
             None
         };
@@ -241,14 +248,20 @@ mod run {
         let mut splitter = Splitter::default();
         let mut out = Outlet {
             tx,
-            offered: job.grammar.as_ref().map_or(&[], |g| g.tools.as_slice()),
+            offered: job.grammar.as_ref().map_or(&[], Constraint::tools),
             answered,
             sent: false,
             calls: 0,
             repeated: false,
         };
+        // A structured answer is all text: its opening `{` is not a bare call.
+        let json = job.grammar.as_ref().is_some_and(Constraint::is_json);
         let result = model.generate(job, &mut |text| {
-            splitter.push(text).into_iter().all(|p| out.send(p))
+            if json {
+                out.send(Piece::Text(text.to_owned()))
+            } else {
+                splitter.push(text).into_iter().all(|p| out.send(p))
+            }
         });
         let stats = match result {
             Ok(stats) => stats,
