@@ -463,3 +463,34 @@ fn without_a_key_or_an_offline_model_run_says_what_to_do_before_any_request() {
     assert!(err.contains("OPENAI_API_KEY") && err.contains("polpo models install"), "both ways forward are named: {err}");
     assert!(tripwire.accept().is_err(), "no request went out");
 }
+
+#[test]
+fn validate_warns_about_fields_nothing_acts_on_yet_and_still_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(polpo(dir.path(), &["create", "demo", "--yes"]));
+    let root = dir.path().join("demo");
+    write(
+        &root,
+        &[(
+            ".polpo/agents/assistant/agent.json",
+            r#"{"model": "openai/gpt-4o-mini", "skills": ["frontend-design"], "mcpServers": {"fs": {"type": "stdio", "command": "mcp-fs"}}, "assignedLoops": ["flow"]}"#,
+        )],
+    );
+    let out = polpo(dir.path(), &["validate", "--project", "demo", "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&ok(out)).unwrap();
+    let mut located: Vec<(String, String)> = report["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["code"] == "feature_unavailable")
+        .map(|w| (w["file"].as_str().unwrap().to_owned(), w["pointer"].as_str().unwrap().to_owned()))
+        .collect();
+    located.sort();
+    let file = ".polpo/agents/assistant/agent.json".to_owned();
+    assert_eq!(located, vec![(file.clone(), "/assignedLoops".to_owned()), (file.clone(), "/mcpServers".to_owned()), (file, "/skills".to_owned())]);
+    // A freshly scaffolded agent carries none of them.
+    let fresh = tempfile::tempdir().unwrap();
+    ok(polpo(fresh.path(), &["create", "demo", "--yes"]));
+    let report: serde_json::Value = serde_json::from_str(&ok(polpo(fresh.path(), &["validate", "--project", "demo", "--json"]))).unwrap();
+    assert!(!report["warnings"].to_string().contains("feature_unavailable"), "{report}");
+}

@@ -22,6 +22,8 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
         // never fail validation.
         warnings = super::hooks::agent_warnings(&project, &packs);
         warnings.extend(polpo_core::routing::project_routing_warnings(&project));
+        // Fields kept for compatibility that nothing acts on yet must not look as if they work.
+        warnings.extend(polpo_core::config::unavailable_agent_fields(&project));
         // A project whose agents may run `bash` on a host that cannot confine it should know.
         warnings.extend(polpo_tools::sandbox::sandbox_support().notices().into_iter().map(|n| polpo_core::problem::Problem::new(n.code, n.message)));
         if problems.is_empty() { Ok(project) } else { Err(problems) }

@@ -30,3 +30,6 @@ pub const REPORTS_TO_CYCLE: &str = "reports_to_cycle";
 pub const FILE_TOO_LARGE: &str = "file_too_large";
 /// A file could not be read for a reason other than its absence.
 pub const UNREADABLE_FILE: &str = "unreadable_file";
+/// A field this runtime reads but does not act on yet (a warning in `polpo validate`; a
+/// request that relies on one is refused with this code instead of being silently ignored).
+pub const FEATURE_UNAVAILABLE: &str = "feature_unavailable";

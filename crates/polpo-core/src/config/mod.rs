@@ -18,6 +18,7 @@ pub mod project;
 pub mod schema;
 pub mod settings;
 pub mod team;
+pub mod unavailable;
 
 pub use agent::{AGENT_FILE, AgentConfig, DEFAULT_MAX_TURNS, LEGACY_AGENT};
 pub use enums::{ChatExecution, ExecutionMode, ReasoningLevel, StorageKind, ToolLoadingMode};
@@ -29,6 +30,7 @@ pub use settings::{
     SandboxSettings, Settings,
 };
 pub use team::{LEGACY_TEAM, TEAM_FILE, TeamConfig};
+pub use unavailable::unavailable_agent_fields;
 
 #[cfg(test)]
 mod tests;
