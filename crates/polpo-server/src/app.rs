@@ -9,7 +9,7 @@ use crate::ratelimit::{AUTH_FAILURES_PER_MINUTE, RateLimit};
 use crate::routes;
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
-use axum::http::{HeaderName, HeaderValue, Method};
+use axum::http::{HeaderName, HeaderValue, Method, Uri};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -107,7 +107,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     // Layers run outside in: the last added sees the request first.
     open.merge(routes::dashboard::router())
         .merge(protected)
-        .fallback(|| async { ApiError::new("route_not_found", "no such route") })
+        .fallback(|uri: Uri| async move { for_path(uri.path(), ApiError::new("route_not_found", format!("no route {}", uri.path()))) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(guard::check_content_type))
         .layer(cors(&state.cors_origins))
