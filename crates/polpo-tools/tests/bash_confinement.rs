@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{assert_no_survivors, call, code, ctx, dirs, marker};
+use common::{assert_no_survivors, call, code, ctx, dirs, marker, wait_until};
 use polpo_tools::ToolContext;
 use polpo_tools::sandbox::{
     CommandSpec, FORCE_UNAVAILABLE_ENV, Program, ResourceLimits, run_command, sandbox_support,
@@ -14,6 +14,7 @@ use polpo_tools::sandbox::{
 use serde_json::json;
 use std::path::Path;
 use std::process::{Child, Command};
+use std::time::Duration;
 
 /// Runs `command` through the `bash` tool and returns its text (`Exit code: N\n…`).
 async fn bash(c: &ToolContext, command: &str) -> String {
@@ -147,8 +148,12 @@ async fn cannot_read_the_environment_of_a_process_outside() {
     let d = dirs();
     let mut holder = SecretHolder::start("sk-secret-environ");
     let environ = format!("/proc/{}/environ", holder.pid());
-    // The secret is there to be read by anyone outside the sandbox with the same uid.
-    assert!(String::from_utf8_lossy(&std::fs::read(&environ).unwrap()).contains("sk-secret-environ"));
+    // The secret is there to be read by anyone outside the sandbox with the same uid (once the
+    // holder has exec'd: before, its environ is still this test's).
+    let readable = wait_until(Duration::from_secs(10), || {
+        std::fs::read(&environ).is_ok_and(|e| String::from_utf8_lossy(&e).contains("sk-secret-environ"))
+    });
+    assert!(readable, "the holder never showed its secret");
     let parent = format!("/proc/{}/environ", std::process::id());
     let command = format!(
         "tr '\\0' '\\n' < /proc/$PPID/environ; tr '\\0' '\\n' < {environ}; tr '\\0' '\\n' < {parent}; grep -a OPENAI /proc/*/environ; env"
@@ -198,7 +203,7 @@ async fn hooks_get_the_containment_but_not_the_file_rules() {
         )),
         &d.ws,
     );
-    spec.timeout = std::time::Duration::from_secs(30);
+    spec.timeout = Duration::from_secs(30);
     let outcome = run_command(spec).await.unwrap();
     assert_eq!(outcome.stdout.render(), "ok\n");
     assert!(outcome.isolation.contained && !outcome.isolation.filesystem);
@@ -235,20 +240,48 @@ async fn resource_limits_apply() {
 }
 
 #[tokio::test]
-async fn root_runs_without_capabilities() {
+async fn root_runs_without_capabilities_and_system_secrets_stay_closed() {
     let d = dirs();
     if !nix::unistd::geteuid().is_root() {
         return; // Nothing to drop.
     }
     let out = bash(
         &ctx(&d.ws),
-        "grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status; cat /etc/shadow; echo $?",
+        "grep -E '^Cap(Eff|Prm|Bnd|Amb)' /proc/self/status; cat /etc/shadow >/dev/null && echo shadow-readable; cat /etc/ssh/ssh_config >/dev/null && echo ssh-readable; head -c 4 /dev/urandom | wc -c; cat /etc/hostname >/dev/null && echo etc-readable",
     )
     .await;
     for set in ["CapEff", "CapPrm", "CapBnd", "CapAmb"] {
         assert!(out.contains(&format!("{set}:\t0000000000000000")), "{out}");
     }
-    assert!(!out.contains("root:"), "{out}");
+    // Root owns these files, so only the rules keep them closed.
+    assert!(std::fs::read("/etc/shadow").is_ok(), "the test runs as root");
+    assert!(!out.contains("shadow-readable"), "{out}");
+    assert!(!out.contains("ssh-readable"), "{out}");
+    assert!(out.contains("\n4\n"), "{out}");
+    assert!(out.contains("etc-readable"), "{out}");
+}
+
+#[tokio::test]
+async fn run_as_switches_to_that_user() {
+    let d = dirs();
+    if !nix::unistd::geteuid().is_root() {
+        return; // Only root can switch users.
+    }
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    // The user must be able to reach and write the workspace.
+    use std::os::unix::fs::PermissionsExt;
+    for dir in [d.ws.parent().unwrap(), d.ws.as_path()] {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let mut c = ctx(&d.ws);
+    c.sandbox.run_as = Some("nobody".into());
+    let out = bash(&c, "id -u; id -g; echo hi > mine.txt; echo tmp > \"$TMPDIR/x\" && echo tmp-ok").await;
+    assert_eq!(
+        out,
+        format!("Exit code: 0\n{}\n{}\ntmp-ok\n", nobody.uid, nobody.gid)
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(d.ws.join("mine.txt")).unwrap().uid(), nobody.uid.as_raw());
 }
 
 #[tokio::test]

@@ -25,15 +25,26 @@ use std::path::{Path, PathBuf};
 /// kernel lacks are dropped (best effort); the start-up notice reports an older ABI.
 const REQUESTED_ABI: ABI = ABI::V6;
 
-/// System directories a command reads and executes from (missing ones are skipped).
+/// System directories a command reads and executes from (missing ones are skipped). Not
+/// `/dev`: uid 0 owns the disk devices, so reading them needs no capability; only the devices
+/// below are granted.
 const SYSTEM_READ: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc", "/sys",
-    "/dev",
 ];
-/// `/etc` entries left out: password hashes and sudo rules are nobody's business in a sandbox.
-const ETC_HIDDEN: &[&str] = &["shadow", "shadow-", "gshadow", "gshadow-", "sudoers", "sudoers.d"];
-/// Devices a command may also write.
-const WRITABLE_DEVICES: &[&str] = &[
+/// Secrets in `/etc` that its owner, root, reads without any capability: password hashes,
+/// sudo rules, SSH host keys, TLS private keys. The rest of `/etc` is readable.
+const ETC_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+];
+/// The devices a command may use (read and write).
+const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
@@ -79,16 +90,8 @@ pub(crate) fn build_ruleset(policy: &FsPolicy<'_>) -> Result<Option<OwnedFd>, Sa
     for dir in SYSTEM_READ {
         grant(Path::new(dir), read)?;
     }
-    grant(Path::new("/etc"), AccessFs::ReadDir.into())?;
-    for entry in children(Path::new("/etc")) {
-        let hidden = entry
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| ETC_HIDDEN.contains(&n));
-        if !hidden {
-            grant(&entry, read)?;
-        }
-    }
+    let etc_secrets: Vec<PathBuf> = ETC_SECRETS.iter().map(PathBuf::from).collect();
+    grant_except(Path::new("/etc"), &etc_secrets, read, &mut grant)?;
     // /etc/resolv.conf and friends are often symlinks into /run; grant their targets only.
     for entry in children(Path::new("/etc")) {
         if let Ok(target) = std::fs::canonicalize(&entry)
@@ -98,7 +101,7 @@ pub(crate) fn build_ruleset(policy: &FsPolicy<'_>) -> Result<Option<OwnedFd>, Sa
             grant(&target, read)?;
         }
     }
-    for device in WRITABLE_DEVICES {
+    for device in DEVICES {
         grant(
             Path::new(device),
             read | AccessFs::WriteFile | AccessFs::IoctlDev,
@@ -112,7 +115,8 @@ pub(crate) fn build_ruleset(policy: &FsPolicy<'_>) -> Result<Option<OwnedFd>, Sa
 }
 
 /// Grants `access` beneath `root` but not beneath any `protected` path: a root that holds a
-/// protected path gets only `ReadDir` itself and its entries are handled one by one.
+/// protected path gets only `ReadDir` itself and its entries are handled one by one (so
+/// entries created there later get no rule).
 fn grant_except(
     root: &Path,
     protected: &[PathBuf],
