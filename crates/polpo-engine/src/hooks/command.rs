@@ -1,8 +1,11 @@
 //! `command` handlers: a real process in the agent's sandbox.
 //!
-//! The process runs through the same sandbox as the `bash` tool (its own process group,
-//! scrubbed environment, bounded output, the whole group killed on timeout or abort). The
-//! envelope goes to stdin; stdout must be one decision object. A non-zero exit is a handler
+//! The process runs through the same process runner as the `bash` tool (its own process group
+//! and PID namespace, so even `setsid` children die with it; scrubbed environment; bounded
+//! output; killed on timeout or abort). Hooks are project policy written by the project's
+//! owner, not agent-chosen code, so they are not confined by the tool sandbox's Landlock
+//! rules, limits or dropped privileges: a hook may write an audit log anywhere the server can.
+//! The envelope goes to stdin; stdout must be one decision object. A non-zero exit is a handler
 //! failure, with a short, redacted excerpt of stderr for the trace.
 
 use polpo_core::hooks::limits::MAX_OUTPUT_BYTES;
