@@ -18,7 +18,10 @@ use std::time::Duration;
 
 /// Runs `command` through the `bash` tool and returns its text (`Exit code: N\n…`).
 async fn bash(c: &ToolContext, command: &str) -> String {
-    call(c, "bash", json!({"command": command})).await.unwrap().text
+    call(c, "bash", json!({"command": command}))
+        .await
+        .unwrap()
+        .text
 }
 
 /// A process outside the sandbox holding a secret in its environment, as the server does.
@@ -56,8 +59,16 @@ fn project(ws: &Path) -> ToolContext {
     std::fs::create_dir_all(ws.join(".polpo/agents/a")).unwrap();
     std::fs::create_dir_all(ws.join(".polpo/hooks")).unwrap();
     std::fs::create_dir_all(ws.join("src")).unwrap();
-    std::fs::write(ws.join(".polpo/agents/a/agent.json"), r#"{"allowedTools":["bash"]}"#).unwrap();
-    std::fs::write(ws.join(".polpo/project.json"), r#"{"apiKeys":["sk-plain-key"]}"#).unwrap();
+    std::fs::write(
+        ws.join(".polpo/agents/a/agent.json"),
+        r#"{"allowedTools":["bash"]}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        ws.join(".polpo/project.json"),
+        r#"{"apiKeys":["sk-plain-key"]}"#,
+    )
+    .unwrap();
     std::fs::write(ws.join("README.md"), "hello\n").unwrap();
     let mut c = ctx(ws);
     c.protected_paths = vec![ws.join(".polpo")];
@@ -76,8 +87,14 @@ async fn reads_and_writes_the_workspace_and_reports_its_confinement() {
     .await
     .unwrap();
     assert_eq!(out.text, "Exit code: 0\ninput\nmade\ntmp\n");
-    assert_eq!(std::fs::read_to_string(d.ws.join("a/b/c.txt")).unwrap(), "made\n");
-    assert_eq!(out.details["sandbox"], json!({"filesystem": true, "contained": true}));
+    assert_eq!(
+        std::fs::read_to_string(d.ws.join("a/b/c.txt")).unwrap(),
+        "made\n"
+    );
+    assert_eq!(
+        out.details["sandbox"],
+        json!({"filesystem": true, "contained": true})
+    );
 }
 
 #[tokio::test]
@@ -136,11 +153,18 @@ async fn when_the_workspace_is_the_project_root_its_top_level_takes_no_new_entri
     // `.polpo/` too; the documented price is that the top level only takes edits.
     let d = dirs();
     let c = project(&d.ws);
-    let out = bash(&c, "echo x > new-top.txt; mkdir newdir; echo edit >> README.md").await;
+    let out = bash(
+        &c,
+        "echo x > new-top.txt; mkdir newdir; echo edit >> README.md",
+    )
+    .await;
     assert!(out.starts_with("Exit code: 0\n"), "{out}");
     assert!(!d.ws.join("new-top.txt").exists());
     assert!(!d.ws.join("newdir").exists());
-    assert_eq!(std::fs::read_to_string(d.ws.join("README.md")).unwrap(), "hello\nedit\n");
+    assert_eq!(
+        std::fs::read_to_string(d.ws.join("README.md")).unwrap(),
+        "hello\nedit\n"
+    );
 }
 
 #[tokio::test]
@@ -151,7 +175,8 @@ async fn cannot_read_the_environment_of_a_process_outside() {
     // The secret is there to be read by anyone outside the sandbox with the same uid (once the
     // holder has exec'd: before, its environ is still this test's).
     let readable = wait_until(Duration::from_secs(10), || {
-        std::fs::read(&environ).is_ok_and(|e| String::from_utf8_lossy(&e).contains("sk-secret-environ"))
+        std::fs::read(&environ)
+            .is_ok_and(|e| String::from_utf8_lossy(&e).contains("sk-secret-environ"))
     });
     assert!(readable, "the holder never showed its secret");
     let parent = format!("/proc/{}/environ", std::process::id());
@@ -227,8 +252,15 @@ async fn resource_limits_apply() {
     )
     .await;
     let limit = |name: &str| -> Vec<String> {
-        let line = out.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{out}"));
-        line[name.len()..].split_whitespace().take(2).map(str::to_owned).collect()
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("{out}"));
+        line[name.len()..]
+            .split_whitespace()
+            .take(2)
+            .map(str::to_owned)
+            .collect()
     };
     assert_eq!(limit("Max cpu time"), ["7", "7"]);
     assert_eq!(limit("Max address space"), ["1073741824", "1073741824"]);
@@ -254,7 +286,10 @@ async fn root_runs_without_capabilities_and_system_secrets_stay_closed() {
         assert!(out.contains(&format!("{set}:\t0000000000000000")), "{out}");
     }
     // Root owns these files, so only the rules keep them closed.
-    assert!(std::fs::read("/etc/shadow").is_ok(), "the test runs as root");
+    assert!(
+        std::fs::read("/etc/shadow").is_ok(),
+        "the test runs as root"
+    );
     assert!(!out.contains("shadow-readable"), "{out}");
     assert!(!out.contains("ssh-readable"), "{out}");
     assert!(out.contains("\n4\n"), "{out}");
@@ -275,13 +310,20 @@ async fn run_as_switches_to_that_user() {
     }
     let mut c = ctx(&d.ws);
     c.sandbox.run_as = Some("nobody".into());
-    let out = bash(&c, "id -u; id -g; echo hi > mine.txt; echo tmp > \"$TMPDIR/x\" && echo tmp-ok").await;
+    let out = bash(
+        &c,
+        "id -u; id -g; echo hi > mine.txt; echo tmp > \"$TMPDIR/x\" && echo tmp-ok",
+    )
+    .await;
     assert_eq!(
         out,
         format!("Exit code: 0\n{}\n{}\ntmp-ok\n", nobody.uid, nobody.gid)
     );
     use std::os::unix::fs::MetadataExt;
-    assert_eq!(std::fs::metadata(d.ws.join("mine.txt")).unwrap().uid(), nobody.uid.as_raw());
+    assert_eq!(
+        std::fs::metadata(d.ws.join("mine.txt")).unwrap().uid(),
+        nobody.uid.as_raw()
+    );
 }
 
 #[tokio::test]
@@ -299,16 +341,27 @@ async fn an_unknown_run_as_user_is_refused() {
 #[tokio::test]
 #[ignore = "started by without_landlock_bash_is_refused_unless_allowed with the override set"]
 async fn unavailable_child() {
-    assert_eq!(sandbox_support().landlock_abi, None, "not started by the parent test");
+    assert_eq!(
+        sandbox_support().landlock_abi,
+        None,
+        "not started by the parent test"
+    );
     let notice = &sandbox_support().notices()[0];
     assert_eq!(notice.code, "sandbox_unavailable");
-    assert!(notice.message.contains("Landlock is not available"), "{notice:?}");
+    assert!(
+        notice.message.contains("Landlock is not available"),
+        "{notice:?}"
+    );
     let d = dirs();
     let mut c = ctx(&d.ws);
-    let err = call(&c, "bash", json!({"command": "echo hi"})).await.unwrap_err();
+    let err = call(&c, "bash", json!({"command": "echo hi"}))
+        .await
+        .unwrap_err();
     assert_eq!(err.code, "sandbox_unavailable");
     c.sandbox.allow_unconfined = true;
-    let out = call(&c, "bash", json!({"command": "echo hi"})).await.unwrap();
+    let out = call(&c, "bash", json!({"command": "echo hi"}))
+        .await
+        .unwrap();
     assert_eq!(out.text, "Exit code: 0\nhi\n");
     assert_eq!(out.details["sandbox"]["filesystem"], false);
 }

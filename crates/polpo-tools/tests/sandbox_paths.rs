@@ -217,7 +217,11 @@ fn project_workspace() -> (common::Dirs, polpo_tools::ToolContext) {
     let polpo = d.ws.join(".polpo");
     std::fs::create_dir_all(polpo.join("agents/a")).unwrap();
     std::fs::create_dir_all(polpo.join("hooks")).unwrap();
-    std::fs::write(polpo.join("agents/a/agent.json"), r#"{"allowedTools":["read"]}"#).unwrap();
+    std::fs::write(
+        polpo.join("agents/a/agent.json"),
+        r#"{"allowedTools":["read"]}"#,
+    )
+    .unwrap();
     std::fs::write(polpo.join("project.json"), r#"{"apiKeys":["sk-plain"]}"#).unwrap();
     std::fs::write(d.ws.join("notes.txt"), "sk-plain is not here").unwrap();
     let mut c = ctx(&d.ws);
@@ -233,14 +237,29 @@ async fn every_file_tool_refuses_the_project_folder() {
         ("read", json!({"path": ".polpo/project.json"})),
         ("read", json!({"path": d.ws.join(".polpo/project.json")})),
         ("read", json!({"path": "sub/../.polpo/project.json"})),
-        ("write", json!({"path": agent, "content": r#"{"allowedTools":["*"]}"#})),
-        ("write", json!({"path": ".polpo/hooks/x.json", "content": "{}"})),
-        ("edit", json!({"path": agent, "old_text": "read", "new_text": "*"})),
+        (
+            "write",
+            json!({"path": agent, "content": r#"{"allowedTools":["*"]}"#}),
+        ),
+        (
+            "write",
+            json!({"path": ".polpo/hooks/x.json", "content": "{}"}),
+        ),
+        (
+            "edit",
+            json!({"path": agent, "old_text": "read", "new_text": "*"}),
+        ),
         ("ls", json!({"path": ".polpo"})),
         ("glob", json!({"pattern": "**/*", "path": ".polpo"})),
         ("grep", json!({"pattern": "sk-plain", "path": ".polpo"})),
-        ("http_download", json!({"url": "http://127.0.0.1:9/x", "path": ".polpo/hooks/x.json"})),
-        ("register_outcome", json!({"type": "file", "label": "keys", "path": ".polpo/project.json"})),
+        (
+            "http_download",
+            json!({"url": "http://127.0.0.1:9/x", "path": ".polpo/hooks/x.json"}),
+        ),
+        (
+            "register_outcome",
+            json!({"type": "file", "label": "keys", "path": ".polpo/project.json"}),
+        ),
     ];
     for (tool, args) in refused {
         let result = call(&c, tool, args.clone()).await;
@@ -261,7 +280,10 @@ async fn a_symlink_into_the_project_folder_is_refused() {
     for (tool, args) in [
         ("read", json!({"path": "link/project.json"})),
         ("read", json!({"path": "keys.txt"})),
-        ("write", json!({"path": "link/hooks/x.json", "content": "{}"})),
+        (
+            "write",
+            json!({"path": "link/hooks/x.json", "content": "{}"}),
+        ),
         ("write", json!({"path": "keys.txt", "content": "{}"})),
         ("ls", json!({"path": "link"})),
         ("grep", json!({"pattern": "sk-plain", "path": "link"})),
@@ -270,7 +292,11 @@ async fn a_symlink_into_the_project_folder_is_refused() {
         assert_eq!(code(result), ESCAPE, "{tool} {args}");
     }
     assert!(!d.ws.join(".polpo/hooks/x.json").exists());
-    assert!(std::fs::read_to_string(d.ws.join(".polpo/project.json")).unwrap().contains("sk-plain"));
+    assert!(
+        std::fs::read_to_string(d.ws.join(".polpo/project.json"))
+            .unwrap()
+            .contains("sk-plain")
+    );
 }
 
 #[tokio::test]
@@ -281,9 +307,15 @@ async fn walking_the_workspace_never_enters_the_project_folder() {
     let listing = call(&c, "ls", json!({})).await.unwrap().text;
     assert!(!listing.contains(".polpo"), "{listing}");
     assert!(listing.contains("notes.txt"), "{listing}");
-    let found = call(&c, "glob", json!({"pattern": "**/*.json"})).await.unwrap().text;
+    let found = call(&c, "glob", json!({"pattern": "**/*.json"}))
+        .await
+        .unwrap()
+        .text;
     assert_eq!(found, "No files found");
-    let hits = call(&c, "grep", json!({"pattern": "sk-plain"})).await.unwrap().text;
+    let hits = call(&c, "grep", json!({"pattern": "sk-plain"}))
+        .await
+        .unwrap()
+        .text;
     assert_eq!(hits, "notes.txt:1:sk-plain is not here");
 }
 

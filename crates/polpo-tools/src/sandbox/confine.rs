@@ -98,7 +98,13 @@ impl ChildSetup {
             }
             // SAFETY: plain system call; SIGKILL when the intermediate process dies.
             check(unsafe {
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0)
+                libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                )
             })?;
         }
         for &(resource, limit) in &self.rlimits {

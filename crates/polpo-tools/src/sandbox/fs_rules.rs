@@ -147,10 +147,7 @@ fn children(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-fn add_rule(
-    ruleset: &mut RulesetCreated,
-    rule: PathBeneath<PathFd>,
-) -> Result<(), SandboxError> {
+fn add_rule(ruleset: &mut RulesetCreated, rule: PathBeneath<PathFd>) -> Result<(), SandboxError> {
     ruleset.add_rule(rule).map(drop).map_err(landlock_error)
 }
 

@@ -168,7 +168,10 @@ mod tests {
         let policy = SandboxPolicy::from(&settings);
         assert_eq!(policy.limits.memory_bytes, 256 << 20);
         assert_eq!(policy.limits.cpu_seconds, 0);
-        assert_eq!(policy.limits.file_size_bytes, ResourceLimits::default().file_size_bytes);
+        assert_eq!(
+            policy.limits.file_size_bytes,
+            ResourceLimits::default().file_size_bytes
+        );
         assert_eq!(policy.run_as.as_deref(), Some("nobody"));
         assert!(policy.allow_unconfined);
     }
