@@ -381,3 +381,31 @@ fn without_landlock_bash_is_refused_unless_allowed() {
     );
     assert!(stdout.contains("1 passed"), "{stdout}");
 }
+
+/// A server that is not root cannot create a bare PID namespace; it gets a user + PID
+/// namespace instead, and Landlock needs no privilege. Runs this whole file again as `nobody`.
+#[test]
+fn an_unprivileged_server_gets_the_same_confinement() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // Already unprivileged: the other tests are this check.
+    }
+    use std::os::unix::process::CommandExt;
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["--skip", "an_unprivileged_server_gets_the_same_confinement"])
+        .uid(65534)
+        .gid(65534)
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // This one asserts the PID namespace and Landlock were both in force.
+    assert!(
+        stdout.contains("test reads_and_writes_the_workspace_and_reports_its_confinement ... ok"),
+        "{stdout}"
+    );
+}
