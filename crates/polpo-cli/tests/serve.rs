@@ -14,7 +14,8 @@ use support::ServerProcess;
 fn project(dir: &Path) {
     ProjectFixture::new(dir, json!({"storage": "file"}))
         .unwrap()
-        .agent("assistant", json!({"model": "openai/gpt-4o-mini", "allowedTools": ["read", "ls"]}), "You are a helpful assistant.")
+        // Client tools obey the agent's allowedTools like its own tools: `get_weather` is listed.
+        .agent("assistant", json!({"model": "openai/gpt-4o-mini", "allowedTools": ["read", "ls", "get_weather"]}), "You are a helpful assistant.")
         .unwrap();
 }
 
@@ -25,7 +26,12 @@ async fn the_official_openai_python_client_works_against_polpo_dev() {
         Turn::text("Streaming works."),
         Turn::tool_calls(vec![("get_weather", json!({"city": "Paris"}))]),
         Turn::text("It is sunny in Paris."),
-        Turn::text(r#"{"name": "Ada", "age": 36}"#),
+        // Structured output: the agent answers with its tools on offer (so unconstrained: the
+        // strict fake answers prose), then one tool-free call carries the client's schema.
+        Turn::text("Ada Lovelace was 36."),
+        Turn::json(json!({"name": "Ada", "age": 36})),
+        Turn::text("Grace Hopper was 85."),
+        Turn::json(json!({"name": "Grace", "age": 85})),
     ])
     .await
     .unwrap();
@@ -41,7 +47,10 @@ async fn the_official_openai_python_client_works_against_polpo_dev() {
     assert!(stdout.contains("all ok"), "{stdout}");
     // The upstream key, never the caller's Polpo key, reached the model provider.
     assert_eq!(llm.requests()[0].header("authorization"), Some("Bearer sk-upstream"));
-    assert_eq!(llm.requests().len(), 5, "unknown agent and wrong key cost no model call");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 8, "unknown agent and wrong key cost no model call");
+    let schema = &requests[5].body["response_format"]["json_schema"];
+    assert_eq!((schema["name"].as_str(), schema["strict"].as_bool()), (Some("Person"), Some(true)), "the client's schema reached the provider as sent");
 }
 
 #[test]

@@ -62,6 +62,13 @@ parsed = client.chat.completions.parse(model="assistant", response_format=Person
 person = parsed.choices[0].message.parsed
 check("structured", person == Person(name="Ada", age=36), person)
 
+# 4b. The same, streamed: the client's stream helper parses the buffered, valid value.
+with client.chat.completions.stream(model="assistant", response_format=Person,
+                                    messages=[{"role": "user", "content": "Describe Grace"}]) as stream:
+    final = stream.get_final_completion()
+person = final.choices[0].message.parsed
+check("structured stream", person == Person(name="Grace", age=85), person)
+
 # 5. An unknown agent is a proper OpenAI error.
 try:
     client.chat.completions.create(model="agent/nobody", messages=[{"role": "user", "content": "hi"}])
