@@ -328,3 +328,33 @@ async fn protected_paths_win_over_allowed_paths() {
         ESCAPE
     );
 }
+
+#[tokio::test]
+async fn only_the_memory_tools_reach_the_memory_file_inside_the_project_folder() {
+    let (d, mut c) = project_workspace();
+    let memory = d.ws.join(".polpo/memory/a.md");
+    c.memory_file = Some(memory.clone());
+    call(&c, "memory_save", json!({"content": "likes tea"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        call(&c, "memory_get", json!({})).await.unwrap().text,
+        "likes tea"
+    );
+    assert_eq!(std::fs::read_to_string(&memory).unwrap(), "likes tea");
+    assert_eq!(
+        code(call(&c, "read", json!({"path": ".polpo/memory/a.md"})).await),
+        ESCAPE
+    );
+    assert_eq!(
+        code(
+            call(
+                &c,
+                "write",
+                json!({"path": ".polpo/memory/a.md", "content": "x"})
+            )
+            .await
+        ),
+        ESCAPE
+    );
+}
