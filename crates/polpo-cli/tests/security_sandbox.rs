@@ -164,3 +164,21 @@ async fn without_landlock_the_server_says_so_and_bash_is_refused() {
     assert!(results[0].contains("sandbox_unavailable"), "{results:?}");
     assert!(!results[0].contains("ran"), "{results:?}");
 }
+
+#[test]
+fn validate_reports_a_host_that_cannot_confine_bash() {
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path(), "shell", json!(["bash"]));
+    let root = dir.path().to_str().unwrap();
+    let warnings = |env: &[(&str, &str)]| -> Vec<Value> {
+        let mut cmd = support::polpo(&["validate", "--json", "--project", root]);
+        cmd.env_remove("POLPO_SANDBOX_FORCE_UNAVAILABLE").envs(env.iter().copied());
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        report["warnings"].as_array().unwrap().clone()
+    };
+    assert!(!warnings(&[]).iter().any(|w| w["code"].as_str().is_some_and(|c| c.starts_with("sandbox_"))));
+    let without = warnings(&[("POLPO_SANDBOX_FORCE_UNAVAILABLE", "1")]);
+    assert!(without.iter().any(|w| w["code"] == "sandbox_unavailable" && w["message"].as_str().unwrap().contains("allowUnconfined")), "{without:?}");
+}
