@@ -272,3 +272,64 @@ async fn the_kill_switch_shows_in_capabilities_and_a_gated_agent_refuses_to_run(
     assert_eq!(body["error"]["code"], "termination_gate_disabled", "{body}");
     assert!(llm.requests().is_empty(), "the gated agent never reached the model");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_verifier_agent_judges_a_tool_call_and_its_decision_is_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    ProjectFixture::new(dir.path(), json!({"storage": "file"}))
+        .unwrap()
+        .agent("writer", json!({"model": "openai/gpt-4o-mini", "allowedTools": ["write", "read"], "hooks": ["review"]}), "You write files.")
+        .unwrap()
+        .agent("reviewer", json!({"model": "openai/gpt-4o-mini", "allowedTools": []}), "You review writes. Refuse any write to a.txt.")
+        .unwrap()
+        .hook_pack("review", json!({"version": 1, "hooks": {"tool:before": [
+            {"id": "second-opinion", "matcher": {"tools": ["write"]}, "handler": {"type": "verifier", "agent": "reviewer", "maxTurns": 2}}
+        ]}}))
+        .unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("write", json!({"path": "a.txt", "content": "draft"}))]),
+        // The reviewer's decision, then the writer's answer once the write was refused.
+        Turn::text(r#"{"decision": "deny", "reason": "a.txt is frozen"}"#),
+        Turn::text("The write was refused."),
+    ])
+    .await
+    .unwrap();
+    let base = llm.base_url();
+    let server = ServerProcess::start("serve", dir.path(), &[], &[("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk")]);
+    polpo_llm::install_crypto_provider();
+    let http = reqwest::Client::new();
+    let r = http.post(format!("{}/v1/chat/completions", server.url)).json(&json!({"agent": "writer", "messages": [{"role": "user", "content": "write a.txt"}]})).send().await.unwrap();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "The write was refused.", "{body}");
+    assert!(!dir.path().join("a.txt").exists(), "the verifier's deny kept the write from running");
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    let verifier = requests[1].body.to_string();
+    assert!(verifier.contains("You review writes") && verifier.contains("a.txt"), "the reviewer ran on the envelope with its own instructions: {verifier}");
+    assert_eq!(requests[1].body["response_format"]["type"], "json_object", "the decision is asked for natively");
+    assert!(requests[1].body.get("tools").is_none_or(|t| t.as_array().is_some_and(Vec::is_empty)), "a tool-free reviewer is offered no tools");
+    assert!(requests[2].body.to_string().contains("a.txt is frozen"), "the writer saw the reason");
+}
+
+#[test]
+fn capabilities_list_only_runnable_handlers_and_validate_refuses_the_others_with_a_pointer() {
+    let dir = tempfile::tempdir().unwrap();
+    ProjectFixture::new(dir.path(), json!({"storage": "file"}))
+        .unwrap()
+        .agent("writer", json!({"model": "openai/gpt-4o-mini", "hooks": ["lab"]}), "You write.")
+        .unwrap()
+        .hook_pack("lab", json!({"version": 1, "hooks": {"tool:before": [
+            {"handler": {"type": "command", "command": "true"}},
+            {"handler": {"type": "mcp_tool", "server": "lab", "tool": "check"}},
+            {"handler": {"type": "verifier", "agent": "ghost"}}
+        ]}}))
+        .unwrap();
+    let caps: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "capabilities", "--json"], &[]))).unwrap();
+    assert_eq!(caps["handlers"], json!(["command", "http", "tool", "prompt", "verifier"]));
+    let out = polpo(dir.path(), &["validate", "--json"], &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let found: Vec<(String, String)> = report["problems"].as_array().unwrap().iter().map(|p| (p["code"].as_str().unwrap().to_owned(), p["pointer"].as_str().unwrap().to_owned())).collect();
+    assert!(found.contains(&("hook_handler_unavailable".into(), "/hooks/tool:before/1/handler".into())), "{report}");
+    assert!(found.contains(&("invalid_reference".into(), "/hooks/tool:before/2/handler/agent".into())), "{report}");
+}

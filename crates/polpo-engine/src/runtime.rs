@@ -9,14 +9,14 @@
 use crate::bus::{EventBus, RunEvents};
 use crate::error::EngineError;
 use crate::events::{EventSink, RunEvent};
-use crate::hooks::{HookRuntime, InvocationHooks, LoopContext, invocation_info, system_clock};
+use crate::hooks::{HookRuntime, InvocationHooks, LoopContext, VerifierAgent, invocation_info, system_clock};
 use crate::interaction::{Capabilities, Interactions, Suggestion};
 use crate::invocation::Invocation;
 use crate::structured::ResponseFormat;
 use crate::tool_exec::ToolSet;
 use crate::turn::{RunControl, RunOutcome, run_turns_controlled};
 use polpo_core::config::{Agent, Project, ToolLoadingMode};
-use polpo_core::hooks::{HookPack, HookSet};
+use polpo_core::hooks::{Handler, HookPack, HookSet};
 use polpo_core::message::{Message, Role};
 use polpo_core::policy::{PolicyLayer, ToolPolicy};
 use polpo_core::problem::Problem;
@@ -481,6 +481,27 @@ impl Runtime {
         Ok(messages)
     }
 
+    /// The agents named by `set`'s `verifier` handlers, each with its own model chain and tool
+    /// policy, so a verifier that cannot run fails the request before any model call.
+    fn verifiers(&self, loaded: &Loaded, set: &HookSet) -> Result<BTreeMap<String, Arc<VerifierAgent>>, ChatError> {
+        let mut found = BTreeMap::new();
+        for scoped in set.hooks() {
+            let Handler::Verifier { agent: id, .. } = scoped.hook.action.handler() else { continue };
+            if found.contains_key(id) {
+                continue;
+            }
+            let agent = loaded.agent(id).ok_or_else(|| ChatError::UnknownHookPack(format!("verifier agent `{id}` (hook `{}`) is not an agent of this project", scoped.hook.qualified_id())))?;
+            let verifier = VerifierAgent {
+                agent: id.clone(),
+                system_prompt: polpo_core::prompt::system_prompt(agent),
+                provider: self.provider_for(loaded, agent)?,
+                policy: ToolPolicy::unrestricted().narrow(PolicyLayer::Agent, agent.config.allowed_tools.as_deref()),
+            };
+            found.insert(id.clone(), Arc::new(verifier));
+        }
+        Ok(found)
+    }
+
     /// Everything the turn loop needs, resolved for this agent and request.
     pub(crate) fn invocation(&self, loaded: &Loaded, agent: &Agent, provider: Arc<dyn ModelProvider>, input: &ChatInput, cancel: &CancellationToken) -> Result<Invocation, ChatError> {
         let c = &agent.config;
@@ -489,14 +510,18 @@ impl Runtime {
             .narrow(PolicyLayer::Chat, c.chat.as_ref().and_then(|chat| chat.allowed_tools.as_deref()))
             .narrow(PolicyLayer::Request, input.allowed_tools.as_deref());
         let unknown = |problems: Vec<Problem>| ChatError::UnknownHookPack(problems.into_iter().map(|p| p.message).collect::<Vec<_>>().join("; "));
-        let hooks = loaded.hooks_for(agent, input.loop_context.as_ref()).map_err(unknown)?.map(|set| InvocationHooks {
-            set,
-            info: invocation_info(&input.run_id, &agent.id, input.loop_context.as_ref()),
-            runtime: self.hook_runtime,
-            clock: system_clock(),
-            secrets: Vec::new(),
-            parallel_branch: input.parallel_branch,
-        });
+        let hooks = match loaded.hooks_for(agent, input.loop_context.as_ref()).map_err(unknown)? {
+            None => None,
+            Some(set) => Some(InvocationHooks {
+                verifiers: self.verifiers(loaded, &set)?,
+                set,
+                info: invocation_info(&input.run_id, &agent.id, input.loop_context.as_ref()),
+                runtime: self.hook_runtime,
+                clock: system_clock(),
+                secrets: Vec::new(),
+                parallel_branch: input.parallel_branch,
+            }),
+        };
         let interactions = Interactions::resolve(c.chat.as_ref(), input.capabilities, &policy);
         // Client tools obey the same effective policy as server tools: an excluded one is never
         // shown to the model, and forcing it is refused by `Invocation::check`.

@@ -6,7 +6,7 @@
 
 use crate::fsx::{MAX_FILE_BYTES, read_bounded};
 use polpo_core::config::{Agent, Project};
-use polpo_core::hooks::{HookPack, HookSet, Scope, resolve_named};
+use polpo_core::hooks::{Handler, HookPack, HookSet, Scope, resolve_named};
 use polpo_core::hooks::validate::{ValidateOptions, parse_pack};
 use polpo_core::problem::Problem;
 use std::collections::BTreeMap;
@@ -32,6 +32,9 @@ pub fn load_hook_packs(root: &Path) -> (BTreeMap<String, HookPack>, Vec<Problem>
         };
         match parse_pack(&name, &text, &file, &ValidateOptions::default()) {
             Ok(pack) => {
+                // Valid by the contract but not runnable here: refused now rather than failing
+                // every matching call later.
+                problems.extend(polpo_core::hooks::capabilities::unrunnable_hooks(&pack).into_iter().map(|p| p.in_file(file.clone())));
                 packs.insert(name, pack);
             }
             Err(p) => problems.extend(p),
@@ -77,5 +80,26 @@ pub fn check_project_hooks(project: &Project) -> (BTreeMap<String, HookPack>, Ve
     let (packs, mut problems) = load_hook_packs(&project.root);
     let assignments = check_hook_assignments(project, &packs, &problems);
     problems.extend(assignments);
+    problems.extend(check_verifier_agents(project, &packs));
     (packs, problems)
+}
+
+/// Every `verifier` handler must name an agent of the project (`invalid_reference` at the
+/// handler's `agent`), so a typo is caught by `polpo validate`, not by the first matching call.
+pub fn check_verifier_agents(project: &Project, packs: &BTreeMap<String, HookPack>) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    for (name, pack) in packs {
+        for hook in &pack.hooks {
+            if let Handler::Verifier { agent, .. } = hook.action.handler()
+                && !project.agents.contains_key(agent)
+            {
+                problems.push(
+                    Problem::new("invalid_reference", format!("verifier agent `{agent}` is not an agent of this project"))
+                        .at(format!("{}/agent", hook.handler_pointer()))
+                        .in_file(format!(".polpo/hooks/{name}.json")),
+                );
+            }
+        }
+    }
+    problems
 }

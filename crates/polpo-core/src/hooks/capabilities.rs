@@ -5,8 +5,35 @@
 //! off here".
 
 use super::limits::*;
-use super::pack::HookEvent;
+use super::pack::{Handler, HookEvent, HookPack};
+use crate::problem::Problem;
 use serde_json::{Value, json};
+
+/// Handler kinds this runtime executes. The capabilities payload lists exactly these, and a pack
+/// using another kind is refused when the project loads, so nothing is accepted that would fail
+/// every matching call at run time. `mcp_tool` joins when the MCP client lands.
+pub const RUNNABLE_HANDLERS: [&str; 5] = ["command", "http", "tool", "prompt", "verifier"];
+
+/// Why this runtime cannot run `handler`, if it cannot.
+pub fn unavailable(handler: &Handler) -> Option<String> {
+    match handler {
+        Handler::McpTool { server, .. } => Some(format!("mcp_tool handlers need an MCP client, which this runtime does not have yet (server `{server}`)")),
+        Handler::Http { connection: Some(name), .. } => Some(format!("connection `{name}` cannot be resolved: project Connections are not available yet")),
+        _ => None,
+    }
+}
+
+/// One `hook_handler_unavailable` problem, at the handler's JSON pointer, per hook of `pack`
+/// whose handler this runtime cannot run.
+pub fn unrunnable_hooks(pack: &HookPack) -> Vec<Problem> {
+    pack.hooks
+        .iter()
+        .filter_map(|hook| {
+            let why = unavailable(hook.action.handler())?;
+            Some(Problem::new("hook_handler_unavailable", why).at(hook.handler_pointer()))
+        })
+        .collect()
+}
 
 /// What the host running the hooks has switched on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,10 +52,10 @@ pub fn capabilities(host: HostHooks) -> Value {
         "packVersion": super::pack::PACK_VERSION,
         "events": HookEvent::ALL.iter().map(|e| e.as_str()).collect::<Vec<_>>(),
         "decisions": ["allow", "deny", "ask", "defer", "modify", "stop", "continue", "accept"],
-        "handlers": ["command", "http", "tool", "mcp_tool", "prompt", "verifier"],
+        "handlers": RUNNABLE_HANDLERS,
         "terminationGate": {
             "supported": true,
-            "validators": ["command", "http", "tool", "mcp_tool"],
+            "validators": RUNNABLE_HANDLERS.iter().filter(|k| !matches!(**k, "prompt" | "verifier")).collect::<Vec<_>>(),
             "limits": { "maxCycles": [1, MAX_GATE_CYCLES], "maxDurationMs": MAX_GATE_DURATION_MS, "maxTokens": MAX_GATE_TOKENS },
             "states": ["validating", "continuing", "accepted"],
         },
@@ -69,5 +96,26 @@ mod tests {
         assert_eq!(c["managed"]["commandTimeoutMs"], 60_000);
         assert_eq!(c["defaults"]["commandTimeoutMs"], 5_000);
         assert_eq!(c["managed"]["hooks"]["mode"], "off");
+    }
+
+    #[test]
+    fn lists_only_handlers_this_runtime_runs() {
+        let c = capabilities(HostHooks { hooks_enabled: true, managed: false });
+        assert!(!c["handlers"].to_string().contains("mcp_tool"), "{c}");
+        assert_eq!(c["terminationGate"]["validators"], json!(["command", "http", "tool"]));
+    }
+
+    #[test]
+    fn a_pack_with_an_mcp_tool_handler_is_located_as_unrunnable() {
+        let doc = json!({"version": 1, "hooks": {"tool:before": [
+            {"handler": {"type": "command", "command": "true"}},
+            {"handler": {"type": "mcp_tool", "server": "lab", "tool": "check"}}
+        ]}});
+        let (pack, problems) = crate::hooks::validate::check_document("p", &doc, &Default::default());
+        assert!(problems.is_empty(), "{problems:?}");
+        let found = unrunnable_hooks(&pack);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].code, "hook_handler_unavailable");
+        assert_eq!(found[0].pointer.as_deref(), Some("/hooks/tool:before/1/handler"));
     }
 }

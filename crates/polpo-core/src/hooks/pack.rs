@@ -310,6 +310,16 @@ impl Hook {
         format!("{}/{}", self.pack, self.id)
     }
 
+    /// JSON pointer of the handler that runs (the hook's own, or its gate's validator) in the
+    /// pack file, for problems found after parsing.
+    pub fn handler_pointer(&self) -> String {
+        let at = match self.action {
+            HookAction::Handler(_) => "handler",
+            HookAction::Gate(_) => "terminationGate/validator",
+        };
+        format!("/hooks/{}/{}/{at}", self.event.as_str(), self.declaration)
+    }
+
     /// The termination gate, when this hook is one.
     pub fn gate(&self) -> Option<&TerminationGate> {
         match &self.action {

@@ -1,6 +1,6 @@
 //! Running one handler to one outcome, whatever its kind, within its timeout.
 
-use super::{HookRuntime, command, http};
+use super::{HookRuntime, command, http, verifier};
 use crate::invocation::Invocation;
 use futures::StreamExt;
 use polpo_core::hooks::limits::{MAX_OUTPUT_BYTES, effective_timeout_ms};
@@ -22,7 +22,11 @@ pub(super) async fn run(inv: &Invocation, runtime: &HookRuntime, handler: &Handl
         Handler::Http { url, connection: None, headers, .. } => http::run(runtime, url, headers, envelope, body, timeout).await,
         Handler::Tool { tool, input, .. } => with_timeout(timeout, run_tool(inv, tool, input, envelope)).await,
         Handler::Prompt { prompt, model, .. } => with_timeout(timeout, run_prompt(inv, prompt, model.as_deref(), &body)).await,
-        Handler::Http { connection: Some(_), .. } | Handler::McpTool { .. } | Handler::Verifier { .. } => {
+        Handler::Verifier { agent, max_turns, .. } => match inv.hooks.as_ref().and_then(|h| h.verifiers.get(agent)) {
+            Some(found) => with_timeout(timeout, verifier::run(inv, found, *max_turns, &body)).await,
+            None => Err(HookFailure::new(FailureCause::Unavailable, format!("verifier agent `{agent}` was not resolved for this invocation"))),
+        },
+        Handler::Http { connection: Some(_), .. } | Handler::McpTool { .. } => {
             Err(HookFailure::new(FailureCause::Unavailable, unavailable(handler).unwrap_or_else(|| "this handler cannot run here".into())))
         }
     }
@@ -31,12 +35,7 @@ pub(super) async fn run(inv: &Invocation, runtime: &HookRuntime, handler: &Handl
 /// Why `handler` cannot run in this runtime, if it cannot. A termination gate whose validator
 /// cannot run blocks the invocation before inference instead of failing after it.
 pub(super) fn unavailable(handler: &Handler) -> Option<String> {
-    match handler {
-        Handler::McpTool { server, .. } => Some(format!("mcp_tool handlers need an MCP client, which this runtime does not have yet (server `{server}`)")),
-        Handler::Verifier { agent, .. } => Some(format!("verifier handlers need agent resolution, which this runtime does not have yet (agent `{agent}`)")),
-        Handler::Http { connection: Some(name), .. } => Some(format!("connection `{name}` cannot be resolved: project Connections are not available yet")),
-        _ => None,
-    }
+    polpo_core::hooks::capabilities::unavailable(handler)
 }
 
 async fn with_timeout(timeout: Duration, work: impl std::future::Future<Output = HookOutcome>) -> HookOutcome {
@@ -90,11 +89,6 @@ async fn run_prompt(inv: &Invocation, prompt: &str, model: Option<&str>, envelop
             }
         }
     }
-    parse_output(strip_fence(&text).as_bytes())
+    parse_output(verifier::strip_fence(&text).as_bytes())
 }
 
-/// Models often wrap JSON in a Markdown fence.
-fn strip_fence(text: &str) -> &str {
-    let t = text.trim();
-    t.strip_prefix("```json").or_else(|| t.strip_prefix("```")).and_then(|s| s.strip_suffix("```")).map(str::trim).unwrap_or(t)
-}

@@ -14,10 +14,12 @@ mod http;
 pub(crate) mod runner;
 pub(crate) mod termination;
 mod scopes;
+mod verifier;
 
 pub use scopes::{LoopContext, invocation_info};
 
 pub use termination::{GateCheckpoint, GateDecision, GateValidation};
+pub use verifier::VerifierAgent;
 
 use polpo_core::hooks::{ExecutionMode, HookSet, InvocationInfo, Target};
 use std::sync::Arc;
@@ -82,12 +84,15 @@ pub struct InvocationHooks {
     /// The invocation is a durable agent node inside a parallel loop branch, where gate
     /// checkpoints are not supported yet: a gate there is rejected before inference.
     pub parallel_branch: bool,
+    /// The project agents named by `verifier` handlers in `set`, resolved by id.
+    pub verifiers: std::collections::BTreeMap<String, Arc<VerifierAgent>>,
 }
 
 impl InvocationHooks {
-    /// Hooks for `info` with the system clock, the environment's kill switch and no secrets.
+    /// Hooks for `info` with the system clock, the environment's kill switch, no secrets and no
+    /// verifier agents.
     pub fn new(set: Arc<HookSet>, info: InvocationInfo) -> Self {
-        Self { set, info, runtime: HookRuntime::from_env(), clock: system_clock(), secrets: Vec::new(), parallel_branch: false }
+        Self { set, info, runtime: HookRuntime::from_env(), clock: system_clock(), secrets: Vec::new(), parallel_branch: false, verifiers: Default::default() }
     }
 
     /// Hook-authored text (reasons, feedback, diagnostics) with credentials and vault values

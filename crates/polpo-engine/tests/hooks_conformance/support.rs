@@ -92,6 +92,7 @@ pub fn hooks_in(packs: &[HookPack], mode: ExecutionMode, step: Option<&str>) -> 
         clock: system_clock(),
         secrets: Vec::new(),
         parallel_branch: false,
+        verifiers: Default::default(),
     }
 }
 
