@@ -411,3 +411,36 @@ async fn qwen_answers_after_one_read_instead_of_reading_again() {
     let model = installed_qwen().await;
     assert_answered_without_repeating(&after_reading_notes(model, 1).await);
 }
+
+/// A structured answer under a grammar generated from the schema: a 135M model asked in
+/// words alone rarely writes JSON that parses, let alone one of this shape.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_structured_answer_is_json_valid_against_its_schema() {
+    let schema = serde_json::json!({"type": "object", "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "plan": {"enum": ["free", "paid"]},
+        "languages": {"type": "array", "items": {"type": "string"}}
+    }, "required": ["name", "age", "plan", "languages"], "additionalProperties": false});
+    let events = collect(ModelRequest {
+        model: TEST_MODEL.into(),
+        messages: vec![
+            Message::system("Describe the customer."),
+            Message::user("Ada is 36, pays for the paid plan and speaks English and French."),
+        ]
+        .into(),
+        response_format: Some(serde_json::json!({"type": "json_schema", "json_schema": {"name": "customer", "strict": true, "schema": schema}})),
+        max_output_tokens: Some(96),
+        ..Default::default()
+    })
+    .await;
+    let text = text_of(&events);
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text:?}"));
+    let fields = value.as_object().unwrap();
+    assert_eq!(fields.keys().map(String::as_str).collect::<Vec<_>>(), ["name", "age", "plan", "languages"], "{text}");
+    assert!(value["name"].is_string() && value["age"].is_i64(), "{text}");
+    assert!(["free", "paid"].contains(&value["plan"].as_str().unwrap()), "{text}");
+    assert!(value["languages"].as_array().unwrap().iter().all(serde_json::Value::is_string), "{text}");
+    assert!(!events.iter().any(|e| matches!(e, ModelEvent::ToolCall(_))), "a structured answer is never a call");
+    assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::Stop)));
+}
