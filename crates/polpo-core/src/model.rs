@@ -3,6 +3,7 @@
 //! A plain string is always a concrete model id (`openai/gpt-4o-mini`), never a profile name,
 //! so adding a profile can never silently change what an existing agent runs.
 
+use crate::config::schema::{Field, Shape};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -200,6 +201,28 @@ impl Resolver<'_> {
         Ok(())
     }
 }
+
+/// One step of a fallback chain: an id or `{profile}`.
+pub static MODEL_TARGET: Shape = Shape::OneOf(
+    &[
+        Shape::String,
+        Shape::Object(&[&[Field::required("profile", Shape::String)]]),
+    ],
+    "a model id or {\"profile\": name}",
+);
+
+/// `model`, `orchestratorModel` and each profile: id, `{profile}` or `{primary, fallbacks}`.
+pub static MODEL_SELECTION: Shape = Shape::OneOf(
+    &[
+        Shape::String,
+        Shape::Object(&[&[Field::required("profile", Shape::String)]]),
+        Shape::Object(&[&[
+            Field::required("primary", MODEL_TARGET),
+            Field::optional("fallbacks", Shape::Array(&MODEL_TARGET)),
+        ]]),
+    ],
+    "a model id, {\"profile\": name} or {\"primary\": …, \"fallbacks\": […]}",
+);
 
 #[cfg(test)]
 mod tests {

@@ -12,7 +12,7 @@
 
 use crate::config::codes;
 use crate::config::schema::{Field, Shape, STRINGS};
-use crate::config::settings::MODEL_SELECTION;
+use crate::model::MODEL_SELECTION;
 use crate::model::{ModelProfileError, ModelProfiles, ModelSelection, resolve_model_chain};
 use crate::problem::{Problem, pointer_push};
 use serde::{Deserialize, Serialize};

@@ -4,16 +4,12 @@
 //! the `local-model` feature, so `list` says when this binary cannot run what is installed.
 
 use super::print_json;
-use super::providers::{LOCAL_DEFAULT_MODEL, local_model_name};
-use anyhow::anyhow;
-use polpo_llm_local::{KNOWN_MODELS, LocalModelError, LocalProvider, MODEL_PATH_ENV};
+use super::providers::{LOCAL_DEFAULT_MODEL, coded, local_model_name, models_dir};
+use polpo_llm_local::{KNOWN_MODELS, LocalProvider, MODEL_PATH_ENV};
 use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-/// Environment variable naming the models folder, for CI caches and tests; also read by the
-/// `local` provider so that `polpo run` finds what `polpo models install` put there.
-pub const MODELS_DIR_ENV: &str = "POLPO_MODELS_DIR";
 
 /// `polpo models …`.
 #[derive(Debug, clap::Subcommand)]
@@ -46,23 +42,6 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
             install(&name, &models_dir(cache_dir)?)
         }
     }
-}
-
-/// The models folder: `explicit` (a flag), else `$POLPO_MODELS_DIR`, else the crate's default
-/// (`$XDG_CACHE_HOME/polpo/models` or `~/.cache/polpo/models`).
-pub fn models_dir(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
-    if let Some(dir) = explicit {
-        return Ok(dir);
-    }
-    if let Some(dir) = std::env::var_os(MODELS_DIR_ENV).filter(|v| !v.is_empty()) {
-        return Ok(PathBuf::from(dir));
-    }
-    polpo_llm_local::default_cache_dir().map_err(coded)
-}
-
-/// A local-model error as `code: sentence`, the CLI's error shape.
-fn coded(e: LocalModelError) -> anyhow::Error {
-    anyhow!("{}: {e}", e.code())
 }
 
 fn list(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {

@@ -12,6 +12,22 @@ use polpo_llm::{ProviderConfig, Providers, WireApi};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// Environment variable naming the models folder, for CI caches and tests; also read by the
+/// `local` provider so that `polpo run` finds what `polpo models install` put there.
+pub const MODELS_DIR_ENV: &str = "POLPO_MODELS_DIR";
+
+/// The models folder: `explicit` (a flag), else `$POLPO_MODELS_DIR`, else the crate's default
+/// (`$XDG_CACHE_HOME/polpo/models` or `~/.cache/polpo/models`).
+pub fn models_dir(explicit: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(dir) = explicit {
+        return Ok(dir);
+    }
+    if let Some(dir) = std::env::var_os(MODELS_DIR_ENV).filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    polpo_llm_local::default_cache_dir().map_err(coded)
+}
+
 /// Provider name of the in-process offline model (`local/<model>`).
 pub const LOCAL_PROVIDER: &str = "local";
 
@@ -26,6 +42,11 @@ pub fn local_model_name(id: &str) -> &str {
     id.strip_prefix("local/").unwrap_or(id)
 }
 
+/// A local-model error as `code: sentence`, the CLI's error shape.
+pub(super) fn coded(e: polpo_llm_local::LocalModelError) -> anyhow::Error {
+    anyhow!("{}: {e}", e.code())
+}
+
 /// The providers for `project`, reading API keys and SDK base-URL variables from the process
 /// environment. Fails on a provider entry polpo cannot speak (unsupported `api`, or a custom
 /// provider without `baseUrl`), before any model call.
@@ -35,7 +56,7 @@ pub fn local_model_name(id: &str) -> &str {
 /// call, so a missing model fails that call with `local_model_not_installed` and the
 /// `polpo models install` command to run, never at startup.
 pub fn providers(project: &Project) -> anyhow::Result<Providers> {
-    build(project, || super::models::models_dir(None))
+    build(project, || models_dir(None))
 }
 
 /// [`providers`] with the models folder of the `local` provider given (asked only when it is
@@ -56,7 +77,7 @@ pub fn installed_local_default() -> Option<&'static str> {
     if !polpo_llm_local::LocalProvider::is_supported() {
         return None;
     }
-    let dir = super::models::models_dir(None).ok()?;
+    let dir = models_dir(None).ok()?;
     polpo_llm_local::locate(None, local_model_name(LOCAL_DEFAULT_MODEL), &dir).ok()?;
     Some(LOCAL_DEFAULT_MODEL)
 }

@@ -10,7 +10,7 @@ use super::enums::{
     ResponsibilityPriority, RouterMode, ToolLoadingMode,
 };
 use super::schema::{COUNT, Field, MILLIS, POSITIVE, STRING_MAP, STRINGS, Shape};
-use super::settings::MODEL_SELECTION;
+use crate::model::MODEL_SELECTION;
 use crate::model::ModelSelection;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

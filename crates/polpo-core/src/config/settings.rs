@@ -9,7 +9,7 @@ use super::enums::{
     VolatileCleanup,
 };
 use super::schema::{COUNT, Field, MILLIS, STRING_MAP, STRINGS, Shape};
-use crate::model::{ModelProfiles, ModelSelection};
+use crate::model::{MODEL_SELECTION, ModelProfiles, ModelSelection};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -380,28 +380,6 @@ pub struct ModelCost {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache_write: Option<serde_json::Number>,
 }
-
-/// One step of a fallback chain: an id or `{profile}`.
-pub static MODEL_TARGET: Shape = Shape::OneOf(
-    &[
-        Shape::String,
-        Shape::Object(&[&[Field::required("profile", Shape::String)]]),
-    ],
-    "a model id or {\"profile\": name}",
-);
-
-/// `model`, `orchestratorModel` and each profile: id, `{profile}` or `{primary, fallbacks}`.
-pub static MODEL_SELECTION: Shape = Shape::OneOf(
-    &[
-        Shape::String,
-        Shape::Object(&[&[Field::required("profile", Shape::String)]]),
-        Shape::Object(&[&[
-            Field::required("primary", MODEL_TARGET),
-            Field::optional("fallbacks", Shape::Array(&MODEL_TARGET)),
-        ]]),
-    ],
-    "a model id, {\"profile\": name} or {\"primary\": …, \"fallbacks\": […]}",
-);
 
 static PROVIDER: Shape = Shape::Object(&[&[
     Field::optional("baseUrl", Shape::String),
