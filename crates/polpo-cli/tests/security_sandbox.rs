@@ -157,7 +157,7 @@ async fn without_landlock_the_server_says_so_and_bash_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     project(dir.path(), "shell", json!(["bash"]));
     let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "echo ran"}))]), Turn::text("done")]).await.unwrap();
-    let mut server = start("serve", dir.path(), &llm, &[("POLPO_SANDBOX_FORCE_UNAVAILABLE", "1")]);
+    let mut server = start("serve", dir.path(), &llm, &[("POLPO_SANDBOX_FORCE_UNAVAILABLE", "landlock")]);
     server.wait_for("warning: tool sandbox: Landlock is not available");
     chat(&server, "shell").await;
     let results = tool_results(&llm, 1);
@@ -179,6 +179,6 @@ fn validate_reports_a_host_that_cannot_confine_bash() {
         report["warnings"].as_array().unwrap().clone()
     };
     assert!(!warnings(&[]).iter().any(|w| w["code"].as_str().is_some_and(|c| c.starts_with("sandbox_"))));
-    let without = warnings(&[("POLPO_SANDBOX_FORCE_UNAVAILABLE", "1")]);
+    let without = warnings(&[("POLPO_SANDBOX_FORCE_UNAVAILABLE", "landlock")]);
     assert!(without.iter().any(|w| w["code"] == "sandbox_unavailable" && w["message"].as_str().unwrap().contains("allowUnconfined")), "{without:?}");
 }

@@ -148,23 +148,79 @@ echo still > README.md; echo new > src/new.txt; cat README.md src/new.txt"#,
 }
 
 #[tokio::test]
-async fn when_the_workspace_is_the_project_root_its_top_level_takes_no_new_entries() {
-    // Landlock cannot grant "create here" on a directory without granting it beneath, in
-    // `.polpo/` too; the documented price is that the top level only takes edits.
+async fn in_the_project_root_bash_creates_files_and_sees_an_empty_read_only_project_folder() {
     let d = dirs();
     let c = project(&d.ws);
     let out = bash(
         &c,
-        "echo x > new-top.txt; mkdir newdir; echo edit >> README.md",
+        "echo x > new-top.txt && mkdir newdir && echo edit >> README.md && echo created; \
+         ls -A .polpo | wc -l; touch .polpo/x; mkdir .polpo/agents; umount .polpo; echo end",
     )
     .await;
-    assert!(out.starts_with("Exit code: 0\n"), "{out}");
-    assert!(!d.ws.join("new-top.txt").exists());
-    assert!(!d.ws.join("newdir").exists());
+    assert!(out.contains("created\n0\n"), "{out}");
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(out.ends_with("end\n"), "{out}");
+    assert!(d.ws.join("new-top.txt").exists());
+    assert!(d.ws.join("newdir").is_dir());
     assert_eq!(
         std::fs::read_to_string(d.ws.join("README.md")).unwrap(),
         "hello\nedit\n"
     );
+    // The server still sees its own folder.
+    assert!(d.ws.join(".polpo/project.json").exists());
+    assert!(!d.ws.join(".polpo/x").exists());
+}
+
+/// Runs in a child test process started with namespaces reported missing: Landlock alone
+/// must keep `.polpo/` out, at the price of new top-level entries.
+#[tokio::test]
+#[ignore = "started by without_namespaces_landlock_alone_protects_the_project_folder"]
+async fn without_namespaces_child() {
+    assert!(
+        sandbox_support()
+            .notices()
+            .iter()
+            .any(|n| n.message.contains("namespaces")),
+        "not started by the parent test"
+    );
+    let d = dirs();
+    let c = project(&d.ws);
+    let out = call(
+        &c,
+        "bash",
+        json!({"command": "cat .polpo/project.json; echo '{}' > .polpo/hooks/x.json; echo x > new-top.txt; echo edit >> README.md; echo new > src/new.txt"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out.details["sandbox"],
+        json!({"filesystem": true, "contained": false})
+    );
+    assert!(!out.text.contains("sk-plain-key"), "{}", out.text);
+    assert!(!d.ws.join(".polpo/hooks/x.json").exists());
+    // Landlock cannot grant "create here" on the root without granting it in `.polpo/`.
+    assert!(!d.ws.join("new-top.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(d.ws.join("README.md")).unwrap(),
+        "hello\nedit\n"
+    );
+    assert!(d.ws.join("src/new.txt").exists());
+}
+
+#[test]
+fn without_namespaces_landlock_alone_protects_the_project_folder() {
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["without_namespaces_child", "--exact", "--ignored"])
+        .env(FORCE_UNAVAILABLE_ENV, "namespaces")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("1 passed"), "{stdout}");
 }
 
 #[tokio::test]
@@ -369,8 +425,8 @@ async fn unavailable_child() {
 #[test]
 fn without_landlock_bash_is_refused_unless_allowed() {
     let output = Command::new(std::env::current_exe().unwrap())
-        .args(["unavailable_child", "--exact", "--ignored", "--nocapture"])
-        .env(FORCE_UNAVAILABLE_ENV, "1")
+        .args(["unavailable_child", "--exact", "--ignored"])
+        .env(FORCE_UNAVAILABLE_ENV, "landlock")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);

@@ -6,23 +6,27 @@
 //! an already-built Landlock ruleset fd) and the closure below only issues system calls.
 //!
 //! The order matters:
-//! 1. `unshare` a new PID namespace (and, without root, a user namespace to be allowed to) and
-//!    `fork` once more. The grandchild becomes PID 1 of the namespace and goes on to `exec` the
-//!    command; when it exits the kernel kills every process left in the namespace — `setsid`
-//!    and double-forked children included. The intermediate process closes every descriptor
-//!    (so it holds no pipe open), restores default signal dispositions (so the runner's SIGTERM
-//!    and SIGKILL to the process group end it), waits, and exits with the grandchild's status.
-//!    The grandchild asks for SIGKILL when the intermediate dies, so killing the group kills
-//!    the namespace.
-//! 2. Resource limits.
-//! 3. Identity: switch to `run_as`, or, for root, empty the capability bounding, ambient and
+//! 1. `unshare` new PID and mount namespaces (and, without root, a user namespace to be allowed
+//!    to) and `fork` once more. The grandchild becomes PID 1 of the namespace and goes on to
+//!    `exec` the command; when it exits the kernel kills every process left in the namespace —
+//!    `setsid` and double-forked children included. The intermediate process closes every
+//!    descriptor (so it holds no pipe open), restores default signal dispositions (so the
+//!    runner's SIGTERM and SIGKILL to the process group end it), waits, and exits with the
+//!    grandchild's status. The grandchild asks for SIGKILL when the intermediate dies, so
+//!    killing the group kills the namespace.
+//! 2. In the private mount namespace (made private first, so nothing propagates back to the
+//!    server's), an empty read-only tmpfs covers each hidden directory (`.polpo/`). Landlock
+//!    later forbids the command to unmount it.
+//! 3. Resource limits.
+//! 4. Identity: switch to `run_as`, or, for root, empty the capability bounding, ambient and
 //!    inheritable sets so that after `exec` uid 0 holds no capability (no DAC override, no
 //!    ptrace or kill of other users' processes, no mounts).
-//! 4. `no_new_privs`, then `landlock_restrict_self` with the prepared ruleset.
+//! 5. `no_new_privs`, then `landlock_restrict_self` with the prepared ruleset.
 #![allow(unsafe_code)]
 
 use nix::libc;
 use nix::sys::resource::{Resource, setrlimit};
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
@@ -35,21 +39,26 @@ const LAST_SIGNAL: libc::c_int = 64;
 /// Highest capability number dropped when the kernel does not say (`cap_last_cap`).
 const FALLBACK_LAST_CAPABILITY: libc::c_ulong = 63;
 
-/// How a process tree is kept inside a PID namespace.
+/// Options of the tmpfs that hides a directory: empty, tiny, not writable by anyone.
+const HIDING_TMPFS_OPTIONS: &CStr = c"mode=0555,size=4k";
+
+/// How a process tree is kept inside its own PID and mount namespaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Containment {
-    /// `unshare(CLONE_NEWPID)`: needs `CAP_SYS_ADMIN` (the server runs as root).
-    PidNamespace,
-    /// `unshare(CLONE_NEWUSER | CLONE_NEWPID)`: for an unprivileged server where user
-    /// namespaces are enabled. No id mapping is written; files keep the server's owner.
-    UserAndPidNamespace,
+    /// `unshare(CLONE_NEWPID | CLONE_NEWNS)`: needs `CAP_SYS_ADMIN` (the server runs as root).
+    Namespaces,
+    /// The same plus `CLONE_NEWUSER`: for an unprivileged server where user namespaces are
+    /// enabled. No id mapping is written; files keep the server's owner.
+    UserNamespaces,
 }
 
 impl Containment {
     fn flags(self) -> libc::c_int {
         match self {
-            Containment::PidNamespace => libc::CLONE_NEWPID,
-            Containment::UserAndPidNamespace => libc::CLONE_NEWUSER | libc::CLONE_NEWPID,
+            Containment::Namespaces => libc::CLONE_NEWPID | libc::CLONE_NEWNS,
+            Containment::UserNamespaces => {
+                libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS
+            }
         }
     }
 }
@@ -57,8 +66,10 @@ impl Containment {
 /// Everything the child does before `exec`, computed before the spawn.
 #[derive(Debug)]
 pub(crate) struct ChildSetup {
-    /// Run the command as PID 1 of a fresh PID namespace.
+    /// Run the command as PID 1 of fresh PID and mount namespaces.
     pub contain: Option<Containment>,
+    /// Directories to cover with an empty read-only tmpfs (needs `contain`).
+    pub hide: Vec<CString>,
     /// `(resource, limit)` pairs; soft and hard limit are both set to the value.
     pub rlimits: Vec<(Resource, libc::rlim_t)>,
     /// Switch to this uid and gid (supplementary groups: just the gid).
@@ -106,6 +117,16 @@ impl ChildSetup {
                     0,
                 )
             })?;
+            if !self.hide.is_empty() {
+                make_mounts_private()?;
+                for dir in &self.hide {
+                    hide_directory(dir)?;
+                }
+            }
+        } else if !self.hide.is_empty() {
+            // Hiding is only ever planned with a private mount namespace; without one the
+            // directory would stay writable, so refuse to run at all.
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         for &(resource, limit) in &self.rlimits {
             setrlimit(resource, limit, limit).map_err(io::Error::from)?;
@@ -130,6 +151,36 @@ impl ChildSetup {
         }
         Ok(())
     }
+}
+
+/// Stops mount events of this (new) namespace from propagating to the server's.
+fn make_mounts_private() -> io::Result<()> {
+    // SAFETY: plain system call with static C strings and null pointers where allowed.
+    check(unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        )
+    })
+    .map(drop)
+}
+
+/// Covers `dir` with an empty, read-only tmpfs.
+fn hide_directory(dir: &CStr) -> io::Result<()> {
+    // SAFETY: plain system call; every pointer is a valid NUL-terminated string.
+    check(unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            dir.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            HIDING_TMPFS_OPTIONS.as_ptr().cast(),
+        )
+    })
+    .map(drop)
 }
 
 /// The intermediate process: hold nothing open, die on the runner's signals, wait for the
@@ -242,10 +293,13 @@ pub(crate) fn landlock_abi() -> Option<i32> {
     i32::try_from(abi).ok().filter(|abi| *abi > 0)
 }
 
-/// Which containment this host allows, found by starting `sh -c :` after the `unshare` each
-/// one needs (the cheapest honest test: container runtimes often forbid both).
+/// Which containment this host allows, found by starting `sh -c :` after doing what a
+/// contained run does first: `unshare`, make the mounts private, and hide a directory (the
+/// temp dir, in the probe's own mount namespace). Container runtimes often forbid these.
 pub(crate) fn probe_containment() -> Option<Containment> {
-    [Containment::PidNamespace, Containment::UserAndPidNamespace]
+    let probe_dir =
+        CString::new(std::env::temp_dir().into_os_string().into_encoded_bytes()).ok()?;
+    [Containment::Namespaces, Containment::UserNamespaces]
         .into_iter()
         .find(|&contain| {
             let mut command = std::process::Command::new("sh");
@@ -256,10 +310,14 @@ pub(crate) fn probe_containment() -> Option<Containment> {
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null());
             let flags = contain.flags();
-            // SAFETY: the closure only issues `unshare` on an integer (async-signal-safe).
+            let probe_dir = probe_dir.clone();
+            // SAFETY: the closure only issues system calls on an integer and on a C string
+            // built before the fork (async-signal-safe).
             unsafe {
                 std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
-                    check(libc::unshare(flags)).map(drop)
+                    check(libc::unshare(flags))?;
+                    make_mounts_private()?;
+                    hide_directory(&probe_dir)
                 });
             }
             command.status().is_ok_and(|status| status.success())

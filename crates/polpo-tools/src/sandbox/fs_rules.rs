@@ -1,17 +1,18 @@
 //! The Landlock ruleset a confined process runs under: what it may read, execute and write.
 //!
-//! Landlock only grants, beneath a directory, and has no "deny" rule; so "the workspace minus
-//! `.polpo/`" is built by granting each entry of the workspace except the protected one (and,
-//! when the protected path lies deeper, by descending towards it). The consequence, when the
-//! workspace is the project root: the workspace's top level itself gets no create or delete
-//! right (a right on a directory covers everything beneath it, `.polpo/` included), so a
-//! command can change existing top-level files and anything inside the existing top-level
-//! directories, but cannot create or remove entries directly at the top level. A `workDir`
-//! below the project root avoids that (the workspace then holds no protected path).
+//! Landlock only grants, beneath a path, and has no "deny" rule. A protected directory inside
+//! a writable root (`.polpo/` in a workspace that is the project root) is normally hidden by
+//! the process runner — an empty read-only tmpfs over it in the command's private mount
+//! namespace — and the root is granted whole. Where mount namespaces are unavailable, "the
+//! root minus `.polpo/`" is built here by granting each entry of the root except the
+//! protected one (descending when it lies deeper). The price: the root itself gets no create
+//! or delete right (a right on a directory covers everything beneath it, `.polpo/` included),
+//! so a command can change existing top-level files and anything inside the existing
+//! top-level directories, but cannot create or remove entries directly at the top level.
 //!
 //! Renames and links across directories need `REFER`, which Landlock only allows when the
 //! destination grants no more than the source — so nothing can be moved or linked into or out
-//! of `.polpo/` either.
+//! of a protected directory either.
 
 use super::SandboxError;
 use landlock::{
@@ -58,7 +59,7 @@ const DEVICES: &[&str] = &[
 pub(crate) struct FsPolicy<'a> {
     /// Read, write, create and delete beneath these, except under `protected`.
     pub writable: &'a [PathBuf],
-    /// Never readable or writable (only listable, as part of a writable root's tree).
+    /// Left out of `writable` (only listable, as part of a writable root's tree).
     pub protected: &'a [PathBuf],
     /// A private scratch directory (TMPDIR and HOME of the process).
     pub scratch: &'a Path,

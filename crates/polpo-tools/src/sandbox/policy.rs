@@ -5,8 +5,9 @@ use polpo_core::config::SandboxSettings;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// Set to `1` to make [`sandbox_support`] report Landlock as missing, so tests can exercise
-/// the refusal and the start-up notices on a kernel that has it. Not meant for production.
+/// A comma-separated list of features [`sandbox_support`] reports as missing — `landlock`,
+/// `namespaces` — so tests can exercise the refusal, the fallbacks and the start-up notices on
+/// a kernel that has them. Not meant for production.
 pub const FORCE_UNAVAILABLE_ENV: &str = "POLPO_SANDBOX_FORCE_UNAVAILABLE";
 
 /// Resource limits of a confined process (`setrlimit`, soft = hard). `0` leaves one unlimited.
@@ -76,8 +77,8 @@ pub struct SandboxSupport {
 const SCOPED_ABI: i32 = 6;
 
 impl SandboxSupport {
-    /// The PID-namespace containment commands run in; `None`: only their process group is
-    /// killed, so `setsid` children can survive.
+    /// The PID and mount namespaces commands run in; `None`: only their process group is
+    /// killed, so `setsid` children can survive, and nothing can be hidden by a mount.
     pub(crate) fn containment(&self) -> Option<Containment> {
         self.containment
     }
@@ -102,7 +103,7 @@ impl SandboxSupport {
         if self.containment.is_none() {
             notices.push(SandboxNotice {
                 code: "sandbox_partial",
-                message: "tool sandbox: cannot create a PID namespace here; setsid children of `bash` and command hooks are not contained (only their process group is killed)".to_owned(),
+                message: "tool sandbox: cannot create PID and mount namespaces here; setsid children of `bash` and command hooks are not contained (only their process group is killed), and `bash` cannot create entries at the top level of a workspace that holds .polpo/".to_owned(),
             });
         }
         notices
@@ -142,10 +143,11 @@ impl From<&SandboxSettings> for SandboxPolicy {
 pub fn sandbox_support() -> &'static SandboxSupport {
     static SUPPORT: OnceLock<SandboxSupport> = OnceLock::new();
     SUPPORT.get_or_init(|| {
-        let forced_off = std::env::var(FORCE_UNAVAILABLE_ENV).is_ok_and(|v| v == "1");
+        let forced = std::env::var(FORCE_UNAVAILABLE_ENV).unwrap_or_default();
+        let off = |feature: &str| forced.split(',').any(|f| f.trim() == feature);
         SandboxSupport {
-            landlock_abi: confine::landlock_abi().filter(|_| !forced_off),
-            containment: confine::probe_containment(),
+            landlock_abi: confine::landlock_abi().filter(|_| !off("landlock")),
+            containment: confine::probe_containment().filter(|_| !off("namespaces")),
         }
     })
 }

@@ -14,6 +14,7 @@ use super::{CappedOutput, Confinement, ResourceLimits, sandbox_support};
 use nix::sys::resource::Resource;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -262,6 +263,7 @@ fn prepare_child(
     let support = sandbox_support();
     let mut setup = ChildSetup {
         contain: support.containment(),
+        hide: Vec::new(),
         rlimits: Vec::new(),
         run_as: None,
         drop_capabilities: false,
@@ -283,10 +285,27 @@ fn prepare_child(
     setup.no_new_privs = true;
     let scratch = Scratch::create(setup.run_as)?;
     command.env("TMPDIR", &scratch.0).env("HOME", &scratch.0);
+    // With a private mount namespace, a protected directory inside a writable root is covered
+    // by an empty read-only tmpfs, so the root itself can be granted whole (new top-level
+    // files included). Without one, Landlock alone must leave it out (see `fs_rules`).
+    let (hidden, left_out): (Vec<PathBuf>, Vec<PathBuf>) =
+        confinement.protected.iter().cloned().partition(|path| {
+            setup.contain.is_some()
+                && path.is_dir()
+                && confinement
+                    .writable
+                    .iter()
+                    .any(|root| path.starts_with(root))
+        });
+    setup.hide = hidden
+        .into_iter()
+        .map(|path| CString::new(path.into_os_string().into_encoded_bytes()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| SandboxError::Confine(std::io::Error::other(e)))?;
     if support.landlock_abi.is_some() {
         setup.landlock = build_ruleset(&FsPolicy {
             writable: &confinement.writable,
-            protected: &confinement.protected,
+            protected: &left_out,
             scratch: &scratch.0,
         })?;
         isolation.filesystem = setup.landlock.is_some();
