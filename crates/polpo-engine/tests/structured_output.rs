@@ -151,3 +151,17 @@ async fn formatting_is_not_an_agent_turn() {
     let seen = run(&inv, "Which tier?").await;
     assert_eq!(seen.content(), r#"{"tier":"paid"}"#, "an agent limited to one turn still gets its answer formatted");
 }
+
+#[tokio::test]
+async fn a_schema_whose_root_is_not_an_object_round_trips_on_every_wire() {
+    let tags = json!({"type": "json_schema", "json_schema": {"name": "tags", "schema": {"type": "array", "items": {"type": "string"}}}});
+    for wire in WIRES {
+        let ws = Workspace::new();
+        let llm = FakeLlm::start([Turn::json(json!(["urgent", "billing"]))]).await.unwrap();
+        let mut inv = on_wire(invocation_with(&llm, &ws, None, Vec::new(), None), &llm, wire);
+        inv.response_format = ResponseFormat::from_wire(&tags).unwrap();
+        let seen = run(&inv, "Tag this ticket").await;
+        assert_eq!(seen.content(), r#"["urgent","billing"]"#, "{wire:?}: Anthropic tool input is an object, so the value travels wrapped");
+        assert_eq!(llm.requests().len(), 1, "{wire:?}");
+    }
+}

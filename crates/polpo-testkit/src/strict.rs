@@ -43,10 +43,27 @@ pub(crate) fn rejection(wire: Wire, request: &Value) -> Option<Value> {
 /// The turn as a real model would answer this request (see the module docs).
 pub(crate) fn adapt(wire: Wire, request: &Value, turn: Turn) -> Turn {
     let Some(value) = turn.text.as_deref().and_then(structured) else { return turn };
-    match (wire, forced_anthropic_tool(wire, request)) {
-        (Wire::Anthropic, Some(tool)) if value.is_object() => Turn { text: None, tool_calls: vec![(tool, value)], ..turn },
-        _ if asks_for_json(wire, request) => turn,
-        _ => Turn { text: Some(prose(&value)), ..turn },
+    match forced_anthropic_tool(wire, request) {
+        Some(tool) => {
+            let input = tool_input(request, &tool, value);
+            Turn { text: None, tool_calls: vec![(tool, input)], ..turn }
+        }
+        None if asks_for_json(wire, request) => turn,
+        None => Turn { text: Some(prose(&value)), ..turn },
+    }
+}
+
+/// `value` as the input of the forced `tool`: tool input is always an object, so a value of
+/// another kind fills the one property the tool's `input_schema` requires (how a client asks
+/// Claude for an array or a string).
+fn tool_input(request: &Value, tool: &str, value: Value) -> Value {
+    if value.is_object() {
+        return value;
+    }
+    let schema = request["tools"].as_array().into_iter().flatten().find(|t| t["name"] == tool).map(|t| &t["input_schema"]);
+    match schema.and_then(|s| s["required"].as_array()).map(Vec::as_slice) {
+        Some([Value::String(only)]) => json!({ only.as_str(): value }),
+        _ => value,
     }
 }
 
@@ -217,6 +234,8 @@ mod tests {
         let forced = json!({"tools": [{"name": "person", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool", "name": "person"}});
         let answered = adapt(Wire::Anthropic, &forced, turn.clone());
         assert_eq!((answered.text, answered.tool_calls), (None, vec![("person".to_owned(), json!({"name": "Ada", "age": 36}))]));
+        let wrapped = json!({"tools": [{"name": "tags", "input_schema": {"type": "object", "required": ["value"]}}], "tool_choice": {"type": "tool", "name": "tags"}});
+        assert_eq!(adapt(Wire::Anthropic, &wrapped, Turn::json(json!(["a"]))).tool_calls, vec![("tags".to_owned(), json!({"value": ["a"]}))]);
         assert_eq!(adapt(Wire::Anthropic, &plain, Turn::text("Just words.")).text.unwrap(), "Just words.");
     }
 
