@@ -25,7 +25,8 @@ const DEFAULT_TEAM: &str = "default";
 /// A starting point for the first agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Template {
-    /// A general assistant with every tool.
+    /// A general assistant that works with files: read, write, edit, glob, grep, ls (no shell,
+    /// no network: a scaffolded agent should not start with every tool).
     Basic,
     /// A software engineer limited to file and shell tools.
     Coder,
@@ -160,6 +161,7 @@ impl Template {
         match self {
             Template::Basic => AgentConfig {
                 role: Some("General-purpose assistant".into()),
+                allowed_tools: tools(&["read", "write", "edit", "glob", "grep", "ls"]),
                 ..base
             },
             Template::Coder => AgentConfig {
