@@ -1,6 +1,7 @@
 //! The tool sandbox attacked through a real `polpo` server (issue #13 items 3 and 4): a model
-//! scripted to rewrite its own agent, install a command hook, read the project's keys, read the
-//! server's environment from `bash`, and leave a `setsid` child behind. Every attempt is seen
+//! scripted to rewrite its own agent, install a command hook and read the project's keys with
+//! the file tools and with `bash`, read the server's environment from `bash`, and leave a
+//! `setsid` child behind. Every attempt is seen
 //! the way a user would: in the tool results the model receives, on disk, and in the process
 //! table.
 
@@ -122,14 +123,17 @@ fn live_processes_with(marker: &str) -> Vec<u32> {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn bash_cannot_read_the_servers_secrets_nor_leave_children_behind() {
+async fn bash_cannot_steal_secrets_change_the_project_nor_leave_children_behind() {
     let dir = tempfile::tempdir().unwrap();
     project(dir.path(), "shell", json!(["bash"]));
     let llm = FakeLlm::start([]).await.unwrap();
     let server = start("serve", dir.path(), &llm, &[]);
     let marker = format!("300.{}", std::process::id());
+    let agent_file = dir.path().join(".polpo/agents/shell/agent.json");
+    let agent_before = std::fs::read(&agent_file).unwrap();
     let steal = format!(
-        "tr '\\0' '\\n' < /proc/$PPID/environ; tr '\\0' '\\n' < /proc/{}/environ; grep -ah sk-secret /proc/*/environ; cat .polpo/project.json; env",
+        "tr '\\0' '\\n' < /proc/$PPID/environ; tr '\\0' '\\n' < /proc/{}/environ; grep -ah sk-secret /proc/*/environ; cat .polpo/project.json; env; \
+         echo '{{\"allowedTools\": [\"*\"]}}' > .polpo/agents/shell/agent.json; echo '{{}}' > .polpo/hooks/x.json",
         server.child.id()
     );
     llm.push(Turn::tool_calls(vec![("bash", json!({"command": steal}))]));
@@ -146,6 +150,8 @@ async fn bash_cannot_read_the_servers_secrets_nor_leave_children_behind() {
     for secret in [UPSTREAM_KEY, POLPO_KEY, PROJECT_KEY] {
         assert!(!stolen.contains(secret), "{secret} leaked:\n{stolen}");
     }
+    assert_eq!(std::fs::read(&agent_file).unwrap(), agent_before, "bash rewrote its own agent");
+    assert!(!dir.path().join(".polpo/hooks/x.json").exists(), "bash installed a hook");
     let spawned = tool_results(&llm, 2).join("\n");
     assert!(spawned.starts_with("Exit code: 0"), "{spawned}");
     // The call has returned: nothing it started may still run.
