@@ -5,7 +5,7 @@
 
 mod support;
 
-use polpo_testkit::{FakeLlm, Turn};
+use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
 use support::Server;
 
@@ -80,4 +80,32 @@ async fn a_schema_the_provider_refuses_is_a_clear_error_not_a_prose_answer() {
     assert_eq!(r.status, 400, "{}", r.text);
     assert_eq!(r.json()["error"]["code"], "invalid_request");
     assert!(r.text.contains("additionalProperties"), "the provider's reason reaches the client: {}", r.text);
+}
+
+#[tokio::test]
+async fn an_agent_on_claude_answers_through_the_forced_schema_tool_streamed_or_not() {
+    for stream in [false, true] {
+        let llm = FakeLlm::start([
+            Turn::tool_calls(vec![("ls", json!({"path": "."}))]),
+            Turn::text("Ada is 36."),
+            Turn::json(json!({"name": "Ada", "age": 36})),
+        ])
+        .await
+        .unwrap();
+        let s = Server::start_with(&llm, None, |dir| {
+            ProjectFixture::new(dir, json!({"storage": "file"}))
+                .unwrap()
+                .agent("claude", json!({"model": "anthropic/claude-test", "allowedTools": ["ls"]}), "You help.")
+                .unwrap();
+        })
+        .await;
+        let r = s.post("/v1/chat/completions", &[], ask("claude", "Describe Ada", person_format(), stream)).await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        let value: Value = serde_json::from_str(&answer(&r, stream)).unwrap();
+        assert_eq!(value, json!({"name": "Ada", "age": 36}), "stream: {stream}");
+        let requests = llm.requests();
+        assert!(requests.iter().all(|r| r.path == "/v1/messages"), "the Anthropic wire");
+        assert_eq!(requests[2].body["tool_choice"], json!({"type": "tool", "name": "Person"}));
+        assert_eq!(requests[2].body["tools"][0]["input_schema"], person_format()["json_schema"]["schema"]);
+    }
 }

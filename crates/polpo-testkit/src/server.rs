@@ -158,6 +158,20 @@ impl FakeLlm {
         })
     }
 
+    /// An environment in which both built-in providers talk to this server:
+    /// [`FakeLlm::openai_env`] plus `ANTHROPIC_BASE_URL` ([`FakeLlm::anthropic_base_url`]) and
+    /// `ANTHROPIC_API_KEY` (`sk-ant-test`), so an agent on `anthropic/…` is served by the fake
+    /// over the Anthropic wire.
+    pub fn provider_env(&self) -> EnvLookup {
+        let openai = self.openai_env();
+        let base = self.anthropic_base_url();
+        std::sync::Arc::new(move |name| match name {
+            "ANTHROPIC_BASE_URL" => Some(base.clone()),
+            "ANTHROPIC_API_KEY" => Some("sk-ant-test".into()),
+            other => openai(other),
+        })
+    }
+
     /// The Anthropic-style base URL, `http://127.0.0.1:PORT` (what `ANTHROPIC_BASE_URL` takes).
     pub fn anthropic_base_url(&self) -> String {
         format!("http://{}", self.addr)

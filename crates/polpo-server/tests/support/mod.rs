@@ -64,7 +64,7 @@ impl Server {
 
     async fn serve(llm: &FakeLlm, key: Option<&str>, dir: Arc<TempDir>, tweak: impl FnOnce(&mut AppState)) -> Self {
         let project = polpo_project::load_project(dir.path()).unwrap();
-        let env: polpo_llm::EnvLookup = llm.openai_env();
+        let env: polpo_llm::EnvLookup = llm.provider_env();
         // The backend the project asks for (`storage`, `databaseUrl`), file by default.
         let settings = project.settings().clone();
         let kind = StoreKind::parse(settings.storage().as_str()).unwrap();
