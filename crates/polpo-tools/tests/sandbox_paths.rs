@@ -285,8 +285,21 @@ async fn a_symlink_into_the_project_folder_is_refused() {
             json!({"path": "link/hooks/x.json", "content": "{}"}),
         ),
         ("write", json!({"path": "keys.txt", "content": "{}"})),
+        (
+            "edit",
+            json!({"path": "link/agents/a/agent.json", "old_text": "read", "new_text": "*"}),
+        ),
         ("ls", json!({"path": "link"})),
+        ("glob", json!({"pattern": "**/*", "path": "link"})),
         ("grep", json!({"pattern": "sk-plain", "path": "link"})),
+        (
+            "http_download",
+            json!({"url": "http://127.0.0.1:9/x", "path": "link/hooks/x.json"}),
+        ),
+        (
+            "register_outcome",
+            json!({"type": "file", "label": "keys", "path": "keys.txt"}),
+        ),
     ] {
         let result = call(&c, tool, args.clone()).await;
         assert_eq!(code(result), ESCAPE, "{tool} {args}");
