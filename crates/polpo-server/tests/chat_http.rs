@@ -88,6 +88,22 @@ async fn errors_use_the_openai_envelope_with_stable_codes() {
 }
 
 #[tokio::test]
+async fn a_request_relying_on_a_feature_this_runtime_lacks_is_refused_not_ignored() {
+    let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
+    let s = Server::start(&llm).await;
+    let mut with_skills = ask("coder", "hi");
+    with_skills["polpo"] = json!({"skills": ["frontend-design"]});
+    let mut with_loop = ask("coder", "hi");
+    with_loop["loop"] = json!("router-flow");
+    for body in [with_skills, with_loop] {
+        let r = s.post("/v1/chat/completions", &[], body.clone()).await;
+        assert_eq!(r.status, 400, "{body}");
+        assert_eq!(r.json()["error"]["code"], "feature_unavailable", "{body}");
+    }
+    assert!(llm.requests().is_empty(), "nothing ran as if the feature were there");
+}
+
+#[tokio::test]
 async fn with_a_key_configured_requests_need_it_but_health_does_not() {
     let llm = FakeLlm::start([Turn::text("ok")]).await.unwrap();
     let s = Server::start_with(&llm, Some("sk-polpo-secret"), |d| {

@@ -454,8 +454,12 @@ fn chat_input(state: &AppState, r: &ChatRequest, headers: &HeaderMap) -> Result<
     input.metadata = metadata(r.metadata.as_ref())?;
     input.routing_labels = routing_labels(r.extra.get("routing"))?;
     input.capabilities = capabilities(r.polpo.as_ref().map(|p| &p.capabilities));
+    // Parsed but not acted on yet: refused with a stable code rather than silently ignored.
     if r.loop_name.is_some() {
-        return Err(ApiError::new("loop_not_supported", "`loop` requests are not supported by this server yet"));
+        return Err(ApiError::new("feature_unavailable", "`loop` (running a Project Loop) is not available in this runtime yet"));
+    }
+    if r.polpo.as_ref().is_some_and(|p| !p.skills.is_empty()) {
+        return Err(ApiError::new("feature_unavailable", "`polpo.skills` (activating Agent Skills) is not available in this runtime yet"));
     }
     Ok(input)
 }
