@@ -166,6 +166,14 @@ fn malformed(schema: &Value, at: &str) -> Option<String> {
     if !types_ok || !(schema.is_object() || schema.is_boolean()) {
         return Some(format!("('{at}'), {} is not a valid schema type.", schema["type"]));
     }
+    let shapes_ok = [("properties", Value::is_object as fn(&Value) -> bool), ("$defs", Value::is_object), ("required", Value::is_array), ("enum", Value::is_array), ("anyOf", Value::is_array)]
+        .iter()
+        .all(|(key, shape)| schema.get(key).is_none_or(shape))
+        && schema["required"].as_array().is_none_or(|r| r.iter().all(Value::is_string))
+        && schema.get("items").is_none_or(|i| i.is_object() || i.is_boolean());
+    if !shapes_ok {
+        return Some(format!("('{at}'), the schema is not valid JSON Schema."));
+    }
     subschemas(schema).find_map(|(key, sub)| malformed(sub, &format!("{at}.{key}")))
 }
 
@@ -248,6 +256,8 @@ mod tests {
         let refused = rejection(Wire::OpenAi, &schema_format(true, open)).unwrap();
         assert!(refused["error"]["message"].as_str().unwrap().contains("additionalProperties"), "{refused}");
         assert!(rejection(Wire::OpenAi, &schema_format(false, json!({"type": "text"}))).is_some());
+        assert!(rejection(Wire::OpenAi, &schema_format(false, json!({"type": "object", "properties": {"a": {"type": "array", "items": 3}}}))).is_some());
+        assert!(rejection(Wire::OpenAi, &schema_format(false, json!({"type": "object", "required": "a"}))).is_some());
         let no_json_word = json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}});
         assert!(rejection(Wire::OpenAi, &no_json_word).is_some());
         let unknown_tool = json!({"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": {"type": "function", "function": {"name": "b"}}});
