@@ -2,10 +2,10 @@
 
 use super::text::{read_text_bounded, replace_unique};
 use super::write::write_file;
-use crate::args::{parse_args, spec};
+use crate::args::spec;
 use crate::sandbox::resolve_in_sandbox;
-use crate::{Tool, ToolContext, ToolError, ToolOutput};
-use polpo_core::tool::{ToolEffect, ToolSpec};
+use crate::{ToolContext, ToolError, ToolOutput};
+use polpo_core::tool::ToolEffect;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -20,63 +20,37 @@ struct Args {
     new_text: String,
 }
 
-/// Replaces `old_text`, which must occur exactly once, with `new_text`. Its effect is `Write`:
-/// replaying an edit after the text changed may fail or hit a different place.
-pub struct EditTool {
-    spec: ToolSpec,
-}
-
-impl EditTool {
-    /// The tool with its spec.
-    pub fn new() -> Self {
-        Self {
-            spec: spec(
-                "edit",
-                "Edit a file by replacing an exact string. old_text must occur exactly once in the file; include enough surrounding context to make it unique.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "path": {"type": "string", "description": "File path, relative to the workspace or absolute."},
-                        "old_text": {"type": "string", "description": "Exact text to replace (must match once)."},
-                        "new_text": {"type": "string", "description": "Replacement text."}
-                    },
-                    "required": ["path", "old_text", "new_text"],
-                    "additionalProperties": false
-                }),
-            ),
-        }
+builtin_tool! {
+    /// Replaces `old_text`, which must occur exactly once, with `new_text`. Its effect is `Write`:
+    /// replaying an edit after the text changed may fail or hit a different place.
+    EditTool {
+        spec: spec(
+            "edit",
+            "Edit a file by replacing an exact string. old_text must occur exactly once in the file; include enough surrounding context to make it unique.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "File path, relative to the workspace or absolute."},
+                    "old_text": {"type": "string", "description": "Exact text to replace (must match once)."},
+                    "new_text": {"type": "string", "description": "Replacement text."}
+                },
+                "required": ["path", "old_text", "new_text"],
+                "additionalProperties": false
+            }),
+        ),
+        effect: ToolEffect::Write,
+        call: edit,
     }
 }
 
-impl Default for EditTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait::async_trait]
-impl Tool for EditTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn effect(&self) -> ToolEffect {
-        ToolEffect::Write
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let args: Args = parse_args(args)?;
-        let path = resolve_in_sandbox(ctx, &args.path)?;
-        let content = read_text_bounded(&path, MAX_EDIT_BYTES).await?;
-        let updated = replace_unique(&content, &args.old_text, &args.new_text)?;
-        write_file(&path, updated.as_bytes()).await?;
-        Ok(ToolOutput {
-            text: format!("File edited: {} (1 replacement)", path.display()),
-            details: json!({"path": path, "bytes": updated.len()}),
-        })
-    }
+/// The body of [`EditTool`]: `args` already decoded.
+async fn edit(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
+    let path = resolve_in_sandbox(ctx, &args.path)?;
+    let content = read_text_bounded(&path, MAX_EDIT_BYTES).await?;
+    let updated = replace_unique(&content, &args.old_text, &args.new_text)?;
+    write_file(&path, updated.as_bytes()).await?;
+    Ok(ToolOutput {
+        text: format!("File edited: {} (1 replacement)", path.display()),
+        details: json!({"path": path, "bytes": updated.len()}),
+    })
 }

@@ -2,10 +2,10 @@
 
 use super::text::{display_path, real_workspace};
 use super::walk::{Stop, walk_files};
-use crate::args::{parse_args, spec};
+use crate::args::spec;
 use crate::sandbox::{PathRules, resolve_in_sandbox};
-use crate::{Tool, ToolContext, ToolError, ToolOutput};
-use polpo_core::tool::{ToolEffect, ToolSpec};
+use crate::{ToolContext, ToolError, ToolOutput};
+use polpo_core::tool::ToolEffect;
 use serde::Deserialize;
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -24,102 +24,76 @@ struct Args {
     path: Option<String>,
 }
 
-/// Lists files whose path (relative to the search directory) matches a glob with `**`, `?`,
-/// `[]` and `{a,b}`; files only, no dotfiles, sorted, at most 200.
-pub struct GlobTool {
-    spec: ToolSpec,
-}
-
-impl GlobTool {
-    /// The tool with its spec.
-    pub fn new() -> Self {
-        Self {
-            spec: spec(
-                "glob",
-                "Find files matching a glob pattern (supports **, ?, [] and {a,b}), relative to the search directory. Files only, no dotfiles, sorted, at most 200.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "pattern": {"type": "string", "description": "Glob such as `**/*.rs` or `src/*.{ts,tsx}`."},
-                        "path": {"type": "string", "description": "Directory to search (default: the workspace)."}
-                    },
-                    "required": ["pattern"],
-                    "additionalProperties": false
-                }),
-            ),
-        }
-    }
-}
-
-impl Default for GlobTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait::async_trait]
-impl Tool for GlobTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn effect(&self) -> ToolEffect {
-        ToolEffect::Read
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let args: Args = parse_args(args)?;
-        let base = resolve_in_sandbox(ctx, args.path.as_deref().unwrap_or("."))?;
-        let rules = PathRules::of(ctx)?;
-        let matcher = globset::GlobBuilder::new(&args.pattern)
-            .literal_separator(true)
-            .build()
-            .map_err(|e| ToolError::new("invalid_pattern", format!("invalid glob pattern: {e}")))?
-            .compile_matcher();
-        let cancel = ctx.cancel.clone();
-        let workspace = real_workspace(ctx);
-        tokio::task::spawn_blocking(move || {
-            let mut found = Vec::new();
-            let stop = walk_files(
-                &base,
-                &rules,
-                Instant::now() + TIME_LIMIT,
-                &cancel,
-                |file| {
-                    let relative = file.strip_prefix(&base).unwrap_or(file);
-                    if matcher.is_match(relative) {
-                        found.push(display_path(&workspace, file));
-                    }
-                    found.len() < MAX_COLLECTED
+builtin_tool! {
+    /// Lists files whose path (relative to the search directory) matches a glob with `**`, `?`,
+    /// `[]` and `{a,b}`; files only, no dotfiles, sorted, at most 200.
+    GlobTool {
+        spec: spec(
+            "glob",
+            "Find files matching a glob pattern (supports **, ?, [] and {a,b}), relative to the search directory. Files only, no dotfiles, sorted, at most 200.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "Glob such as `**/*.rs` or `src/*.{ts,tsx}`."},
+                    "path": {"type": "string", "description": "Directory to search (default: the workspace)."}
                 },
-            )?;
-            found.sort();
-            let total = found.len();
-            found.truncate(MAX_RESULTS);
-            let mut text = if found.is_empty() {
-                "No files found".to_owned()
-            } else {
-                found.join("\n")
-            };
-            if total > MAX_RESULTS {
-                text.push_str(&format!(
-                    "\n... ({} more files; narrow the pattern)",
-                    total - MAX_RESULTS
-                ));
-            }
-            if stop == Some(Stop::Deadline) {
-                text.push_str("\n(search stopped at the time limit; results may be incomplete)");
-            }
-            Ok(ToolOutput {
-                text,
-                details: json!({"matches": total, "complete": stop.is_none()}),
-            })
-        })
-        .await
-        .map_err(|e| ToolError::new("internal", format!("glob task failed: {e}")))?
+                "required": ["pattern"],
+                "additionalProperties": false
+            }),
+        ),
+        effect: ToolEffect::Read,
+        call: glob,
     }
+}
+
+/// The body of [`GlobTool`]: `args` already decoded.
+async fn glob(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
+    let base = resolve_in_sandbox(ctx, args.path.as_deref().unwrap_or("."))?;
+    let rules = PathRules::of(ctx)?;
+    let matcher = globset::GlobBuilder::new(&args.pattern)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| ToolError::new("invalid_pattern", format!("invalid glob pattern: {e}")))?
+        .compile_matcher();
+    let cancel = ctx.cancel.clone();
+    let workspace = real_workspace(ctx);
+    tokio::task::spawn_blocking(move || {
+        let mut found = Vec::new();
+        let stop = walk_files(
+            &base,
+            &rules,
+            Instant::now() + TIME_LIMIT,
+            &cancel,
+            |file| {
+                let relative = file.strip_prefix(&base).unwrap_or(file);
+                if matcher.is_match(relative) {
+                    found.push(display_path(&workspace, file));
+                }
+                found.len() < MAX_COLLECTED
+            },
+        )?;
+        found.sort();
+        let total = found.len();
+        found.truncate(MAX_RESULTS);
+        let mut text = if found.is_empty() {
+            "No files found".to_owned()
+        } else {
+            found.join("\n")
+        };
+        if total > MAX_RESULTS {
+            text.push_str(&format!(
+                "\n... ({} more files; narrow the pattern)",
+                total - MAX_RESULTS
+            ));
+        }
+        if stop == Some(Stop::Deadline) {
+            text.push_str("\n(search stopped at the time limit; results may be incomplete)");
+        }
+        Ok(ToolOutput {
+            text,
+            details: json!({"matches": total, "complete": stop.is_none()}),
+        })
+    })
+    .await
+    .map_err(|e| ToolError::new("internal", format!("glob task failed: {e}")))?
 }

@@ -2,10 +2,10 @@
 
 use super::text::{display_path, real_workspace};
 use super::walk::{Stop, walk_files};
-use crate::args::{parse_args, spec};
+use crate::args::spec;
 use crate::sandbox::{PathRules, resolve_in_sandbox};
-use crate::{Tool, ToolContext, ToolError, ToolOutput};
-use polpo_core::tool::{ToolEffect, ToolSpec};
+use crate::{ToolContext, ToolError, ToolOutput};
+use polpo_core::tool::ToolEffect;
 use serde::Deserialize;
 use serde_json::json;
 use std::io::Read;
@@ -31,121 +31,95 @@ struct Args {
     include: Option<String>,
 }
 
-/// Prints `path:line:text` for lines matching a regex, at most 100 lines within 15 s. Binary
-/// and very large files are skipped; dotfiles and ignored files too, as in `glob`.
-pub struct GrepTool {
-    spec: ToolSpec,
-}
-
-impl GrepTool {
-    /// The tool with its spec.
-    pub fn new() -> Self {
-        Self {
-            spec: spec(
-                "grep",
-                "Search file contents with a regular expression. Prints `path:line:text` for each matching line (at most 100).",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "pattern": {"type": "string", "description": "Regular expression (Rust regex syntax, close to PCRE without look-around)."},
-                        "path": {"type": "string", "description": "File or directory to search (default: the workspace)."},
-                        "include": {"type": "string", "description": "Only search files matching this glob, e.g. `*.rs`."}
-                    },
-                    "required": ["pattern"],
-                    "additionalProperties": false
-                }),
-            ),
-        }
-    }
-}
-
-impl Default for GrepTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait::async_trait]
-impl Tool for GrepTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn effect(&self) -> ToolEffect {
-        ToolEffect::Read
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let args: Args = parse_args(args)?;
-        let base = resolve_in_sandbox(ctx, args.path.as_deref().unwrap_or("."))?;
-        let rules = PathRules::of(ctx)?;
-        let regex = regex::RegexBuilder::new(&args.pattern)
-            .size_limit(REGEX_SIZE_LIMIT)
-            .build()
-            .map_err(|e| {
-                ToolError::new(
-                    "invalid_pattern",
-                    format!("invalid regular expression: {e}"),
-                )
-            })?;
-        let include = args
-            .include
-            .as_deref()
-            .map(|glob| {
-                globset::Glob::new(glob)
-                    .map(|g| g.compile_matcher())
-                    .map_err(|e| {
-                        ToolError::new("invalid_pattern", format!("invalid include glob: {e}"))
-                    })
-            })
-            .transpose()?;
-        let cancel = ctx.cancel.clone();
-        let workspace = real_workspace(ctx);
-        tokio::task::spawn_blocking(move || {
-            let mut lines = Vec::new();
-            let stop = walk_files(
-                &base,
-                &rules,
-                Instant::now() + TIME_LIMIT,
-                &cancel,
-                |file| {
-                    let relative = file.strip_prefix(&base).unwrap_or(file);
-                    let included = include.as_ref().is_none_or(|m| {
-                        m.is_match(relative)
-                            || file.file_name().is_some_and(|name| m.is_match(name))
-                    });
-                    if included {
-                        search_file(file, &regex, &display_path(&workspace, file), &mut lines);
-                    }
-                    lines.len() < MAX_LINES
+builtin_tool! {
+    /// Prints `path:line:text` for lines matching a regex, at most 100 lines within 15 s. Binary
+    /// and very large files are skipped; dotfiles and ignored files too, as in `glob`.
+    GrepTool {
+        spec: spec(
+            "grep",
+            "Search file contents with a regular expression. Prints `path:line:text` for each matching line (at most 100).",
+            json!({
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "Regular expression (Rust regex syntax, close to PCRE without look-around)."},
+                    "path": {"type": "string", "description": "File or directory to search (default: the workspace)."},
+                    "include": {"type": "string", "description": "Only search files matching this glob, e.g. `*.rs`."}
                 },
-            )?;
-            let mut text = if lines.is_empty() {
-                "No matches found".to_owned()
-            } else {
-                lines.join("\n")
-            };
-            match stop {
-                Some(Stop::Enough) => {
-                    text.push_str(&format!("\n(results truncated at {MAX_LINES} lines)"))
-                }
-                Some(Stop::Deadline) => {
-                    text.push_str("\n(search stopped at the time limit; results may be incomplete)")
-                }
-                None => {}
-            }
-            Ok(ToolOutput {
-                text,
-                details: json!({"matches": lines.len(), "complete": stop.is_none()}),
-            })
-        })
-        .await
-        .map_err(|e| ToolError::new("internal", format!("grep task failed: {e}")))?
+                "required": ["pattern"],
+                "additionalProperties": false
+            }),
+        ),
+        effect: ToolEffect::Read,
+        call: grep,
     }
+}
+
+/// The body of [`GrepTool`]: `args` already decoded.
+async fn grep(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
+    let base = resolve_in_sandbox(ctx, args.path.as_deref().unwrap_or("."))?;
+    let rules = PathRules::of(ctx)?;
+    let regex = regex::RegexBuilder::new(&args.pattern)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| {
+            ToolError::new(
+                "invalid_pattern",
+                format!("invalid regular expression: {e}"),
+            )
+        })?;
+    let include = args
+        .include
+        .as_deref()
+        .map(|glob| {
+            globset::Glob::new(glob)
+                .map(|g| g.compile_matcher())
+                .map_err(|e| {
+                    ToolError::new("invalid_pattern", format!("invalid include glob: {e}"))
+                })
+        })
+        .transpose()?;
+    let cancel = ctx.cancel.clone();
+    let workspace = real_workspace(ctx);
+    tokio::task::spawn_blocking(move || {
+        let mut lines = Vec::new();
+        let stop = walk_files(
+            &base,
+            &rules,
+            Instant::now() + TIME_LIMIT,
+            &cancel,
+            |file| {
+                let relative = file.strip_prefix(&base).unwrap_or(file);
+                let included = include.as_ref().is_none_or(|m| {
+                    m.is_match(relative)
+                        || file.file_name().is_some_and(|name| m.is_match(name))
+                });
+                if included {
+                    search_file(file, &regex, &display_path(&workspace, file), &mut lines);
+                }
+                lines.len() < MAX_LINES
+            },
+        )?;
+        let mut text = if lines.is_empty() {
+            "No matches found".to_owned()
+        } else {
+            lines.join("\n")
+        };
+        match stop {
+            Some(Stop::Enough) => {
+                text.push_str(&format!("\n(results truncated at {MAX_LINES} lines)"))
+            }
+            Some(Stop::Deadline) => {
+                text.push_str("\n(search stopped at the time limit; results may be incomplete)")
+            }
+            None => {}
+        }
+        Ok(ToolOutput {
+            text,
+            details: json!({"matches": lines.len(), "complete": stop.is_none()}),
+        })
+    })
+    .await
+    .map_err(|e| ToolError::new("internal", format!("grep task failed: {e}")))?
 }
 
 /// Appends `shown:line:text` for each matching line of one file, up to [`MAX_LINES`] in all.

@@ -1,12 +1,12 @@
 //! `http_fetch {url, method?, headers?, body?}` and `http_download {url, path}`, both behind the
 //! SSRF guard of [`crate::net`], with size and time limits.
 
-use crate::args::{io_error, parse_args, spec};
+use crate::args::{io_error, spec};
 use crate::net::{NetworkPolicy, OutboundRequest, send_guarded};
 use crate::sandbox::resolve_in_sandbox;
-use crate::{Tool, ToolContext, ToolError, ToolOutput};
+use crate::{ToolContext, ToolError, ToolOutput};
 use futures::StreamExt;
-use polpo_core::tool::{ToolEffect, ToolSpec};
+use polpo_core::tool::ToolEffect;
 use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, Url};
 use serde::Deserialize;
@@ -85,117 +85,93 @@ async fn bounded<T>(
     }
 }
 
-/// Fetches a URL and shows status, content type and (a bounded prefix of) the body. Its
-/// worst-case effect is `Write` (a POST may change things); [`Tool::call_effect`] narrows GET,
-/// HEAD and OPTIONS calls to `Read`.
-pub struct HttpFetchTool {
-    spec: ToolSpec,
-}
-
-impl HttpFetchTool {
-    /// The tool with its spec.
-    pub fn new() -> Self {
-        Self {
-            spec: spec(
-                "http_fetch",
-                "Make an HTTP request and return the status and response body (text, truncated when long). Private and local network addresses are refused.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "url": {"type": "string", "description": "http or https URL."},
-                        "method": {"type": "string", "description": "HTTP method (default GET)."},
-                        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
-                        "body": {"type": "string", "description": "Request body."}
-                    },
-                    "required": ["url"],
-                    "additionalProperties": false
-                }),
-            ),
-        }
+builtin_tool! {
+    /// Fetches a URL and shows status, content type and (a bounded prefix of) the body. Its
+    /// worst-case effect is `Write` (a POST may change things); [`crate::Tool::call_effect`] narrows GET,
+    /// HEAD and OPTIONS calls to `Read`.
+    HttpFetchTool {
+        spec: spec(
+            "http_fetch",
+            "Make an HTTP request and return the status and response body (text, truncated when long). Private and local network addresses are refused.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "url": {"type": "string", "description": "http or https URL."},
+                    "method": {"type": "string", "description": "HTTP method (default GET)."},
+                    "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "body": {"type": "string", "description": "Request body."}
+                },
+                "required": ["url"],
+                "additionalProperties": false
+            }),
+        ),
+        effect: ToolEffect::Write,
+        call_effect: http_fetch_effect,
+        call: http_fetch,
     }
 }
 
-impl Default for HttpFetchTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait::async_trait]
-impl Tool for HttpFetchTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn effect(&self) -> ToolEffect {
+/// How one `http_fetch` call touches the world, from its arguments.
+fn http_fetch_effect(args: &serde_json::Value) -> ToolEffect {
+    let method = args
+        .get("method")
+        .and_then(|m| m.as_str())
+        .unwrap_or("GET")
+        .to_ascii_uppercase();
+    if matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS") {
+        ToolEffect::Read
+    } else {
         ToolEffect::Write
     }
+}
 
-    fn call_effect(&self, args: &serde_json::Value) -> ToolEffect {
-        let method = args
-            .get("method")
-            .and_then(|m| m.as_str())
-            .unwrap_or("GET")
-            .to_ascii_uppercase();
-        if matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS") {
-            ToolEffect::Read
-        } else {
-            ToolEffect::Write
-        }
+/// The body of [`HttpFetchTool`]: `args` already decoded.
+async fn http_fetch(ctx: &ToolContext, args: FetchArgs) -> Result<ToolOutput, ToolError> {
+    if args
+        .body
+        .as_ref()
+        .is_some_and(|b| b.len() > MAX_REQUEST_BODY)
+    {
+        return Err(ToolError::new(
+            "invalid_arguments",
+            "request body is larger than 1 MiB",
+        ));
     }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let args: FetchArgs = parse_args(args)?;
-        if args
-            .body
-            .as_ref()
-            .is_some_and(|b| b.len() > MAX_REQUEST_BODY)
-        {
-            return Err(ToolError::new(
-                "invalid_arguments",
-                "request body is larger than 1 MiB",
-            ));
+    let request = OutboundRequest {
+        method: parse_method(args.method.as_deref())?,
+        url: parse_url(&args.url)?,
+        headers: parse_headers(&args.headers)?,
+        body: args.body.map(String::into_bytes),
+    };
+    let policy = NetworkPolicy::from_context(ctx);
+    bounded(ctx, FETCH_TIMEOUT, async {
+        let response = send_guarded(request, &policy).await?;
+        let status = response.status();
+        let final_url = response.url().to_string();
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let (body, complete) = read_prefix(response, FETCH_MAX_BYTES).await?;
+        let shown = &body[..body.len().min(FETCH_SHOWN_BYTES)];
+        let mut text = format!(
+            "HTTP {} {}\nURL: {final_url}\nContent-Type: {content_type}\n\n{}",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or(""),
+            String::from_utf8_lossy(shown)
+        );
+        if shown.len() < body.len() || !complete {
+            let size = if complete { format!("{} bytes", body.len()) } else { format!("more than {} bytes", body.len()) };
+            text.push_str(&format!("\n... (body truncated; {size} in all)"));
         }
-        let request = OutboundRequest {
-            method: parse_method(args.method.as_deref())?,
-            url: parse_url(&args.url)?,
-            headers: parse_headers(&args.headers)?,
-            body: args.body.map(String::into_bytes),
-        };
-        let policy = NetworkPolicy::from_context(ctx);
-        bounded(ctx, FETCH_TIMEOUT, async {
-            let response = send_guarded(request, &policy).await?;
-            let status = response.status();
-            let final_url = response.url().to_string();
-            let content_type = response
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned();
-            let (body, complete) = read_prefix(response, FETCH_MAX_BYTES).await?;
-            let shown = &body[..body.len().min(FETCH_SHOWN_BYTES)];
-            let mut text = format!(
-                "HTTP {} {}\nURL: {final_url}\nContent-Type: {content_type}\n\n{}",
-                status.as_u16(),
-                status.canonical_reason().unwrap_or(""),
-                String::from_utf8_lossy(shown)
-            );
-            if shown.len() < body.len() || !complete {
-                let size = if complete { format!("{} bytes", body.len()) } else { format!("more than {} bytes", body.len()) };
-                text.push_str(&format!("\n... (body truncated; {size} in all)"));
-            }
-            Ok(ToolOutput {
-                text,
-                details: json!({"status": status.as_u16(), "url": final_url, "contentType": content_type, "bytes": body.len(), "complete": complete}),
-            })
+        Ok(ToolOutput {
+            text,
+            details: json!({"status": status.as_u16(), "url": final_url, "contentType": content_type, "bytes": body.len(), "complete": complete}),
         })
-        .await
-    }
+    })
+    .await
 }
 
 /// Reads at most `limit` body bytes; `complete` is false when more was available.
@@ -217,102 +193,76 @@ async fn read_prefix(
     Ok((body, true))
 }
 
-/// Downloads a URL (GET) to a file inside the sandbox. The body is streamed to a temporary
-/// sibling file and renamed into place when complete, so a failed or oversized download never
-/// leaves a partial file. Effect `Write`.
-pub struct HttpDownloadTool {
-    spec: ToolSpec,
-}
-
-impl HttpDownloadTool {
-    /// The tool with its spec.
-    pub fn new() -> Self {
-        Self {
-            spec: spec(
-                "http_download",
-                "Download a URL to a file in the workspace (at most 100 MiB). Private and local network addresses are refused.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "url": {"type": "string", "description": "http or https URL."},
-                        "path": {"type": "string", "description": "Destination file, relative to the workspace or absolute."}
-                    },
-                    "required": ["url", "path"],
-                    "additionalProperties": false
-                }),
-            ),
-        }
-    }
-}
-
-impl Default for HttpDownloadTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait::async_trait]
-impl Tool for HttpDownloadTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn effect(&self) -> ToolEffect {
-        ToolEffect::Write
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let args: DownloadArgs = parse_args(args)?;
-        let url = parse_url(&args.url)?;
-        let path = resolve_in_sandbox(ctx, &args.path)?;
-        let request = OutboundRequest {
-            method: Method::GET,
-            url,
-            headers: HeaderMap::new(),
-            body: None,
-        };
-        let policy = NetworkPolicy::from_context(ctx);
-        let partial = path.with_file_name(format!(
-            ".{}.polpo-download",
-            path.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ));
-        let result = bounded(ctx, DOWNLOAD_TIMEOUT, async {
-            let response = send_guarded(request, &policy).await?;
-            let status = response.status();
-            if !status.is_success() {
-                return Err(ToolError::new(
-                    "http_status",
-                    format!("server answered HTTP {}", status.as_u16()),
-                ));
-            }
-            if let Some(parent) = path.parent() {
-                tokio::fs::create_dir_all(parent)
-                    .await
-                    .map_err(|e| io_error("create directory", parent, &e))?;
-            }
-            let bytes = stream_to_file(response, &partial).await?;
-            tokio::fs::rename(&partial, &path)
-                .await
-                .map_err(|e| io_error("write", &path, &e))?;
-            Ok(bytes)
-        })
-        .await;
-        match result {
-            Ok(bytes) => Ok(ToolOutput {
-                text: format!("Downloaded to {} ({bytes} bytes)", path.display()),
-                details: json!({"path": path, "bytes": bytes}),
+builtin_tool! {
+    /// Downloads a URL (GET) to a file inside the sandbox. The body is streamed to a temporary
+    /// sibling file and renamed into place when complete, so a failed or oversized download never
+    /// leaves a partial file. Effect `Write`.
+    HttpDownloadTool {
+        spec: spec(
+            "http_download",
+            "Download a URL to a file in the workspace (at most 100 MiB). Private and local network addresses are refused.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "url": {"type": "string", "description": "http or https URL."},
+                    "path": {"type": "string", "description": "Destination file, relative to the workspace or absolute."}
+                },
+                "required": ["url", "path"],
+                "additionalProperties": false
             }),
-            Err(err) => {
-                // Best effort: the partial file may not exist.
-                let _ = tokio::fs::remove_file(&partial).await;
-                Err(err)
-            }
+        ),
+        effect: ToolEffect::Write,
+        call: http_download,
+    }
+}
+
+/// The body of [`HttpDownloadTool`]: `args` already decoded.
+async fn http_download(ctx: &ToolContext, args: DownloadArgs) -> Result<ToolOutput, ToolError> {
+    let url = parse_url(&args.url)?;
+    let path = resolve_in_sandbox(ctx, &args.path)?;
+    let request = OutboundRequest {
+        method: Method::GET,
+        url,
+        headers: HeaderMap::new(),
+        body: None,
+    };
+    let policy = NetworkPolicy::from_context(ctx);
+    let partial = path.with_file_name(format!(
+        ".{}.polpo-download",
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    ));
+    let result = bounded(ctx, DOWNLOAD_TIMEOUT, async {
+        let response = send_guarded(request, &policy).await?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(ToolError::new(
+                "http_status",
+                format!("server answered HTTP {}", status.as_u16()),
+            ));
+        }
+        if let Some(parent) = path.parent() {
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(|e| io_error("create directory", parent, &e))?;
+        }
+        let bytes = stream_to_file(response, &partial).await?;
+        tokio::fs::rename(&partial, &path)
+            .await
+            .map_err(|e| io_error("write", &path, &e))?;
+        Ok(bytes)
+    })
+    .await;
+    match result {
+        Ok(bytes) => Ok(ToolOutput {
+            text: format!("Downloaded to {} ({bytes} bytes)", path.display()),
+            details: json!({"path": path, "bytes": bytes}),
+        }),
+        Err(err) => {
+            // Best effort: the partial file may not exist.
+            let _ = tokio::fs::remove_file(&partial).await;
+            Err(err)
         }
     }
 }

@@ -5,9 +5,9 @@
 
 use super::text::{read_text_bounded, replace_unique};
 use super::write::write_file;
-use crate::args::{parse_args, spec};
-use crate::{Tool, ToolContext, ToolError, ToolOutput};
-use polpo_core::tool::{ToolEffect, ToolSpec};
+use crate::args::spec;
+use crate::{ToolContext, ToolError, ToolOutput};
+use polpo_core::tool::ToolEffect;
 use serde::Deserialize;
 use serde_json::json;
 use std::path::Path;
@@ -69,216 +69,112 @@ struct UpdateArgs {
     new_text: String,
 }
 
-/// `memory_get {}`: the whole memory file.
-pub struct MemoryGetTool {
-    spec: ToolSpec,
-}
-
-impl MemoryGetTool {
-    /// The tool with its spec.
-    pub fn new() -> Self {
-        Self {
-            spec: spec(
-                "memory_get",
-                "Read your persistent memory (markdown).",
-                json!({"type": "object", "properties": {}, "additionalProperties": false}),
-            ),
-        }
+builtin_tool! {
+    /// `memory_get {}`: the whole memory file.
+    MemoryGetTool {
+        spec: spec(
+            "memory_get",
+            "Read your persistent memory (markdown).",
+            json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        ),
+        effect: ToolEffect::Read,
+        call: memory_get,
     }
 }
 
-impl Default for MemoryGetTool {
-    fn default() -> Self {
-        Self::new()
+/// The body of [`MemoryGetTool`]: `args` already decoded.
+async fn memory_get(ctx: &ToolContext, _: NoArgs) -> Result<ToolOutput, ToolError> {
+    let path = memory_path(ctx)?;
+    let content = load(path).await?;
+    let text = if content.is_empty() {
+        "(memory is empty)".to_owned()
+    } else {
+        content.clone()
+    };
+    Ok(ToolOutput {
+        text,
+        details: json!({"path": path, "bytes": content.len()}),
+    })
+}
+
+builtin_tool! {
+    /// `memory_save {content}`: replace the whole memory (idempotent).
+    MemorySaveTool {
+        spec: spec(
+            "memory_save",
+            "Overwrite your persistent memory with new markdown content.",
+            json!({
+                "type": "object",
+                "properties": {"content": {"type": "string", "description": "The complete new memory."}},
+                "required": ["content"],
+                "additionalProperties": false
+            }),
+        ),
+        effect: ToolEffect::Idempotent,
+        call: memory_save,
     }
 }
 
-#[async_trait::async_trait]
-impl Tool for MemoryGetTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
+/// The body of [`MemorySaveTool`]: `args` already decoded.
+async fn memory_save(ctx: &ToolContext, args: SaveArgs) -> Result<ToolOutput, ToolError> {
+    store(memory_path(ctx)?, &args.content).await
+}
 
-    fn effect(&self) -> ToolEffect {
-        ToolEffect::Read
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let _: NoArgs = parse_args(args)?;
-        let path = memory_path(ctx)?;
-        let content = load(path).await?;
-        let text = if content.is_empty() {
-            "(memory is empty)".to_owned()
-        } else {
-            content.clone()
-        };
-        Ok(ToolOutput {
-            text,
-            details: json!({"path": path, "bytes": content.len()}),
-        })
+builtin_tool! {
+    /// `memory_append {text}`: add one timestamped line (not idempotent: twice adds two lines).
+    MemoryAppendTool {
+        spec: spec(
+            "memory_append",
+            "Append a timestamped line to your persistent memory.",
+            json!({
+                "type": "object",
+                "properties": {"text": {"type": "string", "description": "What to remember."}},
+                "required": ["text"],
+                "additionalProperties": false
+            }),
+        ),
+        effect: ToolEffect::Write,
+        call: memory_append,
     }
 }
 
-/// `memory_save {content}`: replace the whole memory (idempotent).
-pub struct MemorySaveTool {
-    spec: ToolSpec,
+/// The body of [`MemoryAppendTool`]: `args` already decoded.
+async fn memory_append(ctx: &ToolContext, args: AppendArgs) -> Result<ToolOutput, ToolError> {
+    let path = memory_path(ctx)?;
+    let mut content = load(path).await?;
+    if !content.is_empty() && !content.ends_with('\n') {
+        content.push('\n');
+    }
+    let stamp = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");
+    let line = args.text.replace('\n', " ");
+    content.push_str(&format!("- [{stamp}] {line}\n"));
+    store(path, &content).await
 }
 
-impl MemorySaveTool {
-    /// The tool with its spec.
-    pub fn new() -> Self {
-        Self {
-            spec: spec(
-                "memory_save",
-                "Overwrite your persistent memory with new markdown content.",
-                json!({
-                    "type": "object",
-                    "properties": {"content": {"type": "string", "description": "The complete new memory."}},
-                    "required": ["content"],
-                    "additionalProperties": false
-                }),
-            ),
-        }
-    }
-}
-
-impl Default for MemorySaveTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait::async_trait]
-impl Tool for MemorySaveTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn effect(&self) -> ToolEffect {
-        ToolEffect::Idempotent
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let args: SaveArgs = parse_args(args)?;
-        store(memory_path(ctx)?, &args.content).await
+builtin_tool! {
+    /// `memory_update {old_text, new_text}`: replace one exact, unique passage.
+    MemoryUpdateTool {
+        spec: spec(
+            "memory_update",
+            "Replace an exact passage of your persistent memory; old_text must occur exactly once.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "old_text": {"type": "string", "description": "Exact text to replace (must match once)."},
+                    "new_text": {"type": "string", "description": "Replacement text."}
+                },
+                "required": ["old_text", "new_text"],
+                "additionalProperties": false
+            }),
+        ),
+        effect: ToolEffect::Write,
+        call: memory_update,
     }
 }
 
-/// `memory_append {text}`: add one timestamped line (not idempotent: twice adds two lines).
-pub struct MemoryAppendTool {
-    spec: ToolSpec,
-}
-
-impl MemoryAppendTool {
-    /// The tool with its spec.
-    pub fn new() -> Self {
-        Self {
-            spec: spec(
-                "memory_append",
-                "Append a timestamped line to your persistent memory.",
-                json!({
-                    "type": "object",
-                    "properties": {"text": {"type": "string", "description": "What to remember."}},
-                    "required": ["text"],
-                    "additionalProperties": false
-                }),
-            ),
-        }
-    }
-}
-
-impl Default for MemoryAppendTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait::async_trait]
-impl Tool for MemoryAppendTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn effect(&self) -> ToolEffect {
-        ToolEffect::Write
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let args: AppendArgs = parse_args(args)?;
-        let path = memory_path(ctx)?;
-        let mut content = load(path).await?;
-        if !content.is_empty() && !content.ends_with('\n') {
-            content.push('\n');
-        }
-        let stamp = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ");
-        let line = args.text.replace('\n', " ");
-        content.push_str(&format!("- [{stamp}] {line}\n"));
-        store(path, &content).await
-    }
-}
-
-/// `memory_update {old_text, new_text}`: replace one exact, unique passage.
-pub struct MemoryUpdateTool {
-    spec: ToolSpec,
-}
-
-impl MemoryUpdateTool {
-    /// The tool with its spec.
-    pub fn new() -> Self {
-        Self {
-            spec: spec(
-                "memory_update",
-                "Replace an exact passage of your persistent memory; old_text must occur exactly once.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "old_text": {"type": "string", "description": "Exact text to replace (must match once)."},
-                        "new_text": {"type": "string", "description": "Replacement text."}
-                    },
-                    "required": ["old_text", "new_text"],
-                    "additionalProperties": false
-                }),
-            ),
-        }
-    }
-}
-
-impl Default for MemoryUpdateTool {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[async_trait::async_trait]
-impl Tool for MemoryUpdateTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn effect(&self) -> ToolEffect {
-        ToolEffect::Write
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let args: UpdateArgs = parse_args(args)?;
-        let path = memory_path(ctx)?;
-        let updated = replace_unique(&load(path).await?, &args.old_text, &args.new_text)?;
-        store(path, &updated).await
-    }
+/// The body of [`MemoryUpdateTool`]: `args` already decoded.
+async fn memory_update(ctx: &ToolContext, args: UpdateArgs) -> Result<ToolOutput, ToolError> {
+    let path = memory_path(ctx)?;
+    let updated = replace_unique(&load(path).await?, &args.old_text, &args.new_text)?;
+    store(path, &updated).await
 }

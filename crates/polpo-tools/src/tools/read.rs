@@ -1,9 +1,9 @@
 //! `read {path, offset?, limit?}`: numbered lines of a text file.
 
-use crate::args::{io_error, parse_args, spec};
+use crate::args::{io_error, spec};
 use crate::sandbox::resolve_in_sandbox;
-use crate::{Tool, ToolContext, ToolError, ToolOutput};
-use polpo_core::tool::{ToolEffect, ToolSpec};
+use crate::{ToolContext, ToolError, ToolOutput};
+use polpo_core::tool::ToolEffect;
 use serde::Deserialize;
 use serde_json::json;
 use std::io::BufRead;
@@ -24,72 +24,46 @@ struct Args {
     limit: Option<usize>,
 }
 
-/// Reads a file as `N<TAB>line` rows, from a 1-based `offset`, at most `limit` lines.
-pub struct ReadTool {
-    spec: ToolSpec,
-}
-
-impl ReadTool {
-    /// The tool with its spec.
-    pub fn new() -> Self {
-        Self {
-            spec: spec(
-                "read",
-                "Read a text file. Returns lines numbered `N<TAB>line`; use offset/limit to page through large files.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "path": {"type": "string", "description": "File path, relative to the workspace or absolute."},
-                        "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
-                        "limit": {"type": "integer", "minimum": 1, "description": "Maximum lines to return (default 500)."}
-                    },
-                    "required": ["path"],
-                    "additionalProperties": false
-                }),
-            ),
-        }
+builtin_tool! {
+    /// Reads a file as `N<TAB>line` rows, from a 1-based `offset`, at most `limit` lines.
+    ReadTool {
+        spec: spec(
+            "read",
+            "Read a text file. Returns lines numbered `N<TAB>line`; use offset/limit to page through large files.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "File path, relative to the workspace or absolute."},
+                    "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
+                    "limit": {"type": "integer", "minimum": 1, "description": "Maximum lines to return (default 500)."}
+                },
+                "required": ["path"],
+                "additionalProperties": false
+            }),
+        ),
+        effect: ToolEffect::Read,
+        call: read,
     }
 }
 
-impl Default for ReadTool {
-    fn default() -> Self {
-        Self::new()
+/// The body of [`ReadTool`]: `args` already decoded.
+async fn read(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
+    let path = resolve_in_sandbox(ctx, &args.path)?;
+    let offset = args.offset.unwrap_or(1).max(1);
+    let limit = args.limit.unwrap_or(DEFAULT_LIMIT).max(1);
+    let page_path = path.clone();
+    let page = tokio::task::spawn_blocking(move || read_page(&page_path, offset, limit))
+        .await
+        .map_err(|e| ToolError::new("internal", format!("read task failed: {e}")))??;
+    let mut text = page.rows.join("\n");
+    let remaining = page.total.saturating_sub(offset - 1 + page.rows.len());
+    if remaining > 0 {
+        text.push_str(&format!("\n... ({remaining} more lines)"));
     }
-}
-
-#[async_trait::async_trait]
-impl Tool for ReadTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn effect(&self) -> ToolEffect {
-        ToolEffect::Read
-    }
-
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError> {
-        let args: Args = parse_args(args)?;
-        let path = resolve_in_sandbox(ctx, &args.path)?;
-        let offset = args.offset.unwrap_or(1).max(1);
-        let limit = args.limit.unwrap_or(DEFAULT_LIMIT).max(1);
-        let page_path = path.clone();
-        let page = tokio::task::spawn_blocking(move || read_page(&page_path, offset, limit))
-            .await
-            .map_err(|e| ToolError::new("internal", format!("read task failed: {e}")))??;
-        let mut text = page.rows.join("\n");
-        let remaining = page.total.saturating_sub(offset - 1 + page.rows.len());
-        if remaining > 0 {
-            text.push_str(&format!("\n... ({remaining} more lines)"));
-        }
-        Ok(ToolOutput {
-            text,
-            details: json!({"path": path, "lines": page.rows.len(), "total": page.total}),
-        })
-    }
+    Ok(ToolOutput {
+        text,
+        details: json!({"path": path, "lines": page.rows.len(), "total": page.total}),
+    })
 }
 
 struct Page {
