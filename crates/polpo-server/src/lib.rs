@@ -14,6 +14,7 @@ pub mod chunks;
 pub mod error;
 pub mod guard;
 pub mod idempotency;
+pub mod memory;
 pub mod ratelimit;
 pub mod routes;
 pub mod serve;

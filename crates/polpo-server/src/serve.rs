@@ -89,6 +89,7 @@ pub async fn run(listener: TcpListener, app: Router, limits: Limits, shutdown: i
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let graceful = GracefulShutdown::new();
+    let memory = Arc::new(crate::memory::Release::default());
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).max_buf_size(MAX_BUF_BYTES);
     tokio::pin!(shutdown);
@@ -114,20 +115,22 @@ pub async fn run(listener: TcpListener, app: Router, limits: Limits, shutdown: i
             }
             continue;
         };
-        let (app, builder, watcher) = (app.clone(), builder.clone(), graceful.watcher());
+        let (app, builder, watcher, memory) = (app.clone(), builder.clone(), graceful.watcher(), memory.clone());
+        memory.opened();
         let header_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
             // A silent client costs no buffers: the connection is set up once there is
             // something to read, and dropped when nothing came within the header timeout.
-            if tokio::time::timeout(header_timeout, stream.readable()).await.is_err() {
-                return;
+            if tokio::time::timeout(header_timeout, stream.readable()).await.is_ok() {
+                let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    app.clone().oneshot(request)
+                });
+                // Boxed, so the task of a silent client stays small.
+                let _ = Box::pin(watcher.watch(builder.serve_connection(TokioIo::new(stream), service))).await;
             }
-            let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-                request.extensions_mut().insert(ConnectInfo(peer));
-                app.clone().oneshot(request)
-            });
-            let _ = watcher.watch(builder.serve_connection(TokioIo::new(stream), service)).await;
             drop(slot);
+            memory.closed();
         });
     }
     drop(listener);
