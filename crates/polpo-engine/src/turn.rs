@@ -160,11 +160,12 @@ pub async fn run_turns_controlled(
                 let output_cap = termination.before_model_call().await?;
                 let tool_free = formatting || repaired || termination.tool_free();
                 let tools = if tool_free { Vec::new() } else { crate::tool_loading::visible_tools(inv, &conversation) };
-                // With no tool to offer, the call that answers can carry the format itself.
-                constrained = tools.is_empty() && inv.response_format.is_structured();
+                let tool_choice = if tool_free { ToolChoice::None } else if turn == 1 { inv.tool_choice.clone() } else { ToolChoice::Auto };
+                // With no tool the model may call, the call that answers can carry the format.
+                constrained = inv.response_format.is_structured() && (tools.is_empty() || tool_choice == ToolChoice::None);
                 let shape = CallShape {
                     tools,
-                    tool_choice: if tool_free { ToolChoice::None } else if turn == 1 { inv.tool_choice.clone() } else { ToolChoice::Auto },
+                    tool_choice,
                     response_format: if constrained { inv.response_format.wire() } else { None },
                     max_output_tokens: output_cap,
                 };

@@ -165,3 +165,18 @@ async fn a_schema_whose_root_is_not_an_object_round_trips_on_every_wire() {
         assert_eq!(llm.requests().len(), 1, "{wire:?}");
     }
 }
+
+#[tokio::test]
+async fn tools_the_model_may_not_call_do_not_cost_a_formatting_call() {
+    for wire in WIRES {
+        let ws = Workspace::new();
+        let llm = FakeLlm::start([Turn::json(json!({"tier": "free"}))]).await.unwrap();
+        let mut inv = on_wire(invocation(&llm, &ws, None), &llm, wire);
+        inv.response_format = tier_format();
+        inv.tool_choice = polpo_llm::ToolChoice::None;
+        let seen = run(&inv, "Which tier?").await;
+        assert_eq!(seen.content(), r#"{"tier":"free"}"#, "{wire:?}");
+        assert_eq!(llm.requests().len(), 1, "{wire:?}: tool_choice none, so the first call carries the format");
+        assert!(constraint(&llm.requests()[0]).is_some(), "{wire:?}");
+    }
+}
