@@ -180,3 +180,19 @@ async fn tools_the_model_may_not_call_do_not_cost_a_formatting_call() {
         assert!(constraint(&llm.requests()[0]).is_some(), "{wire:?}");
     }
 }
+
+#[tokio::test]
+async fn an_answer_that_already_matches_needs_no_formatting_call() {
+    // A model that follows the schema in the system prompt on its own: the lax fake sends the
+    // scripted JSON although the tools-phase request did not ask for it.
+    let ws = Workspace::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let lax = polpo_testkit::Options { strict: false, ..Default::default() };
+    let llm = FakeLlm::start_with(listener, [Turn::json(json!({"tier": "paid"}))], lax).unwrap();
+    let mut inv = invocation(&llm, &ws, None);
+    inv.response_format = tier_format();
+    let seen = run(&inv, "Which tier?").await;
+    assert_eq!(seen.content(), r#"{"tier":"paid"}"#);
+    assert_eq!(llm.requests().len(), 1, "a valid answer is not formatted again");
+    assert_eq!(constraint(&llm.requests()[0]), None, "tools were offered, so the call was not constrained");
+}
