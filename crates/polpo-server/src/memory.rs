@@ -55,8 +55,8 @@ fn trim() {}
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_drained_peak_is_released_once() {
+    #[tokio::test]
+    async fn a_drained_peak_is_released_once() {
         let r = Release::default();
         for _ in 0..MIN_PEAK {
             r.opened();
