@@ -1,7 +1,10 @@
-//! Time as a value passed in, so every store decision about time (timestamps, lease expiry)
-//! is reproducible in a test that moves a manual clock forward.
+//! Time and ids as values passed in: every store decision about time (timestamps, lease
+//! expiry) comes from a [`Clock`], and the runtime above takes the same [`Clock`] plus an
+//! [`IdGen`] for the ids it makes (runs, sessions, completions), so a test that fixes both
+//! replays a run byte for byte.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -48,6 +51,36 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> DateTime<Utc> {
         *self.now.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Where new ids come from: each call returns an id never returned before by this generator,
+/// made of 32 lowercase hex digits (callers add their own prefix: `chat-…`, `chatcmpl-…`).
+pub trait IdGen: Send + Sync + std::fmt::Debug {
+    /// A fresh id.
+    fn next_id(&self) -> String;
+}
+
+/// Time-ordered random ids (UUID v7), for production: unique across processes and restarts.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct UuidV7Ids;
+
+impl IdGen for UuidV7Ids {
+    fn next_id(&self) -> String {
+        uuid::Uuid::now_v7().simple().to_string()
+    }
+}
+
+/// Ids 1, 2, 3 … written as 32 hex digits, for tests: two runs given fresh generators make the
+/// same ids in the same order.
+#[derive(Debug, Default)]
+pub struct SequentialIds {
+    last: AtomicU64,
+}
+
+impl IdGen for SequentialIds {
+    fn next_id(&self) -> String {
+        format!("{:032x}", self.last.fetch_add(1, Ordering::Relaxed) + 1)
     }
 }
 

@@ -43,7 +43,7 @@ pub mod traits;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, IdGen, ManualClock, SequentialIds, SystemClock, UuidV7Ids};
 pub use copy::{CopyReport, copy_store};
 pub use error::StoreError;
 pub use file::FileStore;
