@@ -9,6 +9,7 @@
 
 pub mod config;
 pub mod hooks;
+pub mod loops;
 pub mod message;
 pub mod model;
 pub mod policy;

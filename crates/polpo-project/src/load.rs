@@ -5,7 +5,7 @@
 //! teams and for `polpo.json` next to `project.json`). Ids are compared after NFKC +
 //! lowercase (`case_collision`). The loader never stops at the first problem.
 
-use crate::paths::{self, AGENT_JSON, AGENTS_DIR, INSTRUCTIONS_MD, TEAMS_DIR};
+use crate::paths::{self, AGENT_JSON, AGENTS_DIR, INSTRUCTIONS_MD, LOOPS_DIR, TEAMS_DIR};
 use crate::read;
 use polpo_core::config::schema::{Field, Shape};
 use polpo_core::config::{
@@ -13,6 +13,7 @@ use polpo_core::config::{
     Location, PROJECT_FILE, Project, ProjectFile, TEAM_FILE, Team, TeamConfig, check_id, codes,
     check_confusable, collisions, parse_checked, validate_project,
 };
+use polpo_core::loops::{Loop, parse_loop};
 use polpo_core::problem::Problem;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -38,6 +39,7 @@ pub fn load_project(root: &Path) -> Result<Project, Vec<Problem>> {
     let (manifest, manifest_source) = loader.manifest();
     let agents = loader.agents();
     let teams = loader.teams();
+    let loops = loader.loops();
     let project = Project {
         root: root.to_path_buf(),
         layout: if loader.legacy {
@@ -49,6 +51,7 @@ pub fn load_project(root: &Path) -> Result<Project, Vec<Problem>> {
         manifest_source,
         agents,
         teams,
+        loops,
     };
     let mut problems = loader.problems;
     problems.extend(validate_project(&project));
@@ -278,23 +281,47 @@ impl Loader {
     }
 
     fn directory_team(&mut self, file: &str) -> Option<Team> {
+        let (id, config, source) = self.named_file(TEAMS_DIR, file, "team", |value, at| {
+            parse_checked::<TeamConfig>(value, &TEAM_FILE, at)
+        })?;
+        Some(Team { id, config, source })
+    }
+
+    /// `loops/<id>.json` files (other files there, such as `.ts` sources, are not read).
+    fn loops(&mut self) -> BTreeMap<String, Loop> {
+        let files = self.entries(LOOPS_DIR, false);
+        let loops = files
+            .iter()
+            .filter(|n| n.ends_with(".json"))
+            .filter_map(|file| {
+                let (id, config, source) = self.named_file(LOOPS_DIR, file, "loop", parse_loop)?;
+                Some(Loop { id, config, source })
+            })
+            .collect();
+        self.unique(loops, |l| (&l.id, &l.source))
+    }
+
+    /// A `<dir>/<id>.json` file: its id (checked), its parsed content and where it is.
+    fn named_file<T>(
+        &mut self,
+        dir: &str,
+        file: &str,
+        what: &str,
+        parse: impl FnOnce(&Value, &Location) -> Result<T, Vec<Problem>>,
+    ) -> Option<(String, T, Location)> {
         let id = file.strip_suffix(".json").unwrap_or(file);
-        let at = Location::file(paths::display(&[TEAMS_DIR, file]));
+        let at = Location::file(paths::display(&[dir, file]));
         if let Err(reason) = check_id(id) {
             self.problems.push(at.problem(
                 codes::INVALID_VALUE,
-                format!("team file name: {reason}"),
+                format!("{what} file name: {reason}"),
                 "",
             ));
             return None;
         }
-        let value = self.keep(read::json(&self.dot.join(TEAMS_DIR).join(file), &at.file))?;
-        let config = self.keep(parse_checked::<TeamConfig>(&value, &TEAM_FILE, &at))?;
-        Some(Team {
-            id: id.to_string(),
-            config,
-            source: at,
-        })
+        let value = self.keep(read::json(&self.dot.join(dir).join(file), &at.file))?;
+        let config = self.keep(parse(&value, &at))?;
+        Some((id.to_string(), config, at))
     }
 
     fn legacy_team(&mut self, mut value: Value, at: Location) -> Option<Team> {

@@ -16,6 +16,8 @@ pub const LEGACY_TEAMS_JSON: &str = "teams.json";
 pub const AGENTS_DIR: &str = "agents";
 /// Team files live here.
 pub const TEAMS_DIR: &str = "teams";
+/// Project Loop files (`<id>.json`) live here.
+pub const LOOPS_DIR: &str = "loops";
 /// An agent's config inside its directory.
 pub const AGENT_JSON: &str = "agent.json";
 /// An agent's instructions inside its directory.

@@ -237,6 +237,11 @@ fn cross_agent_rules_point_into_the_right_file() {
             at(
                 "invalid_reference",
                 ".polpo/agents/b/agent.json",
+                "/assignedLoops/0"
+            ),
+            at(
+                "invalid_reference",
+                ".polpo/agents/b/agent.json",
                 "/defaultLoop"
             ),
             at(

@@ -23,6 +23,8 @@ macro_rules! string_enum {
         }
     };
 }
+// Loop files declare their closed enums the same way.
+pub(crate) use string_enum;
 
 string_enum! {
     /// How hard the model thinks (`reasoning` on agents and in settings).

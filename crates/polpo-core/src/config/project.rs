@@ -12,6 +12,7 @@ use super::team::TeamConfig;
 use crate::model::{
     ModelProfileError, ModelProfiles, resolve_model_chain, validate_model_profiles,
 };
+use crate::loops::Loop;
 use crate::problem::Problem;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -65,6 +66,8 @@ pub struct Project {
     pub agents: BTreeMap<String, Agent>,
     /// Teams by id.
     pub teams: BTreeMap<String, Team>,
+    /// Project Loops by id (`loops/<id>.json`).
+    pub loops: BTreeMap<String, Loop>,
 }
 
 impl Project {
@@ -89,7 +92,8 @@ impl Project {
 /// Cross-file rules: every `reportsTo` names an agent and no chain loops; `defaultLoop` and
 /// `executionRouter.allowedLoops` stay within `assignedLoops`; every model selection (agents,
 /// `orchestratorModel`, the profiles themselves) resolves (codes `model_profile_*` from
-/// [`crate::model`]); `defaultRetryPolicy.fallbackAgent` names an agent.
+/// [`crate::model`]); `defaultRetryPolicy.fallbackAgent` names an agent; loops and the agents'
+/// `assignedLoops` pass [`crate::loops::validate_loops`].
 pub fn validate_project(project: &Project) -> Vec<Problem> {
     let mut out = Vec::new();
     let settings = project.settings();
@@ -134,6 +138,7 @@ pub fn validate_project(project: &Project) -> Vec<Problem> {
             out.extend(problems.into_iter().map(|p| agent.source.locate(p)));
         }
     }
+    out.extend(crate::loops::validate_loops(project));
     out
 }
 

@@ -195,6 +195,7 @@ fn project(agents: Vec<Agent>, settings: Value) -> Project {
         manifest_source: Location::file(".polpo/project.json"),
         agents: agents.into_iter().map(|a| (a.id.clone(), a)).collect(),
         teams: Default::default(),
+        loops: Default::default(),
     }
 }
 
@@ -258,6 +259,7 @@ fn loops_and_profiles_must_be_defined() {
         .map(|(code, _, pointer)| (code, pointer))
         .collect();
     let want = [
+        ("invalid_reference", "/assignedLoops/0"),
         ("invalid_reference", "/defaultLoop"),
         ("invalid_reference", "/executionRouter/allowedLoops/0"),
         ("model_profile_not_allowed", "/model"),
