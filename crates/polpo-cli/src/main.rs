@@ -38,6 +38,9 @@ enum Command {
     /// Show, migrate or copy the project's store.
     #[command(subcommand)]
     Db(commands::db::Command),
+    /// List, validate or show Project Loops (`.polpo/loops/*.json`).
+    #[command(subcommand)]
+    Loops(commands::loops::Command),
     /// Validate hook packs or show hook capabilities.
     #[command(subcommand)]
     Hooks(commands::hooks::Command),
@@ -66,6 +69,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Agents(command) => commands::agents::run(global, command),
         Command::Migrate(args) => commands::migrate::run(global, args),
         Command::Db(command) => commands::db::run(global, command),
+        Command::Loops(command) => commands::loops::run(global, command),
         Command::Hooks(command) => commands::hooks::run(global, command),
         Command::Keys(command) => commands::keys::run(command),
         Command::Models(command) => commands::models::run(command),

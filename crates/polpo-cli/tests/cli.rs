@@ -474,7 +474,7 @@ fn validate_warns_about_fields_nothing_acts_on_yet_and_still_succeeds() {
         &[(
             ".polpo/agents/assistant/agent.json",
             r#"{"model": "openai/gpt-4o-mini", "skills": ["frontend-design"], "mcpServers": {"fs": {"type": "stdio", "command": "mcp-fs"}}, "assignedLoops": ["flow"]}"#,
-        )],
+        ), (".polpo/loops/flow.json", r#"{"start": "a", "steps": {"a": {"systemPrompt": "hi"}}}"#)],
     );
     let out = polpo(dir.path(), &["validate", "--project", "demo", "--json"]);
     let report: serde_json::Value = serde_json::from_str(&ok(out)).unwrap();
@@ -488,9 +488,72 @@ fn validate_warns_about_fields_nothing_acts_on_yet_and_still_succeeds() {
     located.sort();
     let file = ".polpo/agents/assistant/agent.json".to_owned();
     assert_eq!(located, vec![(file.clone(), "/assignedLoops".to_owned()), (file.clone(), "/mcpServers".to_owned()), (file, "/skills".to_owned())]);
+    let loops = report["warnings"].as_array().unwrap().iter().find(|w| w["pointer"] == "/assignedLoops").unwrap();
+    assert!(loops["message"].as_str().unwrap().contains("validated but not executed"), "{loops}");
     // A freshly scaffolded agent carries none of them.
     let fresh = tempfile::tempdir().unwrap();
     ok(polpo(fresh.path(), &["create", "demo", "--yes"]));
     let report: serde_json::Value = serde_json::from_str(&ok(polpo(fresh.path(), &["validate", "--project", "demo", "--json"]))).unwrap();
     assert!(!report["warnings"].to_string().contains("feature_unavailable"), "{report}");
+}
+
+/// A broken loop file: `polpo validate` names every problem by file and pointer and exits 1;
+/// tool names are checked against the built-in tools once the rest loads.
+#[test]
+fn validate_reports_every_problem_of_a_broken_loop_with_its_pointer() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(polpo(dir.path(), &["create", "demo", "--yes"]));
+    let root = dir.path().join("demo");
+    let loop_file = |steps: &str| format!(r#"{{"start": "fetch", "steps": {steps}}}"#);
+    let broken = loop_file(
+        r#"{"fetch": {"type": "tool", "tool": "read", "next": "clasify"},
+            "classify": {"when": "fetch.ok = true", "allowedTools": ["write"], "next": "end"},
+            "again": {"type": "while", "body": "fetch"}}"#,
+    );
+    write(&root, &[
+        (".polpo/agents/assistant/agent.json", r#"{"allowedTools": ["read"], "assignedLoops": ["flow", "gone"]}"#),
+        (".polpo/loops/flow.json", &broken),
+    ]);
+    let out = fails(polpo(&root, &["validate"]));
+    let lines = stdout(&out);
+    for want in [
+        ".polpo/loops/flow.json:/steps/fetch/next: unknown_step:",
+        ".polpo/loops/flow.json:/steps/classify/when: invalid_expression: `fetch.ok = true` at column 10",
+        ".polpo/loops/flow.json:/steps/classify: unreachable_step:",
+        ".polpo/loops/flow.json:/steps/again: unbounded_while:",
+        ".polpo/loops/flow.json:/steps/again: unreachable_step:",
+        ".polpo/loops/flow.json:/steps/classify/allowedTools/0: tool_outside_ceiling:",
+        ".polpo/agents/assistant/agent.json:/assignedLoops/1: invalid_reference:",
+    ] {
+        assert!(lines.contains(want), "missing {want:?} in\n{lines}");
+    }
+    assert_eq!(lines.lines().count(), 7, "{lines}");
+    assert!(stdout(&fails(polpo(&root, &["loops", "validate"]))).contains("unknown_step"));
+
+    let fixed = loop_file(r#"{"fetch": {"type": "tool", "tool": "clone_repository", "next": "end"}}"#);
+    write(&root, &[
+        (".polpo/agents/assistant/agent.json", r#"{"assignedLoops": ["flow"]}"#),
+        (".polpo/loops/flow.json", &fixed),
+    ]);
+    let out = fails(polpo(&root, &["validate"]));
+    assert!(stdout(&out).contains(".polpo/loops/flow.json:/steps/fetch/tool: unknown_tool: no tool is named `clone_repository`"), "{}", stdout(&out));
+}
+
+#[test]
+fn loops_list_show_and_validate_a_valid_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(polpo(dir.path(), &["create", "demo", "--yes"]));
+    let root = dir.path().join("demo");
+    write(&root, &[
+        (".polpo/agents/assistant/agent.json", r#"{"assignedLoops": ["flow"]}"#),
+        (".polpo/loops/flow.json", r#"{"start": "a", "steps": {"a": {"tools": ["read"], "next": "end"}}}"#),
+    ]);
+    let out = ok(polpo(&root, &["loops", "validate"]));
+    assert!(out.contains("warning: .polpo/loops/flow.json:/steps/a/tools: deprecated_field:"), "{out}");
+    assert!(out.contains("ok: 1 loop(s)"), "{out}");
+    assert_eq!(ok(polpo(&root, &["loops", "list"])).trim(), "flow  1 step(s), start a  agents assistant");
+    let shown: serde_json::Value = serde_json::from_str(&ok(polpo(&root, &["loops", "show", "flow"]))).unwrap();
+    assert_eq!(shown["steps"]["a"]["tools"], serde_json::json!(["read"]));
+    assert!(stderr(&fails(polpo(&root, &["loops", "show", "nope"]))).contains("loop_not_found"));
+    assert!(ok(polpo(&root, &["validate"])).contains("1 loop (validated, not run yet)"));
 }

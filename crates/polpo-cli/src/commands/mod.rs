@@ -7,6 +7,7 @@ pub mod create;
 pub mod db;
 pub mod hooks;
 pub mod keys;
+pub mod loops;
 pub mod migrate;
 pub mod models;
 pub mod providers;

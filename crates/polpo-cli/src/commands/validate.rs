@@ -7,7 +7,7 @@ use std::process::ExitCode;
 /// Arguments of `polpo validate`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Print `{ok, agents, teams, problems}` as JSON.
+    /// Print `{ok, agents, teams, loops, problems, warnings}` as JSON.
     #[arg(long)]
     json: bool,
 }
@@ -17,25 +17,27 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let root = global.root()?;
     let mut warnings = Vec::new();
     let result = polpo_project::load_project(&root).and_then(|project| {
-        let (packs, problems) = polpo_project::hooks::check_project_hooks(&project);
+        let (packs, mut problems) = polpo_project::hooks::check_project_hooks(&project);
+        problems.extend(super::loops::tool_problems(&project));
         // Warnings (hooks that can never fire for their agent, routes an agent may not take)
         // never fail validation.
         warnings = super::hooks::agent_warnings(&project, &packs);
         warnings.extend(polpo_core::routing::project_routing_warnings(&project));
         // Fields kept for compatibility that nothing acts on yet must not look as if they work.
         warnings.extend(polpo_core::config::unavailable_agent_fields(&project));
+        warnings.extend(polpo_core::loops::loop_warnings(&project));
         // A project whose agents may run `bash` on a host that cannot confine it should know.
         warnings.extend(polpo_tools::sandbox::sandbox_support().notices().into_iter().map(|n| polpo_core::problem::Problem::new(n.code, n.message)));
         if problems.is_empty() { Ok(project) } else { Err(problems) }
     });
     if args.json {
-        let (agents, teams, problems) = match &result {
-            Ok(p) => (p.agents.len(), p.teams.len(), Vec::new()),
-            Err(problems) => (0, 0, sorted(problems.clone())),
+        let (agents, teams, loops, problems) = match &result {
+            Ok(p) => (p.agents.len(), p.teams.len(), p.loops.len(), Vec::new()),
+            Err(problems) => (0, 0, 0, sorted(problems.clone())),
         };
         let ok = problems.is_empty();
         print_json(
-            &serde_json::json!({"ok": ok, "agents": agents, "teams": teams, "problems": problems, "warnings": warnings}),
+            &serde_json::json!({"ok": ok, "agents": agents, "teams": teams, "loops": loops, "problems": problems, "warnings": warnings}),
         )?;
         return Ok(if ok {
             ExitCode::SUCCESS
@@ -65,8 +67,13 @@ fn summary(project: &Project) -> String {
         Layout::Directory => "directory layout",
         Layout::Legacy => "legacy layout; `polpo migrate` converts it",
     };
+    // Loops are new; a project without any keeps the summary it always had.
+    let loops = match project.loops.len() {
+        0 => String::new(),
+        n => format!(", {} (validated, not run yet)", plural(n, "loop")),
+    };
     format!(
-        "{}, {} ({layout})",
+        "{}, {}{loops} ({layout})",
         plural(project.agents.len(), "agent"),
         plural(project.teams.len(), "team")
     )
