@@ -90,6 +90,7 @@ fn project_loader() {
         ("agents/helper/agent.json", json!({"role": "helper", "model": "openai/gpt-4o-mini", "allowedTools": ["read", "write"], "chat": {"allowedTools": ["read"]}, "hooks": ["quality"], "maxTurns": 5, "team": "core"})),
         ("teams/core.json", json!({"name": "core", "description": "the core team"})),
         ("hooks/quality.json", hook_pack_seed()),
+        ("loops/flow.json", json!({"start": "a", "steps": {"a": {"allowedTools": ["read"], "when": "request.metadata.x != null", "next": "b"}, "b": {"type": "tool", "tool": "read", "input": {"path": {"$context": "a.path"}}}}})),
     ];
     let seeds = seeds(&files.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>());
     let words = [
@@ -230,6 +231,91 @@ fn tool_calls(tools: &[&'static str], paths: &[&str]) -> impl Strategy<Value = V
                 candidates.into_iter().filter(|(k, _)| fields.contains(k)).map(|(k, v)| (k.to_owned(), v)).collect();
             serde_json::to_vec(&json!({"tool": tool, "args": args})).unwrap()
         })
+}
+
+/// Loop guards are typed by people and evaluated by the runtime: any text parses to a tree that
+/// prints back to itself, or fails with a column inside it; evaluation never panics, and the
+/// fail-closed `holds` agrees with the value's truthiness.
+#[test]
+fn loop_expressions() {
+    use polpo_core::loops::expr::{Limits, evaluate_expr, holds, parse};
+    let seeds: Vec<Vec<u8>> = [
+        "classify.route == 'answer'", "classify.route != null", "!(a.b >= -1.5) && (c === \"x\\\"y\" || d.0 < e)",
+        "review.approved === true || attempts.count > 3", "", "a == b == c", "'unterminated",
+    ]
+    .iter()
+    .map(|s| s.as_bytes().to_vec())
+    .collect();
+    let words = [
+        "||", "&&", "!", "===", "!==", "==", "!=", ">=", "<=", ">", "<", "(", ")", "true", "false", "null", "'",
+        "\"", "\\", "-", ".", "0", "1.5", "classify.route", "a.b.c", " ",
+    ];
+    let context = json!({"classify": {"route": "answer"}, "a": {"b": 2, "c": [1, "x"]}, "e": null, "d": ["1"]});
+    fuzz("loop_expressions", inputs(seeds, &words), &|bytes| {
+        let text = String::from_utf8_lossy(bytes);
+        let chars = text.chars().count();
+        match parse(&text) {
+            Err(e) if e.column == 0 || e.column > chars + 1 => Err(format!("column {} outside {chars} characters: {e}", e.column)),
+            Err(_) => match holds(&text, &context) {
+                true => Err("a guard that does not parse held".into()),
+                false => Ok(()),
+            },
+            Ok(tree) => {
+                let printed = tree.to_string();
+                match parse(&printed) {
+                    Ok(again) if again == tree => {}
+                    other => return Err(format!("{text:?} printed as {printed:?}, which parses to {other:?}")),
+                }
+                let value = evaluate_expr(&tree, &context, &Limits::default()).map_err(|e| format!("a parsed tree failed: {e}"))?;
+                match holds(&text, &context) == value.truthy() {
+                    true => Ok(()),
+                    false => Err(format!("holds disagrees with the truthiness of {value:?}")),
+                }
+            }
+        }
+    });
+}
+
+/// Loop files: any document is a loop whose problems all say where they are, or located
+/// problems; a loop that parses serializes back to a document that parses to the same loop.
+#[test]
+fn loop_definitions() {
+    use polpo_core::config::Location;
+    use polpo_core::loops::{parse_loop, validate_loop};
+    let seeds = seeds(&[
+        json!({"name": "flow", "start": "a", "groups": {"g": {"label": "G"}}, "allowedTools": ["read"], "steps": {
+            "a": {"group": "g", "tools": ["read"], "stopWhen": {"expression": "a.done"}, "input": {"x": {"$context": "request.metadata.x"}},
+                  "next": [{"when": "a.route == 'b'", "to": "b"}, {"to": "end"}]},
+            "b": {"type": "parallel", "branches": ["c", "d"], "join": "any", "next": "w"},
+            "c": {"type": "tool", "tool": "read", "input": {"path": "x"}, "saveAs": "files.c"},
+            "d": {"type": "human", "output": {"schema": {"type": "object"}}},
+            "w": {"type": "while", "until": "c.ok", "body": ["c"], "maxIterations": 2}}}),
+        json!({"start": "x", "steps": {"x": {"type": "while", "body": "y"}, "end": {}},
+               "permissions": [{"resource": "tool", "effect": "approval", "match": {"step": "x"}, "when": "tool.name == 'bash'"}],
+               "policies": [{"effect": "deny", "when": "(a"}], "hooks": {"loop:start": [{"tool": "read"}]}}),
+    ]);
+    let words = [
+        "start", "steps", "type", "agent", "tool", "human", "parallel", "while", "next", "end", "when", "to", "label",
+        "branches", "join", "body", "condition", "until", "maxIterations", "allowedTools", "tools", "toolChoice",
+        "required", "mode", "group", "groups", "input", "$context", "saveAs", "stopWhen", "expression", "output",
+        "schema", "permissions", "policies", "hooks", "effect", "resource", "match",
+    ];
+    let at = Location::file(".polpo/loops/flow.json");
+    fuzz("loop_definitions", inputs(seeds, &words), &|bytes| {
+        let Ok(value) = serde_json::from_slice::<Value>(bytes) else { return Ok(()) };
+        match parse_loop(&value, &at) {
+            Err(problems) if problems.is_empty() => Err("refused with no problem named".into()),
+            Err(problems) => located(&problems),
+            Ok(config) => {
+                located(&validate_loop("flow", &config))?;
+                let written = serde_json::to_value(&config).map_err(|e| e.to_string())?;
+                match parse_loop(&written, &at) {
+                    Ok(again) if again == config => Ok(()),
+                    other => Err(format!("{value} wrote {written}, which reads as {other:?}")),
+                }
+            }
+        }
+    });
 }
 
 fn hook_pack_seed() -> Value {
