@@ -11,12 +11,12 @@
 //! They are fail-open: any failure (model error, timeout, unusable JSON) yields none and
 //! never touches the answer.
 
-use crate::invocation::Invocation;
 use polpo_core::config::agent::ChatConfig;
 use polpo_core::message::{Content, FinishReason, Message, Role, ToolCall};
 use polpo_core::policy::ToolPolicy;
 use polpo_core::tool::ToolSpec;
-use polpo_llm::{ModelEvent, ModelRequest, ToolChoice};
+use polpo_llm::{ModelEvent, ModelProvider, ModelRequest, ToolChoice};
+use polpo_store::IdGen;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -129,12 +129,6 @@ pub fn check_question(arguments: &str) -> Result<(), String> {
     if problems.is_empty() { Ok(()) } else { Err(format!("invalid_arguments: {}", problems.join("; "))) }
 }
 
-/// True when `call` ends the turn in the client: a request client tool, or a well-formed
-/// `ask_user_question` (a malformed one is answered with an error so the model can fix it).
-pub fn runs_in_client(inv: &Invocation, call: &ToolCall) -> bool {
-    inv.is_client_tool(&call.name) && (call.name != ASK_USER_QUESTION || check_question(&call.arguments).is_ok())
-}
-
 /// `ask_user` when the hand-back includes a question, else `tool_calls`.
 pub fn finish_reason(client_calls: &[ToolCall]) -> FinishReason {
     if client_calls.iter().any(|c| c.name == ASK_USER_QUESTION) { FinishReason::Other(ASK_USER_FINISH.into()) } else { FinishReason::ToolCalls }
@@ -166,15 +160,16 @@ pub struct Suggestion {
     pub prompt: String,
 }
 
-/// Suggest next messages after `answer` to `question`; empty on any failure (fail-open).
-pub async fn suggest(inv: &Invocation, policy: &SuggestionPolicy, question: &str, answer: &str) -> Vec<Suggestion> {
-    match tokio::time::timeout(SUGGESTIONS_TIMEOUT, crate::meter::external(suggestion_text(inv, policy, question, answer))).await {
-        Ok(Some(text)) => parse_suggestions(&text, policy.max_items),
+/// Suggest next messages after `answer` to `question`, asking `model` of `provider`; each gets
+/// an id from `ids`. Empty on any failure (fail-open).
+pub async fn suggest(provider: &dyn ModelProvider, model: &str, ids: &dyn IdGen, policy: &SuggestionPolicy, question: &str, answer: &str) -> Vec<Suggestion> {
+    match tokio::time::timeout(SUGGESTIONS_TIMEOUT, crate::meter::external(suggestion_text(provider, model, policy, question, answer))).await {
+        Ok(Some(text)) => parse_suggestions(&text, policy.max_items, ids),
         _ => Vec::new(),
     }
 }
 
-async fn suggestion_text(inv: &Invocation, policy: &SuggestionPolicy, question: &str, answer: &str) -> Option<String> {
+async fn suggestion_text(provider: &dyn ModelProvider, model: &str, policy: &SuggestionPolicy, question: &str, answer: &str) -> Option<String> {
     let guidance = policy.guidance.as_deref().map(|g| format!(" Guidance: {g}")).unwrap_or_default();
     let system = format!(
         "You suggest what the user might send next in a chat with an assistant. Reply with only JSON: \
@@ -184,7 +179,7 @@ async fn suggestion_text(inv: &Invocation, policy: &SuggestionPolicy, question: 
     );
     let answer: String = answer.chars().take(ANSWER_CONTEXT_CHARS).collect();
     let request = ModelRequest {
-        model: inv.model.clone(),
+        model: model.to_owned(),
         messages: vec![Message::system(system), Message::user(format!("User: {question}\n\nAssistant: {answer}"))].into(),
         tools: Vec::new(),
         tool_choice: ToolChoice::None,
@@ -194,7 +189,7 @@ async fn suggestion_text(inv: &Invocation, policy: &SuggestionPolicy, question: 
         max_output_tokens: Some(SUGGESTIONS_MAX_TOKENS),
         temperature: None,
     };
-    let mut stream = inv.provider.stream(request).await.ok()?;
+    let mut stream = provider.stream(request).await.ok()?;
     let mut text = String::new();
     while let Some(event) = stream.next().await {
         if let ModelEvent::TextDelta(t) = event.ok()? {
@@ -205,8 +200,8 @@ async fn suggestion_text(inv: &Invocation, policy: &SuggestionPolicy, question: 
 }
 
 /// Accept `{"suggestions":[…]}` or a bare array, possibly wrapped in prose or a code fence;
-/// keep well-formed, distinct items, cut to bounds.
-pub fn parse_suggestions(text: &str, max_items: usize) -> Vec<Suggestion> {
+/// keep well-formed, distinct items, cut to bounds; each gets an id from `ids`.
+pub fn parse_suggestions(text: &str, max_items: usize, ids: &dyn IdGen) -> Vec<Suggestion> {
     let value = serde_json::from_str::<Value>(text.trim()).ok().or_else(|| {
         let (start, end) = (text.find(['{', '['])?, text.rfind(['}', ']'])?);
         serde_json::from_str(text.get(start..=end)?).ok()
@@ -227,7 +222,7 @@ pub fn parse_suggestions(text: &str, max_items: usize) -> Vec<Suggestion> {
         if label.is_empty() || prompt.is_empty() || prompt.chars().count() > MAX_PROMPT_CHARS || out.iter().any(|s| s.prompt == prompt) {
             continue;
         }
-        out.push(Suggestion { id: format!("suggestion_{}", uuid::Uuid::new_v4().simple()), label, prompt });
+        out.push(Suggestion { id: format!("suggestion_{}", ids.next_id()), label, prompt });
         if out.len() == max_items.min(MAX_SUGGESTIONS) {
             break;
         }
@@ -249,13 +244,14 @@ mod tests {
     fn suggestions_are_bounded_and_tolerate_prose_around_the_json() {
         let text = "Sure:\n```json\n{\"suggestions\":[{\"label\":\"Show an example of the whole configuration file\",\"prompt\":\"Show me a complete example.\"},\
             {\"label\":\"Again\",\"prompt\":\"Show me a complete example.\"},{\"label\":\"\",\"prompt\":\"x\"},{\"label\":\"Next\",\"prompt\":\"What next?\"},{\"label\":\"More\",\"prompt\":\"More?\"}]}\n```";
-        let s = parse_suggestions(text, 2);
+        let ids = polpo_store::SequentialIds::default();
+        let s = parse_suggestions(text, 2, &ids);
         assert_eq!(s.len(), 2);
         assert_eq!(s[0].label.chars().count(), MAX_LABEL_CHARS);
         assert_eq!(s[1].prompt, "What next?");
-        assert!(s[0].id.starts_with("suggestion_") && s[0].id != s[1].id);
-        assert!(parse_suggestions("no json here", 3).is_empty());
-        assert!(parse_suggestions("{\"other\": 1}", 3).is_empty());
+        assert_eq!((s[0].id.as_str(), s[1].id.as_str()), ("suggestion_00000000000000000000000000000001", "suggestion_00000000000000000000000000000002"));
+        assert!(parse_suggestions("no json here", 3, &ids).is_empty());
+        assert!(parse_suggestions("{\"other\": 1}", 3, &ids).is_empty());
     }
 
     #[test]

@@ -6,11 +6,12 @@
 
 use crate::error::EngineError;
 use crate::hooks::InvocationHooks;
-use crate::interaction::{ASK_USER_QUESTION, Interactions, ask_user_spec};
+use crate::interaction::{ASK_USER_QUESTION, Interactions, ask_user_spec, check_question};
 use crate::structured::ResponseFormat;
-use crate::tool_exec::ToolSet;
+use crate::tools::set::ToolSet;
 use polpo_core::config::ToolLoadingMode;
 use polpo_core::policy::ToolPolicy;
+use polpo_core::message::ToolCall;
 use polpo_core::tool::ToolSpec;
 use polpo_llm::{ModelProvider, ToolChoice};
 use polpo_tools::ToolContext;
@@ -54,9 +55,10 @@ pub struct Invocation {
     pub tool_context: ToolContext,
     /// The agent's runtime hooks; `None` when it has no hook packs.
     pub hooks: Option<InvocationHooks>,
-    /// How runtime tool schemas are shown (`toolLoading.mode`, see [`crate::tool_loading`]).
+    /// How runtime tool schemas are shown (`toolLoading.mode`; progressive loading lives in
+    /// `tools::loading`).
     pub tool_loading: ToolLoadingMode,
-    /// Chat interactions offered (`ask_user_question`, suggestions), see [`crate::interaction`].
+    /// Chat interactions offered (`ask_user_question`, suggestions).
     pub interactions: Interactions,
 }
 
@@ -123,6 +125,12 @@ impl Invocation {
     /// `ask_user_question`.
     pub fn is_client_tool(&self, name: &str) -> bool {
         (self.interactions.ask_user_question && name == ASK_USER_QUESTION) || self.client_tools.iter().any(|t| t.name == name)
+    }
+
+    /// True when `call` ends the turn in the client: a request client tool, or a well-formed
+    /// `ask_user_question` (a malformed one is answered with an error so the model can fix it).
+    pub fn runs_in_client(&self, call: &ToolCall) -> bool {
+        self.is_client_tool(&call.name) && (call.name != ASK_USER_QUESTION || check_question(&call.arguments).is_ok())
     }
 }
 

@@ -6,7 +6,8 @@
 //! not a label never blocks the request and never widens what the agent may use. The decision
 //! is published as a `model:routed` event, so operators see which way each request went.
 
-use crate::runtime::{ChatInput, Loaded};
+use crate::loaded::Loaded;
+use crate::request::ChatInput;
 use futures::StreamExt;
 use polpo_core::config::Agent;
 use polpo_core::config::enums::RouterMode;

@@ -1,222 +1,55 @@
-//! The runtime as callers see it: a loaded project, its providers, tools and store, and one
-//! function per surface (`chat` today) that turns a request into a finished, persisted turn.
+//! The runtime as callers see it: a loaded project, its providers, tools and store, and the
+//! preparation every invocation goes through before its turn loop runs.
 //!
 //! Everything that must be decided once per request happens here, in one place, in the order
 //! of ARCHITECTURE.md: resolve the agent → its model chain → its effective tool policy (agent
 //! ∩ chat ∩ request) → its hook packs → load the session → run the turn loop → persist what
-//! the turn added. The server and the CLI only translate their input into [`ChatInput`].
+//! the turn added. Surfaces translate their input into a [`ChatInput`] and hand it to the run
+//! manager's `invoke` (in `runs`), which also decides how the answer is delivered.
 
-use crate::bus::{EventBus, RunEvents};
 use crate::error::EngineError;
+use crate::events::bus::{EventBus, RunEvents};
 use crate::events::{EventSink, RunEvent};
-use crate::hooks::{HookRuntime, InvocationHooks, LoopContext, VerifierAgent, invocation_info, system_clock};
-use crate::interaction::{Capabilities, Interactions, Suggestion};
+use crate::hooks::{HookRuntime, InvocationHooks, VerifierAgent, invocation_info, system_clock};
+use crate::interaction::{Interactions, Suggestion};
 use crate::invocation::Invocation;
-use crate::structured::ResponseFormat;
-use crate::tool_exec::ToolSet;
+use crate::loaded::Loaded;
+use crate::request::{ChatError, ChatInput, ChatOutput, DeliveryMode, Identity};
+use crate::routing::ModelRoute;
+use crate::tools::set::ToolSet;
 use crate::turn::{RunControl, RunOutcome, run_turns_controlled};
-use polpo_core::config::{Agent, Project, ToolLoadingMode};
-use polpo_core::hooks::{Handler, HookPack, HookSet};
+use chrono::{DateTime, Utc};
+use polpo_core::config::{Agent, ChatExecution, Project, ToolLoadingMode};
+use polpo_core::hooks::{Handler, HookSet};
 use polpo_core::message::{Message, Role};
+use polpo_core::model::ModelSelection;
 use polpo_core::policy::{PolicyLayer, ToolPolicy};
 use polpo_core::problem::Problem;
-use polpo_core::tool::ToolSpec;
-use polpo_llm::{ModelProvider, Providers, ResolveError, ToolChoice};
-use polpo_store::{NewMessage, NewSession, Session, Store, StoreError};
-use polpo_tools::ToolContext;
-use serde_json::Value;
+use polpo_llm::{ModelProvider, Providers, ResolveError};
+use polpo_store::{Clock, IdGen, NewMessage, NewSession, Session, Store, SystemClock, UuidV7Ids};
+use polpo_tools::{Tool, ToolContext};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Most stored messages replayed into one model call's history.
 pub const MAX_HISTORY_MESSAGES: usize = 2000;
 
-/// A project as the runtime serves it: configuration plus what was derived from it once
-/// (hook sets per agent). Swapped whole on reload, so a request never sees half of an edit.
-pub struct Loaded {
-    /// The validated project.
-    pub project: Project,
-    /// Hook packs by name.
-    pub packs: BTreeMap<String, HookPack>,
-    /// Each agent's resolved hooks (absent: the agent has none).
-    hooks: BTreeMap<String, Arc<HookSet>>,
-}
-
-impl Loaded {
-    /// Resolve every agent's hook packs; a project whose packs do not resolve is refused.
-    pub fn new(project: Project) -> Result<Self, Vec<Problem>> {
-        let (packs, problems) = polpo_project::hooks::check_project_hooks(&project);
-        if !problems.is_empty() {
-            return Err(problems);
-        }
-        let mut hooks = BTreeMap::new();
-        for (id, agent) in &project.agents {
-            let set = polpo_project::hooks::resolve_agent_hooks(&packs, &project, agent, &[])?;
-            if !set.is_empty() {
-                hooks.insert(id.clone(), Arc::new(set));
-            }
-        }
-        Ok(Self { project, packs, hooks })
-    }
-
-    /// The agent called `id`.
-    pub fn agent(&self, id: &str) -> Option<&Agent> {
-        self.project.agent(id)
-    }
-
-    /// The hooks one invocation of `agent` runs: its project and agent packs (resolved once,
-    /// above), plus — for a loop node — the loop's and the step's, resolved per request.
-    /// `None` when no hook applies; an unknown pack name is a problem, never silently skipped.
-    pub fn hooks_for(&self, agent: &Agent, loop_context: Option<&LoopContext>) -> Result<Option<Arc<HookSet>>, Vec<Problem>> {
-        let Some(ctx) = loop_context else { return Ok(self.hooks.get(&agent.id).cloned()) };
-        let set = polpo_project::hooks::resolve_agent_hooks(&self.packs, &self.project, agent, &ctx.assignments())?;
-        Ok((!set.is_empty()).then(|| Arc::new(set)))
-    }
-}
-
-/// One chat request, in the runtime's terms (the server translates the OpenAI wire into this).
-#[derive(Debug, Clone)]
-pub struct ChatInput {
-    /// The agent to talk to.
-    pub agent: String,
-    /// Continue this session; `None` starts a new one.
-    pub session_id: Option<String>,
-    /// The messages the client sent. With a session, only what follows the last assistant
-    /// message is new (clients may resend the whole conversation or just the new turn).
-    pub messages: Vec<Message>,
-    /// Request-scoped client tools.
-    pub client_tools: Vec<ToolSpec>,
-    /// Tool choice.
-    pub tool_choice: ToolChoice,
-    /// Run read-only batches concurrently.
-    pub parallel_tool_calls: bool,
-    /// Required shape of the answer.
-    pub response_format: ResponseFormat,
-    /// `polpo.execution.allowedTools`: narrows, never widens.
-    pub allowed_tools: Option<Vec<String>>,
-    /// Set when the agent runs as a node of a Project Loop: mode `loop`, the step matchers
-    /// see, and the loop- and step-scope hook packs (`None`: chat).
-    pub loop_context: Option<LoopContext>,
-    /// End-user id stored on a new session.
-    pub user: Option<String>,
-    /// Metadata stored on a new session (a JSON object or null).
-    pub metadata: Value,
-    /// The API client a new session belongs to (a key id, never the key); the server keeps
-    /// other clients' keys away from it.
-    pub owner: Option<String>,
-    /// Routing labels (`routing.labels` of a chat request) that `settings.modelRouting` rules
-    /// may match, for agents that opted in to model routing.
-    pub routing_labels: Vec<String>,
-    /// The run id this turn reports under (hook envelopes, events, `x-polpo-run-id`).
-    pub run_id: String,
-    /// What the client can render (`polpo.capabilities`): questions, suggestions.
-    pub capabilities: Capabilities,
-    /// The agent runs as a node of a parallel loop branch, which has no durable checkpoint of
-    /// its own yet: an agent with a termination gate is refused there before inference.
-    pub parallel_branch: bool,
-}
-
-impl ChatInput {
-    /// A plain request: these messages to this agent, new session, defaults elsewhere.
-    pub fn new(agent: impl Into<String>, messages: Vec<Message>) -> Self {
-        Self {
-            agent: agent.into(),
-            session_id: None,
-            messages,
-            client_tools: Vec::new(),
-            tool_choice: ToolChoice::Auto,
-            parallel_tool_calls: false,
-            response_format: ResponseFormat::Text,
-            allowed_tools: None,
-            loop_context: None,
-            user: None,
-            metadata: Value::Null,
-            owner: None,
-            routing_labels: Vec::new(),
-            run_id: format!("chat-{}", uuid::Uuid::now_v7().simple()),
-            capabilities: Capabilities::default(),
-            parallel_branch: false,
-        }
-    }
-}
-
-/// What a finished chat turn produced.
-#[derive(Debug, Clone)]
-pub struct ChatOutput {
-    /// The session the turn was stored in (new or continued).
-    pub session: Session,
-    /// The answer, usage and messages added.
-    pub outcome: RunOutcome,
-    /// Suggested next messages (`polpo.suggestions`); empty unless both the agent and the
-    /// client opted in, and whenever generating them failed.
-    pub suggestions: Vec<Suggestion>,
-}
-
-/// Why a chat request failed, each with a stable code.
-#[derive(Debug, thiserror::Error)]
-pub enum ChatError {
-    /// No agent with that id.
-    #[error("agent_not_found: no agent named `{0}` in this project")]
-    AgentNotFound(String),
-    /// The `x-session-id` names no session.
-    #[error("session_not_found: no session `{0}`")]
-    SessionNotFound(String),
-    /// The session belongs to another agent.
-    #[error("session_agent_mismatch: session `{session}` belongs to agent `{agent}`")]
-    SessionAgentMismatch {
-        /// The session.
-        session: String,
-        /// Its agent.
-        agent: String,
-    },
-    /// The request carries no new message to answer.
-    #[error("invalid_request: {0}")]
-    InvalidRequest(String),
-    /// The loop context assigns a hook pack that does not exist.
-    #[error("unknown_hook_pack: {0}")]
-    UnknownHookPack(String),
-    /// The agent's model selection does not resolve.
-    #[error("{0}")]
-    Model(#[from] ResolveError),
-    /// The store failed.
-    #[error("{0}")]
-    Store(#[from] StoreError),
-    /// The turn loop failed.
-    #[error("{0}")]
-    Engine(#[from] EngineError),
-}
-
-impl ChatError {
-    /// Stable snake_case code.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::AgentNotFound(_) => "agent_not_found",
-            Self::SessionNotFound(_) => "session_not_found",
-            Self::SessionAgentMismatch { .. } => "session_agent_mismatch",
-            Self::InvalidRequest(_) => "invalid_request",
-            Self::UnknownHookPack(_) => "unknown_hook_pack",
-            Self::Model(e) => e.code(),
-            Self::Store(e) => e.code(),
-            Self::Engine(e) => e.code(),
-        }
-    }
-}
-
 /// A chat request that passed every check and is ready to run.
 pub struct PreparedChat {
-    pub(crate) runtime: Arc<Runtime>,
-    pub(crate) invocation: Invocation,
-    pub(crate) session: Session,
-    pub(crate) history: Vec<Message>,
-    pub(crate) new_messages: Vec<Message>,
-    pub(crate) cancel: CancellationToken,
-    pub(crate) run_id: String,
-    /// Steering of a durable run (`crate::runs`); `None` for plain chat.
-    pub(crate) control: Option<Arc<dyn RunControl>>,
+    runtime: Arc<Runtime>,
+    invocation: Invocation,
+    identity: Identity,
+    session: Session,
+    history: Vec<Message>,
+    new_messages: Vec<Message>,
+    cancel: CancellationToken,
+    /// Steering (and, for a durable run, its checkpoint); `None` for plain chat.
+    control: Option<Arc<dyn RunControl>>,
     /// Which way model routing sent this request; `None` when the agent did not opt in.
-    pub(crate) route: Option<crate::routing::ModelRoute>,
+    route: Option<ModelRoute>,
 }
 
 impl PreparedChat {
@@ -227,12 +60,47 @@ impl PreparedChat {
 
     /// The run id this turn reports under.
     pub fn run_id(&self) -> &str {
-        &self.run_id
+        &self.identity.run_id
+    }
+
+    /// Who invoked the agent, as hooks and custom tools see it.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
     }
 
     /// Which way model routing sent this request (`None`: the agent did not opt in).
-    pub fn route(&self) -> Option<&crate::routing::ModelRoute> {
+    pub fn route(&self) -> Option<&ModelRoute> {
         self.route.as_ref()
+    }
+
+    /// The request's new messages (what follows the stored history).
+    pub(crate) fn new_messages(&self) -> &[Message] {
+        &self.new_messages
+    }
+
+    /// Cancels the turn: its model call, its tools.
+    pub(crate) fn cancel(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// The agent's server tools.
+    pub(crate) fn tools(&self) -> &ToolSet {
+        &self.invocation.tools
+    }
+
+    /// Run under `control`: it delivers steering at safe boundaries and keeps the gate state.
+    pub(crate) fn controlled_by(mut self, control: Arc<dyn RunControl>) -> Self {
+        self.control = Some(control);
+        self
+    }
+
+    /// Run as a durable run: with `tools` (the agent's, `write` ones behind the effect
+    /// ledger), and with the `maxTurns` left after the `turns_used` a resumed run already spent
+    /// (at least one, to finish).
+    pub(crate) fn durable(mut self, tools: Vec<Arc<dyn Tool>>, turns_used: u32) -> Self {
+        self.invocation.tools = Arc::new(ToolSet::new(tools));
+        self.invocation.max_turns = self.invocation.max_turns.saturating_sub(turns_used).max(1);
+        self
     }
 
     /// Run the agent's turn loop over the session's history plus the new messages, then store
@@ -241,7 +109,8 @@ impl PreparedChat {
     /// Nothing is stored when the turn fails before producing anything, so a client may retry
     /// with the same messages; a run that used up `maxTurns` keeps its transcript.
     pub async fn run(self, sink: EventSink<'_>) -> Result<ChatOutput, ChatError> {
-        let Self { runtime, invocation, session, history, new_messages, cancel, run_id, control, route: _ } = self;
+        let Self { runtime, invocation, identity, session, history, new_messages, cancel, control, route: _ } = self;
+        let run_id = identity.run_id;
         let events = RunEvents::new(&runtime.bus, &run_id, &session.id, &invocation.agent);
         events.started();
         let reasoning = std::sync::Mutex::new(crate::reasoning::ReasoningLog::default());
@@ -273,9 +142,9 @@ impl PreparedChat {
         };
         match result {
             Ok(outcome) => {
-                let suggestions = suggestions(&invocation, &new_messages, &outcome, &cancel).await;
+                let suggestions = suggestions(&invocation, runtime.ids.as_ref(), &new_messages, &outcome, &cancel).await;
                 events.completed(&outcome);
-                Ok(ChatOutput { session, outcome, suggestions })
+                Ok(ChatOutput { run_id, session, outcome, suggestions })
             }
             Err(e) => Err(events.failed(e.into())),
         }
@@ -284,7 +153,7 @@ impl PreparedChat {
 
 /// Suggestions after a successful plain-text answer, when the invocation offers them. Never
 /// for structured outputs, client hand-backs, empty answers or a cancelled request.
-async fn suggestions(inv: &Invocation, new_messages: &[Message], outcome: &RunOutcome, cancel: &CancellationToken) -> Vec<Suggestion> {
+async fn suggestions(inv: &Invocation, ids: &dyn IdGen, new_messages: &[Message], outcome: &RunOutcome, cancel: &CancellationToken) -> Vec<Suggestion> {
     let Some(policy) = &inv.interactions.suggestions else { return Vec::new() };
     let answer = outcome.content.as_deref().unwrap_or_default();
     if outcome.finish_reason != polpo_core::message::FinishReason::Stop || answer.trim().is_empty() || inv.response_format.is_structured() || cancel.is_cancelled() {
@@ -293,7 +162,7 @@ async fn suggestions(inv: &Invocation, new_messages: &[Message], outcome: &RunOu
     let question = crate::interaction::last_user_text(new_messages).unwrap_or_default();
     tokio::select! {
         _ = cancel.cancelled() => Vec::new(),
-        s = crate::interaction::suggest(inv, policy, &question, answer) => s,
+        s = crate::interaction::suggest(inv.provider.as_ref(), &inv.model, ids, policy, &question, answer) => s,
     }
 }
 
@@ -306,6 +175,8 @@ pub struct Runtime {
     hook_runtime: HookRuntime,
     offline_model: Option<String>,
     bus: EventBus,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGen>,
 }
 
 impl Runtime {
@@ -320,6 +191,39 @@ impl Runtime {
             hook_runtime: HookRuntime::from_env(),
             offline_model: None,
             bus: EventBus::default(),
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(UuidV7Ids),
+        }
+    }
+
+    /// Take "now" from `clock` and new ids from `ids` (the machine's clock and UUID v7 ids by
+    /// default): a test that fixes both, and gives the store the same clock, gets the same
+    /// run ids, session ids, times and journal on every run.
+    pub fn with_seams(mut self, clock: Arc<dyn Clock>, ids: Arc<dyn IdGen>) -> Self {
+        self.bus = EventBus::with_clock(crate::events::bus::DEFAULT_REPLAY, clock.clone());
+        self.clock = clock;
+        self.ids = ids;
+        self
+    }
+
+    /// Where this runtime reads "now".
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Where this runtime gets new ids.
+    pub fn ids(&self) -> &Arc<dyn IdGen> {
+        &self.ids
+    }
+
+    /// How `input` is delivered: durable when it must outlive its caller and the project runs
+    /// chats as runs (`settings.chatExecution: "run"`, the default), steerable in this process
+    /// when it runs chats as runs, plain otherwise.
+    pub fn delivery_mode(&self, input: &ChatInput) -> DeliveryMode {
+        match self.loaded().project.settings().chat_execution() {
+            ChatExecution::Run if input.outlive_caller => DeliveryMode::Durable,
+            ChatExecution::Run => DeliveryMode::Run,
+            _ => DeliveryMode::Inline,
         }
     }
 
@@ -370,7 +274,7 @@ impl Runtime {
 
     /// The chain of `selection` for `agent`: its own `model`, or the profile model routing
     /// picked (resolved under the same `allowedModelProfiles`, so routing can never widen).
-    pub(crate) fn provider_for_model(&self, loaded: &Loaded, agent: &Agent, selection: Option<&polpo_core::model::ModelSelection>) -> Result<Arc<dyn ModelProvider>, ChatError> {
+    pub(crate) fn provider_for_model(&self, loaded: &Loaded, agent: &Agent, selection: Option<&ModelSelection>) -> Result<Arc<dyn ModelProvider>, ChatError> {
         let settings = loaded.project.settings();
         let selection = selection.cloned().ok_or_else(|| {
             ChatError::Model(ResolveError::Model(polpo_llm::LlmError::new(
@@ -420,14 +324,15 @@ impl Runtime {
     /// Everything that can fail before the model is called, checked now: the agent, its model
     /// chain, the session (created when new), the request against the tool policy. A server
     /// answers these with a proper HTTP status before it starts streaming.
-    pub async fn prepare(self: &Arc<Self>, input: ChatInput, cancel: &CancellationToken) -> Result<PreparedChat, ChatError> {
+    pub async fn prepare(self: &Arc<Self>, mut input: ChatInput, cancel: &CancellationToken) -> Result<PreparedChat, ChatError> {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
+        let run_id = input.run_id.take().unwrap_or_else(|| format!("chat-{}", self.ids.next_id()));
         let provider = self.provider_for(&loaded, agent)?;
-        let mut invocation = self.invocation(&loaded, agent, provider, &input, cancel)?;
+        let mut invocation = self.invocation(&loaded, agent, provider, &input, &run_id, cancel)?;
         // Checked before the session is created, so a refused request leaves nothing behind.
         invocation.check()?;
-        let (session, history, new_messages) = self.prepare_session(&input).await?;
+        let (session, history, new_messages) = self.prepare_session(&input, &run_id).await?;
         // Routed only once the request is known to run, so a refused one costs no classifier
         // call; a routed chain that cannot be built leaves the agent on its own (pinned) model.
         let mut route = crate::routing::route(&self.providers, &loaded, agent, &input, cancel).await;
@@ -438,23 +343,85 @@ impl Runtime {
                     Err(e) => route.fail_open(e.code()),
                 }
             }
-            RunEvents::new(&self.bus, &input.run_id, &session.id, &input.agent).model_routed(route);
+            RunEvents::new(&self.bus, &run_id, &session.id, &input.agent).model_routed(route);
         }
+        Ok(self.prepared(invocation, input, run_id, session, history, new_messages, cancel.clone(), route))
+    }
+
+    /// A durable run again, from what its checkpoint kept: the request (`input`, naming the
+    /// run), the profile routing chose when it was accepted (no second routing, no classifier),
+    /// the messages it added so far, and when it was accepted — a termination gate's
+    /// `maxDurationMs` counts from then, not from the takeover (downtime included, the safe side).
+    pub(crate) async fn prepare_resumed(
+        self: &Arc<Self>,
+        input: ChatInput,
+        model_profile: Option<String>,
+        new_messages: Vec<Message>,
+        accepted_at: DateTime<Utc>,
+    ) -> Result<PreparedChat, ChatError> {
+        let loaded = self.loaded();
+        let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
+        let provider = match model_profile {
+            Some(profile) => self.provider_for_model(&loaded, agent, Some(&ModelSelection::Profile { profile }))?,
+            None => self.provider_for(&loaded, agent)?,
+        };
+        let run_id = input.run_id.clone().unwrap_or_default();
+        let session_id = input.session_id.clone().unwrap_or_default();
+        let cancel = CancellationToken::new();
+        let mut invocation = self.invocation(&loaded, agent, provider, &input, &run_id, &cancel)?;
+        let session = self.store.sessions.get_session(&session_id).await?.ok_or(ChatError::SessionNotFound(session_id))?;
+        if let Some(hooks) = &mut invocation.hooks {
+            let before = (self.clock.now() - accepted_at).to_std().unwrap_or_default();
+            let resumed_at = Instant::now();
+            hooks.clock = Arc::new(move || before + resumed_at.elapsed());
+        }
+        let history = self.history(&session.id).await?;
+        Ok(self.prepared(invocation, input, run_id, session, history, new_messages, cancel, None))
+    }
+
+    /// The prepared form of a resolved request, its session known.
+    #[allow(clippy::too_many_arguments)]
+    fn prepared(
+        self: &Arc<Self>,
+        mut invocation: Invocation,
+        input: ChatInput,
+        run_id: String,
+        session: Session,
+        history: Vec<Message>,
+        new_messages: Vec<Message>,
+        cancel: CancellationToken,
+        route: Option<ModelRoute>,
+    ) -> PreparedChat {
         if let Some(hooks) = &mut invocation.hooks {
             hooks.info.session_id = Some(session.id.clone());
         }
-        Ok(PreparedChat { runtime: self.clone(), invocation, session, history, new_messages, cancel: cancel.clone(), run_id: input.run_id, control: None, route })
+        let identity = Identity {
+            request_id: input.request_id.unwrap_or_else(|| format!("req-{}", self.ids.next_id())),
+            run_id,
+            session_id: Some(session.id.clone()),
+            user: input.user,
+            metadata: input.metadata,
+            surface: input.surface,
+        };
+        PreparedChat { runtime: self.clone(), invocation, identity, session, history, new_messages, cancel, control: None, route }
     }
 
     /// Find or create the session and split the request into stored history and new messages.
-    async fn prepare_session(&self, input: &ChatInput) -> Result<(Session, Vec<Message>, Vec<Message>), ChatError> {
+    async fn prepare_session(&self, input: &ChatInput, run_id: &str) -> Result<(Session, Vec<Message>, Vec<Message>), ChatError> {
         let Some(id) = &input.session_id else {
             if !input.messages.iter().any(|m| m.role != Role::System) {
                 return Err(ChatError::InvalidRequest("messages must contain at least one non-system message".into()));
             }
-            let new = NewSession { id: None, agent: input.agent.clone(), title: None, user: input.user.clone(), metadata: input.metadata.clone(), owner: input.owner.clone() };
+            let new = NewSession {
+                id: Some(self.ids.next_id()),
+                agent: input.agent.clone(),
+                title: None,
+                user: input.user.clone(),
+                metadata: input.metadata.clone(),
+                owner: input.owner.clone(),
+            };
             let session = self.store.sessions.create_session(new).await?;
-            RunEvents::new(&self.bus, &input.run_id, &session.id, &input.agent).session_created(&session);
+            RunEvents::new(&self.bus, run_id, &session.id, &input.agent).session_created(&session);
             return Ok((session, Vec::new(), input.messages.clone()));
         };
         let session = self.store.sessions.get_session(id).await?.ok_or_else(|| ChatError::SessionNotFound(id.clone()))?;
@@ -472,7 +439,7 @@ impl Runtime {
     }
 
     /// The last [`MAX_HISTORY_MESSAGES`] stored messages of a session, oldest first.
-    pub(crate) async fn history(&self, session_id: &str) -> Result<Vec<Message>, ChatError> {
+    async fn history(&self, session_id: &str) -> Result<Vec<Message>, ChatError> {
         let recent = self.store.sessions.recent_messages(session_id, MAX_HISTORY_MESSAGES as u32).await?;
         let mut messages: Vec<Message> = recent.into_iter().map(|m| m.message).collect();
         // Never start the history with tool results whose assistant call was cut off.
@@ -503,7 +470,7 @@ impl Runtime {
     }
 
     /// Everything the turn loop needs, resolved for this agent and request.
-    pub(crate) fn invocation(&self, loaded: &Loaded, agent: &Agent, provider: Arc<dyn ModelProvider>, input: &ChatInput, cancel: &CancellationToken) -> Result<Invocation, ChatError> {
+    fn invocation(&self, loaded: &Loaded, agent: &Agent, provider: Arc<dyn ModelProvider>, input: &ChatInput, run_id: &str, cancel: &CancellationToken) -> Result<Invocation, ChatError> {
         let c = &agent.config;
         let policy = ToolPolicy::unrestricted()
             .narrow(PolicyLayer::Agent, c.allowed_tools.as_deref())
@@ -515,7 +482,7 @@ impl Runtime {
             Some(set) => Some(InvocationHooks {
                 verifiers: self.verifiers(loaded, &set)?,
                 set,
-                info: invocation_info(&input.run_id, &agent.id, input.loop_context.as_ref()),
+                info: invocation_info(run_id, &agent.id, input.loop_context.as_ref()),
                 runtime: self.hook_runtime,
                 clock: system_clock(),
                 secrets: Vec::new(),

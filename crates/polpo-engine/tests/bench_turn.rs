@@ -20,7 +20,7 @@ mod support;
 use futures::stream;
 use polpo_core::message::{FinishReason, Message, Usage};
 use polpo_engine::run_turns;
-use polpo_engine::tool_exec::ToolSet;
+use polpo_engine::tools::set::ToolSet;
 use polpo_llm::{LlmError, ModelEvent, ModelProvider, ModelRequest, ModelStream};
 use polpo_testkit::{FakeLlm, Turn};
 use std::alloc::{GlobalAlloc, Layout, System};

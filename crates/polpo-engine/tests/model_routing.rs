@@ -62,8 +62,8 @@ async fn setup(llm: &FakeLlm) -> Setup {
 
 /// Run one chat request; its answer and its `model:routed` event, if any.
 async fn ask(rt: &Arc<Runtime>, input: ChatInput) -> (String, Option<Value>) {
-    let run_id = input.run_id.clone();
     let out = rt.chat(input, &|_| {}, &CancellationToken::new()).await.unwrap();
+    let run_id = out.run_id.clone();
     let (backlog, _) = rt.events().subscribe_after(Some(0));
     let route = backlog.into_iter().find_map(|d| match d {
         Delivery::Event(e) if e.event == "model:routed" && e.data["runId"] == run_id.as_str() => Some(e.data.clone()),

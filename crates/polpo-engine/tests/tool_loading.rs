@@ -8,7 +8,7 @@ mod support;
 
 use polpo_core::config::ToolLoadingMode;
 use polpo_core::tool::{ToolEffect, ToolSpec};
-use polpo_engine::tool_loading::AUTO_PROGRESSIVE_ABOVE;
+use polpo_engine::tools::loading::AUTO_PROGRESSIVE_ABOVE;
 use polpo_testkit::{FakeLlm, Turn};
 use polpo_tools::{Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::{Value, json};

@@ -1,20 +1,18 @@
-//! The server's shared state and its router: which route lives where, and the layers every
-//! request passes (JSON errors, host and origin checks, CORS, JSON bodies, body limit,
-//! authentication).
+//! The server's router: which route lives where, and the layers every request passes (JSON
+//! errors, host and origin checks, CORS, JSON bodies, body limit, authentication). The state
+//! handlers share lives below the routes, in [`crate::state`].
 
-use crate::auth::{ApiKeys, digest, presented_key};
+use crate::auth::{digest, presented_key};
 use crate::error::{ApiError, for_path};
-use crate::guard::{self, HostPolicy};
-use crate::ratelimit::{AUTH_FAILURES_PER_MINUTE, RateLimit};
+use crate::guard;
 use crate::routes;
+use crate::state::AppState;
 use axum::Router;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, Uri};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post};
-use polpo_engine::Runtime;
-use polpo_engine::runs::{RunManager, RunOptions};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
@@ -30,50 +28,6 @@ pub const EXPOSED_HEADERS: [&str; 3] = ["x-session-id", "x-polpo-run-id", "x-pol
 /// Request headers allowed pages may send: named one by one, since a wildcard does not cover
 /// `Authorization` in browsers.
 pub const ALLOWED_HEADERS: [&str; 6] = ["authorization", "content-type", "x-api-key", "idempotency-key", "x-session-id", "last-event-id"];
-
-/// Everything a handler needs.
-pub struct AppState {
-    /// The runtime (project, providers, store).
-    pub runtime: Arc<Runtime>,
-    /// Accepted API keys; empty means local-only mode (the listener is bound to 127.0.0.1).
-    pub keys: ApiKeys,
-    /// Browser origins allowed to call the API (`*` for any); empty: none.
-    pub cors_origins: Vec<String>,
-    /// When the server started (health reports uptime).
-    pub started: std::time::Instant,
-    /// Per-key request limit; only applied when keys are configured.
-    pub rate_limit: Option<RateLimit>,
-    /// Failed authentications per client address.
-    pub auth_failures: Option<RateLimit<IpAddr>>,
-    /// Which `Host` headers are answered.
-    pub hosts: HostPolicy,
-    /// Durable runs of this process (run-backed chat, steering, abort, recovery).
-    pub runs: Arc<RunManager>,
-    /// The owner of each inline (not stored) run executing now, by run id, so that steering
-    /// and abort reach it only from the client that started it.
-    pub inline_owners: std::sync::Mutex<std::collections::HashMap<String, Option<String>>>,
-}
-
-impl AppState {
-    /// State for `runtime` with these keys, local browser origins, started now.
-    pub fn new(runtime: Arc<Runtime>, keys: ApiKeys) -> Self {
-        let rate_limit = if keys.is_empty() { None } else { RateLimit::from_env() };
-        // Runs whose owner crashed are taken over as soon as the server state exists.
-        let runs = RunManager::new(runtime.clone(), RunOptions::from_env());
-        if tokio::runtime::Handle::try_current().is_ok() {
-            runs.spawn_recovery();
-        }
-        let auth_failures = RateLimit::with_burst(AUTH_FAILURES_PER_MINUTE, AUTH_FAILURES_PER_MINUTE);
-        let hosts = HostPolicy::for_server(!keys.is_empty());
-        Self { runtime, keys, cors_origins: default_cors_origins(), started: std::time::Instant::now(), rate_limit, auth_failures, hosts, runs, inline_owners: Default::default() }
-    }
-}
-
-/// The reference's default: local dashboards and dev servers only.
-pub fn default_cors_origins() -> Vec<String> {
-    let ports = [3000, 3001, 3890, 3891, 5173, 5174, 5175, 5176];
-    ports.iter().flat_map(|p| [format!("http://localhost:{p}"), format!("http://127.0.0.1:{p}")]).collect()
-}
 
 /// The whole HTTP API.
 pub fn router(state: Arc<AppState>) -> Router {

@@ -7,14 +7,16 @@
 //! request claims the key with a create-only write; a concurrent duplicate gets `409
 //! idempotency_in_progress`, a different body under the same key `422 idempotency_key_reused`.
 //! Only successful completions are remembered: a failed attempt releases the key, so a retry
-//! really retries (a provider outage must not be replayed forever). A claim left behind by a
-//! crash expires after [`PENDING_TTL`].
+//! really retries (a provider outage must not be replayed forever). A [`Claim`] is settled
+//! once, by how the request ended; one dropped unsettled (its request was cancelled) releases
+//! itself. A claim left behind by a crash expires after [`PENDING_TTL`].
 
 use crate::error::ApiError;
-use chrono::Utc;
-use polpo_store::{Store, StoreError};
+use chrono::{DateTime, Utc};
+use polpo_store::{Clock, Store, StoreError};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 
 /// Store collection of remembered responses.
 pub const COLLECTION: &str = "idempotency";
@@ -23,33 +25,52 @@ pub const MAX_KEY_LEN: usize = 255;
 /// A pending claim older than this is considered abandoned (its server died).
 pub const PENDING_TTL: chrono::Duration = chrono::Duration::minutes(15);
 
-/// A claimed key, to be completed or released.
+/// A claimed key: [`Claim::settle`] it by how the request ended. Dropped unsettled — the
+/// request was cancelled, its client went away — it releases the key on its own, so a retry
+/// runs again.
 #[derive(Debug)]
 pub struct Claim {
+    store: Store,
+    clock: Arc<dyn Clock>,
     id: String,
     request_hash: String,
+    settled: bool,
+}
+
+/// How a request that held a claim ended.
+#[derive(Debug)]
+pub enum Settlement {
+    /// It was answered: replay this response for the same key and body.
+    Answered(Value),
+    /// It failed: give the key back, so a retry really retries.
+    Failed,
+    /// It goes on elsewhere (a durable run handed over by a stopping server): keep the key
+    /// claimed, so a retry cannot start a second run; it expires after [`PENDING_TTL`].
+    HandedOver,
 }
 
 /// What looking up a key found.
 #[derive(Debug)]
 pub enum Lookup {
-    /// First use: run the request, then [`complete`] or [`release`].
+    /// First use: run the request, then [`Claim::settle`].
     Claimed(Claim),
     /// Already answered: replay this stored response.
     Replay(Value),
 }
 
-/// Claim `key` for a request with `body`, or find its stored response.
-pub async fn claim(store: &Store, caller: &str, key: &str, body: &[u8]) -> Result<Lookup, ApiError> {
+/// Claim `key` for a request with `body`, or find its stored response; times come from
+/// `clock`.
+pub async fn claim(store: &Store, clock: &Arc<dyn Clock>, caller: &str, key: &str, body: &[u8]) -> Result<Lookup, ApiError> {
     if key.is_empty() || key.len() > MAX_KEY_LEN {
         return Err(ApiError::invalid(format!("Idempotency-Key must be 1-{MAX_KEY_LEN} characters")));
     }
     let id = hex::encode(Sha256::digest(format!("{caller}\n{key}")));
     let request_hash = hex::encode(Sha256::digest(body));
-    let pending = json!({"state": "pending", "requestHash": request_hash, "claimedAt": Utc::now()});
+    let claimed = |id: String, request_hash: String| Lookup::Claimed(Claim { store: store.clone(), clock: clock.clone(), id, request_hash, settled: false });
+    let pending = json!({"state": "pending", "requestHash": request_hash, "claimedAt": clock.now()});
     for _ in 0..2 {
         match store.records.put_record(COLLECTION, &id, pending.clone(), Some(0)).await {
-            Ok(_) => return Ok(Lookup::Claimed(Claim { id, request_hash })),
+            Ok(_) => return Ok(claimed(id, request_hash)),
             Err(StoreError::Conflict(_)) => {}
             Err(e) => return Err(e.into()),
         }
@@ -60,28 +81,50 @@ pub async fn claim(store: &Store, caller: &str, key: &str, body: &[u8]) -> Resul
         if existing.value["state"] == "done" {
             return Ok(Lookup::Replay(existing.value["response"].clone()));
         }
-        let abandoned = serde_json::from_value::<chrono::DateTime<Utc>>(existing.value["claimedAt"].clone()).is_ok_and(|t| Utc::now() - t > PENDING_TTL);
+        let abandoned = serde_json::from_value::<DateTime<Utc>>(existing.value["claimedAt"].clone()).is_ok_and(|t| clock.now() - t > PENDING_TTL);
         if !abandoned {
             return Err(ApiError::new("idempotency_in_progress", "a request with this Idempotency-Key is still running"));
         }
         // Take over an abandoned claim, but only at the revision we saw.
         if store.records.put_record(COLLECTION, &id, pending.clone(), Some(existing.revision)).await.is_ok() {
-            return Ok(Lookup::Claimed(Claim { id, request_hash }));
+            return Ok(claimed(id, request_hash));
         }
     }
     Err(ApiError::new("idempotency_in_progress", "a request with this Idempotency-Key is still running"))
 }
 
-/// Remember `response` (body and the headers a replay must repeat) for the claimed key.
-pub async fn complete(store: &Store, claim: Claim, response: Value) -> Result<(), ApiError> {
-    let done = json!({"state": "done", "requestHash": claim.request_hash, "response": response, "completedAt": Utc::now()});
-    store.records.put_record(COLLECTION, &claim.id, done, None).await?;
-    Ok(())
+impl Claim {
+    /// Settle the key by how its request ended. Fails only when an answer could not be
+    /// remembered (the key is then left to expire).
+    pub async fn settle(mut self, how: Settlement) -> Result<(), ApiError> {
+        self.settled = true;
+        match how {
+            Settlement::Answered(response) => {
+                let done = json!({"state": "done", "requestHash": self.request_hash, "response": response, "completedAt": self.clock.now()});
+                self.store.records.put_record(COLLECTION, &self.id, done, None).await?;
+            }
+            Settlement::Failed => release(&self.store, &self.id).await,
+            Settlement::HandedOver => {}
+        }
+        Ok(())
+    }
 }
 
-/// Give the key back after a failure, so a retry runs again.
-pub async fn release(store: &Store, claim: Claim) {
-    if let Err(e) = store.records.delete_record(COLLECTION, &claim.id, None).await {
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (store, id) = (self.store.clone(), std::mem::take(&mut self.id));
+            runtime.spawn(async move { release(&store, &id).await });
+        }
+    }
+}
+
+/// Give key `id` back, so a retry runs again.
+async fn release(store: &Store, id: &str) {
+    if let Err(e) = store.records.delete_record(COLLECTION, id, None).await {
         tracing::warn!(code = e.code(), "could not release an idempotency key; it expires on its own");
     }
 }

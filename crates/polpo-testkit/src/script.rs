@@ -51,7 +51,7 @@ impl Turn {
     }
 
     /// A structured answer: `value` as JSON text. A strict fake sends it as JSON only to a
-    /// request that asks for JSON (see [`crate::strict`]), as real models do.
+    /// request that asks for JSON (see the `strict` module), as real models do.
     pub fn json(value: Value) -> Self {
         Self::text(value.to_string())
     }

@@ -11,7 +11,7 @@
 
 use super::Global;
 use anyhow::Context as _;
-use polpo_engine::runs::is_terminal;
+use polpo_engine::events::JournalEvent;
 use polpo_llm::{SseDecoder, SseEvent};
 use polpo_store::RunStatus;
 use reqwest::Method;
@@ -247,14 +247,15 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
                             after = seq;
                             (wait, unreachable_since) = (RECONNECT_FIRST_WAIT, None);
                             println!("{}", if json { event.to_string() } else { human(&event) });
-                            let kind = event["type"].as_str().unwrap_or_default();
+                            let Some(entry) = JournalEvent::from_frame(&event) else { continue };
                             // The server's stream goes on past `run.paused` (through the
                             // reconciliation); tail stops there unless the run was reconciled
                             // already, since only a person's decision resumes it.
-                            let stops = is_terminal(kind)
-                                || (kind == "run.paused" && !client.call(Method::GET, &format!("/v1/runs/{id}"), None).await.is_ok_and(|run| run["status"] != "paused"));
+                            let paused = matches!(entry, JournalEvent::Paused(_));
+                            let stops = entry.is_terminal()
+                                || (paused && !client.call(Method::GET, &format!("/v1/runs/{id}"), None).await.is_ok_and(|run| run["status"] != "paused"));
                             if stops {
-                                return Ok(ending(id, &event));
+                                return Ok(ending(id, &entry));
                             }
                         }
                         Ok(None) => {
@@ -292,44 +293,47 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
     }
 }
 
-/// The exit code for a run's terminal event, with a line on stderr when it did not complete.
-fn ending(id: &str, event: &Value) -> ExitCode {
-    let data = &event["data"];
-    match event["type"].as_str().unwrap_or_default() {
-        "run.completed" => ExitCode::SUCCESS,
-        "run.paused" => {
-            let key = data["detail"]["key"].as_str().unwrap_or_default();
-            eprintln!("run {id} paused: {}: decide it with `polpo runs reconcile {id} applied|not-applied` (effect {key})", data["code"].as_str().unwrap_or_default());
+/// The exit code for the event a run's tail stops at, with a line on stderr when the run did
+/// not complete.
+fn ending(id: &str, entry: &JournalEvent) -> ExitCode {
+    match entry {
+        JournalEvent::Completed(_) => ExitCode::SUCCESS,
+        JournalEvent::Paused(paused) => {
+            let key = paused.detail["key"].as_str().unwrap_or_default();
+            eprintln!("run {id} paused: {}: decide it with `polpo runs reconcile {id} applied|not-applied` (effect {key})", paused.code);
             ExitCode::from(2)
         }
-        "run.cancelled" => {
+        JournalEvent::Cancelled(_) => {
             eprintln!("run {id} was cancelled");
             ExitCode::FAILURE
         }
-        _ => {
-            eprintln!("run {id} failed: {}: {}", data["code"].as_str().unwrap_or_default(), data["message"].as_str().unwrap_or_default());
+        JournalEvent::Failed(failure) => {
+            eprintln!("run {id} failed: {}: {}", failure.code, failure.message);
+            ExitCode::FAILURE
+        }
+        other => {
+            eprintln!("run {id} ended at {:?}", other.kind());
             ExitCode::FAILURE
         }
     }
 }
 
-/// One line for a run event: sequence, type, and what matters in it.
-fn human(event: &Value) -> String {
-    let data = &event["data"];
-    let s = |k: &str| data[k].as_str().unwrap_or_default().to_owned();
-    let quoted = |k: &str| clip(&Value::String(s(k)).to_string());
-    let kind = event["type"].as_str().unwrap_or_default();
-    let detail = match kind {
-        "output.text.delta" | "output.reasoning.delta" => quoted("text"),
-        "tool.started" => format!("{} {}", s("name"), clip(&data["arguments"].to_string())),
-        "tool.completed" | "tool.failed" => format!("{} -> {}", s("name"), quoted("result")),
-        "run.completed" => quoted("content"),
-        "run.failed" => format!("{}: {}", s("code"), s("message")),
-        "run.paused" => format!("{} {}", s("code"), data["detail"]["key"].as_str().unwrap_or_default()),
+/// One line for a run event (a `RunStreamEvent` frame): sequence, type, and what matters in it.
+fn human(frame: &Value) -> String {
+    let data = &frame["data"];
+    let quoted = |text: &str| clip(&Value::String(text.to_owned()).to_string());
+    let detail = match JournalEvent::from_frame(frame) {
+        Some(JournalEvent::TextDelta(t) | JournalEvent::ReasoningDelta(t)) => quoted(&t.text),
+        Some(JournalEvent::ToolStarted(t)) => format!("{} {}", t.name, clip(&t.arguments.to_string())),
+        Some(JournalEvent::ToolCompleted(t) | JournalEvent::ToolFailed(t)) => format!("{} -> {}", t.name, quoted(&t.result)),
+        Some(JournalEvent::Completed(answer)) => quoted(answer.content.as_deref().unwrap_or_default()),
+        Some(JournalEvent::Failed(failure)) => format!("{}: {}", failure.code, failure.message),
+        Some(JournalEvent::Paused(paused)) => format!("{} {}", paused.code, paused.detail["key"].as_str().unwrap_or_default()),
         _ if data.as_object().is_none_or(serde_json::Map::is_empty) => String::new(),
         _ => clip(&data.to_string()),
     };
-    format!("{:>4} {kind} {detail}", event["sequence"].as_u64().unwrap_or_default()).trim_end().to_owned()
+    let kind = frame["type"].as_str().unwrap_or_default();
+    format!("{:>4} {kind} {detail}", frame["sequence"].as_u64().unwrap_or_default()).trim_end().to_owned()
 }
 
 /// At most 200 characters of `text`, so one event stays one readable line.
@@ -381,7 +385,10 @@ async fn paused_on(client: &Client, id: &str) -> Result<String, ServerError> {
     let response = client.send(client.request(Method::GET, &format!("/v1/runs/{id}/events?after={}", last.saturating_sub(1)))).await?;
     let frame = SseFrames::new(response).next().await.map_err(|e| ServerError::unreachable(&client.url, e))?;
     let event: Value = frame.and_then(|f| serde_json::from_str(&f.data).ok()).unwrap_or_default();
-    event["data"]["detail"]["key"].as_str().filter(|_| event["type"] == "run.paused").map(str::to_owned).ok_or_else(not_paused)
+    match JournalEvent::from_frame(&event) {
+        Some(JournalEvent::Paused(paused)) => paused.detail["key"].as_str().map(str::to_owned).ok_or_else(not_paused),
+        _ => Err(not_paused()),
+    }
 }
 
 /// The frames of an SSE response as they arrive (comments and pings skipped), decoded by the

@@ -9,19 +9,20 @@
 //! [`RunEvent::HookStarted`]: crate::RunEvent::HookStarted
 
 mod command;
+pub mod gate;
 mod handlers;
 mod http;
 pub(crate) mod runner;
-pub(crate) mod termination;
 mod scopes;
+pub(crate) mod termination;
 mod verifier;
 
+pub use gate::{GateCheckpoint, GateDecision, GateValidation};
 pub use scopes::{LoopContext, invocation_info};
 
-pub use termination::{GateCheckpoint, GateDecision, GateValidation};
-pub use verifier::VerifierAgent;
-
 use polpo_core::hooks::{ExecutionMode, HookSet, InvocationInfo, Target};
+use polpo_core::policy::ToolPolicy;
+use polpo_llm::ModelProvider;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,6 +67,25 @@ impl Default for HookRuntime {
 /// Reads the kill switch value: `off` (also `0`, `false`, `disabled`) turns hooks off.
 pub fn hooks_enabled(value: Option<&str>) -> bool {
     !matches!(value.map(|v| v.trim().to_ascii_lowercase()).as_deref(), Some("off" | "0" | "false" | "disabled"))
+}
+
+/// A project agent resolved as a verifier: what it runs with. Built when the invocation is
+/// prepared, so an unknown verifier agent fails before any model call.
+pub struct VerifierAgent {
+    /// Its id.
+    pub agent: String,
+    /// Its system prompt (instructions, identity).
+    pub system_prompt: String,
+    /// Its own model chain.
+    pub provider: Arc<dyn ModelProvider>,
+    /// Its own tool policy (`allowedTools`); only read-only tools are ever offered on top.
+    pub policy: ToolPolicy,
+}
+
+impl std::fmt::Debug for VerifierAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerifierAgent").field("agent", &self.agent).finish_non_exhaustive()
+    }
 }
 
 /// Everything the turn loop needs to run the hooks of one invocation.

@@ -10,8 +10,9 @@
 //! model-backed, so they are never termination-gate validators, and they run no hooks of their
 //! own (recursion depth 1).
 
+use super::VerifierAgent;
 use crate::invocation::Invocation;
-use crate::tool_exec::ToolSet;
+use crate::tools::set::ToolSet;
 use futures::StreamExt;
 use polpo_core::hooks::limits::MAX_OUTPUT_BYTES;
 use polpo_core::hooks::{FailureCause, HookFailure, HookOutcome, parse_output};
@@ -30,25 +31,6 @@ envelope as JSON (the event, the agent, and its data such as a proposed tool cal
 You may look at files with the tools offered, but you cannot change anything. Finish with exactly one JSON \
 object and nothing else: {\"decision\":\"allow\"}, {\"decision\":\"deny\",\"reason\":\"…\"} or \
 {\"decision\":\"stop\",\"feedback\":\"…\"}.";
-
-/// A project agent resolved as a verifier: what it runs with. Built when the invocation is
-/// prepared, so an unknown verifier agent fails before any model call.
-pub struct VerifierAgent {
-    /// Its id.
-    pub agent: String,
-    /// Its system prompt (instructions, identity).
-    pub system_prompt: String,
-    /// Its own model chain.
-    pub provider: Arc<dyn ModelProvider>,
-    /// Its own tool policy (`allowedTools`); only read-only tools are ever offered on top.
-    pub policy: ToolPolicy,
-}
-
-impl std::fmt::Debug for VerifierAgent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("VerifierAgent").field("agent", &self.agent).finish_non_exhaustive()
-    }
-}
 
 /// Runs `verifier` on `envelope` for at most `max_turns` model calls and parses its decision.
 pub(super) async fn run(inv: &Invocation, verifier: &VerifierAgent, max_turns: u32, envelope: &[u8]) -> HookOutcome {

@@ -2,8 +2,9 @@
 //! in this process and only while its request runs, like the reference's in-process active
 //! run index. Nothing is journaled or checkpointed; a disconnect still cancels the turn.
 
-use super::state::{Queued, SteerMessage, SteerMode};
-use crate::turn::RunControl;
+use super::spec::{SteerMessage, SteerMode};
+use super::state::Queued;
+use crate::turn::control::RunControl;
 use polpo_core::message::Message;
 use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -19,12 +20,15 @@ struct Inbox {
 /// An inline run's steering inbox and cancellation.
 pub(crate) struct InlineRun {
     pub(crate) cancel: CancellationToken,
+    /// The API client its session belongs to: steering and abort by run id reach it only
+    /// from that client (or an admin).
+    pub(crate) owner: Option<String>,
     inbox: Mutex<Inbox>,
 }
 
 impl InlineRun {
-    pub(crate) fn new(cancel: CancellationToken) -> Self {
-        Self { cancel, inbox: Mutex::default() }
+    pub(crate) fn new(cancel: CancellationToken, owner: Option<String>) -> Self {
+        Self { cancel, owner, inbox: Mutex::default() }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inbox> {

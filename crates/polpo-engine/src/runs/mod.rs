@@ -15,26 +15,30 @@
 //! hands this process's runs over on a graceful stop: checkpointed, leases released, taken
 //! over by the next server at once.
 
+mod delivery;
 mod effects;
 mod inline;
-pub mod journal;
-pub mod state;
+pub mod spec;
+mod state;
+mod writer;
 
+pub use delivery::{Finished, Invoked, Progress, RUN_HANDED_OVER};
 pub use effects::effect_key;
-pub use journal::{TERMINAL_EVENTS, is_terminal, journal_entry, stream_event, stream_frame};
-pub use state::{CheckpointState, Queued, RunSpec, SteerMessage, SteerMode};
+pub use spec::{CheckpointState, RunSpec, SteerMessage, SteerMode};
+pub use state::Queued;
 
 use crate::error::EngineError;
-use crate::events::{EventSink, RunEvent};
-use crate::runtime::{ChatError, ChatInput, ChatOutput, PreparedChat, Runtime};
-use crate::tool_exec::ToolSet;
+use crate::events::RunEvent;
+use crate::events::journal::{Accepted, EventKind, JournalEvent, Owner, Paused, Reason, Reconciled, Released};
+use crate::request::{ChatError, ChatInput, Failure};
+use crate::runtime::{PreparedChat, Runtime};
 use futures::Stream;
-use journal::Journal;
 use polpo_core::message::Role;
 use polpo_store::{NewRun, Run, RunEvent as StoredEvent, RunStatus, StoreError};
 use polpo_tools::Tool;
 use serde_json::json;
 use state::RunState;
+use writer::Journal;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -150,7 +154,7 @@ pub struct RunManager {
 impl RunManager {
     /// A manager for `runtime`'s runs; its lease owner id is unique to this process.
     pub fn new(runtime: Arc<Runtime>, options: RunOptions) -> Arc<Self> {
-        let owner = format!("polpo-{}-{}", std::process::id(), uuid::Uuid::now_v7().simple());
+        let owner = format!("polpo-{}-{}", std::process::id(), runtime.ids().next_id());
         Arc::new(Self { runtime, owner, options, active: Mutex::default(), starting: Mutex::default(), inline: Mutex::default(), closing: CancellationToken::new(), tasks: TaskTracker::new() })
     }
 
@@ -172,21 +176,10 @@ impl RunManager {
         self.inline.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Run a prepared chat inline (not durable, cancelled with its request) while it can be
-    /// steered and aborted by its run id, like a durable run.
-    pub async fn run_inline(self: &Arc<Self>, mut prepared: PreparedChat, sink: EventSink<'_>) -> Result<ChatOutput, ChatError> {
-        struct Unregister<'a>(&'a RunManager, String);
-        impl Drop for Unregister<'_> {
-            fn drop(&mut self) {
-                self.0.inline().remove(&self.1);
-            }
-        }
-        let run = Arc::new(inline::InlineRun::new(prepared.cancel.clone()));
-        self.inline().insert(prepared.run_id.clone(), run.clone());
-        // Unregistered however the future ends, a client disconnect (drop) included.
-        let _unregister = Unregister(self, prepared.run_id.clone());
-        prepared.control = Some(run);
-        prepared.run(sink).await
+    /// The owner of the session of inline run `id` while it executes here (`Some(None)`: a
+    /// session without an owner); `None` when no inline run has that id.
+    pub fn inline_owner(&self, id: &str) -> Option<Option<String>> {
+        self.inline().get(id).map(|run| run.owner.clone())
     }
 
     fn starting(&self) -> MutexGuard<'_, HashSet<String>> {
@@ -205,10 +198,10 @@ impl RunManager {
         let cancel = CancellationToken::new();
         let mut spec = RunSpec::from_input(&input);
         let prepared = self.runtime.prepare(input, &cancel).await?;
-        spec.session_id = prepared.session.id.clone();
-        spec.messages = prepared.new_messages.clone();
+        spec.session_id = prepared.session().id.clone();
+        spec.messages = prepared.new_messages().to_vec();
         spec.model_profile = prepared.route().and_then(|r| r.profile.clone());
-        let run_id = prepared.run_id.clone();
+        let run_id = prepared.run_id().to_owned();
         let store = self.runtime.store().clone();
         self.starting().insert(run_id.clone());
         let created = async {
@@ -217,30 +210,31 @@ impl RunManager {
             store.runs.claim_run(&run_id, &self.owner, self.options.lease_ttl).await?;
             // The request travels in `run.accepted`, so a run that crashes before its first
             // checkpoint can still be resumed, without a checkpoint write before the response.
-            let accepted = json!({"agent": spec.agent, "sessionId": spec.session_id, "spec": spec});
-            let seq = store.runs.append_event(&run_id, "run.accepted", accepted).await?;
+            let accepted = JournalEvent::Accepted(Box::new(Accepted { agent: spec.agent.clone(), session_id: spec.session_id.clone(), spec: spec.clone() }));
+            let seq = *store.runs.append_events(&run_id, vec![accepted.to_stored()]).await?.end();
             Ok::<_, StoreError>((seq, CheckpointState { spec, ..Default::default() }))
         }
         .await;
         self.starting().remove(&run_id);
         let (seq, state) = created?;
-        let session_id = prepared.session.id.clone();
+        let session_id = prepared.session().id.clone();
         self.launch(prepared, state, seq, false);
         Ok(StartedRun { run_id, session_id })
     }
 
     /// Wrap the write tools, register the run as active and execute it in its own task.
-    fn launch(self: &Arc<Self>, mut prepared: PreparedChat, checkpoint: CheckpointState, last_seq: u64, resumed: bool) {
+    fn launch(self: &Arc<Self>, prepared: PreparedChat, checkpoint: CheckpointState, last_seq: u64, resumed: bool) {
         let store = self.runtime.store().clone();
-        let run_id = prepared.run_id.clone();
+        let run_id = prepared.run_id().to_owned();
         let cell: Arc<std::sync::OnceLock<std::sync::Weak<RunState>>> = Arc::default();
         let snapshot_cell = cell.clone();
-        let snapshot: journal::Snapshot = Arc::new(move || snapshot_cell.get().and_then(std::sync::Weak::upgrade).map(|s| s.snapshot()).unwrap_or_default());
+        let snapshot: writer::Snapshot = Arc::new(move || snapshot_cell.get().and_then(std::sync::Weak::upgrade).map(|s| s.snapshot()).unwrap_or_default());
         let journal = Journal::start(store.clone(), run_id.clone(), last_seq, snapshot);
         let state = Arc::new(RunState::new(checkpoint, journal));
         let _ = cell.set(Arc::downgrade(&state));
 
-        let tools = &prepared.invocation.tools;
+        let tools = prepared.tools();
+        let cancel = prepared.cancel().clone();
         let wrapped: Vec<Arc<dyn Tool>> = tools
             .specs()
             .filter_map(|s| tools.get(&s.name).cloned())
@@ -248,18 +242,16 @@ impl RunManager {
                 if tool.effect().is_replayable() {
                     tool
                 } else {
-                    Arc::new(effects::Ledgered { inner: tool, run_id: run_id.clone(), state: state.clone(), store: store.clone(), cancel: prepared.cancel.clone() })
+                    Arc::new(effects::Ledgered { inner: tool, run_id: run_id.clone(), state: state.clone(), store: store.clone(), cancel: cancel.clone() })
                 }
             })
             .collect();
-        prepared.invocation.tools = Arc::new(ToolSet::new(wrapped));
-        prepared.invocation.max_turns = prepared.invocation.max_turns.saturating_sub(state.turns_used()).max(1);
-        prepared.control = Some(state.clone());
-        let active = Arc::new(Active { cancel: prepared.cancel.clone(), state: state.clone() });
+        let prepared = prepared.durable(wrapped, state.turns_used()).controlled_by(state.clone());
+        let active = Arc::new(Active { cancel: cancel.clone(), state: state.clone() });
         self.active().insert(run_id.clone(), active);
         // Launched during a shutdown (after it cancelled the active runs): hand it over at once.
         if self.closing.is_cancelled() {
-            prepared.cancel.cancel();
+            cancel.cancel();
         }
         let manager = self.clone();
         self.tasks.spawn(async move { manager.drive(prepared, state, resumed).await });
@@ -268,8 +260,8 @@ impl RunManager {
     /// Execute a launched run to its end, renewing its lease, and record how it ended.
     async fn drive(self: Arc<Self>, prepared: PreparedChat, state: Arc<RunState>, resumed: bool) {
         let store = self.runtime.store().clone();
-        let run_id = prepared.run_id.clone();
-        let cancel = prepared.cancel.clone();
+        let run_id = prepared.run_id().to_owned();
+        let cancel = prepared.cancel().clone();
         let lost = CancellationToken::new();
         let renewal = tokio::spawn({
             let (store, run_id, owner, ttl, lost, cancel) = (store.clone(), run_id.clone(), self.owner.clone(), self.options.lease_ttl, lost.clone(), cancel.clone());
@@ -288,7 +280,8 @@ impl RunManager {
             }
         });
         let journal = state.journal().clone();
-        journal.event(if resumed { "run.resumed" } else { "run.started" }, json!({"owner": self.owner}));
+        let owner = Owner { owner: self.owner.clone() };
+        journal.event(if resumed { JournalEvent::Resumed(owner) } else { JournalEvent::Started(owner) });
         let sink = |event: RunEvent| {
             match &event {
                 // Once the process is stopping, what follows is the cancellation's doing
@@ -297,8 +290,8 @@ impl RunManager {
                 RunEvent::ToolCalling { id, .. } => state.on_tool_calling(id),
                 _ => {}
             }
-            if let Some((kind, data)) = journal_entry(&event) {
-                journal.event(kind, data);
+            if let Some(entry) = JournalEvent::from_run_event(&event) {
+                journal.event(entry);
             }
         };
         let result = prepared.run(&sink).await;
@@ -311,7 +304,7 @@ impl RunManager {
         if self.closing.is_cancelled() && state.paused().is_none() && matches!(result, Err(ChatError::Engine(EngineError::Aborted))) {
             // Stopped by the shutdown, not finished: the run stays `running`, checkpointed,
             // and its lease is given back so the next server resumes it without waiting.
-            journal.event("run.released", json!({"owner": self.owner, "reason": "shutdown"}));
+            journal.event(JournalEvent::Released(Released { owner: self.owner.clone(), reason: "shutdown".into() }));
             journal.checkpoint();
             journal.flush().await;
             self.active().remove(&run_id);
@@ -322,23 +315,19 @@ impl RunManager {
         }
         let (status, error) = match (&result, state.paused()) {
             (Err(ChatError::Engine(EngineError::Aborted)), Some(pause)) => {
-                journal.event("run.paused", json!({"code": pause.code, "detail": pause.data}));
+                journal.event(JournalEvent::Paused(Paused { code: pause.code.to_owned(), detail: pause.data }));
                 (RunStatus::Paused, Some(pause.code.to_owned()))
             }
             (Ok(out), _) => {
-                let o = &out.outcome;
-                journal.event(
-                    "run.completed",
-                    json!({"content": o.content, "finishReason": o.finish_reason, "toolCalls": o.client_tool_calls, "usage": o.usage, "turns": o.turns, "sessionId": out.session.id, "suggestions": out.suggestions}),
-                );
+                journal.event(JournalEvent::Completed(out.answer()));
                 (RunStatus::Completed, None)
             }
             (Err(ChatError::Engine(EngineError::Aborted)), None) => {
-                journal.event("run.cancelled", json!({}));
+                journal.event(JournalEvent::Cancelled(Reason::default()));
                 (RunStatus::Aborted, None)
             }
             (Err(e), _) => {
-                journal.event("run.failed", json!({"code": e.code(), "message": e.to_string()}));
+                journal.event(JournalEvent::Failed(Failure::from(e)));
                 (RunStatus::Failed, Some(e.to_string()))
             }
         };
@@ -377,7 +366,7 @@ impl RunManager {
             loop {
                 if let Some(event) = f.buffer.pop_front() {
                     f.after = event.seq;
-                    f.done = is_terminal(&event.event_type);
+                    f.done = EventKind::from_journal_name(&event.event_type).is_some_and(EventKind::is_terminal);
                     return Some((Ok(event), f));
                 }
                 if f.done {
@@ -448,14 +437,14 @@ impl RunManager {
         }
         let active = self.active().get(id).cloned();
         if let Some(active) = active {
-            active.state.journal().event("run.cancelling", json!({"reason": reason}));
+            active.state.journal().event(JournalEvent::Cancelling(Reason { reason }));
             active.cancel.cancel();
             return Ok(());
         }
         let store = self.runtime.store();
         match store.runs.get_run(id).await? {
             Some(run) if run.status == RunStatus::Paused => {
-                store.runs.append_events(id, vec![polpo_store::NewRunEvent::new("run.cancelled", json!({"reason": reason}))]).await?;
+                store.runs.append_events(id, vec![JournalEvent::Cancelled(Reason { reason }).to_stored()]).await?;
                 store.runs.update_run_status(id, RunStatus::Aborted, None, Some(run.revision)).await?;
                 Ok(())
             }
@@ -492,7 +481,7 @@ impl RunManager {
         self.starting().insert(id.to_owned());
         let resumed = async {
             store.runs.claim_run(id, &self.owner, self.options.lease_ttl).await?;
-            store.runs.append_event(id, "run.reconciled", json!({"key": key, "outcome": outcome})).await?;
+            store.runs.append_events(id, vec![JournalEvent::Reconciled(Reconciled { key: key.to_owned(), outcome: outcome.to_owned() }).to_stored()]).await?;
             store.runs.update_run_status(id, RunStatus::Running, None, Some(run.revision)).await?;
             self.resume(id).await
         }
@@ -526,7 +515,8 @@ impl RunManager {
                 Ok(()) => taken.push(id),
                 Err(e) => {
                     tracing::warn!(run = %id, code = e.code(), "run could not be resumed: {e}");
-                    let _ = store.runs.append_event(&id, "run.failed", json!({"code": "resume_failed", "message": e.to_string()})).await;
+                    let failed = JournalEvent::Failed(Failure { code: "resume_failed".into(), message: e.to_string() });
+                    let _ = store.runs.append_events(&id, vec![failed.to_stored()]).await;
                     let _ = store.runs.update_run_status(&id, RunStatus::Failed, Some(format!("resume_failed: {e}")), None).await;
                     let _ = store.runs.release_lease(&id, &self.owner).await;
                 }
@@ -575,34 +565,15 @@ impl RunManager {
             Some(checkpoint) => serde_json::from_value(checkpoint.state).map_err(|e| RunError::Invalid(format!("unreadable checkpoint: {e}")))?,
             None => {
                 let first = store.runs.events_after(id, 0, 1).await?.into_iter().next();
-                let spec = first.filter(|e| e.event_type == "run.accepted").and_then(|e| e.data.get("spec").cloned());
-                let spec = spec.ok_or_else(|| RunError::Invalid("the run has neither a checkpoint nor its request".into()))?;
-                let spec: RunSpec = serde_json::from_value(spec).map_err(|e| RunError::Invalid(format!("unreadable run request: {e}")))?;
-                CheckpointState { spec, ..Default::default() }
+                let Some(JournalEvent::Accepted(accepted)) = first.as_ref().and_then(JournalEvent::from_stored) else {
+                    return Err(RunError::Invalid("the run has neither a checkpoint nor its request".into()));
+                };
+                CheckpointState { spec: accepted.spec, ..Default::default() }
             }
         };
         let input = state.spec.to_input(id).map_err(RunError::Invalid)?;
-        let loaded = self.runtime.loaded();
-        let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
-        // A routed run keeps the profile it was accepted with: no second routing, no classifier.
-        let provider = match state.spec.model_profile.clone() {
-            Some(profile) => self.runtime.provider_for_model(&loaded, agent, Some(&polpo_core::model::ModelSelection::Profile { profile }))?,
-            None => self.runtime.provider_for(&loaded, agent)?,
-        };
-        let cancel = CancellationToken::new();
-        let mut invocation = self.runtime.invocation(&loaded, agent, provider, &input, &cancel)?;
-        let session = store.sessions.get_session(&state.spec.session_id).await?.ok_or_else(|| ChatError::SessionNotFound(state.spec.session_id.clone()))?;
-        if let Some(hooks) = &mut invocation.hooks {
-            hooks.info.session_id = Some(session.id.clone());
-            // Budgets survive a resume: the gate's `maxDurationMs` counts from when the run
-            // was accepted, not from the takeover (downtime included, the safe side).
-            let before = (chrono::Utc::now() - run.created_at).to_std().unwrap_or_default();
-            let resumed_at = std::time::Instant::now();
-            hooks.clock = Arc::new(move || before + resumed_at.elapsed());
-        }
-        let history = self.runtime.history(&session.id).await?;
         let new_messages = state.spec.messages.iter().chain(&state.produced).cloned().collect();
-        let prepared = PreparedChat { runtime: self.runtime.clone(), invocation, session, history, new_messages, cancel, run_id: id.to_owned(), control: None, route: None };
+        let prepared = self.runtime.prepare_resumed(input, state.spec.model_profile.clone(), new_messages, run.created_at).await?;
         self.launch(prepared, state, run.last_seq, true);
         Ok(())
     }

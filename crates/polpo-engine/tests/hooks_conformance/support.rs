@@ -8,7 +8,7 @@ use polpo_core::message::Message;
 use polpo_core::policy::{PolicyLayer, ToolPolicy};
 use polpo_engine::hooks::{Clock, HookRuntime, InvocationHooks, system_clock};
 use polpo_engine::structured::ResponseFormat;
-use polpo_engine::tool_exec::ToolSet;
+use polpo_engine::tools::set::ToolSet;
 use polpo_engine::{EngineError, Invocation, RunEvent, RunOutcome, run_turns};
 use polpo_llm::{OpenAiProvider, ProviderConfig, ToolChoice, WireApi};
 use polpo_testkit::FakeLlm;

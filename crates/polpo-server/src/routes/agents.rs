@@ -16,7 +16,7 @@
 //! loads (another file broke meanwhile) the write is undone and the runtime keeps the version
 //! it had.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::error::{ApiError, RestError, ok};
 use axum::Json;
 use axum::body::Bytes;

@@ -1,54 +1,47 @@
-//! `POST /v1/chat/completions`: the OpenAI wire in, one runtime turn, the OpenAI wire out.
+//! `POST /v1/chat/completions`: the OpenAI wire in, one engine invocation, the OpenAI wire out.
+//!
+//! This route translates only: the request becomes a `ChatInput`, the engine's
+//! `RunManager::invoke` decides how it runs (inline, steerable, or as a durable run that outlives
+//! the connection, for `polpo.delivery.onDisconnect: "continue"`), and its progress becomes
+//! chunks or one completion object.
 //!
 //! Everything that can fail before the model runs (bad body, unknown agent, unknown session,
 //! a forced tool outside the policy) is answered with a proper HTTP status, also for
 //! streaming requests; once streaming has started, failures arrive as an error chunk and
-//! `[DONE]`. Responses carry `x-session-id` and `x-polpo-run-id`; non-streaming responses also
-//! carry `x-polpo-overhead-ms` (the runtime's own time, model and tool waits excluded), and
-//! the last streamed chunk carries the same figure as `polpo.overhead_ms`.
-//!
-//! With `polpo.delivery.onDisconnect: "continue"` (and `settings.chatExecution: "run"`, the
-//! default) the turn runs as a durable run (`polpo_engine::runs`): it outlives the connection,
-//! streamed chunks carry the run journal's sequence as SSE `id`, and `x-polpo-run-id` names
-//! the run for `GET /v1/runs/{id}/events`, steering and abort. If this server stops meanwhile
-//! (SIGTERM), the run is handed over and the response says so: a `run_handed_over` error frame
-//! without `[DONE]`, or `503 run_handed_over`, naming the run to follow.
+//! `[DONE]`. Responses carry `x-session-id` and `x-polpo-run-id`; a turn that runs in the
+//! request also reports `x-polpo-overhead-ms` (the runtime's own time, model and tool waits
+//! excluded), streamed as `polpo.overhead_ms` on the last chunk. A durable run's chunks carry
+//! the run journal's sequence as SSE `id`, to be resumed on `GET /v1/runs/{id}/events`. If
+//! this server stops meanwhile (SIGTERM), the run is handed over and the response says so: a
+//! `run_handed_over` error frame without `[DONE]`, or `503 run_handed_over`, naming the run.
 
-use crate::app::AppState;
 use crate::auth::{Caller, presented_key};
 use crate::chunks::Completion;
 use crate::error::ApiError;
-use crate::idempotency::{self, Lookup};
+use crate::idempotency::{self, Claim, Lookup, Settlement};
 use crate::routes::sessions;
+use crate::sse::with_pings;
+use crate::state::AppState;
 use crate::wire::ChatRequest;
 use axum::body::Bytes;
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderValue};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::Stream;
 use polpo_core::message::{FinishReason, Message, ToolCall, Usage};
-use polpo_engine::meter::Meter;
-use polpo_engine::structured::ResponseFormat;
 use polpo_engine::interaction::{Capabilities, Suggestion};
-use polpo_engine::{ChatInput, ChatOutput, RunEvent};
-use polpo_engine::runs::stream_event;
-use polpo_core::config::ChatExecution;
-use futures::StreamExt;
+use polpo_engine::meter::{Meter, Overhead};
+use polpo_engine::runs::{Finished, Invoked, Progress};
+use polpo_engine::structured::ResponseFormat;
+use polpo_engine::{ChatInput, DeliveryMode, Failure, RunAnswer, RunEvent};
 use polpo_llm::ToolChoice;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio_util::sync::CancellationToken;
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio::sync::oneshot;
 
-/// The code of a durable chat whose run this server handed over because it is stopping
-/// (503 `run_handed_over`, or the stream's last frame): the run goes on on the next server,
-/// to be followed with `GET /v1/runs/{id}/events`.
-pub const RUN_HANDED_OVER: &str = "run_handed_over";
-/// SSE comment interval that keeps proxies from closing a quiet stream.
-pub const PING_INTERVAL: Duration = Duration::from_secs(20);
 /// `metadata` bounds (the reference's): keys, key length, value length.
 pub const MAX_METADATA_KEYS: usize = 16;
 const MAX_METADATA_KEY_CHARS: usize = 64;
@@ -77,33 +70,17 @@ struct Answer {
 }
 
 impl Answer {
-    fn new(completion: &Completion, out: &ChatOutput, run_id: &str) -> Self {
+    fn new(completion: &Completion, answer: &RunAnswer, run_id: &str) -> Self {
         Self {
             id: completion.id.clone(),
             created: completion.created,
-            content: out.outcome.content.clone(),
-            finish_reason: out.outcome.finish_reason.clone(),
-            tool_calls: out.outcome.client_tool_calls.clone(),
-            usage: out.outcome.usage,
-            session_id: out.session.id.clone(),
+            content: answer.content.clone(),
+            finish_reason: answer.finish_reason.clone(),
+            tool_calls: answer.tool_calls.clone(),
+            usage: answer.usage,
+            session_id: answer.session_id.clone(),
             run_id: run_id.to_owned(),
-            suggestions: out.suggestions.clone(),
-        }
-    }
-
-    /// The answer a durable run recorded in its `run.completed` event.
-    fn from_run(completion: &Completion, data: &Value, run_id: &str) -> Self {
-        let field = |k: &str| data.get(k).cloned().unwrap_or_default();
-        Self {
-            id: completion.id.clone(),
-            created: completion.created,
-            content: data.get("content").and_then(Value::as_str).map(str::to_owned),
-            finish_reason: serde_json::from_value(field("finishReason")).unwrap_or(FinishReason::Stop),
-            tool_calls: serde_json::from_value(field("toolCalls")).unwrap_or_default(),
-            usage: serde_json::from_value(field("usage")).unwrap_or_default(),
-            session_id: data.get("sessionId").and_then(Value::as_str).unwrap_or_default().to_owned(),
-            run_id: run_id.to_owned(),
-            suggestions: serde_json::from_value(field("suggestions")).unwrap_or_default(),
+            suggestions: answer.suggestions.clone(),
         }
     }
 
@@ -137,6 +114,15 @@ impl Answer {
     }
 }
 
+/// How the invocation ended, as the response needs it.
+struct Delivered {
+    answer: Result<Answer, Failure>,
+    handed_over: bool,
+    overhead: Option<Overhead>,
+    /// Why a successful answer could not be remembered under its `Idempotency-Key`.
+    unremembered: Option<ApiError>,
+}
+
 async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     let meter = Meter::start();
     let request: ChatRequest = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("the body is not a valid chat completion request: {e}")))?;
@@ -146,267 +132,141 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
         sessions::owned(&state, &caller, id).await?;
     }
     input.owner = caller.owner;
-    let stream = request.stream;
 
     let claim = match headers.get("idempotency-key").map(|v| v.to_str().unwrap_or_default()) {
         None => None,
-        Some(key) => match idempotency::claim(state.runtime.store(), presented_key(&headers).unwrap_or(""), key, &body).await? {
-            Lookup::Replay(stored) => return replay(stored, stream),
+        Some(key) => match idempotency::claim(state.runtime.store(), state.runtime.clock(), presented_key(&headers).unwrap_or(""), key, &body).await? {
+            Lookup::Replay(stored) => return replay(stored, request.stream),
             Lookup::Claimed(claim) => Some(claim),
         },
     };
-    if durable_delivery(&state, &request) {
-        return durable(state, input, claim, stream).await;
-    }
-
-    let cancel = CancellationToken::new();
-    let prepared = match meter.scope(state.runtime.prepare(input, &cancel)).await {
-        Ok(p) => p,
+    let mut invoked = match state.runs.invoke(input, meter).await {
+        Ok(invoked) => invoked,
         Err(e) => {
-            if let Some(claim) = claim {
-                idempotency::release(state.runtime.store(), claim).await;
-            }
+            settle(claim, Settlement::Failed).await;
             return Err(e.into());
         }
     };
-    let completion = Completion { id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()), created: chrono::Utc::now().timestamp() };
-    let session_id = prepared.session().id.clone();
-    let run_id = prepared.run_id().to_owned();
-    let ids = [("x-session-id", session_id), ("x-polpo-run-id", run_id.clone())];
-
-    if stream {
-        let events = streamed(state, completion, prepared, claim, meter, cancel);
-        let mut response = Sse::new(events).keep_alive(KeepAlive::new().interval(PING_INTERVAL).text("ping")).into_response();
-        set_headers(response.headers_mut(), &ids);
-        return Ok(response);
-    }
-
-    // A client that disconnects drops this future; the guard then cancels model and tools.
-    let _disconnect = cancel.drop_guard();
-    let result = meter.scope(run_prepared(&state, prepared, &|_| {})).await;
-    let mut response = match result {
-        Ok(out) => {
-            let answer = Answer::new(&completion, &out, &run_id);
-            if let Some(claim) = claim {
-                idempotency::complete(state.runtime.store(), claim, serde_json::to_value(&answer).unwrap_or_default()).await?;
-            }
-            axum::Json(answer.body()).into_response()
-        }
-        Err(e) => {
-            if let Some(claim) = claim {
-                idempotency::release(state.runtime.store(), claim).await;
-            }
-            ApiError::from(e).into_response()
-        }
-    };
-    set_headers(response.headers_mut(), &ids);
-    let overhead = format!("{:.3}", meter.read().own().as_secs_f64() * 1000.0);
-    set_headers(response.headers_mut(), &[("x-polpo-overhead-ms", overhead)]);
-    Ok(response)
-}
-
-/// Run the turn in its own task and stream its chunks. The task ends early only when the
-/// client goes away (the stream is dropped, which cancels the run: plain chat is not
-/// durable; durable run-backed chat keeps going without its subscriber).
-fn streamed(
-    state: Arc<AppState>,
-    completion: Completion,
-    prepared: polpo_engine::PreparedChat,
-    claim: Option<idempotency::Claim>,
-    meter: Meter,
-    cancel: CancellationToken,
-) -> impl Stream<Item = Result<Event, Infallible>> {
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
-    let run_id = prepared.run_id().to_owned();
-    let send = move |tx: &tokio::sync::mpsc::UnboundedSender<Event>, v: &Value| {
-        let _ = tx.send(Event::default().data(v.to_string()));
-    };
-    tokio::spawn(async move {
-        send(&tx, &completion.role_chunk());
-        let sink = |event: RunEvent| {
-            if let Some(chunk) = completion.event_chunk(&event) {
-                send(&tx, &chunk);
-            }
-        };
-        let result = meter.scope(run_prepared(&state, prepared, &sink)).await;
-        match result {
-            Ok(out) => {
-                let answer = Answer::new(&completion, &out, &run_id);
-                if let Some(chunk) = answer.suggestions_chunk() {
-                    send(&tx, &chunk);
-                }
-                let mut last = completion.final_chunk(&answer.finish_reason, &answer.tool_calls, &answer.usage);
-                last["polpo"] = json!({"overhead_ms": meter.read().own().as_secs_f64() * 1000.0});
-                send(&tx, &last);
-                if let Some(claim) = claim
-                    && let Err(e) = idempotency::complete(state.runtime.store(), claim, serde_json::to_value(&answer).unwrap_or_default()).await
-                {
-                    tracing::warn!(code = %e.code, "could not remember an idempotent response");
-                }
-            }
-            Err(e) => {
-                send(&tx, &completion.error_chunk(&e.to_string(), e.code()));
-                if let Some(claim) = claim {
-                    idempotency::release(state.runtime.store(), claim).await;
-                }
-            }
-        }
-        let _ = tx.send(Event::default().data("[DONE]"));
-    });
-    let guard = cancel.drop_guard();
-    futures::stream::unfold((rx, guard), |(mut rx, guard)| async move { rx.recv().await.map(|e| (Ok(e), (rx, guard))) })
-}
-
-/// Run a prepared turn in this request: steerable and abortable by its run id
-/// (`/v1/runs/{id}/steer|abort`) with `settings.chatExecution: "run"`, plain with `inline`.
-async fn run_prepared(state: &AppState, prepared: polpo_engine::PreparedChat, sink: polpo_engine::EventSink<'_>) -> Result<ChatOutput, polpo_engine::ChatError> {
-    if state.runtime.loaded().project.settings().chat_execution() == ChatExecution::Run {
-        /// Forgets the run's owner however the turn ends (a client disconnect drops it).
-        struct Registered<'a>(&'a AppState, String);
-        impl Drop for Registered<'_> {
-            fn drop(&mut self) {
-                self.0.inline_owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&self.1);
-            }
-        }
-        let run_id = prepared.run_id().to_owned();
-        state.inline_owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(run_id.clone(), prepared.session().owner.clone());
-        let _registered = Registered(state, run_id);
-        state.runs.run_inline(prepared, sink).await
+    let completion = Completion { id: format!("chatcmpl-{}", state.runtime.ids().next_id()), created: state.runtime.clock().now().timestamp() };
+    let ids = [("x-session-id", invoked.session_id().to_owned()), ("x-polpo-run-id", invoked.run_id().to_owned())];
+    let (durable, run_id) = (invoked.mode() == DeliveryMode::Durable, invoked.run_id().to_owned());
+    // Held while the client listens: a client that goes away cancels a turn that runs in its
+    // request. The delivery below goes on either way, so the key is always settled.
+    let attachment = invoked.attachment();
+    let (done_tx, done) = oneshot::channel();
+    let mut response = if request.stream {
+        let (tx, rx) = unbounded_channel::<Event>();
+        tokio::spawn(deliver(completion, invoked, claim, Some(tx), done_tx));
+        let events = futures::stream::unfold((rx, attachment), |(mut rx, attachment)| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), (rx, attachment))) });
+        with_pings(events).into_response()
     } else {
-        prepared.run(sink).await
-    }
-}
-
-/// Run-backed delivery: `polpo.delivery.onDisconnect: "continue"` with `settings.chatExecution`
-/// `run` (the default). The turn executes as a durable run that outlives this connection.
-fn durable_delivery(state: &AppState, r: &ChatRequest) -> bool {
-    let on_disconnect = r.polpo.as_ref().and_then(|p| p.extra.get("delivery")).and_then(|d| d.get("onDisconnect")).and_then(Value::as_str);
-    on_disconnect == Some("continue") && state.runtime.loaded().project.settings().chat_execution() == ChatExecution::Run
-}
-
-/// Start the turn as a durable run and answer from its journal: streamed chunks carry the
-/// journal sequence as their SSE `id`, so a client that loses the stream continues with
-/// `GET /v1/runs/{id}/events` and `Last-Event-ID`. The run and the follower that completes
-/// an `Idempotency-Key` keep going when the client disconnects.
-async fn durable(state: Arc<AppState>, input: ChatInput, claim: Option<idempotency::Claim>, stream: bool) -> Result<Response, ApiError> {
-    let started = match state.runs.start(input).await {
-        Ok(s) => s,
-        Err(e) => {
-            if let Some(claim) = claim {
-                idempotency::release(state.runtime.store(), claim).await;
-            }
-            return Err(e.into());
-        }
-    };
-    let completion = Completion { id: format!("chatcmpl-{}", uuid::Uuid::now_v7().simple()), created: chrono::Utc::now().timestamp() };
-    let ids = [("x-session-id", started.session_id.clone()), ("x-polpo-run-id", started.run_id.clone())];
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Event>();
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    tokio::spawn(follow_run(state, completion, started.run_id.clone(), claim, tx, done_tx));
-    let mut response = if stream {
-        let events = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx)) });
-        Sse::new(events).keep_alive(KeepAlive::new().interval(PING_INTERVAL).text("ping")).into_response()
-    } else {
-        match done_rx.await {
-            Ok(Ok(answer)) => axum::Json(answer.body()).into_response(),
-            Ok(Err((code, message))) => {
-                let mut response = ApiError::new(&code, message).for_run(&started.run_id).into_response();
-                if code == RUN_HANDED_OVER {
+        tokio::spawn(deliver(completion, invoked, claim, None, done_tx));
+        let delivered = done.await;
+        drop(attachment);
+        let Ok(delivered) = delivered else { return Err(ApiError::new("internal", "the run follower stopped")) };
+        let mut response = match (delivered.answer, delivered.unremembered) {
+            (Ok(_), Some(e)) => e.into_response(),
+            (Ok(answer), None) => axum::Json(answer.body()).into_response(),
+            (Err(failure), _) => {
+                let error = ApiError::new(&failure.code, failure.message);
+                let mut response = if durable { error.for_run(&run_id) } else { error }.into_response();
+                if delivered.handed_over {
                     // A retry would start a second run while this one goes on (OpenAI SDKs
                     // retry 5xx unless told not to).
                     response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
                 }
                 response
             }
-            Err(_) => ApiError::new("internal", "the run follower stopped").into_response(),
+        };
+        if let Some(overhead) = delivered.overhead {
+            set_headers(response.headers_mut(), &[("x-polpo-overhead-ms", format!("{:.3}", millis(overhead)))]);
         }
+        response
     };
     set_headers(response.headers_mut(), &ids);
     Ok(response)
 }
 
-/// Follow a durable run's journal to its end, sending chat chunks while the client listens,
-/// then settle the `Idempotency-Key` and report the answer (or `(code, message)`).
-///
-/// The answer ends with the run's verdict (completed, failed, cancelled or paused) and then
-/// `[DONE]`. A run this server hands over because it is stopping (`run.released`) has no
-/// verdict here: the stream ends with a [`RUN_HANDED_OVER`] error frame and no `[DONE]`, so
-/// no client takes the text so far for the whole answer, and the `Idempotency-Key` stays
-/// claimed, since the run goes on on the next server and a retry must not start a second one.
-async fn follow_run(
-    state: Arc<AppState>,
-    completion: Completion,
-    run_id: String,
-    claim: Option<idempotency::Claim>,
-    tx: tokio::sync::mpsc::UnboundedSender<Event>,
-    done: tokio::sync::oneshot::Sender<Result<Answer, (String, String)>>,
-) {
+/// Drive an invocation to its end: its progress as chunks while a client streams, then the
+/// verdict, the `Idempotency-Key` settled, and `[DONE]` — except for a run this server handed
+/// over, whose stream ends with a `run_handed_over` error frame and no `[DONE]`, so no client
+/// takes the text so far for the whole answer.
+async fn deliver(completion: Completion, mut invoked: Invoked, claim: Option<Claim>, chunks: Option<UnboundedSender<Event>>, done: oneshot::Sender<Delivered>) {
     let send = |v: &Value, seq: Option<u64>| {
-        let event = Event::default().data(v.to_string());
-        let _ = tx.send(match seq {
-            Some(seq) => event.id(seq.to_string()),
-            None => event,
-        });
+        if let Some(tx) = &chunks {
+            let event = Event::default().data(v.to_string());
+            let _ = tx.send(match seq {
+                Some(seq) => event.id(seq.to_string()),
+                None => event,
+            });
+        }
     };
     send(&completion.role_chunk(), None);
-    let mut journal = Box::pin(state.runs.events(&run_id, 0));
-    let mut result: Result<Answer, (String, String)> = Err(("internal".into(), "the run ended without a terminal event".into()));
-    let mut verdict = false;
-    while let Some(event) = journal.next().await {
-        let event = match event {
-            Ok(e) => e,
-            Err(e) => {
-                result = Err((e.code().into(), e.to_string()));
-                break;
-            }
-        };
-        if event.event_type == "run.released" {
-            let message = format!("{RUN_HANDED_OVER}: this server is stopping and handed run `{run_id}` over to the next one, where it goes on: follow it with GET /v1/runs/{run_id}/events (Last-Event-ID resumes)");
-            send(&completion.unfinished_chunk(&message, RUN_HANDED_OVER, &run_id), Some(event.seq));
-            let _ = done.send(Err((RUN_HANDED_OVER.into(), message)));
-            return;
-        }
-        let seq = Some(event.seq);
-        if let Some(chunk) = stream_event(&event).and_then(|e| completion.event_chunk(&e)) {
-            send(&chunk, seq);
-        }
-        let text = |k: &str| event.data.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-        result = match event.event_type.as_str() {
-            "run.completed" => {
-                let answer = Answer::from_run(&completion, &event.data, &run_id);
-                if let Some(chunk) = answer.suggestions_chunk() {
+    let finished = loop {
+        match invoked.next().await {
+            Some(Progress::Event(event, seq)) => {
+                if let Some(chunk) = completion.event_chunk(&event) {
                     send(&chunk, seq);
                 }
-                send(&completion.final_chunk(&answer.finish_reason, &answer.tool_calls, &answer.usage), seq);
-                Ok(answer)
             }
-            "run.failed" => Err((text("code"), text("message"))),
-            "run.cancelled" => Err(("aborted".into(), "aborted: the run was aborted".into())),
-            "run.paused" => Err((text("code"), format!("{}: the run is paused for reconciliation", text("code")))),
-            _ => continue,
-        };
-        if let Err((code, message)) = &result {
-            send(&completion.error_chunk(message, code), seq);
+            Some(Progress::Finished(finished)) => break finished,
+            None => break Finished { result: Err(Failure { code: "internal".into(), message: "the run follower stopped".into() }), seq: None, overhead: None },
         }
-        // The journal goes on past a pause (for the run's own followers); this answer ends.
-        verdict = true;
-        break;
-    }
-    if !verdict && let Err((code, message)) = &result {
-        send(&completion.error_chunk(message, code), None);
-    }
-    let _ = tx.send(Event::default().data("[DONE]"));
-    if let Some(claim) = claim {
-        match &result {
-            Ok(answer) => {
-                if let Err(e) = idempotency::complete(state.runtime.store(), claim, serde_json::to_value(answer).unwrap_or_default()).await {
-                    tracing::warn!(code = %e.code, "could not remember an idempotent response");
-                }
-            }
-            Err(_) => idempotency::release(state.runtime.store(), claim).await,
+    };
+    let handed_over = finished.handed_over();
+    let Finished { result, seq, overhead } = finished;
+    let answer = result.map(|a| Answer::new(&completion, &a, invoked.run_id()));
+    let settlement = match &answer {
+        Ok(answer) => {
+            send_answer(&completion, answer, overhead, seq, &send);
+            Settlement::Answered(serde_json::to_value(answer).unwrap_or_default())
         }
+        Err(f) if handed_over => {
+            send(&completion.unfinished_chunk(&f.message, &f.code, invoked.run_id()), seq);
+            Settlement::HandedOver
+        }
+        Err(f) => {
+            send(&completion.error_chunk(&f.message, &f.code), seq);
+            Settlement::Failed
+        }
+    };
+    let unremembered = match claim {
+        Some(claim) => claim.settle(settlement).await.err(),
+        None => None,
+    };
+    if let Some(e) = &unremembered {
+        tracing::warn!(code = %e.code, "could not remember an idempotent response");
     }
-    let _ = done.send(result);
+    if let Some(tx) = chunks.as_ref().filter(|_| !handed_over) {
+        let _ = tx.send(Event::default().data("[DONE]"));
+    }
+    let _ = done.send(Delivered { answer, handed_over, overhead, unremembered });
+}
+
+/// The end of a streamed answer: suggestions, then the final chunk (with the overhead of a
+/// turn that ran in the request).
+fn send_answer(completion: &Completion, answer: &Answer, overhead: Option<Overhead>, seq: Option<u64>, send: &impl Fn(&Value, Option<u64>)) {
+    if let Some(chunk) = answer.suggestions_chunk() {
+        send(&chunk, seq);
+    }
+    let mut last = completion.final_chunk(&answer.finish_reason, &answer.tool_calls, &answer.usage);
+    if let Some(overhead) = overhead {
+        last["polpo"] = json!({"overhead_ms": millis(overhead)});
+    }
+    send(&last, seq);
+}
+
+fn millis(overhead: Overhead) -> f64 {
+    overhead.own().as_secs_f64() * 1000.0
+}
+
+/// Settle `claim`, if the request holds one.
+async fn settle(claim: Option<Claim>, how: Settlement) {
+    if let Some(claim) = claim
+        && let Err(e) = claim.settle(how).await
+    {
+        tracing::warn!(code = %e.code, "could not settle an idempotency key");
+    }
 }
 
 /// Answer a repeated `Idempotency-Key` with the remembered response, in the shape asked for.
@@ -454,6 +314,10 @@ fn chat_input(state: &AppState, r: &ChatRequest, headers: &HeaderMap) -> Result<
     input.metadata = metadata(r.metadata.as_ref())?;
     input.routing_labels = routing_labels(r.extra.get("routing"))?;
     input.capabilities = capabilities(r.polpo.as_ref().map(|p| &p.capabilities));
+    // `polpo.delivery.onDisconnect: "continue"`: the answer outlives this connection (the
+    // engine runs it as a durable run when the project allows).
+    let on_disconnect = r.polpo.as_ref().and_then(|p| p.extra.get("delivery")).and_then(|d| d.get("onDisconnect")).and_then(Value::as_str);
+    input.outlive_caller = on_disconnect == Some("continue");
     // Parsed but not acted on yet: refused with a stable code rather than silently ignored.
     if r.loop_name.is_some() {
         return Err(ApiError::new("feature_unavailable", "`loop` (running a Project Loop) is not available in this runtime yet"));

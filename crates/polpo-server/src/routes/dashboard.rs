@@ -7,7 +7,7 @@
 //! file because the Content-Security-Policy forbids inline script and style: with `'self'` only,
 //! a model's answer that somehow reached the DOM as markup still could not run code.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use axum::Router;
 use axum::http::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS};
 use axum::response::{IntoResponse, Response};

@@ -11,17 +11,17 @@
 //! The feed carries every client's sessions and runs, so with several API keys only admin
 //! keys may open it (`403 forbidden` for a client key).
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, RestError};
-use crate::routes::chat::PING_INTERVAL;
+use crate::sse::with_pings;
 use axum::extract::{Extension, Query, State};
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::{Event, KeepAliveStream, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use polpo_core::hooks::matcher::glob_matches;
-use polpo_engine::bus::EVENTS_LOST;
+use polpo_engine::events::bus::EVENTS_LOST;
 use polpo_engine::{Delivery, Subscription};
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -41,12 +41,12 @@ pub async fn stream(State(state): State<Arc<AppState>>, Extension(caller): Exten
     }
 }
 
-fn open(state: &AppState, headers: &HeaderMap, query: &[(String, String)]) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>> + use<>>, ApiError> {
+fn open(state: &AppState, headers: &HeaderMap, query: &[(String, String)]) -> Result<Sse<KeepAliveStream<impl Stream<Item = Result<Event, Infallible>> + use<>>>, ApiError> {
     let after = resume_point(headers, query)?;
     let filters = filters(query)?;
     let (backlog, subscription) = state.runtime.events().subscribe_after(after);
     let events = feed(backlog.into(), subscription, filters);
-    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(PING_INTERVAL).text("ping")))
+    Ok(with_pings(events))
 }
 
 /// Where to resume: the `Last-Event-ID` header, else `?after=`. The header wins because a

@@ -1,6 +1,6 @@
 //! Liveness and what this host supports.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::error::ok;
 use axum::Json;
 use axum::extract::State;

@@ -1,7 +1,7 @@
 //! `GET /v1/models`: agents (and model profiles) as OpenAI models, so any OpenAI client can
 //! discover what it may talk to.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use serde_json::{Value, json};

@@ -14,18 +14,19 @@
 //! A run belongs to whoever owns its session: with several API keys, another client key gets
 //! `404 run_not_found` on every run route; admin keys reach every run.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::auth::Caller;
-use crate::routes::chat::PING_INTERVAL;
 use crate::error::{ApiError, RestError, ok};
+use crate::sse::with_pings;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use polpo_core::message::{Content, ContentPart, Message};
 use polpo_store::Run;
-use polpo_engine::runs::{Queued, Reconcile, RunError, SteerMessage, SteerMode, stream_frame};
+use polpo_engine::events::journal::{FRAME_EVENT, stream_frame};
+use polpo_engine::runs::{Queued, Reconcile, RunError, SteerMessage, SteerMode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
@@ -45,8 +46,7 @@ async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<Option<Run
     let not_found = || ApiError::new("run_not_found", format!("no run `{id}`"));
     let Some(run) = state.runs.get(id).await? else {
         // An inline chat's run is not stored; it is steerable while it executes here.
-        let inline = state.inline_owners.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(id).cloned();
-        return match inline {
+        return match state.runs.inline_owner(id) {
             _ if caller.admin => Ok(None),
             Some(owner) if caller.may_see(owner.as_deref()) => Ok(None),
             _ => Err(not_found()),
@@ -99,11 +99,11 @@ pub async fn events(
     }
     let frames = state.runs.events(&id, after).map(|e| {
         Ok::<_, Infallible>(match e {
-            Ok(e) => Event::default().event("run.event").id(e.seq.to_string()).data(stream_frame(&e).to_string()),
+            Ok(e) => Event::default().event(FRAME_EVENT).id(e.seq.to_string()).data(stream_frame(&e).to_string()),
             Err(e) => Event::default().event("error").data(json!({"code": e.code(), "message": e.to_string()}).to_string()),
         })
     });
-    Ok(Sse::new(frames).keep_alive(KeepAlive::new().interval(PING_INTERVAL).text("ping")).into_response())
+    Ok(with_pings(frames).into_response())
 }
 
 /// `POST /v1/runs/{id}/steer` body.

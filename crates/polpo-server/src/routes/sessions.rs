@@ -6,7 +6,7 @@
 //! With several API keys, a client key sees only the sessions it created (any other is
 //! `404 session_not_found`, as if it did not exist); admin keys see every session.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, RestError, ok};
 use axum::body::Bytes;
@@ -187,14 +187,14 @@ pub async fn import(State(state): State<Arc<AppState>>, Extension(caller): Exten
         Some(t) => t.to_owned(),
         None => messages.iter().find(|m| m.role == Role::User).map(|m| m.text_content().chars().take(TITLE_CHARS).collect()).unwrap_or_default(),
     };
-    let now = chrono::Utc::now();
-    let id = uuid::Uuid::new_v4().simple().to_string();
+    let (now, ids) = (state.runtime.clock().now(), state.runtime.ids());
+    let id = ids.next_id();
     let count = messages.len();
     let stored: Vec<StoredMessage> = messages
         .into_iter()
         .zip(1u64..)
         .map(|(message, seq)| StoredMessage {
-            id: format!("msg_{}", uuid::Uuid::new_v4().simple()),
+            id: format!("msg_{}", ids.next_id()),
             session_id: id.clone(),
             seq,
             ts: now,

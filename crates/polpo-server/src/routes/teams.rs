@@ -9,7 +9,7 @@
 //! new file, re-points the members' `agent.json` (revision-checked), then removes the old file,
 //! and never overwrites another team.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use crate::error::{ApiError, ok};
 use crate::routes::agents::{AgentError, WRITES, blocking, object, project_error, reload};
 use axum::body::Bytes;

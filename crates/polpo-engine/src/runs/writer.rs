@@ -1,25 +1,14 @@
-//! The run journal: run events become numbered journal entries, written in batches by one
-//! writer task per run, so streamed deltas cost one append (one fsync or commit) per batch,
+//! The run journal's writer: [`JournalEvent`]s become numbered journal entries, written in
+//! batches by one writer task per run, so streamed deltas cost one append (one fsync or commit) per batch,
 //! not per token. Checkpoints go through the same writer, so a checkpoint is always written
 //! after the events that precede it.
 
-use crate::events::RunEvent;
-use polpo_core::message::FinishReason;
-use crate::turn::CheckpointError;
-use polpo_store::{MAX_CHECKPOINT_BYTES, MAX_EVENT_BATCH, NewRunEvent, RunEvent as StoredEvent, Store};
-use serde_json::{Value, json};
+use crate::events::journal::JournalEvent;
+use crate::turn::control::CheckpointError;
+use polpo_store::{MAX_CHECKPOINT_BYTES, MAX_EVENT_BATCH, NewRunEvent, Store};
+use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
-
-/// Journal types after which a run produces nothing more, so its stream ends there.
-/// `run.paused` is not one of them: a paused run waits for a person's decision and goes on
-/// after `POST /v1/runs/{id}/reconcile`, so its followers stay attached.
-pub const TERMINAL_EVENTS: [&str; 3] = ["run.completed", "run.failed", "run.cancelled"];
-
-/// True for an event that ends a run's stream (the run completed, failed or was cancelled).
-pub fn is_terminal(event_type: &str) -> bool {
-    TERMINAL_EVENTS.contains(&event_type)
-}
 
 /// Attempts after the first to append a batch before it is given up.
 const APPEND_RETRIES: u32 = 3;
@@ -98,8 +87,8 @@ impl Journal {
     }
 
     /// Queue an event.
-    pub(crate) fn event(&self, event_type: &str, data: Value) {
-        let _ = self.tx.send(Item::Event(NewRunEvent::new(event_type, data)));
+    pub(crate) fn event(&self, event: JournalEvent) {
+        let _ = self.tx.send(Item::Event(event.to_stored()));
     }
 
     /// Queue a checkpoint of the run's current state.
@@ -140,69 +129,5 @@ async fn write_checkpoint(store: &Store, run_id: &str, seq: u64, snapshot: &Snap
         CheckpointError::TooLarge(format!("{bytes} bytes, more than the store's limit of {MAX_CHECKPOINT_BYTES}"))
     } else {
         CheckpointError::Failed(format!("{}: {e}", e.code()))
-    })
-}
-
-/// The journal entry for a runtime event (the reference's run stream types where it has one);
-/// `None` for what the checkpoint keeps instead (whole messages).
-pub fn journal_entry(event: &RunEvent) -> Option<(&'static str, Value)> {
-    Some(match event {
-        RunEvent::TurnStarted { turn } => ("turn.started", json!({"turn": turn})),
-        RunEvent::TextDelta { text } => ("output.text.delta", json!({"text": text})),
-        RunEvent::ReasoningDelta { text } => ("output.reasoning.delta", json!({"text": text})),
-        RunEvent::ToolPreparing { id, name, arguments_text } => {
-            ("tool.arguments", json!({"id": id, "name": name, "argumentsText": arguments_text}))
-        }
-        RunEvent::ToolCalling { id, name, arguments } => ("tool.started", json!({"id": id, "name": name, "arguments": arguments})),
-        RunEvent::ToolCompleted { id, name, result, is_error } => {
-            let kind = if *is_error { "tool.failed" } else { "tool.completed" };
-            (kind, json!({"id": id, "name": name, "result": result, "isError": is_error}))
-        }
-        RunEvent::TurnCompleted { turn, usage, finish_reason } => {
-            ("usage.completed", json!({"turn": turn, "usage": usage, "finishReason": finish_reason}))
-        }
-        RunEvent::MessageAppended { .. } => return None,
-        RunEvent::HookStarted { .. } => ("hook.started", serde_json::to_value(event).unwrap_or_default()),
-        RunEvent::HookCompleted { .. } => ("hook.completed", serde_json::to_value(event).unwrap_or_default()),
-        RunEvent::TerminationGate { .. } => ("termination_gate", serde_json::to_value(event).unwrap_or_default()),
-    })
-}
-
-/// The runtime event a journal entry stands for, for clients that render the journal as a
-/// chat stream (the inverse of [`journal_entry`] for the streamed kinds).
-pub fn stream_event(event: &StoredEvent) -> Option<RunEvent> {
-    let d = &event.data;
-    let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-    Some(match event.event_type.as_str() {
-        "output.text.delta" => RunEvent::TextDelta { text: s("text") },
-        "output.reasoning.delta" => RunEvent::ReasoningDelta { text: s("text") },
-        "tool.arguments" => RunEvent::ToolPreparing { id: s("id"), name: s("name"), arguments_text: s("argumentsText") },
-        "tool.started" => RunEvent::ToolCalling { id: s("id"), name: s("name"), arguments: d.get("arguments").cloned().unwrap_or_default() },
-        "tool.completed" | "tool.failed" => RunEvent::ToolCompleted {
-            id: s("id"),
-            name: s("name"),
-            result: s("result"),
-            is_error: event.event_type == "tool.failed",
-        },
-        "usage.completed" => RunEvent::TurnCompleted {
-            turn: d.get("turn").and_then(Value::as_u64).unwrap_or_default() as u32,
-            usage: serde_json::from_value(d.get("usage").cloned().unwrap_or_default()).unwrap_or_default(),
-            finish_reason: serde_json::from_value(d.get("finishReason").cloned().unwrap_or_default()).unwrap_or(FinishReason::Stop),
-        },
-        _ => return None,
-    })
-}
-
-/// The run stream frame of the reference (`RunStreamEvent`): the stored event plus its id and
-/// schema version.
-pub fn stream_frame(event: &StoredEvent) -> Value {
-    json!({
-        "id": format!("{}:{}", event.run_id, event.seq),
-        "runId": event.run_id,
-        "sequence": event.seq,
-        "schemaVersion": 1,
-        "type": event.event_type,
-        "data": event.data,
-        "createdAt": event.created_at,
     })
 }

@@ -9,35 +9,22 @@
 //! ([`Termination`]) before it counts; while they apply, the answer text is buffered and only
 //! the accepted answer reaches the client as `TextDelta`. Tool events stay observable.
 
+pub mod control;
+pub mod outcome;
+
+pub use control::{CheckpointError, RunControl};
+pub use outcome::RunOutcome;
+
 use crate::error::EngineError;
 use crate::events::{EventSink, RunEvent};
-use crate::hooks::GateCheckpoint;
+use crate::hooks::InvocationHooks;
 use crate::hooks::termination::{Judgement, Termination};
 use crate::invocation::Invocation;
 use futures::StreamExt;
-use futures::future::BoxFuture;
 use polpo_core::message::{Content, FinishReason, Message, Role, ToolCall, Usage};
 use polpo_llm::{ModelEvent, ModelRequest, ToolChoice};
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
-
-/// How a run ended when it did not fail.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunOutcome {
-    /// The final answer (canonical JSON for structured outputs); `None` when handing
-    /// client tool calls back to the caller.
-    pub content: Option<String>,
-    /// `stop`, or `tool_calls` when client tools must run in the caller.
-    pub finish_reason: FinishReason,
-    /// Client tool calls the caller must execute, in the model's order.
-    pub client_tool_calls: Vec<ToolCall>,
-    /// Total tokens over every model call of this invocation.
-    pub usage: Usage,
-    /// Model calls made.
-    pub turns: u32,
-    /// Messages this invocation added (assistant turns and tool results), in order.
-    pub messages: Vec<Message>,
-}
 
 /// What one model call produced.
 struct ModelReply {
@@ -46,45 +33,6 @@ struct ModelReply {
     /// `None` when the provider reported no usage.
     usage: Option<Usage>,
     finish: FinishReason,
-}
-
-/// What a durable run adds to the loop: messages that arrive while it works (steering). The
-/// loop asks only at safe boundaries — before a model call, and when it would finish — so a
-/// tool call in progress is never interrupted.
-///
-/// A durable run also keeps the termination gate's state (budgets consumed, the validation of
-/// the latest candidate) in its checkpoint, so a resume continues the same validation; the
-/// defaults are for runs that keep nothing.
-pub trait RunControl: Send + Sync {
-    /// `steer` messages to add before the next model call, oldest first.
-    fn take_steering(&self) -> Vec<Message>;
-    /// Messages that start another turn when the run would otherwise finish: `follow_up`s,
-    /// and steering that arrived during the last model call.
-    fn take_follow_ups(&self) -> Vec<Message>;
-    /// Model calls the run made before this invocation began (a resumed run goes on counting,
-    /// so hook idempotency keys and gate execution ids stay the same across a restart).
-    fn model_calls_before(&self) -> u32 {
-        0
-    }
-    /// The gate state the run's checkpoint holds (a resumed run), if any.
-    fn gate_checkpoint(&self) -> Option<GateCheckpoint> {
-        None
-    }
-    /// Keep `gate` for the next checkpoint.
-    fn keep_gate(&self, _gate: &GateCheckpoint) {}
-    /// Wait until a checkpoint with everything kept so far is durable.
-    fn commit(&self) -> BoxFuture<'_, Result<(), CheckpointError>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-/// Why a checkpoint the run waited for was not written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CheckpointError {
-    /// The state is larger than the store accepts.
-    TooLarge(String),
-    /// The store refused or failed the write.
-    Failed(String),
 }
 
 /// Run the loop for `inv` over `history` (the conversation so far, without system prompt).
@@ -159,7 +107,7 @@ pub async fn run_turns_controlled(
                 }
                 let output_cap = termination.before_model_call().await?;
                 let tool_free = formatting || repaired || termination.tool_free();
-                let tools = if tool_free { Vec::new() } else { crate::tool_loading::visible_tools(inv, &conversation) };
+                let tools = if tool_free { Vec::new() } else { crate::tools::loading::visible_tools(inv, &conversation) };
                 let tool_choice = if tool_free { ToolChoice::None } else if turn == 1 { inv.tool_choice.clone() } else { ToolChoice::Auto };
                 // With no tool the model may call, the call that answers can carry the format.
                 constrained = inv.response_format.is_structured() && (tools.is_empty() || tool_choice == ToolChoice::None);
@@ -188,12 +136,12 @@ pub async fn run_turns_controlled(
                     reply.text
                 } else {
                     let (client, server): (Vec<ToolCall>, Vec<ToolCall>) =
-                        reply.tool_calls.into_iter().partition(|c| crate::interaction::runs_in_client(inv, c));
+                        reply.tool_calls.into_iter().partition(|c| inv.runs_in_client(c));
                     if !server.is_empty() {
                         if cancel.is_cancelled() {
                             return Err(EngineError::Aborted);
                         }
-                        for result in crate::runtime_tools::execute(inv, hooks, base_turn + turn, &server, &conversation, sink).await? {
+                        for result in crate::tools::execute(inv, hooks, base_turn + turn, &server, &conversation, sink).await? {
                             Arc::make_mut(&mut conversation).push(result.clone());
                             sink(RunEvent::MessageAppended { message: result });
                         }
@@ -266,7 +214,7 @@ fn checkpointed_candidate(conversation: &[Message]) -> Option<String> {
 /// resumed run whose checkpoint was taken between tool results).
 async fn answer_pending_calls(
     inv: &Invocation,
-    hooks: Option<&crate::hooks::InvocationHooks>,
+    hooks: Option<&InvocationHooks>,
     turn: u32,
     conversation: &[Message],
     sink: EventSink<'_>,
@@ -291,7 +239,7 @@ async fn answer_pending_calls(
     }
     // Through the runtime's own tools too (a resumed `polpo_tool_load`), judged against the
     // conversation up to the assistant message that made the calls.
-    crate::runtime_tools::execute(inv, hooks, turn, &missing, &conversation[..=last], sink).await
+    crate::tools::execute(inv, hooks, turn, &missing, &conversation[..=last], sink).await
 }
 
 fn outcome(content: Option<String>, finish_reason: FinishReason, client_tool_calls: Vec<ToolCall>, usage: Usage, turns: u32, added: &[Message]) -> RunOutcome {

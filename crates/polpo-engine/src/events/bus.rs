@@ -17,10 +17,13 @@
 //! one listens. Payloads are bounded ([`MAX_PAYLOAD_BYTES`], with `"truncated": true`) so a
 //! large tool result cannot make every subscriber copy megabytes.
 
-use crate::events::RunEvent;
-use crate::runtime::ChatError;
-use crate::turn::RunOutcome;
+use super::journal::EventKind;
+use super::sink::RunEvent;
+use crate::request::ChatError;
+use crate::routing::ModelRoute;
+use crate::turn::outcome::RunOutcome;
 use chrono::{DateTime, Utc};
+use polpo_store::{Clock, SystemClock};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
@@ -77,6 +80,7 @@ pub struct EventBus {
 struct Inner {
     state: Mutex<State>,
     max_payload: usize,
+    clock: Arc<dyn Clock>,
 }
 
 struct State {
@@ -102,19 +106,29 @@ impl std::fmt::Debug for EventBus {
 }
 
 impl EventBus {
-    /// A bus that keeps the last `replay` events (at least 1) for resuming subscribers.
+    /// A bus that keeps the last `replay` events (at least 1) for resuming subscribers, on the
+    /// machine's clock.
     pub fn new(replay: usize) -> Self {
-        let first = u64::try_from(Utc::now().timestamp_micros()).unwrap_or(0).max(1);
-        Self::starting_at(replay, first)
+        Self::with_clock(replay, Arc::new(SystemClock))
+    }
+
+    /// A bus whose first id and event times come from `clock`.
+    pub fn with_clock(replay: usize, clock: Arc<dyn Clock>) -> Self {
+        let first = u64::try_from(clock.now().timestamp_micros()).unwrap_or(0).max(1);
+        Self::build(replay, first, clock)
     }
 
     /// A bus whose first event gets id `first_id` (≥ 1); [`EventBus::new`] picks the clock.
     pub fn starting_at(replay: usize, first_id: u64) -> Self {
+        Self::build(replay, first_id, Arc::new(SystemClock))
+    }
+
+    fn build(replay: usize, first_id: u64, clock: Arc<dyn Clock>) -> Self {
         let capacity = replay.max(1);
         let first_id = first_id.max(1);
         let (live, _) = broadcast::channel(capacity);
         let state = State { next_id: first_id, first_id, capacity, ring: VecDeque::with_capacity(capacity.min(64)), live };
-        Self { inner: Arc::new(Inner { state: Mutex::new(state), max_payload: MAX_PAYLOAD_BYTES }) }
+        Self { inner: Arc::new(Inner { state: Mutex::new(state), max_payload: MAX_PAYLOAD_BYTES, clock }) }
     }
 
     /// Publish `data` as event `name` and return its id. Strings in `data` beyond the payload
@@ -125,7 +139,7 @@ impl EventBus {
         {
             map.insert("truncated".into(), Value::Bool(true));
         }
-        let ts = Utc::now();
+        let ts = self.inner.clock.now();
         let mut state = self.inner.lock();
         let id = state.next_id;
         state.next_id += 1;
@@ -272,27 +286,27 @@ impl<'a> RunEvents<'a> {
         Self { bus, ids: ids.as_object().cloned().unwrap_or_default() }
     }
 
-    fn publish(&self, name: &str, fields: Value) {
+    fn publish(&self, kind: EventKind, fields: Value) {
         let mut data = self.ids.clone();
         if let Value::Object(fields) = fields {
             data.extend(fields);
         }
-        self.bus.publish(name, Value::Object(data));
+        self.bus.publish(kind.bus_name().unwrap_or_default(), Value::Object(data));
     }
 
     /// `session:created` for a session made by this request.
     pub(crate) fn session_created(&self, session: &polpo_store::Session) {
-        self.publish("session:created", json!({"title": session.title, "createdAt": session.created_at}));
+        self.publish(EventKind::SessionCreated, json!({"title": session.title, "createdAt": session.created_at}));
     }
 
     /// `model:routed`: which way model routing sent this request (opted-in agents only).
-    pub(crate) fn model_routed(&self, route: &crate::routing::ModelRoute) {
-        self.publish("model:routed", serde_json::to_value(route).unwrap_or_default());
+    pub(crate) fn model_routed(&self, route: &ModelRoute) {
+        self.publish(EventKind::ModelRouted, serde_json::to_value(route).unwrap_or_default());
     }
 
     /// `run:started`.
     pub(crate) fn started(&self) {
-        self.publish("run:started", json!({}));
+        self.publish(EventKind::RunStarted, json!({}));
     }
 
     /// `tool:started` / `tool:completed` / `tool:failed` for server tool calls; other run
@@ -300,11 +314,11 @@ impl<'a> RunEvents<'a> {
     pub(crate) fn forward(&self, event: &RunEvent) {
         match event {
             RunEvent::ToolCalling { id, name, arguments } => {
-                self.publish("tool:started", json!({"callId": id, "tool": name, "arguments": scrubbed(arguments.clone())}));
+                self.publish(EventKind::ToolStarted, json!({"callId": id, "tool": name, "arguments": scrubbed(arguments.clone())}));
             }
             RunEvent::ToolCompleted { id, name, result, is_error } => {
-                let event = if *is_error { "tool:failed" } else { "tool:completed" };
-                self.publish(event, json!({"callId": id, "tool": name, "result": scrubbed(Value::String(result.clone())), "isError": is_error}));
+                let kind = if *is_error { EventKind::ToolFailed } else { EventKind::ToolCompleted };
+                self.publish(kind, json!({"callId": id, "tool": name, "result": scrubbed(Value::String(result.clone())), "isError": is_error}));
             }
             _ => {}
         }
@@ -314,19 +328,19 @@ impl<'a> RunEvents<'a> {
     pub(crate) fn messages_added(&self, stored: &[polpo_store::StoredMessage]) {
         for m in stored {
             let message = serde_json::to_value(&m.message).unwrap_or(Value::Null);
-            self.publish("message:added", json!({"messageId": m.id, "seq": m.seq, "role": m.message.role, "message": scrubbed(message)}));
+            self.publish(EventKind::MessageAdded, json!({"messageId": m.id, "seq": m.seq, "role": m.message.role, "message": scrubbed(message)}));
         }
     }
 
     /// `run:completed` with the finish reason, usage and number of model calls.
     pub(crate) fn completed(&self, outcome: &RunOutcome) {
         let usage = json!({"inputTokens": outcome.usage.input_tokens, "outputTokens": outcome.usage.output_tokens});
-        self.publish("run:completed", json!({"finishReason": outcome.finish_reason, "usage": usage, "turns": outcome.turns}));
+        self.publish(EventKind::RunCompleted, json!({"finishReason": outcome.finish_reason, "usage": usage, "turns": outcome.turns}));
     }
 
     /// `run:failed` with the stable error code; hands the error back for the caller to return.
     pub(crate) fn failed(&self, error: ChatError) -> ChatError {
-        self.publish("run:failed", json!({"code": error.code(), "message": scrubbed(Value::String(error.to_string()))}));
+        self.publish(EventKind::RunFailed, json!({"code": error.code(), "message": scrubbed(Value::String(error.to_string()))}));
         error
     }
 }

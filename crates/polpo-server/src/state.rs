@@ -1,0 +1,52 @@
+//! What every handler shares: the runtime, the run manager, keys, limits and host policy.
+//! It sits below the routes and the router, which both use it.
+
+use crate::auth::ApiKeys;
+use crate::hosts::HostPolicy;
+use crate::ratelimit::{AUTH_FAILURES_PER_MINUTE, RateLimit};
+use polpo_engine::Runtime;
+use polpo_engine::runs::{RunManager, RunOptions};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// Everything a handler needs.
+pub struct AppState {
+    /// The runtime (project, providers, store).
+    pub runtime: Arc<Runtime>,
+    /// Accepted API keys; empty means local-only mode (the listener is bound to 127.0.0.1).
+    pub keys: ApiKeys,
+    /// Browser origins allowed to call the API (`*` for any); empty: none.
+    pub cors_origins: Vec<String>,
+    /// When the server started (health reports uptime).
+    pub started: std::time::Instant,
+    /// Per-key request limit; only applied when keys are configured.
+    pub rate_limit: Option<RateLimit>,
+    /// Failed authentications per client address.
+    pub auth_failures: Option<RateLimit<IpAddr>>,
+    /// Which `Host` headers are answered.
+    pub hosts: HostPolicy,
+    /// The runs of this process: every chat is invoked through it (delivery, steering, abort,
+    /// recovery of durable runs).
+    pub runs: Arc<RunManager>,
+}
+
+impl AppState {
+    /// State for `runtime` with these keys, local browser origins, started now.
+    pub fn new(runtime: Arc<Runtime>, keys: ApiKeys) -> Self {
+        let rate_limit = if keys.is_empty() { None } else { RateLimit::from_env() };
+        // Runs whose owner crashed are taken over as soon as the server state exists.
+        let runs = RunManager::new(runtime.clone(), RunOptions::from_env());
+        if tokio::runtime::Handle::try_current().is_ok() {
+            runs.spawn_recovery();
+        }
+        let auth_failures = RateLimit::with_burst(AUTH_FAILURES_PER_MINUTE, AUTH_FAILURES_PER_MINUTE);
+        let hosts = HostPolicy::for_server(!keys.is_empty());
+        Self { runtime, keys, cors_origins: default_cors_origins(), started: std::time::Instant::now(), rate_limit, auth_failures, hosts, runs }
+    }
+}
+
+/// The reference's default: local dashboards and dev servers only.
+pub fn default_cors_origins() -> Vec<String> {
+    let ports = [3000, 3001, 3890, 3891, 5173, 5174, 5175, 5176];
+    ports.iter().flat_map(|p| [format!("http://localhost:{p}"), format!("http://127.0.0.1:{p}")]).collect()
+}
