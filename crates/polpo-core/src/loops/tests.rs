@@ -237,7 +237,7 @@ fn while_needs_a_condition_and_bindings_and_save_as_are_checked() {
             "w": {"type": "while", "body": "t", "next": "end"},
             "t": {"type": "tool", "tool": "read", "saveAs": "request.x",
                   "input": {"ok": {"$context": "a.b"}, "bad": {"$context": "a.b", "x": 1}, "list": [{"$context": 3}, {"$context": "a..b"}]}},
-            "g": {"input": {"$context": "a-b"}, "tools": ["read"], "allowedTools": ["read"]}
+            "g": {"input": {"$context": "a-b"}, "tools": ["read"], "allowedTools": ["read"], "toolChoice": {"mode": "none", "tool": "read"}}
         }
     }));
     assert_eq!(got, want(&[
@@ -245,6 +245,7 @@ fn while_needs_a_condition_and_bindings_and_save_as_are_checked() {
         ("invalid_binding", "/steps/t/input/bad"),
         ("invalid_binding", "/steps/t/input/list/0"),
         ("invalid_binding", "/steps/t/input/list/1"),
+        ("invalid_value", "/steps/g/toolChoice/mode"),
         ("invalid_value", "/steps/g/tools"),
         ("invalid_value", "/steps/t/saveAs"),
         ("unbounded_while", "/steps/w"),

@@ -8,7 +8,7 @@
 //! has.
 
 use super::codes;
-use super::config::{AgentStep, END, Join, Loop, LoopConfig, Names, Next, StepBody, ToolChoice};
+use super::config::{AgentStep, END, Join, Loop, LoopConfig, Names, Next, StepBody, ToolChoice, ToolChoiceMode};
 use super::expr;
 use crate::config::codes::{INVALID_REFERENCE, INVALID_VALUE};
 use crate::config::project::Project;
@@ -110,6 +110,9 @@ fn check_agent_step(agent: &AgentStep, at: &str, out: &mut Vec<Problem>) {
         && let Some(tool) = forced.tool.as_deref()
     {
         check_within(agent.allowed_tools(), tool, &format!("{at}/toolChoice/tool"), "the step's `allowedTools`", out);
+        if forced.mode != ToolChoiceMode::Required {
+            out.push(Problem::new(INVALID_VALUE, format!("`toolChoice.tool` forces `{tool}`, which needs `mode` `required`")).at(format!("{at}/toolChoice/mode")));
+        }
     }
     check_expression(agent.stop_when.as_ref().map(|s| s.expression.as_str()), &format!("{at}/stopWhen/expression"), out);
     check_bindings(agent.input.as_ref(), &format!("{at}/input"), out);

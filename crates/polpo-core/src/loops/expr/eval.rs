@@ -3,7 +3,9 @@
 //!
 //! Where the reference relies on JavaScript object identity or `String(object)`, values here
 //! come from JSON and have no identity: `===` compares arrays and objects by content, and
-//! their string form is compact JSON.
+//! their string form is compact JSON. Numbers print in plain decimal (`1e21` as
+//! `1000000000000000000000`), which only matters when a number is compared with a non-numeric
+//! string.
 
 use super::parser::{CmpOp, Expr, Literal};
 use super::{ExprError, ExprErrorCode, Limits};

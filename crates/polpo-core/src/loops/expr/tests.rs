@@ -99,6 +99,7 @@ fn syntax_errors_carry_a_code_and_the_column() {
     assert_eq!(code("a + 1"), ("unexpected_character", 3));
     assert_eq!(code(&"9".repeat(400)), ("invalid_number", 1));
     assert!(!holds("a = 1", &ctx()), "fails closed");
+    assert_eq!(evaluate("a = 1", &ctx()).unwrap_err().code, ExprErrorCode::UnexpectedCharacter, "evaluate reports it");
 }
 
 #[test]
