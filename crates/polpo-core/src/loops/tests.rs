@@ -176,7 +176,8 @@ fn graph_problems_are_all_reported_with_their_pointers() {
     let got = problems_of(json!({
         "start": "a",
         "groups": {"g": {}},
-        "permissions": [{"resource": "step", "effect": "deny", "match": {"step": ["a", "zz"]}}],
+        "permissions": [{"resource": "step", "effect": "deny", "match": {"step": ["a", "zz"], "hook": "step:after"}},
+                        {"resource": "step", "effect": "deny", "match": {"step": "yy", "hook": ["loop:after"]}}],
         "steps": {
             "a": {"group": "g", "next": [{"when": "x", "to": "b"}, {"to": "end"}, {"to": "missing"}]},
             "b": {"type": "parallel", "branches": ["c", "end"], "join": 3, "next": "end"},
@@ -191,7 +192,9 @@ fn graph_problems_are_all_reported_with_their_pointers() {
         ("invalid_value", "/steps/b/join"),
         ("invalid_value", "/steps/n/next"),
         ("unknown_group", "/steps/c/group"),
+        ("invalid_value", "/permissions/1/match/hook/0"),
         ("unknown_step", "/permissions/0/match/step/1"),
+        ("unknown_step", "/permissions/1/match/step"),
         ("unknown_step", "/steps/a/next/2/to"),
         ("unknown_step", "/steps/b/branches/1"),
         ("unknown_step", "/steps/c/body/1"),
@@ -258,6 +261,7 @@ fn tools_must_exist_and_stay_within_every_ceiling() {
     let value = json!({
         "start": "a", "allowedTools": ["read", "write", "bash", "memory_*"],
         "hooks": {"loop:end": [{"tool": "notify_slack"}]},
+        "permissions": [{"resource": "tool", "effect": "allow", "match": {"tool": ["read", "red", "memory_*"]}}],
         "steps": {
             "a": {"allowedTools": ["read", "grep", "memory_get"], "toolChoice": {"mode": "required", "tool": "write"}, "next": "b"},
             "b": {"type": "tool", "tool": "bash", "next": "c"},
@@ -288,7 +292,11 @@ fn tools_must_exist_and_stay_within_every_ceiling() {
     assert!(problems.iter().all(|p| p.file.as_deref() == Some(".polpo/loops/flow.json")));
     let known = ["read", "write", "bash", "memory_get"];
     let unknown = unknown_loop_tools(&p, &|n| known.contains(&n));
-    assert_eq!(located(&unknown), want(&[("unknown_tool", "/hooks/loop:end/0/tool"), ("unknown_tool", "/steps/a/allowedTools/1")]));
+    assert_eq!(located(&unknown), want(&[
+        ("unknown_tool", "/hooks/loop:end/0/tool"),
+        ("unknown_tool", "/permissions/0/match/tool/1"),
+        ("unknown_tool", "/steps/a/allowedTools/1"),
+    ]));
 }
 
 #[test]

@@ -8,7 +8,9 @@
 //! has.
 
 use super::codes;
-use super::config::{AgentStep, END, Join, Loop, LoopConfig, Names, Next, StepBody, ToolChoice, ToolChoiceMode};
+use super::config::{
+    AgentStep, END, Join, LifecycleHook, Loop, LoopConfig, Names, Next, StepBody, ToolChoice, ToolChoiceMode,
+};
 use super::expr;
 use crate::config::codes::{INVALID_REFERENCE, INVALID_VALUE};
 use crate::config::project::Project;
@@ -155,10 +157,7 @@ fn edges<'a>(step_id: &str, body: &'a StepBody, next: Option<&'a Next>) -> Vec<E
         StepBody::Parallel(p) => {
             out.extend(p.branches.iter().enumerate().map(|(i, b)| edge(at(format!("/branches/{i}")), b, false)));
         }
-        StepBody::While(w) => match &w.body {
-            Names::One(b) => out.push(edge(at("/body".into()), b, false)),
-            Names::Many(bs) => out.extend(bs.iter().enumerate().map(|(i, b)| edge(at(format!("/body/{i}")), b, false))),
-        },
+        StepBody::While(w) => out.extend(named(&w.body, at("/body".into())).into_iter().map(|(p, b)| edge(p, b, false))),
         _ => {}
     }
     out
@@ -238,15 +237,28 @@ fn check_governance(config: &LoopConfig, out: &mut Vec<Problem>) {
     }
     for (i, permission) in config.permissions.iter().flatten().enumerate() {
         check_expression(permission.when.as_deref(), &format!("/permissions/{i}/when"), out);
-        let steps = permission.matches.as_ref().and_then(|m| m.step.as_ref());
-        for (j, step) in steps.map(|s| s.as_slice()).into_iter().flatten().enumerate() {
+        let Some(matches) = &permission.matches else { continue };
+        for (pointer, step) in matches.step.iter().flat_map(|s| named(s, format!("/permissions/{i}/match/step"))) {
             if !config.steps.contains_key(step) {
-                out.push(Problem::new(codes::UNKNOWN_STEP, format!("`match.step` names `{step}`, which is not a step of this loop")).at(format!("/permissions/{i}/match/step/{j}")));
+                out.push(Problem::new(codes::UNKNOWN_STEP, format!("`match.step` names `{step}`, which is not a step of this loop")).at(pointer));
+            }
+        }
+        for (pointer, hook) in matches.hook.iter().flat_map(|h| named(h, format!("/permissions/{i}/match/hook"))) {
+            if !LifecycleHook::NAMES.contains(&hook.as_str()) {
+                out.push(Problem::new(INVALID_VALUE, format!("`{hook}` is not a lifecycle point; expected one of {}", LifecycleHook::NAMES.join(", "))).at(pointer));
             }
         }
     }
     for (i, policy) in config.policies.iter().flatten().enumerate() {
         check_expression(Some(&policy.when), &format!("/policies/{i}/when"), out);
+    }
+}
+
+/// Each name with its pointer: `base` for one name, `base/<i>` in a list.
+fn named(names: &Names, base: String) -> Vec<(String, &String)> {
+    match names {
+        Names::One(name) => vec![(base, name)],
+        Names::Many(list) => list.iter().enumerate().map(|(i, name)| (format!("{base}/{i}"), name)).collect(),
     }
 }
 
@@ -280,6 +292,12 @@ fn tool_uses(config: &LoopConfig) -> Vec<ToolUse<'_>> {
             }
             StepBody::Tool(tool) => out.push(ToolUse { pointer: format!("{at}/tool"), name: &tool.tool, in_step: true }),
             _ => {}
+        }
+    }
+    for (i, permission) in config.permissions.iter().flatten().enumerate() {
+        let tools = permission.matches.as_ref().and_then(|m| m.tool.as_ref());
+        for (pointer, name) in tools.iter().flat_map(|t| named(t, format!("/permissions/{i}/match/tool"))) {
+            out.push(ToolUse { pointer, name, in_step: false });
         }
     }
     for (point, actions) in config.hooks.iter().flatten() {
