@@ -1,7 +1,7 @@
 //! Fuzzing of Polpo's untrusted-input parsers on the stable toolchain.
 //!
-//! Requests, provider streams, `.polpo/` files, hook packs and model-written tool arguments all
-//! come from outside; each parser must answer every input with a value or a clear error, never a
+//! Requests, provider streams, `.polpo/` files (loops and their guard expressions included), hook
+//! packs and model-written tool arguments all come from outside; each parser must answer every input with a value or a clear error, never a
 //! panic or a broken invariant. `cargo fuzz` needs nightly, so this is a small coverage-blind
 //! fuzzer built on proptest's generators and shrinking:
 //!
