@@ -18,5 +18,5 @@ mod read;
 pub use agents::{AgentSnapshot, Revision, delete_agent, read_agent, write_agent};
 pub use create::{NewAgent, create_project};
 pub use error::ProjectError;
-pub use load::{DEFAULT_TEAM, load_project};
+pub use load::{DEFAULT_TEAM, load_project, load_project_checking_tools};
 pub use migrate::{MigrationPlan, PlannedWrite, migrate};

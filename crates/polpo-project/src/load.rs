@@ -24,6 +24,19 @@ pub const DEFAULT_TEAM: &str = "default";
 
 /// Load and validate the project whose root (the folder containing `.polpo/`) is `root`.
 pub fn load_project(root: &Path) -> Result<Project, Vec<Problem>> {
+    load(root, None)
+}
+
+/// [`load_project`], also reporting every tool name in a loop that `known_tool` does not know,
+/// in the same pass as every other problem (the tool registry lives above this crate).
+pub fn load_project_checking_tools(
+    root: &Path,
+    known_tool: &dyn Fn(&str) -> bool,
+) -> Result<Project, Vec<Problem>> {
+    load(root, Some(known_tool))
+}
+
+fn load(root: &Path, known_tool: Option<&dyn Fn(&str) -> bool>) -> Result<Project, Vec<Problem>> {
     let dot = paths::polpo_dir(root);
     if !dot.is_dir() {
         return Err(vec![Problem::new(
@@ -55,6 +68,9 @@ pub fn load_project(root: &Path) -> Result<Project, Vec<Problem>> {
     };
     let mut problems = loader.problems;
     problems.extend(validate_project(&project));
+    if let Some(known) = known_tool {
+        problems.extend(polpo_core::loops::unknown_loop_tools(&project, known));
+    }
     if problems.is_empty() {
         Ok(project)
     } else {

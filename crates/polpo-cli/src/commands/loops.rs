@@ -70,11 +70,11 @@ fn assigned_to<'a>(project: &'a Project, l: &Loop) -> Vec<&'a str> {
         .collect()
 }
 
-/// Problems that need the tool registry, which the loader does not have: tool names in loops
-/// that no built-in tool has.
-pub fn tool_problems(project: &Project) -> Vec<Problem> {
+/// Load the project as `polpo validate` does: every problem at once, tool names in loops
+/// checked against the built-in tools.
+pub fn load_checking_tools(root: &std::path::Path) -> Result<Project, Vec<Problem>> {
     let names: Vec<String> = polpo_tools::tools::system_tools().iter().map(|t| t.spec().name.clone()).collect();
-    polpo_core::loops::unknown_loop_tools(project, &|name| names.iter().any(|n| n.eq_ignore_ascii_case(name)))
+    polpo_project::load_project_checking_tools(root, &|name| names.iter().any(|n| n.eq_ignore_ascii_case(name)))
 }
 
 /// Whether a problem is in a loop file.
@@ -84,8 +84,8 @@ fn in_loop_file(p: &Problem) -> bool {
 
 fn validate(global: &Global) -> anyhow::Result<ExitCode> {
     let root = global.root()?;
-    let (count, problems, warnings) = match polpo_project::load_project(&root) {
-        Ok(project) => (project.loops.len(), tool_problems(&project), polpo_core::loops::loop_warnings(&project)),
+    let (count, problems, warnings) = match load_checking_tools(&root) {
+        Ok(project) => (project.loops.len(), Vec::new(), polpo_core::loops::loop_warnings(&project)),
         Err(problems) => (0, problems, Vec::new()),
     };
     super::hooks::print_warnings(&warnings);

@@ -16,9 +16,8 @@ pub struct Args {
 pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let root = global.root()?;
     let mut warnings = Vec::new();
-    let result = polpo_project::load_project(&root).and_then(|project| {
-        let (packs, mut problems) = polpo_project::hooks::check_project_hooks(&project);
-        problems.extend(super::loops::tool_problems(&project));
+    let result = super::loops::load_checking_tools(&root).and_then(|project| {
+        let (packs, problems) = polpo_project::hooks::check_project_hooks(&project);
         // Warnings (hooks that can never fire for their agent, routes an agent may not take)
         // never fail validation.
         warnings = super::hooks::agent_warnings(&project, &packs);
