@@ -9,7 +9,7 @@
 
 use super::codes;
 use super::config::{
-    AgentStep, END, Join, LifecycleHook, Loop, LoopConfig, Names, Next, StepBody, ToolChoice, ToolChoiceMode,
+    AgentStep, END, Join, LifecycleHook, Loop, LoopConfig, Names, Next, Step, StepBody, ToolChoice, ToolChoiceMode,
 };
 use super::expr;
 use crate::config::codes::{INVALID_REFERENCE, INVALID_VALUE};
@@ -40,57 +40,7 @@ pub fn validate_loop(id: &str, config: &LoopConfig) -> Vec<Problem> {
         out.push(Problem::new(codes::UNKNOWN_STEP, format!("`start` names step `{}`, which does not exist", config.start)).at("/start"));
     }
     for (step_id, step) in &config.steps {
-        let at = |suffix: &str| format!("{}{suffix}", pointer_push("/steps", step_id));
-        if RESERVED_STEP_IDS.contains(&step_id.as_str()) {
-            out.push(Problem::new(codes::RESERVED_STEP_ID, format!("`{step_id}` cannot be a step id: `end` ends the loop and `request` is the read-only request in the context")).at(at("")));
-        }
-        if let Some(group) = step.group.as_deref()
-            && !config.groups.as_ref().is_some_and(|g| g.contains_key(group))
-        {
-            out.push(Problem::new(codes::UNKNOWN_GROUP, format!("`group` names `{group}`, which is not declared in `groups`")).at(at("/group")));
-        }
-        check_expression(step.when.as_deref(), &at("/when"), &mut out);
-        for edge in edges(step_id, &step.body, step.next.as_ref()) {
-            let ends = edge.may_end && edge.target == END;
-            if !ends && !exists(edge.target) {
-                out.push(Problem::new(codes::UNKNOWN_STEP, format!("`{}` is not a step of this loop", edge.target)).at(edge.pointer));
-            }
-        }
-        if let Some(Next::Branch(transitions)) = &step.next {
-            if transitions.is_empty() {
-                out.push(Problem::new(INVALID_VALUE, "`next` needs at least one transition; use \"end\" to stop").at(at("/next")));
-            }
-            for (i, t) in transitions.iter().enumerate() {
-                check_expression(t.when.as_deref(), &at(&format!("/next/{i}/when")), &mut out);
-            }
-        }
-        match &step.body {
-            StepBody::Agent(agent) => check_agent_step(agent, &at(""), &mut out),
-            StepBody::Tool(tool) => {
-                check_bindings(tool.input.as_ref(), &at("/input"), &mut out);
-                check_save_as(tool.save_as.as_deref(), &at("/saveAs"), &mut out);
-            }
-            StepBody::Human(_) => {}
-            StepBody::Parallel(parallel) => {
-                if parallel.branches.is_empty() {
-                    out.push(Problem::new(INVALID_VALUE, "a parallel step needs at least one branch").at(at("/branches")));
-                }
-                if let Some(Join::Count(n)) = parallel.join
-                    && n as usize > parallel.branches.len()
-                {
-                    out.push(Problem::new(INVALID_VALUE, format!("`join` waits for {n} branches but the step has {}", parallel.branches.len())).at(at("/join")));
-                }
-            }
-            StepBody::While(w) => {
-                match (&w.condition, &w.until) {
-                    (None, None) => out.push(Problem::new(codes::UNBOUNDED_WHILE, "a while step needs `condition` or `until`; `maxIterations` alone does not say when it is done").at(at(""))),
-                    (Some(_), Some(_)) => out.push(Problem::new(INVALID_VALUE, "give `condition` or `until`, not both").at(at("/until"))),
-                    _ => {}
-                }
-                check_expression(w.condition.as_deref(), &at("/condition"), &mut out);
-                check_expression(w.until.as_deref(), &at("/until"), &mut out);
-            }
-        }
+        check_step(config, step_id, step, &mut out);
     }
     for used in tool_uses(config).iter().filter(|u| u.in_step) {
         check_within(config.allowed_tools.as_deref(), used.name, &used.pointer, "the loop's `allowedTools`", &mut out);
@@ -102,6 +52,62 @@ pub fn validate_loop(id: &str, config: &LoopConfig) -> Vec<Problem> {
     }
     check_governance(config, &mut out);
     out
+}
+
+/// The rules of one step: its id, group, guards, references and its type's own fields.
+fn check_step(config: &LoopConfig, step_id: &str, step: &Step, out: &mut Vec<Problem>) {
+    let exists = |target: &str| config.steps.contains_key(target);
+    let at = |suffix: &str| format!("{}{suffix}", pointer_push("/steps", step_id));
+    if RESERVED_STEP_IDS.contains(&step_id) {
+        out.push(Problem::new(codes::RESERVED_STEP_ID, format!("`{step_id}` cannot be a step id: `end` ends the loop and `request` is the read-only request in the context")).at(at("")));
+    }
+    if let Some(group) = step.group.as_deref()
+        && !config.groups.as_ref().is_some_and(|g| g.contains_key(group))
+    {
+        out.push(Problem::new(codes::UNKNOWN_GROUP, format!("`group` names `{group}`, which is not declared in `groups`")).at(at("/group")));
+    }
+    check_expression(step.when.as_deref(), &at("/when"), out);
+    for edge in edges(step_id, &step.body, step.next.as_ref()) {
+        let ends = edge.may_end && edge.target == END;
+        if !ends && !exists(edge.target) {
+            out.push(Problem::new(codes::UNKNOWN_STEP, format!("`{}` is not a step of this loop", edge.target)).at(edge.pointer));
+        }
+    }
+    if let Some(Next::Branch(transitions)) = &step.next {
+        if transitions.is_empty() {
+            out.push(Problem::new(INVALID_VALUE, "`next` needs at least one transition; use \"end\" to stop").at(at("/next")));
+        }
+        for (i, t) in transitions.iter().enumerate() {
+            check_expression(t.when.as_deref(), &at(&format!("/next/{i}/when")), out);
+        }
+    }
+    match &step.body {
+        StepBody::Agent(agent) => check_agent_step(agent, &at(""), out),
+        StepBody::Tool(tool) => {
+            check_bindings(tool.input.as_ref(), &at("/input"), out);
+            check_save_as(tool.save_as.as_deref(), &at("/saveAs"), out);
+        }
+        StepBody::Human(_) => {}
+        StepBody::Parallel(parallel) => {
+            if parallel.branches.is_empty() {
+                out.push(Problem::new(INVALID_VALUE, "a parallel step needs at least one branch").at(at("/branches")));
+            }
+            if let Some(Join::Count(n)) = parallel.join
+                && n as usize > parallel.branches.len()
+            {
+                out.push(Problem::new(INVALID_VALUE, format!("`join` waits for {n} branches but the step has {}", parallel.branches.len())).at(at("/join")));
+            }
+        }
+        StepBody::While(w) => {
+            match (&w.condition, &w.until) {
+                (None, None) => out.push(Problem::new(codes::UNBOUNDED_WHILE, "a while step needs `condition` or `until`; `maxIterations` alone does not say when it is done").at(at(""))),
+                (Some(_), Some(_)) => out.push(Problem::new(INVALID_VALUE, "give `condition` or `until`, not both").at(at("/until"))),
+                _ => {}
+            }
+            check_expression(w.condition.as_deref(), &at("/condition"), out);
+            check_expression(w.until.as_deref(), &at("/until"), out);
+        }
+    }
 }
 
 fn check_agent_step(agent: &AgentStep, at: &str, out: &mut Vec<Problem>) {
