@@ -8,7 +8,7 @@
 //! manager's `invoke` (in `runs`), which also decides how the answer is delivered.
 
 use crate::error::EngineError;
-use crate::events::bus::{EventBus, RunEvents};
+use crate::events::bus::{DEFAULT_REPLAY, EventBus, RunEvents};
 use crate::events::{EventSink, RunEvent};
 use crate::hooks::{HookRuntime, InvocationHooks, VerifierAgent, invocation_info, system_clock};
 use crate::interaction::{Interactions, Suggestion};
@@ -26,7 +26,7 @@ use polpo_core::model::ModelSelection;
 use polpo_core::policy::{PolicyLayer, ToolPolicy};
 use polpo_core::problem::Problem;
 use polpo_llm::{ModelProvider, Providers, ResolveError};
-use polpo_store::{Clock, IdGen, NewMessage, NewSession, Session, Store, SystemClock, UuidV7Ids};
+use polpo_store::{Clock, IdGen, NewMessage, NewSession, Session, Store};
 use polpo_tools::{Tool, ToolContext};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -142,7 +142,7 @@ impl PreparedChat {
         };
         match result {
             Ok(outcome) => {
-                let suggestions = suggestions(&invocation, runtime.ids.as_ref(), &new_messages, &outcome, &cancel).await;
+                let suggestions = suggestions(&invocation, runtime.ids().as_ref(), &new_messages, &outcome, &cancel).await;
                 events.completed(&outcome);
                 Ok(ChatOutput { run_id, session, outcome, suggestions })
             }
@@ -175,14 +175,15 @@ pub struct Runtime {
     hook_runtime: HookRuntime,
     offline_model: Option<String>,
     bus: EventBus,
-    clock: Arc<dyn Clock>,
-    ids: Arc<dyn IdGen>,
 }
 
 impl Runtime {
     /// A runtime for `loaded`, calling models through `providers` and keeping sessions in
-    /// `store`. The system tools are compiled once here and shared by every request.
+    /// `store`. The system tools are compiled once here and shared by every request. Time and
+    /// new ids come from the store's seams ([`Store::seams`]): one clock and one id generator
+    /// for everything a run records, so a test that fixes them gets the same run every time.
     pub fn new(loaded: Loaded, providers: Providers, store: Store) -> Self {
+        let bus = EventBus::with_clock(DEFAULT_REPLAY, store.seams().clock.clone());
         Self {
             loaded: RwLock::new(Arc::new(loaded)),
             providers,
@@ -190,30 +191,18 @@ impl Runtime {
             tools: Arc::new(ToolSet::new(polpo_tools::tools::system_tools())),
             hook_runtime: HookRuntime::from_env(),
             offline_model: None,
-            bus: EventBus::default(),
-            clock: Arc::new(SystemClock),
-            ids: Arc::new(UuidV7Ids),
+            bus,
         }
     }
 
-    /// Take "now" from `clock` and new ids from `ids` (the machine's clock and UUID v7 ids by
-    /// default): a test that fixes both, and gives the store the same clock, gets the same
-    /// run ids, session ids, times and journal on every run.
-    pub fn with_seams(mut self, clock: Arc<dyn Clock>, ids: Arc<dyn IdGen>) -> Self {
-        self.bus = EventBus::with_clock(crate::events::bus::DEFAULT_REPLAY, clock.clone());
-        self.clock = clock;
-        self.ids = ids;
-        self
-    }
-
-    /// Where this runtime reads "now".
+    /// Where this runtime reads "now" (the store's clock).
     pub fn clock(&self) -> &Arc<dyn Clock> {
-        &self.clock
+        &self.store.seams().clock
     }
 
-    /// Where this runtime gets new ids.
+    /// Where this runtime gets new ids (the store's generator).
     pub fn ids(&self) -> &Arc<dyn IdGen> {
-        &self.ids
+        &self.store.seams().ids
     }
 
     /// How `input` is delivered: durable when it must outlive its caller and the project runs
@@ -327,7 +316,7 @@ impl Runtime {
     pub async fn prepare(self: &Arc<Self>, mut input: ChatInput, cancel: &CancellationToken) -> Result<PreparedChat, ChatError> {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
-        let run_id = input.run_id.take().unwrap_or_else(|| format!("chat-{}", self.ids.next_id()));
+        let run_id = input.run_id.take().unwrap_or_else(|| format!("chat-{}", self.ids().next_id()));
         let provider = self.provider_for(&loaded, agent)?;
         let mut invocation = self.invocation(&loaded, agent, provider, &input, &run_id, cancel)?;
         // Checked before the session is created, so a refused request leaves nothing behind.
@@ -371,7 +360,7 @@ impl Runtime {
         let mut invocation = self.invocation(&loaded, agent, provider, &input, &run_id, &cancel)?;
         let session = self.store.sessions.get_session(&session_id).await?.ok_or(ChatError::SessionNotFound(session_id))?;
         if let Some(hooks) = &mut invocation.hooks {
-            let before = (self.clock.now() - accepted_at).to_std().unwrap_or_default();
+            let before = (self.clock().now() - accepted_at).to_std().unwrap_or_default();
             let resumed_at = Instant::now();
             hooks.clock = Arc::new(move || before + resumed_at.elapsed());
         }
@@ -396,7 +385,7 @@ impl Runtime {
             hooks.info.session_id = Some(session.id.clone());
         }
         let identity = Identity {
-            request_id: input.request_id.unwrap_or_else(|| format!("req-{}", self.ids.next_id())),
+            request_id: input.request_id.unwrap_or_else(|| format!("req-{}", self.ids().next_id())),
             run_id,
             session_id: Some(session.id.clone()),
             user: input.user,
@@ -412,14 +401,7 @@ impl Runtime {
             if !input.messages.iter().any(|m| m.role != Role::System) {
                 return Err(ChatError::InvalidRequest("messages must contain at least one non-system message".into()));
             }
-            let new = NewSession {
-                id: Some(self.ids.next_id()),
-                agent: input.agent.clone(),
-                title: None,
-                user: input.user.clone(),
-                metadata: input.metadata.clone(),
-                owner: input.owner.clone(),
-            };
+            let new = NewSession { id: None, agent: input.agent.clone(), title: None, user: input.user.clone(), metadata: input.metadata.clone(), owner: input.owner.clone() };
             let session = self.store.sessions.create_session(new).await?;
             RunEvents::new(&self.bus, run_id, &session.id, &input.agent).session_created(&session);
             return Ok((session, Vec::new(), input.messages.clone()));

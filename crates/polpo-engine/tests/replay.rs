@@ -1,6 +1,6 @@
-//! A durable run is reproducible: with the runtime's clock and ids fixed (and the store on the
-//! same clock), the same request against the same model script writes the same journal, byte
-//! for byte — run ids, session ids, lease owner, event times and payloads included.
+//! A durable run is reproducible: with the clock and ids fixed (given to the store, which passes
+//! them on to the runtime), the same request against the same model script writes the same
+//! journal, byte for byte — run ids, session ids, lease owner, event times and payloads included.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup should panic loudly
 
@@ -10,7 +10,7 @@ use polpo_core::message::Message;
 use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_engine::{ChatInput, Loaded, Runtime};
 use polpo_llm::Providers;
-use polpo_store::{Clock, IdGen, ManualClock, SequentialIds, StoreKind, open_store};
+use polpo_store::{Clock, IdGen, ManualClock, Seams, SequentialIds, StoreKind, open_store};
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -37,8 +37,8 @@ async fn journal_of_one_run() -> (String, Vec<u8>) {
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(start));
     let ids: Arc<dyn IdGen> = Arc::new(SequentialIds::default());
     let project = polpo_project::load_project(dir.path()).unwrap();
-    let store = open_store(StoreKind::File, dir.path(), None, clock.clone()).await.unwrap();
-    let runtime = Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store).with_seams(clock, ids);
+    let store = open_store(StoreKind::File, dir.path(), None, Seams::new(clock, ids)).await.unwrap();
+    let runtime = Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store);
     let runs = RunManager::new(Arc::new(runtime), RunOptions { lease_ttl: Duration::from_secs(5) });
 
     let run = runs.start(ChatInput::new("coder", vec![Message::user("Summarise notes.txt into out.txt")])).await.unwrap().run_id;

@@ -1,10 +1,10 @@
 //! Time and ids as values passed in: every store decision about time (timestamps, lease
-//! expiry) comes from a [`Clock`], and the runtime above takes the same [`Clock`] plus an
-//! [`IdGen`] for the ids it makes (runs, sessions, completions), so a test that fixes both
-//! replays a run byte for byte.
+//! expiry) comes from a [`Clock`] and every id it makes (sessions, runs, messages) from an
+//! [`IdGen`]. The pair ([`Seams`]) is handed to the store when it opens and passed on to the
+//! runtime and server above it, so a test that fixes both replays a run byte for byte.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Duration, Utc};
 
@@ -81,6 +81,35 @@ pub struct SequentialIds {
 impl IdGen for SequentialIds {
     fn next_id(&self) -> String {
         format!("{:032x}", self.last.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+}
+
+/// Where a store — and the runtime and server above it — read "now" and get new ids: one pair,
+/// chosen once and passed down. A plain clock converts into seams with UUID v7 ids.
+#[derive(Debug, Clone)]
+pub struct Seams {
+    /// Where "now" comes from.
+    pub clock: Arc<dyn Clock>,
+    /// Where new ids come from.
+    pub ids: Arc<dyn IdGen>,
+}
+
+impl Seams {
+    /// `clock` and `ids`.
+    pub fn new(clock: Arc<dyn Clock>, ids: Arc<dyn IdGen>) -> Self {
+        Self { clock, ids }
+    }
+}
+
+impl<C: Clock + 'static> From<Arc<C>> for Seams {
+    fn from(clock: Arc<C>) -> Self {
+        Self::new(clock, Arc::new(UuidV7Ids))
+    }
+}
+
+impl From<Arc<dyn Clock>> for Seams {
+    fn from(clock: Arc<dyn Clock>) -> Self {
+        Self::new(clock, Arc::new(UuidV7Ids))
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! The engine and server hold a [`Store`] (a bundle of `Arc<dyn …>` trait objects) opened by
 //! [`open_store`] from `settings.storage`; they never know which backend is behind it. Time
-//! comes from the [`Clock`] given at open, so tests move time by hand.
+//! and new ids come from the [`Seams`] given at open (a [`Clock`] and an [`IdGen`]), which the
+//! store passes on ([`Store::seams`]), so tests move time by hand and fix every id.
 //!
 //! | trait | what it keeps |
 //! |---|---|
@@ -43,7 +44,7 @@ pub mod traits;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use clock::{Clock, IdGen, ManualClock, SequentialIds, SystemClock, UuidV7Ids};
+pub use clock::{Clock, IdGen, ManualClock, Seams, SequentialIds, SystemClock, UuidV7Ids};
 pub use copy::{CopyReport, copy_store};
 pub use error::StoreError;
 pub use file::FileStore;
@@ -99,6 +100,7 @@ pub struct Store {
     pub effects: Arc<dyn EffectLedger>,
     /// Revisioned records (tasks, missions, approvals, schedules …).
     pub records: Arc<dyn RecordStore>,
+    seams: Seams,
 }
 
 impl std::fmt::Debug for Store {
@@ -108,34 +110,41 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Bundle one backend that implements every store trait.
-    pub fn from_backend<B>(kind: StoreKind, backend: B) -> Self
+    /// Bundle one backend that implements every store trait, opened with `seams`.
+    pub fn from_backend<B>(kind: StoreKind, backend: B, seams: Seams) -> Self
     where
         B: SessionStore + RunStore + EffectLedger + RecordStore + 'static,
     {
         let backend = Arc::new(backend);
-        Store { kind, sessions: backend.clone(), runs: backend.clone(), effects: backend.clone(), records: backend }
+        Store { kind, sessions: backend.clone(), runs: backend.clone(), effects: backend.clone(), records: backend, seams }
+    }
+
+    /// The clock and id generator this store was opened with, for the runtime above it.
+    pub fn seams(&self) -> &Seams {
+        &self.seams
     }
 }
 
 /// Open the project's store: `file` under `<project_root>/.polpo/`, `sqlite` at
 /// `<project_root>/.polpo/polpo.db`, `postgres` at `database_url`. SQL backends apply pending
-/// migrations before returning.
+/// migrations before returning. Times and new ids come from `seams` (a plain clock: UUID v7
+/// ids).
 pub async fn open_store(
     kind: StoreKind,
     project_root: &Path,
     database_url: Option<&str>,
-    clock: Arc<dyn Clock>,
+    seams: impl Into<Seams>,
 ) -> Result<Store, StoreError> {
     let data_dir = project_root.join(".polpo");
+    let seams = seams.into();
     Ok(match kind {
-        StoreKind::File => Store::from_backend(kind, FileStore::open(&data_dir, clock).await?),
-        StoreKind::Sqlite => Store::from_backend(kind, SqliteStore::open(&data_dir.join("polpo.db"), clock).await?),
+        StoreKind::File => Store::from_backend(kind, FileStore::open(&data_dir, seams.clone()).await?, seams),
+        StoreKind::Sqlite => Store::from_backend(kind, SqliteStore::open(&data_dir.join("polpo.db"), seams.clone()).await?, seams),
         StoreKind::Postgres => {
             let url = database_url.ok_or_else(|| {
                 StoreError::Config("postgres storage needs DATABASE_URL or settings.databaseUrl".into())
             })?;
-            Store::from_backend(kind, PgStore::connect(url, clock).await?)
+            Store::from_backend(kind, PgStore::connect(url, seams.clone()).await?, seams)
         }
     })
 }

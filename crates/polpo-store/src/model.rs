@@ -7,6 +7,7 @@ use polpo_core::message::{Message, Role, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::clock::IdGen;
 use crate::error::StoreError;
 
 /// Longest id (session, run) a store accepts; ids become file names in the file backend.
@@ -246,9 +247,9 @@ pub struct NewRun {
 impl NewRun {
     /// The run as every backend first stores it: `running`, revision 1, no events yet. One
     /// place for this rule so the file and SQL backends cannot drift apart.
-    pub fn into_run(self, now: DateTime<Utc>) -> Result<Run, StoreError> {
+    pub fn into_run(self, now: DateTime<Utc>, ids: &dyn IdGen) -> Result<Run, StoreError> {
         Ok(Run {
-            id: id_or_new("run", self.id)?,
+            id: id_or_new("run", self.id, ids)?,
             agent: self.agent,
             session_id: self.session_id,
             status: RunStatus::Running,
@@ -529,16 +530,16 @@ pub(crate) fn validate_effect_key(key: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The caller's id, or a fresh random one.
-pub(crate) fn id_or_new(kind: &str, id: Option<String>) -> Result<String, StoreError> {
-    let id = id.unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
+/// The caller's id, or a fresh one from `ids`.
+pub(crate) fn id_or_new(kind: &str, id: Option<String>, ids: &dyn IdGen) -> Result<String, StoreError> {
+    let id = id.unwrap_or_else(|| ids.next_id());
     validate_id(kind, &id)?;
     Ok(id)
 }
 
 /// A session as created: metadata normalised to an object, no messages yet.
-pub(crate) fn session_from_new(new: NewSession, now: DateTime<Utc>) -> Result<Session, StoreError> {
-    let id = id_or_new("session", new.id)?;
+pub(crate) fn session_from_new(new: NewSession, now: DateTime<Utc>, ids: &dyn IdGen) -> Result<Session, StoreError> {
+    let id = id_or_new("session", new.id, ids)?;
     let metadata = normalise_metadata(new.metadata)?;
     Ok(Session {
         id,
@@ -601,6 +602,7 @@ pub(crate) fn apply_append(
     session: &mut Session,
     messages: Vec<NewMessage>,
     now: DateTime<Utc>,
+    ids: &dyn IdGen,
 ) -> Result<Vec<StoredMessage>, StoreError> {
     if messages.is_empty() {
         return Err(StoreError::Invalid("no messages to append".into()));
@@ -614,7 +616,7 @@ pub(crate) fn apply_append(
         .map(|(i, m)| {
             let (reasoning, reasoning_truncated) = cap_reasoning(m.reasoning);
             StoredMessage {
-                id: format!("msg_{}", uuid::Uuid::new_v4().simple()),
+                id: format!("msg_{}", ids.next_id()),
                 session_id: session.id.clone(),
                 seq: session.message_count + i as u64 + 1,
                 ts: now,

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use chrono::{DateTime, Utc};
 use sha2::{Digest, Sha256};
 
-use crate::clock::{Clock, now_ms};
+use crate::clock::{Clock, IdGen, Seams, now_ms};
 use crate::error::StoreError;
 use crate::model::{Effect, Lease, Record, Run, RunEvent, Session, StoredMessage};
 use crate::page::{Cursor, Page, PageRequest};
@@ -49,6 +49,7 @@ pub struct FileStore {
 struct Inner {
     dir: PathBuf,
     clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGen>,
     index: Mutex<Index>,
     _lock: lock::StoreLock,
 }
@@ -77,10 +78,12 @@ struct Index {
 
 impl FileStore {
     /// Open (creating if needed) the store in `data_dir` (a project's `.polpo/`), taking the
-    /// process lock and repairing journals torn by a crash.
-    pub async fn open(data_dir: &Path, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+    /// process lock and repairing journals torn by a crash. Times and new ids come from `seams`
+    /// (a plain clock: UUID v7 ids).
+    pub async fn open(data_dir: &Path, seams: impl Into<Seams>) -> Result<Self, StoreError> {
         let dir = data_dir.to_owned();
-        let inner = tokio::task::spawn_blocking(move || Inner::open(dir, clock)).await.map_err(join_error)??;
+        let seams = seams.into();
+        let inner = tokio::task::spawn_blocking(move || Inner::open(dir, seams)).await.map_err(join_error)??;
         Ok(FileStore { inner: Arc::new(inner) })
     }
 
@@ -103,14 +106,14 @@ const EFFECTS: &str = "effects";
 const RECORDS: &str = "records";
 
 impl Inner {
-    fn open(dir: PathBuf, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+    fn open(dir: PathBuf, Seams { clock, ids }: Seams) -> Result<Self, StoreError> {
         fsio::create_dir_durable(&dir)?;
         let lock = lock::StoreLock::acquire(&dir)?;
         for sub in [SESSIONS, RUNS, EFFECTS, RECORDS] {
             fsio::create_dir_durable(&dir.join(sub))?;
         }
         let index = Index::load(&dir)?;
-        Ok(Inner { dir, clock, index: Mutex::new(index), _lock: lock })
+        Ok(Inner { dir, clock, ids, index: Mutex::new(index), _lock: lock })
     }
 
     fn index(&self) -> MutexGuard<'_, Index> {
@@ -129,6 +132,10 @@ impl Inner {
 
     fn now(&self) -> DateTime<Utc> {
         now_ms(self.clock.as_ref())
+    }
+
+    fn ids(&self) -> &dyn IdGen {
+        self.ids.as_ref()
     }
 
     fn session_dir(&self, id: &str) -> PathBuf {

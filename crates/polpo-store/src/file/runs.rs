@@ -16,7 +16,7 @@ use crate::traits::RunStore;
 impl Inner {
     fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
         let now = self.now();
-        let run = new.into_run(now)?;
+        let run = new.into_run(now, self.ids())?;
         let mut idx = self.index();
         if idx.runs.contains_key(&run.id) {
             return Err(StoreError::Conflict(format!("run `{}` already exists", run.id)));

@@ -72,7 +72,7 @@ impl Inner {
     }
 
     fn create_session(&self, new: NewSession) -> Result<Session, StoreError> {
-        let session = model::session_from_new(new, self.now())?;
+        let session = model::session_from_new(new, self.now(), self.ids())?;
         let exists = || StoreError::Conflict(format!("session `{}` already exists", session.id));
         let guard = self.reserve_session(&session.id).ok_or_else(exists)?;
         self.add_new_session(guard, &session, &[])?;
@@ -102,7 +102,7 @@ impl Inner {
         let _guard = self.lock_session(id).ok_or_else(|| StoreError::not_found("session", id))?;
         let mut session = self.index().sessions.get(id).cloned().ok_or_else(|| StoreError::not_found("session", id))?;
         model::check_revision("session", id, expected, session.revision)?;
-        let stored = model::apply_append(&mut session, messages, now)?;
+        let stored = model::apply_append(&mut session, messages, now, self.ids())?;
         let dir = self.session_dir(id);
         // The journal line is the truth; session.json is reconciled from it after a crash.
         let written = Journal::write(&dir.join("messages.jsonl"), &stored);

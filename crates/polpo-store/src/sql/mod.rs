@@ -200,6 +200,10 @@ macro_rules! sql_store_impl {
                 now_ms(self.clock.as_ref())
             }
 
+            fn ids(&self) -> &dyn crate::clock::IdGen {
+                self.ids.as_ref()
+            }
+
             async fn run_exists(&self, id: &str) -> Result<bool, StoreError> {
                 Ok(sqlx::query("SELECT 1 FROM runs WHERE id = $1").bind(id).fetch_optional(&self.pool).await?.is_some())
             }

@@ -6,13 +6,14 @@ use std::sync::Arc;
 
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 
-use crate::clock::Clock;
+use crate::clock::{Clock, IdGen, Seams};
 
 /// The PostgreSQL backend.
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
     clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGen>,
 }
 
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -47,19 +48,21 @@ pub const RUN_EVENTS_CHANNEL: &str = "polpo_run_events";
 const ANNOUNCE_EVENTS: Option<&str> = Some("SELECT pg_notify('polpo_run_events', $1)");
 
 impl PgStore {
-    /// Connect to `url` and apply pending migrations.
-    pub async fn connect(url: &str, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+    /// Connect to `url` and apply pending migrations. Times and new ids come from `seams` (a
+    /// plain clock: UUID v7 ids).
+    pub async fn connect(url: &str, seams: impl Into<Seams>) -> Result<Self, StoreError> {
         let options = PgConnectOptions::from_str(url)
             .map_err(|_| StoreError::Config("the PostgreSQL database URL does not parse".into()))?;
-        Self::connect_with(options, clock).await
+        Self::connect_with(options, seams).await
     }
 
     /// Connect with explicit options (e.g. a `search_path` that puts the tables in one schema)
     /// and apply pending migrations.
-    pub async fn connect_with(options: PgConnectOptions, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+    pub async fn connect_with(options: PgConnectOptions, seams: impl Into<Seams>) -> Result<Self, StoreError> {
+        let Seams { clock, ids } = seams.into();
         let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await?;
         super::migrator(MIGRATIONS).run(&pool).await?;
-        Ok(PgStore { pool, clock })
+        Ok(PgStore { pool, clock, ids })
     }
 
     /// The connection pool, for work the store traits do not cover (claim queues, LISTEN).

@@ -7,7 +7,7 @@ macro_rules! sql_runs {
         impl RunStore for $store {
             async fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
                 let now = self.now();
-                let run = new.into_run(now)?;
+                let run = new.into_run(now, self.ids())?;
                 sqlx::query(
                     "INSERT INTO runs (id, agent, session_id, status, error, created_at, updated_at, revision, last_seq) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",

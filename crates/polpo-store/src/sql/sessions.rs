@@ -6,7 +6,7 @@ macro_rules! sql_sessions {
         #[async_trait]
         impl SessionStore for $store {
             async fn create_session(&self, new: NewSession) -> Result<Session, StoreError> {
-                let s = model::session_from_new(new, self.now())?;
+                let s = model::session_from_new(new, self.now(), self.ids())?;
                 sqlx::query(
                     "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision, owner) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
@@ -88,7 +88,7 @@ macro_rules! sql_sessions {
                 let mut tx = self.tx().await?;
                 let mut session = Self::lock_session(&mut tx, session_id).await?;
                 model::check_revision("session", session_id, expected_revision, session.revision)?;
-                let stored = model::apply_append(&mut session, messages, now)?;
+                let stored = model::apply_append(&mut session, messages, now, self.ids())?;
                 for m in &stored {
                     sqlx::query("INSERT INTO messages (session_id, seq, body) VALUES ($1, $2, $3)")
                         .bind(session_id)

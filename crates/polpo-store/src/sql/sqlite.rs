@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
-use crate::clock::Clock;
+use crate::clock::{Clock, IdGen, Seams};
 
 /// The SQLite backend.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
     clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGen>,
 }
 
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -39,7 +40,9 @@ const ANNOUNCE_EVENTS: Option<&str> = None;
 
 impl SqliteStore {
     /// Open (creating if needed) the database file at `path` and apply pending migrations.
-    pub async fn open(path: &Path, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
+    /// Times and new ids come from `seams` (a plain clock: UUID v7 ids).
+    pub async fn open(path: &Path, seams: impl Into<Seams>) -> Result<Self, StoreError> {
+        let Seams { clock, ids } = seams.into();
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
         }
@@ -52,7 +55,7 @@ impl SqliteStore {
             .busy_timeout(Duration::from_secs(30));
         let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
         super::migrator(MIGRATIONS).run(&pool).await?;
-        Ok(SqliteStore { pool, clock })
+        Ok(SqliteStore { pool, clock, ids })
     }
 
     /// A write transaction. `BEGIN IMMEDIATE` takes the write lock up front, so two writers

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use polpo_store::{Clock, FileStore, ManualClock, PgStore, SqliteStore, Store, StoreError, StoreKind};
+use polpo_store::{Clock, FileStore, ManualClock, PgStore, Seams, SqliteStore, Store, StoreError, StoreKind};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
@@ -77,18 +77,19 @@ impl TestStore {
 
 /// Open a backend on existing data.
 pub async fn open_at(kind: StoreKind, location: &Location, clock: Arc<dyn Clock>) -> Result<Store, StoreError> {
+    let seams = Seams::from(clock);
     Ok(match (kind, location) {
-        (StoreKind::File, Location::Path(p)) => Store::from_backend(kind, FileStore::open(p, clock).await?),
-        (StoreKind::Sqlite, Location::Path(p)) => Store::from_backend(kind, SqliteStore::open(p, clock).await?),
-        (StoreKind::Postgres, Location::Schema(s)) => Store::from_backend(kind, pg_store(s, clock).await?),
+        (StoreKind::File, Location::Path(p)) => Store::from_backend(kind, FileStore::open(p, seams.clone()).await?, seams),
+        (StoreKind::Sqlite, Location::Path(p)) => Store::from_backend(kind, SqliteStore::open(p, seams.clone()).await?, seams),
+        (StoreKind::Postgres, Location::Schema(s)) => Store::from_backend(kind, pg_store(s, seams.clone()).await?, seams),
         _ => unreachable!("location does not match backend"),
     })
 }
 
 /// A PostgreSQL store whose tables live in `schema`.
-pub async fn pg_store(schema: &str, clock: Arc<dyn Clock>) -> Result<PgStore, StoreError> {
+pub async fn pg_store(schema: &str, seams: impl Into<Seams>) -> Result<PgStore, StoreError> {
     let options = PgConnectOptions::from_str(&database_url()).unwrap().options([("search_path", schema)]);
-    PgStore::connect_with(options, clock).await
+    PgStore::connect_with(options, seams).await
 }
 
 pub async fn create_schema() -> String {
