@@ -235,6 +235,21 @@ async fn download_writes_inside_the_sandbox_only() {
 }
 
 #[tokio::test]
+async fn a_download_never_writes_through_a_file_planted_beside_its_target() {
+    let d = dirs();
+    let addr = server(String::new()).await;
+    let mut c = ctx(&d.ws);
+    c.allow_private_network = true;
+    std::fs::create_dir_all(d.ws.join("dl")).unwrap();
+    // Where the download used to stage its bytes: a symlink out of the sandbox, as bash could plant.
+    std::os::unix::fs::symlink(d.outside.join("planted.bin"), d.ws.join("dl/.file.bin.polpo-download")).unwrap();
+    let url = format!("http://{addr}/file.bin");
+    call(&c, "http_download", json!({"url": url, "path": "dl/file.bin"})).await.unwrap();
+    assert_eq!(std::fs::read(d.ws.join("dl/file.bin")).unwrap(), vec![7u8; 1000]);
+    assert!(!d.outside.join("planted.bin").exists(), "nothing was written through the planted link");
+}
+
+#[tokio::test]
 async fn cancellation_stops_a_hanging_request() {
     let d = dirs();
     // A server that accepts and then never answers.

@@ -227,11 +227,17 @@ async fn http_download(ctx: &ToolContext, args: DownloadArgs) -> Result<ToolOutp
         body: None,
     };
     let policy = NetworkPolicy::from_context(ctx);
+    // A fresh name opened with O_EXCL: whatever already sits at a predictable name (a symlink
+    // planted into `.polpo/`, say) is never followed by this unconfined write.
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
     let partial = path.with_file_name(format!(
-        ".{}.polpo-download",
+        ".{}.{}-{nonce}.polpo-download",
         path.file_name()
             .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        std::process::id()
     ));
     let result = bounded(ctx, DOWNLOAD_TIMEOUT, async {
         let response = send_guarded(request, &policy).await?;
@@ -277,7 +283,10 @@ async fn stream_to_file(
     {
         return Err(too_large());
     }
-    let mut file = tokio::fs::File::create(path)
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
         .await
         .map_err(|e| io_error("write", path, &e))?;
     let mut written = 0u64;
