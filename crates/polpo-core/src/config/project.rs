@@ -131,6 +131,7 @@ pub fn validate_project(project: &Project) -> Vec<Problem> {
     }
     for agent in project.agents.values() {
         check_reports_to(project, agent, &mut out);
+        check_allowed_paths(agent, &mut out);
         check_loops(agent, &mut out);
         check_agent_model(agent, profiles, &mut out);
         if agent.config.model_routing.as_ref().is_some_and(|r| r.mode == super::enums::RouterMode::Auto) {
@@ -178,6 +179,37 @@ fn check_reports_to(project: &Project, agent: &Agent, out: &mut Vec<Problem>) {
             .get(id)
             .and_then(|a| a.config.reports_to.as_deref());
     }
+}
+
+/// `allowedPaths` narrows the workspace: each entry is relative and stays inside it. An absolute
+/// entry (`/`) or one that climbs out (`../..`) would hand file tools and bash the whole disk.
+fn check_allowed_paths(agent: &Agent, out: &mut Vec<Problem>) {
+    for (i, entry) in agent.config.allowed_paths.iter().flatten().enumerate() {
+        if !stays_inside(entry) {
+            out.push(agent.source.problem(
+                codes::INVALID_VALUE,
+                format!("`{entry}` must be a path inside the workspace, relative to it (no leading `/`, no `..` above it)"),
+                &format!("/allowedPaths/{i}"),
+            ));
+        }
+    }
+}
+
+/// Whether the relative path `entry` names the workspace or something below it.
+fn stays_inside(entry: &str) -> bool {
+    let mut depth = 0usize;
+    for part in std::path::Path::new(entry).components() {
+        match part {
+            std::path::Component::Normal(_) => depth += 1,
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return false,
+            },
+            std::path::Component::RootDir | std::path::Component::Prefix(_) => return false,
+        }
+    }
+    !entry.is_empty()
 }
 
 fn check_loops(agent: &Agent, out: &mut Vec<Problem>) {

@@ -312,3 +312,11 @@ fn a_valid_project_has_no_problems() {
     );
     assert!(validate_project(&p).is_empty());
 }
+
+#[test]
+fn allowed_paths_stay_inside_the_workspace() {
+    let entries = ["docs", "./docs/api", "a/../b", ".", "/", "/etc", "..", "docs/../../x", ""];
+    let p = project(vec![agent("a", json!({"allowedPaths": entries}))], json!({}));
+    let refused: Vec<String> = validate_project(&p).into_iter().filter(|p| p.code == "invalid_value").filter_map(|p| p.pointer).collect();
+    assert_eq!(refused, ["/allowedPaths/4", "/allowedPaths/5", "/allowedPaths/6", "/allowedPaths/7", "/allowedPaths/8"]);
+}
