@@ -8,12 +8,13 @@
 use super::Global;
 use anyhow::Context as _;
 use polpo_core::message::Message;
-use polpo_engine::{ChatInput, RunEvent};
+use polpo_engine::meter::Meter;
+use polpo_engine::runs::{Progress, RunManager, RunOptions};
+use polpo_engine::{ChatInput, Failure, RunEvent};
 use polpo_llm::ToolChoice;
 use serde_json::json;
 use std::io::Write;
 use std::process::ExitCode;
-use tokio_util::sync::CancellationToken;
 
 /// Options of `polpo run`.
 #[derive(Debug, clap::Args)]
@@ -56,38 +57,51 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
         if let Some(choice) = &args.tool_choice {
             input.tool_choice = tool_choice(choice);
         }
-        let cancel = CancellationToken::new();
-        let on_ctrl_c = cancel.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                on_ctrl_c.cancel();
-            }
-        });
-        let stream = !args.json;
-        let sink = move |event: RunEvent| {
-            if stream {
-                print_event(&event);
+        // The same entry as every other surface: the engine decides how the turn runs (here in
+        // this process, never as a durable run: nothing outlives the command).
+        let runs = RunManager::new(runtime, RunOptions::from_env());
+        let mut invoked = match runs.invoke(input, Meter::start()).await {
+            Ok(invoked) => invoked,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(ExitCode::FAILURE);
             }
         };
-        match runtime.chat(input, &sink, &cancel).await {
-            Ok(out) => {
+        // Dropped on Ctrl-C, which cancels the model call and the tools; the run then finishes
+        // as aborted.
+        let mut attachment = invoked.attachment();
+        let ctrl_c = tokio::signal::ctrl_c();
+        tokio::pin!(ctrl_c);
+        let stream = !args.json;
+        let finished = loop {
+            tokio::select! {
+                _ = &mut ctrl_c, if attachment.is_some() => attachment = None,
+                progress = invoked.next() => match progress {
+                    Some(Progress::Event(event, _)) if stream => print_event(&event),
+                    Some(Progress::Event(..)) => {}
+                    Some(Progress::Finished(finished)) => break finished.result,
+                    None => break Err(Failure { code: "internal".into(), message: "the run stopped without an answer".into() }),
+                },
+            }
+        };
+        match finished {
+            Ok(answer) => {
                 if args.json {
-                    let o = &out.outcome;
                     super::print_json(&json!({
-                        "answer": o.content, "sessionId": out.session.id, "finishReason": o.finish_reason,
-                        "usage": o.usage, "turns": o.turns,
+                        "answer": answer.content, "sessionId": answer.session_id, "runId": invoked.run_id(), "finishReason": answer.finish_reason,
+                        "usage": answer.usage, "turns": answer.turns,
                     }))?;
                 } else {
                     println!();
-                    eprintln!("session {} · {} turn(s) · {} tokens in, {} out", out.session.id, out.outcome.turns, out.outcome.usage.input_tokens, out.outcome.usage.output_tokens);
+                    eprintln!("session {} · {} turn(s) · {} tokens in, {} out", answer.session_id, answer.turns, answer.usage.input_tokens, answer.usage.output_tokens);
                 }
                 Ok(ExitCode::SUCCESS)
             }
-            Err(e) => {
+            Err(failure) => {
                 if stream {
                     println!();
                 }
-                eprintln!("error: {e}");
+                eprintln!("error: {}", failure.message);
                 Ok(ExitCode::FAILURE)
             }
         }
