@@ -3,10 +3,11 @@
 //! glibc's allocator keeps what freed connections used inside its per-thread arenas: after
 //! 2,000 connections closed, the server stayed 12 MiB bigger than before they opened (issue
 //! #13). [`Release`] watches the number of open connections and, once it has fallen to a
-//! quarter of a large peak, asks the allocator to return its free pages (`malloc_trim`, a
-//! few milliseconds, run off the async threads); with other allocators it does nothing.
+//! quarter of a large peak (and again when the rest have closed), asks the allocator to return
+//! its free pages (`malloc_trim`, a few milliseconds, run off the async threads); with other
+//! allocators it does nothing.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Peaks smaller than this are not worth a trim.
 pub const MIN_PEAK: usize = 256;
@@ -16,6 +17,8 @@ pub const MIN_PEAK: usize = 256;
 pub struct Release {
     open: AtomicUsize,
     peak: AtomicUsize,
+    /// Connections of a released peak were still open: release again when they have closed.
+    residual: AtomicBool,
 }
 
 impl Release {
@@ -26,11 +29,16 @@ impl Release {
     }
 
     /// A connection closed; when the open count has fallen to a quarter of a peak of at least
-    /// [`MIN_PEAK`], the free memory is returned (once per peak).
+    /// [`MIN_PEAK`], the free memory is returned (once per peak), and once more when the
+    /// connections still open then have closed too.
     pub fn closed(&self) {
         let open = self.open.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
         let peak = self.peak.load(Ordering::Relaxed);
-        if peak >= MIN_PEAK && open <= peak / 4 && self.peak.compare_exchange(peak, open, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        let drained = peak >= MIN_PEAK && open <= peak / 4 && self.peak.compare_exchange(peak, open, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+        if drained {
+            self.residual.store(open > 0, Ordering::Relaxed);
+        }
+        if drained || (open == 0 && self.residual.swap(false, Ordering::Relaxed)) {
             tokio::task::spawn_blocking(trim);
         }
     }
@@ -65,7 +73,13 @@ mod tests {
             r.closed();
         }
         assert_eq!(r.peak.load(Ordering::Relaxed), MIN_PEAK / 4, "the peak restarts from what is open");
-        r.closed();
+        assert!(r.residual.load(Ordering::Relaxed), "the rest is released when it closes");
+        for _ in 0..MIN_PEAK / 4 - 1 {
+            r.closed();
+        }
         assert_eq!(r.peak.load(Ordering::Relaxed), MIN_PEAK / 4, "no second trim for the same peak");
+        assert!(r.residual.load(Ordering::Relaxed));
+        r.closed();
+        assert!(!r.residual.load(Ordering::Relaxed), "released once all closed");
     }
 }

@@ -5,9 +5,9 @@
 //!
 //! [`run`] serves connections itself (hyper's HTTP/1 server) rather than through
 //! `axum::serve`, for what a server on a shared machine needs and `axum::serve` does not
-//! expose: a client must send its request head within [`Limits::header_read_timeout`] (a
-//! slow or silent client, or an idle keep-alive connection, is closed then), a connection
-//! holds small buffers until it has something to read, and beyond
+//! expose: a client must send its first byte within [`Limits::header_read_timeout`], and
+//! its whole request head within as long again (a slow or silent client, or an idle keep-alive
+//! connection, is closed then), a connection holds no buffers until its first byte, and beyond
 //! [`Limits::max_connections`] a new connection is answered `503 too_many_connections` and
 //! closed instead of queueing.
 
@@ -119,9 +119,11 @@ pub async fn run(listener: TcpListener, app: Router, limits: Limits, shutdown: i
         memory.opened();
         let header_timeout = limits.header_read_timeout;
         tokio::spawn(async move {
-            // A silent client costs no buffers: the connection is set up once there is
-            // something to read, and dropped when nothing came within the header timeout.
-            if tokio::time::timeout(header_timeout, stream.readable()).await.is_ok() {
+            // A silent client costs no buffers: the connection is set up once its first byte
+            // has arrived (peeked, not read: `readable()` is ready at once on a new socket),
+            // and dropped when nothing came within the header timeout.
+            let first_byte = tokio::time::timeout(header_timeout, stream.peek(&mut [0u8; 1])).await;
+            if matches!(first_byte, Ok(Ok(n)) if n > 0) {
                 let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
                     request.extensions_mut().insert(ConnectInfo(peer));
                     app.clone().oneshot(request)
