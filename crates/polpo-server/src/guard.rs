@@ -80,9 +80,13 @@ fn is_json(content_type: &HeaderValue) -> bool {
     content_type.to_str().ok().and_then(|v| v.split(';').next()).is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
 }
 
-/// Refuse a request body that is not declared `application/json`
-/// (`415 unsupported_media_type`); a request without a body needs no type.
+/// Refuse a POST, PUT, PATCH or DELETE body that is not declared `application/json`
+/// (`415 unsupported_media_type`); a request without a body needs no type, and reads are not
+/// looked at (some clients label every request `text/plain`).
 pub async fn check_content_type(request: Request, next: Next) -> Response {
+    if !changes_state(request.method()) {
+        return next.run(request).await;
+    }
     let headers = request.headers();
     let has_body = headers.contains_key(TRANSFER_ENCODING) || headers.get(CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
     let acceptable = match headers.get(CONTENT_TYPE) {

@@ -235,6 +235,8 @@ async fn foreign_pages_cannot_post_and_only_json_bodies_are_read() {
     let form = s.http.post(format!("{}/api/v1/agents", s.url)).header("content-type", "application/x-www-form-urlencoded").body("id=x").send().await.unwrap();
     assert_eq!((form.status().as_u16(), form.json::<Value>().await.unwrap()["code"].clone()), (415, json!("unsupported_media_type")));
     assert!(llm.requests().is_empty(), "no refused request reached the model");
+    let read = s.http.get(format!("{}/api/v1/agents", s.url)).header("content-type", "text/plain").send().await.unwrap();
+    assert_eq!(read.status(), 200, "reads are not judged by a content type they do not need");
 
     // The dashboard's own requests: same origin as the Host, JSON with a charset.
     let own = s.url.clone();
