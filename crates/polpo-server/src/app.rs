@@ -93,8 +93,19 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
     {
         return too_many(&path, wait, "rate limit reached for this API key");
     }
+    if !caller.admin && edits_project(request.method(), &path) {
+        return for_path(&path, ApiError::new("forbidden", "changing the project's agents and teams needs an admin key: client keys use agents, they do not edit them"));
+    }
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// Whether a request changes `.polpo/` (agents and teams today; loops, skills and schedules as
+/// they land). Only admin keys may: an agent's config bounds its tools for every client, so a
+/// client key that could edit it could grant itself `bash` on the whole disk.
+fn edits_project(method: &Method, path: &str) -> bool {
+    let path = path.strip_prefix("/api").unwrap_or(path);
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) && path.starts_with("/v1/agents")
 }
 
 /// `429 too_many_requests` with `Retry-After`.

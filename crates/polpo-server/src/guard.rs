@@ -61,7 +61,10 @@ pub async fn check_origin(State(state): State<Arc<AppState>>, request: Request, 
         return next.run(request).await;
     }
     let origin = request.headers().get(ORIGIN).map(|v| v.to_str().unwrap_or("(not text)"));
-    let listed = origin.is_some_and(|o| state.cors_origins.iter().any(|allowed| allowed == "*" || allowed.eq_ignore_ascii_case(o)));
+    // `*` opens the API to every page only where keys guard it; without keys it would hand the
+    // local server (and the agents' tools) to any site the user visits, so it is not honoured.
+    let any = !state.keys.is_empty();
+    let listed = origin.is_some_and(|o| state.cors_origins.iter().any(|allowed| (any && allowed == "*") || allowed.eq_ignore_ascii_case(o)));
     let same = origin.zip(authority(&request)).is_some_and(|(o, host)| o.split_once("://").is_some_and(|(_, rest)| rest.eq_ignore_ascii_case(host)));
     let cross_site = request.headers().get("sec-fetch-site").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
     let refused = if cross_site { !listed } else { origin.is_some() && !listed && !same };

@@ -99,6 +99,32 @@ async fn a_client_key_sees_only_its_own_sessions_and_runs_and_an_admin_sees_all(
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn only_admin_keys_edit_agents_and_teams() {
+    let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
+    let s = keyed(&llm).await;
+    let (a, root) = (bearer("key-a"), bearer("root"));
+    let file = s.dir.path().join(".polpo/agents/writer/agent.json");
+    let before = std::fs::read(&file).unwrap();
+    let widen = json!({"config": {"allowedTools": ["bash"]}});
+    let attempts = [
+        s.post("/api/v1/agents", &[(a.0, &a.1)], json!({"id": "pwn", "instructions": "x", "config": {"model": "openai/gpt-4o-mini"}})).await,
+        s.patch("/v1/agents/writer", &[(a.0, &a.1)], widen.clone()).await,
+        s.put("/api/v1/agents/writer", &[(a.0, &a.1)], json!({"config": {"model": "openai/gpt-4o-mini"}})).await,
+        s.delete("/api/v1/agents/writer", &[(a.0, &a.1)]).await,
+        s.post("/api/v1/agents/teams", &[(a.0, &a.1)], json!({"name": "crew"})).await,
+    ];
+    for r in attempts {
+        assert_eq!((r.status, r.json()["code"].as_str().or(r.json()["error"]["code"].as_str())), (403, Some("forbidden")), "{}", r.text);
+    }
+    assert_eq!(std::fs::read(&file).unwrap(), before, "nothing was written");
+    assert!(!s.dir.path().join(".polpo/agents/pwn").exists());
+    // Client keys still read agents; an admin key edits them.
+    assert_eq!(s.get("/api/v1/agents", &[(a.0, &a.1)]).await.status, 200);
+    let r = s.patch("/api/v1/agents/writer", &[(root.0, &root.1)], json!({"config": {"role": "edited by an admin"}})).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn guessing_keys_is_rate_limited_per_address() {
     let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
     let s = keyed(&llm).await;
@@ -244,6 +270,15 @@ async fn foreign_pages_cannot_post_and_only_json_bodies_are_read() {
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     // A listed dev origin may post too.
     assert_ne!(post(Some("http://localhost:5173"), "application/json", Some("same-site")).await.unwrap().status(), 403);
+}
+
+#[tokio::test]
+async fn a_wildcard_origin_list_does_not_open_a_server_without_keys() {
+    let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
+    let s = Server::start_tweaked(&llm, None, |d| drop(default_project(d)), |state| state.cors_origins = vec!["*".into()]).await;
+    let r = s.http.post(format!("{}/v1/chat/completions", s.url)).header("origin", "http://evil.example").json(&ask("hi")).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(llm.requests().is_empty());
 }
 
 #[tokio::test]
