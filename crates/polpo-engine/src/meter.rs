@@ -3,7 +3,7 @@
 //! The server reports `x-polpo-overhead-ms` on every response. Rather than thread a stopwatch
 //! through every layer, the few places that wait on something external (a model stream, a
 //! tool call, a hook handler) wrap that wait in [`external`]; the caller runs the whole request
-//! inside [`metered`] and subtracts. Outside `metered`, `external` is a plain pass-through.
+//! inside a [`Meter::scope`] and subtracts. Outside a scope, `external` is a plain pass-through.
 
 use std::future::Future;
 use std::sync::Arc;

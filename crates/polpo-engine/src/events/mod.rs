@@ -1,6 +1,6 @@
 //! What the runtime reports, and to whom.
 //!
-//! - [`sink`]: the [`RunEvent`]s one run emits while it works, to whatever sink its caller
+//! - `sink`: the [`RunEvent`]s one run emits while it works, to whatever sink its caller
 //!   gave (an SSE stream, a terminal, the run manager).
 //! - [`bus`]: the runtime's live feed for observers (`GET /api/v1/events`), with ordered ids
 //!   and exact resume.
