@@ -107,11 +107,8 @@ fn project_loader() {
             let content = if i == target { bytes.to_vec() } else { serde_json::to_vec_pretty(value).unwrap() };
             write(&root.join(".polpo").join(path), &content);
         }
-        let result = polpo_project::load_project(&root).map(|project| polpo_project::hooks::check_project_hooks(&project).1);
+        let problems = polpo_project::load_project(&root).err().unwrap_or_default();
         std::fs::remove_dir_all(&root).unwrap();
-        let problems = match result {
-            Ok(problems) | Err(problems) => problems,
-        };
         located(&problems)
     });
 }

@@ -1,8 +1,9 @@
 //! Hook packs on disk: `.polpo/hooks/<pack>.json`.
 //!
-//! Read here, once, like every other project file, and checked by the pure validator in
-//! `polpo_core::hooks`; agents' `hooks` arrays must name packs that exist, so an assignment
-//! with a typo is an error instead of a hook that silently never fires.
+//! Read here, once, by the loader like every other project file (into `Project::hook_packs`),
+//! and checked by the pure validator in `polpo_core::hooks`; agents' `hooks` arrays must name
+//! packs that exist, so an assignment with a typo is a load error instead of a hook that
+//! silently never fires.
 
 use crate::fsx::{MAX_FILE_BYTES, read_bounded};
 use polpo_core::config::{Agent, Project};
@@ -13,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Every pack under `<root>/.polpo/hooks/`, by name, with every problem found in them.
-pub fn load_hook_packs(root: &Path) -> (BTreeMap<String, HookPack>, Vec<Problem>) {
+pub(crate) fn load_hook_packs(root: &Path) -> (BTreeMap<String, HookPack>, Vec<Problem>) {
     let mut packs = BTreeMap::new();
     let mut problems = Vec::new();
     let dir = root.join(".polpo").join("hooks");
@@ -44,15 +45,16 @@ pub fn load_hook_packs(root: &Path) -> (BTreeMap<String, HookPack>, Vec<Problem>
 }
 
 /// Problems with `hooks` assignments (the project's `settings.hooks`, each agent's `hooks`):
-/// each name must be a pack that loaded.
-pub fn check_hook_assignments(project: &Project, packs: &BTreeMap<String, HookPack>, broken: &[Problem]) -> Vec<Problem> {
+/// each name must be one of the project's packs, or a pack file that is `broken` (already
+/// reported, so not reported twice).
+fn check_hook_assignments(project: &Project, broken: &[Problem]) -> Vec<Problem> {
     let broken_files: Vec<&str> = broken.iter().filter_map(|p| p.file.as_deref()).collect();
     let project_hooks = (project.manifest_source.child("settings").child("hooks"), project.settings().hooks.as_deref());
     let agent_hooks = project.agents.values().map(|agent| (agent.source.child("hooks"), agent.config.hooks.as_deref()));
     let mut problems = Vec::new();
     for (at, names) in std::iter::once(project_hooks).chain(agent_hooks) {
         for (i, name) in names.unwrap_or_default().iter().enumerate() {
-            let exists = packs.contains_key(name) || broken_files.contains(&format!(".polpo/hooks/{name}.json").as_str());
+            let exists = project.hook_packs.contains_key(name) || broken_files.contains(&format!(".polpo/hooks/{name}.json").as_str());
             if !exists {
                 problems.push(at.problem("unknown_hook_pack", format!("no hook pack `.polpo/hooks/{name}.json`"), &format!("/{i}")));
             }
@@ -70,25 +72,25 @@ pub fn hook_assignments<'a>(project: &'a Project, agent: &'a Agent) -> [(Scope, 
 /// The hooks `agent` runs, in running order: its project and agent packs plus `narrower`
 /// ones (the loop and step packs of a loop node). The one resolution behind the runtime and
 /// `polpo hooks explain`, so what explain prints is what a request runs.
-pub fn resolve_agent_hooks(packs: &BTreeMap<String, HookPack>, project: &Project, agent: &Agent, narrower: &[(Scope, &[String])]) -> Result<HookSet, Vec<Problem>> {
+pub fn resolve_agent_hooks(project: &Project, agent: &Agent, narrower: &[(Scope, &[String])]) -> Result<HookSet, Vec<Problem>> {
     let assignments: Vec<(Scope, &[String])> = hook_assignments(project, agent).into_iter().chain(narrower.iter().copied()).collect();
-    resolve_named(packs, &assignments)
+    resolve_named(&project.hook_packs, &assignments)
 }
 
-/// The project's packs and every problem with them or with their assignments.
-pub fn check_project_hooks(project: &Project) -> (BTreeMap<String, HookPack>, Vec<Problem>) {
-    let (packs, mut problems) = load_hook_packs(&project.root);
-    let assignments = check_hook_assignments(project, &packs, &problems);
-    problems.extend(assignments);
-    problems.extend(check_verifier_agents(project, &packs));
-    (packs, problems)
+/// Every problem with the project's hook references (assignments to packs, verifier agents),
+/// given the problems of the pack files that did not load (`broken`). Part of loading: a
+/// loaded [`Project`] has none.
+pub(crate) fn check_hook_references(project: &Project, broken: &[Problem]) -> Vec<Problem> {
+    let mut problems = check_hook_assignments(project, broken);
+    problems.extend(check_verifier_agents(project));
+    problems
 }
 
 /// Every `verifier` handler must name an agent of the project (`invalid_reference` at the
 /// handler's `agent`), so a typo is caught by `polpo validate`, not by the first matching call.
-pub fn check_verifier_agents(project: &Project, packs: &BTreeMap<String, HookPack>) -> Vec<Problem> {
+fn check_verifier_agents(project: &Project) -> Vec<Problem> {
     let mut problems = Vec::new();
-    for (name, pack) in packs {
+    for (name, pack) in &project.hook_packs {
         for hook in &pack.hooks {
             if let Handler::Verifier { agent, .. } = hook.action.handler()
                 && !project.agents.contains_key(agent)

@@ -53,6 +53,7 @@ fn load(root: &Path, known_tool: Option<&dyn Fn(&str) -> bool>) -> Result<Projec
     let agents = loader.agents();
     let teams = loader.teams();
     let loops = loader.loops();
+    let (hook_packs, broken_packs) = crate::hooks::load_hook_packs(root);
     let project = Project {
         root: root.to_path_buf(),
         layout: if loader.legacy {
@@ -65,9 +66,12 @@ fn load(root: &Path, known_tool: Option<&dyn Fn(&str) -> bool>) -> Result<Projec
         agents,
         teams,
         loops,
+        hook_packs,
     };
     let mut problems = loader.problems;
     problems.extend(validate_project(&project));
+    problems.extend(crate::hooks::check_hook_references(&project, &broken_packs));
+    problems.extend(broken_packs);
     if let Some(known) = known_tool {
         problems.extend(polpo_core::loops::unknown_loop_tools(&project, known));
     }

@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use polpo_core::hooks::Scope;
-use polpo_project::hooks::{check_project_hooks, resolve_agent_hooks};
+use polpo_project::hooks::resolve_agent_hooks;
 use polpo_project::load_project;
 
 const PACK: &str = r#"{"version": 1, "hooks": {"tool:before": [{"id": "guard", "handler": {"type": "command", "command": "./guard.sh"}}]}}"#;
@@ -13,7 +13,7 @@ const PACK: &str = r#"{"version": 1, "hooks": {"tool:before": [{"id": "guard", "
 fn an_unknown_project_pack_is_a_problem_at_its_pointer_in_either_manifest() {
     for manifest in [(".polpo/project.json", r#"{"schemaVersion": 2, "settings": {"hooks": ["audit", "qualty"]}}"#), (".polpo/polpo.json", r#"{"settings": {"hooks": ["audit", "qualty"]}}"#)] {
         let dir = project(&[manifest, (".polpo/hooks/audit.json", PACK)]);
-        let (_, problems) = check_project_hooks(&load_project(dir.path()).unwrap());
+        let problems = load_project(dir.path()).unwrap_err();
         assert_eq!(located(&problems), [("unknown_hook_pack".to_owned(), manifest.0.to_owned(), "/settings/hooks/1".to_owned())]);
         assert!(problems[0].message.contains(".polpo/hooks/qualty.json"), "{}", problems[0].message);
     }
@@ -38,10 +38,8 @@ fn project_packs_apply_to_every_agent_before_its_own() {
         (".polpo/agents/reader/instructions.md", "Read."),
     ]);
     let p = load_project(dir.path()).unwrap();
-    let (packs, problems) = check_project_hooks(&p);
-    assert_eq!(problems, []);
     let order = |agent: &str| -> Vec<(Scope, String)> {
-        let set = resolve_agent_hooks(&packs, &p, p.agent(agent).unwrap(), &[]).unwrap();
+        let set = resolve_agent_hooks(&p, p.agent(agent).unwrap(), &[]).unwrap();
         set.hooks().iter().map(|h| (h.scope, h.hook.qualified_id())).collect()
     };
     // `audit`, assigned to the project and to the writer, runs once, at project scope.

@@ -9,11 +9,10 @@ use super::{Global, print_json, print_problems_to_stderr, sorted};
 use polpo_core::config::{Agent, Project};
 use polpo_core::hooks::capabilities::{HostHooks, capabilities};
 use polpo_core::hooks::set::ExplainEntry;
-use polpo_core::hooks::{AgentTool, ExecutionMode, HookEvent, HookPack, HookSet, Target, lint_for_agent};
+use polpo_core::hooks::{AgentTool, ExecutionMode, HookEvent, HookSet, Target, lint_for_agent};
 use polpo_core::policy::{PolicyLayer, ToolPolicy};
 use polpo_core::problem::Problem;
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 /// `polpo hooks …`.
@@ -65,16 +64,18 @@ fn parse_mode(s: &str) -> Result<ExecutionMode, String> {
 pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Validate => {
-            let project = global.load()?;
-            let (packs, problems) = polpo_project::hooks::check_project_hooks(&project);
-            let warnings = agent_warnings(&project, &packs);
-            print_warnings(&warnings);
-            if problems.is_empty() {
-                let plural = |n: usize, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
-                let note = if warnings.is_empty() { String::new() } else { format!(" ({})", plural(warnings.len(), "warning")) };
-                println!("ok: {}{note}", plural(packs.len(), "hook pack"));
-                return Ok(ExitCode::SUCCESS);
-            }
+            // Hook packs and their assignments are checked by the loader, with the rest.
+            let problems = match polpo_project::load_project(&global.root()?) {
+                Ok(project) => {
+                    let warnings = agent_warnings(&project);
+                    print_warnings(&warnings);
+                    let plural = |n: usize, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
+                    let note = if warnings.is_empty() { String::new() } else { format!(" ({})", plural(warnings.len(), "warning")) };
+                    println!("ok: {}{note}", plural(project.hook_packs.len(), "hook pack"));
+                    return Ok(ExitCode::SUCCESS);
+                }
+                Err(problems) => problems,
+            };
             for p in sorted(problems.clone()) {
                 println!("{p}");
             }
@@ -123,13 +124,13 @@ fn agent_tools(agent: &Agent, mode: Option<ExecutionMode>) -> (Vec<String>, Tool
 /// Warnings for every pack that applies to every agent (the project's and its own): `tools`
 /// matchers (or single patterns) that can never match a tool the agent has, and
 /// `tool:before` hooks that only see provider-native tools. Each points into the pack file.
-pub fn agent_warnings(project: &Project, packs: &BTreeMap<String, HookPack>) -> Vec<Problem> {
+pub fn agent_warnings(project: &Project) -> Vec<Problem> {
     let mut warnings = Vec::new();
     for agent in project.agents.values() {
         let (names, _) = agent_tools(agent, None);
         let tools: Vec<AgentTool<'_>> = names.iter().map(|n| AgentTool { name: n, provider_native: false }).collect();
         for name in applicable_packs(project, agent) {
-            if let Some(pack) = packs.get(name) {
+            if let Some(pack) = project.hook_packs.get(name) {
                 warnings.extend(lint_for_agent(pack, &agent.id, &tools).into_iter().map(|w| w.in_file(format!(".polpo/hooks/{name}.json"))));
             }
         }

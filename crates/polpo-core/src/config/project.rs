@@ -12,6 +12,7 @@ use super::team::TeamConfig;
 use crate::model::{
     ModelProfileError, ModelProfiles, resolve_model_chain, validate_model_profiles,
 };
+use crate::hooks::HookPack;
 use crate::loops::Loop;
 use crate::problem::Problem;
 use std::collections::{BTreeMap, BTreeSet};
@@ -68,6 +69,9 @@ pub struct Project {
     pub teams: BTreeMap<String, Team>,
     /// Project Loops by id (`loops/<id>.json`).
     pub loops: BTreeMap<String, Loop>,
+    /// Hook packs by name (`hooks/<name>.json`), read with the rest so that nothing derived
+    /// from the project (the runtime's hook sets) reads files again.
+    pub hook_packs: BTreeMap<String, HookPack>,
 }
 
 impl Project {

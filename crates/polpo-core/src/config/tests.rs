@@ -196,6 +196,7 @@ fn project(agents: Vec<Agent>, settings: Value) -> Project {
         agents: agents.into_iter().map(|a| (a.id.clone(), a)).collect(),
         teams: Default::default(),
         loops: Default::default(),
+        hook_packs: Default::default(),
     }
 }
 
