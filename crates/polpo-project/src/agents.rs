@@ -5,12 +5,14 @@
 //! must present the revision it started from, and fails with `conflict` if the files changed
 //! in between, instead of silently overwriting the hand edit.
 //!
-//! Writers inside one process are serialised by a lock, so check-then-write is atomic among
-//! them; against other processes the revision check narrows the window to the instant
-//! between the check and the rename.
+//! Writes are steps of an [`Edit`], so check-then-write is atomic among the writers of one
+//! process (the editor serialises its edits) and undone when the project stops loading; against
+//! other processes the revision check narrows the window to the instant between the check and
+//! the rename.
 
+use crate::edit::{Edit, read_optional};
 use crate::error::ProjectError;
-use crate::fsx::{self, MAX_FILE_BYTES};
+use crate::fsx;
 use crate::paths::{self, AGENT_JSON, AGENTS_DIR, INSTRUCTIONS_MD};
 use polpo_core::config::{
     AGENT_FILE, Agent, AgentConfig, Location, check_id, fold_id, parse_checked,
@@ -19,8 +21,6 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A content hash of an agent's files; changes whenever either file changes.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -61,14 +61,6 @@ pub struct AgentSnapshot {
     pub revision: Revision,
 }
 
-static WRITE_LOCK: Mutex<()> = Mutex::new(());
-
-fn lock() -> std::sync::MutexGuard<'static, ()> {
-    WRITE_LOCK
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 fn agent_dir(root: &Path, id: &str) -> Result<PathBuf, ProjectError> {
     check_id(id).map_err(|reason| ProjectError::InvalidId {
         id: id.to_string(),
@@ -79,14 +71,6 @@ fn agent_dir(root: &Path, id: &str) -> Result<PathBuf, ProjectError> {
         return Err(ProjectError::LegacyLayout);
     }
     Ok(dot.join(AGENTS_DIR).join(id))
-}
-
-fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, ProjectError> {
-    match fsx::read_bounded(path, MAX_FILE_BYTES) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ProjectError::io("read", path)(e)),
-    }
 }
 
 /// The raw bytes of an agent's two files.
@@ -171,45 +155,33 @@ pub fn read_agent(root: &Path, id: &str) -> Result<AgentSnapshot, ProjectError> 
     })
 }
 
-/// Create (`expected = None`) or update (`expected = Some(revision read earlier)`) an agent.
-/// Returns the new revision.
+/// Create (`expected = None`) or update (`expected = Some(revision read earlier)`) an agent,
+/// as a step of `edit`. Returns the new revision.
 pub fn write_agent(
-    root: &Path,
+    edit: &mut Edit<'_>,
     id: &str,
     config: &AgentConfig,
     instructions: &str,
     expected: Option<&Revision>,
 ) -> Result<Revision, ProjectError> {
-    let dir = agent_dir(root, id)?;
-    let _guard = lock();
-    expect_revision(root, id, &dir, expected)?;
-    std::fs::create_dir_all(&dir).map_err(ProjectError::io("create", &dir))?;
-    if let Some(parent) = dir.parent() {
-        fsx::sync_dir(parent).map_err(ProjectError::io("sync", parent))?;
-    }
+    let root = edit.root().to_path_buf();
+    let dir = agent_dir(&root, id)?;
+    expect_revision(&root, id, &dir, expected)?;
     let config_bytes =
         fsx::to_json_bytes(config).map_err(ProjectError::io("encode", dir.join(AGENT_JSON)))?;
     // Instructions first: a crash in between leaves an agent that fails to load as "missing
     // agent.json" on create, or an updated prompt with the old config on update — never a
     // torn file.
-    let path = dir.join(INSTRUCTIONS_MD);
-    fsx::write_atomic(&path, instructions.as_bytes()).map_err(ProjectError::io("write", &path))?;
-    let path = dir.join(AGENT_JSON);
-    fsx::write_atomic(&path, &config_bytes).map_err(ProjectError::io("write", &path))?;
+    edit.write(&dir.join(INSTRUCTIONS_MD), instructions.as_bytes())?;
+    edit.write(&dir.join(AGENT_JSON), &config_bytes)?;
     Ok(Revision::of(&config_bytes, instructions.as_bytes()))
 }
 
-/// Delete an agent if it is still at `expected`. The directory is first renamed to a hidden
-/// name (atomic: loaders skip hidden entries), then removed.
-pub fn delete_agent(root: &Path, id: &str, expected: &Revision) -> Result<(), ProjectError> {
-    let dir = agent_dir(root, id)?;
-    let _guard = lock();
-    expect_revision(root, id, &dir, Some(expected))?;
-    let parent = dir.parent().unwrap_or(Path::new("."));
-    static DELETIONS: AtomicU64 = AtomicU64::new(0);
-    let n = DELETIONS.fetch_add(1, Ordering::Relaxed);
-    let graveyard = parent.join(format!(".{id}.deleted-{}-{n}", std::process::id()));
-    std::fs::rename(&dir, &graveyard).map_err(ProjectError::io("rename", &dir))?;
-    fsx::sync_dir(parent).map_err(ProjectError::io("sync", parent))?;
-    std::fs::remove_dir_all(&graveyard).map_err(ProjectError::io("remove", &graveyard))
+/// Delete an agent if it is still at `expected`, as a step of `edit`: its folder is renamed
+/// to a hidden name at once (loaders skip hidden entries) and removed when the edit is served.
+pub fn delete_agent(edit: &mut Edit<'_>, id: &str, expected: &Revision) -> Result<(), ProjectError> {
+    let root = edit.root().to_path_buf();
+    let dir = agent_dir(&root, id)?;
+    expect_revision(&root, id, &dir, Some(expected))?;
+    edit.remove_dir(&dir)
 }

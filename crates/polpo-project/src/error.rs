@@ -27,7 +27,7 @@ pub enum ProjectError {
     #[error("agent `{0}` already exists")]
     AgentExists(String),
     /// Not a usable id.
-    #[error("invalid agent id `{id}`: {reason}")]
+    #[error("invalid id `{id}`: {reason}")]
     InvalidId {
         /// The id.
         id: String,
@@ -37,8 +37,8 @@ pub enum ProjectError {
     /// The files changed since the caller read them (a hand edit or another writer).
     #[error("agent `{0}` changed on disk since it was read; reload and retry")]
     Conflict(String),
-    /// Agent writes need the directory layout.
-    #[error("the project uses the legacy agents.json layout; run `polpo migrate` first")]
+    /// Agent and team writes need the directory layout.
+    #[error("the project uses a legacy aggregate file (agents.json, teams.json); run `polpo migrate` first")]
     LegacyLayout,
     /// `.polpo/` already exists where a new project was to be created.
     #[error("{0} already contains a .polpo/ folder")]

@@ -7,6 +7,7 @@
 
 pub mod agents;
 pub mod create;
+mod edit;
 mod error;
 pub mod fsx;
 pub mod hooks;
@@ -14,9 +15,11 @@ mod load;
 pub mod migrate;
 pub mod paths;
 mod read;
+pub mod teams;
 
 pub use agents::{AgentSnapshot, Revision, delete_agent, read_agent, write_agent};
 pub use create::{NewAgent, create_project};
+pub use edit::{Edit, ProjectEditor};
 pub use error::ProjectError;
 pub use load::{DEFAULT_TEAM, load_project, load_project_checking_tools};
 pub use migrate::{MigrationPlan, PlannedWrite, migrate};

@@ -3,13 +3,24 @@
 mod common;
 use common::*;
 use polpo_core::config::AgentConfig;
-use polpo_project::{ProjectError, Revision, delete_agent, load_project, read_agent, write_agent};
+use polpo_project::{ProjectEditor, ProjectError, Revision, load_project, read_agent};
+use std::path::Path;
 
 fn config(role: &str) -> AgentConfig {
     AgentConfig {
         role: Some(role.into()),
         ..Default::default()
     }
+}
+
+/// [`polpo_project::write_agent`] as an edit of its own.
+fn write_agent(root: &Path, id: &str, config: &AgentConfig, instructions: &str, expected: Option<&Revision>) -> Result<Revision, ProjectError> {
+    ProjectEditor::new(root).edit(|edit| polpo_project::write_agent(edit, id, config, instructions, expected), |_| Ok(()))
+}
+
+/// [`polpo_project::delete_agent`] as an edit of its own.
+fn delete_agent(root: &Path, id: &str, expected: &Revision) -> Result<(), ProjectError> {
+    ProjectEditor::new(root).edit(|edit| polpo_project::delete_agent(edit, id, expected), |_| Ok(()))
 }
 
 #[test]

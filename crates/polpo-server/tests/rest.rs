@@ -107,7 +107,7 @@ async fn a_hand_edit_between_read_and_write_is_a_409_not_an_overwrite() {
 }
 
 #[tokio::test]
-async fn invalid_agents_are_refused_before_anything_is_written() {
+async fn invalid_agents_are_refused_and_leave_files_and_runtime_as_they_were() {
     let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
     let s = Server::start(&llm).await;
 
@@ -121,11 +121,14 @@ async fn invalid_agents_are_refused_before_anything_is_written() {
     assert!(pointers.contains(&"/maxTurns") && pointers.contains(&"/colour"), "{pointers:?}");
     assert!(!agent_dir(&s, "bad").exists());
 
-    // A config that is fine alone but breaks the project (reportsTo nobody).
+    // A config that is fine alone but breaks the project (reportsTo nobody): written, found
+    // invalid with the whole project, undone; the runtime keeps the version it served.
+    let served = s.state.runtime.loaded();
     let r = s.post("/api/v1/agents", &[], json!({"id": "lost", "config": {"model": "openai/fake-model", "reportsTo": "nobody"}})).await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert_eq!(r.json()["code"], "invalid_project");
     assert!(!agent_dir(&s, "lost").exists());
+    assert!(std::sync::Arc::ptr_eq(&served, &s.state.runtime.loaded()), "a refused edit is never served");
 
     // Deleting an agent another one reports to would break the project too.
     let r = s.post("/api/v1/agents", &[], json!({"id": "intern", "config": {"model": "openai/fake-model", "reportsTo": "writer"}})).await;
@@ -230,4 +233,20 @@ async fn openapi_documents_every_route_and_every_documented_route_is_served() {
     let r = s.get("/v1/chat/sessions", &[("authorization", "Bearer wrong")]).await;
     assert_eq!(r.status, 401);
     assert_eq!(r.json()["ok"], false);
+}
+
+#[tokio::test]
+async fn concurrent_edits_are_all_served() {
+    let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
+    let s = Server::start(&llm).await;
+    let create = |id: &'static str| s.post("/api/v1/agents", &[], json!({"id": id, "config": {"model": "openai/fake-model"}}));
+    let team = s.post("/api/v1/agents/teams", &[], json!({"name": "blue"}));
+    let (a, b, c, t) = tokio::join!(create("one"), create("two"), create("three"), team);
+    for r in [a, b, c, t] {
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    // Each edit's reload saw the edits before it: the last one served holds them all.
+    let project = &s.state.runtime.loaded().project;
+    assert!(["one", "two", "three"].iter().all(|id| project.agents.contains_key(*id)), "{:?}", project.agents.keys());
+    assert!(project.teams.contains_key("blue"));
 }

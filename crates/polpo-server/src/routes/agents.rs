@@ -10,11 +10,11 @@
 //! A change is checked before anything is written: the id (`400 id_confusable` when it can be
 //! mistaken for another agent's), the config against the same schema `polpo validate` uses
 //! (`400 invalid_config`, each problem with file and JSON pointer; a create or a full replace
-//! must name the agent's `model`, so `PUT {}` cannot wipe it), then
-//! the whole project with the change applied (`400 invalid_project`, e.g. a `reportsTo` that
-//! names a deleted agent). After the write the project is reloaded from disk; if it no longer
-//! loads (another file broke meanwhile) the write is undone and the runtime keeps the version
-//! it had.
+//! must name the agent's `model`, so `PUT {}` cannot wipe it); then the change is written and
+//! the whole project with it checked (`400 invalid_project`, e.g. a `reportsTo` that
+//! names a deleted agent). Every change is one project edit ([`edit`]): written, the whole
+//! project loaded from disk and served; when it no longer loads, every touched file is put back
+//! and the runtime keeps the version it had.
 
 use crate::state::AppState;
 use crate::error::{ApiError, RestError, ok};
@@ -23,20 +23,16 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use polpo_core::config::{AGENT_FILE, Agent, AgentConfig, Location, check_confusable, check_id, codes, parse_checked, validate_project};
+use polpo_core::config::{AGENT_FILE, Agent, AgentConfig, Location, Project, check_confusable, check_id, codes, parse_checked};
 use polpo_core::problem::Problem;
-use polpo_engine::{Loaded, Runtime};
+use polpo_engine::Loaded;
 use polpo_project::paths::{AGENT_JSON, AGENTS_DIR, display};
-use polpo_project::{AgentSnapshot, ProjectError, Revision, delete_agent, read_agent, write_agent};
+use polpo_project::{Edit, ProjectError, Revision, delete_agent, read_agent, write_agent};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 
 /// Body keys that are not part of `agent.json`.
 const NON_CONFIG_KEYS: [&str; 5] = ["id", "name", "instructions", "systemPrompt", "revision"];
-
-/// Serialises write-then-reload, so reloads happen in the order of the writes and the
-/// runtime never ends up serving an older project than the files hold.
-pub(crate) static WRITES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A failure of an agent route: a plain REST error, or a list of located problems.
 #[derive(Debug)]
@@ -52,9 +48,19 @@ pub enum AgentError {
     },
 }
 
-impl<E: Into<ApiError>> From<E> for AgentError {
-    fn from(e: E) -> Self {
-        Self::Rest(RestError(e.into()))
+impl From<ApiError> for AgentError {
+    fn from(e: ApiError) -> Self {
+        Self::Rest(RestError(e))
+    }
+}
+
+/// A project edit's failure, its problems located when it has any.
+impl From<ProjectError> for AgentError {
+    fn from(e: ProjectError) -> Self {
+        match e {
+            ProjectError::Invalid(problems) => Self::Problems { code: "invalid_project", problems },
+            other => Self::Rest(RestError(other.into())),
+        }
     }
 }
 
@@ -66,14 +72,6 @@ impl From<ProjectError> for ApiError {
             other => other,
         };
         ApiError::new(code, e.to_string())
-    }
-}
-
-/// A project write's failure as an agent route error (its problems located when it has any).
-pub(crate) fn project_error(e: ProjectError) -> AgentError {
-    match e {
-        ProjectError::Invalid(problems) => AgentError::Problems { code: "invalid_project", problems },
-        other => other.into(),
     }
 }
 
@@ -121,7 +119,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Json<Value> {
 /// revision also in `ETag`.
 pub async fn get(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Response, AgentError> {
     let root = state.runtime.loaded().project.root.clone();
-    let snapshot = blocking(move || read_agent(&root, &id).map_err(project_error)).await?;
+    let snapshot = blocking(move || Ok(read_agent(&root, &id)?)).await?;
     Ok(with_etag(ok(view(&snapshot.agent, &snapshot.revision)).into_response(), &snapshot.revision))
 }
 
@@ -169,29 +167,40 @@ async fn update(
 /// `DELETE /agents/{id}` (optionally `If-Match`) → `{removed: true}`.
 pub async fn delete(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, AgentError> {
     let base = base_of(&headers, None)?;
-    let _order = WRITES.lock().await;
-    let runtime = state.runtime.clone();
-    blocking(move || remove(&runtime, &id, base)).await?;
+    edit(&state, move |edit, _| remove(edit, &id, base)).await?;
     Ok(ok(json!({"removed": true})))
 }
 
-/// Check, write, reload; returns the new revision and the response body.
-async fn save(state: &AppState, id: String, base: Base, edit: ConfigEdit, instructions: Option<String>) -> Result<(Revision, Json<Value>), AgentError> {
-    let _order = WRITES.lock().await;
-    let runtime = state.runtime.clone();
-    let (agent, revision) = blocking(move || write(&runtime, &id, base, edit, instructions)).await?;
+/// Check, write, serve; returns the new revision and the response body.
+async fn save(state: &AppState, id: String, base: Base, change: ConfigEdit, instructions: Option<String>) -> Result<(Revision, Json<Value>), AgentError> {
+    let (agent, revision) = edit(state, move |edit, served| write(edit, served, &id, base, change, instructions)).await?;
     let body = ok(view(&agent, &revision));
     Ok((revision, body))
 }
 
-fn write(runtime: &Runtime, id: &str, base: Base, edit: ConfigEdit, instructions: Option<String>) -> Result<(Agent, Revision), AgentError> {
+/// Change the project's files as one edit of the state's [`polpo_project::ProjectEditor`]:
+/// `change` sees the project as served when the edit starts; the project it leaves on disk is
+/// served from the next request on, or every file is put back (`invalid_project`).
+pub(crate) async fn edit<T: Send + 'static>(state: &AppState, change: impl FnOnce(&mut Edit<'_>, &Project) -> Result<T, AgentError> + Send + 'static) -> Result<T, AgentError> {
+    let (editor, runtime) = (state.editor.clone(), state.runtime.clone());
+    blocking(move || {
+        editor.edit(
+            |edit| change(edit, &runtime.loaded().project),
+            |project| {
+                runtime.reload(Loaded::new(project)?);
+                Ok(())
+            },
+        )
+    })
+    .await
+}
+
+fn write(edit: &mut Edit<'_>, served: &Project, id: &str, base: Base, change: ConfigEdit, instructions: Option<String>) -> Result<(Agent, Revision), AgentError> {
     check_id(id).map_err(|reason| ApiError::new("invalid_value", format!("invalid agent id `{id}`: {reason}")))?;
-    let loaded = runtime.loaded();
-    check_confusable(id, loaded.project.agents.keys().map(String::as_str)).map_err(|reason| ApiError::new(codes::ID_CONFUSABLE, reason))?;
-    let root = loaded.project.root.clone();
+    check_confusable(id, served.agents.keys().map(String::as_str)).map_err(|reason| ApiError::new(codes::ID_CONFUSABLE, reason))?;
     let current = match base {
         Base::Absent => None,
-        _ => Some(read_agent(&root, id).map_err(project_error)?),
+        _ => Some(read_agent(edit.root(), id)?),
     };
     let expected = match (&base, &current) {
         (Base::Revision(r), _) => Some(r.clone()),
@@ -203,8 +212,8 @@ fn write(runtime: &Runtime, id: &str, base: Base, edit: ConfigEdit, instructions
     {
         return Err(ProjectError::Conflict(id.to_owned()).into());
     }
-    let replaced = matches!(edit, ConfigEdit::Replace(_));
-    let value = match (edit, &current) {
+    let replaced = matches!(change, ConfigEdit::Replace(_));
+    let value = match (change, &current) {
         (ConfigEdit::Replace(v), _) => v,
         (ConfigEdit::Merge(patch), Some(snapshot)) => {
             let mut v = serde_json::to_value(&snapshot.agent.config).map_err(|e| ApiError::new("internal", e.to_string()))?;
@@ -222,59 +231,16 @@ fn write(runtime: &Runtime, id: &str, base: Base, edit: ConfigEdit, instructions
     let instructions = instructions.or_else(|| current.as_ref().map(|s| s.agent.instructions.clone())).unwrap_or_default();
     let agent = Agent { id: id.to_owned(), config, instructions, source: at };
 
-    let mut candidate = loaded.project.clone();
-    candidate.agents.insert(id.to_owned(), agent.clone());
-    precheck(candidate)?;
-
-    let revision = write_agent(&root, id, &agent.config, &agent.instructions, expected.as_ref()).map_err(project_error)?;
-    if let Err(problems) = reload(runtime, &root) {
-        let undo = match &current {
-            None => delete_agent(&root, id, &revision),
-            Some(old) => write_agent(&root, id, &old.agent.config, &old.agent.instructions, Some(&revision)).map(|_| ()),
-        };
-        if let Err(e) = undo {
-            tracing::warn!(agent = id, code = e.code(), "could not undo an agent write after the project stopped loading");
-        }
-        return Err(AgentError::Problems { code: "invalid_project", problems });
-    }
+    let revision = write_agent(edit, id, &agent.config, &agent.instructions, expected.as_ref())?;
     Ok((agent, revision))
 }
 
-fn remove(runtime: &Runtime, id: &str, base: Base) -> Result<(), AgentError> {
-    let loaded = runtime.loaded();
-    let root = loaded.project.root.clone();
-    let current: AgentSnapshot = read_agent(&root, id).map_err(project_error)?;
+fn remove(edit: &mut Edit<'_>, id: &str, base: Base) -> Result<(), AgentError> {
     let expected = match base {
         Base::Revision(r) => r,
-        _ => current.revision.clone(),
+        _ => read_agent(edit.root(), id)?.revision,
     };
-    let mut candidate = loaded.project.clone();
-    candidate.agents.remove(id);
-    precheck(candidate)?;
-    delete_agent(&root, id, &expected).map_err(project_error)?;
-    if let Err(problems) = reload(runtime, &root) {
-        if let Err(e) = write_agent(&root, id, &current.agent.config, &current.agent.instructions, None) {
-            tracing::warn!(agent = id, code = e.code(), "could not restore a deleted agent after the project stopped loading");
-        }
-        return Err(AgentError::Problems { code: "invalid_project", problems });
-    }
-    Ok(())
-}
-
-/// The project with the change applied must pass the cross-file rules and resolve its hooks.
-fn precheck(candidate: polpo_core::config::Project) -> Result<(), AgentError> {
-    let problems = validate_project(&candidate);
-    if !problems.is_empty() {
-        return Err(AgentError::Problems { code: "invalid_project", problems });
-    }
-    Loaded::new(candidate).map(|_| ()).map_err(|problems| AgentError::Problems { code: "invalid_project", problems })
-}
-
-/// Load the project from disk and serve it; a project that does not load is not swapped in.
-pub(crate) fn reload(runtime: &Runtime, root: &std::path::Path) -> Result<(), Vec<Problem>> {
-    let loaded = polpo_project::load_project(root).and_then(Loaded::new)?;
-    runtime.reload(loaded);
-    Ok(())
+    Ok(delete_agent(edit, id, &expected)?)
 }
 
 /// Run file work off the async threads (writes fsync).
