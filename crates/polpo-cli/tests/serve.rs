@@ -126,3 +126,35 @@ async fn dev_reloads_an_edited_agent_without_a_restart() {
     std::fs::write(dir.path().join(".polpo/agents/assistant/agent.json"), "{ not json").unwrap();
     server.wait_for("still serving the previous version");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dev_rebuilds_the_providers_when_the_project_changes_them() {
+    let (first, second) = (FakeLlm::start([Turn::text("from the first")]).await.unwrap(), FakeLlm::start([Turn::text("from the second")]).await.unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let manifest = dir.path().join(".polpo/project.json");
+    let point_at = |llm: &FakeLlm| {
+        let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+        m["providers"] = json!({"openai": {"baseUrl": llm.base_url()}});
+        std::fs::write(&manifest, serde_json::to_vec_pretty(&m).unwrap()).unwrap();
+    };
+    point_at(&first);
+    let mut server = ServerProcess::start("dev", dir.path(), &[], &[("OPENAI_API_KEY", "sk")]);
+    polpo_llm::install_crypto_provider();
+    let url = format!("{}/v1/chat/completions", server.url);
+    let ask = || async {
+        let r = reqwest::Client::new()
+            .post(&url)
+            .json(&json!({"agent": "assistant", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        let body: serde_json::Value = r.json().await.unwrap();
+        body["choices"][0]["message"]["content"].as_str().unwrap_or_default().to_owned()
+    };
+    assert_eq!(ask().await, "from the first");
+    point_at(&second);
+    server.wait_for("reloaded the project");
+    assert_eq!(ask().await, "from the second", "the new baseUrl is used without a restart");
+    assert_eq!((first.requests().len(), second.requests().len()), (1, 1));
+}

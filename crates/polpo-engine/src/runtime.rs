@@ -169,7 +169,7 @@ async fn suggestions(inv: &Invocation, ids: &dyn IdGen, new_messages: &[Message]
 /// The runtime: one per server or CLI process.
 pub struct Runtime {
     loaded: RwLock<Arc<Loaded>>,
-    providers: Providers,
+    providers: RwLock<Arc<Providers>>,
     store: Store,
     tools: Arc<ToolSet>,
     hook_runtime: HookRuntime,
@@ -186,7 +186,7 @@ impl Runtime {
         let bus = EventBus::with_clock(DEFAULT_REPLAY, store.seams().clock.clone());
         Self {
             loaded: RwLock::new(Arc::new(loaded)),
-            providers,
+            providers: RwLock::new(Arc::new(providers)),
             store,
             tools: Arc::new(ToolSet::new(polpo_tools::tools::system_tools())),
             hook_runtime: HookRuntime::from_env(),
@@ -250,6 +250,19 @@ impl Runtime {
         *self.loaded.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(loaded);
     }
 
+    /// [`Runtime::reload`] with the providers built from the new version too (a project whose
+    /// `providers` changed, e.g. on a `polpo dev` reload): both are replaced together.
+    pub fn rebuild(&self, loaded: Loaded, providers: Providers) {
+        let mut served = self.loaded.write().unwrap_or_else(PoisonError::into_inner);
+        *self.providers.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(providers);
+        *served = Arc::new(loaded);
+    }
+
+    /// The model providers as currently built.
+    fn providers(&self) -> Arc<Providers> {
+        self.providers.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
     /// The store sessions and runs live in.
     pub fn store(&self) -> &Store {
         &self.store
@@ -278,11 +291,12 @@ impl Runtime {
         // The offline model stands in only when no model of the chain can be called at all (no
         // key set, e.g. on a laptop without network); a chain with one ready target is used as
         // written.
-        let ready = || ids.iter().any(|id| polpo_llm::split_model_id(id).is_some_and(|(p, _)| self.providers.is_ready(p)));
+        let providers = self.providers();
+        let ready = || ids.iter().any(|id| polpo_llm::split_model_id(id).is_some_and(|(p, _)| providers.is_ready(p)));
         let chain = match &self.offline_model {
-            Some(fallback) if !ready() => self.providers.chain(std::slice::from_ref(fallback)),
+            Some(fallback) if !ready() => providers.chain(std::slice::from_ref(fallback)),
             None if !ready() => Err(self.not_configured(&agent.id, &ids)),
-            _ => self.providers.chain(&ids),
+            _ => providers.chain(&ids),
         }
         .map_err(ResolveError::from)?;
         Ok(Arc::new(chain))
@@ -291,9 +305,10 @@ impl Runtime {
     /// Why none of `ids` can be called, and the two ways forward: a key for the provider, or the
     /// offline model. Said before any request, which would otherwise leave without credentials.
     fn not_configured(&self, agent: &str, ids: &[String]) -> polpo_llm::LlmError {
+        let providers = self.providers();
         let keys: Vec<String> = ids
             .iter()
-            .filter_map(|id| polpo_llm::split_model_id(id).and_then(|(p, _)| self.providers.missing_key(p)))
+            .filter_map(|id| polpo_llm::split_model_id(id).and_then(|(p, _)| providers.missing_key(p)))
             .collect();
         let set = if keys.is_empty() { "configure its provider".to_owned() } else { format!("set {}", keys.join(" or ")) };
         polpo_llm::LlmError::new(
@@ -324,7 +339,7 @@ impl Runtime {
         let (session, history, new_messages) = self.prepare_session(&input, &run_id).await?;
         // Routed only once the request is known to run, so a refused one costs no classifier
         // call; a routed chain that cannot be built leaves the agent on its own (pinned) model.
-        let mut route = crate::routing::route(&self.providers, &loaded, agent, &input, cancel).await;
+        let mut route = crate::routing::route(&self.providers(), &loaded, agent, &input, cancel).await;
         if let Some(route) = &mut route {
             if let Some(routed) = route.selection() {
                 match self.provider_for_model(&loaded, agent, Some(&routed)) {

@@ -4,6 +4,7 @@
 use anyhow::Context as _;
 use polpo_core::config::Project;
 use polpo_engine::{Loaded, Runtime};
+use polpo_llm::Providers;
 use polpo_store::{StoreKind, SystemClock, open_store};
 use std::sync::Arc;
 
@@ -11,18 +12,26 @@ use std::sync::Arc;
 /// installed, agents whose providers have no API key use it instead of failing.
 pub async fn open(project: Project) -> anyhow::Result<Arc<Runtime>> {
     polpo_llm::install_crypto_provider();
-    let settings = project.settings().clone();
-    let providers = super::providers::providers(&project)?;
+    let (settings, root) = (project.settings().clone(), project.root.clone());
+    let (loaded, providers) = derive(project)?;
     let kind = StoreKind::parse(settings.storage().as_str())?;
     let database_url = std::env::var("DATABASE_URL").ok().or(settings.database_url.clone());
-    let store = open_store(kind, &project.root, database_url.as_deref(), Arc::new(SystemClock)).await.context("cannot open the project store")?;
-    let loaded = Loaded::new(project).map_err(|problems| {
-        super::print_problems_to_stderr(&problems);
-        anyhow::anyhow!("the project's hook packs have {} problem(s); run `polpo validate`", problems.len())
-    })?;
+    let store = open_store(kind, &root, database_url.as_deref(), Arc::new(SystemClock)).await.context("cannot open the project store")?;
     let mut runtime = Runtime::new(loaded, providers, store);
     if let Some(model) = super::providers::installed_local_default() {
         runtime = runtime.with_offline_model(model);
     }
     Ok(Arc::new(runtime))
+}
+
+/// Everything the runtime serves that is derived from the project: its resolved hooks and its
+/// model providers. Built the same way at startup and on every `polpo dev` reload, so an edit
+/// of the project's `providers` reaches the next request like an edit of an agent.
+pub fn derive(project: Project) -> anyhow::Result<(Loaded, Providers)> {
+    let providers = super::providers::providers(&project)?;
+    let loaded = Loaded::new(project).map_err(|problems| {
+        super::print_problems_to_stderr(&problems);
+        anyhow::anyhow!("the project's hook packs have {} problem(s); run `polpo validate`", problems.len())
+    })?;
+    Ok((loaded, providers))
 }

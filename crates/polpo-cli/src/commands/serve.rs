@@ -1,13 +1,14 @@
 //! `polpo serve` and `polpo dev`: the HTTP server for the project.
 //!
 //! Both load the project once, open its store, and serve the whole API. `dev` also reloads
-//! agent and hook files when they change (a polling fingerprint of `.polpo/`, once a second:
-//! no watcher dependency, no missed events on network filesystems). A broken edit is
-//! reported and the last good version keeps serving.
+//! the project when its files change (a polling fingerprint of `.polpo/`, once a second: no
+//! watcher dependency, no missed events on network filesystems) and rebuilds everything derived
+//! from it, providers included. A broken edit is reported and the last good version keeps
+//! serving.
 
 use super::Global;
 use anyhow::Context as _;
-use polpo_engine::{Loaded, Runtime};
+use polpo_engine::Runtime;
 use polpo_server::auth::ApiKeys;
 use polpo_server::serve::Limits;
 use polpo_server::{AppState, bind_address, router};
@@ -127,22 +128,25 @@ async fn watch(root: PathBuf, runtime: Arc<Runtime>, mut last: Fingerprint) {
             continue;
         }
         last = now;
-        match polpo_project::load_project(&root).and_then(Loaded::new) {
-            Ok(loaded) => {
+        let derived = polpo_project::load_project(&root)
+            .map_err(|problems| {
+                super::print_problems_to_stderr(&problems);
+                anyhow::anyhow!("the edit has {} problem(s)", problems.len())
+            })
+            .and_then(super::runtime::derive);
+        match derived {
+            Ok((loaded, providers)) => {
                 let n = loaded.project.agents.len();
-                runtime.reload(loaded);
+                runtime.rebuild(loaded, providers);
                 eprintln!("reloaded the project ({n} agent(s))");
             }
-            Err(problems) => {
-                super::print_problems_to_stderr(&problems);
-                eprintln!("the edit has {} problem(s); still serving the previous version", problems.len());
-            }
+            Err(e) => eprintln!("{e}; still serving the previous version"),
         }
     }
 }
 
 /// Names, sizes and modification times of the configuration files under `.polpo/` (not the
-/// store's own data), so a change to any agent, team, hook pack or the manifest is seen.
+/// store's own data), so a change to any agent, team, hook pack, loop or the manifest is seen.
 fn fingerprint(root: &Path) -> Fingerprint {
     let polpo = root.join(".polpo");
     let mut out = Vec::new();
@@ -154,7 +158,7 @@ fn fingerprint(root: &Path) -> Fingerprint {
             let Ok(meta) = entry.metadata() else { continue };
             if meta.is_dir() {
                 let top = path.strip_prefix(&polpo).ok().and_then(|p| p.components().next()).map(|c| c.as_os_str().to_string_lossy().into_owned());
-                if matches!(top.as_deref(), Some("agents" | "teams" | "hooks")) {
+                if matches!(top.as_deref(), Some("agents" | "teams" | "hooks" | "loops")) {
                     stack.push(path);
                 }
             } else if path.extension().is_some_and(|e| e == "json" || e == "md") {
