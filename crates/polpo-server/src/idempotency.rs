@@ -128,3 +128,62 @@ async fn release(store: &Store, id: &str) {
         tracing::warn!(code = e.code(), "could not release an idempotency key; it expires on its own");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use polpo_store::{StoreKind, SystemClock, open_store};
+    use std::time::Duration;
+
+    async fn lookup(store: &Store, key: &str) -> Result<Lookup, ApiError> {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        claim(store, &clock, "client", key, b"{\"same\":\"body\"}").await
+    }
+
+    fn claimed(found: Result<Lookup, ApiError>) -> Claim {
+        match found {
+            Ok(Lookup::Claimed(claim)) => claim,
+            other => panic!("expected a fresh claim, got {other:?}"),
+        }
+    }
+
+    fn in_progress(found: Result<Lookup, ApiError>) -> bool {
+        matches!(found, Err(e) if e.code == "idempotency_in_progress")
+    }
+
+    #[tokio::test]
+    async fn a_claim_is_settled_by_how_its_request_ended_and_released_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
+
+        // Answered: the same key and body replay the response.
+        claimed(lookup(&store, "answered").await).settle(Settlement::Answered(json!({"id": "chatcmpl-1"}))).await.unwrap();
+        assert!(matches!(lookup(&store, "answered").await, Ok(Lookup::Replay(v)) if v == json!({"id": "chatcmpl-1"})));
+
+        // Failed: the key is free again at once.
+        claimed(lookup(&store, "failed").await).settle(Settlement::Failed).await.unwrap();
+        claimed(lookup(&store, "failed").await).settle(Settlement::Failed).await.unwrap();
+
+        // Handed over: the run goes on elsewhere, so the key stays claimed.
+        claimed(lookup(&store, "handed-over").await).settle(Settlement::HandedOver).await.unwrap();
+        assert!(in_progress(lookup(&store, "handed-over").await));
+
+        // Dropped unsettled (its client went away): the key comes back on its own.
+        let dropped = claimed(lookup(&store, "dropped").await);
+        assert!(in_progress(lookup(&store, "dropped").await));
+        drop(dropped);
+        let again = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match lookup(&store, "dropped").await {
+                    Ok(Lookup::Claimed(claim)) => return claim,
+                    other => assert!(in_progress(other), "only the pending release may stand in the way"),
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("the dropped claim is released");
+        again.settle(Settlement::Failed).await.unwrap();
+    }
+}
