@@ -3,7 +3,7 @@
 //! handlers share lives below the routes, in [`crate::state`].
 
 use crate::auth::{digest, presented_key};
-use crate::error::{ApiError, for_path};
+use crate::error::{ApiError, ErrorCode, for_path};
 use crate::guard;
 use crate::routes;
 use crate::state::AppState;
@@ -61,7 +61,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     // Layers run outside in: the last added sees the request first.
     open.merge(routes::dashboard::router())
         .merge(protected)
-        .fallback(|uri: Uri| async move { for_path(uri.path(), ApiError::new("route_not_found", format!("no route {}", uri.path()))) })
+        .fallback(|uri: Uri| async move { for_path(uri.path(), ApiError::new(ErrorCode::RouteNotFound, format!("no route {}", uri.path()))) })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(guard::check_content_type))
         .layer(cors(&state.cors_origins))
@@ -86,7 +86,7 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
         if let Some(Err(wait)) = state.auth_failures.as_ref().map(|l| l.check(client, now)) {
             return too_many(&path, wait, "too many failed authentications from this address");
         }
-        return for_path(&path, ApiError::new("unauthorized", "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`"));
+        return for_path(&path, ApiError::new(ErrorCode::Unauthorized, "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`"));
     };
     if let (Some(limit), Some(key)) = (&state.rate_limit, presented_key(request.headers()))
         && let Err(wait) = limit.check(digest(key), now)
@@ -94,7 +94,7 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
         return too_many(&path, wait, "rate limit reached for this API key");
     }
     if !caller.admin && edits_project(request.method(), &path) {
-        return for_path(&path, ApiError::new("forbidden", "changing the project's agents and teams needs an admin key: client keys use agents, they do not edit them"));
+        return for_path(&path, ApiError::new(ErrorCode::Forbidden, "changing the project's agents and teams needs an admin key: client keys use agents, they do not edit them"));
     }
     request.extensions_mut().insert(caller);
     next.run(request).await
@@ -111,7 +111,7 @@ fn edits_project(method: &Method, path: &str) -> bool {
 /// `429 too_many_requests` with `Retry-After`.
 fn too_many(path: &str, wait: std::time::Duration, why: &str) -> Response {
     let secs = wait.as_secs() + 1;
-    let mut response = for_path(path, ApiError::new("too_many_requests", format!("{why}; retry in {secs} s")));
+    let mut response = for_path(path, ApiError::new(ErrorCode::TooManyRequests, format!("{why}; retry in {secs} s")));
     response.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from(secs));
     response
 }

@@ -9,6 +9,249 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+/// Declares [`ErrorCode`] from one table: each code with its wire name and HTTP status. A code
+/// cannot be added without its status, and `as_str`/`status` are exhaustive matches.
+macro_rules! error_codes {
+    ($($(#[$doc:meta])* $variant:ident = $code:literal => $status:expr,)+) => {
+        /// Every stable code the server answers with, each with its HTTP status.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl ErrorCode {
+            /// Every code, in table order.
+            pub const ALL: &[Self] = &[$(Self::$variant,)+];
+
+            /// The stable snake_case name clients see.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $code,)+
+                }
+            }
+
+            /// The HTTP status of this code, the same on every route.
+            pub fn status(self) -> StatusCode {
+                match self {
+                    $(Self::$variant => $status,)+
+                }
+            }
+        }
+    };
+}
+
+/// 499: the client closed the request (nginx's convention); not a constant of `http`.
+const CLIENT_CLOSED: StatusCode = match StatusCode::from_u16(499) {
+    Ok(status) => status,
+    Err(_) => StatusCode::BAD_REQUEST,
+};
+
+error_codes! {
+    /// The caller's API key is missing or wrong.
+    Unauthorized = "unauthorized" => StatusCode::UNAUTHORIZED,
+    /// The caller may not do this (an admin route, the live feed).
+    Forbidden = "forbidden" => StatusCode::FORBIDDEN,
+    /// A browser origin that is not allowed.
+    OriginNotAllowed = "origin_not_allowed" => StatusCode::FORBIDDEN,
+    /// The agent's tool policy refuses the request.
+    ToolPolicyDenied = "tool_policy_denied" => StatusCode::FORBIDDEN,
+    /// A hook stopped the run.
+    HookStopped = "hook_stopped" => StatusCode::FORBIDDEN,
+    /// A `Host` header this server does not answer.
+    HostNotAllowed = "host_not_allowed" => StatusCode::MISDIRECTED_REQUEST,
+    /// A body that is not JSON.
+    UnsupportedMediaType = "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+    /// A method the route does not take.
+    MethodNotAllowed = "method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
+    /// The request took too long to arrive.
+    RequestTimeout = "request_timeout" => StatusCode::REQUEST_TIMEOUT,
+    /// No such agent.
+    AgentNotFound = "agent_not_found" => StatusCode::NOT_FOUND,
+    /// No such team.
+    TeamNotFound = "team_not_found" => StatusCode::NOT_FOUND,
+    /// No such session.
+    SessionNotFound = "session_not_found" => StatusCode::NOT_FOUND,
+    /// No such run.
+    RunNotFound = "run_not_found" => StatusCode::NOT_FOUND,
+    /// No such stored record.
+    NotFound = "not_found" => StatusCode::NOT_FOUND,
+    /// No such route.
+    RouteNotFound = "route_not_found" => StatusCode::NOT_FOUND,
+    /// The resource changed since it was read.
+    Conflict = "conflict" => StatusCode::CONFLICT,
+    /// A team that still has members.
+    TeamNotEmpty = "team_not_empty" => StatusCode::CONFLICT,
+    /// A session continued with another agent.
+    SessionAgentMismatch = "session_agent_mismatch" => StatusCode::CONFLICT,
+    /// The request with this `Idempotency-Key` is still running.
+    IdempotencyInProgress = "idempotency_in_progress" => StatusCode::CONFLICT,
+    /// The id is taken.
+    AlreadyExists = "already_exists" => StatusCode::CONFLICT,
+    /// Another process holds the run's lease.
+    LeaseHeld = "lease_held" => StatusCode::CONFLICT,
+    /// A run state change that is not allowed from its state.
+    InvalidTransition = "invalid_transition" => StatusCode::CONFLICT,
+    /// The run does not execute here.
+    RunNotActive = "run_not_active" => StatusCode::CONFLICT,
+    /// The body is too large.
+    PayloadTooLarge = "payload_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
+    /// The `Idempotency-Key` was used with another body.
+    IdempotencyKeyReused = "idempotency_key_reused" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// The agent used all its turns.
+    MaxTurnsExhausted = "max_turns_exhausted" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// The answer does not match the requested format.
+    StructuredOutputInvalid = "structured_output_invalid" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// A `turn:stop` hook failed.
+    HookFailed = "hook_failed" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// The termination gate's cycle budget ran out.
+    TerminationGateCyclesExhausted = "termination_gate_cycles_exhausted" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// The termination gate's turn budget ran out.
+    TerminationGateTurnsExhausted = "termination_gate_turns_exhausted" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// The termination gate's time budget ran out.
+    TerminationGateTimeExhausted = "termination_gate_time_exhausted" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// The termination gate's token budget ran out.
+    TerminationGateTokensExhausted = "termination_gate_tokens_exhausted" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// Token usage the gate needs is unknown.
+    TerminationGateUsageUnknown = "termination_gate_usage_unknown" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// The validator rejected the answer.
+    TerminationGateRejected = "termination_gate_rejected" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// A gate applies but hooks are switched off.
+    TerminationGateDisabled = "termination_gate_disabled" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// A gate on a durable node of a parallel branch.
+    TerminationGateParallelUnsupported = "termination_gate_parallel_unsupported" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// The gate's checkpoint could not be written or read.
+    TerminationGateCheckpointInvalid = "termination_gate_checkpoint_invalid" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// The gate's checkpoint is over the store's limit.
+    TerminationGateCheckpointTooLarge = "termination_gate_checkpoint_too_large" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// A correction-cycle model call a crash left unconfirmed.
+    TerminationGateEffectUnconfirmed = "termination_gate_effect_unconfirmed" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// Too many requests for the caller.
+    TooManyRequests = "too_many_requests" => StatusCode::TOO_MANY_REQUESTS,
+    /// The caller aborted the run.
+    Aborted = "aborted" => CLIENT_CLOSED,
+    /// The server is stopping; the run goes on on the next one.
+    RunHandedOver = "run_handed_over" => StatusCode::SERVICE_UNAVAILABLE,
+    /// The connection cap is reached.
+    TooManyConnections = "too_many_connections" => StatusCode::SERVICE_UNAVAILABLE,
+    /// The operator has not set the provider's key: nothing the caller can fix by retrying.
+    ProviderNotConfigured = "provider_not_configured" => StatusCode::SERVICE_UNAVAILABLE,
+    /// The provider rate-limited the model call.
+    RateLimited = "rate_limited" => StatusCode::BAD_GATEWAY,
+    /// The provider does not answer.
+    ProviderUnavailable = "provider_unavailable" => StatusCode::BAD_GATEWAY,
+    /// The provider refused the server's credentials (never the caller's 401).
+    AuthFailed = "auth_failed" => StatusCode::BAD_GATEWAY,
+    /// The model call timed out.
+    ModelTimeout = "model_timeout" => StatusCode::BAD_GATEWAY,
+    /// The model stream broke after content was delivered.
+    StreamInterrupted = "stream_interrupted" => StatusCode::BAD_GATEWAY,
+    /// The provider filtered the content.
+    ContentFiltered = "content_filtered" => StatusCode::BAD_GATEWAY,
+    /// The prompt does not fit the model.
+    ContextLengthExceeded = "context_length_exceeded" => StatusCode::BAD_GATEWAY,
+    /// The provider's answer could not be understood.
+    InvalidResponse = "invalid_response" => StatusCode::BAD_GATEWAY,
+    /// A bug or an unexpected failure of the server.
+    Internal = "internal" => StatusCode::INTERNAL_SERVER_ERROR,
+    /// A file system operation failed.
+    IoError = "io_error" => StatusCode::INTERNAL_SERVER_ERROR,
+    /// The database failed.
+    DatabaseError = "database_error" => StatusCode::INTERNAL_SERVER_ERROR,
+    /// A store file is not what the store wrote.
+    StoreCorrupt = "store_corrupt" => StatusCode::INTERNAL_SERVER_ERROR,
+    /// Another process holds the store.
+    StoreLocked = "store_locked" => StatusCode::INTERNAL_SERVER_ERROR,
+    /// A schema migration failed.
+    MigrationFailed = "migration_failed" => StatusCode::INTERNAL_SERVER_ERROR,
+    /// The store is misconfigured.
+    StoreConfig = "store_config" => StatusCode::INTERNAL_SERVER_ERROR,
+    /// This process lost the run's lease.
+    LeaseLost = "lease_lost" => StatusCode::INTERNAL_SERVER_ERROR,
+    /// A request that is malformed.
+    InvalidRequest = "invalid_request" => StatusCode::BAD_REQUEST,
+    /// A field with a value out of its range or shape.
+    InvalidValue = "invalid_value" => StatusCode::BAD_REQUEST,
+    /// A config file (agent, team) that does not pass its schema.
+    InvalidConfig = "invalid_config" => StatusCode::BAD_REQUEST,
+    /// A change after which the project no longer loads.
+    InvalidProject = "invalid_project" => StatusCode::BAD_REQUEST,
+    /// An id that can be mistaken for another.
+    IdConfusable = "id_confusable" => StatusCode::BAD_REQUEST,
+    /// A chat request that names no agent.
+    AgentRequired = "agent_required" => StatusCode::BAD_REQUEST,
+    /// A feature this runtime does not have yet.
+    FeatureUnavailable = "feature_unavailable" => StatusCode::BAD_REQUEST,
+    /// A page cursor that is not one the server gave.
+    InvalidCursor = "invalid_cursor" => StatusCode::BAD_REQUEST,
+    /// Input the store refuses.
+    InvalidInput = "invalid_input" => StatusCode::BAD_REQUEST,
+    /// A model the provider or project does not know.
+    ModelNotFound = "model_not_found" => StatusCode::BAD_REQUEST,
+    /// A model profile that does not exist.
+    ModelProfileUnknown = "model_profile_unknown" => StatusCode::BAD_REQUEST,
+    /// Model profiles that refer to each other in a circle.
+    ModelProfileCycle = "model_profile_cycle" => StatusCode::BAD_REQUEST,
+    /// A model profile the agent may not use.
+    ModelProfileNotAllowed = "model_profile_not_allowed" => StatusCode::BAD_REQUEST,
+    /// Fallbacks that are not a list of models.
+    ModelFallbacksInvalid = "model_fallbacks_invalid" => StatusCode::BAD_REQUEST,
+    /// Model profiles nested too deeply.
+    ModelProfileTooDeep = "model_profile_too_deep" => StatusCode::BAD_REQUEST,
+    /// A hook pack that does not exist.
+    UnknownHookPack = "unknown_hook_pack" => StatusCode::BAD_REQUEST,
+    /// The project uses a legacy aggregate layout; `polpo migrate` first.
+    LegacyLayout = "legacy_layout" => StatusCode::BAD_REQUEST,
+    /// `.polpo/` already exists where a project was to be created.
+    ProjectExists = "project_exists" => StatusCode::BAD_REQUEST,
+    /// A migration backup already exists.
+    BackupExists = "backup_exists" => StatusCode::BAD_REQUEST,
+    /// A file a migration would write already exists.
+    TargetExists = "target_exists" => StatusCode::BAD_REQUEST,
+    /// Nothing to migrate.
+    NothingToMigrate = "nothing_to_migrate" => StatusCode::BAD_REQUEST,
+}
+
+impl ErrorCode {
+    /// The code a library error reports (`ChatError::code`, `StoreError::code`, …, or one
+    /// stored with a run). `None` for a code this table lacks, which is a bug: a test walks
+    /// every library error's code.
+    pub fn parse(code: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|c| c.as_str() == code)
+    }
+}
+
+/// A code an [`ApiError`] is made from: an [`ErrorCode`], or a library's code text.
+pub trait Code {
+    /// The wire name and the status.
+    fn resolve(self) -> (String, StatusCode);
+}
+
+impl Code for ErrorCode {
+    fn resolve(self) -> (String, StatusCode) {
+        (self.as_str().to_owned(), self.status())
+    }
+}
+
+/// A library's (or a stored run's) code: its status from the table; a code the table lacks
+/// keeps its name, is logged as the bug it is, and answers 500, never a silent 400.
+impl Code for &str {
+    fn resolve(self) -> (String, StatusCode) {
+        match ErrorCode::parse(self) {
+            Some(code) => code.resolve(),
+            None => {
+                tracing::error!(code = self, "an error code without an HTTP status in polpo-server's error table");
+                (self.to_owned(), StatusCode::INTERNAL_SERVER_ERROR)
+            }
+        }
+    }
+}
+
+impl Code for &String {
+    fn resolve(self) -> (String, StatusCode) {
+        self.as_str().resolve()
+    }
+}
+
 /// An error response.
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -24,8 +267,9 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error whose status follows from its code.
-    pub fn new(code: &str, message: impl Into<String>) -> Self {
-        Self { status: status_of(code), code: code.to_owned(), message: message.into(), run_id: None }
+    pub fn new(code: impl Code, message: impl Into<String>) -> Self {
+        let (code, status) = code.resolve();
+        Self { status, code, message: message.into(), run_id: None }
     }
 
     /// The same error, naming the durable run it concerns.
@@ -36,7 +280,7 @@ impl ApiError {
 
     /// `400 invalid_request`.
     pub fn invalid(message: impl Into<String>) -> Self {
-        Self::new("invalid_request", message)
+        Self::new(ErrorCode::InvalidRequest, message)
     }
 
     /// The OpenAI `type` that goes with the status, so SDKs raise the matching exception class.
@@ -62,6 +306,16 @@ impl From<polpo_engine::ChatError> for ApiError {
 impl From<polpo_store::StoreError> for ApiError {
     fn from(e: polpo_store::StoreError) -> Self {
         Self::new(e.code(), e.to_string())
+    }
+}
+
+impl From<polpo_project::ProjectError> for ApiError {
+    fn from(e: polpo_project::ProjectError) -> Self {
+        // The REST API's name for "taken" is `already_exists`, shared with other resources.
+        match e {
+            polpo_project::ProjectError::AgentExists(_) => Self::new(ErrorCode::AlreadyExists, e.to_string()),
+            _ => Self::new(e.code(), e.to_string()),
+        }
     }
 }
 
@@ -104,43 +358,185 @@ pub fn ok<T: serde::Serialize>(data: T) -> Json<serde_json::Value> {
     Json(serde_json::json!({"ok": true, "data": data}))
 }
 
-/// The HTTP status for a stable error code.
+/// The HTTP status for a code's text (see [`Code`] for one the table lacks).
 pub fn status_of(code: &str) -> StatusCode {
-    match code {
-        "unauthorized" => StatusCode::UNAUTHORIZED,
-        "tool_policy_denied" | "hook_stopped" | "forbidden" | "origin_not_allowed" => StatusCode::FORBIDDEN,
-        "host_not_allowed" => StatusCode::MISDIRECTED_REQUEST,
-        "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        "method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
-        "request_timeout" => StatusCode::REQUEST_TIMEOUT,
-        "agent_not_found" | "team_not_found" | "session_not_found" | "run_not_found" | "not_found" | "route_not_found" => StatusCode::NOT_FOUND,
-        "conflict" | "team_not_empty" | "session_agent_mismatch" | "idempotency_in_progress" | "already_exists" | "lease_held" | "invalid_transition" | "run_not_active" => StatusCode::CONFLICT,
-        "payload_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
-        "idempotency_key_reused" | "max_turns_exhausted" | "structured_output_invalid" | "hook_failed" => StatusCode::UNPROCESSABLE_ENTITY,
-        c if c.starts_with("termination_gate_") => StatusCode::UNPROCESSABLE_ENTITY,
-        "too_many_requests" => StatusCode::TOO_MANY_REQUESTS,
-        "aborted" => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
-        // The server is stopping; the run goes on on the next one.
-        "run_handed_over" | "too_many_connections" => StatusCode::SERVICE_UNAVAILABLE,
-        // The operator has not set the provider's key: nothing the caller can fix by retrying.
-        "provider_not_configured" => StatusCode::SERVICE_UNAVAILABLE,
-        "rate_limited" | "provider_unavailable" | "auth_failed" | "model_timeout" | "stream_interrupted" | "content_filtered" | "context_length_exceeded" | "invalid_response" => {
-            StatusCode::BAD_GATEWAY
-        }
-        "internal" | "io_error" | "database_error" | "store_corrupt" | "store_locked" | "migration_failed" | "store_config" | "lease_lost" => StatusCode::INTERNAL_SERVER_ERROR,
-        _ => StatusCode::BAD_REQUEST,
-    }
+    code.resolve().1
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use polpo_core::hooks::GateExhaustion;
+    use polpo_core::model::ModelProfileError;
+    use polpo_engine::{ChatError, EngineError};
+    use polpo_engine::runs::RunError;
+    use polpo_llm::{LlmError, LlmErrorKind, ResolveError};
+    use polpo_project::ProjectError;
+    use polpo_store::StoreError;
 
     #[test]
     fn provider_credential_failures_are_not_the_callers_401() {
-        assert_eq!(status_of("auth_failed"), StatusCode::BAD_GATEWAY);
-        assert_eq!(status_of("unauthorized"), StatusCode::UNAUTHORIZED);
+        assert_eq!(ErrorCode::AuthFailed.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(ErrorCode::Unauthorized.status(), StatusCode::UNAUTHORIZED);
         assert_eq!(status_of("termination_gate_cycles_exhausted"), StatusCode::UNPROCESSABLE_ENTITY);
-        assert_eq!(ApiError::new("agent_not_found", "x").kind(), "not_found_error");
+        assert_eq!(ApiError::new(ErrorCode::AgentNotFound, "x").kind(), "not_found_error");
+    }
+
+    #[test]
+    fn codes_are_unique_snake_case_and_parse_back() {
+        for (i, code) in ErrorCode::ALL.iter().enumerate() {
+            let name = code.as_str();
+            assert!(name.chars().all(|c| c.is_ascii_lowercase() || c == '_'), "{name}");
+            assert_eq!(ErrorCode::parse(name), Some(*code));
+            assert!(!ErrorCode::ALL[..i].iter().any(|other| other.as_str() == name), "{name} twice");
+        }
+    }
+
+    #[test]
+    fn a_code_the_table_lacks_is_a_500_with_its_name_never_a_silent_400() {
+        let e = ApiError::new("no_such_code", "x");
+        assert_eq!((e.status, e.code.as_str()), (StatusCode::INTERNAL_SERVER_ERROR, "no_such_code"));
+    }
+
+    /// One error of every variant of every library error the server answers with. Each list
+    /// is followed by an exhaustive match, so a variant added to a library fails to compile
+    /// here until it is listed, and then fails the test until its code has a status.
+    fn library_errors() -> Vec<ApiError> {
+        let io = || std::io::Error::other("x");
+        let project = [
+            ProjectError::Io { action: "write", path: "p".into(), source: io() },
+            ProjectError::Invalid(Vec::new()),
+            ProjectError::AgentNotFound("a".into()),
+            ProjectError::AgentExists("a".into()),
+            ProjectError::InvalidId { id: "a".into(), reason: "r".into() },
+            ProjectError::Conflict("a".into()),
+            ProjectError::LegacyLayout,
+            ProjectError::ProjectExists("p".into()),
+            ProjectError::BackupExists("p".into()),
+            ProjectError::TargetExists("p".into()),
+            ProjectError::NothingToMigrate,
+        ];
+        for e in &project {
+            match e {
+                ProjectError::Io { .. } | ProjectError::Invalid(_) | ProjectError::AgentNotFound(_) | ProjectError::AgentExists(_) | ProjectError::InvalidId { .. } | ProjectError::Conflict(_) | ProjectError::LegacyLayout | ProjectError::ProjectExists(_) | ProjectError::BackupExists(_) | ProjectError::TargetExists(_) | ProjectError::NothingToMigrate => {}
+            }
+        }
+        let store = || {
+            let store = vec![
+                StoreError::NotFound { kind: "run", id: "r".into() },
+                StoreError::Conflict("c".into()),
+                StoreError::Locked { path: "p".into() },
+                StoreError::LeaseHeld { run_id: "r".into(), owner: "o".into(), expires_at: chrono::DateTime::UNIX_EPOCH },
+                StoreError::LeaseLost { run_id: "r".into(), owner: "o".into() },
+                StoreError::InvalidTransition { from: "a".into(), to: "b".into() },
+                StoreError::InvalidCursor,
+                StoreError::Invalid("i".into()),
+                StoreError::Io { path: "p".into(), source: io() },
+                StoreError::Corrupt { path: "p".into(), message: "m".into() },
+                StoreError::Database("d".into()),
+                StoreError::Migration("m".into()),
+                StoreError::Config("c".into()),
+            ];
+            for e in &store {
+                match e {
+                    StoreError::NotFound { .. } | StoreError::Conflict(_) | StoreError::Locked { .. } | StoreError::LeaseHeld { .. } | StoreError::LeaseLost { .. } | StoreError::InvalidTransition { .. } | StoreError::InvalidCursor | StoreError::Invalid(_) | StoreError::Io { .. } | StoreError::Corrupt { .. } | StoreError::Database(_) | StoreError::Migration(_) | StoreError::Config(_) => {}
+                }
+            }
+            store
+        };
+        let kinds = [
+            LlmErrorKind::RateLimited,
+            LlmErrorKind::ContextLengthExceeded,
+            LlmErrorKind::AuthFailed,
+            LlmErrorKind::ProviderUnavailable,
+            LlmErrorKind::ContentFiltered,
+            LlmErrorKind::Timeout,
+            LlmErrorKind::ModelNotFound,
+            LlmErrorKind::InvalidRequest,
+            LlmErrorKind::InvalidResponse,
+            LlmErrorKind::StreamInterrupted,
+            LlmErrorKind::NotConfigured,
+        ];
+        for k in kinds {
+            match k {
+                LlmErrorKind::RateLimited | LlmErrorKind::ContextLengthExceeded | LlmErrorKind::AuthFailed | LlmErrorKind::ProviderUnavailable | LlmErrorKind::ContentFiltered | LlmErrorKind::Timeout | LlmErrorKind::ModelNotFound | LlmErrorKind::InvalidRequest | LlmErrorKind::InvalidResponse | LlmErrorKind::StreamInterrupted | LlmErrorKind::NotConfigured => {}
+            }
+        }
+        let profiles = [
+            ModelProfileError::Unknown("p".into()),
+            ModelProfileError::Cycle(Vec::new()),
+            ModelProfileError::NotAllowed("p".into()),
+            ModelProfileError::FallbacksInvalid("f".into()),
+            ModelProfileError::TooDeep("p".into()),
+        ];
+        for e in &profiles {
+            match e {
+                ModelProfileError::Unknown(_) | ModelProfileError::Cycle(_) | ModelProfileError::NotAllowed(_) | ModelProfileError::FallbacksInvalid(_) | ModelProfileError::TooDeep(_) => {}
+            }
+        }
+        let gates = [GateExhaustion::Cycles, GateExhaustion::Turns, GateExhaustion::Time, GateExhaustion::Tokens, GateExhaustion::UsageUnknown];
+        for g in gates {
+            match g {
+                GateExhaustion::Cycles | GateExhaustion::Turns | GateExhaustion::Time | GateExhaustion::Tokens | GateExhaustion::UsageUnknown => {}
+            }
+        }
+        let llm = |kind| LlmError::new(kind, "m");
+        let mut engine: Vec<EngineError> = vec![
+            EngineError::MaxTurnsExhausted { max_turns: 1, transcript: Vec::new() },
+            EngineError::ToolPolicyDenied("t".into()),
+            EngineError::StructuredOutputInvalid("s".into()),
+            EngineError::InvalidRequest("i".into()),
+            EngineError::Aborted,
+            EngineError::TerminationGateRejected("r".into()),
+            EngineError::TerminationGateDisabled("d".into()),
+            EngineError::TerminationGateParallelUnsupported("p".into()),
+            EngineError::TerminationGateCheckpointInvalid("c".into()),
+            EngineError::TerminationGateCheckpointTooLarge("c".into()),
+            EngineError::TerminationGateEffectUnconfirmed("e".into()),
+            EngineError::HookStopped("h".into()),
+            EngineError::HookFailed("h".into()),
+        ];
+        engine.extend(kinds.map(|k| EngineError::Model(llm(k))));
+        engine.extend(gates.map(|reason| EngineError::TerminationGateExhausted { reason, detail: "d".into() }));
+        for e in &engine {
+            match e {
+                EngineError::MaxTurnsExhausted { .. } | EngineError::ToolPolicyDenied(_) | EngineError::Model(_) | EngineError::StructuredOutputInvalid(_) | EngineError::InvalidRequest(_) | EngineError::Aborted | EngineError::TerminationGateExhausted { .. } | EngineError::TerminationGateRejected(_) | EngineError::TerminationGateDisabled(_) | EngineError::TerminationGateParallelUnsupported(_) | EngineError::TerminationGateCheckpointInvalid(_) | EngineError::TerminationGateCheckpointTooLarge(_) | EngineError::TerminationGateEffectUnconfirmed(_) | EngineError::HookStopped(_) | EngineError::HookFailed(_) => {}
+            }
+        }
+        let mut chat: Vec<ChatError> = vec![
+            ChatError::AgentNotFound("a".into()),
+            ChatError::SessionNotFound("s".into()),
+            ChatError::SessionAgentMismatch { session: "s".into(), agent: "a".into() },
+            ChatError::InvalidRequest("i".into()),
+            ChatError::UnknownHookPack("h".into()),
+        ];
+        chat.extend(profiles.map(|e| ChatError::Model(ResolveError::Profile(e))));
+        chat.extend(kinds.map(|k| ChatError::Model(ResolveError::Model(llm(k)))));
+        chat.extend(store().into_iter().map(ChatError::Store));
+        chat.extend(engine.into_iter().map(ChatError::Engine));
+        for e in &chat {
+            match e {
+                ChatError::AgentNotFound(_) | ChatError::SessionNotFound(_) | ChatError::SessionAgentMismatch { .. } | ChatError::InvalidRequest(_) | ChatError::UnknownHookPack(_) | ChatError::Model(_) | ChatError::Store(_) | ChatError::Engine(_) => {}
+            }
+        }
+        let runs = [RunError::NotFound("r".into()), RunError::NotActive("r".into(), "w".into()), RunError::Invalid("i".into())];
+        for e in &runs {
+            match e {
+                RunError::NotFound(_) | RunError::NotActive(..) | RunError::Invalid(_) | RunError::Chat(_) | RunError::Store(_) => {}
+            }
+        }
+        let mut all: Vec<ApiError> = project.into_iter().map(ApiError::from).collect();
+        all.extend(store().into_iter().map(ApiError::from));
+        all.extend(chat.into_iter().map(ApiError::from));
+        all.extend(runs.iter().map(|e| ApiError::new(e.code(), e.to_string())));
+        all
+    }
+
+    #[test]
+    fn every_library_error_code_has_a_status_in_the_table() {
+        let errors = library_errors();
+        assert!(errors.len() > 80, "{}", errors.len());
+        let unknown: Vec<&str> = errors.iter().map(|e| e.code.as_str()).filter(|code| ErrorCode::parse(code).is_none()).collect();
+        assert_eq!(unknown, Vec::<&str>::new(), "library codes the server's table lacks");
     }
 }

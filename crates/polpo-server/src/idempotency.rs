@@ -11,7 +11,7 @@
 //! once, by how the request ended; one dropped unsettled (its request was cancelled) releases
 //! itself. A claim left behind by a crash expires after [`PENDING_TTL`].
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use chrono::{DateTime, Utc};
 use polpo_store::{Clock, Store, StoreError};
 use serde_json::{Value, json};
@@ -76,21 +76,21 @@ pub async fn claim(store: &Store, clock: &Arc<dyn Clock>, caller: &str, key: &st
         }
         let Some(existing) = store.records.get_record(COLLECTION, &id).await? else { continue };
         if existing.value["requestHash"] != request_hash.as_str() {
-            return Err(ApiError::new("idempotency_key_reused", "this Idempotency-Key was used with a different request body"));
+            return Err(ApiError::new(ErrorCode::IdempotencyKeyReused, "this Idempotency-Key was used with a different request body"));
         }
         if existing.value["state"] == "done" {
             return Ok(Lookup::Replay(existing.value["response"].clone()));
         }
         let abandoned = serde_json::from_value::<DateTime<Utc>>(existing.value["claimedAt"].clone()).is_ok_and(|t| clock.now() - t > PENDING_TTL);
         if !abandoned {
-            return Err(ApiError::new("idempotency_in_progress", "a request with this Idempotency-Key is still running"));
+            return Err(ApiError::new(ErrorCode::IdempotencyInProgress, "a request with this Idempotency-Key is still running"));
         }
         // Take over an abandoned claim, but only at the revision we saw.
         if store.records.put_record(COLLECTION, &id, pending.clone(), Some(existing.revision)).await.is_ok() {
             return Ok(claimed(id, request_hash));
         }
     }
-    Err(ApiError::new("idempotency_in_progress", "a request with this Idempotency-Key is still running"))
+    Err(ApiError::new(ErrorCode::IdempotencyInProgress, "a request with this Idempotency-Key is still running"))
 }
 
 impl Claim {

@@ -17,7 +17,7 @@
 //! and the runtime keeps the version it had.
 
 use crate::state::AppState;
-use crate::error::{ApiError, RestError, ok};
+use crate::error::{ApiError, ErrorCode, RestError, ok};
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -42,7 +42,7 @@ pub enum AgentError {
     /// `400 {ok:false, error, code, problems:[{code, message, file, pointer}]}`.
     Problems {
         /// `invalid_config` (the new agent.json) or `invalid_project` (the project with it).
-        code: &'static str,
+        code: ErrorCode,
         /// What is wrong, located.
         problems: Vec<Problem>,
     },
@@ -58,20 +58,9 @@ impl From<ApiError> for AgentError {
 impl From<ProjectError> for AgentError {
     fn from(e: ProjectError) -> Self {
         match e {
-            ProjectError::Invalid(problems) => Self::Problems { code: "invalid_project", problems },
+            ProjectError::Invalid(problems) => Self::Problems { code: ErrorCode::InvalidProject, problems },
             other => Self::Rest(RestError(other.into())),
         }
-    }
-}
-
-impl From<ProjectError> for ApiError {
-    fn from(e: ProjectError) -> Self {
-        // The REST API's name for "taken" is `already_exists`, shared with other resources.
-        let code = match e.code() {
-            "agent_exists" => "already_exists",
-            other => other,
-        };
-        ApiError::new(code, e.to_string())
     }
 }
 
@@ -81,8 +70,8 @@ impl IntoResponse for AgentError {
             Self::Rest(e) => e.into_response(),
             Self::Problems { code, problems } => {
                 let lines: Vec<String> = problems.iter().map(Problem::to_string).collect();
-                let body = json!({"ok": false, "error": lines.join("; "), "code": code, "problems": problems});
-                (StatusCode::BAD_REQUEST, Json(body)).into_response()
+                let body = json!({"ok": false, "error": lines.join("; "), "code": code.as_str(), "problems": problems});
+                (code.status(), Json(body)).into_response()
             }
         }
     }
@@ -196,8 +185,8 @@ pub(crate) async fn edit<T: Send + 'static>(state: &AppState, change: impl FnOnc
 }
 
 fn write(edit: &mut Edit<'_>, served: &Project, id: &str, base: Base, change: ConfigEdit, instructions: Option<String>) -> Result<(Agent, Revision), AgentError> {
-    check_id(id).map_err(|reason| ApiError::new("invalid_value", format!("invalid agent id `{id}`: {reason}")))?;
-    check_confusable(id, served.agents.keys().map(String::as_str)).map_err(|reason| ApiError::new(codes::ID_CONFUSABLE, reason))?;
+    check_id(id).map_err(|reason| ApiError::new(ErrorCode::InvalidValue, format!("invalid agent id `{id}`: {reason}")))?;
+    check_confusable(id, served.agents.keys().map(String::as_str)).map_err(|reason| ApiError::new(ErrorCode::IdConfusable, reason))?;
     let current = match base {
         Base::Absent => None,
         _ => Some(read_agent(edit.root(), id)?),
@@ -216,7 +205,7 @@ fn write(edit: &mut Edit<'_>, served: &Project, id: &str, base: Base, change: Co
     let value = match (change, &current) {
         (ConfigEdit::Replace(v), _) => v,
         (ConfigEdit::Merge(patch), Some(snapshot)) => {
-            let mut v = serde_json::to_value(&snapshot.agent.config).map_err(|e| ApiError::new("internal", e.to_string()))?;
+            let mut v = serde_json::to_value(&snapshot.agent.config).map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
             merge_patch(&mut v, patch);
             v
         }
@@ -225,9 +214,9 @@ fn write(edit: &mut Edit<'_>, served: &Project, id: &str, base: Base, change: Co
     let at = Location::file(display(&[AGENTS_DIR, id, AGENT_JSON]));
     if replaced && value.get("model").is_none_or(Value::is_null) {
         let problem = at.problem(codes::INVALID_VALUE, "a whole agent config names its `model`; to change some fields only, use PATCH", "/model");
-        return Err(AgentError::Problems { code: "invalid_config", problems: vec![problem] });
+        return Err(AgentError::Problems { code: ErrorCode::InvalidConfig, problems: vec![problem] });
     }
-    let config: AgentConfig = parse_checked(&value, &AGENT_FILE, &at).map_err(|problems| AgentError::Problems { code: "invalid_config", problems })?;
+    let config: AgentConfig = parse_checked(&value, &AGENT_FILE, &at).map_err(|problems| AgentError::Problems { code: ErrorCode::InvalidConfig, problems })?;
     let instructions = instructions.or_else(|| current.as_ref().map(|s| s.agent.instructions.clone())).unwrap_or_default();
     let agent = Agent { id: id.to_owned(), config, instructions, source: at };
 
@@ -245,7 +234,7 @@ fn remove(edit: &mut Edit<'_>, id: &str, base: Base) -> Result<(), AgentError> {
 
 /// Run file work off the async threads (writes fsync).
 pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, AgentError> + Send + 'static) -> Result<T, AgentError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::new("internal", format!("agent file work failed: {e}")))?
+    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::new(ErrorCode::Internal, format!("agent file work failed: {e}")))?
 }
 
 fn view(agent: &Agent, revision: &Revision) -> Value {

@@ -13,7 +13,7 @@
 
 use crate::state::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, RestError};
+use crate::error::{ApiError, ErrorCode, RestError};
 use crate::sse::with_pings;
 use axum::extract::{Extension, Query, State};
 use axum::http::HeaderMap;
@@ -33,7 +33,7 @@ pub const MAX_FILTERS: usize = 32;
 /// The handler.
 pub async fn stream(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, headers: HeaderMap, Query(query): Query<Vec<(String, String)>>) -> Response {
     if !caller.admin {
-        return RestError(ApiError::new("forbidden", "the live event feed shows every client's activity: it needs an admin API key")).into_response();
+        return RestError(ApiError::new(ErrorCode::Forbidden, "the live event feed shows every client's activity: it needs an admin API key")).into_response();
     }
     match open(&state, &headers, &query) {
         Ok(sse) => sse.into_response(),

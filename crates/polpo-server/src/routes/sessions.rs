@@ -8,7 +8,7 @@
 
 use crate::state::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, RestError, ok};
+use crate::error::{ApiError, ErrorCode, RestError, ok};
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
@@ -176,7 +176,7 @@ struct ImportedToolCall {
 pub async fn import(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, body: Bytes) -> Result<impl IntoResponse, RestError> {
     let request: ImportRequest = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("the body must be {{title?, agent, messages:[{{role, content, toolCalls?}}]}}: {e}")))?;
     if state.runtime.loaded().agent(&request.agent).is_none() {
-        return Err(ApiError::new("agent_not_found", format!("agent `{}` does not exist", request.agent)).into());
+        return Err(ApiError::new(ErrorCode::AgentNotFound, format!("agent `{}` does not exist", request.agent)).into());
     }
     if request.messages.is_empty() || request.messages.len() > MAX_IMPORT_MESSAGES {
         return Err(ApiError::invalid(format!("messages must hold 1..={MAX_IMPORT_MESSAGES} messages")).into());
@@ -265,7 +265,7 @@ pub(crate) async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result
 }
 
 fn not_found(id: &str) -> ApiError {
-    ApiError::new("session_not_found", format!("session `{id}` does not exist"))
+    ApiError::new(ErrorCode::SessionNotFound, format!("session `{id}` does not exist"))
 }
 
 /// Every `metadata.<k>=<v>` filter holds (ANDed, string equality).

@@ -10,7 +10,7 @@
 //! another team.
 
 use crate::state::AppState;
-use crate::error::{ApiError, ok};
+use crate::error::{ApiError, ErrorCode, ok};
 use crate::routes::agents::{AgentError, edit, object};
 use axum::body::Bytes;
 use axum::routing::{delete, get};
@@ -18,7 +18,7 @@ use axum::{Json, Router};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use polpo_core::config::{Location, Project, TEAM_FILE, TeamConfig, check_confusable, check_id, codes, fold_id, parse_checked};
+use polpo_core::config::{Location, Project, TEAM_FILE, TeamConfig, check_confusable, check_id, fold_id, parse_checked};
 use polpo_project::paths::{TEAMS_DIR, display};
 use polpo_project::teams::{delete_team, team_file, write_team};
 use polpo_project::{Edit, read_agent, write_agent};
@@ -80,7 +80,7 @@ pub async fn remove_team(State(state): State<Arc<AppState>>, Path(name): Path<St
         let members: Vec<&str> = served.team_members(&name).map(|a| a.id.as_str()).collect();
         if !members.is_empty() {
             let message = format!("team `{name}` still has members ({}); move or remove them first", members.join(", "));
-            return Err(ApiError::new("team_not_empty", message).into());
+            return Err(ApiError::new(ErrorCode::TeamNotEmpty, message).into());
         }
         Ok(delete_team(edit, &name)?)
     })
@@ -122,20 +122,20 @@ fn repoint(edit: &mut Edit<'_>, id: &str, team: &str) -> Result<(), AgentError> 
 
 /// The body (without `name`) as `teams/<name>.json`, checked like `polpo validate` does.
 fn checked(name: &str, body: Map<String, Value>) -> Result<TeamConfig, AgentError> {
-    check_id(name).map_err(|reason| ApiError::new("invalid_value", format!("invalid team name `{name}`: {reason}")))?;
+    check_id(name).map_err(|reason| ApiError::new(ErrorCode::InvalidValue, format!("invalid team name `{name}`: {reason}")))?;
     let at = Location::file(display(&[TEAMS_DIR, &format!("{name}.json")]));
-    parse_checked(&Value::Object(body), &TEAM_FILE, &at).map_err(|problems| AgentError::Problems { code: "invalid_config", problems })
+    parse_checked(&Value::Object(body), &TEAM_FILE, &at).map_err(|problems| AgentError::Problems { code: ErrorCode::InvalidConfig, problems })
 }
 
 /// A new team may be called `name`: `409 already_exists` when a served team other than
 /// `except` or a file on disk already has that id, `400 id_confusable` when it looks like one.
 fn ensure_free(edit: &Edit<'_>, served: &Project, name: &str, except: Option<&str>) -> Result<(), AgentError> {
-    check_id(name).map_err(|reason| ApiError::new("invalid_value", format!("invalid team name `{name}`: {reason}")))?;
+    check_id(name).map_err(|reason| ApiError::new(ErrorCode::InvalidValue, format!("invalid team name `{name}`: {reason}")))?;
     let others: Vec<&str> = served.teams.keys().map(String::as_str).filter(|id| Some(*id) != except).collect();
-    check_confusable(name, others.iter().copied()).map_err(|reason| ApiError::new(codes::ID_CONFUSABLE, reason))?;
+    check_confusable(name, others.iter().copied()).map_err(|reason| ApiError::new(ErrorCode::IdConfusable, reason))?;
     let taken = others.iter().any(|id| fold_id(id) == fold_id(name));
     if taken || (except != Some(name) && team_file(edit.root(), name)?.exists()) {
-        return Err(ApiError::new("already_exists", format!("team `{name}` already exists")).into());
+        return Err(ApiError::new(ErrorCode::AlreadyExists, format!("team `{name}` already exists")).into());
     }
     Ok(())
 }
@@ -152,5 +152,5 @@ fn view(project: &Project, id: &str) -> Value {
 }
 
 fn not_found(name: &str) -> ApiError {
-    ApiError::new("team_not_found", format!("team `{name}` does not exist"))
+    ApiError::new(ErrorCode::TeamNotFound, format!("team `{name}` does not exist"))
 }
