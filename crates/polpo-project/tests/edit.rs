@@ -1,6 +1,8 @@
 //! The project edit transaction: a change that leaves the project unloadable, or that the
 //! caller refuses to serve, puts every touched file back; edits of one editor never overlap.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup should panic loudly
+
 mod common;
 use common::*;
 use polpo_core::config::{AgentConfig, TeamConfig};

@@ -16,17 +16,16 @@ pub struct Args {
 pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let root = global.root()?;
     let mut warnings = Vec::new();
-    let result = super::loops::load_checking_tools(&root).map(|project| {
+    let result = super::loops::load_checking_tools(&root).inspect(|project| {
         // Warnings (hooks that can never fire for their agent, routes an agent may not take)
         // never fail validation.
-        warnings = super::hooks::agent_warnings(&project);
-        warnings.extend(polpo_core::routing::project_routing_warnings(&project));
+        warnings = super::hooks::agent_warnings(project);
+        warnings.extend(polpo_core::routing::project_routing_warnings(project));
         // Fields kept for compatibility that nothing acts on yet must not look as if they work.
-        warnings.extend(polpo_core::config::unavailable_agent_fields(&project));
-        warnings.extend(polpo_core::loops::loop_warnings(&project));
+        warnings.extend(polpo_core::config::unavailable_agent_fields(project));
+        warnings.extend(polpo_core::loops::loop_warnings(project));
         // A project whose agents may run `bash` on a host that cannot confine it should know.
         warnings.extend(polpo_tools::sandbox::sandbox_support().notices().into_iter().map(|n| polpo_core::problem::Problem::new(n.code, n.message)));
-        project
     });
     if args.json {
         let (agents, teams, loops, problems) = match &result {
