@@ -3,7 +3,8 @@
 //! One loader reads a project (directory layout or legacy aggregate files) into a validated
 //! [`polpo_core`] value, collecting every problem with its file and JSON pointer. Every write
 //! goes through [`fsx::write_atomic`] (temp file, fsync, rename, fsync dir), so a crash never
-//! leaves a half-written config file.
+//! leaves a half-written config file, and every edit through [`ProjectEditor::edit`], so a
+//! change is served whole (the project it leaves loads) or put back file by file.
 
 pub mod agents;
 pub mod create;
