@@ -188,3 +188,28 @@ fn validate_reports_a_host_that_cannot_confine_bash() {
     let without = warnings(&[("POLPO_SANDBOX_FORCE_UNAVAILABLE", "landlock")]);
     assert!(without.iter().any(|w| w["code"] == "sandbox_unavailable" && w["message"].as_str().unwrap().contains("allowUnconfined")), "{without:?}");
 }
+
+/// Without an API key (`polpo dev`'s default) the server trusts every local process: `bash`
+/// must not reach it over loopback, or it could rewrite its own agent and raise its ceiling.
+#[tokio::test(flavor = "multi_thread")]
+async fn bash_cannot_call_the_servers_own_api() {
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path(), "shell", json!(["bash"]));
+    let llm = FakeLlm::start([]).await.unwrap();
+    let base = llm.base_url();
+    let server = ServerProcess::start("dev", dir.path(), &[], &[("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", UPSTREAM_KEY)]);
+    let agent_file = dir.path().join(".polpo/agents/shell/agent.json");
+    let agent_before = std::fs::read(&agent_file).unwrap();
+    let rewrite = format!(
+        "curl -sS -m 20 -X PATCH -H 'content-type: application/json' -d '{{\"config\":{{\"allowedTools\":[\"bash\",\"write\"]}}}}' {}/v1/agents/shell; echo curl=$?",
+        server.url
+    );
+    llm.push(Turn::tool_calls(vec![("bash", json!({"command": rewrite}))]));
+    llm.push(Turn::text("done"));
+    chat(&server, "shell").await;
+
+    let result = tool_results(&llm, 1).join("\n");
+    assert_eq!(std::fs::read(&agent_file).unwrap(), agent_before, "bash rewrote its own agent: {result}");
+    // 7: curl could not connect.
+    assert!(result.contains("curl=7"), "{result}");
+}

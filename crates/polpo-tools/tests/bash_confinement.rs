@@ -1,7 +1,9 @@
 //! The `bash` tool's confinement, attack by attack: it reads and writes the workspace, but
 //! cannot write anywhere else, cannot touch the project's `.polpo/`, cannot read another
-//! process's environment or signal it, leaves no `setsid` child behind, and runs within its
-//! resource limits and without root's capabilities. Needs Landlock (Linux ≥ 6.12 for scoping).
+//! process's environment or signal it, leaves no `setsid` child behind, cannot connect to the
+//! server's port, has no terminal and no inherited descriptor, reads only the world-readable
+//! part of `/etc` under root, and runs within its resource limits and without root's
+//! capabilities. Needs Landlock (Linux ≥ 6.12 for scoping).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -9,7 +11,8 @@ mod common;
 use common::{assert_no_survivors, call, code, ctx, dirs, marker, wait_until};
 use polpo_tools::ToolContext;
 use polpo_tools::sandbox::{
-    CommandSpec, FORCE_UNAVAILABLE_ENV, Program, ResourceLimits, run_command, sandbox_support,
+    CommandSpec, FORCE_UNAVAILABLE_ENV, Program, ResourceLimits, deny_connect_ports, run_command,
+    sandbox_support,
 };
 use serde_json::json;
 use std::path::Path;
@@ -205,6 +208,17 @@ async fn without_namespaces_child() {
         "hello\nedit\n"
     );
     assert!(d.ws.join("src/new.txt").exists());
+    // A protected folder under a read-granted system directory is left out of that grant too.
+    if nix::unistd::geteuid().is_root() {
+        let (_cleanup, polpo) = project_under_opt();
+        let mut c = ctx(&d.ws);
+        c.protected_paths = vec![polpo.clone()];
+        let out = peek_into(&c, &polpo).await;
+        // Its names stay listable (Landlock's listing right covers the whole tree beneath).
+        assert!(!out.contains("sk-opt-key"), "{out}");
+        assert!(out.contains("project.json: Permission denied"), "{out}");
+        assert!(out.ends_with("end\n"), "{out}");
+    }
 }
 
 #[test]
@@ -464,4 +478,219 @@ fn an_unprivileged_server_gets_the_same_confinement() {
         stdout.contains("test reads_and_writes_the_workspace_and_reports_its_confinement ... ok"),
         "{stdout}"
     );
+}
+
+/// Runs `/usr/bin/python3` from `bash` to open a TCP connection to each of `ports` on
+/// 127.0.0.1; prints `<port> connected` or `<port> refused <errno>` for each.
+async fn connect_from_bash(c: &ToolContext, ports: &[u16]) -> String {
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let script = "import socket,sys\nfor p in sys.argv[1:]:\n    try:\n        socket.create_connection(('127.0.0.1', int(p)), timeout=10).close(); print(p, 'connected')\n    except OSError as e:\n        print(p, 'refused', e.errno)";
+    bash(
+        c,
+        &format!("/usr/bin/python3 -c \"{script}\" {}", ports.join(" ")),
+    )
+    .await
+}
+
+/// The server's own port is closed to `bash` (it would otherwise drive the server's API over
+/// loopback: without an API key the server trusts every local process); other ports are not.
+#[tokio::test]
+async fn cannot_connect_to_the_servers_own_port() {
+    assert!(
+        sandbox_support().landlock_abi >= Some(4),
+        "needs Landlock network rules"
+    );
+    let d = dirs();
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (denied, allowed) = (
+        server.local_addr().unwrap().port(),
+        other.local_addr().unwrap().port(),
+    );
+    // Process-wide, as `polpo serve` does once its listener is bound; only this test sets it.
+    deny_connect_ports(&[denied]).unwrap();
+    let out = connect_from_bash(&ctx(&d.ws), &[denied, allowed]).await;
+    assert!(
+        out.contains(&format!("{denied} refused {}", nix::libc::EACCES)),
+        "{out}"
+    );
+    assert!(out.contains(&format!("{allowed} connected")), "{out}");
+    // The kernel completes a connection into the backlog before any accept: had one reached
+    // the denied listener, it would be waiting there now.
+    server.set_nonblocking(true).unwrap();
+    other.set_nonblocking(true).unwrap();
+    assert_eq!(
+        server.accept().map(drop).unwrap_err().kind(),
+        std::io::ErrorKind::WouldBlock
+    );
+    assert!(other.accept().is_ok());
+}
+
+/// Runs under a terminal (`script` gives it one): `bash` must not reach it — no controlling
+/// terminal, `/dev/tty` not granted — so it cannot push keystrokes into the user's shell.
+#[tokio::test]
+#[ignore = "started by under_a_terminal_bash_has_none under script(1)"]
+async fn terminal_child() {
+    let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let tty_nr = |stat: &str| -> String {
+        let (_, rest) = stat.rsplit_once(')').unwrap();
+        rest.split_whitespace().nth(4).unwrap().to_owned()
+    };
+    assert_ne!(tty_nr(&own), "0", "not started under a terminal");
+    let d = dirs();
+    let out = bash(
+        &ctx(&d.ws),
+        "read -r pid comm state ppid pgrp session tty rest < /proc/$$/stat; echo \"tty_nr=$tty\"; \
+         (exec 3</dev/tty && echo tty-opened); (exec 3>/dev/tty && echo tty-opened); echo end",
+    )
+    .await;
+    assert!(out.contains("tty_nr=0\n"), "{out}");
+    assert!(!out.contains("tty-opened"), "{out}");
+    assert!(out.ends_with("end\n"), "{out}");
+}
+
+#[test]
+fn under_a_terminal_bash_has_none() {
+    let exe = std::env::current_exe().unwrap();
+    let output = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{} terminal_child --exact --ignored", exe.display()),
+            "/dev/null",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+}
+
+/// A descriptor the server holds without close-on-exec (inherited from whoever started it) does
+/// not reach `bash`: it could read a file the rules forbid through it.
+#[tokio::test]
+async fn inherits_no_descriptor_but_stdio() {
+    use std::os::fd::AsRawFd;
+    let d = dirs();
+    let secret = d.outside.join("secret.txt");
+    std::fs::write(&secret, "fd-secret-inherited\n").unwrap();
+    let file = std::fs::File::open(&secret).unwrap();
+    nix::fcntl::fcntl(
+        &file,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
+    let fd = file.as_raw_fd();
+    let out = bash(
+        &ctx(&d.ws),
+        &format!("ls -l /proc/$$/fd; /bin/bash -c 'cat <&{fd}'; echo end"),
+    )
+    .await;
+    drop(file);
+    assert!(!out.contains("fd-secret-inherited"), "{out}");
+    assert!(!out.contains("secret.txt"), "{out}");
+    assert!(out.ends_with("end\n"), "{out}");
+}
+
+/// Removes a directory tree created outside the temp dir when the test ends.
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A project folder under `/opt` (read-granted to `bash`) with the workspace elsewhere.
+fn project_under_opt() -> (RemoveOnDrop, std::path::PathBuf) {
+    let base = Path::new("/opt").join(format!("polpo-sandbox-test-{}", marker()));
+    let cleanup = RemoveOnDrop(base.clone());
+    std::fs::create_dir_all(base.join(".polpo/agents")).unwrap();
+    std::fs::write(
+        base.join(".polpo/project.json"),
+        r#"{"apiKeys":["sk-opt-key"]}"#,
+    )
+    .unwrap();
+    (cleanup, base.join(".polpo"))
+}
+
+/// Reads and lists `polpo` (a protected folder outside the workspace) from `bash`.
+async fn peek_into(c: &ToolContext, polpo: &Path) -> String {
+    bash(
+        c,
+        &format!("cat {0}/project.json; ls -A {0}; echo end", polpo.display()),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_project_folder_under_a_system_directory_stays_closed() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // Only root can create a project under /opt.
+    }
+    let (_cleanup, polpo) = project_under_opt();
+    let d = dirs();
+    let mut c = ctx(&d.ws);
+    c.protected_paths = vec![polpo.clone()];
+    let out = peek_into(&c, &polpo).await;
+    assert!(!out.contains("sk-opt-key"), "{out}");
+    assert!(!out.contains("agents"), "{out}");
+    assert!(out.ends_with("end\n"), "{out}");
+}
+
+/// Runs in a child test process with the files below already in `/etc` (the `/etc` walk is
+/// done once per process): a root server's `bash` reads only what any user could.
+#[tokio::test]
+#[ignore = "started by under_root_bash_reads_only_world_readable_etc_files"]
+async fn etc_child() {
+    let m = std::env::var("POLPO_TEST_ETC_MARKER").expect("not started by the parent test");
+    let d = dirs();
+    let out = bash(
+        &ctx(&d.ws),
+        &format!(
+            "cd /etc; cat polpo-test-{m}/public.conf polpo-test-{m}/private.key polpo-test-{m}/keys/inner.conf polpo-test-{m}.secret; ls polpo-test-{m}; echo end"
+        ),
+    )
+    .await;
+    assert!(out.contains("etc-public\n"), "{out}");
+    assert!(!out.contains("etc-private"), "{out}");
+    assert!(!out.contains("etc-inner"), "{out}");
+    assert!(!out.contains("etc-top"), "{out}");
+    assert!(out.contains("keys\nprivate.key\npublic.conf\n"), "{out}");
+    assert!(out.ends_with("end\n"), "{out}");
+}
+
+#[test]
+fn under_root_bash_reads_only_world_readable_etc_files() {
+    if !nix::unistd::geteuid().is_root() {
+        return; // Without root the kernel's own permissions keep root's files closed.
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let m = marker();
+    let dir = Path::new("/etc").join(format!("polpo-test-{m}"));
+    let top = Path::new("/etc").join(format!("polpo-test-{m}.secret"));
+    let _cleanup = (RemoveOnDrop(dir.clone()), RemoveOnDrop(top.clone()));
+    let file = |path: &Path, text: &str, mode: u32| {
+        std::fs::write(path, text).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    std::fs::create_dir_all(dir.join("keys")).unwrap();
+    std::fs::set_permissions(dir.join("keys"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    file(&dir.join("public.conf"), "etc-public\n", 0o644);
+    file(&dir.join("private.key"), "etc-private\n", 0o600);
+    file(&dir.join("keys/inner.conf"), "etc-inner\n", 0o644);
+    file(&top, "etc-top\n", 0o600);
+    let output = Command::new(std::env::current_exe().unwrap())
+        .args(["etc_child", "--exact", "--ignored"])
+        .env("POLPO_TEST_ETC_MARKER", &m)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("1 passed"), "{stdout}");
 }

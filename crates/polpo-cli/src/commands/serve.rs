@@ -64,6 +64,9 @@ async fn serve(project: polpo_core::config::Project, args: Args, files: Option<F
     }
     let listener = tokio::net::TcpListener::bind(bind.addr).await.with_context(|| format!("cannot listen on {}", bind.addr))?;
     let addr = listener.local_addr()?;
+    // `bash` may not connect to this port: without an API key the server trusts every local
+    // process, and its API can rewrite the very agent running the command.
+    polpo_tools::sandbox::deny_connect_ports(&[addr.port()])?;
     // One line a script can wait for; the rest is for people.
     println!("polpo listening on http://{addr}");
     println!("  OpenAI-compatible: http://{addr}/v1/chat/completions");

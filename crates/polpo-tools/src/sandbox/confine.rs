@@ -6,6 +6,9 @@
 //! an already-built Landlock ruleset fd) and the closure below only issues system calls.
 //!
 //! The order matters:
+//! 0. `setsid`: the process leads a new session and process group (the group the runner
+//!    signals), and so has no controlling terminal — a command cannot push keystrokes into
+//!    the terminal the server runs in (`TIOCSTI`), nor get its signals.
 //! 1. `unshare` new PID and mount namespaces (and, without root, a user namespace to be allowed
 //!    to) and `fork` once more. The grandchild becomes PID 1 of the namespace and goes on to
 //!    `exec` the command; when it exits the kernel kills every process left in the namespace —
@@ -21,14 +24,17 @@
 //! 4. Identity: switch to `run_as`, or, for root, empty the capability bounding, ambient and
 //!    inheritable sets so that after `exec` uid 0 holds no capability (no DAC override, no
 //!    ptrace or kill of other users' processes, no mounts).
-//! 5. `no_new_privs`, then `landlock_restrict_self` with the prepared ruleset.
+//! 5. `no_new_privs`, then `landlock_restrict_self` with the prepared file-system ruleset and
+//!    again with the shared network ruleset (stacked layers: both apply).
+//! 6. Every descriptor above stderr is marked close-on-exec, so none the server holds without
+//!    the flag (inherited from whoever started it) reaches the command.
 #![allow(unsafe_code)]
 
 use nix::libc;
 use nix::sys::resource::{Resource, setrlimit};
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION`: asks `landlock_create_ruleset` for the ABI version.
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
@@ -36,6 +42,10 @@ const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
 const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// Highest signal number whose disposition the intermediate process resets.
 const LAST_SIGNAL: libc::c_int = 64;
+/// `CLOSE_RANGE_CLOEXEC` (Linux 5.11): mark the range close-on-exec instead of closing it.
+const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+/// Descriptors marked one by one where `close_range` is missing.
+const FALLBACK_FD_LIMIT: libc::c_int = 1024;
 /// Highest capability number dropped when the kernel does not say (`cap_last_cap`).
 const FALLBACK_LAST_CAPABILITY: libc::c_ulong = 63;
 
@@ -82,13 +92,15 @@ pub(crate) struct ChildSetup {
     pub no_new_privs: bool,
     /// A created Landlock ruleset to enforce on the command.
     pub landlock: Option<OwnedFd>,
+    /// A second ruleset stacked on the first: the process-wide network rules.
+    pub net_landlock: Option<BorrowedFd<'static>>,
 }
 
 impl ChildSetup {
     /// Arranges for [`ChildSetup::apply`] to run in the child of `command`'s spawn.
     pub fn install(self, command: &mut tokio::process::Command) {
         // SAFETY: `apply` runs in the forked child before `exec`. It only issues system calls
-        // (unshare, fork, waitpid, close_range, sigaction via `signal`, prctl, setrlimit,
+        // (setsid, unshare, fork, waitpid, close_range, sigaction via `signal`, prctl, setrlimit,
         // setgroups/setgid/setuid, capget/capset, landlock_restrict_self, _exit) on data
         // prepared before the fork; it allocates nothing and takes no lock, so it is
         // async-signal-safe even though the server is multi-threaded. `io::Error` values built
@@ -99,6 +111,9 @@ impl ChildSetup {
     }
 
     fn apply(&self) -> io::Result<()> {
+        // SAFETY: plain system call. The child of the spawn is not a group leader yet (the
+        // runner sets no process group), so this cannot fail with EPERM.
+        check(unsafe { libc::setsid() })?;
         if let Some(contain) = self.contain {
             // SAFETY: plain system calls on integers; see `install`.
             check(unsafe { libc::unshare(contain.flags()) })?;
@@ -149,7 +164,34 @@ impl ChildSetup {
                 libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0)
             })?;
         }
+        if let Some(ruleset) = self.net_landlock {
+            // SAFETY: plain system call on a valid, open ruleset descriptor (kept open by the
+            // process for its whole life).
+            check_long(unsafe {
+                libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0)
+            })?;
+        }
+        close_inherited_on_exec();
         Ok(())
+    }
+}
+
+/// Marks every descriptor above stderr close-on-exec (std's own error pipe already is, so it
+/// still reports a failed `exec`).
+fn close_inherited_on_exec() {
+    // SAFETY: plain system calls on integers.
+    unsafe {
+        if libc::syscall(
+            libc::SYS_close_range,
+            3,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        ) != 0
+        {
+            for fd in 3..FALLBACK_FD_LIMIT {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// A comma-separated list of features [`sandbox_support`] reports as missing — `landlock`,
-/// `namespaces` — so tests can exercise the refusal, the fallbacks and the start-up notices on
+/// `namespaces`, `network` (Landlock's network rules) — so tests can exercise the refusal, the fallbacks and the start-up notices on
 /// a kernel that has them. Not meant for production.
 pub const FORCE_UNAVAILABLE_ENV: &str = "POLPO_SANDBOX_FORCE_UNAVAILABLE";
 
@@ -71,16 +71,25 @@ pub struct SandboxSupport {
     /// Landlock ABI version; `None` means file-system confinement is unavailable.
     pub landlock_abi: Option<i32>,
     containment: Option<Containment>,
+    /// Landlock network rules are usable (ABI ≥ 4 and not forced off).
+    network: bool,
 }
 
 /// The oldest Landlock ABI with the signal and abstract-socket scopes.
 const SCOPED_ABI: i32 = 6;
+/// The oldest Landlock ABI with network (TCP connect) rules.
+const NETWORK_ABI: i32 = 4;
 
 impl SandboxSupport {
     /// The PID and mount namespaces commands run in; `None`: only their process group is
     /// killed, so `setsid` children can survive, and nothing can be hidden by a mount.
     pub(crate) fn containment(&self) -> Option<Containment> {
         self.containment
+    }
+
+    /// Whether `bash` can be kept off the server's own port (Landlock network rules).
+    pub(crate) fn network_rules(&self) -> bool {
+        self.network
     }
 
     /// What is *not* enforced on this host (empty when all is), for the operator: printed at
@@ -99,6 +108,14 @@ impl SandboxSupport {
                 ),
             }),
             Some(_) => {}
+        }
+        if self.landlock_abi.is_some() && !self.network {
+            notices.push(SandboxNotice {
+                code: "sandbox_partial",
+                message: format!(
+                    "tool sandbox: Landlock network rules (ABI {NETWORK_ABI}) are not available; `bash` can connect to this server's own port and, without an API key, drive its API (set POLPO_API_KEY)"
+                ),
+            });
         }
         if self.containment.is_none() {
             notices.push(SandboxNotice {
@@ -145,9 +162,11 @@ pub fn sandbox_support() -> &'static SandboxSupport {
     SUPPORT.get_or_init(|| {
         let forced = std::env::var(FORCE_UNAVAILABLE_ENV).unwrap_or_default();
         let off = |feature: &str| forced.split(',').any(|f| f.trim() == feature);
+        let landlock_abi = confine::landlock_abi().filter(|_| !off("landlock"));
         SandboxSupport {
-            landlock_abi: confine::landlock_abi().filter(|_| !off("landlock")),
+            landlock_abi,
             containment: confine::probe_containment().filter(|_| !off("namespaces")),
+            network: landlock_abi.is_some_and(|abi| abi >= NETWORK_ABI) && !off("network"),
         }
     })
 }
@@ -155,6 +174,20 @@ pub fn sandbox_support() -> &'static SandboxSupport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kernel_without_network_rules_is_reported() {
+        let support = |abi: i32, network: bool| SandboxSupport {
+            landlock_abi: Some(abi),
+            containment: Some(Containment::Namespaces),
+            network,
+        };
+        assert_eq!(support(7, true).notices(), Vec::new());
+        let notices = support(7, false).notices();
+        assert_eq!(notices.len(), 1, "{notices:?}");
+        assert_eq!(notices[0].code, "sandbox_partial");
+        assert!(notices[0].message.contains("own port"), "{notices:?}");
+    }
 
     #[test]
     fn settings_fill_in_defaults_and_scale_megabytes() {

@@ -1,6 +1,7 @@
 //! Running a process so that it cannot outlive, outgrow or out-wait its caller.
 //!
-//! Used by the `bash` tool and by command hooks. Each process leads its own process group and,
+//! Used by the `bash` tool and by command hooks. Each process leads its own session and process
+//! group (so it has no controlling terminal) and,
 //! where the host allows it, is PID 1 of its own PID namespace; when the call ends — normal
 //! exit, timeout, cancellation, or the caller dropping the future — the whole group is
 //! terminated (SIGTERM, a short grace, then SIGKILL) and the namespace with it, so background
@@ -10,6 +11,7 @@
 
 use super::confine::{self, ChildSetup};
 use super::fs_rules::{FsPolicy, build_ruleset};
+use super::net_rules::connect_ruleset;
 use super::{CappedOutput, Confinement, ResourceLimits, sandbox_support};
 use nix::sys::resource::Resource;
 use nix::sys::signal::{Signal, killpg};
@@ -270,6 +272,7 @@ fn prepare_child(
         last_capability: 0,
         no_new_privs: false,
         landlock: None,
+        net_landlock: None,
     };
     let mut isolation = Isolation {
         filesystem: false,
@@ -285,18 +288,15 @@ fn prepare_child(
     setup.no_new_privs = true;
     let scratch = Scratch::create(setup.run_as)?;
     command.env("TMPDIR", &scratch.0).env("HOME", &scratch.0);
-    // With a private mount namespace, a protected directory inside a writable root is covered
-    // by an empty read-only tmpfs, so the root itself can be granted whole (new top-level
-    // files included). Without one, Landlock alone must leave it out (see `fs_rules`).
-    let (hidden, left_out): (Vec<PathBuf>, Vec<PathBuf>) =
-        confinement.protected.iter().cloned().partition(|path| {
-            setup.contain.is_some()
-                && path.is_dir()
-                && confinement
-                    .writable
-                    .iter()
-                    .any(|root| path.starts_with(root))
-        });
+    // With a private mount namespace, every protected directory is covered by an empty
+    // read-only tmpfs, wherever it lies — in a writable root (which can then be granted whole,
+    // new top-level files included) or under a read-granted system directory. Without one (or
+    // for a protected file), Landlock alone must leave it out of every grant (see `fs_rules`).
+    let (hidden, left_out): (Vec<PathBuf>, Vec<PathBuf>) = confinement
+        .protected
+        .iter()
+        .cloned()
+        .partition(|path| setup.contain.is_some() && path.is_dir());
     setup.hide = hidden
         .into_iter()
         .map(|path| CString::new(path.into_os_string().into_encoded_bytes()))
@@ -307,8 +307,12 @@ fn prepare_child(
             writable: &confinement.writable,
             protected: &left_out,
             scratch: &scratch.0,
+            etc_world_readable_only: setup.drop_capabilities,
         })?;
         isolation.filesystem = setup.landlock.is_some();
+        if support.network_rules() {
+            setup.net_landlock = connect_ruleset()?;
+        }
     }
     Ok((setup, Some(scratch), isolation))
 }
@@ -394,7 +398,8 @@ fn build_command(spec: &CommandSpec) -> Result<Command, SandboxError> {
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
+        // No `process_group`: the child calls `setsid` itself (see `confine`), which makes it
+        // the leader of a new group as well as of a session without a controlling terminal.
         .kill_on_drop(true);
     Ok(command)
 }
