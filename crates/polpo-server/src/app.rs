@@ -77,7 +77,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// [`Caller`](crate::auth::Caller) for the handlers.
 async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
     let path = request.uri().path().to_owned();
-    let client = request.extensions().get::<ConnectInfo<SocketAddr>>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
+    let client = crate::ratelimit::address_key(request.extensions().get::<ConnectInfo<SocketAddr>>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip()));
     let now = Instant::now();
     if let Some(wait) = state.auth_failures.as_ref().and_then(|l| l.exhausted(&client, now)) {
         return too_many(&path, wait, "too many failed authentications from this address");

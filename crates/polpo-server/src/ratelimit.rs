@@ -75,6 +75,21 @@ impl<K: Hash + Eq> RateLimit<K> {
     }
 }
 
+/// The address a per-client limit counts against: IPv4 as is, IPv6 by its /64 — one host gets a
+/// whole /64, so counting single IPv6 addresses would give it billions of fresh budgets.
+pub fn address_key(ip: std::net::IpAddr) -> std::net::IpAddr {
+    match ip {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => std::net::IpAddr::V4(v4),
+            None => {
+                let bits = u128::from(v6) & !((1u128 << 64) - 1);
+                std::net::IpAddr::V6(std::net::Ipv6Addr::from(bits))
+            }
+        },
+        v4 => v4,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +106,17 @@ mod tests {
         assert!(limit.check([2; 32], t0).is_ok(), "another key has its own bucket");
         assert!(limit.check([1; 32], t0 + Duration::from_secs(1)).is_ok(), "a token came back after a second");
         assert!(RateLimit::<[u8; 32]>::new(0).is_none());
+    }
+
+    #[test]
+    fn ipv6_clients_count_by_their_64_and_mapped_ipv4_as_ipv4() {
+        let a: std::net::IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: std::net::IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let other: std::net::IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(address_key(a), address_key(b));
+        assert_ne!(address_key(a), address_key(other));
+        let mapped: std::net::IpAddr = "::ffff:10.0.0.7".parse().unwrap();
+        assert_eq!(address_key(mapped), "10.0.0.7".parse::<std::net::IpAddr>().unwrap());
     }
 
     #[test]

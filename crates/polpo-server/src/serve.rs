@@ -8,7 +8,8 @@
 //! expose: a client must send its first byte within [`Limits::header_read_timeout`], and
 //! its whole request head within as long again (a slow or silent client, or an idle keep-alive
 //! connection, is closed then), a connection holds no buffers until its first byte, and beyond
-//! [`Limits::max_connections`] a new connection is answered `503 too_many_connections` and
+//! [`Limits::max_connections`] (or [`Limits::max_per_address`] from one client address) a new
+//! connection is answered `503 too_many_connections` and
 //! closed instead of queueing.
 
 use axum::Router;
@@ -66,19 +67,62 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// Connections served at once; more are refused with `503 too_many_connections`.
     pub max_connections: usize,
+    /// Connections one client address (IPv6: one /64) may hold at once, so a single client
+    /// cannot take every slot; beyond it, `503 too_many_connections` as well.
+    pub max_per_address: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { header_read_timeout: HEADER_READ_TIMEOUT, max_connections: DEFAULT_MAX_CONNECTIONS }
+        Self { header_read_timeout: HEADER_READ_TIMEOUT, max_connections: DEFAULT_MAX_CONNECTIONS, max_per_address: DEFAULT_MAX_CONNECTIONS / 4 }
     }
 }
 
 impl Limits {
-    /// The defaults, with `POLPO_MAX_CONNECTIONS` when it is a positive number.
-    pub fn from_env() -> Self {
-        let max = std::env::var(MAX_CONNECTIONS_ENV).ok().and_then(|v| v.trim().parse().ok()).filter(|n| *n > 0);
-        Self { max_connections: max.unwrap_or(DEFAULT_MAX_CONNECTIONS), ..Self::default() }
+    /// The defaults, with `POLPO_MAX_CONNECTIONS` when it is a positive number. A server bound
+    /// to loopback only (no keys) serves one machine, whose clients all share 127.0.0.1: there
+    /// the per-address share is the whole cap.
+    pub fn from_env(local_only: bool) -> Self {
+        let max = std::env::var(MAX_CONNECTIONS_ENV).ok().and_then(|v| v.trim().parse().ok()).filter(|n| *n > 0).unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        Self { max_connections: max, max_per_address: if local_only { max } else { (max / 4).max(1) }, ..Self::default() }
+    }
+}
+
+/// Open connections per client address, so that one address cannot hold every slot.
+#[derive(Default)]
+struct PerAddress {
+    open: std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>,
+}
+
+impl PerAddress {
+    /// A slot for `peer`, or `None` when its address already holds `max`.
+    fn take(self: &Arc<Self>, peer: IpAddr, max: usize) -> Option<AddressSlot> {
+        let address = crate::ratelimit::address_key(peer);
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = open.entry(address).or_insert(0);
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(AddressSlot { owner: self.clone(), address })
+    }
+}
+
+/// One connection's share of its address; given back when the connection ends.
+struct AddressSlot {
+    owner: Arc<PerAddress>,
+    address: IpAddr,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.owner.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.address);
+            }
+        }
     }
 }
 
@@ -87,6 +131,7 @@ impl Limits {
 /// Handlers see the peer address as `ConnectInfo<SocketAddr>`.
 pub async fn run(listener: TcpListener, app: Router, limits: Limits, shutdown: impl Future<Output = ()>) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let per_address = Arc::new(PerAddress::default());
     let refusals = Arc::new(Semaphore::new(MAX_REFUSALS_IN_FLIGHT));
     let graceful = GracefulShutdown::new();
     let memory = Arc::new(crate::memory::Release::default());
@@ -106,7 +151,8 @@ pub async fn run(listener: TcpListener, app: Router, limits: Limits, shutdown: i
                 }
             },
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        let slot = per_address.take(peer.ip(), limits.max_per_address).and_then(|mine| Some((mine, slots.clone().try_acquire_owned().ok()?)));
+        let Some(slot) = slot else {
             if let Ok(permit) = refusals.clone().try_acquire_owned() {
                 tokio::spawn(async move {
                     refuse(stream).await;

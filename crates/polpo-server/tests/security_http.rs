@@ -322,12 +322,41 @@ async fn browsers_may_send_authorization_from_allowed_origins() {
 }
 
 #[tokio::test]
+async fn one_address_cannot_take_every_connection() {
+    let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
+    let s = Server::start(&llm).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let limits = Limits { header_read_timeout: EVENTUALLY, max_connections: 10, max_per_address: 2 };
+    tokio::spawn(run(listener, polpo_server::router(s.state.clone()), limits, std::future::pending()));
+    tokio::task::spawn_blocking(move || {
+        // Two silent connections from 127.0.0.1 hold its share; a third from it is refused though
+        // eight slots are free.
+        let held = [TcpStream::connect(&addr).unwrap(), TcpStream::connect(&addr).unwrap()];
+        let refused = raw(&addr, b"GET /api/v1/health HTTP/1.1\r\nhost: localhost\r\n\r\n");
+        assert!(refused.starts_with("HTTP/1.1 503") && refused.contains("too_many_connections"), "{refused}");
+        // Its share comes back when one of them closes.
+        drop(held);
+        let deadline = std::time::Instant::now() + EVENTUALLY;
+        loop {
+            let answer = raw(&addr, b"GET /api/v1/health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+            if answer.starts_with("HTTP/1.1 200") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the address never got its share back: {answer}");
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
 async fn connections_beyond_the_cap_get_a_503_and_idle_ones_are_closed() {
     let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
     let s = Server::start(&llm).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let limits = Limits { header_read_timeout: Duration::from_millis(300), max_connections: 1 };
+    let limits = Limits { header_read_timeout: Duration::from_millis(300), max_connections: 1, max_per_address: 1 };
     tokio::spawn(run(listener, polpo_server::router(s.state.clone()), limits, std::future::pending()));
     tokio::task::spawn_blocking(move || {
         // The first connection takes the only slot; the second is answered 503 and closed.

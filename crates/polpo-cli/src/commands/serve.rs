@@ -94,7 +94,8 @@ async fn serve(project: polpo_core::config::Project, args: Args, files: Option<F
     let stopped = async {
         let _ = stopping.await;
     };
-    polpo_server::serve::run(listener, router(state), Limits::from_env(), stopped).await;
+    let limits = Limits::from_env(state.keys.is_empty());
+    polpo_server::serve::run(listener, router(state), limits, stopped).await;
     handover.await.context("the hand-over of running runs failed")?;
     eprintln!("polpo stopped");
     Ok(ExitCode::SUCCESS)
