@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{assert_no_survivors, call, code, ctx, dirs, live_processes_with, marker, wait_until};
+use common::{assert_no_survivors, call, code, ctx, dirs, live_processes_with, marker, run_child_test, wait_until};
 use polpo_tools::sandbox::{CommandSpec, Program, Termination, run_command};
 use serde_json::json;
 use std::time::Duration;
@@ -143,29 +143,17 @@ async fn scrub_child() {
 
 #[test]
 fn environment_is_scrubbed_of_secrets() {
-    let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "scrub_child",
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("POLPO_TEST_API_KEY", "hunter2-key")
-        .env("GITHUB_TOKEN", "hunter2-token")
-        .env("DATABASE_URL", "postgres://u:hunter2@db/x")
-        .env("MY_PASSWORD", "hunter2-pw")
-        .env("POLPO_VISIBLE", "yes")
-        .env("POLPO_NOT_LISTED", "no")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    run_child_test(
+        "scrub_child",
+        &[
+            ("POLPO_TEST_API_KEY", "hunter2-key"),
+            ("GITHUB_TOKEN", "hunter2-token"),
+            ("DATABASE_URL", "postgres://u:hunter2@db/x"),
+            ("MY_PASSWORD", "hunter2-pw"),
+            ("POLPO_VISIBLE", "yes"),
+            ("POLPO_NOT_LISTED", "no"),
+        ],
     );
-    assert!(stdout.contains("1 passed"), "{stdout}");
 }
 
 #[tokio::test]

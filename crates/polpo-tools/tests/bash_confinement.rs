@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{assert_no_survivors, call, code, ctx, dirs, marker, wait_until};
+use common::{assert_no_survivors, call, code, ctx, dirs, marker, run_child_test, wait_until};
 use polpo_tools::ToolContext;
 use polpo_tools::sandbox::{
     CommandSpec, FORCE_UNAVAILABLE_ENV, Program, ResourceLimits, deny_connect_ports, run_command,
@@ -223,18 +223,7 @@ async fn without_namespaces_child() {
 
 #[test]
 fn without_namespaces_landlock_alone_protects_the_project_folder() {
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args(["without_namespaces_child", "--exact", "--ignored"])
-        .env(FORCE_UNAVAILABLE_ENV, "namespaces")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(stdout.contains("1 passed"), "{stdout}");
+    run_child_test("without_namespaces_child", &[(FORCE_UNAVAILABLE_ENV, "namespaces")]);
 }
 
 #[tokio::test]
@@ -438,18 +427,7 @@ async fn unavailable_child() {
 
 #[test]
 fn without_landlock_bash_is_refused_unless_allowed() {
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args(["unavailable_child", "--exact", "--ignored"])
-        .env(FORCE_UNAVAILABLE_ENV, "landlock")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(stdout.contains("1 passed"), "{stdout}");
+    run_child_test("unavailable_child", &[(FORCE_UNAVAILABLE_ENV, "landlock")]);
 }
 
 /// A server that is not root cannot create a bare PID namespace; it gets a user + PID
@@ -681,16 +659,5 @@ fn under_root_bash_reads_only_world_readable_etc_files() {
     file(&dir.join("private.key"), "etc-private\n", 0o600);
     file(&dir.join("keys/inner.conf"), "etc-inner\n", 0o644);
     file(&top, "etc-top\n", 0o600);
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args(["etc_child", "--exact", "--ignored"])
-        .env("POLPO_TEST_ETC_MARKER", &m)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    assert!(stdout.contains("1 passed"), "{stdout}");
+    run_child_test("etc_child", &[("POLPO_TEST_ETC_MARKER", &m)]);
 }

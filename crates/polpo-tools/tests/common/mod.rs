@@ -117,3 +117,18 @@ pub fn assert_no_survivors(marker: &str) {
         live_processes_with(marker)
     );
 }
+
+/// Runs the `#[ignore]`d test `name` of the current test binary in a child process with `env`
+/// set, and fails unless it passed. For checks that need a process-wide setting (an environment
+/// variable read once, a fault injected at start-up) without leaking it into the other tests.
+pub fn run_child_test(name: &str, env: &[(&str, &str)]) {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command.args([name, "--exact", "--ignored", "--test-threads=1"]);
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("1 passed"), "{stdout}");
+}
