@@ -101,6 +101,25 @@ async fn a_rebound_dns_name_gets_nothing() {
 }
 
 #[test]
+fn settings_max_connections_caps_what_the_server_holds_open() {
+    let dir = tempfile::tempdir().unwrap();
+    ProjectFixture::new(dir.path(), json!({"storage": "file", "maxConnections": 1}))
+        .unwrap()
+        .agent("assistant", json!({"model": "openai/gpt-4o-mini"}), "You are helpful.")
+        .unwrap();
+    let server = ServerProcess::start("serve", dir.path(), &[], &[]);
+    // One silent connection holds the only slot; the next is answered 503 and closed.
+    let _held = TcpStream::connect(address(&server)).unwrap();
+    let mut next = TcpStream::connect(address(&server)).unwrap();
+    next.set_read_timeout(Some(HEADER_TIMEOUT * 3)).unwrap();
+    next.write_all(b"GET /api/v1/health HTTP/1.1\r\nhost: localhost\r\n\r\n").unwrap();
+    let mut answer = Vec::new();
+    let _ = next.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 503") && answer.contains("too_many_connections"), "{answer}");
+}
+
+#[test]
 fn a_client_that_never_finishes_its_request_line_is_disconnected() {
     let dir = tempfile::tempdir().unwrap();
     project(dir.path());

@@ -45,7 +45,7 @@ pub fn bind_address(host: IpAddr, port: u16, has_keys: bool) -> Bind {
     }
 }
 
-/// Environment variable overriding [`DEFAULT_MAX_CONNECTIONS`].
+/// Environment variable overriding [`DEFAULT_MAX_CONNECTIONS`] and `settings.maxConnections`.
 pub const MAX_CONNECTIONS_ENV: &str = "POLPO_MAX_CONNECTIONS";
 /// Connections served at once unless `POLPO_MAX_CONNECTIONS` says otherwise.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
@@ -79,11 +79,14 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// The defaults, with `POLPO_MAX_CONNECTIONS` when it is a positive number. A server bound
-    /// to loopback only (no keys) serves one machine, whose clients all share 127.0.0.1: there
-    /// the per-address share is the whole cap.
-    pub fn from_env(local_only: bool) -> Self {
-        let max = std::env::var(MAX_CONNECTIONS_ENV).ok().and_then(|v| v.trim().parse().ok()).filter(|n| *n > 0).unwrap_or(DEFAULT_MAX_CONNECTIONS);
+    /// The defaults, with the cap from `POLPO_MAX_CONNECTIONS` when it is a positive number, else
+    /// from `setting` (`settings.maxConnections`). A server bound to loopback only (no keys)
+    /// serves one machine, whose clients all share 127.0.0.1: there the per-address share is the
+    /// whole cap.
+    pub fn configured(setting: Option<u32>, local_only: bool) -> Self {
+        let from_env = std::env::var(MAX_CONNECTIONS_ENV).ok().and_then(|v| v.trim().parse().ok()).filter(|n| *n > 0);
+        let from_setting = setting.and_then(|n| usize::try_from(n).ok()).filter(|n| *n > 0);
+        let max = from_env.or(from_setting).unwrap_or(DEFAULT_MAX_CONNECTIONS);
         Self { max_connections: max, max_per_address: if local_only { max } else { (max / 4).max(1) }, ..Self::default() }
     }
 }

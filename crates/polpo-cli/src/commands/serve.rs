@@ -44,6 +44,7 @@ pub fn run(global: &Global, args: Args, reload: bool) -> anyhow::Result<ExitCode
 async fn serve(project: polpo_core::config::Project, args: Args, files: Option<Fingerprint>) -> anyhow::Result<ExitCode> {
     let root = project.root.clone();
     let port = args.port.unwrap_or_else(|| project.settings().port());
+    let max_connections = project.settings().max_connections;
     let (keys, warnings) = ApiKeys::load(std::env::var("POLPO_API_KEY").ok().as_deref(), project.manifest.api_keys.as_deref().unwrap_or_default());
     for w in warnings {
         eprintln!("warning: {w}");
@@ -94,7 +95,7 @@ async fn serve(project: polpo_core::config::Project, args: Args, files: Option<F
     let stopped = async {
         let _ = stopping.await;
     };
-    let limits = Limits::from_env(state.keys.is_empty());
+    let limits = Limits::configured(max_connections, state.keys.is_empty());
     polpo_server::serve::run(listener, router(state), limits, stopped).await;
     handover.await.context("the hand-over of running runs failed")?;
     eprintln!("polpo stopped");

@@ -214,6 +214,10 @@ pub struct Settings {
     /// Port of the local server; see [`Settings::port`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub port: Option<u16>,
+    /// Connections the local server serves at once (default 1,024; `POLPO_MAX_CONNECTIONS`
+    /// wins): beyond it a new connection is answered `503 too_many_connections`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
     /// Runtime hook packs (`hooks/<pack>.json` names) applied to every agent of the project,
     /// before the agent's own packs (project scope).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -498,6 +502,7 @@ static SETTINGS: Shape = Shape::Object(&[&[
             max: u16::MAX as i64,
         },
     ),
+    Field::optional("maxConnections", Shape::Integer { min: 1, max: 1_000_000 }),
     Field::optional("hooks", STRINGS),
 ]]);
 

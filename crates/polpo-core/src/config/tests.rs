@@ -85,6 +85,7 @@ fn full_project() -> Value {
             "providers": {"openai": {"baseUrl": "http://127.0.0.1:9", "apiKeyEnv": "OPENAI_API_KEY", "headers": {}, "api": "openai-completions"}},
             "apiKeys": {"openai": "${OPENAI_API_KEY}"},
             "port": 3890,
+            "maxConnections": 512,
             "hooks": ["quality"]
         },
         "providers": {"local": {"baseUrl": "http://127.0.0.1:8080/v1", "api": "openai-responses",
