@@ -133,8 +133,9 @@ impl RunManager {
             registered = Some(Registered { manager: self.clone(), run_id: run_id.clone() });
         }
         tokio::spawn(async move {
-            let _registered = registered;
             let result = meter.scope(run_attached(prepared, &tx)).await;
+            // No longer steerable once it has an answer (also when the task is dropped).
+            drop(registered);
             let _ = tx.send(Progress::Finished(Finished { result, seq: None, overhead: Some(meter.read()) }));
         });
         Ok(Invoked { run_id, session_id, mode, progress, attached: Some(cancel.drop_guard()) })
