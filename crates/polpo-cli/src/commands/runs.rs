@@ -13,7 +13,7 @@ use super::Global;
 use anyhow::Context as _;
 use polpo_engine::events::JournalEvent;
 use polpo_llm::{SseDecoder, SseEvent};
-use polpo_store::RunStatus;
+use polpo_store::{IdGen, RunStatus, UuidV7Ids};
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::collections::VecDeque;
@@ -346,10 +346,7 @@ fn clip(text: &str) -> String {
 }
 
 async fn steer(client: &Client, id: &str, message: String, follow_up: bool, message_id: Option<String>) -> anyhow::Result<ExitCode> {
-    let message_id = message_id.unwrap_or_else(|| {
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
-        format!("cli-{}-{nanos}", std::process::id())
-    });
+    let message_id = message_id.unwrap_or_else(|| format!("cli-{}", UuidV7Ids.next_id()));
     let mode = if follow_up { "follow_up" } else { "steer" };
     let reply = client.call(Method::POST, &format!("/v1/runs/{id}/steer"), Some(json!({"id": message_id, "mode": mode, "content": message}))).await?;
     if reply["duplicate"] == true {
