@@ -16,4 +16,5 @@ pub mod policy;
 pub mod problem;
 pub mod prompt;
 pub mod routing;
+pub mod tasks;
 pub mod tool;

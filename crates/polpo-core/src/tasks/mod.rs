@@ -1,0 +1,21 @@
+//! Tasks and missions, the orchestrator's data (inventory §5.1–5.3): the task record, its
+//! state machine and dependency rules, missions with their lifecycle and flow control, and
+//! ISO-8601 durations for mission delays. Pure: time is passed in.
+
+pub mod duration;
+pub mod graph;
+pub mod machine;
+pub mod mission;
+pub mod model;
+
+pub use duration::{DurationError, format_duration, parse_duration};
+pub use graph::{DependencyError, check_new_tasks, deadlocked, find_cycle, ready};
+pub use machine::{FailReason, Phase, TRANSITIONS, TaskEvent, TaskStatus, TaskTransition, TransitionError, transition};
+pub use mission::{
+    MISSION_TRANSITIONS, Mission, MissionCheckpoint, MissionDelay, MissionEvent, MissionStatus, MissionTransitionError,
+    QualityGate, transition_mission,
+};
+pub use model::{
+    Confidence, EvalDimension, ExpectationType, ExpectedOutcome, OutcomeType, RetryPolicy, Task, TaskExpectation,
+    TaskMetric, TaskOutcome, TaskResult,
+};
