@@ -7,7 +7,8 @@
 //! `1000000000000000000000`), which only matters when a number is compared with a non-numeric
 //! string.
 
-use super::parser::{CmpOp, Expr, Literal};
+use super::lexer::CmpOp;
+use super::parser::{Expr, Literal};
 use super::{ExprError, ExprErrorCode, Limits};
 use serde_json::Value;
 use std::borrow::Cow;

@@ -1,7 +1,44 @@
 //! Source text → tokens, each with its 1-based column.
 
-use super::parser::CmpOp;
 use super::{ExprError, ExprErrorCode};
+
+/// A comparison operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    /// `===`: same type and value.
+    StrictEq,
+    /// `!==`.
+    StrictNe,
+    /// `==`: null and undefined equal each other only; else identical, numerically or
+    /// string-equal.
+    Eq,
+    /// `!=`.
+    Ne,
+    /// `>=`.
+    Ge,
+    /// `<=`.
+    Le,
+    /// `>`.
+    Gt,
+    /// `<`.
+    Lt,
+}
+
+impl CmpOp {
+    /// The operator as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::StrictEq => "===",
+            Self::StrictNe => "!==",
+            Self::Eq => "==",
+            Self::Ne => "!=",
+            Self::Ge => ">=",
+            Self::Le => "<=",
+            Self::Gt => ">",
+            Self::Lt => "<",
+        }
+    }
+}
 
 /// One token of the grammar.
 #[derive(Debug, Clone, PartialEq)]

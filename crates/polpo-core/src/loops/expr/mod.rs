@@ -32,7 +32,8 @@ mod parser;
 mod tests;
 
 pub use eval::{Val, evaluate_expr};
-pub use parser::{CmpOp, Expr, Literal, parse, parse_with};
+pub use lexer::CmpOp;
+pub use parser::{Expr, Literal, parse, parse_with};
 
 use serde_json::Value;
 use std::fmt;

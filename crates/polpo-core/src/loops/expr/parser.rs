@@ -1,47 +1,9 @@
 //! Tokens → [`Expr`], by recursive descent; and [`Expr`] → canonical source (`Display`), so
 //! that parsing what was printed gives the same tree.
 
-use super::lexer::{Tok, Token, lex};
+use super::lexer::{CmpOp, Tok, Token, lex};
 use super::{ExprError, ExprErrorCode, Limits};
 use std::fmt;
-
-/// A comparison operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CmpOp {
-    /// `===`: same type and value.
-    StrictEq,
-    /// `!==`.
-    StrictNe,
-    /// `==`: null and undefined equal each other only; else identical, numerically or
-    /// string-equal.
-    Eq,
-    /// `!=`.
-    Ne,
-    /// `>=`.
-    Ge,
-    /// `<=`.
-    Le,
-    /// `>`.
-    Gt,
-    /// `<`.
-    Lt,
-}
-
-impl CmpOp {
-    /// The operator as written.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::StrictEq => "===",
-            Self::StrictNe => "!==",
-            Self::Eq => "==",
-            Self::Ne => "!=",
-            Self::Ge => ">=",
-            Self::Le => "<=",
-            Self::Gt => ">",
-            Self::Lt => "<",
-        }
-    }
-}
 
 /// A literal value.
 #[derive(Debug, Clone, PartialEq)]
