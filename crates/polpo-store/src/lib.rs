@@ -11,7 +11,9 @@
 //! | [`SessionStore`] | sessions and their messages |
 //! | [`RunStore`] | runs, their gap-free event journal, checkpoints, execution leases, the run work queue |
 //! | [`EffectLedger`] | write-tool effects by idempotency key, so none runs twice |
-//! | [`RecordStore`] | revisioned JSON records per collection (tasks, missions, approvals …) |
+//! | [`RecordStore`] | revisioned JSON records per collection (approvals, schedules …) |
+//! | [`TaskStore`] | tasks: created with their dependencies, moved by compare-and-set, claimed by workers |
+//! | [`MissionStore`] | missions, moved by compare-and-set |
 //!
 //! Every list is keyset-paginated ([`PageRequest`] → [`Page`] with an opaque [`Cursor`]);
 //! every place two writers can meet takes an `expected_revision` and answers `conflict`.
@@ -40,6 +42,7 @@ pub mod model;
 pub mod page;
 pub mod sql;
 pub mod traits;
+pub mod work;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -51,7 +54,8 @@ pub use file::FileStore;
 pub use model::*;
 pub use page::{Cursor, Page, PageRequest};
 pub use sql::{PgStore, SqliteStore};
-pub use traits::{EffectLedger, RecordStore, RunStore, SessionStore};
+pub use traits::{EffectLedger, MissionStore, RecordStore, RunStore, SessionStore, TaskStore};
+pub use work::{MissionFilter, StoredMission, StoredTask, TaskClaim, TaskFilter};
 
 /// Which backend holds the project's state (`settings.storage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -100,6 +104,10 @@ pub struct Store {
     pub effects: Arc<dyn EffectLedger>,
     /// Revisioned records (tasks, missions, approvals, schedules …).
     pub records: Arc<dyn RecordStore>,
+    /// Tasks, their revisions and worker claims.
+    pub tasks: Arc<dyn TaskStore>,
+    /// Missions.
+    pub missions: Arc<dyn MissionStore>,
     seams: Seams,
 }
 
@@ -113,10 +121,19 @@ impl Store {
     /// Bundle one backend that implements every store trait, opened with `seams`.
     pub fn from_backend<B>(kind: StoreKind, backend: B, seams: Seams) -> Self
     where
-        B: SessionStore + RunStore + EffectLedger + RecordStore + 'static,
+        B: SessionStore + RunStore + EffectLedger + RecordStore + TaskStore + MissionStore + 'static,
     {
         let backend = Arc::new(backend);
-        Store { kind, sessions: backend.clone(), runs: backend.clone(), effects: backend.clone(), records: backend, seams }
+        Store {
+            kind,
+            sessions: backend.clone(),
+            runs: backend.clone(),
+            effects: backend.clone(),
+            records: backend.clone(),
+            tasks: backend.clone(),
+            missions: backend,
+            seams,
+        }
     }
 
     /// The clock and id generator this store was opened with, for the runtime above it.

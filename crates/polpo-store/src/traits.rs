@@ -13,6 +13,8 @@ use crate::model::{
     NewSession, Record, Run, RunEvent, RunFilter, RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
 };
 use crate::page::{Page, PageRequest};
+use crate::work::{MissionFilter, StoredMission, StoredTask, TaskFilter};
+use polpo_core::tasks::{Mission, Task};
 
 /// Sessions and their messages.
 #[async_trait]
@@ -184,4 +186,53 @@ pub trait EffectLedger: Send + Sync {
 
     /// Write an effect verbatim (see [`SessionStore::import_session`]).
     async fn import_effect(&self, effect: &Effect) -> Result<ImportOutcome, StoreError>;
+}
+
+/// Tasks (inventory §5.1–5.2): created once with their dependencies, moved only along the
+/// task table by compare-and-set on the revision, and handed to workers by `claim_ready`.
+#[async_trait]
+pub trait TaskStore: Send + Sync {
+    /// Store a new task (see `Task`): an empty id gets a fresh one, times are now, revision
+    /// 1. It starts `draft` or `pending`; each `dependsOn` id and its `missionId` must exist
+    /// (`invalid_input`, which also refuses a task depending on itself); a title shared with
+    /// an unfinished task or a taken id is a `conflict`.
+    async fn create_task(&self, task: Task) -> Result<StoredTask, StoreError>;
+
+    /// The task, or `None`.
+    async fn get_task(&self, id: &str) -> Result<Option<StoredTask>, StoreError>;
+
+    /// Tasks newest first (by creation time, then id), filtered, one page at a time.
+    async fn list_tasks(&self, filter: &TaskFilter, page: &PageRequest) -> Result<Page<StoredTask>, StoreError>;
+
+    /// Replace the task with `task` (usually `polpo_core::tasks::transition`'s output) only if
+    /// it is still at `expected_revision` (`conflict` otherwise: two workers cannot both move
+    /// it). A status change outside the task table is `invalid_transition`; id, `dependsOn`
+    /// and `missionId` cannot change; `updatedAt` becomes now.
+    async fn update_task(&self, task: Task, expected_revision: u64) -> Result<StoredTask, StoreError>;
+
+    /// Claim for `worker`, for `lease`, up to `limit` (1–100) ready tasks: `pending`, every
+    /// dependency `done`, its mission (if any) `active`, and no live claim by anyone. Each
+    /// claimed task's revision moves, so a worker that read it before cannot move it. Two
+    /// workers never get the same task while a claim lives. Highest priority first, then
+    /// oldest.
+    async fn claim_ready(&self, worker: &str, lease: Duration, limit: u32) -> Result<Vec<StoredTask>, StoreError>;
+}
+
+/// Missions (inventory §5.3), moved only along the mission table by compare-and-set.
+#[async_trait]
+pub trait MissionStore: Send + Sync {
+    /// Store a new mission: an empty id gets a fresh one, times are now, revision 1. It
+    /// starts `draft` or `active`; its delays must parse (`invalid_input`); a taken id or
+    /// name is a `conflict`.
+    async fn create_mission(&self, mission: Mission) -> Result<StoredMission, StoreError>;
+
+    /// The mission, or `None`.
+    async fn get_mission(&self, id: &str) -> Result<Option<StoredMission>, StoreError>;
+
+    /// Missions newest first (by creation time, then id), filtered, one page at a time.
+    async fn list_missions(&self, filter: &MissionFilter, page: &PageRequest) -> Result<Page<StoredMission>, StoreError>;
+
+    /// Replace the mission only if it is still at `expected_revision` (`conflict`); a status
+    /// change outside the mission table is `invalid_transition`; `updatedAt` becomes now.
+    async fn update_mission(&self, mission: Mission, expected_revision: u64) -> Result<StoredMission, StoreError>;
 }

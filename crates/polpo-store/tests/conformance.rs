@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
+mod work_suite;
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -18,6 +19,7 @@ use polpo_store::{
 };
 use serde_json::json;
 use support::TestStore;
+use work_suite::*;
 
 fn code<T: std::fmt::Debug>(r: Result<T, StoreError>) -> &'static str {
     r.unwrap_err().code()
@@ -550,6 +552,7 @@ async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
     t.store.effects.record_effect_intent("k").await.unwrap();
     t.store.records.put_record("tasks", "t1", json!({"a": 1}), None).await.unwrap();
     let record = t.store.records.get_record("tasks", "t1").await.unwrap();
+    let mission = work_suite::a_mission_with_a_claimed_task(&t).await;
     let before = (
         t.store.sessions.get_session(&sid).await.unwrap(),
         t.store.runs.get_run(&rid).await.unwrap(),
@@ -569,6 +572,7 @@ async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
     );
     assert_eq!(before, after);
     assert_eq!(t.store.records.get_record("tasks", "t1").await.unwrap(), record);
+    assert_eq!(work_suite::a_mission_with_a_claimed_task_reread(&t, &mission.0).await, mission);
     assert_eq!(
         code(t.store.runs.claim_run(&rid, "other", Duration::from_secs(60)).await),
         "lease_held",
@@ -618,4 +622,9 @@ conformance!(
     workers_claim_each_run_once_until_its_lease_lapses,
     the_effect_ledger_lets_an_effect_happen_once,
     records_are_revisioned_documents_per_collection,
+    tasks_round_trip_and_move_only_along_the_table,
+    tasks_list_by_mission_and_status_page_by_page,
+    ready_tasks_are_claimed_once_in_priority_order,
+    concurrent_claimers_never_get_the_same_task,
+    missions_round_trip_and_move_only_along_their_table,
 );

@@ -5,6 +5,7 @@
 //! .polpo/runs/<id>/run.json + events.jsonl + checkpoint.json + lease.json
 //! .polpo/effects/<sha256(key)>.json
 //! .polpo/records/<collection>/<id>.json
+//! .polpo/tasks/<id>.json, .polpo/missions/<id>.json
 //! .polpo/.runtime/store.lock
 //! ```
 //!
@@ -25,6 +26,7 @@ mod lock;
 mod records;
 mod runs;
 mod sessions;
+mod work;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -74,6 +76,10 @@ struct Index {
     run_locks: HashMap<String, SessionLock>,
     /// Records by collection, then id.
     records: BTreeMap<String, HashMap<String, Record>>,
+    /// Tasks by id.
+    tasks: HashMap<String, crate::work::StoredTask>,
+    /// Missions by id.
+    missions: HashMap<String, crate::work::StoredMission>,
 }
 
 impl FileStore {
@@ -109,7 +115,7 @@ impl Inner {
     fn open(dir: PathBuf, Seams { clock, ids }: Seams) -> Result<Self, StoreError> {
         fsio::create_dir_durable(&dir)?;
         let lock = lock::StoreLock::acquire(&dir)?;
-        for sub in [SESSIONS, RUNS, EFFECTS, RECORDS] {
+        for sub in [SESSIONS, RUNS, EFFECTS, RECORDS, work::TASKS, work::MISSIONS] {
             fsio::create_dir_durable(&dir.join(sub))?;
         }
         let index = Index::load(&dir)?;
@@ -240,6 +246,7 @@ impl Index {
                 }
             }
         }
+        work::load(dir, &mut index)?;
         for path in json_files(&dir.join(EFFECTS))? {
             if let Some(effect) = fsio::read_json::<Effect>(&path)? {
                 index.effects.insert(effect.key.clone(), effect);

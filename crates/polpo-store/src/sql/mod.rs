@@ -3,8 +3,9 @@
 //! Both speak the same SQL (numbered `$n` parameters, `ON CONFLICT`, `RETURNING`), store times
 //! as epoch milliseconds and JSON as text, so the store logic is written once, in
 //! `sql_store_impl!` (row mapping, shared helpers) plus one macro per store trait in
-//! `sessions`, `runs`, `records` and `effects`, and stamped out for each driver. What differs
-//! lives in the driver module: connecting, how a write transaction starts, the claim query,
+//! `sessions`, `runs`, `records`, `effects` and `work` (tasks and missions), and stamped out
+//! for each driver. What differs
+//! lives in the driver module: connecting, how a write transaction starts, the claim queries,
 //! and the migration SQL.
 
 mod effects;
@@ -13,6 +14,7 @@ mod records;
 mod runs;
 mod sessions;
 mod sqlite;
+mod work;
 
 use std::borrow::Cow;
 
@@ -263,6 +265,7 @@ macro_rules! sql_store_impl {
         crate::sql::runs::sql_runs!($store, $row);
         crate::sql::records::sql_records!($store, $row);
         crate::sql::effects::sql_effects!($store, $row);
+        crate::sql::work::sql_work!($store, $row);
     };
 }
 use sql_store_impl;

@@ -20,6 +20,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../../migrations/postgres/0001_init.sql")),
     (2, "records", include_str!("../../migrations/postgres/0002_records.sql")),
     (3, "session_owner", include_str!("../../migrations/postgres/0003_session_owner.sql")),
+    (4, "tasks", include_str!("../../migrations/postgres/0004_tasks.sql")),
 ];
 
 /// The oldest running run without a live lease. `FOR UPDATE … SKIP LOCKED` lets concurrent
@@ -33,6 +34,10 @@ const CLAIM_NEXT_RUN: &str = "WITH next AS ( \
      ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
      WHERE run_leases.expires_at <= $3 \
      RETURNING run_id, owner, expires_at";
+
+/// Ready tasks to claim, passing over rows another claimer has locked (`SKIP LOCKED`); the
+/// claim columns re-checked on the locked row make a double claim impossible.
+const CLAIM_READY_TASKS: &str = super::work::claim_ready_sql!("FOR UPDATE OF t SKIP LOCKED");
 
 /// The channel a new run is announced on, so idle workers wake instead of polling.
 pub const RUNS_CHANNEL: &str = "polpo_runs";

@@ -21,6 +21,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../../migrations/sqlite/0001_init.sql")),
     (2, "records", include_str!("../../migrations/sqlite/0002_records.sql")),
     (3, "session_owner", include_str!("../../migrations/sqlite/0003_session_owner.sql")),
+    (4, "tasks", include_str!("../../migrations/sqlite/0004_tasks.sql")),
 ];
 
 /// The oldest running run without a live lease. SQLite has one writer at a time (the
@@ -33,6 +34,9 @@ const CLAIM_NEXT_RUN: &str = "WITH next AS ( \
      ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
      WHERE run_leases.expires_at <= $3 \
      RETURNING run_id, owner, expires_at";
+
+/// Ready tasks to claim; one claimer at a time already (`BEGIN IMMEDIATE`), so no row locks.
+const CLAIM_READY_TASKS: &str = super::work::claim_ready_sql!("");
 
 /// Nobody else shares a SQLite file across machines: nothing to wake.
 const ANNOUNCE_RUN: Option<&str> = None;

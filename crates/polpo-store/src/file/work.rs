@@ -1,0 +1,192 @@
+//! Tasks and missions in the file backend, one JSON file each (`tasks/<id>.json`,
+//! `missions/<id>.json`, the stored task or mission with its revision and claim). The index
+//! mutex is the lock: a check and its write happen under it, so two claimers or two
+//! compare-and-set updates never interleave.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use polpo_core::tasks::{self as core, Mission, MissionStatus, Task};
+use serde::Serialize;
+
+use super::{FileStore, Index, Inner, fsio, json_files, page_newest_first};
+use crate::error::StoreError;
+use crate::model;
+use crate::page::{Page, PageRequest};
+use crate::traits::{MissionStore, TaskStore};
+use crate::work::{self, MissionFilter, StoredMission, StoredTask, TaskClaim, TaskFilter};
+
+/// The folder of task files under `.polpo/`.
+pub(super) const TASKS: &str = "tasks";
+/// The folder of mission files under `.polpo/`.
+pub(super) const MISSIONS: &str = "missions";
+
+/// Read every task and mission file into the index.
+pub(super) fn load(dir: &Path, index: &mut Index) -> Result<(), StoreError> {
+    for path in json_files(&dir.join(TASKS))? {
+        if let Some(t) = fsio::read_json::<StoredTask>(&path)? {
+            index.tasks.insert(t.task.id.clone(), t);
+        }
+    }
+    for path in json_files(&dir.join(MISSIONS))? {
+        if let Some(m) = fsio::read_json::<StoredMission>(&path)? {
+            index.missions.insert(m.mission.id.clone(), m);
+        }
+    }
+    Ok(())
+}
+
+impl Inner {
+    fn work_path(&self, folder: &str, id: &str) -> PathBuf {
+        self.dir.join(folder).join(format!("{id}.json"))
+    }
+
+    /// Write a task or mission file (atomic replace); a new file's entry is made durable too.
+    fn write_work<T: Serialize>(&self, folder: &str, id: &str, value: &T, new: bool) -> Result<(), StoreError> {
+        fsio::write_json(&self.work_path(folder, id), value)?;
+        if new {
+            fsio::sync_dir(&self.dir.join(folder))?;
+        }
+        Ok(())
+    }
+
+    fn create_task(&self, task: Task) -> Result<StoredTask, StoreError> {
+        let now = self.now();
+        let mut idx = self.index();
+        let deps: Vec<StoredTask> = task.depends_on.iter().filter_map(|d| idx.tasks.get(d).cloned()).collect();
+        let mission_exists = task.mission_id.as_ref().is_some_and(|m| idx.missions.contains_key(m));
+        let stored = work::new_task(task, &deps, mission_exists, now, self.ids())?;
+        let id = stored.task.id.clone();
+        if idx.tasks.contains_key(&id) {
+            return Err(StoreError::Conflict(format!("task `{id}` already exists")));
+        }
+        work::check_title_free(&stored.task, idx.tasks.values().map(|t| &t.task))?;
+        self.write_work(TASKS, &id, &stored, true)?;
+        idx.tasks.insert(id, stored.clone());
+        Ok(stored)
+    }
+
+    fn update_task(&self, task: Task, expected: u64) -> Result<StoredTask, StoreError> {
+        let now = self.now();
+        let mut idx = self.index();
+        let current = idx.tasks.get(&task.id).ok_or_else(|| StoreError::not_found("task", &task.id))?;
+        let next = work::updated_task(current, task, expected, now)?;
+        work::check_title_free(&next.task, idx.tasks.values().map(|t| &t.task))?;
+        self.write_work(TASKS, &next.task.id, &next, false)?;
+        idx.tasks.insert(next.task.id.clone(), next.clone());
+        Ok(next)
+    }
+
+    fn claim_ready(&self, worker: &str, lease: Duration, limit: u32) -> Result<Vec<StoredTask>, StoreError> {
+        let ttl = model::lease_ttl(lease)?;
+        let limit = work::claim_limit(limit)?;
+        let now = self.now();
+        let mut idx = self.index();
+        let all: Vec<Task> = idx.tasks.values().map(|t| t.task.clone()).collect();
+        let mut ready: Vec<StoredTask> = core::ready(&all)
+            .into_iter()
+            .filter_map(|id| idx.tasks.get(id))
+            .filter(|t| t.claim.as_ref().is_none_or(|c| c.expires_at <= now))
+            .filter(|t| {
+                t.task.mission_id.as_ref().is_none_or(|m| {
+                    idx.missions.get(m).is_some_and(|m| m.mission.status == MissionStatus::Active)
+                })
+            })
+            .cloned()
+            .collect();
+        ready.sort_by(work::claim_order);
+        ready.truncate(limit);
+        for t in &mut ready {
+            t.claim = Some(TaskClaim { worker: worker.to_owned(), expires_at: now + ttl });
+            t.revision += 1;
+            self.write_work(TASKS, &t.task.id, t, false)?;
+            idx.tasks.insert(t.task.id.clone(), t.clone());
+        }
+        Ok(ready)
+    }
+
+    fn create_mission(&self, mission: Mission) -> Result<StoredMission, StoreError> {
+        let stored = work::new_mission(mission, self.now(), self.ids())?;
+        let mut idx = self.index();
+        let id = stored.mission.id.clone();
+        if idx.missions.contains_key(&id) {
+            return Err(StoreError::Conflict(format!("mission `{id}` already exists")));
+        }
+        work::check_name_free(&stored.mission, idx.missions.values().map(|m| &m.mission))?;
+        self.write_work(MISSIONS, &id, &stored, true)?;
+        idx.missions.insert(id, stored.clone());
+        Ok(stored)
+    }
+
+    fn update_mission(&self, mission: Mission, expected: u64) -> Result<StoredMission, StoreError> {
+        let now = self.now();
+        let mut idx = self.index();
+        let current = idx.missions.get(&mission.id).ok_or_else(|| StoreError::not_found("mission", &mission.id))?;
+        let next = work::updated_mission(current, mission, expected, now)?;
+        work::check_name_free(&next.mission, idx.missions.values().map(|m| &m.mission))?;
+        self.write_work(MISSIONS, &next.mission.id, &next, false)?;
+        idx.missions.insert(next.mission.id.clone(), next.clone());
+        Ok(next)
+    }
+}
+
+#[async_trait]
+impl TaskStore for FileStore {
+    async fn create_task(&self, task: Task) -> Result<StoredTask, StoreError> {
+        self.blocking(move |s| s.create_task(task)).await
+    }
+
+    async fn get_task(&self, id: &str) -> Result<Option<StoredTask>, StoreError> {
+        Ok(self.inner.index().tasks.get(id).cloned())
+    }
+
+    async fn list_tasks(&self, filter: &TaskFilter, page: &PageRequest) -> Result<Page<StoredTask>, StoreError> {
+        let items: Vec<StoredTask> = self
+            .inner
+            .index()
+            .tasks
+            .values()
+            .filter(|t| filter.status.is_none_or(|s| s == t.task.status))
+            .filter(|t| filter.mission_id.is_none() || filter.mission_id == t.task.mission_id)
+            .cloned()
+            .collect();
+        page_newest_first(items, |t| (t.task.created_at.timestamp_millis(), t.task.id.clone()), page)
+    }
+
+    async fn update_task(&self, task: Task, expected_revision: u64) -> Result<StoredTask, StoreError> {
+        self.blocking(move |s| s.update_task(task, expected_revision)).await
+    }
+
+    async fn claim_ready(&self, worker: &str, lease: Duration, limit: u32) -> Result<Vec<StoredTask>, StoreError> {
+        let worker = worker.to_owned();
+        self.blocking(move |s| s.claim_ready(&worker, lease, limit)).await
+    }
+}
+
+#[async_trait]
+impl MissionStore for FileStore {
+    async fn create_mission(&self, mission: Mission) -> Result<StoredMission, StoreError> {
+        self.blocking(move |s| s.create_mission(mission)).await
+    }
+
+    async fn get_mission(&self, id: &str) -> Result<Option<StoredMission>, StoreError> {
+        Ok(self.inner.index().missions.get(id).cloned())
+    }
+
+    async fn list_missions(&self, filter: &MissionFilter, page: &PageRequest) -> Result<Page<StoredMission>, StoreError> {
+        let items: Vec<StoredMission> = self
+            .inner
+            .index()
+            .missions
+            .values()
+            .filter(|m| filter.status.is_none_or(|s| s == m.mission.status))
+            .cloned()
+            .collect();
+        page_newest_first(items, |m| (m.mission.created_at.timestamp_millis(), m.mission.id.clone()), page)
+    }
+
+    async fn update_mission(&self, mission: Mission, expected_revision: u64) -> Result<StoredMission, StoreError> {
+        self.blocking(move |s| s.update_mission(mission, expected_revision)).await
+    }
+}

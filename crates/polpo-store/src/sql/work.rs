@@ -1,0 +1,261 @@
+//! `TaskStore` and `MissionStore` over SQL: tasks with their dependency rows and worker
+//! claims, and missions.
+
+/// The claim query of `claim_ready`, the same on both drivers but for `$lock`, the row
+/// locking clause (PostgreSQL: skip rows another claimer holds; SQLite: none, its write
+/// transaction is already exclusive). Binds: worker, claim expiry, now, limit.
+macro_rules! claim_ready_sql {
+    ($lock:literal) => {
+        concat!(
+            "WITH next AS (SELECT t.id FROM tasks t \
+               WHERE t.status = 'pending' AND (t.claim_expires_at IS NULL OR t.claim_expires_at <= $3) \
+                 AND NOT EXISTS (SELECT 1 FROM task_dependencies d JOIN tasks u ON u.id = d.depends_on \
+                                 WHERE d.task_id = t.id AND u.status <> 'done') \
+                 AND (t.mission_id IS NULL OR EXISTS (SELECT 1 FROM missions m \
+                                                      WHERE m.id = t.mission_id AND m.status = 'active')) \
+               ORDER BY t.priority DESC, t.created_at, t.id LIMIT $4 ",
+            $lock,
+            ") UPDATE tasks SET claimed_by = $1, claim_expires_at = $2, revision = revision + 1 \
+             WHERE id IN (SELECT id FROM next) \
+             RETURNING body, revision, claimed_by, claim_expires_at"
+        )
+    };
+}
+pub(crate) use claim_ready_sql;
+
+/// Stamped out per driver by `sql_store_impl!` in the parent module, which also defines
+/// `CLAIM_READY_TASKS` in the driver module.
+macro_rules! sql_work {
+    ($store:ty, $row:ty) => {
+        mod work_impl {
+            use super::*;
+            use polpo_core::tasks::{Mission, Task};
+
+            use crate::work::{self, MissionFilter, StoredMission, StoredTask, TaskClaim, TaskFilter};
+            use crate::traits::{MissionStore, TaskStore};
+
+            const TASK_COLUMNS: &str = "body, revision, claimed_by, claim_expires_at";
+
+            fn task_from_row(row: &$row) -> Result<StoredTask, StoreError> {
+                let worker: Option<String> = row.try_get("claimed_by")?;
+                let expires: Option<i64> = row.try_get("claim_expires_at")?;
+                Ok(StoredTask {
+                    task: from_text(row.try_get::<&str, _>("body")?)?,
+                    revision: from_db(row.try_get("revision")?),
+                    claim: worker.zip(expires).map(|(worker, at)| TaskClaim { worker, expires_at: from_millis(at) }),
+                })
+            }
+
+            fn mission_from_row(row: &$row) -> Result<StoredMission, StoreError> {
+                Ok(StoredMission {
+                    mission: from_text(row.try_get::<&str, _>("body")?)?,
+                    revision: from_db(row.try_get("revision")?),
+                })
+            }
+
+            impl $store {
+                async fn task_by_id<'e, E>(executor: E, id: &str) -> Result<Option<StoredTask>, StoreError>
+                where
+                    E: sqlx::Executor<'e, Database = <$row as sqlx::Row>::Database>,
+                {
+                    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1")))
+                        .bind(id)
+                        .fetch_optional(executor)
+                        .await?
+                        .as_ref()
+                        .map(task_from_row)
+                        .transpose()
+                }
+            }
+
+            #[async_trait]
+            impl TaskStore for $store {
+                async fn create_task(&self, task: Task) -> Result<StoredTask, StoreError> {
+                    let now = self.now();
+                    let mut tx = self.tx().await?;
+                    let mut deps = Vec::with_capacity(task.depends_on.len());
+                    for dep in &task.depends_on {
+                        deps.extend(Self::task_by_id(&mut *tx, dep).await?);
+                    }
+                    let mission_exists = match &task.mission_id {
+                        Some(m) => sqlx::query("SELECT 1 FROM missions WHERE id = $1").bind(m).fetch_optional(&mut *tx).await?.is_some(),
+                        None => false,
+                    };
+                    let stored = work::new_task(task, &deps, mission_exists, now, self.ids())?;
+                    let t = &stored.task;
+                    // A taken id or an unfinished task's title is a unique violation: `conflict`.
+                    sqlx::query(
+                        "INSERT INTO tasks (id, title, status, mission_id, priority, created_at, revision, body) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    )
+                    .bind(&t.id)
+                    .bind(&t.title)
+                    .bind(t.status.as_str())
+                    .bind(&t.mission_id)
+                    .bind(t.priority)
+                    .bind(t.created_at.timestamp_millis())
+                    .bind(to_db(stored.revision))
+                    .bind(to_text(t)?)
+                    .execute(&mut *tx)
+                    .await?;
+                    for dep in &t.depends_on {
+                        sqlx::query("INSERT INTO task_dependencies (task_id, depends_on) VALUES ($1, $2)")
+                            .bind(&t.id)
+                            .bind(dep)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    tx.commit().await?;
+                    Ok(stored)
+                }
+
+                async fn get_task(&self, id: &str) -> Result<Option<StoredTask>, StoreError> {
+                    Self::task_by_id(&self.pool, id).await
+                }
+
+                async fn list_tasks(&self, filter: &TaskFilter, page: &PageRequest) -> Result<Page<StoredTask>, StoreError> {
+                    let (after_ms, after_id) = time_cursor(page)?;
+                    let size = page.size();
+                    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "SELECT {TASK_COLUMNS} FROM tasks \
+                         WHERE ($1 IS NULL OR status = $1) AND ($2 IS NULL OR mission_id = $2) \
+                           AND ($3 IS NULL OR created_at < $3 OR (created_at = $3 AND id < $4)) \
+                         ORDER BY created_at DESC, id DESC LIMIT $5"
+                    )))
+                    .bind(filter.status.map(|s| s.as_str()))
+                    .bind(&filter.mission_id)
+                    .bind(after_ms)
+                    .bind(after_id)
+                    .bind(to_db(size as u64 + 1))
+                    .fetch_all(&self.pool)
+                    .await?;
+                    let items = rows.iter().map(task_from_row).collect::<Result<Vec<_>, _>>()?;
+                    Ok(Page::from_overfetch(items, size, |t| Cursor::at_time(t.task.created_at.timestamp_millis(), &t.task.id)))
+                }
+
+                async fn update_task(&self, task: Task, expected_revision: u64) -> Result<StoredTask, StoreError> {
+                    let now = self.now();
+                    let mut tx = self.tx().await?;
+                    // Lock the row until commit, so the revision check and the write are one step.
+                    let current = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE tasks SET revision = revision WHERE id = $1 RETURNING {TASK_COLUMNS}"
+                    )))
+                    .bind(&task.id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .as_ref()
+                    .map(task_from_row)
+                    .transpose()?
+                    .ok_or_else(|| StoreError::not_found("task", &task.id))?;
+                    let next = work::updated_task(&current, task, expected_revision, now)?;
+                    let t = &next.task;
+                    sqlx::query("UPDATE tasks SET title = $2, status = $3, priority = $4, revision = $5, body = $6 WHERE id = $1")
+                        .bind(&t.id)
+                        .bind(&t.title)
+                        .bind(t.status.as_str())
+                        .bind(t.priority)
+                        .bind(to_db(next.revision))
+                        .bind(to_text(t)?)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(next)
+                }
+
+                async fn claim_ready(&self, worker: &str, lease: Duration, limit: u32) -> Result<Vec<StoredTask>, StoreError> {
+                    let ttl = model::lease_ttl(lease)?;
+                    let limit = work::claim_limit(limit)?;
+                    let now = self.now();
+                    let mut tx = self.tx().await?;
+                    let rows = sqlx::query(CLAIM_READY_TASKS)
+                        .bind(worker)
+                        .bind((now + ttl).timestamp_millis())
+                        .bind(now.timestamp_millis())
+                        .bind(to_db(limit as u64))
+                        .fetch_all(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    let mut claimed = rows.iter().map(task_from_row).collect::<Result<Vec<_>, _>>()?;
+                    claimed.sort_by(work::claim_order);
+                    Ok(claimed)
+                }
+            }
+
+            #[async_trait]
+            impl MissionStore for $store {
+                async fn create_mission(&self, mission: Mission) -> Result<StoredMission, StoreError> {
+                    let stored = work::new_mission(mission, self.now(), self.ids())?;
+                    let m = &stored.mission;
+                    // A taken id or name is a unique violation: `conflict`.
+                    sqlx::query(
+                        "INSERT INTO missions (id, name, status, created_at, revision, body) VALUES ($1, $2, $3, $4, $5, $6)",
+                    )
+                    .bind(&m.id)
+                    .bind(&m.name)
+                    .bind(m.status.as_str())
+                    .bind(m.created_at.timestamp_millis())
+                    .bind(to_db(stored.revision))
+                    .bind(to_text(m)?)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(stored)
+                }
+
+                async fn get_mission(&self, id: &str) -> Result<Option<StoredMission>, StoreError> {
+                    sqlx::query("SELECT body, revision FROM missions WHERE id = $1")
+                        .bind(id)
+                        .fetch_optional(&self.pool)
+                        .await?
+                        .as_ref()
+                        .map(mission_from_row)
+                        .transpose()
+                }
+
+                async fn list_missions(&self, filter: &MissionFilter, page: &PageRequest) -> Result<Page<StoredMission>, StoreError> {
+                    let (after_ms, after_id) = time_cursor(page)?;
+                    let size = page.size();
+                    let rows = sqlx::query(
+                        "SELECT body, revision FROM missions \
+                         WHERE ($1 IS NULL OR status = $1) \
+                           AND ($2 IS NULL OR created_at < $2 OR (created_at = $2 AND id < $3)) \
+                         ORDER BY created_at DESC, id DESC LIMIT $4",
+                    )
+                    .bind(filter.status.map(|s| s.as_str()))
+                    .bind(after_ms)
+                    .bind(after_id)
+                    .bind(to_db(size as u64 + 1))
+                    .fetch_all(&self.pool)
+                    .await?;
+                    let items = rows.iter().map(mission_from_row).collect::<Result<Vec<_>, _>>()?;
+                    Ok(Page::from_overfetch(items, size, |m| Cursor::at_time(m.mission.created_at.timestamp_millis(), &m.mission.id)))
+                }
+
+                async fn update_mission(&self, mission: Mission, expected_revision: u64) -> Result<StoredMission, StoreError> {
+                    let now = self.now();
+                    let mut tx = self.tx().await?;
+                    let current = sqlx::query("UPDATE missions SET revision = revision WHERE id = $1 RETURNING body, revision")
+                        .bind(&mission.id)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                        .as_ref()
+                        .map(mission_from_row)
+                        .transpose()?
+                        .ok_or_else(|| StoreError::not_found("mission", &mission.id))?;
+                    let next = work::updated_mission(&current, mission, expected_revision, now)?;
+                    let m = &next.mission;
+                    sqlx::query("UPDATE missions SET name = $2, status = $3, revision = $4, body = $5 WHERE id = $1")
+                        .bind(&m.id)
+                        .bind(&m.name)
+                        .bind(m.status.as_str())
+                        .bind(to_db(next.revision))
+                        .bind(to_text(m)?)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(next)
+                }
+            }
+        }
+    };
+}
+pub(crate) use sql_work;

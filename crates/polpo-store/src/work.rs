@@ -1,0 +1,209 @@
+//! Tasks and missions as stored: the revision and claim kept beside each, and the rules every
+//! backend applies the same way when one is created, updated or claimed (one place, so the
+//! file and SQL backends cannot drift apart). The task and mission shapes and their state
+//! machines live in `polpo_core::tasks`.
+
+use chrono::{DateTime, Utc};
+use polpo_core::tasks::{self as core, Mission, MissionStatus, Task, TaskStatus};
+use serde::{Deserialize, Serialize};
+
+use crate::clock::IdGen;
+use crate::error::StoreError;
+use crate::model::{self, MAX_RECORD_BYTES, check_revision};
+
+/// A task with what the store keeps beside it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredTask {
+    /// The task.
+    pub task: Task,
+    /// 1 at creation, bumped on every update and claim; pass it back to `update_task`.
+    pub revision: u64,
+    /// The worker that claimed it last, while that claim matters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<TaskClaim>,
+}
+
+/// A worker's hold on a ready task, so that several workers sharing one store never start
+/// the same task: nobody else is offered it until `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskClaim {
+    /// The worker (process or orchestrator id).
+    pub worker: String,
+    /// When the claim lapses.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A mission with its revision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredMission {
+    /// The mission.
+    pub mission: Mission,
+    /// 1 at creation, bumped on every update; pass it back to `update_mission`.
+    pub revision: u64,
+}
+
+/// Which tasks to list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskFilter {
+    /// Only tasks in this status.
+    pub status: Option<TaskStatus>,
+    /// Only the tasks of this mission.
+    pub mission_id: Option<String>,
+}
+
+/// Which missions to list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MissionFilter {
+    /// Only missions in this status.
+    pub status: Option<MissionStatus>,
+}
+
+/// Most tasks one `claim_ready` call hands out.
+pub const MAX_CLAIM: u32 = 100;
+
+/// A task as first stored: its id (the caller's, or a fresh one when empty), times `now`,
+/// revision 1, no claim. It must start `draft` or `pending`, its dependencies must be the
+/// already-stored tasks `deps` (one per id, so no cycle can form), and its mission, when it
+/// names one, must exist.
+pub(crate) fn new_task(
+    mut task: Task,
+    deps: &[StoredTask],
+    mission_exists: bool,
+    now: DateTime<Utc>,
+    ids: &dyn IdGen,
+) -> Result<StoredTask, StoreError> {
+    if task.id.is_empty() {
+        task.id = ids.next_id();
+    }
+    model::validate_id("task", &task.id)?;
+    if !matches!(task.status, TaskStatus::Draft | TaskStatus::Pending) || task.phase.is_some() {
+        return Err(StoreError::Invalid(format!("a new task starts draft or pending, not {}", task.status)));
+    }
+    if task.mission_id.is_some() && !mission_exists {
+        return Err(StoreError::Invalid(format!("task `{}` names a mission that does not exist", task.id)));
+    }
+    let distinct: std::collections::HashSet<&String> = task.depends_on.iter().collect();
+    if distinct.len() != task.depends_on.len() {
+        return Err(StoreError::Invalid(format!("task `{}` lists a dependency twice", task.id)));
+    }
+    let existing: Vec<Task> = deps.iter().map(|d| d.task.clone()).collect();
+    core::check_new_tasks(&existing, std::slice::from_ref(&task))
+        .map_err(|e| StoreError::Invalid(format!("{}: {e}", e.code())))?;
+    task.created_at = now;
+    task.updated_at = now;
+    model::check_size("task", &task, MAX_RECORD_BYTES)?;
+    Ok(StoredTask { task, revision: 1, claim: None })
+}
+
+/// The task after an update over `current`: only at `expected_revision`, only a status
+/// change the task table allows (`invalid_transition`), never a new id, creation time or
+/// dependency list; `updatedAt` is `now`. The claim stays.
+pub(crate) fn updated_task(
+    current: &StoredTask,
+    mut next: Task,
+    expected_revision: u64,
+    now: DateTime<Utc>,
+) -> Result<StoredTask, StoreError> {
+    let id = &current.task.id;
+    check_revision("task", id, Some(expected_revision), current.revision)?;
+    if next.id != *id || next.depends_on != current.task.depends_on || next.mission_id != current.task.mission_id {
+        return Err(StoreError::Invalid(format!("task `{id}`: id, dependsOn and missionId are fixed at creation")));
+    }
+    if !core::machine::allowed(current.task.status, next.status) {
+        return Err(StoreError::InvalidTransition {
+            from: current.task.status.as_str().into(),
+            to: next.status.as_str().into(),
+        });
+    }
+    next.created_at = current.task.created_at;
+    next.updated_at = now;
+    model::check_size("task", &next, MAX_RECORD_BYTES)?;
+    Ok(StoredTask { task: next, revision: current.revision + 1, claim: current.claim.clone() })
+}
+
+/// Titles are unique among the tasks that are not `done` or `failed` (missions refer to
+/// tasks by title): a `conflict` when `task` would share its title with another such task.
+pub(crate) fn check_title_free<'a>(task: &Task, others: impl IntoIterator<Item = &'a Task>) -> Result<(), StoreError> {
+    if task.status.is_terminal() {
+        return Ok(());
+    }
+    let taken = others.into_iter().any(|o| o.id != task.id && o.title == task.title && !o.status.is_terminal());
+    if taken {
+        return Err(StoreError::Conflict(format!("an unfinished task is already titled `{}`", task.title)));
+    }
+    Ok(())
+}
+
+/// A mission as first stored: id (the caller's, or a fresh one when empty), times `now`,
+/// revision 1; it starts `draft` (or straight `active`), and its delays must parse.
+pub(crate) fn new_mission(mut mission: Mission, now: DateTime<Utc>, ids: &dyn IdGen) -> Result<StoredMission, StoreError> {
+    if mission.id.is_empty() {
+        mission.id = ids.next_id();
+    }
+    model::validate_id("mission", &mission.id)?;
+    if mission.name.is_empty() {
+        return Err(StoreError::Invalid("a mission needs a name".into()));
+    }
+    if !matches!(mission.status, MissionStatus::Draft | MissionStatus::Active) {
+        return Err(StoreError::Invalid(format!("a new mission starts draft or active, not {}", mission.status)));
+    }
+    mission.validate().map_err(|e| StoreError::Invalid(format!("{}: {e}", e.code())))?;
+    mission.created_at = now;
+    mission.updated_at = now;
+    model::check_size("mission", &mission, MAX_RECORD_BYTES)?;
+    Ok(StoredMission { mission, revision: 1 })
+}
+
+/// The mission after an update over `current`: only at `expected_revision`, only a status
+/// change the mission table allows, never a new id or creation time; `updatedAt` is `now`.
+pub(crate) fn updated_mission(
+    current: &StoredMission,
+    mut next: Mission,
+    expected_revision: u64,
+    now: DateTime<Utc>,
+) -> Result<StoredMission, StoreError> {
+    let (from, to) = (current.mission.status, next.status);
+    check_revision("mission", &current.mission.id, Some(expected_revision), current.revision)?;
+    if next.id != current.mission.id || next.name.is_empty() {
+        return Err(StoreError::Invalid(format!("mission `{}`: the id is fixed and the name required", current.mission.id)));
+    }
+    if from != to && !core::MISSION_TRANSITIONS.contains(&(from, to)) {
+        return Err(StoreError::InvalidTransition { from: from.as_str().into(), to: to.as_str().into() });
+    }
+    next.validate().map_err(|e| StoreError::Invalid(format!("{}: {e}", e.code())))?;
+    next.created_at = current.mission.created_at;
+    next.updated_at = now;
+    model::check_size("mission", &next, MAX_RECORD_BYTES)?;
+    Ok(StoredMission { mission: next, revision: current.revision + 1 })
+}
+
+/// Mission names are unique (they are the `group` of the mission's tasks).
+pub(crate) fn check_name_free<'a>(
+    mission: &Mission,
+    others: impl IntoIterator<Item = &'a Mission>,
+) -> Result<(), StoreError> {
+    if others.into_iter().any(|o| o.id != mission.id && o.name == mission.name) {
+        return Err(StoreError::Conflict(format!("a mission is already named `{}`", mission.name)));
+    }
+    Ok(())
+}
+
+/// The order tasks are handed out in: highest priority first, then oldest, then by id.
+pub(crate) fn claim_order(a: &StoredTask, b: &StoredTask) -> std::cmp::Ordering {
+    b.task
+        .priority
+        .total_cmp(&a.task.priority)
+        .then(a.task.created_at.cmp(&b.task.created_at))
+        .then(a.task.id.cmp(&b.task.id))
+}
+
+/// The size of a claim batch, refusing 0 and more than [`MAX_CLAIM`].
+pub(crate) fn claim_limit(limit: u32) -> Result<usize, StoreError> {
+    if limit == 0 || limit > MAX_CLAIM {
+        return Err(StoreError::Invalid(format!("claim 1-{MAX_CLAIM} tasks at a time")));
+    }
+    Ok(limit as usize)
+}
