@@ -16,6 +16,7 @@ use crate::invocation::Invocation;
 use crate::loaded::Loaded;
 use crate::request::{ChatError, ChatInput, ChatOutput, DeliveryMode, Identity};
 use crate::routing::ModelRoute;
+use crate::tools::exec::DirectCallError;
 use crate::tools::set::ToolSet;
 use crate::turn::{RunControl, RunOutcome, run_turns_controlled};
 use chrono::{DateTime, Utc};
@@ -28,6 +29,7 @@ use polpo_core::problem::Problem;
 use polpo_llm::{ModelProvider, Providers, ResolveError};
 use polpo_store::{Clock, IdGen, NewMessage, NewSession, Session, Store};
 use polpo_tools::{Tool, ToolContext};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -352,6 +354,18 @@ impl Runtime {
         Ok(self.prepared(invocation, input, run_id, session, history, new_messages, cancel.clone(), route))
     }
 
+    /// Call the agent's tool `name` outside a model turn (a loop's tool step), under the
+    /// policy `input` resolves (its mode's layers included) and the same gates as a model's
+    /// call except hooks. `Err` when the request itself does not resolve (unknown agent, model).
+    pub async fn call_tool(self: &Arc<Self>, input: &ChatInput, name: &str, arguments: Value, cancel: &CancellationToken) -> Result<Result<String, DirectCallError>, ChatError> {
+        let loaded = self.loaded();
+        let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
+        let provider = self.provider_for(&loaded, agent)?;
+        let run_id = input.run_id.clone().unwrap_or_default();
+        let invocation = self.invocation(&loaded, agent, provider, input, &run_id, cancel)?;
+        Ok(crate::tools::exec::call_direct(&invocation, name, arguments).await)
+    }
+
     /// A durable run again, from what its checkpoint kept: the request (`input`, naming the
     /// run), the profile routing chose when it was accepted (no second routing, no classifier),
     /// the messages it added so far, and when it was accepted — a termination gate's
@@ -469,10 +483,13 @@ impl Runtime {
     /// Everything the turn loop needs, resolved for this agent and request.
     fn invocation(&self, loaded: &Loaded, agent: &Agent, provider: Arc<dyn ModelProvider>, input: &ChatInput, run_id: &str, cancel: &CancellationToken) -> Result<Invocation, ChatError> {
         let c = &agent.config;
-        let policy = ToolPolicy::unrestricted()
-            .narrow(PolicyLayer::Agent, c.allowed_tools.as_deref())
-            .narrow(PolicyLayer::Chat, c.chat.as_ref().and_then(|chat| chat.allowed_tools.as_deref()))
-            .narrow(PolicyLayer::Request, input.allowed_tools.as_deref());
+        let ceiling = ToolPolicy::unrestricted().narrow(PolicyLayer::Agent, c.allowed_tools.as_deref());
+        // The mode's layers: a loop node's are the loop's and the step's, never chat's.
+        let moded = match &input.loop_context {
+            Some(l) => ceiling.narrow(PolicyLayer::Loop, l.allowed_tools.as_deref()).narrow(PolicyLayer::Step, l.step_allowed_tools.as_deref()),
+            None => ceiling.narrow(PolicyLayer::Chat, c.chat.as_ref().and_then(|chat| chat.allowed_tools.as_deref())),
+        };
+        let policy = moded.narrow(PolicyLayer::Request, input.allowed_tools.as_deref());
         let unknown = |problems: Vec<Problem>| ChatError::UnknownHookPack(problems.into_iter().map(|p| p.message).collect::<Vec<_>>().join("; "));
         let hooks = match loaded.hooks_for(agent, input.loop_context.as_ref()).map_err(unknown)? {
             None => None,

@@ -37,6 +37,14 @@ impl ProjectFixture {
         Ok(self)
     }
 
+    /// Add Project Loop `name` (`.polpo/loops/<name>.json`).
+    pub fn project_loop(self, name: &str, config: Value) -> std::io::Result<Self> {
+        let dir = self.root.join(".polpo").join("loops");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join(format!("{name}.json")), pretty(&config))?;
+        Ok(self)
+    }
+
     /// The project root.
     pub fn root(&self) -> &Path {
         &self.root

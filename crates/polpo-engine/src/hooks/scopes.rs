@@ -22,6 +22,12 @@ pub struct LoopContext {
     /// Packs assigned to this step (step scope).
     #[serde(default)]
     pub step_hooks: Vec<String>,
+    /// The loop's `allowedTools` (the `Loop` policy layer, which replaces the chat layer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
+    /// The step's `allowedTools` (the `Step` policy layer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_allowed_tools: Option<Vec<String>>,
 }
 
 impl LoopContext {

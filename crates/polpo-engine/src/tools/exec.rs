@@ -49,6 +49,32 @@ pub async fn execute_batch(inv: &Invocation, hooks: Option<&InvocationHooks>, tu
     }
 }
 
+/// Why a direct call ([`call_direct`]) gave no result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DirectCallError {
+    /// No such tool, or the policy excludes it (`unknown_tool: …`, `tool_policy_denied: …`).
+    Refused(String),
+    /// The arguments do not match the tool's schema; the tool did not run.
+    InvalidInput(String),
+    /// The tool ran and failed.
+    Failed(String),
+}
+
+/// Run one call that no model made (a loop's tool step): exists, allowed by the policy,
+/// arguments valid against the schema, then the tool, cancelled with the invocation.
+pub async fn call_direct(inv: &Invocation, name: &str, arguments: Value) -> Result<String, DirectCallError> {
+    let Some(tool) = inv.tools.get(name) else { return Err(DirectCallError::Refused(format!("unknown_tool: no tool named `{name}`"))) };
+    if let Some(layer) = inv.policy.denied_by(name) {
+        return Err(DirectCallError::Refused(format!("tool_policy_denied: `{name}` is not allowed by the {layer:?} tool policy")));
+    }
+    inv.tools.check_arguments(name, &arguments).map_err(DirectCallError::InvalidInput)?;
+    tokio::select! {
+        biased;
+        _ = inv.tool_context.cancel.cancelled() => Err(DirectCallError::Failed("aborted: the run was aborted".into())),
+        r = crate::meter::external(tool.call(&inv.tool_context, arguments)) => r.map(|o| o.text).map_err(|e| DirectCallError::Failed(e.to_string())),
+    }
+}
+
 /// What the gates before execution decided.
 enum Gated {
     /// Refused before running; the model sees this error.

@@ -80,7 +80,7 @@ impl Project {
 
 fn in_step(step: &str, loop_hooks: &[&str], step_hooks: &[&str]) -> Option<LoopContext> {
     let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect();
-    Some(LoopContext { loop_id: "release".into(), step: step.into(), loop_hooks: names(loop_hooks), step_hooks: names(step_hooks) })
+    Some(LoopContext { loop_id: "release".into(), step: step.into(), loop_hooks: names(loop_hooks), step_hooks: names(step_hooks), ..Default::default() })
 }
 
 async fn ls_then_done(calls: usize) -> FakeLlm {

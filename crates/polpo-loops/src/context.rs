@@ -1,0 +1,97 @@
+//! The shared context bag of a loop run: dotted-path reads and writes (`request` is
+//! read-only) and the resolution of `{"$context": "a.b"}` bindings.
+
+use crate::error::LoopError;
+use serde_json::{Map, Value};
+
+/// The key under which the request (metadata, user, input) is kept; steps cannot write it.
+pub const REQUEST: &str = "request";
+/// The binding marker.
+const MARKER: &str = "$context";
+
+/// The value at dotted `path`, or `None`.
+pub fn get<'a>(context: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(context, |at, key| at.get(key))
+}
+
+/// Write `value` at dotted `path`, creating objects on the way (a non-object on the way is
+/// replaced). Refuses paths under `request`.
+pub fn set(context: &mut Value, path: &str, value: Value) -> Result<(), LoopError> {
+    writable(path)?;
+    let mut keys = path.split('.');
+    let last = keys.next_back().unwrap_or(path);
+    let mut at = context;
+    for key in keys {
+        at = object(at).entry(key.to_owned()).or_insert_with(|| Value::Object(Map::new()));
+    }
+    object(at).insert(last.to_owned(), value);
+    Ok(())
+}
+
+/// Whether a step may write dotted `path`: a well-formed path outside `request`.
+pub fn writable(path: &str) -> Result<(), LoopError> {
+    if path.is_empty() || path.split('.').any(str::is_empty) {
+        return Err(LoopError::BindingInvalid(format!("`{path}` is not a dotted path")));
+    }
+    if path.split('.').next() == Some(REQUEST) {
+        return Err(LoopError::ContextReadonly(path.to_owned()));
+    }
+    Ok(())
+}
+
+/// `value` as an object, replacing anything else with an empty one.
+fn object(value: &mut Value) -> &mut Map<String, Value> {
+    if !value.is_object() {
+        *value = Value::Object(Map::new());
+    }
+    match value {
+        Value::Object(map) => map,
+        _ => unreachable!("replaced by an object just above"),
+    }
+}
+
+/// `template` with every `{"$context": path}` marker replaced by the value at that path,
+/// recursively; strings are never interpolated. Reports the paths it resolved, in order.
+pub fn resolve(template: &Value, context: &Value, paths: &mut Vec<String>) -> Result<Value, LoopError> {
+    Ok(match template {
+        Value::Object(map) if map.contains_key(MARKER) => {
+            let path = match (map.len(), &map[MARKER]) {
+                (1, Value::String(path)) if !path.is_empty() && !path.split('.').any(str::is_empty) => path,
+                _ => return Err(LoopError::BindingInvalid(format!("a `{MARKER}` marker must be exactly {{\"{MARKER}\": \"dotted.path\"}}, found {template}"))),
+            };
+            paths.push(path.clone());
+            get(context, path).cloned().ok_or_else(|| LoopError::BindingMissing(path.clone()))?
+        }
+        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| Ok((k.clone(), resolve(v, context, paths)?))).collect::<Result<_, LoopError>>()?),
+        Value::Array(items) => Value::Array(items.iter().map(|v| resolve(v, context, paths)).collect::<Result<_, _>>()?),
+        other => other.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn markers_resolve_recursively_and_malformed_ones_are_refused() {
+        let context = json!({"a": {"b": [1, 2]}, "s": "{$context} stays"});
+        let mut paths = Vec::new();
+        let out = resolve(&json!({"x": [{"$context": "a.b"}], "y": {"$context": "s"}, "z": "a.b"}), &context, &mut paths).unwrap();
+        assert_eq!(out, json!({"x": [[1, 2]], "y": "{$context} stays", "z": "a.b"}));
+        assert_eq!(paths, ["a.b", "s"]);
+        for bad in [json!({"$context": "a", "extra": 1}), json!({"$context": 3}), json!({"$context": "a..b"})] {
+            assert_eq!(resolve(&bad, &context, &mut Vec::new()).unwrap_err().code(), "loop_binding_invalid", "{bad}");
+        }
+        assert_eq!(resolve(&json!({"$context": "a.c"}), &context, &mut Vec::new()).unwrap_err().code(), "loop_binding_missing");
+    }
+
+    #[test]
+    fn writes_create_objects_and_request_is_read_only() {
+        let mut context = json!({"request": {"metadata": {}}});
+        set(&mut context, "repo.clone.dir", json!("d")).unwrap();
+        assert_eq!(context["repo"]["clone"]["dir"], "d");
+        assert_eq!(set(&mut context, "request.metadata.x", json!(1)).unwrap_err().code(), "loop_context_readonly");
+        assert_eq!(get(&context, "repo.clone.dir"), Some(&json!("d")));
+    }
+}

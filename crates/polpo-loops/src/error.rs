@@ -1,0 +1,88 @@
+//! Why a loop run failed, each with a stable snake_case code.
+
+use polpo_engine::ChatError;
+
+/// A loop run's failure.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    /// No loop with that id in the project.
+    #[error("loop_not_found: no loop named `{0}` in this project")]
+    NotFound(String),
+    /// The loop is not among the agent's `assignedLoops`, or the agent has none to default to.
+    #[error("loop_not_assigned: {0}")]
+    NotAssigned(String),
+    /// The request asks for something a loop cannot give (`response_format`, client tools,
+    /// `ask_user_question`); refused before any step runs.
+    #[error("loop_request_unsupported: {0}")]
+    Unsupported(String),
+    /// A `{"$context": path}` binding names nothing in the context.
+    #[error("loop_binding_missing: `{0}` is not in the loop context")]
+    BindingMissing(String),
+    /// A `$context` marker that is not exactly one key with a non-empty dotted path.
+    #[error("loop_binding_invalid: {0}")]
+    BindingInvalid(String),
+    /// A tool step's resolved input does not match the tool's schema; the tool did not run.
+    #[error("loop_tool_input_invalid: {0}")]
+    ToolInputInvalid(String),
+    /// An agent step's projected `input` does not match its `inputSchema`.
+    #[error("loop_input_invalid: {0}")]
+    InputInvalid(String),
+    /// An agent step's projected `input` is larger than [`crate::MAX_PROJECTION_BYTES`].
+    #[error("loop_input_too_large: the projected input is {0} bytes, more than {max}", max = crate::MAX_PROJECTION_BYTES)]
+    InputTooLarge(usize),
+    /// A step tried to write under `request`, which is read-only.
+    #[error("loop_context_readonly: `{0}` is under `request`, which steps cannot write")]
+    ContextReadonly(String),
+    /// The run executed more steps than its budget (back-edges are bounded by it).
+    #[error("loop_step_budget_exceeded: more than {0} step executions")]
+    StepBudgetExceeded(u32),
+    /// A tool step's tool was refused (unknown, outside the policy) or failed.
+    #[error("loop_tool_failed: {0}")]
+    ToolFailed(String),
+    /// An agent step's invocation failed.
+    #[error("loop_step_failed: step `{step}`: {code}: {message}")]
+    StepFailed {
+        /// The step.
+        step: String,
+        /// The engine's code.
+        code: String,
+        /// The engine's sentence.
+        message: String,
+    },
+    /// A human answer that does not match the step's `output.schema`.
+    #[error("loop_human_output_invalid: {0}")]
+    HumanOutputInvalid(String),
+    /// No suspended human step with that run id.
+    #[error("loop_run_not_found: no loop run `{0}` waits for a person")]
+    RunNotFound(String),
+    /// The run was cancelled (its caller went away).
+    #[error("aborted: the loop run was aborted")]
+    Aborted,
+    /// The engine refused the request before anything ran.
+    #[error("{0}")]
+    Chat(#[from] ChatError),
+}
+
+impl LoopError {
+    /// Stable snake_case code.
+    pub fn code(&self) -> &str {
+        match self {
+            Self::NotFound(_) => "loop_not_found",
+            Self::NotAssigned(_) => "loop_not_assigned",
+            Self::Unsupported(_) => "loop_request_unsupported",
+            Self::BindingMissing(_) => "loop_binding_missing",
+            Self::BindingInvalid(_) => "loop_binding_invalid",
+            Self::ToolInputInvalid(_) => "loop_tool_input_invalid",
+            Self::InputInvalid(_) => "loop_input_invalid",
+            Self::InputTooLarge(_) => "loop_input_too_large",
+            Self::ContextReadonly(_) => "loop_context_readonly",
+            Self::StepBudgetExceeded(_) => "loop_step_budget_exceeded",
+            Self::ToolFailed(_) => "loop_tool_failed",
+            Self::StepFailed { .. } => "loop_step_failed",
+            Self::HumanOutputInvalid(_) => "loop_human_output_invalid",
+            Self::RunNotFound(_) => "loop_run_not_found",
+            Self::Aborted => "aborted",
+            Self::Chat(e) => e.code(),
+        }
+    }
+}

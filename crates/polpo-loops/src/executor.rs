@@ -1,0 +1,534 @@
+//! The interpreter: selects the loop, walks its graph from `start`, runs each step type and
+//! records the trace.
+
+use crate::context::{self, REQUEST};
+use crate::error::LoopError;
+use crate::human::HumanDesk;
+use crate::trace::{TraceEvent, TraceKind, TraceSink, TraceStatus, Tracer};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use polpo_core::loops::config::{AgentStep, HumanStep, Join, JoinMode, LoopConfig, Next, ParallelStep, ToolChoice as StepToolChoice, ToolChoiceMode, ToolStep, Transition, WhileStep};
+use polpo_core::loops::expr::holds;
+use polpo_core::loops::{Step, StepBody};
+use polpo_core::message::Message;
+use polpo_core::tool::ToolSpec;
+use polpo_engine::interaction::Capabilities;
+use polpo_engine::meter::Meter;
+use polpo_engine::runs::{Progress, RunManager};
+use polpo_engine::structured::ResponseFormat;
+use polpo_engine::tools::exec::DirectCallError;
+use polpo_engine::{ChatInput, LoopContext, Surface};
+use polpo_llm::ToolChoice;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Step executions a run may make unless configured otherwise.
+pub const DEFAULT_STEP_BUDGET: u32 = 100;
+/// Largest projected agent-step `input`, in UTF-8 bytes of its JSON.
+pub const MAX_PROJECTION_BYTES: usize = 256 * 1024;
+/// The target that ends a run.
+const END: &str = "end";
+
+/// How the executor runs loops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoopOptions {
+    /// Step executions one run may make (skips included) before it fails with
+    /// `loop_step_budget_exceeded`.
+    pub step_budget: u32,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        Self { step_budget: DEFAULT_STEP_BUDGET }
+    }
+}
+
+/// A request to run a loop for an agent.
+#[derive(Debug, Clone)]
+pub struct LoopRequest {
+    /// The agent whose loop runs.
+    pub agent: String,
+    /// The loop; `None` takes the agent's `defaultLoop`.
+    pub loop_id: Option<String>,
+    /// The conversation agent steps see (unless a step projects its own `input`).
+    pub messages: Vec<Message>,
+    /// The caller's metadata (`request.metadata` in the context).
+    pub metadata: Value,
+    /// The end user (`request.user`).
+    pub user: Option<String>,
+    /// The API client the sessions belong to.
+    pub owner: Option<String>,
+    /// `polpo.execution.allowedTools`: the request layer of the policy.
+    pub allowed_tools: Option<Vec<String>>,
+    /// Must be text: a loop's answer is its steps'.
+    pub response_format: ResponseFormat,
+    /// Must be empty: loops run server tools only.
+    pub client_tools: Vec<ToolSpec>,
+    /// `ask_user_question` must be off: loops ask people through human steps.
+    pub capabilities: Capabilities,
+}
+
+impl LoopRequest {
+    /// `messages` to `agent`'s loop (`None`: its default loop), defaults elsewhere.
+    pub fn new(agent: impl Into<String>, loop_id: Option<String>, messages: Vec<Message>) -> Self {
+        Self {
+            agent: agent.into(),
+            loop_id,
+            messages,
+            metadata: Value::Null,
+            user: None,
+            owner: None,
+            allowed_tools: None,
+            response_format: ResponseFormat::Text,
+            client_tools: Vec::new(),
+            capabilities: Capabilities::default(),
+        }
+    }
+
+    /// Refuse what a loop cannot honour, before any step runs.
+    fn check(&self) -> Result<(), LoopError> {
+        if self.response_format.is_structured() {
+            return Err(LoopError::Unsupported("`response_format` does not apply to a loop: steps declare `output.schema`".into()));
+        }
+        if !self.client_tools.is_empty() {
+            return Err(LoopError::Unsupported("client `tools` do not apply to a loop: steps run the agent's server tools".into()));
+        }
+        if self.capabilities.ask_user_question {
+            return Err(LoopError::Unsupported("`ask_user_question` does not apply to a loop: loops ask people through human steps".into()));
+        }
+        Ok(())
+    }
+}
+
+/// A run's state as plain data: what a checkpoint after a step keeps.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoopState {
+    /// The shared context bag (`request` and every step output).
+    pub context: Value,
+    /// The steps about to run (empty once the run ended).
+    pub frontier: Vec<String>,
+    /// Completed iterations of each `while` step's latest entry.
+    pub while_iterations: BTreeMap<String, u32>,
+    /// Step executions so far (skips included), counted against the budget.
+    pub executed: u32,
+}
+
+/// How a run that started ended.
+#[derive(Debug)]
+pub struct LoopFinished {
+    /// `looprun-<id>`.
+    pub run_id: String,
+    /// The loop that ran.
+    pub loop_id: String,
+    /// The last agent or human step's output (text as a string), or why the run failed.
+    pub result: Result<Option<Value>, LoopError>,
+    /// Every trace event, in order.
+    pub trace: Vec<TraceEvent>,
+    /// The state the run ended in.
+    pub state: LoopState,
+}
+
+/// Runs Project Loops over a [`RunManager`].
+pub struct LoopExecutor {
+    runs: Arc<RunManager>,
+    options: LoopOptions,
+    humans: HumanDesk,
+}
+
+impl LoopExecutor {
+    /// An executor invoking agents through `runs`.
+    pub fn new(runs: Arc<RunManager>, options: LoopOptions) -> Self {
+        Self { runs, options, humans: HumanDesk::default() }
+    }
+
+    /// The human steps waiting for a person.
+    pub fn humans(&self) -> &HumanDesk {
+        &self.humans
+    }
+
+    /// The loop `request` selects: its `loop` (which must be assigned to the agent), else the
+    /// agent's `defaultLoop`; and the request checked against what loops support.
+    pub fn select(&self, request: &LoopRequest) -> Result<(String, LoopConfig), LoopError> {
+        request.check()?;
+        let loaded = self.runs.runtime().loaded();
+        let agent = loaded.agent(&request.agent).ok_or_else(|| LoopError::Chat(polpo_engine::ChatError::AgentNotFound(request.agent.clone())))?;
+        let assigned = agent.config.assigned_loops.as_deref().unwrap_or_default();
+        let id = match &request.loop_id {
+            Some(id) if assigned.contains(id) => id.clone(),
+            Some(id) => return Err(LoopError::NotAssigned(format!("loop `{id}` is not in agent `{}`'s assignedLoops", agent.id))),
+            None => agent.config.default_loop.clone().ok_or_else(|| LoopError::NotAssigned(format!("agent `{}` has no defaultLoop; name a loop with `loop`", agent.id)))?,
+        };
+        let found = loaded.project.loops.get(&id).ok_or_else(|| LoopError::NotFound(id.clone()))?;
+        Ok((id, found.config.clone()))
+    }
+
+    /// A new loop run id (`looprun-<id>`), from the store's id seam.
+    pub fn new_run_id(&self) -> String {
+        format!("looprun-{}", self.runs.runtime().ids().next_id())
+    }
+
+    /// Run loop `loop_id` (`config`, from [`LoopExecutor::select`]) as run `run_id`,
+    /// reporting each trace event to `sink` as it happens.
+    pub async fn run(&self, request: &LoopRequest, run_id: &str, loop_id: &str, config: &LoopConfig, sink: TraceSink<'_>) -> LoopFinished {
+        let runtime = self.runs.runtime().clone();
+        let clock = move || runtime.clock().now().timestamp_millis();
+        let run = Run {
+            exec: self,
+            config,
+            request,
+            run_id,
+            loop_id,
+            tracer: Tracer::new(loop_id, &clock, sink),
+            executed: AtomicU32::new(0),
+            while_iterations: Mutex::default(),
+            last: Mutex::default(),
+        };
+        run.tracer.emit(TraceEvent::new(TraceKind::LoopStart, None).status(TraceStatus::Started).data(json!({"runId": run_id, "agent": request.agent})));
+        let mut context = json!({ REQUEST: {"metadata": request.metadata, "user": request.user} });
+        let result = run.walk(&config.start, &mut context).await;
+        self.humans.forget(run_id);
+        let last = run.last.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let result = match result {
+            Ok(()) => {
+                run.tracer.emit(TraceEvent::new(TraceKind::LoopEnd, None).status(TraceStatus::Completed));
+                Ok(last)
+            }
+            Err(e) => {
+                let mut event = TraceEvent::new(TraceKind::LoopError, None).status(TraceStatus::Failed);
+                event.error = Some(e.to_string());
+                run.tracer.emit(event.data(json!({"code": e.code()})));
+                Err(e)
+            }
+        };
+        let state = LoopState {
+            context,
+            frontier: Vec::new(),
+            while_iterations: run.while_iterations.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            executed: run.executed.load(Ordering::Relaxed),
+        };
+        LoopFinished { run_id: run_id.to_owned(), loop_id: loop_id.to_owned(), result, trace: run.tracer.into_events(), state }
+    }
+}
+
+/// One run in progress.
+struct Run<'a> {
+    exec: &'a LoopExecutor,
+    config: &'a LoopConfig,
+    request: &'a LoopRequest,
+    run_id: &'a str,
+    loop_id: &'a str,
+    tracer: Tracer<'a>,
+    executed: AtomicU32,
+    while_iterations: Mutex<BTreeMap<String, u32>>,
+    last: Mutex<Option<Value>>,
+}
+
+impl Run<'_> {
+    /// Run from `start` along `next` until `end`, on `context`.
+    fn walk<'s>(&'s self, start: &'s str, context: &'s mut Value) -> BoxFuture<'s, Result<(), LoopError>> {
+        async move {
+            let mut at = start.to_owned();
+            while at != END {
+                let budget = self.exec.options.step_budget;
+                if self.executed.fetch_add(1, Ordering::Relaxed) >= budget {
+                    return Err(LoopError::StepBudgetExceeded(budget));
+                }
+                let step = self.config.steps.get(&at).ok_or_else(|| LoopError::NotFound(format!("{}: step `{at}`", self.loop_id)))?;
+                match step.when.as_deref() {
+                    Some(guard) if !holds(guard, context) => {
+                        let mut event = TraceEvent::new(TraceKind::StepSkip, Some(&at)).status(TraceStatus::Skipped);
+                        event.when = Some(guard.to_owned());
+                        self.tracer.emit(event);
+                    }
+                    _ => self.step(&at, step, context).await?,
+                }
+                let (to, transition) = next(step, context);
+                let mut event = TraceEvent::new(TraceKind::Transition, None);
+                event.from_step_key = Some(at.clone());
+                event.from = Some(at.clone());
+                event.to_step_key = Some(to.clone());
+                event.to = Some(to.clone());
+                if let Some(transition) = transition {
+                    event.when.clone_from(&transition.when);
+                    event.data = transition.label.as_ref().map(|label| json!({"label": label}));
+                }
+                self.tracer.emit(event);
+                at = to;
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
+    /// Run one step (its guard held).
+    async fn step(&self, id: &str, step: &Step, context: &mut Value) -> Result<(), LoopError> {
+        let alias = match &step.body {
+            StepBody::Tool(t) => t.save_as.clone().unwrap_or_else(|| t.tool.clone()),
+            _ => id.to_owned(),
+        };
+        let mut start = TraceEvent::new(TraceKind::StepStart, Some(id)).status(TraceStatus::Started).data(json!({"type": step.body.type_name()}));
+        start.step = Some(alias.clone());
+        // An agent step's projection is resolved first, so its trace (paths, size, hash,
+        // validity — never values) is on `step.start`.
+        let projection = match &step.body {
+            StepBody::Agent(agent) => agent.input.as_ref().map(|template| project(template, agent.input_schema.as_ref(), context, &mut start)),
+            _ => None,
+        };
+        self.tracer.emit(start);
+        let done = match &step.body {
+            StepBody::Agent(agent) => match projection.transpose() {
+                Ok(projection) => self.agent(id, agent, projection, context).await,
+                Err(e) => Err(e),
+            },
+            StepBody::Tool(tool) => self.tool(id, &alias, tool, context).await,
+            StepBody::Human(human) => self.human(id, human, context).await,
+            StepBody::Parallel(parallel) => self.parallel(parallel, context).await,
+            StepBody::While(w) => self.repeat(id, w, context).await,
+        };
+        let mut end = TraceEvent::new(TraceKind::StepEnd, Some(id));
+        end.step = Some(alias);
+        match &done {
+            Ok(()) => self.tracer.emit(end.status(TraceStatus::Completed)),
+            Err(e) => {
+                end.error = Some(e.to_string());
+                self.tracer.emit(end.status(TraceStatus::Failed).data(json!({"code": e.code()})));
+            }
+        }
+        done
+    }
+
+    /// The engine request of an agent or tool step: surface `loop`, the loop's and the
+    /// step's policy layers (not chat's), the request's own narrowing.
+    fn chat_input(&self, step: &str, step_allowed_tools: Option<&[String]>, messages: Vec<Message>) -> ChatInput {
+        let mut input = ChatInput::new(self.request.agent.clone(), messages);
+        input.surface = Surface::Loop;
+        input.loop_context = Some(LoopContext {
+            loop_id: self.loop_id.to_owned(),
+            step: step.to_owned(),
+            allowed_tools: self.config.allowed_tools.clone(),
+            step_allowed_tools: step_allowed_tools.map(<[String]>::to_vec),
+            ..LoopContext::default()
+        });
+        input.allowed_tools.clone_from(&self.request.allowed_tools);
+        input.user.clone_from(&self.request.user);
+        input.metadata.clone_from(&self.request.metadata);
+        input.owner.clone_from(&self.request.owner);
+        input.run_id = Some(format!("{}-{step}-{}", self.run_id, self.executed.load(Ordering::Relaxed)));
+        input
+    }
+
+    async fn agent(&self, id: &str, step: &AgentStep, projection: Option<Value>, context: &mut Value) -> Result<(), LoopError> {
+        let mut system = step.system_prompt.clone().unwrap_or_default();
+        let messages = match projection {
+            // The projection replaces the shared context and the conversation for this step.
+            Some(input) => vec![Message::system(system), Message::user(input.to_string())],
+            None => {
+                let shared: Map<String, Value> = context.as_object().into_iter().flatten().filter(|(k, _)| k.as_str() != REQUEST).map(|(k, v)| (k.clone(), v.clone())).collect();
+                if !shared.is_empty() {
+                    system.push_str(&format!("\n\nLoop context (JSON, outputs of earlier steps):\n{}", Value::Object(shared)));
+                }
+                std::iter::once(Message::system(system)).chain(self.request.messages.iter().cloned()).collect()
+            }
+        };
+        let mut input = self.chat_input(id, step.allowed_tools(), messages);
+        input.tool_choice = match &step.tool_choice {
+            None | Some(StepToolChoice::Mode(ToolChoiceMode::Auto)) => ToolChoice::Auto,
+            Some(StepToolChoice::Mode(ToolChoiceMode::NoTools)) => ToolChoice::None,
+            Some(StepToolChoice::Mode(ToolChoiceMode::Required)) => ToolChoice::Required,
+            Some(StepToolChoice::Forced(forced)) => match (&forced.tool, forced.mode) {
+                (Some(tool), ToolChoiceMode::Required) => ToolChoice::Tool(tool.clone()),
+                (_, ToolChoiceMode::NoTools) => ToolChoice::None,
+                (_, ToolChoiceMode::Auto) => ToolChoice::Auto,
+                (None, ToolChoiceMode::Required) => ToolChoice::Required,
+            },
+        };
+        if let Some(output) = &step.output {
+            let wire = json!({"type": "json_schema", "json_schema": {"name": schema_name(id), "schema": output.schema}});
+            input.response_format = ResponseFormat::from_wire(&wire).map_err(|e| LoopError::StepFailed { step: id.to_owned(), code: "invalid_output_schema".into(), message: e })?;
+        }
+        let structured = input.response_format.is_structured();
+        let mut invoked = self.exec.runs.invoke(input, Meter::start()).await?;
+        // Held while the step runs: dropping the run (its caller went away) cancels the agent.
+        let _attached = invoked.attachment();
+        let answer = loop {
+            match invoked.next().await {
+                Some(Progress::Event(..)) => continue,
+                Some(Progress::Finished(finished)) => break finished.result,
+                None => return Err(LoopError::Aborted),
+            }
+        };
+        let answer = answer.map_err(|f| LoopError::StepFailed { step: id.to_owned(), code: f.code, message: f.message })?;
+        let content = answer.content.unwrap_or_default();
+        let output = if structured {
+            serde_json::from_str(&content).map_err(|e| LoopError::StepFailed { step: id.to_owned(), code: "invalid_structured_output".into(), message: e.to_string() })?
+        } else {
+            Value::String(content)
+        };
+        context::set(context, id, output.clone())?;
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(output);
+        Ok(())
+    }
+
+    async fn tool(&self, id: &str, alias: &str, step: &ToolStep, context: &mut Value) -> Result<(), LoopError> {
+        let mut paths = Vec::new();
+        let template = step.input.clone().unwrap_or_else(|| json!({}));
+        let arguments = context::resolve(&template, context, &mut paths)?;
+        context::writable(alias)?;
+        let mut call = TraceEvent::new(TraceKind::ToolCall, Some(id)).status(TraceStatus::Started).data(json!({"bindings": paths}));
+        call.step = Some(alias.to_owned());
+        call.tool = Some(step.tool.clone());
+        self.tracer.emit(call);
+        let input = self.chat_input(id, None, Vec::new());
+        let runtime = self.exec.runs.runtime();
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let _cancel_on_drop = cancel.clone().drop_guard();
+        let called = runtime.call_tool(&input, &step.tool, arguments, &cancel).await?;
+        let mut result = TraceEvent::new(TraceKind::ToolResult, Some(id));
+        result.step = Some(alias.to_owned());
+        result.tool = Some(step.tool.clone());
+        let outcome = match called {
+            Ok(text) => Ok(serde_json::from_str(&text).unwrap_or(Value::String(text))),
+            Err(DirectCallError::InvalidInput(e)) => Err(LoopError::ToolInputInvalid(e)),
+            Err(DirectCallError::Refused(e) | DirectCallError::Failed(e)) => Err(LoopError::ToolFailed(e)),
+        };
+        match outcome {
+            Ok(output) => {
+                self.tracer.emit(result.status(TraceStatus::Completed));
+                context::set(context, alias, output)
+            }
+            Err(e) => {
+                result.error = Some(e.to_string());
+                self.tracer.emit(result.status(TraceStatus::Failed));
+                Err(e)
+            }
+        }
+    }
+
+    async fn human(&self, id: &str, step: &HumanStep, context: &mut Value) -> Result<(), LoopError> {
+        let schema = step.output.as_ref().map(|o| o.schema.clone());
+        let answer = self.exec.humans.wait(self.run_id, schema.clone());
+        let mut request = TraceEvent::new(TraceKind::HumanRequest, Some(id)).status(TraceStatus::Started).data(json!({"runId": self.run_id, "schema": schema}));
+        request.human = Some(id.to_owned());
+        self.tracer.emit(request);
+        let output = answer.await.map_err(|_| LoopError::Aborted)?;
+        let mut result = TraceEvent::new(TraceKind::HumanResult, Some(id)).status(TraceStatus::Completed);
+        result.human = Some(id.to_owned());
+        self.tracer.emit(result);
+        context::set(context, id, output.clone())?;
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(output);
+        Ok(())
+    }
+
+    /// Branches at once, each on a copy of the context; done once `join` of them are (the
+    /// rest are cancelled), their contexts merged over this one in branch order.
+    async fn parallel(&self, step: &ParallelStep, context: &mut Value) -> Result<(), LoopError> {
+        let need = match step.join {
+            None | Some(Join::Mode(JoinMode::All)) => step.branches.len(),
+            Some(Join::Mode(JoinMode::Any)) => 1,
+            Some(Join::Count(n)) => (n as usize).min(step.branches.len()),
+        };
+        let mut copies: Vec<Value> = step.branches.iter().map(|_| context.clone()).collect();
+        let mut running: FuturesUnordered<_> = step.branches.iter().zip(copies.iter_mut()).enumerate().map(|(i, (branch, copy))| self.walk(branch, copy).map(move |r| r.map(|()| i))).collect();
+        let mut finished = Vec::with_capacity(need);
+        while finished.len() < need {
+            match running.next().await {
+                Some(done) => finished.push(done?),
+                None => break,
+            }
+        }
+        drop(running);
+        finished.sort_unstable();
+        for i in finished {
+            for (key, value) in copies[i].as_object().into_iter().flatten() {
+                if key != REQUEST {
+                    context::set(context, key, value.clone())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The body, in order, while `condition` holds (or until `until` does), at most
+    /// `maxIterations` times; both guards are checked before each iteration.
+    async fn repeat(&self, id: &str, step: &WhileStep, context: &mut Value) -> Result<(), LoopError> {
+        let max = step.max_iterations();
+        let mut done = 0;
+        let record = |done: u32| {
+            self.while_iterations.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_owned(), done);
+        };
+        record(0);
+        while done < max {
+            let go = match (&step.condition, &step.until) {
+                (Some(condition), _) => holds(condition, context),
+                (None, Some(until)) => !holds(until, context),
+                (None, None) => false,
+            };
+            if !go {
+                break;
+            }
+            for body in step.body.as_slice() {
+                self.walk(body, context).await?;
+            }
+            done += 1;
+            record(done);
+        }
+        Ok(())
+    }
+}
+
+/// Where a step goes: its `next` step, the first conditional transition whose `when` holds,
+/// else the first without `when`, else `end`; with the transition that decided.
+fn next<'a>(step: &'a Step, context: &Value) -> (String, Option<&'a Transition>) {
+    match &step.next {
+        None => (END.to_owned(), None),
+        Some(Next::To(to)) => (to.clone(), None),
+        Some(Next::Branch(transitions)) => {
+            let chosen = transitions
+                .iter()
+                .find(|t| t.when.as_deref().is_some_and(|w| holds(w, context)))
+                .or_else(|| transitions.iter().find(|t| t.when.is_none()));
+            (chosen.map_or_else(|| END.to_owned(), |t| t.to.clone()), chosen)
+        }
+    }
+}
+
+/// Resolve an agent step's `input` projection, check its size and `inputSchema`, and put
+/// what the trace may show (binding paths, UTF-8 size, validity, sha256) on `event`.
+fn project(template: &Value, schema: Option<&Value>, context: &Value, event: &mut TraceEvent) -> Result<Value, LoopError> {
+    let mut paths = Vec::new();
+    let resolved = context::resolve(template, context, &mut paths);
+    let mut facts = json!({"bindings": paths});
+    let checked = resolved.and_then(|value| {
+        let text = value.to_string();
+        facts["bytes"] = json!(text.len());
+        facts["sha256"] = json!(hex::encode(Sha256::digest(text.as_bytes())));
+        if text.len() > MAX_PROJECTION_BYTES {
+            return Err(LoopError::InputTooLarge(text.len()));
+        }
+        if let Some(schema) = schema {
+            let validator = jsonschema::draft202012::new(schema).map_err(|e| LoopError::InputInvalid(format!("the inputSchema is invalid: {e}")))?;
+            let problems: Vec<String> = validator.iter_errors(&value).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
+            if !problems.is_empty() {
+                return Err(LoopError::InputInvalid(problems.join("; ")));
+            }
+        }
+        Ok(value)
+    });
+    facts["valid"] = json!(checked.is_ok());
+    let data = event.data.get_or_insert_with(|| json!({}));
+    data["projection"] = facts;
+    checked
+}
+
+/// A `json_schema.name` from a step id (`[A-Za-z0-9_-]{1,64}`).
+fn schema_name(step: &str) -> String {
+    let name: String = step.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').take(64).collect();
+    if name.is_empty() { "step_output".into() } else { name }
+}

@@ -1,0 +1,23 @@
+//! The Project Loop executor: a graph interpreter over the loops `polpo-core` parses and
+//! validates. Agent steps run through the engine's one invocation path
+//! (`RunManager::invoke`, surface `loop`, the loop and step policy layers, `LoopContext` for
+//! hook scopes); tool steps call the agent's tools through the engine's tool gates under the
+//! same policy, without a model; human steps suspend the run until a person answers
+//! ([`HumanDesk`]); `parallel` runs branches on copies of the context and joins `all`, `any`
+//! or N of them; `while` repeats a body at most `maxIterations` times. Back-edges are allowed
+//! and bounded by the run's step budget. Everything the run does is a [`TraceEvent`].
+//!
+//! A run's state is plain serde data ([`LoopState`]: context bag, frontier, while counters,
+//! steps executed), so a checkpoint after every step can be added without reshaping it.
+
+mod context;
+mod error;
+mod executor;
+mod human;
+mod trace;
+
+pub use context::REQUEST;
+pub use error::LoopError;
+pub use executor::{DEFAULT_STEP_BUDGET, LoopExecutor, LoopFinished, LoopOptions, LoopRequest, LoopState, MAX_PROJECTION_BYTES};
+pub use human::HumanDesk;
+pub use trace::{TraceEvent, TraceKind, TraceSink, TraceStatus};

@@ -1,0 +1,330 @@
+//! The loop executor over a real runtime: every step type, the step budget, the binding
+//! errors (the tool never runs), the agent-step projection, and the policy layers of loop
+//! mode. The model is the strict scripted fake at the HTTP boundary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup should panic loudly
+
+use polpo_core::message::Message;
+use polpo_engine::runs::{RunManager, RunOptions};
+use polpo_engine::structured::ResponseFormat;
+use polpo_engine::{Loaded, Runtime};
+use polpo_llm::Providers;
+use polpo_loops::{LoopExecutor, LoopFinished, LoopOptions, LoopRequest, TraceEvent, TraceKind};
+use polpo_store::{StoreKind, SystemClock, open_store};
+use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tempfile::TempDir;
+
+/// A project whose agent `bot` has `loops` assigned (the first is its default), run by an
+/// executor with `budget` step executions.
+async fn executor(llm: &FakeLlm, agent: Value, loops: &[(&str, Value)], budget: u32) -> (TempDir, LoopExecutor) {
+    polpo_llm::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let mut agent = agent;
+    agent["model"] = json!("openai/fake-model");
+    agent["assignedLoops"] = json!(loops.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+    agent["defaultLoop"] = json!(loops[0].0);
+    let mut fixture = ProjectFixture::new(dir.path(), json!({"storage": "file", "chatExecution": "inline"})).unwrap().agent("bot", agent, "You help.").unwrap();
+    for (id, config) in loops {
+        fixture = fixture.project_loop(id, config.clone()).unwrap();
+    }
+    let project = polpo_project::load_project(dir.path()).unwrap();
+    let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
+    let runtime = Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store);
+    let runs = RunManager::new(Arc::new(runtime), RunOptions { lease_ttl: Duration::from_secs(5) });
+    (dir, LoopExecutor::new(runs, LoopOptions { step_budget: budget }))
+}
+
+fn request(metadata: Value) -> LoopRequest {
+    let mut request = LoopRequest::new("bot", None, vec![Message::user("Please handle this.")]);
+    request.metadata = metadata;
+    request
+}
+
+async fn run(exec: &LoopExecutor, request: &LoopRequest) -> LoopFinished {
+    let (id, config) = exec.select(request).unwrap();
+    let run_id = exec.new_run_id();
+    tokio::time::timeout(Duration::from_secs(30), exec.run(request, &run_id, &id, &config, &|_| {})).await.expect("the run ends")
+}
+
+fn kinds(trace: &[TraceEvent]) -> Vec<(TraceKind, Option<String>)> {
+    trace.iter().map(|e| (e.kind, e.step_key.clone().or_else(|| e.to_step_key.clone()))).collect()
+}
+
+fn code(finished: &LoopFinished) -> &str {
+    finished.result.as_ref().err().map(|e| e.code()).unwrap_or("ok")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_steps_bind_the_context_save_their_output_and_trace_every_event() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let config = json!({"start": "save", "steps": {
+        "save": {"type": "tool", "tool": "write", "input": {"path": "note.txt", "content": {"$context": "request.metadata.note"}}, "saveAs": "out.saved", "next": "load"},
+        "load": {"type": "tool", "tool": "read", "input": {"path": "note.txt"}, "saveAs": "file"}
+    }});
+    let (dir, exec) = executor(&llm, json!({}), &[("flow", config)], 100).await;
+    let finished = run(&exec, &request(json!({"note": "hello {$context} $x"}))).await;
+    assert_eq!(code(&finished), "ok", "{:?}", finished.result);
+    // Bound as a value, never interpolated.
+    assert_eq!(std::fs::read_to_string(dir.path().join("note.txt")).unwrap(), "hello {$context} $x");
+    assert!(finished.state.context["file"].as_str().unwrap().contains("hello {$context} $x"));
+    assert!(finished.state.context["out"]["saved"].is_string());
+    use TraceKind::*;
+    let s = |x: &str| Some(x.to_owned());
+    assert_eq!(
+        kinds(&finished.trace),
+        vec![
+            (LoopStart, None),
+            (StepStart, s("save")),
+            (ToolCall, s("save")),
+            (ToolResult, s("save")),
+            (StepEnd, s("save")),
+            (Transition, s("load")),
+            (StepStart, s("load")),
+            (ToolCall, s("load")),
+            (ToolResult, s("load")),
+            (StepEnd, s("load")),
+            (Transition, s("end")),
+            (LoopEnd, None)
+        ]
+    );
+    let call = &finished.trace[2];
+    assert_eq!((call.step.as_deref(), call.tool.as_deref()), (Some("out.saved"), Some("write")), "`step` is the saveAs alias");
+    assert_eq!(call.data.as_ref().unwrap()["bindings"], json!(["request.metadata.note"]));
+    assert_eq!(finished.trace[5].from_step_key.as_deref(), Some("save"));
+    assert!(finished.trace.iter().enumerate().all(|(i, e)| e.id == format!("trace-{}", i + 1)));
+    assert_eq!(llm.requests().len(), 0, "tool steps call no model");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binding_errors_fail_with_stable_codes_and_the_tool_never_runs() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let step = |input: Value, save_as: &str| json!({"start": "t", "steps": {"t": {"type": "tool", "tool": "write", "input": input, "saveAs": save_as}}});
+    let cases = [
+        ("missing", step(json!({"path": "x.txt", "content": {"$context": "request.metadata.absent"}}), "w"), "loop_binding_missing"),
+        ("schema", step(json!({"path": "x.txt", "content": {"$context": "request.metadata.n"}}), "w"), "loop_tool_input_invalid"),
+    ];
+    for (name, config, expected) in cases {
+        let (dir, exec) = executor(&llm, json!({}), &[(name, config)], 100).await;
+        let finished = run(&exec, &request(json!({"n": 7}))).await;
+        assert_eq!(code(&finished), expected, "{name}");
+        assert!(!dir.path().join("x.txt").exists(), "{name}: the tool did not run");
+        assert_eq!(finished.trace.last().unwrap().kind, TraceKind::LoopError, "{name}");
+        assert!(!finished.trace.iter().any(|e| e.kind == TraceKind::ToolResult && e.error.is_none()), "{name}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_steps_structured_output_routes_the_conditional_next() {
+    // Tools are offered, so the first answer is free text and a formatting call gives the JSON.
+    let turns = [Turn::text("This one can be answered."), Turn::json(json!({"route": "answer"})), Turn::text("Answered.")];
+    let llm = FakeLlm::start(turns).await.unwrap();
+    let schema = json!({"type": "object", "properties": {"route": {"type": "string"}}, "required": ["route"]});
+    let config = json!({"start": "classify", "steps": {
+        "classify": {"systemPrompt": "Classify.", "output": {"schema": schema}, "next": [
+            {"when": "classify.route == 'review'", "to": "review"},
+            {"when": "classify.route == 'answer'", "to": "answer", "label": "Answer directly"},
+            {"to": "review"}
+        ]},
+        "answer": {"type": "agent", "systemPrompt": "Answer.", "when": "classify.route == 'answer'", "next": "end"},
+        "review": {"type": "human", "next": "end"}
+    }});
+    let (_dir, exec) = executor(&llm, json!({}), &[("router", config)], 100).await;
+    let finished = run(&exec, &request(json!({}))).await;
+    assert_eq!(finished.result.as_ref().unwrap(), &Some(json!("Answered.")));
+    assert_eq!(finished.state.context["classify"], json!({"route": "answer"}));
+    let transition = finished.trace.iter().find(|e| e.kind == TraceKind::Transition).unwrap();
+    assert_eq!((transition.to_step_key.as_deref(), transition.when.as_deref()), (Some("answer"), Some("classify.route == 'answer'")));
+    assert_eq!(transition.data.as_ref().unwrap()["label"], "Answer directly");
+    let requests = llm.requests();
+    assert_eq!(requests[1].body["response_format"]["json_schema"]["schema"], schema, "output.schema is sent as structured output");
+    // The second step sees the first one's output in its shared-context prompt, and the request.
+    let second = requests[2].body["messages"].to_string();
+    assert!(second.contains("route") && second.contains("Please handle this."), "{second}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projection_replaces_context_and_history_and_is_bounded() {
+    let llm = FakeLlm::start([Turn::text("Fixed.")]).await.unwrap();
+    let projected = |source: &str| {
+        json!({"start": "load", "steps": {
+            "load": {"type": "tool", "tool": "read", "input": {"path": "small.txt"}, "saveAs": "validation.failures", "next": "fix"},
+            "fix": {"systemPrompt": "Fix only these.", "input": {"failures": {"$context": source}, "attempt": 1},
+                "inputSchema": {"type": "object", "required": ["failures", "attempt"], "properties": {"attempt": {"type": "integer", "minimum": 1}}}}
+        }})
+    };
+    let (dir, exec) = executor(&llm, json!({}), &[("small", projected("validation.failures")), ("big", projected("request.metadata.big"))], 100).await;
+    std::fs::write(dir.path().join("small.txt"), "line one failed").unwrap();
+
+    let finished = run(&exec, &request(json!({}))).await;
+    assert_eq!(code(&finished), "ok", "{:?}", finished.result);
+    let messages = llm.requests()[0].body["messages"].as_array().unwrap().clone();
+    let last: Value = serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap();
+    assert_eq!(last["attempt"], 1);
+    assert!(last["failures"].as_str().unwrap().contains("line one failed"));
+    let text = Value::Array(messages).to_string();
+    assert!(!text.contains("Please handle this.") && !text.contains("Loop context"), "the projection replaces the conversation and the shared context: {text}");
+    let start = finished.trace.iter().find(|e| e.kind == TraceKind::StepStart && e.step_key.as_deref() == Some("fix")).unwrap();
+    let facts = &start.data.as_ref().unwrap()["projection"];
+    assert_eq!((facts["bindings"].clone(), facts["valid"].clone()), (json!(["validation.failures"]), json!(true)));
+    assert_eq!(facts["sha256"].as_str().unwrap().len(), 64);
+    assert!(!start.data.as_ref().unwrap().to_string().contains("line one failed"), "the trace never records values");
+
+    let mut big = request(json!({"big": "x".repeat(300 * 1024)}));
+    big.loop_id = Some("big".into());
+    let finished = run(&exec, &big).await;
+    assert_eq!(code(&finished), "loop_input_too_large");
+    assert_eq!(llm.requests().len(), 1, "no model call for a refused projection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_stops_at_max_iterations_and_a_back_edge_cycle_at_the_budget() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let repeat = json!({"start": "again", "steps": {
+        "again": {"type": "while", "condition": "true", "body": "tick", "maxIterations": 3, "next": "end"},
+        "tick": {"type": "tool", "tool": "ls", "input": {}, "saveAs": "listing"}
+    }});
+    let cycle = json!({"start": "a", "steps": {
+        "a": {"type": "tool", "tool": "ls", "input": {}, "next": "b"},
+        "b": {"type": "tool", "tool": "ls", "input": {}, "when": "false", "next": "a"}
+    }});
+    let (_dir, exec) = executor(&llm, json!({}), &[("repeat", repeat), ("cycle", cycle)], 7).await;
+    let finished = run(&exec, &request(json!({}))).await;
+    assert_eq!(code(&finished), "ok", "{:?}", finished.result);
+    assert_eq!(finished.state.while_iterations["again"], 3);
+    assert_eq!(finished.trace.iter().filter(|e| e.kind == TraceKind::ToolCall).count(), 3);
+
+    let mut cyclic = request(json!({}));
+    cyclic.loop_id = Some("cycle".into());
+    let finished = run(&exec, &cyclic).await;
+    assert_eq!(code(&finished), "loop_step_budget_exceeded");
+    assert_eq!(finished.state.executed, 8, "seven executions ran, the eighth was refused");
+    assert!(finished.trace.iter().any(|e| e.kind == TraceKind::StepSkip && e.step_key.as_deref() == Some("b")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_joins_all_in_branch_order_and_any_at_the_first_branch() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let parallel = |join: &str| {
+        json!({"start": "fan", "steps": {
+            "fan": {"type": "parallel", "branches": ["slow", "fast"], "join": join},
+            "slow": {"type": "tool", "tool": "bash", "input": {"command": "while [ ! -f gate ]; do sleep 0.02; done; echo slow"}, "saveAs": "slow"},
+            "fast": {"type": "tool", "tool": "write", "input": {"path": "gate", "content": "open"}, "saveAs": "fast"}
+        }})
+    };
+    let never = json!({"start": "fan", "steps": {
+        "fan": {"type": "parallel", "branches": ["stuck", "quick"], "join": "any"},
+        "stuck": {"type": "tool", "tool": "bash", "input": {"command": "while [ ! -f never ]; do sleep 0.02; done"}, "saveAs": "stuck"},
+        "quick": {"type": "tool", "tool": "ls", "input": {}, "saveAs": "quick"}
+    }});
+    let (_dir, exec) = executor(&llm, json!({}), &[("all", parallel("all")), ("any", never)], 100).await;
+    let finished = run(&exec, &request(json!({}))).await;
+    assert_eq!(code(&finished), "ok", "{:?}", finished.result);
+    assert!(finished.state.context["slow"].to_string().contains("slow") && finished.state.context["fast"].is_string(), "both branches merged");
+
+    let mut any = request(json!({}));
+    any.loop_id = Some("any".into());
+    let finished = run(&exec, &any).await;
+    assert_eq!(code(&finished), "ok", "{:?}", finished.result);
+    assert!(finished.state.context.get("quick").is_some());
+    assert!(finished.state.context.get("stuck").is_none(), "the branch still running was cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_human_step_suspends_until_a_valid_answer() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let config = json!({"start": "review", "steps": {
+        "review": {"type": "human", "output": {"schema": {"type": "object", "required": ["decision"], "properties": {"decision": {"type": "string"}}}}, "next": "end"}
+    }});
+    let (_dir, exec) = executor(&llm, json!({}), &[("review", config)], 100).await;
+    let exec = Arc::new(exec);
+    let req = request(json!({}));
+    let (id, config) = exec.select(&req).unwrap();
+    let run_id = exec.new_run_id();
+    let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
+    let sink = move |e: &TraceEvent| {
+        if e.kind == TraceKind::HumanRequest {
+            let _ = asked_tx.send(());
+        }
+    };
+    let running = {
+        let (exec, run_id) = (exec.clone(), run_id.clone());
+        tokio::spawn(async move { exec.run(&req, &run_id, &id, &config, &sink).await })
+    };
+    asked.recv().await.unwrap();
+    assert!(exec.humans().is_waiting(&run_id));
+    assert_eq!(exec.humans().answer(&run_id, json!({"decision": 3})).unwrap_err().code(), "loop_human_output_invalid");
+    assert_eq!(exec.humans().answer("looprun-other", json!({})).unwrap_err().code(), "loop_run_not_found");
+    exec.humans().answer(&run_id, json!({"decision": "ship"})).unwrap();
+    let finished = running.await.unwrap();
+    assert_eq!(finished.result.unwrap(), Some(json!({"decision": "ship"})));
+    let order: Vec<TraceKind> = finished.trace.iter().map(|e| e.kind).collect();
+    assert_eq!(&order[1..5], &[TraceKind::StepStart, TraceKind::HumanRequest, TraceKind::HumanResult, TraceKind::StepEnd]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loop_mode_policy_is_agent_loop_step_request_and_never_chat() {
+    // The step's model tries `write`, which its step excluded; it is refused, then it answers.
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("write", json!({"path": "b.txt", "content": "b"}))]), Turn::text("Listed.")]).await.unwrap();
+    // Chat mode allows only `read`; the loop does not inherit that, but narrows to read+ls+write.
+    let agent = json!({"allowedTools": ["read", "ls", "write", "bash"], "chat": {"allowedTools": ["read"]}});
+    let config = json!({"allowedTools": ["read", "ls", "write"], "start": "w", "steps": {
+        "w": {"type": "tool", "tool": "write", "input": {"path": "a.txt", "content": "a"}, "next": "think"},
+        "think": {"systemPrompt": "List.", "allowedTools": ["ls"]}
+    }});
+    let (dir, exec) = executor(&llm, agent, &[("flow", config)], 100).await;
+    let finished = run(&exec, &request(json!({}))).await;
+    assert_eq!(code(&finished), "ok", "{:?}", finished.result);
+    assert!(dir.path().join("a.txt").exists(), "chat.allowedTools does not apply in a loop");
+    let requests = llm.requests();
+    let tools: Vec<String> = requests[0].body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(tools, vec!["ls"], "the agent step sees agent ∩ loop ∩ step");
+    assert!(requests[1].body["messages"].to_string().contains("tool_policy_denied"));
+    assert!(!dir.path().join("b.txt").exists(), "a step cannot use a tool outside its layers");
+
+    let mut narrowed = request(json!({}));
+    narrowed.allowed_tools = Some(vec!["read".into()]);
+    let finished = run(&exec, &narrowed).await;
+    assert_eq!(code(&finished), "loop_tool_failed", "the request layer narrows too");
+    assert!(finished.result.unwrap_err().to_string().contains("tool_policy_denied"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loop_refuses_what_it_cannot_honour_before_any_step() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let config = json!({"start": "t", "steps": {"t": {"type": "tool", "tool": "ls", "input": {}}}});
+    let (_dir, exec) = executor(&llm, json!({}), &[("flow", config)], 100).await;
+    let mut structured = request(json!({}));
+    structured.response_format = ResponseFormat::from_wire(&json!({"type": "json_object"})).unwrap();
+    let mut asking = request(json!({}));
+    asking.capabilities.ask_user_question = true;
+    let mut other = request(json!({}));
+    other.loop_id = Some("elsewhere".into());
+    for (req, expected) in [(structured, "loop_request_unsupported"), (asking, "loop_request_unsupported"), (other, "loop_not_assigned")] {
+        assert_eq!(exec.select(&req).unwrap_err().code(), expected);
+    }
+}
+
+/// `cargo test --release -p polpo-loops --test executor -- --ignored --nocapture bench`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark"]
+async fn bench_ten_tool_steps() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let steps: serde_json::Map<String, Value> = (0..10)
+        .map(|i| (format!("s{i}"), json!({"type": "tool", "tool": "read", "input": {"path": "f.txt"}, "saveAs": format!("r{i}"), "next": if i < 9 { format!("s{}", i + 1) } else { "end".into() }})))
+        .collect();
+    let (dir, exec) = executor(&llm, json!({}), &[("bench", json!({"start": "s0", "steps": steps}))], 100).await;
+    std::fs::write(dir.path().join("f.txt"), "data").unwrap();
+    let req = request(json!({}));
+    let runs = 200;
+    run(&exec, &req).await;
+    let started = std::time::Instant::now();
+    for _ in 0..runs {
+        assert_eq!(code(&run(&exec, &req).await), "ok");
+    }
+    let per_step = started.elapsed() / (runs * 10);
+    println!("10-step tool-only loop: {per_step:?} per step (the read tool included)");
+}
