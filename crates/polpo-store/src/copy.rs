@@ -1,8 +1,8 @@
 //! `polpo db copy`: move everything from one backend to another (file → PostgreSQL and any
 //! other pair), verifying each record on the target, safe to re-run.
 //!
-//! Each session (with its messages), run (with its events and checkpoint), effect and record is
-//! imported atomically, so a copy interrupted half-way leaves whole records only; running it
+//! Each session (with its messages), run (with its events and checkpoint), effect, record,
+//! mission and task is imported atomically, so a copy interrupted half-way leaves whole records only; running it
 //! again skips what is already there and identical, and refuses (`conflict`) what differs.
 //! Copy from a stopped source: records that change during the copy conflict on the re-run.
 
@@ -12,6 +12,7 @@ use crate::Store;
 use crate::error::StoreError;
 use crate::model::{ImportOutcome, RunFilter, SessionFilter};
 use crate::page::{MAX_PAGE, PageRequest};
+use crate::work::{MissionFilter, StoredTask, TaskFilter};
 
 /// What a copy did, per kind of record, with a checksum over everything copied.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,6 +29,10 @@ pub struct CopyReport {
     pub effects: (u64, u64),
     /// Records (all collections) written / already present.
     pub records: (u64, u64),
+    /// Missions written / already present.
+    pub missions: (u64, u64),
+    /// Tasks written / already present.
+    pub tasks: (u64, u64),
     /// SHA-256 over every record as read back from the target, in copy order: equal on the
     /// source and target side, or the copy fails.
     pub checksum: String,
@@ -59,7 +64,8 @@ fn verify<T: serde::Serialize>(
     }
 }
 
-/// Copy every session, run, effect and record from `from` to `to`, verifying each on the target.
+/// Copy every session, run, effect, record, mission and task from `from` to `to`, verifying
+/// each on the target.
 pub async fn copy_store(from: &Store, to: &Store) -> Result<CopyReport, StoreError> {
     let mut report = CopyReport::default();
     let mut hash = Sha256::new();
@@ -153,6 +159,54 @@ pub async fn copy_store(from: &Store, to: &Store) -> Result<CopyReport, StoreErr
             }
         }
     }
+
+    let mut page = PageRequest::first(MAX_PAGE);
+    loop {
+        let missions = from.missions.list_missions(&MissionFilter::default(), &page).await?;
+        for m in &missions.items {
+            count(&mut report.missions, to.missions.import_mission(m).await?);
+            let back = to.missions.get_mission(&m.mission.id).await?;
+            verify("mission", &m.mission.id, &Some(m), &back.as_ref(), &mut hash)?;
+        }
+        match missions.next {
+            Some(c) => page = PageRequest::after(c, MAX_PAGE),
+            None => break,
+        }
+    }
+    copy_tasks(from, to, &mut report, &mut hash).await?;
+
     report.checksum = hex::encode(hash.finalize());
     Ok(report)
+}
+
+/// Tasks go after missions and each after its dependencies (the target checks both exist), so
+/// they are read whole first and imported in waves: each wave the tasks whose dependencies
+/// are already there, newest first within a wave as listed.
+async fn copy_tasks(from: &Store, to: &Store, report: &mut CopyReport, hash: &mut Sha256) -> Result<(), StoreError> {
+    let mut pending: Vec<StoredTask> = Vec::new();
+    let mut page = PageRequest::first(MAX_PAGE);
+    loop {
+        let tasks = from.tasks.list_tasks(&TaskFilter::default(), &page).await?;
+        pending.extend(tasks.items);
+        match tasks.next {
+            Some(c) => page = PageRequest::after(c, MAX_PAGE),
+            None => break,
+        }
+    }
+    let mut copied = std::collections::HashSet::new();
+    while !pending.is_empty() {
+        let (wave, rest): (Vec<StoredTask>, Vec<StoredTask>) =
+            pending.into_iter().partition(|t| t.task.depends_on.iter().all(|d| copied.contains(d)));
+        if wave.is_empty() {
+            return Err(StoreError::Invalid("the source holds tasks whose dependencies are missing".into()));
+        }
+        for t in &wave {
+            count(&mut report.tasks, to.tasks.import_task(t).await?);
+            let back = to.tasks.get_task(&t.task.id).await?;
+            verify("task", &t.task.id, &Some(t), &back.as_ref(), hash)?;
+        }
+        copied.extend(wave.into_iter().map(|t| t.task.id));
+        pending = rest;
+    }
+    Ok(())
 }

@@ -216,6 +216,11 @@ pub trait TaskStore: Send + Sync {
     /// workers never get the same task while a claim lives. Highest priority first, then
     /// oldest.
     async fn claim_ready(&self, worker: &str, lease: Duration, limit: u32) -> Result<Vec<StoredTask>, StoreError>;
+
+    /// Write a task verbatim (revision, claim, times), the target side of `polpo db copy`:
+    /// its dependencies and mission must already be there. An identical task already there
+    /// is `AlreadyPresent`; a different one is a `conflict`.
+    async fn import_task(&self, task: &StoredTask) -> Result<ImportOutcome, StoreError>;
 }
 
 /// Missions (inventory §5.3), moved only along the mission table by compare-and-set.
@@ -235,4 +240,7 @@ pub trait MissionStore: Send + Sync {
     /// Replace the mission only if it is still at `expected_revision` (`conflict`); a status
     /// change outside the mission table is `invalid_transition`; `updatedAt` becomes now.
     async fn update_mission(&self, mission: Mission, expected_revision: u64) -> Result<StoredMission, StoreError>;
+
+    /// Write a mission verbatim (see [`TaskStore::import_task`]).
+    async fn import_mission(&self, mission: &StoredMission) -> Result<ImportOutcome, StoreError>;
 }

@@ -66,12 +66,12 @@ pub const MAX_CLAIM: u32 = 100;
 
 /// A task as first stored: its id (the caller's, or a fresh one when empty), times `now`,
 /// revision 1, no claim. It must start `draft` or `pending`, its dependencies must be the
-/// already-stored tasks `deps` (one per id, so no cycle can form), and its mission, when it
-/// names one, must exist.
+/// already-stored tasks `deps` (one per id, so no cycle can form), and its mission must be
+/// there (`mission_there`: it exists, or the task names none).
 pub(crate) fn new_task(
     mut task: Task,
     deps: &[StoredTask],
-    mission_exists: bool,
+    mission_there: bool,
     now: DateTime<Utc>,
     ids: &dyn IdGen,
 ) -> Result<StoredTask, StoreError> {
@@ -82,7 +82,7 @@ pub(crate) fn new_task(
     if !matches!(task.status, TaskStatus::Draft | TaskStatus::Pending) || task.phase.is_some() {
         return Err(StoreError::Invalid(format!("a new task starts draft or pending, not {}", task.status)));
     }
-    if task.mission_id.is_some() && !mission_exists {
+    if !mission_there {
         return Err(StoreError::Invalid(format!("task `{}` names a mission that does not exist", task.id)));
     }
     let distinct: std::collections::HashSet<&String> = task.depends_on.iter().collect();
@@ -206,4 +206,16 @@ pub(crate) fn claim_limit(limit: u32) -> Result<usize, StoreError> {
         return Err(StoreError::Invalid(format!("claim 1-{MAX_CLAIM} tasks at a time")));
     }
     Ok(limit as usize)
+}
+
+/// An imported task must name itself validly and fit, like a created one.
+pub(crate) fn check_task_import(t: &StoredTask) -> Result<(), StoreError> {
+    model::validate_id("task", &t.task.id)?;
+    model::check_size("task", &t.task, MAX_RECORD_BYTES)
+}
+
+/// An imported mission must name itself validly and fit, like a created one.
+pub(crate) fn check_mission_import(m: &StoredMission) -> Result<(), StoreError> {
+    model::validate_id("mission", &m.mission.id)?;
+    model::check_size("mission", &m.mission, MAX_RECORD_BYTES)
 }

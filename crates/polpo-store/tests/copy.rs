@@ -12,7 +12,8 @@ use polpo_store::{
     copy_store,
 };
 use serde_json::json;
-use support::TestStore;
+use polpo_core::tasks::{Mission, Task};
+use support::{TestStore, start_time};
 
 async fn fill(t: &TestStore) {
     for i in 0..3 {
@@ -54,9 +55,22 @@ async fn fill(t: &TestStore) {
         .unwrap();
     t.store.records.put_record("tasks", "t1", json!({"title": "write docs", "status": "done"}), Some(1)).await.unwrap();
     t.store.records.put_record("missions", "m1", json!({"name": "launch"}), None).await.unwrap();
+
+    let mission: Mission = serde_json::from_value(json!({
+        "id": "", "name": "launch", "status": "active", "delays": [{"name": "soak", "duration": "PT1H"}],
+        "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z"
+    }))
+    .unwrap();
+    let mission = t.store.missions.create_mission(mission).await.unwrap().mission.id;
+    // Created in the same millisecond, the dependent task sorts before its dependency.
+    let build = Task { id: "a-build".into(), mission_id: Some(mission.clone()), ..Task::new("", "build", "", start_time()) };
+    let build = t.store.tasks.create_task(build).await.unwrap();
+    let ship = Task { id: "b-ship".into(), depends_on: vec![build.task.id.clone()], ..Task::new("", "ship", "", start_time()) };
+    t.store.tasks.create_task(ship).await.unwrap();
+    t.store.tasks.claim_ready("w", std::time::Duration::from_secs(60), 10).await.unwrap();
 }
 
-fn counts(r: &CopyReport) -> (u64, u64, u64, u64, u64, u64) {
+fn counts(r: &CopyReport) -> (u64, u64, u64, u64, u64, u64, u64, u64) {
     (
         r.sessions.0 + r.sessions.1,
         r.messages,
@@ -64,6 +78,8 @@ fn counts(r: &CopyReport) -> (u64, u64, u64, u64, u64, u64) {
         r.events,
         r.effects.0 + r.effects.1,
         r.records.0 + r.records.1,
+        r.missions.0 + r.missions.1,
+        r.tasks.0 + r.tasks.1,
     )
 }
 
@@ -76,7 +92,7 @@ async fn copies_between_every_backend_verify_and_rerun_safely() {
     let back_to_file = TestStore::new(StoreKind::File).await;
 
     let first = copy_store(&file.store, &sqlite.store).await.unwrap();
-    assert_eq!(counts(&first), (3, 15, 3, 120, 3, 2));
+    assert_eq!(counts(&first), (3, 15, 3, 120, 3, 2, 1, 2));
     assert_eq!((first.sessions.0, first.runs.0, first.effects.0), (3, 3, 3), "all written the first time");
     let second = copy_store(&sqlite.store, &postgres.store).await.unwrap();
     let third = copy_store(&postgres.store, &back_to_file.store).await.unwrap();
@@ -85,8 +101,8 @@ async fn copies_between_every_backend_verify_and_rerun_safely() {
 
     let again = copy_store(&file.store, &sqlite.store).await.unwrap();
     assert_eq!(
-        (again.sessions, again.runs, again.effects, again.records),
-        ((0, 3), (0, 3), (0, 3), (0, 2)),
+        (again.sessions, again.runs, again.effects, again.records, again.missions, again.tasks),
+        ((0, 3), (0, 3), (0, 3), (0, 2), (0, 1), (0, 2)),
         "a re-run writes nothing"
     );
     assert_eq!(again.checksum, first.checksum);

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::{FileStore, Index, Inner, fsio, json_files, page_newest_first};
 use crate::error::StoreError;
-use crate::model;
+use crate::model::{self, ImportOutcome};
 use crate::page::{Page, PageRequest};
 use crate::traits::{MissionStore, TaskStore};
 use crate::work::{self, MissionFilter, StoredMission, StoredTask, TaskClaim, TaskFilter};
@@ -55,8 +55,8 @@ impl Inner {
         let now = self.now();
         let mut idx = self.index();
         let deps: Vec<StoredTask> = task.depends_on.iter().filter_map(|d| idx.tasks.get(d).cloned()).collect();
-        let mission_exists = task.mission_id.as_ref().is_some_and(|m| idx.missions.contains_key(m));
-        let stored = work::new_task(task, &deps, mission_exists, now, self.ids())?;
+        let mission_there = task.mission_id.as_ref().is_none_or(|m| idx.missions.contains_key(m));
+        let stored = work::new_task(task, &deps, mission_there, now, self.ids())?;
         let id = stored.task.id.clone();
         if idx.tasks.contains_key(&id) {
             return Err(StoreError::Conflict(format!("task `{id}` already exists")));
@@ -104,6 +104,35 @@ impl Inner {
             idx.tasks.insert(t.task.id.clone(), t.clone());
         }
         Ok(ready)
+    }
+
+    fn import_task(&self, t: &StoredTask) -> Result<ImportOutcome, StoreError> {
+        work::check_task_import(t)?;
+        let mut idx = self.index();
+        if let Some(existing) = idx.tasks.get(&t.task.id) {
+            return model::same_import("task", &t.task.id, existing, t);
+        }
+        let deps_there = t.task.depends_on.iter().all(|d| idx.tasks.contains_key(d));
+        let mission_there = t.task.mission_id.as_ref().is_none_or(|m| idx.missions.contains_key(m));
+        if !deps_there || !mission_there {
+            return Err(StoreError::Invalid(format!("task `{}`: import its dependencies and mission first", t.task.id)));
+        }
+        work::check_title_free(&t.task, idx.tasks.values().map(|o| &o.task))?;
+        self.write_work(TASKS, &t.task.id, t, true)?;
+        idx.tasks.insert(t.task.id.clone(), t.clone());
+        Ok(ImportOutcome::Imported)
+    }
+
+    fn import_mission(&self, m: &StoredMission) -> Result<ImportOutcome, StoreError> {
+        work::check_mission_import(m)?;
+        let mut idx = self.index();
+        if let Some(existing) = idx.missions.get(&m.mission.id) {
+            return model::same_import("mission", &m.mission.id, existing, m);
+        }
+        work::check_name_free(&m.mission, idx.missions.values().map(|o| &o.mission))?;
+        self.write_work(MISSIONS, &m.mission.id, m, true)?;
+        idx.missions.insert(m.mission.id.clone(), m.clone());
+        Ok(ImportOutcome::Imported)
     }
 
     fn create_mission(&self, mission: Mission) -> Result<StoredMission, StoreError> {
@@ -162,6 +191,11 @@ impl TaskStore for FileStore {
         let worker = worker.to_owned();
         self.blocking(move |s| s.claim_ready(&worker, lease, limit)).await
     }
+
+    async fn import_task(&self, task: &StoredTask) -> Result<ImportOutcome, StoreError> {
+        let task = task.clone();
+        self.blocking(move |s| s.import_task(&task)).await
+    }
 }
 
 #[async_trait]
@@ -188,5 +222,10 @@ impl MissionStore for FileStore {
 
     async fn update_mission(&self, mission: Mission, expected_revision: u64) -> Result<StoredMission, StoreError> {
         self.blocking(move |s| s.update_mission(mission, expected_revision)).await
+    }
+
+    async fn import_mission(&self, mission: &StoredMission) -> Result<ImportOutcome, StoreError> {
+        let mission = mission.clone();
+        self.blocking(move |s| s.import_mission(&mission)).await
     }
 }

@@ -66,6 +66,15 @@ macro_rules! sql_work {
                         .map(task_from_row)
                         .transpose()
                 }
+
+                /// Whether the mission a task names exists (`true` when it names none).
+                async fn mission_there<'e, E>(executor: E, mission_id: Option<&String>) -> Result<bool, StoreError>
+                where
+                    E: sqlx::Executor<'e, Database = <$row as sqlx::Row>::Database>,
+                {
+                    let Some(id) = mission_id else { return Ok(true) };
+                    Ok(sqlx::query("SELECT 1 FROM missions WHERE id = $1").bind(id).fetch_optional(executor).await?.is_some())
+                }
             }
 
             #[async_trait]
@@ -77,11 +86,8 @@ macro_rules! sql_work {
                     for dep in &task.depends_on {
                         deps.extend(Self::task_by_id(&mut *tx, dep).await?);
                     }
-                    let mission_exists = match &task.mission_id {
-                        Some(m) => sqlx::query("SELECT 1 FROM missions WHERE id = $1").bind(m).fetch_optional(&mut *tx).await?.is_some(),
-                        None => false,
-                    };
-                    let stored = work::new_task(task, &deps, mission_exists, now, self.ids())?;
+                    let mission_there = Self::mission_there(&mut *tx, task.mission_id.as_ref()).await?;
+                    let stored = work::new_task(task, &deps, mission_there, now, self.ids())?;
                     let t = &stored.task;
                     // A taken id or an unfinished task's title is a unique violation: `conflict`.
                     sqlx::query(
@@ -179,6 +185,49 @@ macro_rules! sql_work {
                     claimed.sort_by(work::claim_order);
                     Ok(claimed)
                 }
+
+                async fn import_task(&self, stored: &StoredTask) -> Result<ImportOutcome, StoreError> {
+                    work::check_task_import(stored)?;
+                    let t = &stored.task;
+                    let mut tx = self.tx().await?;
+                    let mut there = Self::mission_there(&mut *tx, t.mission_id.as_ref()).await?;
+                    for dep in &t.depends_on {
+                        there &= Self::task_by_id(&mut *tx, dep).await?.is_some();
+                    }
+                    if !there {
+                        return Err(StoreError::Invalid(format!("task `{}`: import its dependencies and mission first", t.id)));
+                    }
+                    let inserted = sqlx::query(
+                        "INSERT INTO tasks (id, title, status, mission_id, priority, created_at, revision, claimed_by, claim_expires_at, body) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING",
+                    )
+                    .bind(&t.id)
+                    .bind(&t.title)
+                    .bind(t.status.as_str())
+                    .bind(&t.mission_id)
+                    .bind(t.priority)
+                    .bind(t.created_at.timestamp_millis())
+                    .bind(to_db(stored.revision))
+                    .bind(stored.claim.as_ref().map(|c| c.worker.as_str()))
+                    .bind(stored.claim.as_ref().map(|c| c.expires_at.timestamp_millis()))
+                    .bind(to_text(t)?)
+                    .execute(&mut *tx)
+                    .await?;
+                    if inserted.rows_affected() == 0 {
+                        tx.rollback().await?;
+                        let existing = self.get_task(&t.id).await?.ok_or_else(|| StoreError::not_found("task", &t.id))?;
+                        return model::same_import("task", &t.id, &existing, stored);
+                    }
+                    for dep in &t.depends_on {
+                        sqlx::query("INSERT INTO task_dependencies (task_id, depends_on) VALUES ($1, $2)")
+                            .bind(&t.id)
+                            .bind(dep)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    tx.commit().await?;
+                    Ok(ImportOutcome::Imported)
+                }
             }
 
             #[async_trait]
@@ -253,6 +302,28 @@ macro_rules! sql_work {
                         .await?;
                     tx.commit().await?;
                     Ok(next)
+                }
+
+                async fn import_mission(&self, stored: &StoredMission) -> Result<ImportOutcome, StoreError> {
+                    work::check_mission_import(stored)?;
+                    let m = &stored.mission;
+                    let inserted = sqlx::query(
+                        "INSERT INTO missions (id, name, status, created_at, revision, body) VALUES ($1, $2, $3, $4, $5, $6) \
+                         ON CONFLICT (id) DO NOTHING",
+                    )
+                    .bind(&m.id)
+                    .bind(&m.name)
+                    .bind(m.status.as_str())
+                    .bind(m.created_at.timestamp_millis())
+                    .bind(to_db(stored.revision))
+                    .bind(to_text(m)?)
+                    .execute(&self.pool)
+                    .await?;
+                    if inserted.rows_affected() > 0 {
+                        return Ok(ImportOutcome::Imported);
+                    }
+                    let existing = self.get_mission(&m.id).await?.ok_or_else(|| StoreError::not_found("mission", &m.id))?;
+                    model::same_import("mission", &m.id, &existing, stored)
                 }
             }
         }

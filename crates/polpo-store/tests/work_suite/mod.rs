@@ -8,7 +8,7 @@ use chrono::Duration as Span;
 use polpo_core::tasks::{
     FailReason, Mission, MissionEvent, MissionStatus, Task, TaskEvent, TaskStatus, transition, transition_mission,
 };
-use polpo_store::{Clock, MissionFilter, PageRequest, StoreError, StoredTask, TaskFilter};
+use polpo_store::{Clock, ImportOutcome, MissionFilter, PageRequest, StoreError, StoredTask, TaskFilter};
 use serde_json::json;
 
 use crate::support::{TestStore, start_time};
@@ -107,8 +107,14 @@ pub async fn tasks_round_trip_and_move_only_along_the_table(t: &TestStore) {
     // Titles are unique among unfinished tasks only.
     assert_eq!(code(s.create_task(task("Write the report")).await), "conflict");
     let started = step(t, &assigned, TaskEvent::Start).await.unwrap();
-    step(t, &started, TaskEvent::Fail { reason: FailReason::Crash }).await.unwrap();
+    let failed = step(t, &started, TaskEvent::Fail { reason: FailReason::Crash }).await.unwrap();
     s.create_task(task("Write the report")).await.unwrap();
+
+    // `polpo db copy`'s side: the same task again is a no-op, a different one a conflict.
+    assert_eq!(s.import_task(&failed).await.unwrap(), ImportOutcome::AlreadyPresent);
+    assert_eq!(code(s.import_task(&StoredTask { revision: 99, ..failed.clone() }).await), "conflict");
+    let orphan = StoredTask { task: Task { id: "orphan".into(), depends_on: vec!["ghost".into()], ..task("orphan") }, ..failed };
+    assert_eq!(code(s.import_task(&orphan).await), "invalid_input", "dependencies are imported first");
 }
 
 pub async fn tasks_list_by_mission_and_status_page_by_page(t: &TestStore) {
@@ -262,6 +268,8 @@ pub async fn missions_round_trip_and_move_only_along_their_table(t: &TestStore) 
     let fired = transition_mission(&stored.mission, &MissionEvent::Execute, start_time()).unwrap();
     let fired = s.update_mission(fired, stored.revision).await.unwrap();
     assert_eq!((fired.mission.status, fired.mission.execution_count), (MissionStatus::Active, 1));
+    assert_eq!(s.import_mission(&fired).await.unwrap(), ImportOutcome::AlreadyPresent);
+    assert_eq!(code(s.import_mission(&polpo_store::StoredMission { revision: 99, ..fired.clone() }).await), "conflict");
 
     for i in 0..5 {
         t.clock.advance(Span::milliseconds(1));
