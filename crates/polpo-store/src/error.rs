@@ -47,8 +47,9 @@ pub enum StoreError {
         /// The owner that believed it held the lease.
         owner: String,
     },
-    /// A run status change that the run state machine forbids (e.g. leaving a terminal state).
-    #[error("run cannot go from {from} to {to}")]
+    /// A status change that the run, task or mission state machine forbids (e.g. leaving a
+    /// terminal state).
+    #[error("status cannot go from {from} to {to}")]
     InvalidTransition {
         /// Current status.
         from: String,
