@@ -192,11 +192,18 @@ pub trait EffectLedger: Send + Sync {
 /// task table by compare-and-set on the revision, and handed to workers by `claim_ready`.
 #[async_trait]
 pub trait TaskStore: Send + Sync {
-    /// Store a new task (see `Task`): an empty id gets a fresh one, times are now, revision
-    /// 1. It starts `draft` or `pending`; each `dependsOn` id and its `missionId` must exist
-    /// (`invalid_input`, which also refuses a task depending on itself); a title shared with
-    /// an unfinished task or a taken id is a `conflict`.
-    async fn create_task(&self, task: Task) -> Result<StoredTask, StoreError>;
+    /// Store new tasks, all or none, in one step (a mission's plan): an empty id gets a fresh
+    /// one (give ids to link tasks of one batch), times are now, revision 1. Each starts
+    /// `draft` or `pending`; each `dependsOn` id must be in the batch or stored, without a
+    /// cycle, and each `missionId` must exist (`invalid_input`); a title shared with an
+    /// unfinished task or a taken id is a `conflict`. At most 256 at a time.
+    async fn create_tasks(&self, tasks: Vec<Task>) -> Result<Vec<StoredTask>, StoreError>;
+
+    /// Store one new task (see [`TaskStore::create_tasks`]).
+    async fn create_task(&self, task: Task) -> Result<StoredTask, StoreError> {
+        let mut created = self.create_tasks(vec![task]).await?;
+        created.pop().ok_or_else(|| StoreError::Invalid("no task was created".into()))
+    }
 
     /// The task, or `None`.
     async fn get_task(&self, id: &str) -> Result<Option<StoredTask>, StoreError>;

@@ -5,6 +5,8 @@
 
 use chrono::{DateTime, Utc};
 use polpo_core::tasks::{self as core, Mission, MissionStatus, Task, TaskStatus};
+use std::collections::HashSet;
+
 use serde::{Deserialize, Serialize};
 
 use crate::clock::IdGen;
@@ -64,38 +66,66 @@ pub struct MissionFilter {
 /// Most tasks one `claim_ready` call hands out.
 pub const MAX_CLAIM: u32 = 100;
 
-/// A task as first stored: its id (the caller's, or a fresh one when empty), times `now`,
-/// revision 1, no claim. It must start `draft` or `pending`, its dependencies must be the
-/// already-stored tasks `deps` (one per id, so no cycle can form), and its mission must be
-/// there (`mission_there`: it exists, or the task names none).
-pub(crate) fn new_task(
-    mut task: Task,
+/// Most tasks one `create_tasks` call takes.
+pub const MAX_TASK_BATCH: usize = 256;
+
+/// The dependencies of `batch` outside it: the stored tasks a backend must look up.
+pub(crate) fn outside_deps(batch: &[Task]) -> Vec<String> {
+    let inside: HashSet<&str> = batch.iter().map(|t| t.id.as_str()).collect();
+    let outside: HashSet<&String> = batch.iter().flat_map(|t| &t.depends_on).filter(|d| !inside.contains(d.as_str())).collect();
+    outside.into_iter().cloned().collect()
+}
+
+/// The missions `batch` names: the ones a backend must look up.
+pub(crate) fn missions_of(batch: &[Task]) -> Vec<String> {
+    let named: HashSet<&String> = batch.iter().filter_map(|t| t.mission_id.as_ref()).collect();
+    named.into_iter().cloned().collect()
+}
+
+/// Tasks as first stored, all or none: each gets its id (the caller's, or a fresh one when
+/// empty; callers that link tasks of one batch give ids), times `now`, revision 1, no claim.
+/// Each starts `draft` or `pending`, lists a dependency once, depends only on tasks of the
+/// batch or the already-stored `deps`, without a cycle (`dependency_cycle`), names a mission
+/// that is there (`mission_there`), and no two unfinished tasks of the batch share a title.
+pub(crate) fn new_tasks(
+    mut batch: Vec<Task>,
     deps: &[StoredTask],
-    mission_there: bool,
+    mission_there: impl Fn(&str) -> bool,
     now: DateTime<Utc>,
     ids: &dyn IdGen,
-) -> Result<StoredTask, StoreError> {
-    if task.id.is_empty() {
-        task.id = ids.next_id();
+) -> Result<Vec<StoredTask>, StoreError> {
+    if batch.is_empty() || batch.len() > MAX_TASK_BATCH {
+        return Err(StoreError::Invalid(format!("create 1-{MAX_TASK_BATCH} tasks at a time")));
     }
-    model::validate_id("task", &task.id)?;
-    if !matches!(task.status, TaskStatus::Draft | TaskStatus::Pending) || task.phase.is_some() {
-        return Err(StoreError::Invalid(format!("a new task starts draft or pending, not {}", task.status)));
-    }
-    if !mission_there {
-        return Err(StoreError::Invalid(format!("task `{}` names a mission that does not exist", task.id)));
-    }
-    let distinct: std::collections::HashSet<&String> = task.depends_on.iter().collect();
-    if distinct.len() != task.depends_on.len() {
-        return Err(StoreError::Invalid(format!("task `{}` lists a dependency twice", task.id)));
+    let mut seen = HashSet::new();
+    for task in &mut batch {
+        if task.id.is_empty() {
+            task.id = ids.next_id();
+        }
+        model::validate_id("task", &task.id)?;
+        if !seen.insert(task.id.clone()) {
+            return Err(StoreError::Invalid(format!("task `{}` is listed twice", task.id)));
+        }
+        if !matches!(task.status, TaskStatus::Draft | TaskStatus::Pending) || task.phase.is_some() {
+            return Err(StoreError::Invalid(format!("a new task starts draft or pending, not {}", task.status)));
+        }
+        let distinct: HashSet<&String> = task.depends_on.iter().collect();
+        if distinct.len() != task.depends_on.len() {
+            return Err(StoreError::Invalid(format!("task `{}` lists a dependency twice", task.id)));
+        }
+        if task.mission_id.as_deref().is_some_and(|m| !mission_there(m)) {
+            return Err(StoreError::Invalid(format!("task `{}` names a mission that does not exist", task.id)));
+        }
+        task.created_at = now;
+        task.updated_at = now;
+        model::check_size("task", task, MAX_RECORD_BYTES)?;
     }
     let existing: Vec<Task> = deps.iter().map(|d| d.task.clone()).collect();
-    core::check_new_tasks(&existing, std::slice::from_ref(&task))
-        .map_err(|e| StoreError::Invalid(format!("{}: {e}", e.code())))?;
-    task.created_at = now;
-    task.updated_at = now;
-    model::check_size("task", &task, MAX_RECORD_BYTES)?;
-    Ok(StoredTask { task, revision: 1, claim: None })
+    core::check_new_tasks(&existing, &batch).map_err(|e| StoreError::Invalid(format!("{}: {e}", e.code())))?;
+    for (i, task) in batch.iter().enumerate() {
+        check_title_free(task, &batch[..i])?;
+    }
+    Ok(batch.into_iter().map(|task| StoredTask { task, revision: 1, claim: None }).collect())
 }
 
 /// The task after an update over `current`: only at `expected_revision`, only a status

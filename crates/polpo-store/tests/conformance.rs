@@ -624,6 +624,7 @@ conformance!(
     records_are_revisioned_documents_per_collection,
     tasks_round_trip_and_move_only_along_the_table,
     tasks_list_by_mission_and_status_page_by_page,
+    a_batch_of_tasks_is_created_whole_or_not_at_all,
     ready_tasks_are_claimed_once_in_priority_order,
     concurrent_claimers_never_get_the_same_task,
     missions_round_trip_and_move_only_along_their_table,

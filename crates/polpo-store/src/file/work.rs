@@ -3,6 +3,7 @@
 //! mutex is the lock: a check and its write happen under it, so two claimers or two
 //! compare-and-set updates never interleave.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -37,6 +38,28 @@ pub(super) fn load(dir: &Path, index: &mut Index) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// `batch` (acyclic, checked before) ordered so that each task comes after its dependencies
+/// in the batch.
+fn dependencies_first(batch: &[StoredTask]) -> Vec<&StoredTask> {
+    let mut placed: HashSet<&str> = HashSet::new();
+    let mut order = Vec::with_capacity(batch.len());
+    while order.len() < batch.len() {
+        let before = order.len();
+        for t in batch {
+            let inside = |d: &String| batch.iter().any(|o| o.task.id == *d);
+            if !placed.contains(t.task.id.as_str()) && t.task.depends_on.iter().all(|d| !inside(d) || placed.contains(d.as_str())) {
+                placed.insert(&t.task.id);
+                order.push(t);
+            }
+        }
+        if order.len() == before {
+            // Unreachable for a checked batch; never loop forever on an unchecked one.
+            order.extend(batch.iter().filter(|t| !placed.contains(t.task.id.as_str())));
+        }
+    }
+    order
+}
+
 impl Inner {
     fn work_path(&self, folder: &str, id: &str) -> PathBuf {
         self.dir.join(folder).join(format!("{id}.json"))
@@ -51,19 +74,25 @@ impl Inner {
         Ok(())
     }
 
-    fn create_task(&self, task: Task) -> Result<StoredTask, StoreError> {
+    fn create_tasks(&self, batch: Vec<Task>) -> Result<Vec<StoredTask>, StoreError> {
         let now = self.now();
         let mut idx = self.index();
-        let deps: Vec<StoredTask> = task.depends_on.iter().filter_map(|d| idx.tasks.get(d).cloned()).collect();
-        let mission_there = task.mission_id.as_ref().is_none_or(|m| idx.missions.contains_key(m));
-        let stored = work::new_task(task, &deps, mission_there, now, self.ids())?;
-        let id = stored.task.id.clone();
-        if idx.tasks.contains_key(&id) {
-            return Err(StoreError::Conflict(format!("task `{id}` already exists")));
+        let deps: Vec<StoredTask> = work::outside_deps(&batch).iter().filter_map(|d| idx.tasks.get(d).cloned()).collect();
+        let stored = work::new_tasks(batch, &deps, |m| idx.missions.contains_key(m), now, self.ids())?;
+        for t in &stored {
+            if idx.tasks.contains_key(&t.task.id) {
+                return Err(StoreError::Conflict(format!("task `{}` already exists", t.task.id)));
+            }
+            work::check_title_free(&t.task, idx.tasks.values().map(|o| &o.task))?;
         }
-        work::check_title_free(&stored.task, idx.tasks.values().map(|t| &t.task))?;
-        self.write_work(TASKS, &id, &stored, true)?;
-        idx.tasks.insert(id, stored.clone());
+        // Dependencies first: a crash part-way leaves only tasks whose dependencies exist.
+        for t in dependencies_first(&stored) {
+            self.write_work(TASKS, &t.task.id, t, false)?;
+        }
+        fsio::sync_dir(&self.dir.join(TASKS))?;
+        for t in &stored {
+            idx.tasks.insert(t.task.id.clone(), t.clone());
+        }
         Ok(stored)
     }
 
@@ -162,8 +191,8 @@ impl Inner {
 
 #[async_trait]
 impl TaskStore for FileStore {
-    async fn create_task(&self, task: Task) -> Result<StoredTask, StoreError> {
-        self.blocking(move |s| s.create_task(task)).await
+    async fn create_tasks(&self, tasks: Vec<Task>) -> Result<Vec<StoredTask>, StoreError> {
+        self.blocking(move |s| s.create_tasks(tasks)).await
     }
 
     async fn get_task(&self, id: &str) -> Result<Option<StoredTask>, StoreError> {

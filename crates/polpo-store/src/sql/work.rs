@@ -79,37 +79,46 @@ macro_rules! sql_work {
 
             #[async_trait]
             impl TaskStore for $store {
-                async fn create_task(&self, task: Task) -> Result<StoredTask, StoreError> {
+                async fn create_tasks(&self, batch: Vec<Task>) -> Result<Vec<StoredTask>, StoreError> {
                     let now = self.now();
                     let mut tx = self.tx().await?;
-                    let mut deps = Vec::with_capacity(task.depends_on.len());
-                    for dep in &task.depends_on {
-                        deps.extend(Self::task_by_id(&mut *tx, dep).await?);
+                    let mut deps = Vec::new();
+                    for dep in work::outside_deps(&batch) {
+                        deps.extend(Self::task_by_id(&mut *tx, &dep).await?);
                     }
-                    let mission_there = Self::mission_there(&mut *tx, task.mission_id.as_ref()).await?;
-                    let stored = work::new_task(task, &deps, mission_there, now, self.ids())?;
-                    let t = &stored.task;
-                    // A taken id or an unfinished task's title is a unique violation: `conflict`.
-                    sqlx::query(
-                        "INSERT INTO tasks (id, title, status, mission_id, priority, created_at, revision, body) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                    )
-                    .bind(&t.id)
-                    .bind(&t.title)
-                    .bind(t.status.as_str())
-                    .bind(&t.mission_id)
-                    .bind(t.priority)
-                    .bind(t.created_at.timestamp_millis())
-                    .bind(to_db(stored.revision))
-                    .bind(to_text(t)?)
-                    .execute(&mut *tx)
-                    .await?;
-                    for dep in &t.depends_on {
-                        sqlx::query("INSERT INTO task_dependencies (task_id, depends_on) VALUES ($1, $2)")
-                            .bind(&t.id)
-                            .bind(dep)
-                            .execute(&mut *tx)
-                            .await?;
+                    let mut missions = std::collections::HashSet::new();
+                    for m in work::missions_of(&batch) {
+                        if Self::mission_there(&mut *tx, Some(&m)).await? {
+                            missions.insert(m);
+                        }
+                    }
+                    let stored = work::new_tasks(batch, &deps, |m| missions.contains(m), now, self.ids())?;
+                    for s in &stored {
+                        let t = &s.task;
+                        // A taken id or an unfinished task's title is a unique violation: `conflict`.
+                        sqlx::query(
+                            "INSERT INTO tasks (id, title, status, mission_id, priority, created_at, revision, body) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                        )
+                        .bind(&t.id)
+                        .bind(&t.title)
+                        .bind(t.status.as_str())
+                        .bind(&t.mission_id)
+                        .bind(t.priority)
+                        .bind(t.created_at.timestamp_millis())
+                        .bind(to_db(s.revision))
+                        .bind(to_text(t)?)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    for s in &stored {
+                        for dep in &s.task.depends_on {
+                            sqlx::query("INSERT INTO task_dependencies (task_id, depends_on) VALUES ($1, $2)")
+                                .bind(&s.task.id)
+                                .bind(dep)
+                                .execute(&mut *tx)
+                                .await?;
+                        }
                     }
                     tx.commit().await?;
                     Ok(stored)

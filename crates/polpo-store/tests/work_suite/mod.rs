@@ -117,6 +117,40 @@ pub async fn tasks_round_trip_and_move_only_along_the_table(t: &TestStore) {
     assert_eq!(code(s.import_task(&orphan).await), "invalid_input", "dependencies are imported first");
 }
 
+pub async fn a_batch_of_tasks_is_created_whole_or_not_at_all(t: &TestStore) {
+    let s = &t.store.tasks;
+    let stored = s.create_task(task("setup")).await.unwrap();
+    let linked = |id: &str, deps: &[&str]| Task {
+        id: id.into(),
+        depends_on: deps.iter().map(|d| (*d).to_owned()).collect(),
+        ..task(id)
+    };
+    // A dependent listed before its dependency, and one on a stored task.
+    let plan = vec![linked("deploy", &["build"]), linked("build", &[&stored.task.id]), linked("docs", &[])];
+    let created = s.create_tasks(plan).await.unwrap();
+    assert_eq!(created.iter().map(|x| x.task.id.as_str()).collect::<Vec<_>>(), ["deploy", "build", "docs"]);
+    assert!(created.iter().all(|x| x.revision == 1 && x.task.created_at == start_time()));
+
+    let everything = || async { s.list_tasks(&TaskFilter::default(), &PageRequest::default()).await.unwrap().items.len() };
+    let err = s.create_tasks(vec![linked("x", &["y"]), linked("y", &["z"]), linked("z", &["x"])]).await.unwrap_err();
+    assert_eq!(err.code(), "invalid_input");
+    assert!(err.to_string().contains("dependency_cycle"), "{err}");
+    assert_eq!(everything().await, 4, "a cycle creates nothing");
+    let clash = vec![linked("fresh", &[]), Task { id: "again".into(), ..task("docs") }];
+    assert_eq!(code(s.create_tasks(clash).await), "conflict", "an unfinished task is already titled docs");
+    assert_eq!(code(s.create_tasks(vec![linked("p", &[]), linked("p", &[])]).await), "invalid_input");
+    assert_eq!(code(s.create_tasks(vec![linked("q", &["ghost"])]).await), "invalid_input");
+    assert_eq!(code(s.create_tasks(vec![]).await), "invalid_input");
+    assert_eq!(everything().await, 4, "a refused batch creates nothing");
+    assert_eq!(s.get_task("fresh").await.unwrap(), None);
+
+    let mut ready: Vec<String> = s.claim_ready("w", Duration::from_secs(60), 10).await.unwrap().into_iter().map(|x| x.task.id).collect();
+    ready.sort();
+    let mut expected = vec![stored.task.id.clone(), "docs".to_owned()];
+    expected.sort();
+    assert_eq!(ready, expected, "only the tasks without unfinished dependencies");
+}
+
 pub async fn tasks_list_by_mission_and_status_page_by_page(t: &TestStore) {
     let s = &t.store.tasks;
     let m = t.store.missions.create_mission(mission("mission-1")).await.unwrap().mission.id;
