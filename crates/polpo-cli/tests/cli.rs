@@ -473,7 +473,7 @@ fn validate_warns_about_fields_nothing_acts_on_yet_and_still_succeeds() {
         &root,
         &[(
             ".polpo/agents/assistant/agent.json",
-            r#"{"model": "openai/gpt-4o-mini", "skills": ["frontend-design"], "mcpServers": {"fs": {"type": "stdio", "command": "mcp-fs"}}, "assignedLoops": ["flow"]}"#,
+            r#"{"model": "openai/gpt-4o-mini", "skills": ["frontend-design"], "mcpServers": {"fs": {"type": "stdio", "command": "mcp-fs"}}, "assignedLoops": ["flow"], "executionRouter": {"mode": "auto", "allowedLoops": ["flow"]}}"#,
         ), (".polpo/loops/flow.json", r#"{"start": "a", "steps": {"a": {"systemPrompt": "hi"}}}"#)],
     );
     let out = polpo(dir.path(), &["validate", "--project", "demo", "--json"]);
@@ -487,9 +487,10 @@ fn validate_warns_about_fields_nothing_acts_on_yet_and_still_succeeds() {
         .collect();
     located.sort();
     let file = ".polpo/agents/assistant/agent.json".to_owned();
-    assert_eq!(located, vec![(file.clone(), "/assignedLoops".to_owned()), (file.clone(), "/mcpServers".to_owned()), (file, "/skills".to_owned())]);
-    let loops = report["warnings"].as_array().unwrap().iter().find(|w| w["pointer"] == "/assignedLoops").unwrap();
-    assert!(loops["message"].as_str().unwrap().contains("validated but not executed"), "{loops}");
+    // `assignedLoops` acts (a chat runs the loop); the execution router does not yet.
+    assert_eq!(located, vec![(file.clone(), "/executionRouter".to_owned()), (file.clone(), "/mcpServers".to_owned()), (file, "/skills".to_owned())]);
+    let router = report["warnings"].as_array().unwrap().iter().find(|w| w["pointer"] == "/executionRouter").unwrap();
+    assert!(router["message"].as_str().unwrap().contains("execution router"), "{router}");
     // A freshly scaffolded agent carries none of them.
     let fresh = tempfile::tempdir().unwrap();
     ok(polpo(fresh.path(), &["create", "demo", "--yes"]));

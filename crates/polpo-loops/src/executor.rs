@@ -413,7 +413,7 @@ impl Run<'_> {
 
     async fn human(&self, id: &str, step: &HumanStep, context: &mut Value) -> Result<(), LoopError> {
         let schema = step.output.as_ref().map(|o| o.schema.clone());
-        let answer = self.exec.humans.wait(self.run_id, schema.clone());
+        let answer = self.exec.humans.wait(self.run_id, self.request.owner.clone(), schema.clone());
         let mut request = TraceEvent::new(TraceKind::HumanRequest, Some(id)).status(TraceStatus::Started).data(json!({"runId": self.run_id, "schema": schema}));
         request.human = Some(id.to_owned());
         self.tracer.emit(request);

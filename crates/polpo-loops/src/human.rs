@@ -9,6 +9,7 @@ use tokio::sync::oneshot;
 
 /// A suspended human step.
 struct Waiting {
+    owner: Option<String>,
     schema: Option<Value>,
     answer: oneshot::Sender<Value>,
 }
@@ -20,10 +21,11 @@ pub struct HumanDesk {
 }
 
 impl HumanDesk {
-    /// Suspend until a person answers run `run_id`'s step whose answer must match `schema`.
-    pub(crate) fn wait(&self, run_id: &str, schema: Option<Value>) -> oneshot::Receiver<Value> {
+    /// Suspend until a person answers run `run_id`'s step whose answer must match `schema`;
+    /// the run belongs to API client `owner`.
+    pub(crate) fn wait(&self, run_id: &str, owner: Option<String>, schema: Option<Value>) -> oneshot::Receiver<Value> {
         let (answer, rx) = oneshot::channel();
-        self.lock().entry(run_id.to_owned()).or_default().push(Waiting { schema, answer });
+        self.lock().entry(run_id.to_owned()).or_default().push(Waiting { owner, schema, answer });
         rx
     }
 
@@ -38,10 +40,12 @@ impl HumanDesk {
     }
 
     /// Answer the oldest waiting human step of run `run_id` with `output`, checked against the
-    /// step's schema first (an invalid answer leaves the step waiting).
-    pub fn answer(&self, run_id: &str, output: Value) -> Result<(), LoopError> {
+    /// step's schema first (an invalid answer leaves the step waiting). `caller` is the API
+    /// client answering (`None`: one that sees every run); another client's run is not found.
+    pub fn answer(&self, run_id: &str, caller: Option<&str>, output: Value) -> Result<(), LoopError> {
         let mut waiting = self.lock();
-        let queue = waiting.get_mut(run_id).filter(|q| !q.is_empty()).ok_or_else(|| LoopError::RunNotFound(run_id.to_owned()))?;
+        let visible = |q: &Vec<Waiting>| q.first().is_some_and(|w| caller.is_none_or(|c| w.owner.as_deref().unwrap_or_default() == c));
+        let queue = waiting.get_mut(run_id).filter(|q| visible(q)).ok_or_else(|| LoopError::RunNotFound(run_id.to_owned()))?;
         if let Some(schema) = &queue[0].schema {
             let validator = jsonschema::draft202012::new(schema).map_err(|e| LoopError::HumanOutputInvalid(format!("the step's output.schema is invalid: {e}")))?;
             let problems: Vec<String> = validator.iter_errors(&output).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();

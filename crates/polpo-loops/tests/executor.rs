@@ -256,9 +256,10 @@ async fn a_human_step_suspends_until_a_valid_answer() {
     };
     asked.recv().await.unwrap();
     assert!(exec.humans().is_waiting(&run_id));
-    assert_eq!(exec.humans().answer(&run_id, json!({"decision": 3})).unwrap_err().code(), "loop_human_output_invalid");
-    assert_eq!(exec.humans().answer("looprun-other", json!({})).unwrap_err().code(), "loop_run_not_found");
-    exec.humans().answer(&run_id, json!({"decision": "ship"})).unwrap();
+    assert_eq!(exec.humans().answer(&run_id, None, json!({"decision": 3})).unwrap_err().code(), "loop_human_output_invalid");
+    assert_eq!(exec.humans().answer("looprun-other", None, json!({})).unwrap_err().code(), "loop_run_not_found");
+    assert_eq!(exec.humans().answer(&run_id, Some("another-client"), json!({"decision": "ship"})).unwrap_err().code(), "loop_run_not_found");
+    exec.humans().answer(&run_id, Some(""), json!({"decision": "ship"})).unwrap();
     let finished = running.await.unwrap();
     assert_eq!(finished.result.unwrap(), Some(json!({"decision": "ship"})));
     let order: Vec<TraceKind> = finished.trace.iter().map(|e| e.kind).collect();

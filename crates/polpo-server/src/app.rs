@@ -45,6 +45,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/runs/{id}/abort", post(routes::runs::abort))
         .route("/v1/runs/{id}/reconcile", post(routes::runs::reconcile))
         .route("/api/v1/runs/{id}/reconcile", post(routes::runs::reconcile))
+        .route("/v1/loop-runs/{id}/human", post(routes::loops::human))
+        .route("/api/v1/loop-runs/{id}/human", post(routes::loops::human))
         .route("/v1/hooks/capabilities", get(routes::health::hook_capabilities))
         .route("/api/v1/hooks/capabilities", get(routes::health::hook_capabilities))
         .route("/api/v1/events", get(routes::events::stream))

@@ -81,6 +81,15 @@ impl Completion {
         c
     }
 
+    /// A Project Loop's trace event as a chunk extension (`loop_trace: [event]`, with the
+    /// loop run id), no content.
+    pub fn loop_trace_chunk(&self, loop_run_id: &str, event: Value) -> Value {
+        let mut c = self.chunk(json!({"index": 0, "delta": {}, "finish_reason": null}));
+        c["loop_run_id"] = json!(loop_run_id);
+        c["loop_trace"] = json!([event]);
+        c
+    }
+
     /// A whole non-streaming `chat.completion`.
     pub fn body(&self, content: Option<&str>, finish: &FinishReason, client_calls: &[ToolCall], usage: &Usage) -> Value {
         let mut message = json!({"role": "assistant", "content": content});

@@ -75,6 +75,10 @@ error_codes! {
     RunNotFound = "run_not_found" => StatusCode::NOT_FOUND,
     /// No such stored record.
     NotFound = "not_found" => StatusCode::NOT_FOUND,
+    /// No such Project Loop.
+    LoopNotFound = "loop_not_found" => StatusCode::NOT_FOUND,
+    /// No loop run waits for a person under that id.
+    LoopRunNotFound = "loop_run_not_found" => StatusCode::NOT_FOUND,
     /// No such route.
     RouteNotFound = "route_not_found" => StatusCode::NOT_FOUND,
     /// The resource changed since it was read.
@@ -179,6 +183,30 @@ error_codes! {
     IdConfusable = "id_confusable" => StatusCode::BAD_REQUEST,
     /// A chat request that names no agent.
     AgentRequired = "agent_required" => StatusCode::BAD_REQUEST,
+    /// A loop the agent is not assigned, or no `defaultLoop`.
+    LoopNotAssigned = "loop_not_assigned" => StatusCode::BAD_REQUEST,
+    /// A loop chat with `response_format`, client tools or `ask_user_question`.
+    LoopRequestUnsupported = "loop_request_unsupported" => StatusCode::BAD_REQUEST,
+    /// A human step's answer that does not match its `output.schema`.
+    LoopHumanOutputInvalid = "loop_human_output_invalid" => StatusCode::BAD_REQUEST,
+    /// A `$context` binding that names nothing in the loop context.
+    LoopBindingMissing = "loop_binding_missing" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// A malformed `$context` marker.
+    LoopBindingInvalid = "loop_binding_invalid" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// A tool step's resolved input that does not match the tool's schema.
+    LoopToolInputInvalid = "loop_tool_input_invalid" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// An agent step's projection that does not match its `inputSchema`.
+    LoopInputInvalid = "loop_input_invalid" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// An agent step's projection above 256 KiB.
+    LoopInputTooLarge = "loop_input_too_large" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// A step writing under `request`.
+    LoopContextReadonly = "loop_context_readonly" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// A loop run past its step budget.
+    LoopStepBudgetExceeded = "loop_step_budget_exceeded" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// A tool step's tool refused or failed.
+    LoopToolFailed = "loop_tool_failed" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// An agent step's invocation failed.
+    LoopStepFailed = "loop_step_failed" => StatusCode::BAD_GATEWAY,
     /// A feature this runtime does not have yet.
     FeatureUnavailable = "feature_unavailable" => StatusCode::BAD_REQUEST,
     /// A page cursor that is not one the server gave.
@@ -371,6 +399,7 @@ mod tests {
     use polpo_engine::{ChatError, EngineError};
     use polpo_engine::runs::RunError;
     use polpo_llm::{LlmError, LlmErrorKind, ResolveError};
+    use polpo_loops::LoopError;
     use polpo_project::ProjectError;
     use polpo_store::StoreError;
 
@@ -525,7 +554,46 @@ mod tests {
                 RunError::NotFound(_) | RunError::NotActive(..) | RunError::Invalid(_) | RunError::Chat(_) | RunError::Store(_) => {}
             }
         }
+        let loops = [
+            LoopError::NotFound("l".into()),
+            LoopError::NotAssigned("l".into()),
+            LoopError::Unsupported("u".into()),
+            LoopError::BindingMissing("b".into()),
+            LoopError::BindingInvalid("b".into()),
+            LoopError::ToolInputInvalid("t".into()),
+            LoopError::InputInvalid("i".into()),
+            LoopError::InputTooLarge(1),
+            LoopError::ContextReadonly("r".into()),
+            LoopError::StepBudgetExceeded(1),
+            LoopError::ToolFailed("t".into()),
+            LoopError::StepFailed { step: "s".into(), code: "c".into(), message: "m".into() },
+            LoopError::HumanOutputInvalid("h".into()),
+            LoopError::RunNotFound("r".into()),
+            LoopError::Aborted,
+        ];
+        for e in &loops {
+            match e {
+                LoopError::NotFound(_)
+                | LoopError::NotAssigned(_)
+                | LoopError::Unsupported(_)
+                | LoopError::BindingMissing(_)
+                | LoopError::BindingInvalid(_)
+                | LoopError::ToolInputInvalid(_)
+                | LoopError::InputInvalid(_)
+                | LoopError::InputTooLarge(_)
+                | LoopError::ContextReadonly(_)
+                | LoopError::StepBudgetExceeded(_)
+                | LoopError::ToolFailed(_)
+                | LoopError::StepFailed { .. }
+                | LoopError::HumanOutputInvalid(_)
+                | LoopError::RunNotFound(_)
+                | LoopError::Aborted
+                // Its codes are the chat errors' (listed above).
+                | LoopError::Chat(_) => {}
+            }
+        }
         let mut all: Vec<ApiError> = project.into_iter().map(ApiError::from).collect();
+        all.extend(loops.into_iter().map(ApiError::from));
         all.extend(store().into_iter().map(ApiError::from));
         all.extend(chat.into_iter().map(ApiError::from));
         all.extend(runs.iter().map(|e| ApiError::new(e.code(), e.to_string())));

@@ -6,6 +6,7 @@ use crate::hosts::HostPolicy;
 use crate::ratelimit::{AUTH_FAILURES_PER_MINUTE, RateLimit};
 use polpo_engine::Runtime;
 use polpo_engine::runs::{RunManager, RunOptions};
+use polpo_loops::{LoopExecutor, LoopOptions};
 use polpo_project::ProjectEditor;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -32,6 +33,8 @@ pub struct AppState {
     /// The one writer of the project's files: every route that edits `.polpo/` goes through
     /// it, so edits run one at a time and each is served whole or undone.
     pub editor: Arc<ProjectEditor>,
+    /// The Project Loop executor (its agent steps run through `runs`).
+    pub loops: Arc<LoopExecutor>,
 }
 
 impl AppState {
@@ -46,7 +49,8 @@ impl AppState {
         let auth_failures = RateLimit::with_burst(AUTH_FAILURES_PER_MINUTE, AUTH_FAILURES_PER_MINUTE);
         let hosts = HostPolicy::for_server(!keys.is_empty());
         let editor = Arc::new(ProjectEditor::new(runtime.loaded().project.root.clone()));
-        Self { runtime, keys, cors_origins: default_cors_origins(), started: std::time::Instant::now(), rate_limit, auth_failures, hosts, runs, editor }
+        let loops = Arc::new(LoopExecutor::new(runs.clone(), LoopOptions::default()));
+        Self { runtime, keys, cors_origins: default_cors_origins(), started: std::time::Instant::now(), rate_limit, auth_failures, hosts, runs, editor, loops }
     }
 }
 

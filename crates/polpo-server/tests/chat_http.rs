@@ -95,10 +95,10 @@ async fn a_request_relying_on_a_feature_this_runtime_lacks_is_refused_not_ignore
     with_skills["polpo"] = json!({"skills": ["frontend-design"]});
     let mut with_loop = ask("coder", "hi");
     with_loop["loop"] = json!("router-flow");
-    for body in [with_skills, with_loop] {
+    for (body, code) in [(with_skills, "feature_unavailable"), (with_loop, "loop_not_assigned")] {
         let r = s.post("/v1/chat/completions", &[], body.clone()).await;
         assert_eq!(r.status, 400, "{body}");
-        assert_eq!(r.json()["error"]["code"], "feature_unavailable", "{body}");
+        assert_eq!(r.json()["error"]["code"], code, "{body}");
     }
     assert!(llm.requests().is_empty(), "nothing ran as if the feature were there");
 }

@@ -1,9 +1,15 @@
-//! `polpo loops list|validate|show NAME`: the project's `.polpo/loops/*.json`.
+//! `polpo loops list|validate|show NAME|run AGENT LOOP`: the project's `.polpo/loops/*.json`.
 //!
-//! Loops are loaded and validated with the whole project; these commands look at them alone.
-//! The executor has not landed yet, so nothing here runs a loop.
+//! Loops are loaded and validated with the whole project; `list`, `validate` and `show` look
+//! at them alone. `run` executes one in this process (the same executor `polpo serve` runs for
+//! a chat with `loop`), printing each `loop_trace` event as a JSON line as it happens; a human
+//! step reads its answer as one JSON line from stdin.
 
 use super::{Global, print_json, sorted};
+use anyhow::Context as _;
+use polpo_core::message::Message;
+use polpo_engine::runs::{RunManager, RunOptions};
+use polpo_loops::{LoopExecutor, LoopOptions, LoopRequest, TraceEvent, TraceKind};
 use polpo_core::config::Project;
 use polpo_core::loops::Loop;
 use polpo_core::problem::Problem;
@@ -25,13 +31,30 @@ pub enum Command {
         /// The loop id (its file name without `.json`).
         name: String,
     },
+    /// Run a loop for an agent (it must be in the agent's `assignedLoops`), printing the trace
+    /// live; the last output goes to stdout at the end.
+    Run {
+        /// The agent.
+        agent: String,
+        /// The loop.
+        #[arg(value_name = "LOOP")]
+        loop_id: String,
+        /// The request: a JSON string is the user's message, other JSON is sent as its text.
+        #[arg(long, value_name = "JSON")]
+        input: Option<String>,
+        /// `request.metadata` (a JSON object).
+        #[arg(long, value_name = "JSON")]
+        metadata: Option<String>,
+    },
 }
 
 /// Run a loops subcommand.
 pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
-    if let Command::Validate = command {
-        return validate(global);
-    }
+    let command = match command {
+        Command::Validate => return validate(global),
+        Command::Run { agent, loop_id, input, metadata } => return run_loop(global, agent, loop_id, input.as_deref(), metadata.as_deref()),
+        other => other,
+    };
     let project = global.load()?;
     match command {
         Command::List { json: true } => print_json(
@@ -56,7 +79,7 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
                 anyhow::bail!("loop_not_found: no loop `{name}` (loops: {})", known.join(", "))
             }
         },
-        Command::Validate => Ok(ExitCode::SUCCESS),
+        Command::Validate | Command::Run { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 
@@ -97,8 +120,72 @@ fn validate(global: &Global) -> anyhow::Result<ExitCode> {
         eprintln!("{} problem(s) outside the loop files; `polpo validate` lists them", others.len());
     }
     if mine.is_empty() && others.is_empty() {
-        println!("ok: {count} loop(s) (validated; the loop executor has not landed, so they do not run yet)");
+        println!("ok: {count} loop(s)");
         return Ok(ExitCode::SUCCESS);
     }
     Ok(ExitCode::FAILURE)
+}
+
+/// `polpo loops run`: the loop in this process, its trace printed as JSON lines as it happens.
+fn run_loop(global: &Global, agent: String, loop_id: String, input: Option<&str>, metadata: Option<&str>) -> anyhow::Result<ExitCode> {
+    let project = global.load()?;
+    let text = match input.map(serde_json::from_str::<serde_json::Value>).transpose().context("--input is not JSON")? {
+        None => String::new(),
+        Some(serde_json::Value::String(text)) => text,
+        Some(other) => other.to_string(),
+    };
+    let metadata = match metadata {
+        Some(m) => serde_json::from_str::<serde_json::Value>(m).ok().filter(serde_json::Value::is_object).context("--metadata must be a JSON object")?,
+        None => serde_json::Value::Null,
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    rt.block_on(async {
+        let runtime = super::runtime::open(project).await?;
+        let loops = std::sync::Arc::new(LoopExecutor::new(RunManager::new(runtime, RunOptions::from_env()), LoopOptions::default()));
+        let mut request = LoopRequest::new(agent, Some(loop_id), vec![Message::user(text)]);
+        request.metadata = metadata;
+        let (id, config) = match loops.select(&request) {
+            Ok(selected) => selected,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(ExitCode::FAILURE);
+            }
+        };
+        let run_id = loops.new_run_id();
+        let answering = loops.clone();
+        let answering_id = run_id.clone();
+        let sink = move |event: &TraceEvent| {
+            println!("{}", serde_json::to_string(event).unwrap_or_default());
+            if event.kind == TraceKind::HumanRequest {
+                eprintln!("human step `{}`: type its answer as one line of JSON", event.step_key.as_deref().unwrap_or_default());
+                let (loops, run_id) = (answering.clone(), answering_id.clone());
+                tokio::task::spawn_blocking(move || answer_from_stdin(&loops, &run_id));
+            }
+        };
+        let finished = loops.run(&request, &run_id, &id, &config, &sink).await;
+        match finished.result {
+            Ok(output) => {
+                if let Some(output) = output {
+                    println!("{}", output.as_str().map_or_else(|| output.to_string(), str::to_owned));
+                }
+                eprintln!("loop run {} · {} step execution(s)", finished.run_id, finished.state.executed);
+                Ok(ExitCode::SUCCESS)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                Ok(ExitCode::FAILURE)
+            }
+        }
+    })
+}
+
+/// Read JSON lines from stdin until one is a valid answer of the waiting human step.
+fn answer_from_stdin(loops: &LoopExecutor, run_id: &str) {
+    for line in std::io::stdin().lines().map_while(Result::ok) {
+        let answered = serde_json::from_str(&line).map_err(|e| e.to_string()).and_then(|output| loops.humans().answer(run_id, None, output).map_err(|e| e.to_string()));
+        match answered {
+            Ok(()) => return,
+            Err(e) => eprintln!("error: {e}; type the answer again"),
+        }
+    }
 }

@@ -9,17 +9,12 @@ use super::codes;
 use super::project::Project;
 use crate::problem::Problem;
 
-/// What the loop references need: `.polpo/loops/` is loaded and validated (so these fields are
-/// checked), only running a loop is missing.
-const LOOP_EXECUTOR: &str = "the loop executor";
-
 /// `(field, what it needs)` for every agent field parsed but not acted on yet.
 const UNAVAILABLE_AGENT_FIELDS: &[(&str, &str)] = &[
     ("skills", "Agent Skills"),
     ("mcpServers", "an MCP client"),
-    ("assignedLoops", LOOP_EXECUTOR),
-    ("defaultLoop", LOOP_EXECUTOR),
-    ("executionRouter", LOOP_EXECUTOR),
+    // `assignedLoops` and `defaultLoop` act: a chat runs the named or default loop.
+    ("executionRouter", "the execution router (automatic loop selection)"),
     ("loops", "Project Loops"),
     ("pipeline", "Project Loops"),
     ("memory", "typed Memory"),
@@ -52,11 +47,7 @@ pub fn unavailable_agent_fields(project: &Project) -> Vec<Problem> {
                 .iter()
                 .filter(move |(field, _)| present.get(*field).is_some_and(|v| !v.is_null()))
                 .map(|(field, needs)| {
-                    let message = if *needs == LOOP_EXECUTOR {
-                        format!("`{field}` is validated but has no effect yet: loops are validated but not executed until {LOOP_EXECUTOR} lands")
-                    } else {
-                        format!("`{field}` is kept but has no effect yet: it needs {needs}, which this runtime does not have yet")
-                    };
+                    let message = format!("`{field}` is kept but has no effect yet: it needs {needs}, which this runtime does not have yet");
                     agent.source.locate(
                         Problem::new(codes::FEATURE_UNAVAILABLE, message)
                         .at(format!("/{field}")),

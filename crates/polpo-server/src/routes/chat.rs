@@ -19,7 +19,7 @@ use crate::auth::{Caller, presented_key};
 use crate::chunks::Completion;
 use crate::error::ApiError;
 use crate::idempotency::{self, Claim, Lookup, Settlement};
-use crate::routes::sessions;
+use crate::routes::{self, sessions};
 use crate::sse::with_pings;
 use crate::state::AppState;
 use crate::wire::ChatRequest;
@@ -132,6 +132,9 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
         sessions::owned(&state, &caller, id).await?;
     }
     input.owner = caller.owner;
+    if routes::loops::runs_a_loop(&state, &input, request.loop_name.as_deref()) {
+        return routes::loops::chat(state, input, request.loop_name, request.stream).await;
+    }
 
     let claim = match headers.get("idempotency-key").map(|v| v.to_str().unwrap_or_default()) {
         None => None,
@@ -319,9 +322,6 @@ fn chat_input(state: &AppState, r: &ChatRequest, headers: &HeaderMap) -> Result<
     let on_disconnect = r.polpo.as_ref().and_then(|p| p.extra.get("delivery")).and_then(|d| d.get("onDisconnect")).and_then(Value::as_str);
     input.outlive_caller = on_disconnect == Some("continue");
     // Parsed but not acted on yet: refused with a stable code rather than silently ignored.
-    if r.loop_name.is_some() {
-        return Err(ApiError::new("feature_unavailable", "`loop` (running a Project Loop) is not available in this runtime yet"));
-    }
     if r.polpo.as_ref().is_some_and(|p| !p.skills.is_empty()) {
         return Err(ApiError::new("feature_unavailable", "`polpo.skills` (activating Agent Skills) is not available in this runtime yet"));
     }

@@ -114,6 +114,9 @@ pub const ROUTES: &[Route] = &[
     op("post", BOTH, &["/runs/{id}/reconcile"], "reconcileRun", "runs", "Decide an effect a crash left unconfirmed (`applied` or `not_applied`) and resume the paused run.")
         .request("Object")
         .returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/loop-runs/{id}/human"], "answerLoopHuman", "loops", "Answer a Project Loop run's waiting human step with `{output}` (valid against the step's `output.schema`); the run goes on.")
+        .request("Object")
+        .returns(200, Body::Envelope("Object")),
     op("get", BOTH, AGENTS, "listAgents", "agents", "Agents the runtime serves.").returns(200, Body::Envelope("AgentSummaryList")),
     op("post", BOTH, AGENTS, "createAgent", "agents", "Create `.polpo/agents/<id>/agent.json` and `instructions.md`; 409 `already_exists` when taken.")
         .request("AgentInput")
