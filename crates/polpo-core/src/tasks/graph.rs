@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::machine::TaskStatus;
+use super::status::TaskStatus;
 use super::model::Task;
 
 /// Why a set of tasks cannot be created as given. Each has a stable code.

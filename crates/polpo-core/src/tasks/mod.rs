@@ -7,10 +7,11 @@ pub mod graph;
 pub mod machine;
 pub mod mission;
 pub mod model;
+pub mod status;
 
 pub use duration::{DurationError, format_duration, parse_duration};
 pub use graph::{DependencyError, check_new_tasks, deadlocked, find_cycle, ready};
-pub use machine::{FailReason, Phase, TRANSITIONS, TaskEvent, TaskStatus, TaskTransition, TransitionError, transition};
+pub use machine::{FailReason, TRANSITIONS, TaskEvent, TaskTransition, TransitionError, allowed, transition};
 pub use mission::{
     MISSION_TRANSITIONS, Mission, MissionCheckpoint, MissionDelay, MissionEvent, MissionStatus, MissionTransitionError,
     QualityGate, transition_mission,
@@ -19,3 +20,4 @@ pub use model::{
     Confidence, EvalDimension, ExpectationType, ExpectedOutcome, OutcomeType, RetryPolicy, Task, TaskExpectation,
     TaskMetric, TaskOutcome, TaskResult,
 };
+pub use status::{Phase, TaskStatus};

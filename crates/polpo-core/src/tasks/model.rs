@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::machine::{Phase, TaskStatus};
+use super::status::{Phase, TaskStatus};
 
 /// Fix rounds a failed assessment may start before the task fails or retries (`maxFixAttempts`).
 pub const MAX_FIX_ATTEMPTS: u32 = 2;
