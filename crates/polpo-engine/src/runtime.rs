@@ -334,7 +334,7 @@ impl Runtime {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
         let run_id = input.run_id.take().unwrap_or_else(|| format!("chat-{}", self.ids().next_id()));
-        let provider = self.provider_for(&loaded, agent)?;
+        let provider = self.provider_for_input(&loaded, agent, &input)?;
         let mut invocation = self.invocation(&loaded, agent, provider, &input, &run_id, cancel)?;
         // Checked before the session is created, so a refused request leaves nothing behind.
         invocation.check()?;
@@ -354,13 +354,21 @@ impl Runtime {
         Ok(self.prepared(invocation, input, run_id, session, history, new_messages, cancel.clone(), route))
     }
 
+    /// The model chain of `agent` for `input`: a loop step's own `model`, else the agent's.
+    fn provider_for_input(&self, loaded: &Loaded, agent: &Agent, input: &ChatInput) -> Result<Arc<dyn ModelProvider>, ChatError> {
+        match input.loop_context.as_ref().and_then(|l| l.model.as_ref()) {
+            Some(model) => self.provider_for_model(loaded, agent, Some(model)),
+            None => self.provider_for(loaded, agent),
+        }
+    }
+
     /// Call the agent's tool `name` outside a model turn (a loop's tool step), under the
     /// policy `input` resolves (its mode's layers included) and the same gates as a model's
     /// call except hooks. `Err` when the request itself does not resolve (unknown agent, model).
     pub async fn call_tool(self: &Arc<Self>, input: &ChatInput, name: &str, arguments: Value, cancel: &CancellationToken) -> Result<Result<String, DirectCallError>, ChatError> {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
-        let provider = self.provider_for(&loaded, agent)?;
+        let provider = self.provider_for_input(&loaded, agent, input)?;
         let run_id = input.run_id.clone().unwrap_or_default();
         let invocation = self.invocation(&loaded, agent, provider, input, &run_id, cancel)?;
         Ok(crate::tools::exec::call_direct(&invocation, name, arguments).await)
@@ -504,6 +512,7 @@ impl Runtime {
             }),
         };
         let interactions = Interactions::resolve(c.chat.as_ref(), input.capabilities, &policy);
+        let step = input.loop_context.as_ref();
         // Client tools obey the same effective policy as server tools: an excluded one is never
         // shown to the model, and forcing it is refused by `Invocation::check`.
         let client_tools = input.client_tools.iter().filter(|t| policy.allows(&t.name)).cloned().map(Arc::new).collect();
@@ -518,8 +527,8 @@ impl Runtime {
             tool_choice: input.tool_choice.clone(),
             parallel_tool_calls: input.parallel_tool_calls,
             response_format: input.response_format.clone(),
-            max_turns: c.max_turns(),
-            reasoning: c.reasoning.or(loaded.project.settings().reasoning).map(|r| r.as_str().to_owned()),
+            max_turns: step.and_then(|l| l.max_turns).unwrap_or_else(|| c.max_turns()),
+            reasoning: step.and_then(|l| l.reasoning).or(c.reasoning).or(loaded.project.settings().reasoning).map(|r| r.as_str().to_owned()),
             tool_context: tool_context(&loaded.project, agent, cancel),
             hooks,
             tool_loading: c.tool_loading.as_ref().map_or(ToolLoadingMode::Auto, |t| t.mode),

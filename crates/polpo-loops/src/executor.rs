@@ -305,17 +305,12 @@ impl Run<'_> {
     }
 
     /// The engine request of an agent or tool step: surface `loop`, the loop's and the
-    /// step's policy layers (not chat's), the request's own narrowing.
-    fn chat_input(&self, step: &str, step_allowed_tools: Option<&[String]>, messages: Vec<Message>) -> ChatInput {
+    /// step's policy layers (not chat's), the request's own narrowing, and the step's own
+    /// settings in `context` (loop id, step and the loop's tools are filled in here).
+    fn chat_input(&self, context: LoopContext, step: &str, messages: Vec<Message>) -> ChatInput {
         let mut input = ChatInput::new(self.request.agent.clone(), messages);
         input.surface = Surface::Loop;
-        input.loop_context = Some(LoopContext {
-            loop_id: self.loop_id.to_owned(),
-            step: step.to_owned(),
-            allowed_tools: self.config.allowed_tools.clone(),
-            step_allowed_tools: step_allowed_tools.map(<[String]>::to_vec),
-            ..LoopContext::default()
-        });
+        input.loop_context = Some(LoopContext { loop_id: self.loop_id.to_owned(), step: step.to_owned(), allowed_tools: self.config.allowed_tools.clone(), ..context });
         input.allowed_tools.clone_from(&self.request.allowed_tools);
         input.user.clone_from(&self.request.user);
         input.metadata.clone_from(&self.request.metadata);
@@ -337,7 +332,14 @@ impl Run<'_> {
                 std::iter::once(Message::system(system)).chain(self.request.messages.iter().cloned()).collect()
             }
         };
-        let mut input = self.chat_input(id, step.allowed_tools(), messages);
+        let overrides = LoopContext {
+            step_allowed_tools: step.allowed_tools().map(<[String]>::to_vec),
+            model: step.model.clone(),
+            reasoning: step.reasoning,
+            max_turns: step.max_turns,
+            ..LoopContext::default()
+        };
+        let mut input = self.chat_input(overrides, id, messages);
         input.tool_choice = match &step.tool_choice {
             None | Some(StepToolChoice::Mode(ToolChoiceMode::Auto)) => ToolChoice::Auto,
             Some(StepToolChoice::Mode(ToolChoiceMode::NoTools)) => ToolChoice::None,
@@ -385,7 +387,7 @@ impl Run<'_> {
         call.step = Some(alias.to_owned());
         call.tool = Some(step.tool.clone());
         self.tracer.emit(call);
-        let input = self.chat_input(id, None, Vec::new());
+        let input = self.chat_input(LoopContext::default(), id, Vec::new());
         let runtime = self.exec.runs.runtime();
         let cancel = tokio_util::sync::CancellationToken::new();
         let _cancel_on_drop = cancel.clone().drop_guard();

@@ -4,11 +4,13 @@
 //! differs is this context: the execution mode (`loop`), the step its matchers see, and the
 //! packs the loop and the step assign, which run after the project's and the agent's.
 
+use polpo_core::config::ReasoningLevel;
 use polpo_core::hooks::{ExecutionMode, InvocationInfo, Scope};
+use polpo_core::model::ModelSelection;
 use serde::{Deserialize, Serialize};
 
-/// Where an agent invocation runs inside a Project Loop, and the hook packs that loop and
-/// step assign. Part of a run's durable request, so a resumed loop node keeps its hooks.
+/// Where an agent invocation runs inside a Project Loop: the hook packs that loop and step
+/// assign, the tools they narrow to, and the model settings the step overrides. Part of a run's durable request, so a resumed loop node keeps its hooks.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LoopContext {
@@ -28,6 +30,15 @@ pub struct LoopContext {
     /// The step's `allowedTools` (the `Step` policy layer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_allowed_tools: Option<Vec<String>>,
+    /// The step's `model` (a model or a profile the agent may use), instead of the agent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSelection>,
+    /// The step's `reasoning` level, instead of the agent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<ReasoningLevel>,
+    /// The step's `maxTurns`, instead of the agent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
 }
 
 impl LoopContext {
