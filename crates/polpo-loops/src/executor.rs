@@ -39,7 +39,7 @@ const END: &str = "end";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoopOptions {
     /// Step executions one run may make (skips included) before it fails with
-    /// `loop_step_budget_exceeded`.
+    /// `loop_step_budget_exceeded`, unless the project's `settings.loopStepBudget` says.
     pub step_budget: u32,
 }
 
@@ -178,9 +178,11 @@ impl LoopExecutor {
     /// reporting each trace event to `sink` as it happens.
     pub async fn run(&self, request: &LoopRequest, run_id: &str, loop_id: &str, config: &LoopConfig, sink: TraceSink<'_>) -> LoopFinished {
         let runtime = self.runs.runtime().clone();
+        let budget = runtime.loaded().project.settings().loop_step_budget.unwrap_or(self.options.step_budget);
         let clock = move || runtime.clock().now().timestamp_millis();
         let run = Run {
             exec: self,
+            budget,
             config,
             request,
             run_id,
@@ -220,6 +222,8 @@ impl LoopExecutor {
 /// One run in progress.
 struct Run<'a> {
     exec: &'a LoopExecutor,
+    /// Step executions allowed.
+    budget: u32,
     config: &'a LoopConfig,
     request: &'a LoopRequest,
     run_id: &'a str,
@@ -236,9 +240,8 @@ impl Run<'_> {
         async move {
             let mut at = start.to_owned();
             while at != END {
-                let budget = self.exec.options.step_budget;
-                if self.executed.fetch_add(1, Ordering::Relaxed) >= budget {
-                    return Err(LoopError::StepBudgetExceeded(budget));
+                if self.executed.fetch_add(1, Ordering::Relaxed) >= self.budget {
+                    return Err(LoopError::StepBudgetExceeded(self.budget));
                 }
                 let step = self.config.steps.get(&at).ok_or_else(|| LoopError::NotFound(format!("{}: step `{at}`", self.loop_id)))?;
                 match step.when.as_deref() {

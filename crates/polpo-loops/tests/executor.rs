@@ -21,13 +21,18 @@ use tempfile::TempDir;
 /// A project whose agent `bot` has `loops` assigned (the first is its default), run by an
 /// executor with `budget` step executions.
 async fn executor(llm: &FakeLlm, agent: Value, loops: &[(&str, Value)], budget: u32) -> (TempDir, LoopExecutor) {
+    executor_with(llm, json!({"storage": "file", "chatExecution": "inline"}), agent, loops, budget).await
+}
+
+/// [`executor`] with these project `settings`.
+async fn executor_with(llm: &FakeLlm, settings: Value, agent: Value, loops: &[(&str, Value)], budget: u32) -> (TempDir, LoopExecutor) {
     polpo_llm::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let mut agent = agent;
     agent["model"] = json!("openai/fake-model");
     agent["assignedLoops"] = json!(loops.iter().map(|(id, _)| *id).collect::<Vec<_>>());
     agent["defaultLoop"] = json!(loops[0].0);
-    let mut fixture = ProjectFixture::new(dir.path(), json!({"storage": "file", "chatExecution": "inline"})).unwrap().agent("bot", agent, "You help.").unwrap();
+    let mut fixture = ProjectFixture::new(dir.path(), settings).unwrap().agent("bot", agent, "You help.").unwrap();
     for (id, config) in loops {
         fixture = fixture.project_loop(id, config.clone()).unwrap();
     }
@@ -203,6 +208,12 @@ async fn while_stops_at_max_iterations_and_a_back_edge_cycle_at_the_budget() {
     assert_eq!(code(&finished), "loop_step_budget_exceeded");
     assert_eq!(finished.state.executed, 8, "seven executions ran, the eighth was refused");
     assert!(finished.trace.iter().any(|e| e.kind == TraceKind::StepSkip && e.step_key.as_deref() == Some("b")));
+
+    // The project's setting wins over the executor's default.
+    let cycle = json!({"start": "a", "steps": {"a": {"type": "tool", "tool": "ls", "input": {}, "next": "a"}}});
+    let (_dir, exec) = executor_with(&llm, json!({"storage": "file", "loopStepBudget": 3}), json!({}), &[("cycle", cycle)], 100).await;
+    let finished = run(&exec, &request(json!({}))).await;
+    assert_eq!((code(&finished), finished.state.executed), ("loop_step_budget_exceeded", 4));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -169,6 +169,10 @@ pub struct Settings {
     /// How chat completions execute (default run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub chat_execution: Option<ChatExecution>,
+    /// Step executions one Project Loop run may make (default 100); back-edges are bounded
+    /// by it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_step_budget: Option<u32>,
     /// Assessment retries (default 1).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_assessment_retries: Option<u32>,
@@ -465,6 +469,7 @@ static SETTINGS: Shape = Shape::Object(&[&[
         ]]),
     ),
     Field::optional("chatExecution", Shape::Enum(ChatExecution::NAMES)),
+    Field::optional("loopStepBudget", Shape::Integer { min: 1, max: 100_000 }),
     Field::optional("maxAssessmentRetries", COUNT),
     Field::optional(
         "maxConcurrency",
