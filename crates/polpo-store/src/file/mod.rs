@@ -11,11 +11,13 @@
 //!
 //! The journals are the truth for what was appended: an append fsyncs only its journal line,
 //! and a header (`session.json`, `run.json`) that lags behind is brought up to date at close
-//! (sessions) or reconciled from the journal at open (counts, title, times; a session's
-//! revision moves by one per reconciled message, so it never goes back). The other files are
-//! the truth for the rest. An in-memory index of sessions, runs, leases and effects (loaded
-//! at open, reconciled with the journals) makes lookups and listings cheap; journals are read
-//! from disk. The index mutex is held only to look up and update entries: session writes hold
+//! (sessions) or reconciled from the journal when it is next read (counts, title, times; a
+//! session's revision moves by one per reconciled message, so it never goes back). The other
+//! files are the truth for the rest. Sessions are read when first used, not at open: a cache
+//! keeps the ones in use (header, journal offsets, lock), and `.index/sessions.log` (see
+//! `order.rs`) orders them for listing. An in-memory index of runs, leases and effects (loaded
+//! at open, reconciled with the journals) makes their lookups and listings cheap; journals are
+//! read from disk. The index mutex is held only to look up and update entries: session writes hold
 //! a per-session lock across their fsyncs, so one session's writes stay ordered and different
 //! sessions write in parallel. The `flock` keeps a second process out.
 
@@ -23,6 +25,7 @@ mod effects;
 mod fsio;
 mod journal;
 mod lock;
+mod order;
 mod records;
 mod runs;
 mod sessions;
@@ -53,11 +56,15 @@ struct Inner {
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGen>,
     index: Mutex<Index>,
+    /// The listing order of sessions; its own lock, so a create's fsync of its key holds up
+    /// no other operation. Never taken while holding `index`.
+    order: Mutex<order::SessionOrder>,
     _lock: lock::StoreLock,
 }
 
 #[derive(Debug, Default)]
 struct Index {
+    /// The sessions read so far (see [`Inner::load_session`]).
     sessions: HashMap<String, Session>,
     runs: HashMap<String, Run>,
     leases: HashMap<String, Lease>,
@@ -118,22 +125,78 @@ impl Inner {
         for sub in [SESSIONS, RUNS, EFFECTS, RECORDS, work::TASKS, work::MISSIONS] {
             fsio::create_dir_durable(&dir.join(sub))?;
         }
+        let order = order::SessionOrder::open(&dir, &dir.join(SESSIONS))?;
         let index = Index::load(&dir)?;
-        Ok(Inner { dir, clock, ids, index: Mutex::new(index), _lock: lock })
+        Ok(Inner { dir, clock, ids, index: Mutex::new(index), order: Mutex::new(order), _lock: lock })
     }
 
     fn index(&self) -> MutexGuard<'_, Index> {
         self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    fn order(&self) -> MutexGuard<'_, order::SessionOrder> {
+        self.order.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Make sure session `id` is in the cache, reading its files on first use and reconciling
+    /// a header that a crash left behind its journal; `false` when there is no such session
+    /// (or it is still being created). Reading under the index lock is safe: nobody writes a
+    /// session that is not in the cache.
+    fn load_session(&self, idx: &mut Index, id: &str) -> Result<bool, StoreError> {
+        if idx.sessions.contains_key(id) {
+            return Ok(true);
+        }
+        if idx.session_locks.contains_key(id) || crate::model::validate_id("session", id).is_err() {
+            return Ok(false);
+        }
+        let dir = self.session_dir(id);
+        let Some(mut session) = fsio::read_json::<Session>(&dir.join("session.json"))? else { return Ok(false) };
+        fsio::remove_stale_temps(&dir)?;
+        let journal_path = dir.join("messages.jsonl");
+        let (journal, _) = Journal::open::<serde_json::Value>(&journal_path)?;
+        let count = journal.count();
+        if count > session.message_count {
+            // Appends rewrite only the journal; the header catches up here (or at close).
+            let tail: Vec<StoredMessage> = match journal.window(session.message_count, usize::MAX) {
+                Some(w) => w.read(&journal_path)?,
+                None => Vec::new(),
+            };
+            crate::model::reconcile_appended(&mut session, &tail);
+            idx.stale_headers.insert(id.to_owned());
+        } else if count < session.message_count {
+            session.revision += session.message_count - count;
+            session.message_count = count;
+            idx.stale_headers.insert(id.to_owned());
+        }
+        idx.messages.insert(id.to_owned(), journal);
+        idx.session_locks.insert(id.to_owned(), SessionLock::default());
+        idx.sessions.insert(id.to_owned(), session);
+        Ok(true)
+    }
+
+    /// Session `id`'s header, read on first use (see [`Inner::load_session`]).
+    fn session(&self, id: &str) -> Result<Option<Session>, StoreError> {
+        let mut idx = self.index();
+        Ok(if self.load_session(&mut idx, id)? { idx.sessions.get(id).cloned() } else { None })
+    }
+
     /// Take the write lock of an existing session (held across its file I/O); `None` when the
     /// session does not exist, or was deleted while we waited.
-    fn lock_session(&self, id: &str) -> Option<SessionGuard> {
-        let lock = Arc::clone(self.index().session_locks.get(id)?);
+    fn lock_session(&self, id: &str) -> Result<Option<SessionGuard>, StoreError> {
+        let lock = {
+            let mut idx = self.index();
+            if !self.load_session(&mut idx, id)? {
+                return Ok(None);
+            }
+            match idx.session_locks.get(id) {
+                Some(lock) => Arc::clone(lock),
+                None => return Ok(None),
+            }
+        };
         let guard = Arc::clone(&lock).blocking_lock_owned();
         let idx = self.index();
         let current = idx.session_locks.get(id).is_some_and(|l| Arc::ptr_eq(l, &lock));
-        (current && idx.sessions.contains_key(id)).then_some(guard)
+        Ok((current && idx.sessions.contains_key(id)).then_some(guard))
     }
 
     fn now(&self) -> DateTime<Utc> {
@@ -170,6 +233,10 @@ impl Drop for Inner {
                 }
             }
         }
+        let order = self.order.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(e) = order.compact() {
+            tracing::warn!(error = %e, "could not compact the session index at close");
+        }
     }
 }
 
@@ -197,34 +264,10 @@ fn page_newest_first<T: Clone>(
 }
 
 impl Index {
-    /// Read every session, run, lease and effect, cutting torn journal tails and reconciling
-    /// counts with the journals (a crash between the journal append and the header rewrite
-    /// leaves the header behind).
+    /// Read every run, lease and effect (sessions are read when first used), cutting torn
+    /// journal tails and reconciling run headers with their journals.
     fn load(dir: &Path) -> Result<Index, StoreError> {
         let mut index = Index::default();
-        for entry in subdirs(&dir.join(SESSIONS))? {
-            fsio::remove_stale_temps(&entry)?;
-            let Some(mut session) = fsio::read_json::<Session>(&entry.join("session.json"))? else { continue };
-            let journal_path = entry.join("messages.jsonl");
-            let (journal, _) = Journal::open::<serde_json::Value>(&journal_path)?;
-            let count = journal.count();
-            if count > session.message_count {
-                // Appends rewrite only the journal; the header catches up here (or at close).
-                let tail: Vec<StoredMessage> = match journal.window(session.message_count, usize::MAX) {
-                    Some(w) => w.read(&journal_path)?,
-                    None => Vec::new(),
-                };
-                crate::model::reconcile_appended(&mut session, &tail);
-                index.stale_headers.insert(session.id.clone());
-            } else if count < session.message_count {
-                session.revision += session.message_count - count;
-                session.message_count = count;
-                index.stale_headers.insert(session.id.clone());
-            }
-            index.messages.insert(session.id.clone(), journal);
-            index.session_locks.insert(session.id.clone(), SessionLock::default());
-            index.sessions.insert(session.id.clone(), session);
-        }
         for entry in subdirs(&dir.join(RUNS))? {
             fsio::remove_stale_temps(&entry)?;
             let Some(mut run) = fsio::read_json::<Run>(&entry.join("run.json"))? else { continue };

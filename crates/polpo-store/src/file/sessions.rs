@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use std::sync::Arc;
 
-use super::{FileStore, Inner, Journal, SESSIONS, SessionGuard, SessionLock, fsio, owned, page_newest_first};
+use super::{FileStore, Inner, Journal, SESSIONS, SessionGuard, SessionLock, fsio, owned};
 use crate::error::StoreError;
 use crate::model::{
     self, ImportOutcome, MessagesAppended, NewMessage, NewSession, Session, SessionFilter, SessionPatch, StoredMessage,
@@ -14,16 +14,17 @@ use crate::traits::SessionStore;
 
 impl Inner {
     /// Claim a new session id: its lock goes into the index (so a second create or an import of
-    /// the same id conflicts) and is held while the files are written outside the index lock.
-    fn reserve_session(&self, id: &str) -> Option<SessionGuard> {
+    /// the same id conflicts) and is held while the files are written outside the index lock;
+    /// `None` when the session exists (on disk or being created).
+    fn reserve_session(&self, id: &str) -> Result<Option<SessionGuard>, StoreError> {
         let mut idx = self.index();
-        if idx.session_locks.contains_key(id) {
-            return None;
+        if idx.session_locks.contains_key(id) || self.load_session(&mut idx, id)? {
+            return Ok(None);
         }
         let lock = SessionLock::default();
         idx.session_locks.insert(id.to_owned(), Arc::clone(&lock));
         // Fresh and only reachable through the index, which we hold: this never waits.
-        Some(lock.blocking_lock_owned())
+        Ok(Some(lock.blocking_lock_owned()))
     }
 
     /// Undo a reservation whose files could not be written.
@@ -36,9 +37,11 @@ impl Inner {
     }
 
     /// Write a session reserved by `guard` and make it visible; on failure the reservation is
-    /// given back, so the id can be created again. Shared by create and import.
+    /// given back, so the id can be created again. Shared by create and import. Its listing key
+    /// is made durable first, so a crash never leaves a session that lists cannot find.
     fn add_new_session(&self, guard: SessionGuard, session: &Session, messages: &[StoredMessage]) -> Result<(), StoreError> {
-        let journal = match self.write_new_session(session, messages) {
+        let written = self.order().append_added(session).and_then(|()| self.write_new_session(session, messages));
+        let journal = match written {
             Ok(j) => j,
             Err(e) => {
                 self.unreserve_session(&session.id);
@@ -49,6 +52,7 @@ impl Inner {
         idx.messages.insert(session.id.clone(), journal);
         idx.sessions.insert(session.id.clone(), session.clone());
         drop(idx);
+        self.order().insert(session);
         drop(guard);
         Ok(())
     }
@@ -74,14 +78,14 @@ impl Inner {
     fn create_session(&self, new: NewSession) -> Result<Session, StoreError> {
         let session = model::session_from_new(new, self.now(), self.ids())?;
         let exists = || StoreError::Conflict(format!("session `{}` already exists", session.id));
-        let guard = self.reserve_session(&session.id).ok_or_else(exists)?;
+        let guard = self.reserve_session(&session.id)?.ok_or_else(exists)?;
         self.add_new_session(guard, &session, &[])?;
         Ok(session)
     }
 
     fn update_session(&self, id: &str, patch: SessionPatch, expected: Option<u64>) -> Result<Session, StoreError> {
         let now = self.now();
-        let _guard = self.lock_session(id).ok_or_else(|| StoreError::not_found("session", id))?;
+        let _guard = self.lock_session(id)?.ok_or_else(|| StoreError::not_found("session", id))?;
         let mut session = self.index().sessions.get(id).cloned().ok_or_else(|| StoreError::not_found("session", id))?;
         model::check_revision("session", id, expected, session.revision)?;
         model::apply_patch(&mut session, patch, now)?;
@@ -99,7 +103,7 @@ impl Inner {
         expected: Option<u64>,
     ) -> Result<MessagesAppended, StoreError> {
         let now = self.now();
-        let _guard = self.lock_session(id).ok_or_else(|| StoreError::not_found("session", id))?;
+        let _guard = self.lock_session(id)?.ok_or_else(|| StoreError::not_found("session", id))?;
         let mut session = self.index().sessions.get(id).cloned().ok_or_else(|| StoreError::not_found("session", id))?;
         model::check_revision("session", id, expected, session.revision)?;
         let stored = model::apply_append(&mut session, messages, now, self.ids())?;
@@ -115,12 +119,32 @@ impl Inner {
         Ok(MessagesAppended { session, messages: stored })
     }
 
+    /// A page of sessions newest first: keys from the session log, then only those sessions
+    /// read (a key whose session is missing, or was created at another time, is a crash's
+    /// leftover and skipped).
+    fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>, StoreError> {
+        let mut before = page.after.as_ref().map(Cursor::time_key).transpose()?;
+        let size = page.size();
+        let mut items = Vec::with_capacity(size + 1);
+        while items.len() <= size {
+            let keys = self.order().before(before.as_ref(), filter, size + 1 - items.len())?;
+            let Some(last) = keys.last().cloned() else { break };
+            for (ms, id) in keys {
+                if let Some(session) = self.session(&id)?.filter(|s| s.created_at.timestamp_millis() == ms) {
+                    items.push(session);
+                }
+            }
+            before = Some(last);
+        }
+        Ok(Page::from_overfetch(items, size, |s| Cursor::at_time(s.created_at.timestamp_millis(), &s.id)))
+    }
+
     fn list_messages(&self, id: &str, page: &PageRequest) -> Result<Page<StoredMessage>, StoreError> {
         let after = page.after.as_ref().map(Cursor::seq).transpose()?.unwrap_or(0);
         let size = page.size();
         let window = {
-            let idx = self.index();
-            if !idx.sessions.contains_key(id) {
+            let mut idx = self.index();
+            if !self.load_session(&mut idx, id)? {
                 return Err(StoreError::not_found("session", id));
             }
             idx.messages.get(id).and_then(|j| j.window(after, size + 1))
@@ -135,8 +159,9 @@ impl Inner {
     fn recent_messages(&self, id: &str, limit: u32) -> Result<Vec<StoredMessage>, StoreError> {
         let size = PageRequest::first(limit).size();
         let window = {
-            let idx = self.index();
-            let journal = idx.messages.get(id).filter(|_| idx.sessions.contains_key(id));
+            let mut idx = self.index();
+            let exists = self.load_session(&mut idx, id)?;
+            let journal = idx.messages.get(id).filter(|_| exists);
             let journal = journal.ok_or_else(|| StoreError::not_found("session", id))?;
             journal.window(journal.count().saturating_sub(size as u64), size)
         };
@@ -148,19 +173,22 @@ impl Inner {
 
     fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
         model::validate_id("session", id)?;
-        let Some(_guard) = self.lock_session(id) else { return Ok(false) };
+        let Some(_guard) = self.lock_session(id)? else { return Ok(false) };
         let dir = self.session_dir(id);
         // Without session.json the directory is ignored at load, so a crash mid-delete is safe.
         let head = dir.join("session.json");
         std::fs::remove_file(&head).map_err(|e| StoreError::io(&head, e))?;
-        {
+        let removed = {
             let mut idx = self.index();
-            idx.sessions.remove(id);
             idx.messages.remove(id);
             idx.session_locks.remove(id);
             idx.stale_headers.remove(id);
-        }
+            idx.sessions.remove(id)
+        };
         fsio::sync_dir(&dir)?;
+        if let Some(session) = removed {
+            self.order().remove(&session)?;
+        }
         std::fs::remove_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         fsio::sync_dir(&self.dir.join(SESSIONS))?;
         Ok(true)
@@ -168,11 +196,11 @@ impl Inner {
 
     fn import_session(&self, session: &Session, messages: &[StoredMessage]) -> Result<ImportOutcome, StoreError> {
         model::check_session_import(session, messages)?;
-        if let Some(guard) = self.reserve_session(&session.id) {
+        if let Some(guard) = self.reserve_session(&session.id)? {
             self.add_new_session(guard, session, messages)?;
             return Ok(ImportOutcome::Imported);
         }
-        let _guard = self.lock_session(&session.id).ok_or_else(|| {
+        let _guard = self.lock_session(&session.id)?.ok_or_else(|| {
             StoreError::Conflict(format!("session `{}` is being created or deleted concurrently", session.id))
         })?;
         let (existing, window) = {
@@ -197,21 +225,13 @@ impl SessionStore for FileStore {
     }
 
     async fn get_session(&self, id: &str) -> Result<Option<Session>, StoreError> {
-        Ok(self.inner.index().sessions.get(id).cloned())
+        let id = owned(id);
+        self.blocking(move |s| s.session(&id)).await
     }
 
     async fn list_sessions(&self, filter: &SessionFilter, page: &PageRequest) -> Result<Page<Session>, StoreError> {
-        let items: Vec<Session> = self
-            .inner
-            .index()
-            .sessions
-            .values()
-            .filter(|s| filter.agent.as_ref().is_none_or(|a| *a == s.agent))
-            .filter(|s| filter.user.is_none() || filter.user == s.user)
-            .filter(|s| filter.owner.is_none() || filter.owner == s.owner)
-            .cloned()
-            .collect();
-        page_newest_first(items, |s| (s.created_at.timestamp_millis(), s.id.clone()), page)
+        let (filter, page) = (filter.clone(), page.clone());
+        self.blocking(move |s| s.list_sessions(&filter, &page)).await
     }
 
     async fn update_session(
