@@ -51,6 +51,8 @@ pub struct Invocation {
     pub max_turns: u32,
     /// Reasoning effort passed to the provider.
     pub reasoning: Option<String>,
+    /// Sampling temperature passed to the provider (`None`: the provider's default).
+    pub temperature: Option<f32>,
     /// Where and how tools run.
     pub tool_context: ToolContext,
     /// The agent's runtime hooks; `None` when it has no hook packs.

@@ -533,6 +533,8 @@ impl Runtime {
             hooks,
             tool_loading: c.tool_loading.as_ref().map_or(ToolLoadingMode::Auto, |t| t.mode),
             interactions,
+            // Numbers of a config file fit an f32 sampling parameter (0 to 2).
+            temperature: step.and_then(|l| l.temperature.as_ref()).and_then(serde_json::Number::as_f64).map(|t| t as f32),
         })
     }
 }

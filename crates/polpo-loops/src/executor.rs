@@ -340,6 +340,7 @@ impl Run<'_> {
             model: step.model.clone(),
             reasoning: step.reasoning,
             max_turns: step.max_turns,
+            temperature: step.temperature.clone(),
             ..LoopContext::default()
         };
         let mut input = self.chat_input(overrides, id, messages);

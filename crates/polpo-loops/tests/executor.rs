@@ -305,18 +305,20 @@ async fn loop_mode_policy_is_agent_loop_step_request_and_never_chat() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_step_overrides_the_model_reasoning_and_turn_budget() {
+async fn an_agent_step_overrides_the_model_reasoning_temperature_and_turn_budget() {
     let turns = [Turn::text("Quick."), Turn::tool_calls(vec![("ls", json!({}))]), Turn::text("never reached")];
     let llm = FakeLlm::start(turns).await.unwrap();
     let config = json!({"start": "quick", "steps": {
-        "quick": {"systemPrompt": "Be quick.", "model": "openai/fast-model", "reasoning": "high", "next": "short"},
+        "quick": {"systemPrompt": "Be quick.", "model": "openai/fast-model", "reasoning": "high", "temperature": 0.25, "next": "short"},
         "short": {"systemPrompt": "One turn only.", "maxTurns": 1}
     }});
     let (_dir, exec) = executor(&llm, json!({"reasoning": "low", "maxTurns": 10}), &[("steps", config)], 100).await;
     let finished = run(&exec, &request(json!({}))).await;
     let requests = llm.requests();
     assert_eq!((requests[0].body["model"].as_str(), requests[0].body["reasoning_effort"].as_str()), (Some("fast-model"), Some("high")));
+    assert_eq!(requests[0].body["temperature"], 0.25);
     assert_eq!((requests[1].body["model"].as_str(), requests[1].body["reasoning_effort"].as_str()), (Some("fake-model"), Some("low")), "the next step has the agent's");
+    assert!(requests[1].body.get("temperature").is_none());
     assert_eq!(requests.len(), 2, "maxTurns 1: no second model call in the step");
     assert_eq!(code(&finished), "loop_step_failed");
     assert!(finished.result.unwrap_err().to_string().contains("max_turns"));

@@ -39,6 +39,9 @@ pub struct LoopContext {
     /// The step's `maxTurns`, instead of the agent's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_turns: Option<u32>,
+    /// The step's sampling `temperature` (0 to 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<serde_json::Number>,
 }
 
 impl LoopContext {

@@ -272,7 +272,7 @@ async fn call_model(
         response_format: shape.response_format,
         reasoning: inv.reasoning.clone(),
         max_output_tokens: shape.max_output_tokens,
-        temperature: None,
+        temperature: inv.temperature,
     };
     let mut stream = tokio::select! {
         biased;

@@ -127,6 +127,7 @@ pub fn invocation_with(llm: &FakeLlm, ws: &Workspace, hooks: Option<InvocationHo
         hooks,
         tool_loading: polpo_core::config::ToolLoadingMode::Direct,
         interactions: Default::default(),
+        temperature: None,
     }
 }
 
