@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use polpo_core::message::Message;
-use polpo_store::{NewMessage, NewRun, NewSession, PageRequest, Store, StoreKind, SystemClock};
+use polpo_store::{NewMessage, NewRun, NewSession, PageRequest, SessionFilter, Store, StoreKind, SystemClock};
 use serde_json::json;
 use support::Location;
 
@@ -66,6 +66,11 @@ async fn crash_child_writer() {
             .unwrap();
         writeln!(out, "ack message {}", appended.messages[0].seq).unwrap();
         out.flush().unwrap();
+        // A kill can land between a session's listing key and its files.
+        let new = NewSession { agent: "a".into(), ..Default::default() };
+        let created = store.sessions.create_session(new).await.unwrap();
+        writeln!(out, "ack session {}", created.id).unwrap();
+        out.flush().unwrap();
     }
 }
 
@@ -74,6 +79,7 @@ async fn crash_child_writer() {
 struct Acks {
     events: Vec<u64>,
     messages: Vec<u64>,
+    sessions: Vec<String>,
 }
 
 /// Start a writer, let it acknowledge a few writes, SIGKILL it, and return what it acknowledged.
@@ -106,8 +112,12 @@ fn write_then_kill(
         let mut words = line.split_whitespace().skip_while(|w| *w != "ack");
         if words.next() == Some("ack") {
             let what = words.next().unwrap().to_owned();
-            let seq: u64 = words.next().unwrap().parse().unwrap();
-            if what == "event" { acks.events.push(seq) } else { acks.messages.push(seq) }
+            let value = words.next().unwrap();
+            match what.as_str() {
+                "event" => acks.events.push(value.parse().unwrap()),
+                "message" => acks.messages.push(value.parse().unwrap()),
+                _ => acks.sessions.push(value.to_owned()),
+            }
         }
     };
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -162,11 +172,13 @@ fn crash_and_recover(kind: StoreKind) {
     });
     let mut all_events = Vec::new();
     let mut all_messages = Vec::new();
+    let mut all_sessions = vec![SESSION.to_owned()];
     for round in 0..3 {
         let acks = write_then_kill(kind, &location, arbitrary(round), &rt);
         assert!(!acks.events.is_empty(), "the writer acknowledged something before it was killed");
         all_events.extend(acks.events);
         all_messages.extend(acks.messages);
+        all_sessions.extend(acks.sessions);
         rt.block_on(async {
             let store = open(kind, &location).await;
             let mut events = Vec::new();
@@ -196,6 +208,25 @@ fn crash_and_recover(kind: StoreKind) {
             assert_eq!(seqs, (1..=m).collect::<Vec<_>>(), "{kind:?}: messages are gap-free");
             assert!(all_messages.iter().all(|s| *s <= m), "{kind:?}: every acknowledged message is present");
             assert_eq!(store.sessions.get_session(SESSION).await.unwrap().unwrap().message_count, m);
+
+            let mut listed = Vec::new();
+            let mut page = PageRequest::first(7);
+            loop {
+                let got = store.sessions.list_sessions(&SessionFilter::default(), &page).await.unwrap();
+                for s in &got.items {
+                    let got = store.sessions.get_session(&s.id).await.unwrap();
+                    assert_eq!(got.as_ref(), Some(s), "{kind:?}: listed whole");
+                }
+                listed.extend(got.items.into_iter().map(|s| s.id));
+                match got.next {
+                    Some(c) => page = PageRequest::after(c, 7),
+                    None => break,
+                }
+            }
+            let unique: std::collections::HashSet<&String> = listed.iter().collect();
+            assert_eq!(unique.len(), listed.len(), "{kind:?}: each session listed once");
+            let lost: Vec<&String> = all_sessions.iter().filter(|id| !unique.contains(id)).collect();
+            assert!(lost.is_empty(), "{kind:?}: every acknowledged session is listed, not {lost:?}");
             assert_eq!(
                 store.runs.append_event(RUN, "run.resumed", json!({})).await.unwrap(),
                 n + 1,

@@ -8,7 +8,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use polpo_core::message::Message;
-use polpo_store::{FileStore, NewMessage, NewRun, NewSession, PageRequest, StoreKind, SystemClock, open_store};
+use polpo_store::{
+    FileStore, NewMessage, NewRun, NewSession, PageRequest, SessionFilter, StoreKind, SystemClock, open_store,
+};
 use serde_json::{Value, json};
 
 async fn open(dir: &Path) -> polpo_store::Store {
@@ -189,4 +191,97 @@ async fn open_store_picks_the_backend_from_settings() {
     assert_eq!(err.code(), "store_config");
     assert_eq!(StoreKind::parse("mongo").unwrap_err().code(), "store_config");
     FileStore::open(&root.path().join(".polpo"), Arc::new(SystemClock)).await.unwrap();
+}
+
+/// Ids of every session a listing returns, paging `n` at a time by cursor.
+async fn listed(store: &polpo_store::Store, n: u32) -> Vec<String> {
+    let mut ids = Vec::new();
+    let mut page = PageRequest::first(n);
+    loop {
+        let got = store.sessions.list_sessions(&SessionFilter::default(), &page).await.unwrap();
+        ids.extend(got.items.into_iter().map(|s| s.id));
+        match got.next {
+            Some(c) => page = PageRequest::after(c, n),
+            None => return ids,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_crash_between_the_index_append_and_the_session_files_lists_nothing_half_written() {
+    let root = tempfile::tempdir().unwrap();
+    let polpo = root.path().join(".polpo");
+    let (older, newer) = {
+        let store = open(root.path()).await;
+        let mk = || store.sessions.create_session(NewSession { agent: "a".into(), ..Default::default() });
+        let older = mk().await.unwrap();
+        (older, mk().await.unwrap())
+    };
+    // What a kill leaves after the key of `ghost` was appended: its directory without a header,
+    // and a second key torn mid-line.
+    let log = polpo.join(".index/sessions.log");
+    let ghost_ms = newer.created_at.timestamp_millis() + 1;
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    writeln!(f, "{}", json!({"t": ghost_ms, "id": "ghost", "add": {"agent": "a"}})).unwrap();
+    f.write_all(b"{\"t\":1,\"id\":\"torn").unwrap();
+    std::fs::create_dir(polpo.join("sessions/ghost")).unwrap();
+    std::fs::write(polpo.join("sessions/ghost/messages.jsonl"), b"").unwrap();
+
+    let store = open(root.path()).await;
+    assert_eq!(listed(&store, 1).await, [newer.id.clone(), older.id.clone()], "the half-written session is skipped");
+    assert_eq!(store.sessions.get_session("ghost").await.unwrap(), None);
+    let ghost = polpo_store::Session { id: "ghost".into(), ..newer.clone() };
+    store.sessions.import_session(&ghost, &[]).await.unwrap();
+    let third = store.sessions.create_session(NewSession { agent: "a".into(), ..Default::default() }).await.unwrap();
+    let all = [third.id.clone(), "ghost".to_owned(), newer.id.clone(), older.id.clone()];
+    assert_eq!(listed(&store, 2).await, all, "the id is usable again, listed once at its own time");
+    drop(store);
+    let store = open(root.path()).await;
+    assert_eq!(listed(&store, 3).await, all);
+}
+
+#[tokio::test]
+async fn open_reads_no_session_and_a_store_without_the_index_builds_it() {
+    let root = tempfile::tempdir().unwrap();
+    let polpo = root.path().join(".polpo");
+    let (a, b) = {
+        let store = open(root.path()).await;
+        let mk = |agent: &str| store.sessions.create_session(NewSession { agent: agent.into(), ..Default::default() });
+        let a = mk("a").await.unwrap();
+        (a, mk("b").await.unwrap())
+    };
+    std::fs::remove_file(polpo.join(".index/sessions.log")).unwrap();
+    let store = open(root.path()).await;
+    assert_eq!(listed(&store, 20).await, [b.id.clone(), a.id.clone()], "rebuilt from the session directories");
+    let only_b = SessionFilter { agent: Some("b".into()), ..Default::default() };
+    let page = store.sessions.list_sessions(&only_b, &PageRequest::first(20)).await.unwrap();
+    assert_eq!(page.items.iter().map(|s| s.id.clone()).collect::<Vec<_>>(), [b.id.clone()]);
+    drop(store);
+
+    // A session file that does not parse no longer stops the store from opening: only reading
+    // that session fails.
+    std::fs::write(polpo.join("sessions").join(&a.id).join("session.json"), b"{").unwrap();
+    let store = open(root.path()).await;
+    assert_eq!(store.sessions.get_session(&b.id).await.unwrap().unwrap(), b);
+    assert_eq!(store.sessions.get_session(&a.id).await.unwrap_err().code(), "store_corrupt");
+}
+
+#[tokio::test]
+async fn a_clean_close_compacts_the_session_index() {
+    let root = tempfile::tempdir().unwrap();
+    let log = root.path().join(".polpo/.index/sessions.log");
+    let store = open(root.path()).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let new = NewSession { agent: "a".into(), ..Default::default() };
+        ids.push(store.sessions.create_session(new).await.unwrap().id);
+    }
+    assert!(store.sessions.delete_session(&ids[1]).await.unwrap());
+    assert_eq!(lines(&log).len(), 4, "three keys and a removal");
+    assert_eq!(listed(&store, 20).await, [ids[2].clone(), ids[0].clone()]);
+    drop(store);
+    let kept: Vec<String> = lines(&log).iter().map(|l| l["id"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(kept, [ids[0].clone(), ids[2].clone()], "the removal and its key are gone");
+    let store = open(root.path()).await;
+    assert_eq!(listed(&store, 1).await, [ids[2].clone(), ids[0].clone()]);
 }

@@ -117,7 +117,12 @@ impl SessionOrder {
 
     /// Up to `n` keys matching `filter`, newest first, strictly before `before` (all when
     /// `None`); reads the log on first use.
-    pub(super) fn before(&mut self, before: Option<&Key>, filter: &SessionFilter, n: usize) -> Result<Vec<Key>, StoreError> {
+    pub(super) fn before(
+        &mut self,
+        before: Option<&Key>,
+        filter: &SessionFilter,
+        n: usize,
+    ) -> Result<Vec<Key>, StoreError> {
         let keys = match &mut self.keys {
             Some(keys) => keys,
             None => {

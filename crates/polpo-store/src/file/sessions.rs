@@ -39,7 +39,12 @@ impl Inner {
     /// Write a session reserved by `guard` and make it visible; on failure the reservation is
     /// given back, so the id can be created again. Shared by create and import. Its listing key
     /// is made durable first, so a crash never leaves a session that lists cannot find.
-    fn add_new_session(&self, guard: SessionGuard, session: &Session, messages: &[StoredMessage]) -> Result<(), StoreError> {
+    fn add_new_session(
+        &self,
+        guard: SessionGuard,
+        session: &Session,
+        messages: &[StoredMessage],
+    ) -> Result<(), StoreError> {
         let written = self.order().append_added(session).and_then(|()| self.write_new_session(session, messages));
         let journal = match written {
             Ok(j) => j,
