@@ -169,6 +169,23 @@ async fn router_flow_answers_in_one_response_with_the_whole_trace() {
     assert_eq!(requests[2].body["tool_choice"]["function"]["name"], "write");
     let to_answer = trace.iter().find(|e| e["type"] == "transition" && e["toStepKey"] == "answer").unwrap();
     assert_eq!(to_answer["data"]["label"], "Answer directly");
+
+    // What a loop cannot honour is refused before any step runs.
+    let client = reqwest::Client::new();
+    let mut structured = chat(false);
+    structured["response_format"] = json!({"type": "json_object"});
+    let mut asking = chat(false);
+    asking["polpo"] = json!({"capabilities": {"ask_user_question": true}});
+    let mut elsewhere = chat(false);
+    elsewhere["loop"] = json!("other-flow");
+    for (body, code) in [(structured, "loop_request_unsupported"), (asking, "loop_request_unsupported"), (elsewhere, "loop_not_assigned")] {
+        let r = client.post(format!("{}/v1/chat/completions", server.url)).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 400);
+        assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], code);
+    }
+    let keyed = client.post(format!("{}/v1/chat/completions", server.url)).header("idempotency-key", "k1").json(&chat(false)).send().await.unwrap();
+    assert_eq!(keyed.status(), 400, "an Idempotency-Key is refused, not silently ignored");
+    assert_eq!(llm.requests().len(), 4, "no refused request reached the model");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -194,7 +194,7 @@ impl LoopExecutor {
         };
         run.tracer.emit(TraceEvent::new(TraceKind::LoopStart, None).status(TraceStatus::Started).data(json!({"runId": run_id, "agent": request.agent})));
         let mut context = json!({ REQUEST: {"metadata": request.metadata, "user": request.user} });
-        let result = run.walk(&config.start, &mut context).await;
+        let result = run.walk(&config.start, &mut context, false).await;
         self.humans.forget(run_id);
         let last = run.last.lock().unwrap_or_else(|p| p.into_inner()).take();
         let result = match result {
@@ -235,8 +235,9 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Run from `start` along `next` until `end`, on `context`.
-    fn walk<'s>(&'s self, start: &'s str, context: &'s mut Value) -> BoxFuture<'s, Result<(), LoopError>> {
+    /// Run from `start` along `next` until `end`, on `context`; `branch`: inside a parallel
+    /// branch (agents there have no durable checkpoint of their own).
+    fn walk<'s>(&'s self, start: &'s str, context: &'s mut Value, branch: bool) -> BoxFuture<'s, Result<(), LoopError>> {
         async move {
             let mut at = start.to_owned();
             while at != END {
@@ -250,7 +251,7 @@ impl Run<'_> {
                         event.when = Some(guard.to_owned());
                         self.tracer.emit(event);
                     }
-                    _ => self.step(&at, step, context).await?,
+                    _ => self.step(&at, step, context, branch).await?,
                 }
                 let (to, transition) = next(step, context);
                 let mut event = TraceEvent::new(TraceKind::Transition, None);
@@ -271,7 +272,7 @@ impl Run<'_> {
     }
 
     /// Run one step (its guard held).
-    async fn step(&self, id: &str, step: &Step, context: &mut Value) -> Result<(), LoopError> {
+    async fn step(&self, id: &str, step: &Step, context: &mut Value, branch: bool) -> Result<(), LoopError> {
         let alias = match &step.body {
             StepBody::Tool(t) => t.save_as.clone().unwrap_or_else(|| t.tool.clone()),
             _ => id.to_owned(),
@@ -287,13 +288,13 @@ impl Run<'_> {
         self.tracer.emit(start);
         let done = match &step.body {
             StepBody::Agent(agent) => match projection.transpose() {
-                Ok(projection) => self.agent(id, agent, projection, context).await,
+                Ok(projection) => self.agent(id, agent, projection, context, branch).await,
                 Err(e) => Err(e),
             },
             StepBody::Tool(tool) => self.tool(id, &alias, tool, context).await,
             StepBody::Human(human) => self.human(id, human, context).await,
             StepBody::Parallel(parallel) => self.parallel(parallel, context).await,
-            StepBody::While(w) => self.repeat(id, w, context).await,
+            StepBody::While(w) => self.repeat(id, w, context, branch).await,
         };
         let mut end = TraceEvent::new(TraceKind::StepEnd, Some(id));
         end.step = Some(alias);
@@ -322,7 +323,7 @@ impl Run<'_> {
         input
     }
 
-    async fn agent(&self, id: &str, step: &AgentStep, projection: Option<Value>, context: &mut Value) -> Result<(), LoopError> {
+    async fn agent(&self, id: &str, step: &AgentStep, projection: Option<Value>, context: &mut Value, branch: bool) -> Result<(), LoopError> {
         let mut system = step.system_prompt.clone().unwrap_or_default();
         let messages = match projection {
             // The projection replaces the shared context and the conversation for this step.
@@ -359,6 +360,7 @@ impl Run<'_> {
             let wire = json!({"type": "json_schema", "json_schema": {"name": schema_name(id), "schema": output.schema}});
             input.response_format = ResponseFormat::from_wire(&wire).map_err(|e| LoopError::StepFailed { step: id.to_owned(), code: "invalid_output_schema".into(), message: e })?;
         }
+        input.parallel_branch = branch;
         let structured = input.response_format.is_structured();
         let mut invoked = self.exec.runs.invoke(input, Meter::start()).await?;
         // Held while the step runs: dropping the run (its caller went away) cancels the agent.
@@ -441,7 +443,7 @@ impl Run<'_> {
             Some(Join::Count(n)) => (n as usize).min(step.branches.len()),
         };
         let mut copies: Vec<Value> = step.branches.iter().map(|_| context.clone()).collect();
-        let mut running: FuturesUnordered<_> = step.branches.iter().zip(copies.iter_mut()).enumerate().map(|(i, (branch, copy))| self.walk(branch, copy).map(move |r| r.map(|()| i))).collect();
+        let mut running: FuturesUnordered<_> = step.branches.iter().zip(copies.iter_mut()).enumerate().map(|(i, (branch, copy))| self.walk(branch, copy, true).map(move |r| r.map(|()| i))).collect();
         let mut finished = Vec::with_capacity(need);
         while finished.len() < need {
             match running.next().await {
@@ -463,7 +465,7 @@ impl Run<'_> {
 
     /// The body, in order, while `condition` holds (or until `until` does), at most
     /// `maxIterations` times; both guards are checked before each iteration.
-    async fn repeat(&self, id: &str, step: &WhileStep, context: &mut Value) -> Result<(), LoopError> {
+    async fn repeat(&self, id: &str, step: &WhileStep, context: &mut Value, branch: bool) -> Result<(), LoopError> {
         let max = step.max_iterations();
         let mut done = 0;
         let record = |done: u32| {
@@ -480,7 +482,7 @@ impl Run<'_> {
                 break;
             }
             for body in step.body.as_slice() {
-                self.walk(body, context).await?;
+                self.walk(body, context, branch).await?;
             }
             done += 1;
             record(done);

@@ -133,7 +133,7 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
     }
     input.owner = caller.owner;
     if routes::loops::runs_a_loop(&state, &input, request.loop_name.as_deref()) {
-        return routes::loops::chat(state, input, request.loop_name, request.stream).await;
+        return routes::loops::chat(state, input, request.loop_name, request.stream, headers.contains_key("idempotency-key")).await;
     }
 
     let claim = match headers.get("idempotency-key").map(|v| v.to_str().unwrap_or_default()) {

@@ -38,9 +38,13 @@ pub fn runs_a_loop(state: &AppState, input: &ChatInput, named: Option<&str>) -> 
 }
 
 /// Run the loop a chat request selects and answer it (`stream` or one JSON body).
-pub async fn chat(state: Arc<AppState>, input: ChatInput, named: Option<String>, stream: bool) -> Result<Response, ApiError> {
+/// `idempotent`: the request carries an `Idempotency-Key`, which loop runs do not honour yet.
+pub async fn chat(state: Arc<AppState>, input: ChatInput, named: Option<String>, stream: bool, idempotent: bool) -> Result<Response, ApiError> {
     if input.session_id.is_some() {
         return Err(LoopError::Unsupported("`x-session-id` does not apply to a loop: each run starts its own sessions".into()).into());
+    }
+    if idempotent {
+        return Err(LoopError::Unsupported("`Idempotency-Key` is not honoured for loop runs yet; send the request without it".into()).into());
     }
     let mut request = LoopRequest::new(input.agent, named, input.messages);
     request.metadata = input.metadata;
