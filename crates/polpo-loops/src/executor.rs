@@ -23,7 +23,7 @@ use polpo_llm::ToolChoice;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -112,7 +112,8 @@ impl LoopRequest {
 pub struct LoopState {
     /// The shared context bag (`request` and every step output).
     pub context: Value,
-    /// The steps about to run (empty once the run ended).
+    /// The steps that were about to run or running when the run stopped (empty when it
+    /// completed): where a resume would start.
     pub frontier: Vec<String>,
     /// Completed iterations of each `while` step's latest entry.
     pub while_iterations: BTreeMap<String, u32>,
@@ -189,6 +190,7 @@ impl LoopExecutor {
             loop_id,
             tracer: Tracer::new(loop_id, &clock, sink),
             executed: AtomicU32::new(0),
+            frontier: Mutex::default(),
             while_iterations: Mutex::default(),
             last: Mutex::default(),
         };
@@ -211,7 +213,7 @@ impl LoopExecutor {
         };
         let state = LoopState {
             context,
-            frontier: Vec::new(),
+            frontier: run.frontier.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect(),
             while_iterations: run.while_iterations.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             executed: run.executed.load(Ordering::Relaxed),
         };
@@ -230,6 +232,8 @@ struct Run<'a> {
     loop_id: &'a str,
     tracer: Tracer<'a>,
     executed: AtomicU32,
+    /// Steps about to run or running (parallel branches and containers included).
+    frontier: Mutex<BTreeSet<String>>,
     while_iterations: Mutex<BTreeMap<String, u32>>,
     last: Mutex<Option<Value>>,
 }
@@ -241,6 +245,7 @@ impl Run<'_> {
         async move {
             let mut at = start.to_owned();
             while at != END {
+                self.frontier.lock().unwrap_or_else(|p| p.into_inner()).insert(at.clone());
                 if self.executed.fetch_add(1, Ordering::Relaxed) >= self.budget {
                     return Err(LoopError::StepBudgetExceeded(self.budget));
                 }
@@ -253,6 +258,7 @@ impl Run<'_> {
                     }
                     _ => self.step(&at, step, context, branch).await?,
                 }
+                self.frontier.lock().unwrap_or_else(|p| p.into_inner()).remove(&at);
                 let (to, transition) = next(step, context);
                 let mut event = TraceEvent::new(TraceKind::Transition, None);
                 event.from_step_key = Some(at.clone());

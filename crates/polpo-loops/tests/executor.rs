@@ -199,6 +199,7 @@ async fn while_stops_at_max_iterations_and_a_back_edge_cycle_at_the_budget() {
     let (_dir, exec) = executor(&llm, json!({}), &[("repeat", repeat), ("cycle", cycle)], 7).await;
     let finished = run(&exec, &request(json!({}))).await;
     assert_eq!(code(&finished), "ok", "{:?}", finished.result);
+    assert!(finished.state.frontier.is_empty());
     assert_eq!(finished.state.while_iterations["again"], 3);
     assert_eq!(finished.trace.iter().filter(|e| e.kind == TraceKind::ToolCall).count(), 3);
 
@@ -207,6 +208,7 @@ async fn while_stops_at_max_iterations_and_a_back_edge_cycle_at_the_budget() {
     let finished = run(&exec, &cyclic).await;
     assert_eq!(code(&finished), "loop_step_budget_exceeded");
     assert_eq!(finished.state.executed, 8, "seven executions ran, the eighth was refused");
+    assert_eq!(finished.state.frontier, ["b"], "a resume would start at the refused step");
     assert!(finished.trace.iter().any(|e| e.kind == TraceKind::StepSkip && e.step_key.as_deref() == Some("b")));
 
     // The project's setting wins over the executor's default.
