@@ -161,7 +161,7 @@ async fn router_flow_answers_in_one_response_with_the_whole_trace() {
     assert!(body["loop_run_id"].as_str().unwrap().starts_with("looprun-"));
     let trace = body["loop_trace"].as_array().unwrap();
     let mut want = HEAD.to_vec();
-    want.extend([("transition", "answer"), ("step.start", "answer"), ("step.end", "answer"), ("transition", "end"), ("loop.end", "")]);
+    want.extend([("transition", "answer"), ("step.start", "answer"), ("tool.call", "answer"), ("tool.result", "answer"), ("step.end", "answer"), ("transition", "end"), ("loop.end", "")]);
     assert_eq!(order(trace), expected(&want));
     assert_eq!(std::fs::read_to_string(dir.path().join("answer.txt")).unwrap(), "Yes, ship it.");
     // The forced tool reached the model, and chat's own layers did not.

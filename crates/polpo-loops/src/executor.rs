@@ -18,7 +18,7 @@ use polpo_engine::meter::Meter;
 use polpo_engine::runs::{Progress, RunManager};
 use polpo_engine::structured::ResponseFormat;
 use polpo_engine::tools::exec::DirectCallError;
-use polpo_engine::{ChatInput, LoopContext, Surface};
+use polpo_engine::{ChatInput, LoopContext, RunEvent, Surface};
 use polpo_llm::ToolChoice;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -373,7 +373,7 @@ impl Run<'_> {
         let _attached = invoked.attachment();
         let answer = loop {
             match invoked.next().await {
-                Some(Progress::Event(..)) => continue,
+                Some(Progress::Event(event, _)) => self.trace_agent_tool(id, &event),
                 Some(Progress::Finished(finished)) => break finished.result,
                 None => return Err(LoopError::Aborted),
             }
@@ -388,6 +388,23 @@ impl Run<'_> {
         context::set(context, id, output.clone())?;
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(output);
         Ok(())
+    }
+
+    /// An agent step's tool calls as `tool.call`/`tool.result` (name, call id and status; never
+    /// arguments or results).
+    fn trace_agent_tool(&self, step: &str, event: &RunEvent) {
+        let (kind, name, call, status, error) = match event {
+            RunEvent::ToolCalling { id, name, .. } => (TraceKind::ToolCall, name, id, TraceStatus::Started, None),
+            RunEvent::ToolCompleted { id, name, is_error, .. } => {
+                let failed = is_error.then(|| "the tool call failed or was refused".to_owned());
+                (TraceKind::ToolResult, name, id, if *is_error { TraceStatus::Failed } else { TraceStatus::Completed }, failed)
+            }
+            _ => return,
+        };
+        let mut traced = TraceEvent::new(kind, Some(step)).status(status).data(json!({"callId": call}));
+        traced.tool = Some(name.clone());
+        traced.error = error;
+        self.tracer.emit(traced);
     }
 
     async fn tool(&self, id: &str, alias: &str, step: &ToolStep, context: &mut Value) -> Result<(), LoopError> {

@@ -298,6 +298,11 @@ async fn loop_mode_policy_is_agent_loop_step_request_and_never_chat() {
     assert_eq!(tools, vec!["ls"], "the agent step sees agent ∩ loop ∩ step");
     assert!(requests[1].body["messages"].to_string().contains("tool_policy_denied"));
     assert!(!dir.path().join("b.txt").exists(), "a step cannot use a tool outside its layers");
+    // The agent step's calls are traced under the step, without arguments or results.
+    let calls: Vec<(TraceKind, Option<&str>, Option<&str>)> =
+        finished.trace.iter().filter(|e| e.step_key.as_deref() == Some("think") && e.tool.is_some()).map(|e| (e.kind, e.tool.as_deref(), e.error.as_deref().map(|_| "failed"))).collect();
+    assert_eq!(calls, vec![(TraceKind::ToolCall, Some("write"), None), (TraceKind::ToolResult, Some("write"), Some("failed"))]);
+    assert!(!serde_json::to_string(&finished.trace).unwrap().contains("b.txt"));
 
     let mut narrowed = request(json!({}));
     narrowed.allowed_tools = Some(vec!["read".into()]);
