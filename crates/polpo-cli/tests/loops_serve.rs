@@ -31,6 +31,7 @@ fn router_flow() -> Value {
                 "type": "agent", "label": "Classify request", "group": "request_routing", "systemPrompt": "Classify the incoming request.",
                 "allowedTools": ["read"],
                 "output": {"schema": {"type": "object", "properties": {"route": {"type": "string"}}, "required": ["route"]}},
+                "stopWhen": {"expression": "classify.route != null"},
                 "next": [{"when": "classify.route == 'answer'", "label": "Answer directly", "to": "answer"}, {"label": "Needs review", "to": "human_review"}]
             },
             "answer": {"type": "agent", "systemPrompt": "Answer using the selected route.", "allowedTools": ["write"], "toolChoice": {"mode": "required", "tool": "write"}, "next": "end"},

@@ -49,6 +49,16 @@ pub enum LoopError {
         /// The engine's sentence.
         message: String,
     },
+    /// An agent step's `stopWhen` still false when its turn budget ran out.
+    #[error("loop_stop_condition_unmet: step `{step}`: `{expression}` does not hold after {turns} turn(s)")]
+    StopConditionUnmet {
+        /// The step.
+        step: String,
+        /// Its `stopWhen.expression`.
+        expression: String,
+        /// Model turns the step used.
+        turns: u32,
+    },
     /// A human answer that does not match the step's `output.schema`.
     #[error("loop_human_output_invalid: {0}")]
     HumanOutputInvalid(String),
@@ -79,6 +89,7 @@ impl LoopError {
             Self::StepBudgetExceeded(_) => "loop_step_budget_exceeded",
             Self::ToolFailed(_) => "loop_tool_failed",
             Self::StepFailed { .. } => "loop_step_failed",
+            Self::StopConditionUnmet { .. } => "loop_stop_condition_unmet",
             Self::HumanOutputInvalid(_) => "loop_human_output_invalid",
             Self::RunNotFound(_) => "loop_run_not_found",
             Self::Aborted => "aborted",

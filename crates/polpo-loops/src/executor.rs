@@ -368,6 +368,35 @@ impl Run<'_> {
         }
         input.parallel_branch = branch;
         let structured = input.response_format.is_structured();
+        // `stopWhen`: the step's turn loop goes on in the same session until the guard holds
+        // over the context (its output merged), within the step's turn budget.
+        let budget = step.max_turns.or_else(|| self.exec.runs.runtime().loaded().agent(&self.request.agent).map(|a| a.config.max_turns())).unwrap_or(1);
+        let mut used = 0;
+        loop {
+            let answer = self.invoke(id, input.clone()).await?;
+            used += answer.turns;
+            let content = answer.content.unwrap_or_default();
+            let output = if structured {
+                serde_json::from_str(&content).map_err(|e| LoopError::StepFailed { step: id.to_owned(), code: "invalid_structured_output".into(), message: e.to_string() })?
+            } else {
+                Value::String(content)
+            };
+            context::set(context, id, output.clone())?;
+            *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(output);
+            let Some(stop) = step.stop_when.as_ref().filter(|stop| !holds(&stop.expression, context)) else { return Ok(()) };
+            if used >= budget {
+                return Err(LoopError::StopConditionUnmet { step: id.to_owned(), expression: stop.expression.clone(), turns: used });
+            }
+            input.session_id = Some(answer.session_id);
+            input.messages = vec![Message::user(format!("The step is not done: `{}` does not hold yet over the loop context. Continue, then answer again.", stop.expression))];
+            if let Some(overrides) = input.loop_context.as_mut() {
+                overrides.max_turns = Some(budget - used);
+            }
+        }
+    }
+
+    /// One invocation of an agent step through the engine entry, its tool calls traced.
+    async fn invoke(&self, id: &str, input: ChatInput) -> Result<polpo_engine::RunAnswer, LoopError> {
         let mut invoked = self.exec.runs.invoke(input, Meter::start()).await?;
         // Held while the step runs: dropping the run (its caller went away) cancels the agent.
         let _attached = invoked.attachment();
@@ -378,16 +407,7 @@ impl Run<'_> {
                 None => return Err(LoopError::Aborted),
             }
         };
-        let answer = answer.map_err(|f| LoopError::StepFailed { step: id.to_owned(), code: f.code, message: f.message })?;
-        let content = answer.content.unwrap_or_default();
-        let output = if structured {
-            serde_json::from_str(&content).map_err(|e| LoopError::StepFailed { step: id.to_owned(), code: "invalid_structured_output".into(), message: e.to_string() })?
-        } else {
-            Value::String(content)
-        };
-        context::set(context, id, output.clone())?;
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(output);
-        Ok(())
+        answer.map_err(|f| LoopError::StepFailed { step: id.to_owned(), code: f.code, message: f.message })
     }
 
     /// An agent step's tool calls as `tool.call`/`tool.result` (name, call id and status; never

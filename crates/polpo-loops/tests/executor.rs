@@ -332,6 +332,29 @@ async fn an_agent_step_overrides_the_model_reasoning_temperature_and_turn_budget
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_when_continues_the_step_in_its_session_until_it_holds_within_the_turn_budget() {
+    let turns = [Turn::json(json!({"route": "unsure"})), Turn::json(json!({"route": "answer"})), Turn::json(json!({"route": "unsure"}))];
+    let llm = FakeLlm::start(turns).await.unwrap();
+    // No tools, so each answer is constrained to the schema in one call.
+    let step = |max_turns: u32| {
+        json!({"start": "classify", "steps": {"classify": {"systemPrompt": "Classify.", "allowedTools": [], "maxTurns": max_turns,
+            "output": {"schema": {"type": "object", "properties": {"route": {"type": "string"}}, "required": ["route"]}},
+            "stopWhen": {"expression": "classify.route == 'answer'"}}}})
+    };
+    let (_dir, exec) = executor(&llm, json!({}), &[("patient", step(3)), ("hasty", step(1))], 100).await;
+    let finished = run(&exec, &request(json!({}))).await;
+    assert_eq!(finished.result.unwrap(), Some(json!({"route": "answer"})));
+    let second = llm.requests()[1].body["messages"].to_string();
+    assert!(second.contains("unsure") && second.contains("does not hold yet"), "the same session goes on: {second}");
+
+    let mut hasty = request(json!({}));
+    hasty.loop_id = Some("hasty".into());
+    let finished = run(&exec, &hasty).await;
+    assert_eq!(code(&finished), "loop_stop_condition_unmet");
+    assert_eq!(llm.requests().len(), 3, "no turn beyond the step's budget");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_loop_refuses_what_it_cannot_honour_before_any_step() {
     let llm = FakeLlm::start([]).await.unwrap();
     let config = json!({"start": "t", "steps": {"t": {"type": "tool", "tool": "ls", "input": {}}}});

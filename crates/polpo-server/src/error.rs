@@ -207,6 +207,8 @@ error_codes! {
     LoopToolFailed = "loop_tool_failed" => StatusCode::UNPROCESSABLE_ENTITY,
     /// An agent step's invocation failed.
     LoopStepFailed = "loop_step_failed" => StatusCode::BAD_GATEWAY,
+    /// An agent step's `stopWhen` never held within its turns.
+    LoopStopConditionUnmet = "loop_stop_condition_unmet" => StatusCode::UNPROCESSABLE_ENTITY,
     /// A feature this runtime does not have yet.
     FeatureUnavailable = "feature_unavailable" => StatusCode::BAD_REQUEST,
     /// A page cursor that is not one the server gave.
@@ -567,6 +569,7 @@ mod tests {
             LoopError::StepBudgetExceeded(1),
             LoopError::ToolFailed("t".into()),
             LoopError::StepFailed { step: "s".into(), code: "c".into(), message: "m".into() },
+            LoopError::StopConditionUnmet { step: "s".into(), expression: "e".into(), turns: 1 },
             LoopError::HumanOutputInvalid("h".into()),
             LoopError::RunNotFound("r".into()),
             LoopError::Aborted,
@@ -585,6 +588,7 @@ mod tests {
                 | LoopError::StepBudgetExceeded(_)
                 | LoopError::ToolFailed(_)
                 | LoopError::StepFailed { .. }
+                | LoopError::StopConditionUnmet { .. }
                 | LoopError::HumanOutputInvalid(_)
                 | LoopError::RunNotFound(_)
                 | LoopError::Aborted
