@@ -60,11 +60,18 @@ impl TestStore {
 
     /// Close the store and open it again on the same data.
     pub async fn reopen(self) -> TestStore {
+        self.reopen_timed().await.0
+    }
+
+    /// [`TestStore::reopen`], with how long the open alone took (not the close).
+    pub async fn reopen_timed(self) -> (TestStore, std::time::Duration) {
         let TestStore { store, clock, kind, location, _dir } = self;
         // Drop our handles first: the file store holds a process lock until then.
         drop(store);
+        let started = std::time::Instant::now();
         let store = open_at(kind, &location, clock.clone()).await.unwrap();
-        TestStore { store, clock, kind, location, _dir }
+        let took = started.elapsed();
+        (TestStore { store, clock, kind, location, _dir }, took)
     }
 
     /// Drop the PostgreSQL schema (temp dirs clean themselves).

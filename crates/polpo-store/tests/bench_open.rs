@@ -1,0 +1,173 @@
+//! Open-to-ready and one page of 20 sessions with 100,000 sessions stored, per backend: the
+//! figures behind "start-up and listing do not grow with the store" (README, Performance).
+//! A benchmark, not a test: it asserts the page's contents, nothing about speed. Run it with
+//! `cargo test --release -p polpo-store --test bench_open -- --ignored --nocapture`.
+//!
+//! The sessions are copies of one session made through the public API (a user message and an
+//! answer), written straight into the backend's storage — files with the bytes the file store
+//! writes, rows cloned from the real row — because 100,000 durable creates one by one would
+//! take minutes. Each copy has its own id and creation time.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use polpo_core::message::Message;
+use polpo_store::{Cursor, NewMessage, NewSession, PageRequest, Session, SessionFilter, StoreKind, StoredMessage};
+use sqlx::{AssertSqlSafe, Connection};
+use support::{Location, TestStore};
+
+const SESSIONS: i64 = 100_000;
+const PAGE: u32 = 20;
+
+fn copy_id(i: i64) -> String {
+    format!("bench-{i:06}")
+}
+
+/// One session made by the store itself: the template every copy is cloned from.
+async fn template(t: &TestStore) -> Session {
+    let id = t.store.sessions.create_session(NewSession { agent: "bench".into(), ..Default::default() }).await.unwrap().id;
+    let turn = vec![
+        NewMessage::new(Message::user("plan a trip to Lisbon")),
+        NewMessage::new(Message::assistant(format!("Here is a plan: {}", "lorem ipsum ".repeat(20)))),
+    ];
+    t.store.sessions.append_messages(&id, turn, None).await.unwrap().session
+}
+
+/// File store: a directory per copy, `session.json` and `messages.jsonl` as the store writes
+/// them. The session index is not written here: the next open builds it (the upgrade path).
+fn copy_files(polpo: &Path, template: &Session) {
+    let sessions = polpo.join("sessions");
+    let journal = std::fs::read_to_string(sessions.join(&template.id).join("messages.jsonl")).unwrap();
+    let messages: Vec<StoredMessage> = journal.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for i in 1..=SESSIONS {
+        let id = copy_id(i);
+        let at = template.created_at + chrono::Duration::milliseconds(i);
+        let session = Session { id: id.clone(), created_at: at, updated_at: at, ..template.clone() };
+        let dir = sessions.join(&id);
+        std::fs::create_dir(&dir).unwrap();
+        let mut header = serde_json::to_vec_pretty(&session).unwrap();
+        header.push(b'\n');
+        std::fs::write(dir.join("session.json"), header).unwrap();
+        let mut lines = Vec::new();
+        for m in &messages {
+            serde_json::to_writer(&mut lines, &StoredMessage { session_id: id.clone(), ..m.clone() }).unwrap();
+            lines.push(b'\n');
+        }
+        std::fs::write(dir.join("messages.jsonl"), lines).unwrap();
+    }
+    std::fs::remove_file(polpo.join(".index/sessions.log")).unwrap();
+}
+
+/// SQL stores: the statements that clone the template's rows `SESSIONS` times (`$1` is the
+/// template's id), one per table.
+fn copy_statements(kind: StoreKind) -> [String; 2] {
+    let series = series(kind);
+    [
+        format!(
+            "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, \
+                                   revision, owner) \
+             SELECT 'bench-' || lpad_i, agent, title, user_id, metadata, created_at + i, created_at + i, \
+                    message_count, revision, owner \
+             FROM sessions, ({series}) AS n WHERE id = $1"
+        ),
+        format!(
+            "INSERT INTO messages (session_id, seq, body) \
+             SELECT 'bench-' || lpad_i, seq, replace(body, $1, 'bench-' || lpad_i) \
+             FROM messages, ({series}) AS n WHERE session_id = $1"
+        ),
+    ]
+}
+
+/// Numbers 1..=SESSIONS as `i` with their zero-padded text as `lpad_i`, in each dialect.
+fn series(kind: StoreKind) -> String {
+    match kind {
+        StoreKind::Postgres => {
+            format!("SELECT i, lpad(i::text, 6, '0') AS lpad_i FROM generate_series(1, {SESSIONS}) AS i")
+        }
+        _ => format!(
+            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < {SESSIONS}) \
+             SELECT i, printf('%06d', i) AS lpad_i FROM s"
+        ),
+    }
+}
+
+async fn fill(t: &TestStore, template: &Session) {
+    match &t.location {
+        Location::Path(p) if t.kind == StoreKind::File => copy_files(p, template),
+        Location::Path(p) => {
+            let url = format!("sqlite://{}", p.display());
+            let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            for sql in copy_statements(t.kind) {
+                sqlx::query(AssertSqlSafe(sql)).bind(&template.id).execute(&mut conn).await.unwrap();
+            }
+        }
+        Location::Schema(schema) => {
+            let options = sqlx::postgres::PgConnectOptions::from_str(&support::database_url())
+                .unwrap()
+                .options([("search_path", schema.as_str())]);
+            let mut conn = sqlx::PgConnection::connect_with(&options).await.unwrap();
+            for sql in copy_statements(t.kind) {
+                sqlx::query(AssertSqlSafe(sql)).bind(&template.id).execute(&mut conn).await.unwrap();
+            }
+        }
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:>8.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// The wire cursor a client holds after reading down to copy `i` (newest first).
+fn cursor_at(template: &Session, i: i64) -> Cursor {
+    let at = template.created_at.timestamp_millis() + i;
+    Cursor::from_wire(hex::encode(format!("t{at}:{}", copy_id(i))))
+}
+
+async fn measure(kind: StoreKind) {
+    let t = TestStore::new(kind).await;
+    let template = template(&t).await;
+    let started = Instant::now();
+    fill(&t, &template).await;
+    let filled = started.elapsed();
+    // The first open after the fill (the file store builds its session index here, once).
+    let (t, first_open) = t.reopen_timed().await;
+    let (t, open) = t.reopen_timed().await;
+
+    let middle = SESSIONS / 2;
+    let page = |i| PageRequest::after(cursor_at(&template, i), PAGE);
+    let started = Instant::now();
+    let first_page = t.store.sessions.list_sessions(&SessionFilter::default(), &page(middle)).await.unwrap();
+    let first = started.elapsed();
+    let started = Instant::now();
+    let next = PageRequest::after(first_page.next.clone().unwrap(), PAGE);
+    let second_page = t.store.sessions.list_sessions(&SessionFilter::default(), &next).await.unwrap();
+    let second = started.elapsed();
+    let started = Instant::now();
+    t.store.sessions.get_session(&copy_id(middle / 3)).await.unwrap().unwrap();
+    let get = started.elapsed();
+    let ids: Vec<String> = first_page.items.iter().chain(&second_page.items).map(|s| s.id.clone()).collect();
+    let expected: Vec<String> = (middle - 2 * i64::from(PAGE)..middle).rev().map(copy_id).collect();
+    assert_eq!(ids, expected, "{kind:?}: two pages from the middle, newest first");
+    assert!(first_page.items.iter().all(|s| s.message_count == 2 && s.title == template.title));
+
+    println!("{kind:?} ({SESSIONS} sessions, filled in {:.1} s)", filled.as_secs_f64());
+    println!("  first open after the fill          {}", ms(first_open));
+    println!("  open to ready                      {}", ms(open));
+    println!("  page of {PAGE} from the middle, first  {}", ms(first));
+    println!("  next page of {PAGE} (by cursor)       {}", ms(second));
+    println!("  get one session                    {}", ms(get));
+    t.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run with --release --ignored --nocapture"]
+async fn open_and_page_with_100k_sessions() {
+    for kind in [StoreKind::File, StoreKind::Sqlite, StoreKind::Postgres] {
+        measure(kind).await;
+    }
+}
