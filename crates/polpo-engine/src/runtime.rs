@@ -363,15 +363,16 @@ impl Runtime {
     }
 
     /// Call the agent's tool `name` outside a model turn (a loop's tool step), under the
-    /// policy `input` resolves (its mode's layers included) and the same gates as a model's
-    /// call except hooks. `Err` when the request itself does not resolve (unknown agent, model).
-    pub async fn call_tool(self: &Arc<Self>, input: &ChatInput, name: &str, arguments: Value, cancel: &CancellationToken) -> Result<Result<String, DirectCallError>, ChatError> {
+    /// policy `input` resolves (its mode's layers included) and the same gates and hooks as a
+    /// model's call (`tool:before`/`tool:after`, whose events go to `sink`). `Err` when the
+    /// request itself does not resolve (unknown agent, model, hook packs).
+    pub async fn call_tool(self: &Arc<Self>, input: &ChatInput, name: &str, arguments: Value, cancel: &CancellationToken, sink: EventSink<'_>) -> Result<Result<String, DirectCallError>, ChatError> {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
         let provider = self.provider_for_input(&loaded, agent, input)?;
         let run_id = input.run_id.clone().unwrap_or_default();
         let invocation = self.invocation(&loaded, agent, provider, input, &run_id, cancel)?;
-        Ok(crate::tools::exec::call_direct(&invocation, name, arguments).await)
+        Ok(crate::tools::exec::call_direct(&invocation, name, arguments, sink).await)
     }
 
     /// A durable run again, from what its checkpoint kept: the request (`input`, naming the

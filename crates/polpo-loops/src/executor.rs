@@ -440,7 +440,7 @@ impl Run<'_> {
         let runtime = self.exec.runs.runtime();
         let cancel = tokio_util::sync::CancellationToken::new();
         let _cancel_on_drop = cancel.clone().drop_guard();
-        let called = runtime.call_tool(&input, &step.tool, arguments, &cancel).await?;
+        let called = runtime.call_tool(&input, &step.tool, arguments, &cancel, &|_| {}).await?;
         let mut result = TraceEvent::new(TraceKind::ToolResult, Some(id));
         result.step = Some(alias.to_owned());
         result.tool = Some(step.tool.clone());

@@ -21,11 +21,11 @@ use tempfile::TempDir;
 /// A project whose agent `bot` has `loops` assigned (the first is its default), run by an
 /// executor with `budget` step executions.
 async fn executor(llm: &FakeLlm, agent: Value, loops: &[(&str, Value)], budget: u32) -> (TempDir, LoopExecutor) {
-    executor_with(llm, json!({"storage": "file", "chatExecution": "inline"}), agent, loops, budget).await
+    executor_with(llm, json!({"storage": "file", "chatExecution": "inline"}), agent, loops, &[], budget).await
 }
 
-/// [`executor`] with these project `settings`.
-async fn executor_with(llm: &FakeLlm, settings: Value, agent: Value, loops: &[(&str, Value)], budget: u32) -> (TempDir, LoopExecutor) {
+/// [`executor`] with these project `settings` and hook `packs`.
+async fn executor_with(llm: &FakeLlm, settings: Value, agent: Value, loops: &[(&str, Value)], packs: &[(&str, Value)], budget: u32) -> (TempDir, LoopExecutor) {
     polpo_llm::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let mut agent = agent;
@@ -35,6 +35,9 @@ async fn executor_with(llm: &FakeLlm, settings: Value, agent: Value, loops: &[(&
     let mut fixture = ProjectFixture::new(dir.path(), settings).unwrap().agent("bot", agent, "You help.").unwrap();
     for (id, config) in loops {
         fixture = fixture.project_loop(id, config.clone()).unwrap();
+    }
+    for (name, pack) in packs {
+        fixture = fixture.hook_pack(name, pack.clone()).unwrap();
     }
     let project = polpo_project::load_project(dir.path()).unwrap();
     let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
@@ -213,7 +216,7 @@ async fn while_stops_at_max_iterations_and_a_back_edge_cycle_at_the_budget() {
 
     // The project's setting wins over the executor's default.
     let cycle = json!({"start": "a", "steps": {"a": {"type": "tool", "tool": "ls", "input": {}, "next": "a"}}});
-    let (_dir, exec) = executor_with(&llm, json!({"storage": "file", "loopStepBudget": 3}), json!({}), &[("cycle", cycle)], 100).await;
+    let (_dir, exec) = executor_with(&llm, json!({"storage": "file", "loopStepBudget": 3}), json!({}), &[("cycle", cycle)], &[], 100).await;
     let finished = run(&exec, &request(json!({}))).await;
     assert_eq!((code(&finished), finished.state.executed), ("loop_step_budget_exceeded", 4));
 }
@@ -352,6 +355,34 @@ async fn stop_when_continues_the_step_in_its_session_until_it_holds_within_the_t
     let finished = run(&exec, &hasty).await;
     assert_eq!(code(&finished), "loop_stop_condition_unmet");
     assert_eq!(llm.requests().len(), 3, "no turn beyond the step's budget");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook_packs_see_the_loop_step_and_gate_tool_steps_and_parallel_agents() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let guard = json!({"version": 1, "hooks": {
+        "tool:before": [{"id": "guarded-writes", "matcher": {"tools": ["write"], "steps": ["guarded"]}, "handler": {"type": "command", "command": "sh .polpo/hooks/deny.sh", "timeoutMs": 5000}}],
+        "turn:stop": [{"id": "check", "terminationGate": {"validator": {"type": "command", "command": "true", "timeoutMs": 5000}, "maxCycles": 2, "maxDurationMs": 60000}}]
+    }});
+    let writes = json!({"start": "free", "steps": {
+        "free": {"type": "tool", "tool": "write", "input": {"path": "a.txt", "content": "a"}, "next": "guarded"},
+        "guarded": {"type": "tool", "tool": "write", "input": {"path": "b.txt", "content": "b"}}
+    }});
+    let fan = json!({"start": "fan", "steps": {"fan": {"type": "parallel", "branches": ["think"]}, "think": {"systemPrompt": "Think."}}});
+    let settings = json!({"storage": "file", "chatExecution": "inline"});
+    let (dir, exec) = executor_with(&llm, settings, json!({"hooks": ["guard"]}), &[("writes", writes), ("fan", fan)], &[("guard", guard)], 100).await;
+    std::fs::write(dir.path().join(".polpo/hooks/deny.sh"), "cat > /dev/null\necho '{\"decision\":\"deny\",\"reason\":\"writes need a review\"}'\n").unwrap();
+    let finished = run(&exec, &request(json!({}))).await;
+    assert_eq!(code(&finished), "loop_tool_failed");
+    assert!(finished.result.unwrap_err().to_string().contains("writes need a review"));
+    assert!(dir.path().join("a.txt").exists(), "the matcher saw step `free` and let it write");
+    assert!(!dir.path().join("b.txt").exists(), "the tool:before hook refused step `guarded`");
+
+    let mut fan = request(json!({}));
+    fan.loop_id = Some("fan".into());
+    let finished = run(&exec, &fan).await;
+    assert!(finished.result.unwrap_err().to_string().contains("termination_gate_parallel_unsupported"));
+    assert!(llm.requests().is_empty(), "refused before inference");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

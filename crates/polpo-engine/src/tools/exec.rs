@@ -52,33 +52,65 @@ pub async fn execute_batch(inv: &Invocation, hooks: Option<&InvocationHooks>, tu
 /// Why a direct call ([`call_direct`]) gave no result.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DirectCallError {
-    /// No such tool, or the policy excludes it (`unknown_tool: …`, `tool_policy_denied: …`).
+    /// No such tool, the policy excludes it, or a `tool:before` hook refused it
+    /// (`unknown_tool: …`, `tool_policy_denied: …`).
     Refused(String),
     /// The arguments do not match the tool's schema; the tool did not run.
     InvalidInput(String),
-    /// The tool ran and failed.
+    /// The tool ran and failed (its `tool:after` verdict included), or a hook ended the run.
     Failed(String),
 }
 
-/// Run one call that no model made (a loop's tool step): exists, allowed by the policy,
-/// arguments valid against the schema, then the tool, cancelled with the invocation.
-pub async fn call_direct(inv: &Invocation, name: &str, arguments: Value) -> Result<String, DirectCallError> {
-    let Some(tool) = inv.tools.get(name) else { return Err(DirectCallError::Refused(format!("unknown_tool: no tool named `{name}`"))) };
-    if let Some(layer) = inv.policy.denied_by(name) {
-        return Err(DirectCallError::Refused(format!("tool_policy_denied: `{name}` is not allowed by the {layer:?} tool policy")));
+/// Run one call that no model made (a loop's tool step) through the same gates and hooks as
+/// a model's call — exists, policy, `tool:before`, policy again, schema, the tool,
+/// `tool:after` — with `sink` seeing the hooks' events.
+pub async fn call_direct(inv: &Invocation, name: &str, arguments: Value, sink: EventSink<'_>) -> Result<String, DirectCallError> {
+    let call = ToolCall { id: format!("direct-{name}"), name: name.to_owned(), arguments: String::new() };
+    let at = inv.hooks.as_ref().map(|hooks| At { inv, hooks, turn: 0, subject: call.id.clone(), sink });
+    match call_gated(inv, at.as_ref(), &call, Ok(arguments)).await {
+        Ok(Called::Done { text, is_error: false }) => Ok(text),
+        Ok(Called::Done { text, is_error: true }) => Err(DirectCallError::Failed(text)),
+        Ok(Called::Refused(e)) => Err(DirectCallError::Refused(e)),
+        Ok(Called::InvalidInput(e)) => Err(DirectCallError::InvalidInput(e)),
+        Err(e) => Err(DirectCallError::Failed(e.to_string())),
     }
-    inv.tools.check_arguments(name, &arguments).map_err(DirectCallError::InvalidInput)?;
-    tokio::select! {
-        biased;
-        _ = inv.tool_context.cancel.cancelled() => Err(DirectCallError::Failed("aborted: the run was aborted".into())),
-        r = crate::meter::external(tool.call(&inv.tool_context, arguments)) => r.map(|o| o.text).map_err(|e| DirectCallError::Failed(e.to_string())),
+}
+
+/// How one call ended after every gate and the `tool:after` hooks.
+enum Called {
+    /// Refused before running (unknown, policy, a `tool:before` hook).
+    Refused(String),
+    /// Arguments that do not match the schema; not run.
+    InvalidInput(String),
+    /// Ran: the result as the model sees it.
+    Done { text: String, is_error: bool },
+}
+
+/// One call through every gate, then `tool:after`; `Err` only when a hook ends the run.
+async fn call_gated(inv: &Invocation, at: Option<&At<'_>>, call: &ToolCall, arguments: Result<Value, String>) -> Result<Called, EngineError> {
+    let (input, result) = match run_gated(inv, at, call, arguments).await? {
+        Gated::Refused(e) => return Ok(Called::Refused(e)),
+        Gated::Invalid(e) => return Ok(Called::InvalidInput(e)),
+        Gated::Ran { input, result } => (input, result),
+    };
+    let (text, is_error) = match result {
+        Ok(text) => (text, false),
+        Err(e) => (format!("Error: {e}"), true),
+    };
+    let Some(at) = at else { return Ok(Called::Done { text, is_error }) };
+    let verdict = runner::tool_after(at, &call.name, &input, text, is_error).await;
+    if let Some((hook, reason)) = verdict.stop {
+        return Err(EngineError::HookStopped(format!("{reason} (hook {hook})")));
     }
+    Ok(Called::Done { text: verdict.result, is_error: verdict.is_error })
 }
 
 /// What the gates before execution decided.
 enum Gated {
     /// Refused before running; the model sees this error.
     Refused(String),
+    /// Arguments that do not match the schema; the model sees this error.
+    Invalid(String),
     /// The tool ran (successfully or not) with this input.
     Ran { input: Value, result: Result<String, String> },
 }
@@ -92,24 +124,9 @@ async fn execute_one(inv: &Invocation, hooks: Option<&InvocationHooks>, turn: u3
         arguments: arguments.clone().unwrap_or_else(|_| Value::String(call.arguments.clone())),
     });
     let at = hooks.map(|hooks| At { inv, hooks, turn, subject: call.id.clone(), sink });
-    let (text, is_error) = match run_gated(inv, at.as_ref(), call, arguments).await? {
-        Gated::Refused(e) => (format!("Error: {e}"), true),
-        Gated::Ran { input, result } => {
-            let (text, is_error) = match result {
-                Ok(text) => (text, false),
-                Err(e) => (format!("Error: {e}"), true),
-            };
-            match &at {
-                Some(at) => {
-                    let verdict = runner::tool_after(at, &call.name, &input, text, is_error).await;
-                    if let Some((hook, reason)) = verdict.stop {
-                        return Err(EngineError::HookStopped(format!("{reason} (hook {hook})")));
-                    }
-                    (verdict.result, verdict.is_error)
-                }
-                None => (text, is_error),
-            }
-        }
+    let (text, is_error) = match call_gated(inv, at.as_ref(), call, arguments).await? {
+        Called::Refused(e) | Called::InvalidInput(e) => (format!("Error: {e}"), true),
+        Called::Done { text, is_error } => (text, is_error),
     };
     sink(RunEvent::ToolCompleted { id: call.id.clone(), name: call.name.clone(), result: text.clone(), is_error });
     Ok(Message::tool_result(call.id.clone(), text))
@@ -134,7 +151,7 @@ async fn run_gated(inv: &Invocation, at: Option<&At<'_>>, call: &ToolCall, argum
         }
     }
     if let Err(e) = inv.tools.check_arguments(&call.name, &arguments) {
-        return Ok(Gated::Refused(e));
+        return Ok(Gated::Invalid(e));
     }
     let result = tokio::select! {
         biased;
