@@ -176,11 +176,12 @@ macro_rules! sql_store_impl {
             .transpose()
         }
 
-        fn time_cursor(page: &PageRequest) -> Result<(Option<i64>, Option<String>), StoreError> {
-            Ok(match page.after.as_ref().map(Cursor::time_key).transpose()? {
-                Some((ms, id)) => (Some(ms), Some(id)),
-                None => (None, None),
-            })
+        /// The (creation time, id) key a list resumes before; without a cursor, a key after every
+        /// stored row (none is created at i64::MAX ms). Lists compare `(created_at, id) < ($n, $m)`:
+        /// a range of the newest-first index, which SQLite and PostgreSQL search instead of
+        /// scanning it from the top, so a page deep in a large table costs what the first one does.
+        fn time_cursor(page: &PageRequest) -> Result<(i64, String), StoreError> {
+            Ok(page.after.as_ref().map(Cursor::time_key).transpose()?.unwrap_or((i64::MAX, String::new())))
         }
 
         impl $store {

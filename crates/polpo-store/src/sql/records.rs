@@ -58,7 +58,7 @@ macro_rules! sql_records {
                 let size = page.size();
                 let rows = sqlx::query(
                     "SELECT collection, id, revision, value, created_at, updated_at FROM records \
-                     WHERE collection = $1 AND ($2 IS NULL OR created_at < $2 OR (created_at = $2 AND id < $3)) \
+                     WHERE collection = $1 AND (created_at, id) < ($2, $3) \
                      ORDER BY created_at DESC, id DESC LIMIT $4",
                 )
                 .bind(collection)

@@ -49,7 +49,7 @@ macro_rules! sql_runs {
                     "SELECT id, agent, session_id, status, error, created_at, updated_at, revision, last_seq \
                      FROM runs \
                      WHERE ($1 IS NULL OR agent = $1) AND ($2 IS NULL OR session_id = $2) AND ($3 IS NULL OR status = $3) \
-                       AND ($4 IS NULL OR created_at < $4 OR (created_at = $4 AND id < $5)) \
+                       AND (created_at, id) < ($4, $5) \
                      ORDER BY created_at DESC, id DESC LIMIT $6",
                 )
                 .bind(&filter.agent)

@@ -46,7 +46,7 @@ macro_rules! sql_sessions {
                     "SELECT id, agent, title, user_id, metadata, owner, created_at, updated_at, message_count, revision \
                      FROM sessions \
                      WHERE ($1 IS NULL OR agent = $1) AND ($2 IS NULL OR user_id = $2) \
-                       AND ($3 IS NULL OR created_at < $3 OR (created_at = $3 AND id < $4)) \
+                       AND (created_at, id) < ($3, $4) \
                        AND ($6 IS NULL OR owner = $6) \
                      ORDER BY created_at DESC, id DESC LIMIT $5",
                 )

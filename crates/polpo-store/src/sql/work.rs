@@ -134,7 +134,7 @@ macro_rules! sql_work {
                     let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
                         "SELECT {TASK_COLUMNS} FROM tasks \
                          WHERE ($1 IS NULL OR status = $1) AND ($2 IS NULL OR mission_id = $2) \
-                           AND ($3 IS NULL OR created_at < $3 OR (created_at = $3 AND id < $4)) \
+                           AND (created_at, id) < ($3, $4) \
                          ORDER BY created_at DESC, id DESC LIMIT $5"
                     )))
                     .bind(filter.status.map(|s| s.as_str()))
@@ -275,7 +275,7 @@ macro_rules! sql_work {
                     let rows = sqlx::query(
                         "SELECT body, revision FROM missions \
                          WHERE ($1 IS NULL OR status = $1) \
-                           AND ($2 IS NULL OR created_at < $2 OR (created_at = $2 AND id < $3)) \
+                           AND (created_at, id) < ($2, $3) \
                          ORDER BY created_at DESC, id DESC LIMIT $4",
                     )
                     .bind(filter.status.map(|s| s.as_str()))
