@@ -25,7 +25,13 @@ impl HumanDesk {
     /// the run belongs to API client `owner`.
     pub(crate) fn wait(&self, run_id: &str, owner: Option<String>, schema: Option<Value>) -> oneshot::Receiver<Value> {
         let (answer, rx) = oneshot::channel();
-        self.lock().entry(run_id.to_owned()).or_default().push(Waiting { owner, schema, answer });
+        let mut waiting = self.lock();
+        // Steps of runs that went away (a client that disconnected) wait for nobody.
+        waiting.retain(|_, queue| {
+            queue.retain(|w| !w.answer.is_closed());
+            !queue.is_empty()
+        });
+        waiting.entry(run_id.to_owned()).or_default().push(Waiting { owner, schema, answer });
         rx
     }
 
@@ -36,7 +42,7 @@ impl HumanDesk {
 
     /// Whether run `run_id` waits for a person.
     pub fn is_waiting(&self, run_id: &str) -> bool {
-        self.lock().get(run_id).is_some_and(|w| !w.is_empty())
+        self.lock().get(run_id).is_some_and(|q| q.iter().any(|w| !w.answer.is_closed()))
     }
 
     /// Answer the oldest waiting human step of run `run_id` with `output`, checked against the
@@ -44,6 +50,9 @@ impl HumanDesk {
     /// client answering (`None`: one that sees every run); another client's run is not found.
     pub fn answer(&self, run_id: &str, caller: Option<&str>, output: Value) -> Result<(), LoopError> {
         let mut waiting = self.lock();
+        if let Some(queue) = waiting.get_mut(run_id) {
+            queue.retain(|w| !w.answer.is_closed());
+        }
         let visible = |q: &Vec<Waiting>| q.first().is_some_and(|w| caller.is_none_or(|c| w.owner.as_deref().unwrap_or_default() == c));
         let queue = waiting.get_mut(run_id).filter(|q| visible(q)).ok_or_else(|| LoopError::RunNotFound(run_id.to_owned()))?;
         if let Some(schema) = &queue[0].schema {

@@ -257,19 +257,7 @@ async fn a_human_step_suspends_until_a_valid_answer() {
     }});
     let (_dir, exec) = executor(&llm, json!({}), &[("review", config)], 100).await;
     let exec = Arc::new(exec);
-    let req = request(json!({}));
-    let (id, config) = exec.select(&req).unwrap();
-    let run_id = exec.new_run_id();
-    let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
-    let sink = move |e: &TraceEvent| {
-        if e.kind == TraceKind::HumanRequest {
-            let _ = asked_tx.send(());
-        }
-    };
-    let running = {
-        let (exec, run_id) = (exec.clone(), run_id.clone());
-        tokio::spawn(async move { exec.run(&req, &run_id, &id, &config, &sink).await })
-    };
+    let (run_id, running, mut asked) = suspended(&exec);
     asked.recv().await.unwrap();
     assert!(exec.humans().is_waiting(&run_id));
     assert_eq!(exec.humans().answer(&run_id, None, json!({"decision": 3})).unwrap_err().code(), "loop_human_output_invalid");
@@ -278,8 +266,33 @@ async fn a_human_step_suspends_until_a_valid_answer() {
     exec.humans().answer(&run_id, Some(""), json!({"decision": "ship"})).unwrap();
     let finished = running.await.unwrap();
     assert_eq!(finished.result.unwrap(), Some(json!({"decision": "ship"})));
+    assert!(!exec.humans().is_waiting(&run_id));
     let order: Vec<TraceKind> = finished.trace.iter().map(|e| e.kind).collect();
     assert_eq!(&order[1..5], &[TraceKind::StepStart, TraceKind::HumanRequest, TraceKind::HumanResult, TraceKind::StepEnd]);
+
+    // A run that goes away (its client disconnected) leaves no step waiting for nobody.
+    let (gone, running, mut asked) = suspended(&exec);
+    asked.recv().await.unwrap();
+    running.abort();
+    assert!(running.await.unwrap_err().is_cancelled());
+    assert!(!exec.humans().is_waiting(&gone));
+    assert_eq!(exec.humans().answer(&gone, None, json!({"decision": "late"})).unwrap_err().code(), "loop_run_not_found");
+}
+
+/// Start the executor's default loop in a task; the receiver hears each `human.request`.
+fn suspended(exec: &Arc<LoopExecutor>) -> (String, tokio::task::JoinHandle<LoopFinished>, tokio::sync::mpsc::UnboundedReceiver<()>) {
+    let req = request(json!({}));
+    let (id, config) = exec.select(&req).unwrap();
+    let run_id = exec.new_run_id();
+    let (asked_tx, asked) = tokio::sync::mpsc::unbounded_channel();
+    let sink = move |e: &TraceEvent| {
+        if e.kind == TraceKind::HumanRequest {
+            let _ = asked_tx.send(());
+        }
+    };
+    let (exec, id_for_run) = (exec.clone(), run_id.clone());
+    let running = tokio::spawn(async move { exec.run(&req, &id_for_run, &id, &config, &sink).await });
+    (run_id, running, asked)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -60,7 +60,7 @@ pub async fn chat(state: Arc<AppState>, input: ChatInput, named: Option<String>,
     let mut response = if stream {
         let (tx, rx) = unbounded_channel::<Event>();
         let (c, id) = (completion.clone(), run_id.clone());
-        tokio::spawn(async move {
+        let running = tokio::spawn(async move {
             let send_data = |data: String| {
                 let _ = tx.send(Event::default().data(data));
             };
@@ -79,7 +79,10 @@ pub async fn chat(state: Arc<AppState>, input: ChatInput, named: Option<String>,
             }
             send_data("[DONE]".into());
         });
-        let events = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), rx)) });
+        // Held while the client listens: a client that goes away cancels the run (its agent
+        // steps, and a human step that would otherwise wait for nobody).
+        let attached = AbortOnDrop(running.abort_handle());
+        let events = futures::stream::unfold((rx, attached), |(mut rx, attached)| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), (rx, attached))) });
         with_pings(events).into_response()
     } else {
         let finished = state.loops.run(&request, &run_id, &loop_id, &config, &|_| {}).await;
@@ -89,6 +92,15 @@ pub async fn chat(state: Arc<AppState>, input: ChatInput, named: Option<String>,
         response.headers_mut().insert("x-polpo-loop-run-id", v);
     }
     Ok(response)
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The non-streaming answer of a finished run: the completion with `loop_run_id` and
