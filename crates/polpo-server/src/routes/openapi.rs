@@ -114,7 +114,7 @@ pub const ROUTES: &[Route] = &[
     op("post", BOTH, &["/runs/{id}/reconcile"], "reconcileRun", "runs", "Decide an effect a crash left unconfirmed (`applied` or `not_applied`) and resume the paused run.")
         .request("Object")
         .returns(200, Body::Envelope("Object")),
-    op("post", BOTH, &["/loop-runs/{id}/human"], "answerLoopHuman", "loops", "Answer a Project Loop run's waiting human step with `{output}` (valid against the step's `output.schema`); the run goes on.")
+    op("post", BOTH, &["/loop-runs/{id}/human"], "answerLoopHuman", "loops", "Answer a Project Loop run's waiting human step with `{output}` (valid against the step's `output.schema`); the run goes on. 404 `loop_run_not_found` when no step of that run waits.")
         .request("Object")
         .returns(200, Body::Envelope("Object")),
     op("get", BOTH, AGENTS, "listAgents", "agents", "Agents the runtime serves.").returns(200, Body::Envelope("AgentSummaryList")),
@@ -234,8 +234,11 @@ fn schemas() -> Value {
         "ChatCompletionRequest": {"type": "object", "required": ["messages"], "additionalProperties": true, "properties": {
             "agent": string, "model": string, "messages": {"type": "array", "items": object}, "stream": {"type": "boolean"},
             "tools": {"type": "array", "items": object}, "tool_choice": {}, "parallel_tool_calls": {"type": "boolean"},
-            "response_format": object, "metadata": {"type": "object", "additionalProperties": string}, "user": string, "polpo": object}},
-        "ChatCompletion": {"type": "object", "properties": {"id": string, "object": {"const": "chat.completion"}, "created": {"type": "integer"}, "model": string, "choices": {"type": "array", "items": object}, "usage": object}},
+            "response_format": object, "metadata": {"type": "object", "additionalProperties": string}, "user": string, "polpo": object,
+            "loop": {"type": "string", "description": "run this Project Loop (one of the agent's `assignedLoops`; without it, an agent's `defaultLoop` runs)"}}},
+        "ChatCompletion": {"type": "object", "properties": {"id": string, "object": {"const": "chat.completion"}, "created": {"type": "integer"}, "model": string, "choices": {"type": "array", "items": object}, "usage": object,
+            "loop_run_id": {"type": "string", "description": "a loop chat's run (`looprun-…`)"},
+            "loop_trace": {"type": "array", "items": object, "description": "a loop chat's trace events, in order (streamed as `loop_trace: [event]` chunks)"}}},
         "ModelList": {"type": "object", "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {"type": "object", "properties": {"id": string, "object": {"const": "model"}, "owned_by": string}}}}},
         "AgentConfig": {"type": "object", "description": "agent.json (see `polpo validate`).", "additionalProperties": true},
         "AgentInput": {"type": "object", "properties": {
