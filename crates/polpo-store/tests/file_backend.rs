@@ -194,11 +194,11 @@ async fn open_store_picks_the_backend_from_settings() {
 }
 
 /// Ids of every session a listing returns, paging `n` at a time by cursor.
-async fn listed(store: &polpo_store::Store, n: u32) -> Vec<String> {
+async fn listed(store: &polpo_store::Store, n: u32, filter: &SessionFilter) -> Vec<String> {
     let mut ids = Vec::new();
     let mut page = PageRequest::first(n);
     loop {
-        let got = store.sessions.list_sessions(&SessionFilter::default(), &page).await.unwrap();
+        let got = store.sessions.list_sessions(filter, &page).await.unwrap();
         ids.extend(got.items.into_iter().map(|s| s.id));
         match got.next {
             Some(c) => page = PageRequest::after(c, n),
@@ -228,16 +228,18 @@ async fn a_crash_between_the_index_append_and_the_session_files_lists_nothing_ha
     std::fs::write(polpo.join("sessions/ghost/messages.jsonl"), b"").unwrap();
 
     let store = open(root.path()).await;
-    assert_eq!(listed(&store, 1).await, [newer.id.clone(), older.id.clone()], "the half-written session is skipped");
+    let both = [newer.id.clone(), older.id.clone()];
+    assert_eq!(listed(&store, 1, &SessionFilter::default()).await, both, "the half-written session is skipped");
     assert_eq!(store.sessions.get_session("ghost").await.unwrap(), None);
     let ghost = polpo_store::Session { id: "ghost".into(), ..newer.clone() };
     store.sessions.import_session(&ghost, &[]).await.unwrap();
     let third = store.sessions.create_session(NewSession { agent: "a".into(), ..Default::default() }).await.unwrap();
     let all = [third.id.clone(), "ghost".to_owned(), newer.id.clone(), older.id.clone()];
-    assert_eq!(listed(&store, 2).await, all, "the id is usable again, listed once at its own time");
+    let again = listed(&store, 2, &SessionFilter::default()).await;
+    assert_eq!(again, all, "the id is usable again, listed once at its own time");
     drop(store);
     let store = open(root.path()).await;
-    assert_eq!(listed(&store, 3).await, all);
+    assert_eq!(listed(&store, 3, &SessionFilter::default()).await, all);
 }
 
 #[tokio::test]
@@ -250,12 +252,13 @@ async fn open_reads_no_session_and_a_store_without_the_index_builds_it() {
         let a = mk("a").await.unwrap();
         (a, mk("b").await.unwrap())
     };
-    std::fs::remove_file(polpo.join(".index/sessions.log")).unwrap();
+    std::fs::remove_dir_all(polpo.join(".index")).unwrap();
     let store = open(root.path()).await;
-    assert_eq!(listed(&store, 20).await, [b.id.clone(), a.id.clone()], "rebuilt from the session directories");
+    let rebuilt = listed(&store, 20, &SessionFilter::default()).await;
+    assert_eq!(rebuilt, [b.id.clone(), a.id.clone()], "rebuilt from the session directories");
     let only_b = SessionFilter { agent: Some("b".into()), ..Default::default() };
     let page = store.sessions.list_sessions(&only_b, &PageRequest::first(20)).await.unwrap();
-    assert_eq!(page.items.iter().map(|s| s.id.clone()).collect::<Vec<_>>(), [b.id.clone()]);
+    assert_eq!(page.items.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(), [b.id.as_str()]);
     drop(store);
 
     // A session file that does not parse no longer stops the store from opening: only reading
@@ -267,21 +270,39 @@ async fn open_reads_no_session_and_a_store_without_the_index_builds_it() {
 }
 
 #[tokio::test]
-async fn a_clean_close_compacts_the_session_index() {
+async fn lists_page_through_the_sorted_session_index_and_its_journal() {
     let root = tempfile::tempdir().unwrap();
-    let log = root.path().join(".polpo/.index/sessions.log");
+    let index = root.path().join(".polpo/.index");
     let store = open(root.path()).await;
-    let mut ids = Vec::new();
-    for _ in 0..3 {
-        let new = NewSession { agent: "a".into(), ..Default::default() };
-        ids.push(store.sessions.create_session(new).await.unwrap().id);
+    let mut sessions = Vec::new();
+    for i in 0..300 {
+        // One key longer than the index's read chunk.
+        let user = (i == 150).then(|| "u".repeat(40_000));
+        let new = NewSession { agent: ["a", "b"][i % 2].into(), user, ..Default::default() };
+        sessions.push(store.sessions.create_session(new).await.unwrap());
     }
-    assert!(store.sessions.delete_session(&ids[1]).await.unwrap());
-    assert_eq!(lines(&log).len(), 4, "three keys and a removal");
-    assert_eq!(listed(&store, 20).await, [ids[2].clone(), ids[0].clone()]);
     drop(store);
-    let kept: Vec<String> = lines(&log).iter().map(|l| l["id"].as_str().unwrap().to_owned()).collect();
-    assert_eq!(kept, [ids[0].clone(), ids[2].clone()], "the removal and its key are gone");
+    assert_eq!(std::fs::read(index.join("sessions.log")).unwrap(), b"", "a close compacted the journal");
+    assert_eq!(lines(&index.join("sessions.sorted")).len(), 300);
+
     let store = open(root.path()).await;
-    assert_eq!(listed(&store, 1).await, [ids[2].clone(), ids[0].clone()]);
+    for s in sessions.drain(100..105) {
+        assert!(store.sessions.delete_session(&s.id).await.unwrap());
+    }
+    for _ in 0..5 {
+        let new = NewSession { agent: "b".into(), ..Default::default() };
+        sessions.push(store.sessions.create_session(new).await.unwrap());
+    }
+    sessions.sort_by_key(|s| std::cmp::Reverse((s.created_at, s.id.clone())));
+    let ids = |agent: Option<&str>| -> Vec<String> {
+        sessions.iter().filter(|s| agent.is_none_or(|a| s.agent == a)).map(|s| s.id.clone()).collect()
+    };
+    let only_b = SessionFilter { agent: Some("b".into()), ..Default::default() };
+    assert_eq!(listed(&store, 7, &SessionFilter::default()).await, ids(None));
+    assert_eq!(listed(&store, 13, &only_b).await, ids(Some("b")));
+    drop(store);
+    assert_eq!(lines(&index.join("sessions.log")).len(), 10, "a short journal is kept at close");
+    let store = open(root.path()).await;
+    assert_eq!(listed(&store, 7, &SessionFilter::default()).await, ids(None));
+    assert_eq!(listed(&store, 13, &only_b).await, ids(Some("b")));
 }

@@ -234,7 +234,7 @@ impl Drop for Inner {
             }
         }
         let order = self.order.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Err(e) = order.compact() {
+        if let Err(e) = order.close() {
             tracing::warn!(error = %e, "could not compact the session index at close");
         }
     }

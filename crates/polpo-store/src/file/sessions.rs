@@ -45,7 +45,7 @@ impl Inner {
         session: &Session,
         messages: &[StoredMessage],
     ) -> Result<(), StoreError> {
-        let written = self.order().append_added(session).and_then(|()| self.write_new_session(session, messages));
+        let written = self.order().add(session).and_then(|()| self.write_new_session(session, messages));
         let journal = match written {
             Ok(j) => j,
             Err(e) => {
@@ -57,7 +57,6 @@ impl Inner {
         idx.messages.insert(session.id.clone(), journal);
         idx.sessions.insert(session.id.clone(), session.clone());
         drop(idx);
-        self.order().insert(session);
         drop(guard);
         Ok(())
     }
