@@ -30,7 +30,8 @@ fn copy_id(i: i64) -> String {
 
 /// One session made by the store itself: the template every copy is cloned from.
 async fn template(t: &TestStore) -> Session {
-    let id = t.store.sessions.create_session(NewSession { agent: "bench".into(), ..Default::default() }).await.unwrap().id;
+    let new = NewSession { agent: "bench".into(), ..Default::default() };
+    let id = t.store.sessions.create_session(new).await.unwrap().id;
     let turn = vec![
         NewMessage::new(Message::user("plan a trip to Lisbon")),
         NewMessage::new(Message::assistant(format!("Here is a plan: {}", "lorem ipsum ".repeat(20)))),
@@ -60,7 +61,7 @@ fn copy_files(polpo: &Path, template: &Session) {
         }
         std::fs::write(dir.join("messages.jsonl"), lines).unwrap();
     }
-    std::fs::remove_file(polpo.join(".index/sessions.log")).unwrap();
+    std::fs::remove_dir_all(polpo.join(".index")).unwrap();
 }
 
 /// SQL stores: the statements that clone the template's rows `SESSIONS` times (`$1` is the
