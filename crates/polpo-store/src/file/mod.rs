@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! .polpo/sessions/<id>/session.json + messages.jsonl
+//! .polpo/.index/sessions.sorted + sessions.log     (listing order of sessions, see order.rs)
 //! .polpo/runs/<id>/run.json + events.jsonl + checkpoint.json + lease.json
 //! .polpo/effects/<sha256(key)>.json
 //! .polpo/records/<collection>/<id>.json
