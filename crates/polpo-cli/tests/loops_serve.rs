@@ -43,7 +43,11 @@ fn router_flow() -> Value {
 fn project(dir: &Path) {
     ProjectFixture::new(dir, json!({"storage": "file"}))
         .unwrap()
-        .agent("router", json!({"model": "openai/fake-model", "allowedTools": ["read", "write"], "assignedLoops": ["router-flow"]}), "You route requests.")
+        .agent(
+            "router",
+            json!({"model": "openai/fake-model", "allowedTools": ["read", "write"], "assignedLoops": ["router-flow"]}),
+            "You route requests.",
+        )
         .unwrap()
         .project_loop("router-flow", router_flow())
         .unwrap();
@@ -62,7 +66,15 @@ fn chat(stream: bool) -> Value {
 
 /// `(type, stepKey or toStepKey)` of each trace event.
 fn order(trace: &[Value]) -> Vec<(String, String)> {
-    trace.iter().map(|e| (e["type"].as_str().unwrap().to_owned(), e["stepKey"].as_str().or(e["toStepKey"].as_str()).unwrap_or("").to_owned())).collect()
+    trace
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().to_owned(),
+                e["stepKey"].as_str().or(e["toStepKey"].as_str()).unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
 }
 
 fn expected(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -84,17 +96,24 @@ const HEAD: &[(&str, &str)] = &[
 async fn router_flow_routes_by_structured_output_and_a_human_step_resumes_over_rest() {
     polpo_llm::install_crypto_provider();
     // classify is offered `read`, so its JSON comes from the formatting call after a text answer.
-    let llm = FakeLlm::start([Turn::text("A person should decide."), Turn::json(json!({"route": "review"}))]).await.unwrap();
+    let llm =
+        FakeLlm::start([Turn::text("A person should decide."), Turn::json(json!({"route": "review"}))]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path(), &llm);
     let client = reqwest::Client::new();
-    let mut response = client.post(format!("{}/v1/chat/completions", server.url)).json(&chat(true)).send().await.unwrap();
+    let mut response =
+        client.post(format!("{}/v1/chat/completions", server.url)).json(&chat(true)).send().await.unwrap();
     assert_eq!(response.status(), 200);
     let loop_run_id = response.headers()["x-polpo-loop-run-id"].to_str().unwrap().to_owned();
 
-    let (mut buffer, mut trace, mut content, mut done, mut answered) = (String::new(), Vec::new(), String::new(), false, false);
+    let (mut buffer, mut trace, mut content, mut done, mut answered) =
+        (String::new(), Vec::new(), String::new(), false, false);
     while !done {
-        let chunk = tokio::time::timeout(EVENTUALLY, response.chunk()).await.expect("the stream goes on").unwrap().expect("the stream ends with [DONE]");
+        let chunk = tokio::time::timeout(EVENTUALLY, response.chunk())
+            .await
+            .expect("the stream goes on")
+            .unwrap()
+            .expect("the stream ends with [DONE]");
         buffer.push_str(&String::from_utf8_lossy(&chunk));
         while let Some(end) = buffer.find("\n\n") {
             let frame: String = buffer.drain(..end + 2).collect();
@@ -113,12 +132,17 @@ async fn router_flow_routes_by_structured_output_and_a_human_step_resumes_over_r
                 trace.push(event.clone());
                 if event["type"] == "human.request" && !answered {
                     answered = true;
-                    assert_eq!(std::fs::read_to_string(dir.path().join("repo.txt")).unwrap(), "acme/app@main", "the metadata binding reached the tool");
+                    assert_eq!(
+                        std::fs::read_to_string(dir.path().join("repo.txt")).unwrap(),
+                        "acme/app@main",
+                        "the metadata binding reached the tool"
+                    );
                     let human = format!("{}/api/v1/loop-runs/{loop_run_id}/human", server.url);
                     let wrong = client.post(&human).json(&json!({"output": {"decision": 1}})).send().await.unwrap();
                     assert_eq!(wrong.status(), 400);
                     assert_eq!(wrong.json::<Value>().await.unwrap()["code"], "loop_human_output_invalid");
-                    let right = client.post(&human).json(&json!({"output": {"decision": "ship"}})).send().await.unwrap();
+                    let right =
+                        client.post(&human).json(&json!({"output": {"decision": "ship"}})).send().await.unwrap();
                     assert_eq!(right.status(), 200);
                 }
             }
@@ -139,7 +163,12 @@ async fn router_flow_routes_by_structured_output_and_a_human_step_resumes_over_r
     let to_review = trace.iter().find(|e| e["type"] == "transition" && e["toStepKey"] == "human_review").unwrap();
     assert_eq!((to_review["fromStepKey"].as_str(), to_review["label"].as_str()), (Some("classify"), None));
     assert!(trace.iter().all(|e| e["loop"] == "router-flow"));
-    let again = client.post(format!("{}/api/v1/loop-runs/{loop_run_id}/human", server.url)).json(&json!({"output": {"decision": "x"}})).send().await.unwrap();
+    let again = client
+        .post(format!("{}/api/v1/loop-runs/{loop_run_id}/human", server.url))
+        .json(&json!({"output": {"decision": "x"}}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(again.status(), 404, "the run no longer waits");
 }
 
@@ -155,14 +184,27 @@ async fn router_flow_answers_in_one_response_with_the_whole_trace() {
     let llm = FakeLlm::start(turns).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path(), &llm);
-    let response = reqwest::Client::new().post(format!("{}/v1/chat/completions", server.url)).json(&chat(false)).send().await.unwrap();
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", server.url))
+        .json(&chat(false))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["choices"][0]["message"]["content"], "Wrote the answer.");
     assert!(body["loop_run_id"].as_str().unwrap().starts_with("looprun-"));
     let trace = body["loop_trace"].as_array().unwrap();
     let mut want = HEAD.to_vec();
-    want.extend([("transition", "answer"), ("step.start", "answer"), ("tool.call", "answer"), ("tool.result", "answer"), ("step.end", "answer"), ("transition", "end"), ("loop.end", "")]);
+    want.extend([
+        ("transition", "answer"),
+        ("step.start", "answer"),
+        ("tool.call", "answer"),
+        ("tool.result", "answer"),
+        ("step.end", "answer"),
+        ("transition", "end"),
+        ("loop.end", ""),
+    ]);
     assert_eq!(order(trace), expected(&want));
     assert_eq!(std::fs::read_to_string(dir.path().join("answer.txt")).unwrap(), "Yes, ship it.");
     // The forced tool reached the model, and chat's own layers did not.
@@ -179,28 +221,51 @@ async fn router_flow_answers_in_one_response_with_the_whole_trace() {
     asking["polpo"] = json!({"capabilities": {"ask_user_question": true}});
     let mut elsewhere = chat(false);
     elsewhere["loop"] = json!("other-flow");
-    for (body, code) in [(structured, "loop_request_unsupported"), (asking, "loop_request_unsupported"), (elsewhere, "loop_not_assigned")] {
+    for (body, code) in [
+        (structured, "loop_request_unsupported"),
+        (asking, "loop_request_unsupported"),
+        (elsewhere, "loop_not_assigned"),
+    ] {
         let r = client.post(format!("{}/v1/chat/completions", server.url)).json(&body).send().await.unwrap();
         assert_eq!(r.status(), 400);
         assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], code);
     }
-    let keyed = client.post(format!("{}/v1/chat/completions", server.url)).header("idempotency-key", "k1").json(&chat(false)).send().await.unwrap();
+    let keyed = client
+        .post(format!("{}/v1/chat/completions", server.url))
+        .header("idempotency-key", "k1")
+        .json(&chat(false))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(keyed.status(), 400, "an Idempotency-Key is refused, not silently ignored");
     assert_eq!(llm.requests().len(), 4, "no refused request reached the model");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn polpo_loops_run_prints_the_trace_live_and_takes_the_human_answer_from_stdin() {
-    let llm = FakeLlm::start([Turn::text("A person should decide."), Turn::json(json!({"route": "review"}))]).await.unwrap();
+    let llm =
+        FakeLlm::start([Turn::text("A person should decide."), Turn::json(json!({"route": "review"}))]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     project(dir.path());
     let base = llm.base_url();
-    let mut cmd = polpo(&["loops", "run", "router", "router-flow", "--input", "\"Ship it?\"", "--metadata", r#"{"projectRef": "acme/cli"}"#]);
+    let mut cmd = polpo(&[
+        "loops",
+        "run",
+        "router",
+        "router-flow",
+        "--input",
+        "\"Ship it?\"",
+        "--metadata",
+        r#"{"projectRef": "acme/cli"}"#,
+    ]);
     cmd.arg("--project").arg(dir.path()).env("OPENAI_BASE_URL", &base).env("OPENAI_API_KEY", "sk-upstream");
     let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     // The answer is waiting on stdin before the step asks; it is read once the step suspends.
     child.stdin.take().unwrap().write_all(b"{\"decision\": 2}\n{\"decision\": \"ship\"}\n").unwrap();
-    let out = tokio::time::timeout(EVENTUALLY, tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())).await.unwrap().unwrap();
+    let out = tokio::time::timeout(EVENTUALLY, tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()))
+        .await
+        .unwrap()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");

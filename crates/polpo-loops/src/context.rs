@@ -57,13 +57,21 @@ pub fn resolve(template: &Value, context: &Value, paths: &mut Vec<String>) -> Re
         Value::Object(map) if map.contains_key(MARKER) => {
             let path = match (map.len(), &map[MARKER]) {
                 (1, Value::String(path)) if !path.is_empty() && !path.split('.').any(str::is_empty) => path,
-                _ => return Err(LoopError::BindingInvalid(format!("a `{MARKER}` marker must be exactly {{\"{MARKER}\": \"dotted.path\"}}, found {template}"))),
+                _ => {
+                    return Err(LoopError::BindingInvalid(format!(
+                        "a `{MARKER}` marker must be exactly {{\"{MARKER}\": \"dotted.path\"}}, found {template}"
+                    )));
+                }
             };
             paths.push(path.clone());
             get(context, path).cloned().ok_or_else(|| LoopError::BindingMissing(path.clone()))?
         }
-        Value::Object(map) => Value::Object(map.iter().map(|(k, v)| Ok((k.clone(), resolve(v, context, paths)?))).collect::<Result<_, LoopError>>()?),
-        Value::Array(items) => Value::Array(items.iter().map(|v| resolve(v, context, paths)).collect::<Result<_, _>>()?),
+        Value::Object(map) => Value::Object(
+            map.iter().map(|(k, v)| Ok((k.clone(), resolve(v, context, paths)?))).collect::<Result<_, LoopError>>()?,
+        ),
+        Value::Array(items) => {
+            Value::Array(items.iter().map(|v| resolve(v, context, paths)).collect::<Result<_, _>>()?)
+        }
         other => other.clone(),
     })
 }
@@ -77,13 +85,18 @@ mod tests {
     fn markers_resolve_recursively_and_malformed_ones_are_refused() {
         let context = json!({"a": {"b": [1, 2]}, "s": "{$context} stays"});
         let mut paths = Vec::new();
-        let out = resolve(&json!({"x": [{"$context": "a.b"}], "y": {"$context": "s"}, "z": "a.b"}), &context, &mut paths).unwrap();
+        let out =
+            resolve(&json!({"x": [{"$context": "a.b"}], "y": {"$context": "s"}, "z": "a.b"}), &context, &mut paths)
+                .unwrap();
         assert_eq!(out, json!({"x": [[1, 2]], "y": "{$context} stays", "z": "a.b"}));
         assert_eq!(paths, ["a.b", "s"]);
         for bad in [json!({"$context": "a", "extra": 1}), json!({"$context": 3}), json!({"$context": "a..b"})] {
             assert_eq!(resolve(&bad, &context, &mut Vec::new()).unwrap_err().code(), "loop_binding_invalid", "{bad}");
         }
-        assert_eq!(resolve(&json!({"$context": "a.c"}), &context, &mut Vec::new()).unwrap_err().code(), "loop_binding_missing");
+        assert_eq!(
+            resolve(&json!({"$context": "a.c"}), &context, &mut Vec::new()).unwrap_err().code(),
+            "loop_binding_missing"
+        );
     }
 
     #[test]

@@ -8,7 +8,10 @@ use crate::trace::{TraceEvent, TraceKind, TraceSink, TraceStatus, Tracer};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
-use polpo_core::loops::config::{AgentStep, HumanStep, Join, JoinMode, LoopConfig, Next, ParallelStep, ToolChoice as StepToolChoice, ToolChoiceMode, ToolStep, Transition, WhileStep};
+use polpo_core::loops::config::{
+    AgentStep, HumanStep, Join, JoinMode, LoopConfig, Next, ParallelStep, ToolChoice as StepToolChoice, ToolChoiceMode,
+    ToolStep, Transition, WhileStep,
+};
 use polpo_core::loops::expr::holds;
 use polpo_core::loops::{Step, StepBody};
 use polpo_core::message::Message;
@@ -94,13 +97,19 @@ impl LoopRequest {
     /// Refuse what a loop cannot honour, before any step runs.
     fn check(&self) -> Result<(), LoopError> {
         if self.response_format.is_structured() {
-            return Err(LoopError::Unsupported("`response_format` does not apply to a loop: steps declare `output.schema`".into()));
+            return Err(LoopError::Unsupported(
+                "`response_format` does not apply to a loop: steps declare `output.schema`".into(),
+            ));
         }
         if !self.client_tools.is_empty() {
-            return Err(LoopError::Unsupported("client `tools` do not apply to a loop: steps run the agent's server tools".into()));
+            return Err(LoopError::Unsupported(
+                "client `tools` do not apply to a loop: steps run the agent's server tools".into(),
+            ));
         }
         if self.capabilities.ask_user_question {
-            return Err(LoopError::Unsupported("`ask_user_question` does not apply to a loop: loops ask people through human steps".into()));
+            return Err(LoopError::Unsupported(
+                "`ask_user_question` does not apply to a loop: loops ask people through human steps".into(),
+            ));
         }
         Ok(())
     }
@@ -159,12 +168,21 @@ impl LoopExecutor {
     pub fn select(&self, request: &LoopRequest) -> Result<(String, LoopConfig), LoopError> {
         request.check()?;
         let loaded = self.runs.runtime().loaded();
-        let agent = loaded.agent(&request.agent).ok_or_else(|| LoopError::Chat(polpo_engine::ChatError::AgentNotFound(request.agent.clone())))?;
+        let agent = loaded
+            .agent(&request.agent)
+            .ok_or_else(|| LoopError::Chat(polpo_engine::ChatError::AgentNotFound(request.agent.clone())))?;
         let assigned = agent.config.assigned_loops.as_deref().unwrap_or_default();
         let id = match &request.loop_id {
             Some(id) if assigned.contains(id) => id.clone(),
-            Some(id) => return Err(LoopError::NotAssigned(format!("loop `{id}` is not in agent `{}`'s assignedLoops", agent.id))),
-            None => agent.config.default_loop.clone().ok_or_else(|| LoopError::NotAssigned(format!("agent `{}` has no defaultLoop; name a loop with `loop`", agent.id)))?,
+            Some(id) => {
+                return Err(LoopError::NotAssigned(format!(
+                    "loop `{id}` is not in agent `{}`'s assignedLoops",
+                    agent.id
+                )));
+            }
+            None => agent.config.default_loop.clone().ok_or_else(|| {
+                LoopError::NotAssigned(format!("agent `{}` has no defaultLoop; name a loop with `loop`", agent.id))
+            })?,
         };
         let found = loaded.project.loops.get(&id).ok_or_else(|| LoopError::NotFound(id.clone()))?;
         Ok((id, found.config.clone()))
@@ -177,7 +195,14 @@ impl LoopExecutor {
 
     /// Run loop `loop_id` (`config`, from [`LoopExecutor::select`]) as run `run_id`,
     /// reporting each trace event to `sink` as it happens.
-    pub async fn run(&self, request: &LoopRequest, run_id: &str, loop_id: &str, config: &LoopConfig, sink: TraceSink<'_>) -> LoopFinished {
+    pub async fn run(
+        &self,
+        request: &LoopRequest,
+        run_id: &str,
+        loop_id: &str,
+        config: &LoopConfig,
+        sink: TraceSink<'_>,
+    ) -> LoopFinished {
         let runtime = self.runs.runtime().clone();
         let budget = runtime.loaded().project.settings().loop_step_budget.unwrap_or(self.options.step_budget);
         let clock = move || runtime.clock().now().timestamp_millis();
@@ -194,7 +219,11 @@ impl LoopExecutor {
             while_iterations: Mutex::default(),
             last: Mutex::default(),
         };
-        run.tracer.emit(TraceEvent::new(TraceKind::LoopStart, None).status(TraceStatus::Started).data(json!({"runId": run_id, "agent": request.agent})));
+        run.tracer.emit(
+            TraceEvent::new(TraceKind::LoopStart, None)
+                .status(TraceStatus::Started)
+                .data(json!({"runId": run_id, "agent": request.agent})),
+        );
         let mut context = json!({ REQUEST: {"metadata": request.metadata, "user": request.user} });
         let result = run.walk(&config.start, &mut context, false).await;
         self.humans.forget(run_id);
@@ -217,7 +246,13 @@ impl LoopExecutor {
             while_iterations: run.while_iterations.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             executed: run.executed.load(Ordering::Relaxed),
         };
-        LoopFinished { run_id: run_id.to_owned(), loop_id: loop_id.to_owned(), result, trace: run.tracer.into_events(), state }
+        LoopFinished {
+            run_id: run_id.to_owned(),
+            loop_id: loop_id.to_owned(),
+            result,
+            trace: run.tracer.into_events(),
+            state,
+        }
     }
 }
 
@@ -241,7 +276,12 @@ struct Run<'a> {
 impl Run<'_> {
     /// Run from `start` along `next` until `end`, on `context`; `branch`: inside a parallel
     /// branch (agents there have no durable checkpoint of their own).
-    fn walk<'s>(&'s self, start: &'s str, context: &'s mut Value, branch: bool) -> BoxFuture<'s, Result<(), LoopError>> {
+    fn walk<'s>(
+        &'s self,
+        start: &'s str,
+        context: &'s mut Value,
+        branch: bool,
+    ) -> BoxFuture<'s, Result<(), LoopError>> {
         async move {
             let mut at = start.to_owned();
             while at != END {
@@ -249,7 +289,11 @@ impl Run<'_> {
                 if self.executed.fetch_add(1, Ordering::Relaxed) >= self.budget {
                     return Err(LoopError::StepBudgetExceeded(self.budget));
                 }
-                let step = self.config.steps.get(&at).ok_or_else(|| LoopError::NotFound(format!("{}: step `{at}`", self.loop_id)))?;
+                let step = self
+                    .config
+                    .steps
+                    .get(&at)
+                    .ok_or_else(|| LoopError::NotFound(format!("{}: step `{at}`", self.loop_id)))?;
                 match step.when.as_deref() {
                     Some(guard) if !holds(guard, context) => {
                         let mut event = TraceEvent::new(TraceKind::StepSkip, Some(&at)).status(TraceStatus::Skipped);
@@ -283,12 +327,16 @@ impl Run<'_> {
             StepBody::Tool(t) => t.save_as.clone().unwrap_or_else(|| t.tool.clone()),
             _ => id.to_owned(),
         };
-        let mut start = TraceEvent::new(TraceKind::StepStart, Some(id)).status(TraceStatus::Started).data(json!({"type": step.body.type_name()}));
+        let mut start = TraceEvent::new(TraceKind::StepStart, Some(id))
+            .status(TraceStatus::Started)
+            .data(json!({"type": step.body.type_name()}));
         start.step = Some(alias.clone());
         // An agent step's projection is resolved first, so its trace (paths, size, hash,
         // validity — never values) is on `step.start`.
         let projection = match &step.body {
-            StepBody::Agent(agent) => agent.input.as_ref().map(|template| project(template, agent.input_schema.as_ref(), context, &mut start)),
+            StepBody::Agent(agent) => {
+                agent.input.as_ref().map(|template| project(template, agent.input_schema.as_ref(), context, &mut start))
+            }
             _ => None,
         };
         self.tracer.emit(start);
@@ -320,7 +368,12 @@ impl Run<'_> {
     fn chat_input(&self, context: LoopContext, step: &str, messages: Vec<Message>) -> ChatInput {
         let mut input = ChatInput::new(self.request.agent.clone(), messages);
         input.surface = Surface::Loop;
-        input.loop_context = Some(LoopContext { loop_id: self.loop_id.to_owned(), step: step.to_owned(), allowed_tools: self.config.allowed_tools.clone(), ..context });
+        input.loop_context = Some(LoopContext {
+            loop_id: self.loop_id.to_owned(),
+            step: step.to_owned(),
+            allowed_tools: self.config.allowed_tools.clone(),
+            ..context
+        });
         input.allowed_tools.clone_from(&self.request.allowed_tools);
         input.user.clone_from(&self.request.user);
         input.metadata.clone_from(&self.request.metadata);
@@ -329,15 +382,31 @@ impl Run<'_> {
         input
     }
 
-    async fn agent(&self, id: &str, step: &AgentStep, projection: Option<Value>, context: &mut Value, branch: bool) -> Result<(), LoopError> {
+    async fn agent(
+        &self,
+        id: &str,
+        step: &AgentStep,
+        projection: Option<Value>,
+        context: &mut Value,
+        branch: bool,
+    ) -> Result<(), LoopError> {
         let mut system = step.system_prompt.clone().unwrap_or_default();
         let messages = match projection {
             // The projection replaces the shared context and the conversation for this step.
             Some(input) => vec![Message::system(system), Message::user(input.to_string())],
             None => {
-                let shared: Map<String, Value> = context.as_object().into_iter().flatten().filter(|(k, _)| k.as_str() != REQUEST).map(|(k, v)| (k.clone(), v.clone())).collect();
+                let shared: Map<String, Value> = context
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(k, _)| k.as_str() != REQUEST)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
                 if !shared.is_empty() {
-                    system.push_str(&format!("\n\nLoop context (JSON, outputs of earlier steps):\n{}", Value::Object(shared)));
+                    system.push_str(&format!(
+                        "\n\nLoop context (JSON, outputs of earlier steps):\n{}",
+                        Value::Object(shared)
+                    ));
                 }
                 std::iter::once(Message::system(system)).chain(self.request.messages.iter().cloned()).collect()
             }
@@ -363,32 +432,53 @@ impl Run<'_> {
             },
         };
         if let Some(output) = &step.output {
-            let wire = json!({"type": "json_schema", "json_schema": {"name": schema_name(id), "schema": output.schema}});
-            input.response_format = ResponseFormat::from_wire(&wire).map_err(|e| LoopError::StepFailed { step: id.to_owned(), code: "invalid_output_schema".into(), message: e })?;
+            let wire =
+                json!({"type": "json_schema", "json_schema": {"name": schema_name(id), "schema": output.schema}});
+            input.response_format = ResponseFormat::from_wire(&wire).map_err(|e| LoopError::StepFailed {
+                step: id.to_owned(),
+                code: "invalid_output_schema".into(),
+                message: e,
+            })?;
         }
         input.parallel_branch = branch;
         let structured = input.response_format.is_structured();
         // `stopWhen`: the step's turn loop goes on in the same session until the guard holds
         // over the context (its output merged), within the step's turn budget.
-        let budget = step.max_turns.or_else(|| self.exec.runs.runtime().loaded().agent(&self.request.agent).map(|a| a.config.max_turns())).unwrap_or(1);
+        let budget = step
+            .max_turns
+            .or_else(|| self.exec.runs.runtime().loaded().agent(&self.request.agent).map(|a| a.config.max_turns()))
+            .unwrap_or(1);
         let mut used = 0;
         loop {
             let answer = self.invoke(id, input.clone()).await?;
             used += answer.turns;
             let content = answer.content.unwrap_or_default();
             let output = if structured {
-                serde_json::from_str(&content).map_err(|e| LoopError::StepFailed { step: id.to_owned(), code: "invalid_structured_output".into(), message: e.to_string() })?
+                serde_json::from_str(&content).map_err(|e| LoopError::StepFailed {
+                    step: id.to_owned(),
+                    code: "invalid_structured_output".into(),
+                    message: e.to_string(),
+                })?
             } else {
                 Value::String(content)
             };
             context::set(context, id, output.clone())?;
             *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(output);
-            let Some(stop) = step.stop_when.as_ref().filter(|stop| !holds(&stop.expression, context)) else { return Ok(()) };
+            let Some(stop) = step.stop_when.as_ref().filter(|stop| !holds(&stop.expression, context)) else {
+                return Ok(());
+            };
             if used >= budget {
-                return Err(LoopError::StopConditionUnmet { step: id.to_owned(), expression: stop.expression.clone(), turns: used });
+                return Err(LoopError::StopConditionUnmet {
+                    step: id.to_owned(),
+                    expression: stop.expression.clone(),
+                    turns: used,
+                });
             }
             input.session_id = Some(answer.session_id);
-            input.messages = vec![Message::user(format!("The step is not done: `{}` does not hold yet over the loop context. Continue, then answer again.", stop.expression))];
+            input.messages = vec![Message::user(format!(
+                "The step is not done: `{}` does not hold yet over the loop context. Continue, then answer again.",
+                stop.expression
+            ))];
             if let Some(overrides) = input.loop_context.as_mut() {
                 overrides.max_turns = Some(budget - used);
             }
@@ -417,7 +507,13 @@ impl Run<'_> {
             RunEvent::ToolCalling { id, name, .. } => (TraceKind::ToolCall, name, id, TraceStatus::Started, None),
             RunEvent::ToolCompleted { id, name, is_error, .. } => {
                 let failed = is_error.then(|| "the tool call failed or was refused".to_owned());
-                (TraceKind::ToolResult, name, id, if *is_error { TraceStatus::Failed } else { TraceStatus::Completed }, failed)
+                (
+                    TraceKind::ToolResult,
+                    name,
+                    id,
+                    if *is_error { TraceStatus::Failed } else { TraceStatus::Completed },
+                    failed,
+                )
             }
             _ => return,
         };
@@ -432,7 +528,9 @@ impl Run<'_> {
         let template = step.input.clone().unwrap_or_else(|| json!({}));
         let arguments = context::resolve(&template, context, &mut paths)?;
         context::writable(alias)?;
-        let mut call = TraceEvent::new(TraceKind::ToolCall, Some(id)).status(TraceStatus::Started).data(json!({"bindings": paths}));
+        let mut call = TraceEvent::new(TraceKind::ToolCall, Some(id))
+            .status(TraceStatus::Started)
+            .data(json!({"bindings": paths}));
         call.step = Some(alias.to_owned());
         call.tool = Some(step.tool.clone());
         self.tracer.emit(call);
@@ -465,7 +563,9 @@ impl Run<'_> {
     async fn human(&self, id: &str, step: &HumanStep, context: &mut Value) -> Result<(), LoopError> {
         let schema = step.output.as_ref().map(|o| o.schema.clone());
         let answer = self.exec.humans.wait(self.run_id, self.request.owner.clone(), schema.clone());
-        let mut request = TraceEvent::new(TraceKind::HumanRequest, Some(id)).status(TraceStatus::Started).data(json!({"runId": self.run_id, "schema": schema}));
+        let mut request = TraceEvent::new(TraceKind::HumanRequest, Some(id))
+            .status(TraceStatus::Started)
+            .data(json!({"runId": self.run_id, "schema": schema}));
         request.human = Some(id.to_owned());
         self.tracer.emit(request);
         let output = answer.await.map_err(|_| LoopError::Aborted)?;
@@ -486,7 +586,13 @@ impl Run<'_> {
             Some(Join::Count(n)) => (n as usize).min(step.branches.len()),
         };
         let mut copies: Vec<Value> = step.branches.iter().map(|_| context.clone()).collect();
-        let mut running: FuturesUnordered<_> = step.branches.iter().zip(copies.iter_mut()).enumerate().map(|(i, (branch, copy))| self.walk(branch, copy, true).map(move |r| r.map(|()| i))).collect();
+        let mut running: FuturesUnordered<_> = step
+            .branches
+            .iter()
+            .zip(copies.iter_mut())
+            .enumerate()
+            .map(|(i, (branch, copy))| self.walk(branch, copy, true).map(move |r| r.map(|()| i)))
+            .collect();
         let mut finished = Vec::with_capacity(need);
         while finished.len() < need {
             match running.next().await {
@@ -552,7 +658,12 @@ fn next<'a>(step: &'a Step, context: &Value) -> (String, Option<&'a Transition>)
 
 /// Resolve an agent step's `input` projection, check its size and `inputSchema`, and put
 /// what the trace may show (binding paths, UTF-8 size, validity, sha256) on `event`.
-fn project(template: &Value, schema: Option<&Value>, context: &Value, event: &mut TraceEvent) -> Result<Value, LoopError> {
+fn project(
+    template: &Value,
+    schema: Option<&Value>,
+    context: &Value,
+    event: &mut TraceEvent,
+) -> Result<Value, LoopError> {
     let mut paths = Vec::new();
     let resolved = context::resolve(template, context, &mut paths);
     let mut facts = json!({"bindings": paths});
@@ -564,8 +675,10 @@ fn project(template: &Value, schema: Option<&Value>, context: &Value, event: &mu
             return Err(LoopError::InputTooLarge(text.len()));
         }
         if let Some(schema) = schema {
-            let validator = jsonschema::draft202012::new(schema).map_err(|e| LoopError::InputInvalid(format!("the inputSchema is invalid: {e}")))?;
-            let problems: Vec<String> = validator.iter_errors(&value).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
+            let validator = jsonschema::draft202012::new(schema)
+                .map_err(|e| LoopError::InputInvalid(format!("the inputSchema is invalid: {e}")))?;
+            let problems: Vec<String> =
+                validator.iter_errors(&value).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
             if !problems.is_empty() {
                 return Err(LoopError::InputInvalid(problems.join("; ")));
             }

@@ -53,11 +53,16 @@ impl HumanDesk {
         if let Some(queue) = waiting.get_mut(run_id) {
             queue.retain(|w| !w.answer.is_closed());
         }
-        let visible = |q: &Vec<Waiting>| q.first().is_some_and(|w| caller.is_none_or(|c| w.owner.as_deref().unwrap_or_default() == c));
-        let queue = waiting.get_mut(run_id).filter(|q| visible(q)).ok_or_else(|| LoopError::RunNotFound(run_id.to_owned()))?;
+        let visible = |q: &Vec<Waiting>| {
+            q.first().is_some_and(|w| caller.is_none_or(|c| w.owner.as_deref().unwrap_or_default() == c))
+        };
+        let queue =
+            waiting.get_mut(run_id).filter(|q| visible(q)).ok_or_else(|| LoopError::RunNotFound(run_id.to_owned()))?;
         if let Some(schema) = &queue[0].schema {
-            let validator = jsonschema::draft202012::new(schema).map_err(|e| LoopError::HumanOutputInvalid(format!("the step's output.schema is invalid: {e}")))?;
-            let problems: Vec<String> = validator.iter_errors(&output).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
+            let validator = jsonschema::draft202012::new(schema)
+                .map_err(|e| LoopError::HumanOutputInvalid(format!("the step's output.schema is invalid: {e}")))?;
+            let problems: Vec<String> =
+                validator.iter_errors(&output).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
             if !problems.is_empty() {
                 return Err(LoopError::HumanOutputInvalid(problems.join("; ")));
             }

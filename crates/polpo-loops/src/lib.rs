@@ -18,6 +18,8 @@ mod trace;
 
 pub use context::REQUEST;
 pub use error::LoopError;
-pub use executor::{DEFAULT_STEP_BUDGET, LoopExecutor, LoopFinished, LoopOptions, LoopRequest, LoopState, MAX_PROJECTION_BYTES};
+pub use executor::{
+    DEFAULT_STEP_BUDGET, LoopExecutor, LoopFinished, LoopOptions, LoopRequest, LoopState, MAX_PROJECTION_BYTES,
+};
 pub use human::HumanDesk;
 pub use trace::{TraceEvent, TraceKind, TraceSink, TraceStatus};

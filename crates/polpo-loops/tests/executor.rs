@@ -25,7 +25,14 @@ async fn executor(llm: &FakeLlm, agent: Value, loops: &[(&str, Value)], budget: 
 }
 
 /// [`executor`] with these project `settings` and hook `packs`.
-async fn executor_with(llm: &FakeLlm, settings: Value, agent: Value, loops: &[(&str, Value)], packs: &[(&str, Value)], budget: u32) -> (TempDir, LoopExecutor) {
+async fn executor_with(
+    llm: &FakeLlm,
+    settings: Value,
+    agent: Value,
+    loops: &[(&str, Value)],
+    packs: &[(&str, Value)],
+    budget: u32,
+) -> (TempDir, LoopExecutor) {
     polpo_llm::install_crypto_provider();
     let dir = tempfile::tempdir().unwrap();
     let mut agent = agent;
@@ -55,7 +62,9 @@ fn request(metadata: Value) -> LoopRequest {
 async fn run(exec: &LoopExecutor, request: &LoopRequest) -> LoopFinished {
     let (id, config) = exec.select(request).unwrap();
     let run_id = exec.new_run_id();
-    tokio::time::timeout(Duration::from_secs(30), exec.run(request, &run_id, &id, &config, &|_| {})).await.expect("the run ends")
+    tokio::time::timeout(Duration::from_secs(30), exec.run(request, &run_id, &id, &config, &|_| {}))
+        .await
+        .expect("the run ends")
 }
 
 fn kinds(trace: &[TraceEvent]) -> Vec<(TraceKind, Option<String>)> {
@@ -100,7 +109,11 @@ async fn tool_steps_bind_the_context_save_their_output_and_trace_every_event() {
         ]
     );
     let call = &finished.trace[2];
-    assert_eq!((call.step.as_deref(), call.tool.as_deref()), (Some("out.saved"), Some("write")), "`step` is the saveAs alias");
+    assert_eq!(
+        (call.step.as_deref(), call.tool.as_deref()),
+        (Some("out.saved"), Some("write")),
+        "`step` is the saveAs alias"
+    );
     assert_eq!(call.data.as_ref().unwrap()["bindings"], json!(["request.metadata.note"]));
     assert_eq!(finished.trace[5].from_step_key.as_deref(), Some("save"));
     assert!(finished.trace.iter().enumerate().all(|(i, e)| e.id == format!("trace-{}", i + 1)));
@@ -112,8 +125,16 @@ async fn binding_errors_fail_with_stable_codes_and_the_tool_never_runs() {
     let llm = FakeLlm::start([]).await.unwrap();
     let step = |input: Value, save_as: &str| json!({"start": "t", "steps": {"t": {"type": "tool", "tool": "write", "input": input, "saveAs": save_as}}});
     let cases = [
-        ("missing", step(json!({"path": "x.txt", "content": {"$context": "request.metadata.absent"}}), "w"), "loop_binding_missing"),
-        ("schema", step(json!({"path": "x.txt", "content": {"$context": "request.metadata.n"}}), "w"), "loop_tool_input_invalid"),
+        (
+            "missing",
+            step(json!({"path": "x.txt", "content": {"$context": "request.metadata.absent"}}), "w"),
+            "loop_binding_missing",
+        ),
+        (
+            "schema",
+            step(json!({"path": "x.txt", "content": {"$context": "request.metadata.n"}}), "w"),
+            "loop_tool_input_invalid",
+        ),
     ];
     for (name, config, expected) in cases {
         let (dir, exec) = executor(&llm, json!({}), &[(name, config)], 100).await;
@@ -128,7 +149,8 @@ async fn binding_errors_fail_with_stable_codes_and_the_tool_never_runs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_steps_structured_output_routes_the_conditional_next() {
     // Tools are offered, so the first answer is free text and a formatting call gives the JSON.
-    let turns = [Turn::text("This one can be answered."), Turn::json(json!({"route": "answer"})), Turn::text("Answered.")];
+    let turns =
+        [Turn::text("This one can be answered."), Turn::json(json!({"route": "answer"})), Turn::text("Answered.")];
     let llm = FakeLlm::start(turns).await.unwrap();
     let schema = json!({"type": "object", "properties": {"route": {"type": "string"}}, "required": ["route"]});
     let config = json!({"start": "classify", "steps": {
@@ -145,10 +167,16 @@ async fn an_agent_steps_structured_output_routes_the_conditional_next() {
     assert_eq!(finished.result.as_ref().unwrap(), &Some(json!("Answered.")));
     assert_eq!(finished.state.context["classify"], json!({"route": "answer"}));
     let transition = finished.trace.iter().find(|e| e.kind == TraceKind::Transition).unwrap();
-    assert_eq!((transition.to_step_key.as_deref(), transition.when.as_deref()), (Some("answer"), Some("classify.route == 'answer'")));
+    assert_eq!(
+        (transition.to_step_key.as_deref(), transition.when.as_deref()),
+        (Some("answer"), Some("classify.route == 'answer'"))
+    );
     assert_eq!(transition.data.as_ref().unwrap()["label"], "Answer directly");
     let requests = llm.requests();
-    assert_eq!(requests[1].body["response_format"]["json_schema"]["schema"], schema, "output.schema is sent as structured output");
+    assert_eq!(
+        requests[1].body["response_format"]["json_schema"]["schema"], schema,
+        "output.schema is sent as structured output"
+    );
     // The second step sees the first one's output in its shared-context prompt, and the request.
     let second = requests[2].body["messages"].to_string();
     assert!(second.contains("route") && second.contains("Please handle this."), "{second}");
@@ -164,7 +192,13 @@ async fn a_projection_replaces_context_and_history_and_is_bounded() {
                 "inputSchema": {"type": "object", "required": ["failures", "attempt"], "properties": {"attempt": {"type": "integer", "minimum": 1}}}}
         }})
     };
-    let (dir, exec) = executor(&llm, json!({}), &[("small", projected("validation.failures")), ("big", projected("request.metadata.big"))], 100).await;
+    let (dir, exec) = executor(
+        &llm,
+        json!({}),
+        &[("small", projected("validation.failures")), ("big", projected("request.metadata.big"))],
+        100,
+    )
+    .await;
     std::fs::write(dir.path().join("small.txt"), "line one failed").unwrap();
 
     let finished = run(&exec, &request(json!({}))).await;
@@ -174,8 +208,12 @@ async fn a_projection_replaces_context_and_history_and_is_bounded() {
     assert_eq!(last["attempt"], 1);
     assert!(last["failures"].as_str().unwrap().contains("line one failed"));
     let text = Value::Array(messages).to_string();
-    assert!(!text.contains("Please handle this.") && !text.contains("Loop context"), "the projection replaces the conversation and the shared context: {text}");
-    let start = finished.trace.iter().find(|e| e.kind == TraceKind::StepStart && e.step_key.as_deref() == Some("fix")).unwrap();
+    assert!(
+        !text.contains("Please handle this.") && !text.contains("Loop context"),
+        "the projection replaces the conversation and the shared context: {text}"
+    );
+    let start =
+        finished.trace.iter().find(|e| e.kind == TraceKind::StepStart && e.step_key.as_deref() == Some("fix")).unwrap();
     let facts = &start.data.as_ref().unwrap()["projection"];
     assert_eq!((facts["bindings"].clone(), facts["valid"].clone()), (json!(["validation.failures"]), json!(true)));
     assert_eq!(facts["sha256"].as_str().unwrap().len(), 64);
@@ -216,7 +254,9 @@ async fn while_stops_at_max_iterations_and_a_back_edge_cycle_at_the_budget() {
 
     // The project's setting wins over the executor's default.
     let cycle = json!({"start": "a", "steps": {"a": {"type": "tool", "tool": "ls", "input": {}, "next": "a"}}});
-    let (_dir, exec) = executor_with(&llm, json!({"storage": "file", "loopStepBudget": 3}), json!({}), &[("cycle", cycle)], &[], 100).await;
+    let (_dir, exec) =
+        executor_with(&llm, json!({"storage": "file", "loopStepBudget": 3}), json!({}), &[("cycle", cycle)], &[], 100)
+            .await;
     let finished = run(&exec, &request(json!({}))).await;
     assert_eq!((code(&finished), finished.state.executed), ("loop_step_budget_exceeded", 4));
 }
@@ -239,7 +279,10 @@ async fn parallel_joins_all_in_branch_order_and_any_at_the_first_branch() {
     let (_dir, exec) = executor(&llm, json!({}), &[("all", parallel("all")), ("any", never)], 100).await;
     let finished = run(&exec, &request(json!({}))).await;
     assert_eq!(code(&finished), "ok", "{:?}", finished.result);
-    assert!(finished.state.context["slow"].to_string().contains("slow") && finished.state.context["fast"].is_string(), "both branches merged");
+    assert!(
+        finished.state.context["slow"].to_string().contains("slow") && finished.state.context["fast"].is_string(),
+        "both branches merged"
+    );
 
     let mut any = request(json!({}));
     any.loop_id = Some("any".into());
@@ -260,15 +303,24 @@ async fn a_human_step_suspends_until_a_valid_answer() {
     let (run_id, running, mut asked) = suspended(&exec);
     asked.recv().await.unwrap();
     assert!(exec.humans().is_waiting(&run_id));
-    assert_eq!(exec.humans().answer(&run_id, None, json!({"decision": 3})).unwrap_err().code(), "loop_human_output_invalid");
+    assert_eq!(
+        exec.humans().answer(&run_id, None, json!({"decision": 3})).unwrap_err().code(),
+        "loop_human_output_invalid"
+    );
     assert_eq!(exec.humans().answer("looprun-other", None, json!({})).unwrap_err().code(), "loop_run_not_found");
-    assert_eq!(exec.humans().answer(&run_id, Some("another-client"), json!({"decision": "ship"})).unwrap_err().code(), "loop_run_not_found");
+    assert_eq!(
+        exec.humans().answer(&run_id, Some("another-client"), json!({"decision": "ship"})).unwrap_err().code(),
+        "loop_run_not_found"
+    );
     exec.humans().answer(&run_id, Some(""), json!({"decision": "ship"})).unwrap();
     let finished = running.await.unwrap();
     assert_eq!(finished.result.unwrap(), Some(json!({"decision": "ship"})));
     assert!(!exec.humans().is_waiting(&run_id));
     let order: Vec<TraceKind> = finished.trace.iter().map(|e| e.kind).collect();
-    assert_eq!(&order[1..5], &[TraceKind::StepStart, TraceKind::HumanRequest, TraceKind::HumanResult, TraceKind::StepEnd]);
+    assert_eq!(
+        &order[1..5],
+        &[TraceKind::StepStart, TraceKind::HumanRequest, TraceKind::HumanResult, TraceKind::StepEnd]
+    );
 
     // A run that goes away (its client disconnected) leaves no step waiting for nobody.
     let (gone, running, mut asked) = suspended(&exec);
@@ -276,11 +328,16 @@ async fn a_human_step_suspends_until_a_valid_answer() {
     running.abort();
     assert!(running.await.unwrap_err().is_cancelled());
     assert!(!exec.humans().is_waiting(&gone));
-    assert_eq!(exec.humans().answer(&gone, None, json!({"decision": "late"})).unwrap_err().code(), "loop_run_not_found");
+    assert_eq!(
+        exec.humans().answer(&gone, None, json!({"decision": "late"})).unwrap_err().code(),
+        "loop_run_not_found"
+    );
 }
 
 /// Start the executor's default loop in a task; the receiver hears each `human.request`.
-fn suspended(exec: &Arc<LoopExecutor>) -> (String, tokio::task::JoinHandle<LoopFinished>, tokio::sync::mpsc::UnboundedReceiver<()>) {
+fn suspended(
+    exec: &Arc<LoopExecutor>,
+) -> (String, tokio::task::JoinHandle<LoopFinished>, tokio::sync::mpsc::UnboundedReceiver<()>) {
     let req = request(json!({}));
     let (id, config) = exec.select(&req).unwrap();
     let run_id = exec.new_run_id();
@@ -298,7 +355,12 @@ fn suspended(exec: &Arc<LoopExecutor>) -> (String, tokio::task::JoinHandle<LoopF
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loop_mode_policy_is_agent_loop_step_request_and_never_chat() {
     // The step's model tries `write`, which its step excluded; it is refused, then it answers.
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("write", json!({"path": "b.txt", "content": "b"}))]), Turn::text("Listed.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("write", json!({"path": "b.txt", "content": "b"}))]),
+        Turn::text("Listed."),
+    ])
+    .await
+    .unwrap();
     // Chat mode allows only `read`; the loop does not inherit that, but narrows to read+ls+write.
     let agent = json!({"allowedTools": ["read", "ls", "write", "bash"], "chat": {"allowedTools": ["read"]}});
     let config = json!({"allowedTools": ["read", "ls", "write"], "start": "w", "steps": {
@@ -310,14 +372,26 @@ async fn loop_mode_policy_is_agent_loop_step_request_and_never_chat() {
     assert_eq!(code(&finished), "ok", "{:?}", finished.result);
     assert!(dir.path().join("a.txt").exists(), "chat.allowedTools does not apply in a loop");
     let requests = llm.requests();
-    let tools: Vec<String> = requests[0].body["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect();
+    let tools: Vec<String> = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(tools, vec!["ls"], "the agent step sees agent ∩ loop ∩ step");
     assert!(requests[1].body["messages"].to_string().contains("tool_policy_denied"));
     assert!(!dir.path().join("b.txt").exists(), "a step cannot use a tool outside its layers");
     // The agent step's calls are traced under the step, without arguments or results.
-    let calls: Vec<(TraceKind, Option<&str>, Option<&str>)> =
-        finished.trace.iter().filter(|e| e.step_key.as_deref() == Some("think") && e.tool.is_some()).map(|e| (e.kind, e.tool.as_deref(), e.error.as_deref().map(|_| "failed"))).collect();
-    assert_eq!(calls, vec![(TraceKind::ToolCall, Some("write"), None), (TraceKind::ToolResult, Some("write"), Some("failed"))]);
+    let calls: Vec<(TraceKind, Option<&str>, Option<&str>)> = finished
+        .trace
+        .iter()
+        .filter(|e| e.step_key.as_deref() == Some("think") && e.tool.is_some())
+        .map(|e| (e.kind, e.tool.as_deref(), e.error.as_deref().map(|_| "failed")))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![(TraceKind::ToolCall, Some("write"), None), (TraceKind::ToolResult, Some("write"), Some("failed"))]
+    );
     assert!(!serde_json::to_string(&finished.trace).unwrap().contains("b.txt"));
 
     let mut narrowed = request(json!({}));
@@ -338,9 +412,16 @@ async fn an_agent_step_overrides_the_model_reasoning_temperature_and_turn_budget
     let (_dir, exec) = executor(&llm, json!({"reasoning": "low", "maxTurns": 10}), &[("steps", config)], 100).await;
     let finished = run(&exec, &request(json!({}))).await;
     let requests = llm.requests();
-    assert_eq!((requests[0].body["model"].as_str(), requests[0].body["reasoning_effort"].as_str()), (Some("fast-model"), Some("high")));
+    assert_eq!(
+        (requests[0].body["model"].as_str(), requests[0].body["reasoning_effort"].as_str()),
+        (Some("fast-model"), Some("high"))
+    );
     assert_eq!(requests[0].body["temperature"], 0.25);
-    assert_eq!((requests[1].body["model"].as_str(), requests[1].body["reasoning_effort"].as_str()), (Some("fake-model"), Some("low")), "the next step has the agent's");
+    assert_eq!(
+        (requests[1].body["model"].as_str(), requests[1].body["reasoning_effort"].as_str()),
+        (Some("fake-model"), Some("low")),
+        "the next step has the agent's"
+    );
     assert!(requests[1].body.get("temperature").is_none());
     assert_eq!(requests.len(), 2, "maxTurns 1: no second model call in the step");
     assert_eq!(code(&finished), "loop_step_failed");
@@ -349,7 +430,11 @@ async fn an_agent_step_overrides_the_model_reasoning_temperature_and_turn_budget
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_when_continues_the_step_in_its_session_until_it_holds_within_the_turn_budget() {
-    let turns = [Turn::json(json!({"route": "unsure"})), Turn::json(json!({"route": "answer"})), Turn::json(json!({"route": "unsure"}))];
+    let turns = [
+        Turn::json(json!({"route": "unsure"})),
+        Turn::json(json!({"route": "answer"})),
+        Turn::json(json!({"route": "unsure"})),
+    ];
     let llm = FakeLlm::start(turns).await.unwrap();
     // No tools, so each answer is constrained to the schema in one call.
     let step = |max_turns: u32| {
@@ -383,8 +468,20 @@ async fn hook_packs_see_the_loop_step_and_gate_tool_steps_and_parallel_agents() 
     }});
     let fan = json!({"start": "fan", "steps": {"fan": {"type": "parallel", "branches": ["think"]}, "think": {"systemPrompt": "Think."}}});
     let settings = json!({"storage": "file", "chatExecution": "inline"});
-    let (dir, exec) = executor_with(&llm, settings, json!({"hooks": ["guard"]}), &[("writes", writes), ("fan", fan)], &[("guard", guard)], 100).await;
-    std::fs::write(dir.path().join(".polpo/hooks/deny.sh"), "cat > /dev/null\necho '{\"decision\":\"deny\",\"reason\":\"writes need a review\"}'\n").unwrap();
+    let (dir, exec) = executor_with(
+        &llm,
+        settings,
+        json!({"hooks": ["guard"]}),
+        &[("writes", writes), ("fan", fan)],
+        &[("guard", guard)],
+        100,
+    )
+    .await;
+    std::fs::write(
+        dir.path().join(".polpo/hooks/deny.sh"),
+        "cat > /dev/null\necho '{\"decision\":\"deny\",\"reason\":\"writes need a review\"}'\n",
+    )
+    .unwrap();
     let finished = run(&exec, &request(json!({}))).await;
     assert_eq!(code(&finished), "loop_tool_failed");
     assert!(finished.result.unwrap_err().to_string().contains("writes need a review"));
@@ -409,7 +506,9 @@ async fn a_loop_refuses_what_it_cannot_honour_before_any_step() {
     asking.capabilities.ask_user_question = true;
     let mut other = request(json!({}));
     other.loop_id = Some("elsewhere".into());
-    for (req, expected) in [(structured, "loop_request_unsupported"), (asking, "loop_request_unsupported"), (other, "loop_not_assigned")] {
+    for (req, expected) in
+        [(structured, "loop_request_unsupported"), (asking, "loop_request_unsupported"), (other, "loop_not_assigned")]
+    {
         assert_eq!(exec.select(&req).unwrap_err().code(), expected);
     }
 }

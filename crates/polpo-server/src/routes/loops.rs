@@ -39,12 +39,24 @@ pub fn runs_a_loop(state: &AppState, input: &ChatInput, named: Option<&str>) -> 
 
 /// Run the loop a chat request selects and answer it (`stream` or one JSON body).
 /// `idempotent`: the request carries an `Idempotency-Key`, which loop runs do not honour yet.
-pub async fn chat(state: Arc<AppState>, input: ChatInput, named: Option<String>, stream: bool, idempotent: bool) -> Result<Response, ApiError> {
+pub async fn chat(
+    state: Arc<AppState>,
+    input: ChatInput,
+    named: Option<String>,
+    stream: bool,
+    idempotent: bool,
+) -> Result<Response, ApiError> {
     if input.session_id.is_some() {
-        return Err(LoopError::Unsupported("`x-session-id` does not apply to a loop: each run starts its own sessions".into()).into());
+        return Err(LoopError::Unsupported(
+            "`x-session-id` does not apply to a loop: each run starts its own sessions".into(),
+        )
+        .into());
     }
     if idempotent {
-        return Err(LoopError::Unsupported("`Idempotency-Key` is not honoured for loop runs yet; send the request without it".into()).into());
+        return Err(LoopError::Unsupported(
+            "`Idempotency-Key` is not honoured for loop runs yet; send the request without it".into(),
+        )
+        .into());
     }
     let mut request = LoopRequest::new(input.agent, named, input.messages);
     request.metadata = input.metadata;
@@ -56,7 +68,10 @@ pub async fn chat(state: Arc<AppState>, input: ChatInput, named: Option<String>,
     request.capabilities = input.capabilities;
     let (loop_id, config) = state.loops.select(&request)?;
     let run_id = state.loops.new_run_id();
-    let completion = Completion { id: format!("chatcmpl-{}", state.runtime.ids().next_id()), created: state.runtime.clock().now().timestamp() };
+    let completion = Completion {
+        id: format!("chatcmpl-{}", state.runtime.ids().next_id()),
+        created: state.runtime.clock().now().timestamp(),
+    };
     let mut response = if stream {
         let (tx, rx) = unbounded_channel::<Event>();
         let (c, id) = (completion.clone(), run_id.clone());
@@ -70,7 +85,9 @@ pub async fn chat(state: Arc<AppState>, input: ChatInput, named: Option<String>,
             let finished = state.loops.run(&request, &id, &loop_id, &config, &sink).await;
             match &finished.result {
                 Ok(output) => {
-                    if let Some(chunk) = output.as_ref().and_then(|o| c.event_chunk(&RunEvent::TextDelta { text: content(o) })) {
+                    if let Some(chunk) =
+                        output.as_ref().and_then(|o| c.event_chunk(&RunEvent::TextDelta { text: content(o) }))
+                    {
                         send(chunk);
                     }
                     send(c.final_chunk(&FinishReason::Stop, &[], &Usage::default()));
@@ -82,7 +99,9 @@ pub async fn chat(state: Arc<AppState>, input: ChatInput, named: Option<String>,
         // Held while the client listens: a client that goes away cancels the run (its agent
         // steps, and a human step that would otherwise wait for nobody).
         let attached = AbortOnDrop(running.abort_handle());
-        let events = futures::stream::unfold((rx, attached), |(mut rx, attached)| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), (rx, attached))) });
+        let events = futures::stream::unfold((rx, attached), |(mut rx, attached)| async move {
+            rx.recv().await.map(|e| (Ok::<_, Infallible>(e), (rx, attached)))
+        });
         with_pings(events).into_response()
     } else {
         let finished = state.loops.run(&request, &run_id, &loop_id, &config, &|_| {}).await;
@@ -141,8 +160,14 @@ pub struct HumanBody {
 }
 
 /// `POST /v1/loop-runs/{id}/human`: answer the run's waiting human step; the run goes on.
-pub async fn human(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
-    let body: HumanBody = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("human body must be {{output}}: {e}")))?;
+pub async fn human(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, RestError> {
+    let body: HumanBody =
+        serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("human body must be {{output}}: {e}")))?;
     let owner = if caller.admin { None } else { Some(caller.owner.as_deref().unwrap_or_default()) };
     state.loops.humans().answer(&id, owner, body.output).map_err(ApiError::from)?;
     Ok(ok(json!({"loopRunId": id, "accepted": true})).into_response())
