@@ -27,6 +27,7 @@ mod fsio;
 mod journal;
 mod lock;
 mod order;
+mod ordered;
 mod records;
 mod runs;
 mod sessions;
@@ -42,7 +43,6 @@ use sha2::{Digest, Sha256};
 use crate::clock::{Clock, IdGen, Seams, now_ms};
 use crate::error::StoreError;
 use crate::model::{Effect, Lease, Record, Run, RunEvent, Session, StoredMessage};
-use crate::page::{Cursor, Page, PageRequest};
 use journal::Journal;
 
 /// The file backend. Cheap to clone; all clones share one index and one lock.
@@ -67,7 +67,7 @@ struct Inner {
 struct Index {
     /// The sessions read so far (see [`Inner::load_session`]).
     sessions: HashMap<String, Session>,
-    runs: HashMap<String, Run>,
+    runs: ordered::Ordered<Run>,
     leases: HashMap<String, Lease>,
     effects: HashMap<String, Effect>,
     /// Offsets of each session's `messages.jsonl`.
@@ -83,11 +83,11 @@ struct Index {
     /// One append lock per run (made on its first append), held across its journal fsync.
     run_locks: HashMap<String, SessionLock>,
     /// Records by collection, then id.
-    records: BTreeMap<String, HashMap<String, Record>>,
+    records: BTreeMap<String, ordered::Ordered<Record>>,
     /// Tasks by id.
-    tasks: HashMap<String, crate::work::StoredTask>,
+    tasks: ordered::Ordered<crate::work::StoredTask>,
     /// Missions by id.
-    missions: HashMap<String, crate::work::StoredMission>,
+    missions: ordered::Ordered<crate::work::StoredMission>,
 }
 
 impl FileStore {
@@ -246,23 +246,6 @@ type SessionLock = Arc<tokio::sync::Mutex<()>>;
 
 /// A held per-session write lock, released on drop.
 type SessionGuard = tokio::sync::OwnedMutexGuard<()>;
-
-/// Newest first by (creation time, id), resuming after a cursor.
-fn page_newest_first<T: Clone>(
-    mut items: Vec<T>,
-    key: impl Fn(&T) -> (i64, String),
-    page: &PageRequest,
-) -> Result<Page<T>, StoreError> {
-    let after = page.after.as_ref().map(Cursor::time_key).transpose()?;
-    items.sort_by_key(|b| std::cmp::Reverse(key(b)));
-    let size = page.size();
-    let items: Vec<T> =
-        items.into_iter().filter(|i| after.as_ref().is_none_or(|a| key(i) < *a)).take(size + 1).collect();
-    Ok(Page::from_overfetch(items, size, |i| {
-        let (ms, id) = key(i);
-        Cursor::at_time(ms, &id)
-    }))
-}
 
 impl Index {
     /// Read every run, lease and effect (sessions are read when first used), cutting torn

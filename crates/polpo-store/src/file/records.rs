@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{FileStore, Index, Inner, RECORDS, fsio, owned, page_newest_first};
+use super::{FileStore, Index, Inner, RECORDS, fsio, owned};
 use crate::error::StoreError;
 use crate::model::{self, ImportOutcome, Record};
 use crate::page::{Page, PageRequest};
@@ -86,9 +86,9 @@ impl RecordStore for FileStore {
     }
 
     async fn list_records(&self, collection: &str, page: &PageRequest) -> Result<Page<Record>, StoreError> {
-        let items: Vec<Record> =
-            self.inner.index().records.get(collection).map(|c| c.values().cloned().collect()).unwrap_or_default();
-        page_newest_first(items, |r| (r.created_at.timestamp_millis(), r.id.clone()), page)
+        let idx = self.inner.index();
+        let empty = super::ordered::Ordered::default();
+        idx.records.get(collection).unwrap_or(&empty).page(page, |_| true)
     }
 
     async fn delete_record(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{FileStore, Index, Inner, Journal, RUNS, fsio, owned, page_newest_first};
+use super::{FileStore, Index, Inner, Journal, RUNS, fsio, owned};
 use crate::error::StoreError;
 use crate::model::{self, Checkpoint, ImportOutcome, Lease, NewRun, NewRunEvent, Run, RunEvent, RunFilter, RunStatus};
 use crate::page::{Page, PageRequest};
@@ -85,10 +85,10 @@ impl Inner {
         let mut idx = self.index();
         let Index { runs, events, .. } = &mut *idx;
         events.entry(run_id.to_owned()).or_default().record(written)?;
-        if let Some(run) = runs.get_mut(run_id) {
+        runs.update(run_id, |run| {
             run.last_seq = last;
             run.updated_at = now;
-        }
+        });
         Ok(first..=last)
     }
 
@@ -251,17 +251,11 @@ impl RunStore for FileStore {
     }
 
     async fn list_runs(&self, filter: &RunFilter, page: &PageRequest) -> Result<Page<Run>, StoreError> {
-        let items: Vec<Run> = self
-            .inner
-            .index()
-            .runs
-            .values()
-            .filter(|r| filter.agent.as_ref().is_none_or(|a| *a == r.agent))
-            .filter(|r| filter.session_id.is_none() || filter.session_id == r.session_id)
-            .filter(|r| filter.status.is_none_or(|st| st == r.status))
-            .cloned()
-            .collect();
-        page_newest_first(items, |r| (r.created_at.timestamp_millis(), r.id.clone()), page)
+        self.inner.index().runs.page(page, |r| {
+            filter.agent.as_ref().is_none_or(|a| *a == r.agent)
+                && (filter.session_id.is_none() || filter.session_id == r.session_id)
+                && filter.status.is_none_or(|st| st == r.status)
+        })
     }
 
     async fn update_run_status(

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use polpo_core::tasks::{self as core, Mission, MissionStatus, Task};
 use serde::Serialize;
 
-use super::{FileStore, Index, Inner, fsio, json_files, page_newest_first};
+use super::{FileStore, Index, Inner, fsio, json_files};
 use crate::error::StoreError;
 use crate::model::{self, ImportOutcome};
 use crate::page::{Page, PageRequest};
@@ -200,16 +200,10 @@ impl TaskStore for FileStore {
     }
 
     async fn list_tasks(&self, filter: &TaskFilter, page: &PageRequest) -> Result<Page<StoredTask>, StoreError> {
-        let items: Vec<StoredTask> = self
-            .inner
-            .index()
-            .tasks
-            .values()
-            .filter(|t| filter.status.is_none_or(|s| s == t.task.status))
-            .filter(|t| filter.mission_id.is_none() || filter.mission_id == t.task.mission_id)
-            .cloned()
-            .collect();
-        page_newest_first(items, |t| (t.task.created_at.timestamp_millis(), t.task.id.clone()), page)
+        self.inner.index().tasks.page(page, |t| {
+            filter.status.is_none_or(|s| s == t.task.status)
+                && (filter.mission_id.is_none() || filter.mission_id == t.task.mission_id)
+        })
     }
 
     async fn update_task(&self, task: Task, expected_revision: u64) -> Result<StoredTask, StoreError> {
@@ -238,15 +232,7 @@ impl MissionStore for FileStore {
     }
 
     async fn list_missions(&self, filter: &MissionFilter, page: &PageRequest) -> Result<Page<StoredMission>, StoreError> {
-        let items: Vec<StoredMission> = self
-            .inner
-            .index()
-            .missions
-            .values()
-            .filter(|m| filter.status.is_none_or(|s| s == m.mission.status))
-            .cloned()
-            .collect();
-        page_newest_first(items, |m| (m.mission.created_at.timestamp_millis(), m.mission.id.clone()), page)
+        self.inner.index().missions.page(page, |m| filter.status.is_none_or(|s| s == m.mission.status))
     }
 
     async fn update_mission(&self, mission: Mission, expected_revision: u64) -> Result<StoredMission, StoreError> {
