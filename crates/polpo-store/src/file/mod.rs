@@ -76,7 +76,7 @@ struct Index {
     /// file I/O so its writes stay ordered while other sessions write in parallel.
     session_locks: HashMap<String, SessionLock>,
     /// Sessions whose `session.json` lags their journal (appends write only the journal, the
-    /// truth); rewritten when the store closes, and reconciled at open after a crash.
+    /// truth); rewritten when the store closes, and reconciled when next read after a crash.
     stale_headers: HashSet<String>,
     /// Offsets of each run's `events.jsonl`.
     events: HashMap<String, Journal>,

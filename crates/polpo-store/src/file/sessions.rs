@@ -63,7 +63,7 @@ impl Inner {
 
     /// Write a new session's directory: an empty journal, then the header by atomic rename and
     /// the directory entries, three fsyncs in all. A directory left by a crash mid-create or
-    /// mid-delete (no header, so ignored at load) is cleared first, so no old journal leaks in.
+    /// mid-delete (no header, so never read as a session) is cleared first, so no old journal leaks in.
     fn write_new_session(&self, session: &Session, messages: &[StoredMessage]) -> Result<Journal, StoreError> {
         let dir = self.session_dir(&session.id);
         let journal_path = dir.join("messages.jsonl");
@@ -73,7 +73,7 @@ impl Inner {
             journal.append(&journal_path, messages)?;
         }
         // The header goes last (its rename fsyncs this directory): without it a half-written
-        // directory is ignored at load.
+        // directory is never read as a session.
         fsio::write_json(&dir.join("session.json"), session)?;
         fsio::sync_dir(&self.dir.join(SESSIONS))?;
         Ok(journal)
@@ -179,7 +179,7 @@ impl Inner {
         model::validate_id("session", id)?;
         let Some(_guard) = self.lock_session(id)? else { return Ok(false) };
         let dir = self.session_dir(id);
-        // Without session.json the directory is ignored at load, so a crash mid-delete is safe.
+        // Without session.json the directory is never read as a session, so a crash mid-delete is safe.
         let head = dir.join("session.json");
         std::fs::remove_file(&head).map_err(|e| StoreError::io(&head, e))?;
         let removed = {
