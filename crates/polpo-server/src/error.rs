@@ -339,6 +339,12 @@ impl From<polpo_store::StoreError> for ApiError {
     }
 }
 
+impl From<polpo_engine::runs::RunError> for ApiError {
+    fn from(e: polpo_engine::runs::RunError) -> Self {
+        Self::new(e.code(), e.to_string())
+    }
+}
+
 impl From<polpo_project::ProjectError> for ApiError {
     fn from(e: polpo_project::ProjectError) -> Self {
         // The REST API's name for "taken" is `already_exists`, shared with other resources.
@@ -600,7 +606,7 @@ mod tests {
         all.extend(loops.into_iter().map(ApiError::from));
         all.extend(store().into_iter().map(ApiError::from));
         all.extend(chat.into_iter().map(ApiError::from));
-        all.extend(runs.iter().map(|e| ApiError::new(e.code(), e.to_string())));
+        all.extend(runs.into_iter().map(ApiError::from));
         all
     }
 

@@ -17,7 +17,7 @@
 
 use crate::auth::{Caller, presented_key};
 use crate::chunks::Completion;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorCode};
 use crate::idempotency::{self, Claim, Lookup, Settlement};
 use crate::routes::{self, sessions};
 use crate::sse::with_pings;
@@ -166,7 +166,7 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
         tokio::spawn(deliver(completion, invoked, claim, None, done_tx));
         let delivered = done.await;
         drop(attachment);
-        let Ok(delivered) = delivered else { return Err(ApiError::new("internal", "the run follower stopped")) };
+        let Ok(delivered) = delivered else { return Err(ApiError::new(ErrorCode::Internal, "the run follower stopped")) };
         let mut response = match (delivered.answer, delivered.unremembered) {
             (Ok(_), Some(e)) => e.into_response(),
             (Ok(answer), None) => axum::Json(answer.body()).into_response(),
@@ -274,7 +274,7 @@ async fn settle(claim: Option<Claim>, how: Settlement) {
 
 /// Answer a repeated `Idempotency-Key` with the remembered response, in the shape asked for.
 fn replay(stored: Value, stream: bool) -> Result<Response, ApiError> {
-    let answer: Answer = serde_json::from_value(stored).map_err(|e| ApiError::new("internal", format!("a remembered response is unreadable: {e}")))?;
+    let answer: Answer = serde_json::from_value(stored).map_err(|e| ApiError::new(ErrorCode::Internal, format!("a remembered response is unreadable: {e}")))?;
     let ids = [("x-session-id", answer.session_id.clone()), ("x-polpo-run-id", answer.run_id.clone()), ("idempotent-replayed", "true".into())];
     let mut response = if stream {
         let mut events: Vec<Result<Event, Infallible>> = answer.chunks().iter().map(|c| Ok(Event::default().data(c.to_string()))).collect();
@@ -323,7 +323,7 @@ fn chat_input(state: &AppState, r: &ChatRequest, headers: &HeaderMap) -> Result<
     input.outlive_caller = on_disconnect == Some("continue");
     // Parsed but not acted on yet: refused with a stable code rather than silently ignored.
     if r.polpo.as_ref().is_some_and(|p| !p.skills.is_empty()) {
-        return Err(ApiError::new("feature_unavailable", "`polpo.skills` (activating Agent Skills) is not available in this runtime yet"));
+        return Err(ApiError::new(ErrorCode::FeatureUnavailable, "`polpo.skills` (activating Agent Skills) is not available in this runtime yet"));
     }
     Ok(input)
 }
@@ -343,7 +343,7 @@ fn pick_agent(state: &AppState, r: &ChatRequest) -> Result<String, ApiError> {
     let mut ids = loaded.project.agents.keys();
     match (ids.next(), ids.next()) {
         (Some(only), None) => Ok(only.clone()),
-        _ => Err(ApiError::new("agent_required", "name the agent: `\"agent\": \"<id>\"` or `\"model\": \"agent/<id>\"` (see GET /v1/models)")),
+        _ => Err(ApiError::new(ErrorCode::AgentRequired, "name the agent: `\"agent\": \"<id>\"` or `\"model\": \"agent/<id>\"` (see GET /v1/models)")),
     }
 }
 
@@ -389,7 +389,7 @@ pub const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
 /// (`-1`, `1e30`, `"NaN"`) is `400 invalid_value` naming the field instead of silently ignored.
 /// `null` means "not given".
 fn sampling(extra: &Map<String, Value>) -> Result<(), ApiError> {
-    let invalid = |field: &str, expected: &str, got: &Value| ApiError::new("invalid_value", format!("`{field}` must be {expected} (got {got})"));
+    let invalid = |field: &str, expected: &str, got: &Value| ApiError::new(ErrorCode::InvalidValue, format!("`{field}` must be {expected} (got {got})"));
     for field in ["max_tokens", "max_completion_tokens"] {
         match extra.get(field) {
             None | Some(Value::Null) => {}

@@ -16,7 +16,7 @@
 
 use crate::state::AppState;
 use crate::auth::Caller;
-use crate::error::{ApiError, RestError, ok};
+use crate::error::{ApiError, ErrorCode, RestError, ok};
 use crate::sse::with_pings;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::HeaderMap;
@@ -26,24 +26,18 @@ use futures::StreamExt;
 use polpo_core::message::{Content, ContentPart, Message};
 use polpo_store::Run;
 use polpo_engine::events::journal::{FRAME_EVENT, stream_frame};
-use polpo_engine::runs::{Queued, Reconcile, RunError, SteerMessage, SteerMode};
+use polpo_engine::runs::{Queued, Reconcile, SteerMessage, SteerMode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
-
-impl From<RunError> for ApiError {
-    fn from(e: RunError) -> Self {
-        ApiError::new(e.code(), e.to_string())
-    }
-}
 
 /// Stored run `id` (`None` for an inline chat's run, which executes here without a record)
 /// when `caller` may reach it: it owns the run's session, or is an admin. `404 run_not_found`
 /// otherwise, the same as for a run that does not exist; an admin gets `None` for an unknown
 /// id too and meets the route's own answer for it.
 async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<Option<Run>, ApiError> {
-    let not_found = || ApiError::new("run_not_found", format!("no run `{id}`"));
+    let not_found = || ApiError::new(ErrorCode::RunNotFound, format!("no run `{id}`"));
     let Some(run) = state.runs.get(id).await? else {
         // An inline chat's run is not stored; it is steerable while it executes here.
         return match state.runs.inline_owner(id) {
@@ -67,7 +61,7 @@ async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<Option<Run
 
 /// `GET /v1/runs/{id}`: the run (status, agent, session, last sequence number).
 pub async fn get_run(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>) -> Result<Response, RestError> {
-    let run = owned(&state, &caller, &id).await?.ok_or_else(|| ApiError::new("run_not_found", format!("no run `{id}`")))?;
+    let run = owned(&state, &caller, &id).await?.ok_or_else(|| ApiError::new(ErrorCode::RunNotFound, format!("no run `{id}`")))?;
     Ok(ok(run).into_response())
 }
 
@@ -95,7 +89,7 @@ pub async fn events(
         None => query.after.unwrap_or(0),
     };
     if owned(&state, &caller, &id).await?.is_none() {
-        return Err(ApiError::new("run_not_found", format!("no run `{id}`")).into());
+        return Err(ApiError::new(ErrorCode::RunNotFound, format!("no run `{id}`")).into());
     }
     let frames = state.runs.events(&id, after).map(|e| {
         Ok::<_, Infallible>(match e {
