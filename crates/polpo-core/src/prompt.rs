@@ -19,8 +19,6 @@ pub fn system_prompt(agent: &Agent) -> String {
     };
     line("Agent id", Some(&agent.id));
     line("Role", c.role.as_deref());
-    // Without it, models guess absolute paths they have never seen (`/tmp/…/src`).
-    line("Workspace", Some("your files are in the current folder; give file tools paths relative to it (`.` is the folder itself)"));
     if let Some(id) = &c.identity {
         line("Name", id.display_name.as_deref());
         line("Title", id.title.as_deref());
@@ -57,8 +55,7 @@ mod tests {
         };
         let p = system_prompt(&agent("You fix bugs.\n", config));
         assert!(p.starts_with("You fix bugs.\n\n## About you\n"), "{p}");
-        assert!(p.contains("- Agent id: coder\n- Role: Writes Rust\n- Workspace: your files are in the current folder"), "{p}");
-        assert!(p.contains("- Name: Ada\n- Tone: terse\n"), "{p}");
+        assert!(p.contains("- Agent id: coder\n- Role: Writes Rust\n- Name: Ada\n- Tone: terse\n"), "{p}");
         assert!(!p.contains("Company"), "empty fields are left out: {p}");
     }
 }

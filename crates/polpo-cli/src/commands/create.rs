@@ -193,7 +193,7 @@ impl Template {
 
     fn instructions(self) -> String {
         match self {
-            Template::Basic => "You are a helpful assistant. Answer clearly and briefly, and say so when you are not sure. When a question is about files, look at them with your tools instead of guessing.\n",
+            Template::Basic => "You are a helpful assistant. Answer clearly and briefly, and say so when you are not sure. When a question is about files, look at them with your tools instead of guessing.\n\nWorkspace: your files are in the current folder; give file tools paths relative to it (`.` is the folder itself).\n",
             Template::Coder => {
                 "You are a careful software engineer. Read the code before changing it, make small focused \
                  changes, and run the tests after each change.\n"
