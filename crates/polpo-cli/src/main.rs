@@ -83,9 +83,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let global = Global {
-        project: cli.project,
-    };
+    let global = Global { project: cli.project };
     match dispatch(&global, cli.command) {
         Ok(code) => code,
         Err(error) => {

@@ -7,12 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 fn polpo(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_polpo"))
-        .args(args)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_polpo")).args(args).current_dir(cwd).stdin(Stdio::null()).output().unwrap()
 }
 
 fn stdout(o: &Output) -> String {
@@ -24,24 +19,12 @@ fn stderr(o: &Output) -> String {
 }
 
 fn ok(o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "failed: {}\nstdout: {}\nstderr: {}",
-        o.status,
-        stdout(&o),
-        stderr(&o)
-    );
+    assert!(o.status.success(), "failed: {}\nstdout: {}\nstderr: {}", o.status, stdout(&o), stderr(&o));
     stdout(&o)
 }
 
 fn fails(o: Output) -> Output {
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "stdout: {}\nstderr: {}",
-        stdout(&o),
-        stderr(&o)
-    );
+    assert_eq!(o.status.code(), Some(1), "stdout: {}\nstderr: {}", stdout(&o), stderr(&o));
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
     o
 }
@@ -59,11 +42,7 @@ fn tree_hash(root: &Path) -> u64 {
     fn walk(dir: &Path, root: &Path, out: &mut Vec<(String, Vec<u8>)>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
-            let rel = path
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
+            let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
             if path.is_dir() {
                 out.push((rel + "/", Vec::new()));
                 walk(&path, root, out);
@@ -104,30 +83,13 @@ fn create_takes_template_agent_and_model_flags_and_never_prompts_without_a_tty()
     // No --yes, but stdin is not a terminal: flags and defaults, no prompt.
     ok(polpo(
         dir.path(),
-        &[
-            "create",
-            "shop",
-            "--template",
-            "support",
-            "--agent",
-            "helpdesk",
-            "--model",
-            "anthropic/claude-haiku",
-        ],
+        &["create", "shop", "--template", "support", "--agent", "helpdesk", "--model", "anthropic/claude-haiku"],
     ));
-    let out = ok(polpo(
-        dir.path(),
-        &["agents", "show", "helpdesk", "--json", "--project", "shop"],
-    ));
+    let out = ok(polpo(dir.path(), &["agents", "show", "helpdesk", "--json", "--project", "shop"]));
     let agent: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(agent["config"]["model"], "anthropic/claude-haiku");
     assert_eq!(agent["config"]["chat"]["suggestions"]["enabled"], true);
-    assert!(
-        agent["instructions"]
-            .as_str()
-            .unwrap()
-            .contains("customer support")
-    );
+    assert!(agent["instructions"].as_str().unwrap().contains("customer support"));
 }
 
 #[test]
@@ -135,15 +97,8 @@ fn create_refuses_an_existing_project() {
     let dir = tempfile::tempdir().unwrap();
     ok(polpo(dir.path(), &["create", "demo", "--yes"]));
     let before = tree_hash(dir.path());
-    let out = fails(polpo(
-        dir.path(),
-        &["create", "demo", "--yes", "--template", "coder"],
-    ));
-    assert!(
-        stderr(&out).contains("already contains a .polpo/ folder"),
-        "{}",
-        stderr(&out)
-    );
+    let out = fails(polpo(dir.path(), &["create", "demo", "--yes", "--template", "coder"]));
+    assert!(stderr(&out).contains("already contains a .polpo/ folder"), "{}", stderr(&out));
     assert_eq!(tree_hash(dir.path()), before);
 }
 
@@ -155,14 +110,8 @@ fn validate_reports_three_different_mistakes_with_file_and_pointer() {
     write(
         &root,
         &[
-            (
-                ".polpo/project.json",
-                r#"{"schemaVersion": 2, "settings": {"storage": "file", "colour": "red"}}"#,
-            ),
-            (
-                ".polpo/agents/assistant/agent.json",
-                r#"{"model": "openai/gpt-4o-mini", "reasoning": "extreme"}"#,
-            ),
+            (".polpo/project.json", r#"{"schemaVersion": 2, "settings": {"storage": "file", "colour": "red"}}"#),
+            (".polpo/agents/assistant/agent.json", r#"{"model": "openai/gpt-4o-mini", "reasoning": "extreme"}"#),
             (".polpo/agents/writer/agent.json", r#"{"role": "writer"}"#),
         ],
     );
@@ -170,39 +119,18 @@ fn validate_reports_three_different_mistakes_with_file_and_pointer() {
     let lines: Vec<&str> = std::str::from_utf8(&out.stdout).unwrap().lines().collect();
     assert_eq!(lines.len(), 3, "{lines:?}");
     assert!(
-        lines[0].starts_with(
-            ".polpo/agents/assistant/agent.json:/reasoning: invalid_value: expected one of"
-        ),
+        lines[0].starts_with(".polpo/agents/assistant/agent.json:/reasoning: invalid_value: expected one of"),
         "{}",
         lines[0]
     );
-    assert!(
-        lines[1].starts_with(".polpo/agents/writer/instructions.md: missing_agent_file: "),
-        "{}",
-        lines[1]
-    );
-    assert!(
-        lines[2].starts_with(".polpo/project.json:/settings/colour: unknown_field: "),
-        "{}",
-        lines[2]
-    );
+    assert!(lines[1].starts_with(".polpo/agents/writer/instructions.md: missing_agent_file: "), "{}", lines[1]);
+    assert!(lines[2].starts_with(".polpo/project.json:/settings/colour: unknown_field: "), "{}", lines[2]);
 
-    let out = fails(polpo(
-        dir.path(),
-        &["validate", "--project", "demo", "--json"],
-    ));
+    let out = fails(polpo(dir.path(), &["validate", "--project", "demo", "--json"]));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["ok"], false);
-    let codes: Vec<&str> = report["problems"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["code"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        codes,
-        ["invalid_value", "missing_agent_file", "unknown_field"]
-    );
+    let codes: Vec<&str> = report["problems"].as_array().unwrap().iter().map(|p| p["code"].as_str().unwrap()).collect();
+    assert_eq!(codes, ["invalid_value", "missing_agent_file", "unknown_field"]);
     assert_eq!(report["problems"][2]["pointer"], "/settings/colour");
 }
 
@@ -213,19 +141,13 @@ fn migrate_round_trips_a_legacy_project_and_dry_run_changes_nothing() {
     write(
         root,
         &[
-            (
-                ".polpo/polpo.json",
-                r#"{"project": "old", "settings": {"maxRetries": 3}}"#,
-            ),
+            (".polpo/polpo.json", r#"{"project": "old", "settings": {"maxRetries": 3}}"#),
             (
                 ".polpo/agents.json",
                 r#"[{"name": "alice", "role": "lead", "systemPrompt": "Lead."},
                                     {"agent": {"name": "bob", "reportsTo": "alice"}, "teamName": "ops"}]"#,
             ),
-            (
-                ".polpo/teams.json",
-                r#"[{"name": "ops", "description": "Operations"}]"#,
-            ),
+            (".polpo/teams.json", r#"[{"name": "ops", "description": "Operations"}]"#),
         ],
     );
     let out = ok(polpo(root, &["validate"]));
@@ -234,26 +156,13 @@ fn migrate_round_trips_a_legacy_project_and_dry_run_changes_nothing() {
 
     let before = tree_hash(root);
     let out = ok(polpo(root, &["migrate", "--dry-run"]));
-    assert!(
-        out.contains("would write .polpo/agents/bob/agent.json"),
-        "{out}"
-    );
+    assert!(out.contains("would write .polpo/agents/bob/agent.json"), "{out}");
     assert_eq!(tree_hash(root), before, "--dry-run changed the tree");
 
     let out = ok(polpo(root, &["migrate"]));
-    assert!(
-        out.contains("renamed .polpo/agents.json → .polpo/agents.v1.json"),
-        "{out}"
-    );
-    assert_eq!(
-        ok(polpo(root, &["validate"])).trim(),
-        "ok: 2 agents, 1 team (directory layout)"
-    );
-    assert_eq!(
-        ok(polpo(root, &["agents", "list", "--json"])),
-        before_list,
-        "agents changed in migration"
-    );
+    assert!(out.contains("renamed .polpo/agents.json → .polpo/agents.v1.json"), "{out}");
+    assert_eq!(ok(polpo(root, &["validate"])).trim(), "ok: 2 agents, 1 team (directory layout)");
+    assert_eq!(ok(polpo(root, &["agents", "list", "--json"])), before_list, "agents changed in migration");
     let bob = ok(polpo(root, &["agents", "show", "bob"]));
     assert!(bob.contains("\"reportsTo\": \"alice\""), "{bob}");
 
@@ -264,61 +173,31 @@ fn migrate_round_trips_a_legacy_project_and_dry_run_changes_nothing() {
 #[test]
 fn agents_list_prints_a_table() {
     let dir = tempfile::tempdir().unwrap();
-    ok(polpo(
-        dir.path(),
-        &["create", "demo", "--yes", "--template", "coder"],
-    ));
+    ok(polpo(dir.path(), &["create", "demo", "--yes", "--template", "coder"]));
     let out = ok(polpo(dir.path(), &["agents", "list", "--project", "demo"]));
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with("ID "), "{out}");
-    assert!(
-        lines[1].starts_with("coder ") && lines[1].contains("openai/gpt-4o-mini"),
-        "{out}"
-    );
+    assert!(lines[1].starts_with("coder ") && lines[1].contains("openai/gpt-4o-mini"), "{out}");
 }
 
 #[test]
 fn user_errors_exit_non_zero_with_a_message() {
     let dir = tempfile::tempdir().unwrap();
     ok(polpo(dir.path(), &["create", "demo", "--yes"]));
-    let out = fails(polpo(
-        dir.path(),
-        &["agents", "show", "nobody", "--project", "demo"],
-    ));
-    assert!(
-        stderr(&out).contains("agent `nobody` not found (agents: assistant)"),
-        "{}",
-        stderr(&out)
-    );
+    let out = fails(polpo(dir.path(), &["agents", "show", "nobody", "--project", "demo"]));
+    assert!(stderr(&out).contains("agent `nobody` not found (agents: assistant)"), "{}", stderr(&out));
     let out = fails(polpo(dir.path(), &["validate"]));
-    assert!(
-        stdout(&out).contains("missing_project_file"),
-        "{}",
-        stdout(&out)
-    );
-    let out = fails(polpo(
-        dir.path(),
-        &["create", "bad", "--yes", "--agent", "a/b"],
-    ));
-    assert!(
-        stderr(&out).contains("invalid agent name"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stdout(&out).contains("missing_project_file"), "{}", stdout(&out));
+    let out = fails(polpo(dir.path(), &["create", "bad", "--yes", "--agent", "a/b"]));
+    assert!(stderr(&out).contains("invalid agent name"), "{}", stderr(&out));
 }
 
 #[test]
 fn version_and_completions() {
     let dir = tempfile::tempdir().unwrap();
-    assert_eq!(
-        ok(polpo(dir.path(), &["--version"])).trim(),
-        format!("polpo {}", env!("CARGO_PKG_VERSION"))
-    );
+    assert_eq!(ok(polpo(dir.path(), &["--version"])).trim(), format!("polpo {}", env!("CARGO_PKG_VERSION")));
     let script = ok(polpo(dir.path(), &["completions", "bash"]));
-    assert!(
-        script.contains("polpo") && script.contains("migrate"),
-        "{script}"
-    );
+    assert!(script.contains("polpo") && script.contains("migrate"), "{script}");
 }
 
 #[test]
@@ -338,14 +217,8 @@ fn create_prompts_on_a_terminal() {
     let out = child.wait_with_output().unwrap();
     let text = stdout(&out);
     assert!(out.status.success(), "{text}");
-    assert!(
-        text.contains("Template (basic, coder, support) [basic]: "),
-        "{text}"
-    );
-    let agent = ok(polpo(
-        dir.path(),
-        &["agents", "show", "builder", "--json", "--project", "demo"],
-    ));
+    assert!(text.contains("Template (basic, coder, support) [basic]: "), "{text}");
+    let agent = ok(polpo(dir.path(), &["agents", "show", "builder", "--json", "--project", "demo"]));
     let agent: serde_json::Value = serde_json::from_str(&agent).unwrap();
     assert_eq!(agent["config"]["role"], "Software engineer");
     assert_eq!(agent["config"]["model"], "openai/gpt-4o-mini");
@@ -369,10 +242,7 @@ fn db_commands_report_migrate_and_copy_between_backends() {
     project["settings"]["storage"] = "sqlite".into();
     std::fs::write(&project_json, serde_json::to_vec_pretty(&project).unwrap()).unwrap();
     let migrated = ok(polpo(&demo, &["db", "migrate"]));
-    let versions: Vec<i64> = migrated
-        .split(|c: char| !c.is_ascii_digit())
-        .filter_map(|s| s.parse().ok())
-        .collect();
+    let versions: Vec<i64> = migrated.split(|c: char| !c.is_ascii_digit()).filter_map(|s| s.parse().ok()).collect();
     assert!(migrated.starts_with("storage: sqlite (schema version"), "{migrated}");
     assert!(versions.len() == 2 && versions[0] == versions[1] && versions[0] >= 1, "{migrated}");
 
@@ -409,7 +279,8 @@ fn hooks_validate_checks_packs_and_assignments() {
     let whole = stdout(&fails(polpo(&demo, &["validate"])));
     assert!(whole.contains("unknown_hook_pack"), "polpo validate checks hook packs too: {whole}");
 
-    let caps: serde_json::Value = serde_json::from_str(&ok(polpo(&demo, &["hooks", "capabilities", "--json"]))).unwrap();
+    let caps: serde_json::Value =
+        serde_json::from_str(&ok(polpo(&demo, &["hooks", "capabilities", "--json"]))).unwrap();
     assert!(caps.get("terminationGate").is_some(), "{caps}");
 }
 
@@ -460,7 +331,10 @@ fn without_a_key_or_an_offline_model_run_says_what_to_do_before_any_request() {
         .unwrap();
     let err = stderr(&fails(out));
     assert!(err.contains("provider_not_configured"), "{err}");
-    assert!(err.contains("OPENAI_API_KEY") && err.contains("polpo models install"), "both ways forward are named: {err}");
+    assert!(
+        err.contains("OPENAI_API_KEY") && err.contains("polpo models install"),
+        "both ways forward are named: {err}"
+    );
     assert!(tripwire.accept().is_err(), "no request went out");
 }
 
@@ -471,10 +345,13 @@ fn validate_warns_about_fields_nothing_acts_on_yet_and_still_succeeds() {
     let root = dir.path().join("demo");
     write(
         &root,
-        &[(
-            ".polpo/agents/assistant/agent.json",
-            r#"{"model": "openai/gpt-4o-mini", "skills": ["frontend-design"], "mcpServers": {"fs": {"type": "stdio", "command": "mcp-fs"}}, "assignedLoops": ["flow"], "executionRouter": {"mode": "auto", "allowedLoops": ["flow"]}}"#,
-        ), (".polpo/loops/flow.json", r#"{"start": "a", "steps": {"a": {"systemPrompt": "hi"}}}"#)],
+        &[
+            (
+                ".polpo/agents/assistant/agent.json",
+                r#"{"model": "openai/gpt-4o-mini", "skills": ["frontend-design"], "mcpServers": {"fs": {"type": "stdio", "command": "mcp-fs"}}, "assignedLoops": ["flow"], "executionRouter": {"mode": "auto", "allowedLoops": ["flow"]}}"#,
+            ),
+            (".polpo/loops/flow.json", r#"{"start": "a", "steps": {"a": {"systemPrompt": "hi"}}}"#),
+        ],
     );
     let out = polpo(dir.path(), &["validate", "--project", "demo", "--json"]);
     let report: serde_json::Value = serde_json::from_str(&ok(out)).unwrap();
@@ -488,13 +365,21 @@ fn validate_warns_about_fields_nothing_acts_on_yet_and_still_succeeds() {
     located.sort();
     let file = ".polpo/agents/assistant/agent.json".to_owned();
     // `assignedLoops` acts (a chat runs the loop); the execution router does not yet.
-    assert_eq!(located, vec![(file.clone(), "/executionRouter".to_owned()), (file.clone(), "/mcpServers".to_owned()), (file, "/skills".to_owned())]);
+    assert_eq!(
+        located,
+        vec![
+            (file.clone(), "/executionRouter".to_owned()),
+            (file.clone(), "/mcpServers".to_owned()),
+            (file, "/skills".to_owned())
+        ]
+    );
     let router = report["warnings"].as_array().unwrap().iter().find(|w| w["pointer"] == "/executionRouter").unwrap();
     assert!(router["message"].as_str().unwrap().contains("execution router"), "{router}");
     // A freshly scaffolded agent carries none of them.
     let fresh = tempfile::tempdir().unwrap();
     ok(polpo(fresh.path(), &["create", "demo", "--yes"]));
-    let report: serde_json::Value = serde_json::from_str(&ok(polpo(fresh.path(), &["validate", "--project", "demo", "--json"]))).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&ok(polpo(fresh.path(), &["validate", "--project", "demo", "--json"]))).unwrap();
     assert!(!report["warnings"].to_string().contains("feature_unavailable"), "{report}");
 }
 
@@ -511,10 +396,13 @@ fn validate_reports_every_problem_of_a_broken_loop_with_its_pointer() {
             "classify": {"when": "fetch.ok = true", "allowedTools": ["write"], "next": "end"},
             "again": {"type": "while", "body": "fetch"}}"#,
     );
-    write(&root, &[
-        (".polpo/agents/assistant/agent.json", r#"{"allowedTools": ["read"], "assignedLoops": ["flow", "gone"]}"#),
-        (".polpo/loops/flow.json", &broken),
-    ]);
+    write(
+        &root,
+        &[
+            (".polpo/agents/assistant/agent.json", r#"{"allowedTools": ["read"], "assignedLoops": ["flow", "gone"]}"#),
+            (".polpo/loops/flow.json", &broken),
+        ],
+    );
     let out = fails(polpo(&root, &["validate"]));
     let lines = stdout(&out);
     for want in [
@@ -541,10 +429,13 @@ fn loops_list_show_and_validate_a_valid_loop() {
     let dir = tempfile::tempdir().unwrap();
     ok(polpo(dir.path(), &["create", "demo", "--yes"]));
     let root = dir.path().join("demo");
-    write(&root, &[
-        (".polpo/agents/assistant/agent.json", r#"{"assignedLoops": ["flow"]}"#),
-        (".polpo/loops/flow.json", r#"{"start": "a", "steps": {"a": {"tools": ["read"], "next": "end"}}}"#),
-    ]);
+    write(
+        &root,
+        &[
+            (".polpo/agents/assistant/agent.json", r#"{"assignedLoops": ["flow"]}"#),
+            (".polpo/loops/flow.json", r#"{"start": "a", "steps": {"a": {"tools": ["read"], "next": "end"}}}"#),
+        ],
+    );
     let out = ok(polpo(&root, &["loops", "validate"]));
     assert!(out.contains("warning: .polpo/loops/flow.json:/steps/a/tools: deprecated_field:"), "{out}");
     assert!(out.contains("ok: 1 loop(s)"), "{out}");

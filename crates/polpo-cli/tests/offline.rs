@@ -47,7 +47,11 @@ fn installed_model(name: &str) -> PathBuf {
 fn project(dir: &Path) {
     ProjectFixture::new(dir, json!({"storage": "file"}))
         .unwrap()
-        .agent("assistant", json!({"model": "openai/gpt-4o-mini", "allowedTools": ["read"], "maxTurns": 3}), "You are a helpful assistant. Answer clearly and briefly.")
+        .agent(
+            "assistant",
+            json!({"model": "openai/gpt-4o-mini", "allowedTools": ["read"], "maxTurns": 3}),
+            "You are a helpful assistant. Answer clearly and briefly.",
+        )
         .unwrap();
 }
 

@@ -21,7 +21,11 @@ const EVENTUALLY: Duration = Duration::from_secs(60);
 fn project(dir: &Path, settings: Value) {
     ProjectFixture::new(dir, settings)
         .unwrap()
-        .agent("builder", json!({"model": "openai/fake-model", "allowedTools": ["bash", "read"], "maxTurns": 10}), "You build things.")
+        .agent(
+            "builder",
+            json!({"model": "openai/fake-model", "allowedTools": ["bash", "read"], "maxTurns": 10}),
+            "You build things.",
+        )
         .unwrap();
 }
 
@@ -52,7 +56,10 @@ async fn start_run(url: &str, text: &str) -> String {
 async fn runs(url: &str, args: &[&str]) -> Output {
     let mut cmd = polpo(&["runs"]);
     cmd.args(args).args(["--url", url]);
-    tokio::time::timeout(EVENTUALLY, tokio::task::spawn_blocking(move || cmd.output().unwrap())).await.expect("polpo runs exits").unwrap()
+    tokio::time::timeout(EVENTUALLY, tokio::task::spawn_blocking(move || cmd.output().unwrap()))
+        .await
+        .expect("polpo runs exits")
+        .unwrap()
 }
 
 fn stdout(out: &Output) -> String {
@@ -85,9 +92,18 @@ async fn tail_prints_every_event_through_to_completion_and_exits_0() {
     assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
     let lines: Vec<String> = stdout(&out).lines().map(str::to_owned).collect();
     let seqs: Vec<u64> = lines.iter().map(|l| l.split_whitespace().next().unwrap().parse().unwrap()).collect();
-    assert_eq!(seqs, (1..=lines.len() as u64).collect::<Vec<_>>(), "one line per event, in order:\n{}", lines.join("\n"));
+    assert_eq!(
+        seqs,
+        (1..=lines.len() as u64).collect::<Vec<_>>(),
+        "one line per event, in order:\n{}",
+        lines.join("\n")
+    );
     assert!(lines[0].contains("run.accepted"), "{}", lines[0]);
-    assert!(lines.iter().any(|l| l.contains(r#"tool.started bash {"command":"echo one >> log.txt"}"#)), "{}", lines.join("\n"));
+    assert!(
+        lines.iter().any(|l| l.contains(r#"tool.started bash {"command":"echo one >> log.txt"}"#)),
+        "{}",
+        lines.join("\n")
+    );
     assert!(lines.last().unwrap().ends_with(r#"run.completed "All done.""#), "{}", lines.join("\n"));
 
     // `--json` prints the raw frames; `--after` starts after the given event.
@@ -95,7 +111,10 @@ async fn tail_prints_every_event_through_to_completion_and_exits_0() {
     assert!(out.status.success());
     let frames: Vec<Value> = stdout(&out).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(frames.len(), 1);
-    assert_eq!((frames[0]["type"].as_str(), frames[0]["data"]["content"].as_str()), (Some("run.completed"), Some("All done.")));
+    assert_eq!(
+        (frames[0]["type"].as_str(), frames[0]["data"]["content"].as_str()),
+        (Some("run.completed"), Some("All done."))
+    );
     assert_eq!(frames[0]["runId"], run);
 
     let got = runs(&server.url, &["get", &run]).await;
@@ -108,7 +127,8 @@ async fn tail_prints_every_event_through_to_completion_and_exits_0() {
 #[tokio::test(flavor = "multi_thread")]
 async fn steering_a_running_run_from_the_terminal_reaches_the_next_model_call_once() {
     let gated = json!({"command": "while [ ! -f go ]; do sleep 0.02; done; echo x >> log.txt"});
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated)]), Turn::text("Switched to PostgreSQL.")]).await.unwrap();
+    let llm =
+        FakeLlm::start([Turn::tool_calls(vec![("bash", gated)]), Turn::text("Switched to PostgreSQL.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path(), &llm, &[]);
     let run = start_run(&server.url, "Build it").await;
@@ -136,7 +156,9 @@ async fn steering_a_running_run_from_the_terminal_reaches_the_next_model_call_on
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_aborted_run_ends_tail_with_a_non_zero_exit() {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "sleep 60"}))]), Turn::text("never")]).await.unwrap();
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "sleep 60"}))]), Turn::text("never")])
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path(), &llm, &[]);
     let run = start_run(&server.url, "Wait").await;
@@ -160,7 +182,13 @@ async fn errors_exit_non_zero_with_the_servers_code() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("unauthorized"), "{}", stderr(&out));
 
-    for args in [&["get", "nope"][..], &["tail", "nope"], &["steer", "nope", "hi"], &["abort", "nope"], &["reconcile", "nope", "applied", "--key", "k"]] {
+    for args in [
+        &["get", "nope"][..],
+        &["tail", "nope"],
+        &["steer", "nope", "hi"],
+        &["abort", "nope"],
+        &["reconcile", "nope", "applied", "--key", "k"],
+    ] {
         let mut cmd = polpo(&["runs"]);
         cmd.args(args).args(["--url", &server.url]).env("POLPO_API_KEY", "sk-polpo");
         let out = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
@@ -182,7 +210,12 @@ async fn errors_exit_non_zero_with_the_servers_code() {
 /// repeating the write.
 async fn a_run_paused_by_a_stop_is_reconciled_from_the_terminal(stop: fn(ServerProcess)) {
     let command = "echo one >> log.txt; for i in $(seq 300); do [ -f gate ] && break; sleep 0.02; done";
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": command}))]), Turn::text("Confirmed and finished.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("bash", json!({"command": command}))]),
+        Turn::text("Confirmed and finished."),
+    ])
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     project(dir.path(), json!({"storage": "file"}));
     let base = llm.base_url();
@@ -209,9 +242,16 @@ async fn a_run_paused_by_a_stop_is_reconciled_from_the_terminal(stop: fn(ServerP
     assert!(reconciled.status.success(), "{}", stderr(&reconciled));
     let done = runs(&second.url, &["tail", &run]).await;
     assert!(done.status.success(), "{}", stderr(&done));
-    assert!(stdout(&done).lines().last().unwrap().ends_with(r#"run.completed "Confirmed and finished.""#), "{}", stdout(&done));
+    assert!(
+        stdout(&done).lines().last().unwrap().ends_with(r#"run.completed "Confirmed and finished.""#),
+        "{}",
+        stdout(&done)
+    );
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "one\n", "the write was not repeated");
-    assert_eq!(llm.requests().last().unwrap().body["messages"].as_array().unwrap().last().unwrap()["content"], "appended");
+    assert_eq!(
+        llm.requests().last().unwrap().body["messages"].as_array().unwrap().last().unwrap()["content"],
+        "appended"
+    );
 
     // Nothing left to reconcile: the server's code for a run that is not paused.
     let again = runs(&second.url, &["reconcile", &run, "not-applied"]).await;
@@ -234,7 +274,14 @@ async fn a_write_cut_short_by_sigterm_is_not_repeated_by_the_next_server() {
 /// minutes takes the run over at once and completes it. `polpo runs tail`, attached before
 /// the stop, reconnects to the new server with `Last-Event-ID` and prints every event once.
 async fn sigterm_hands_the_run_over_to_the_next_server_at_once(settings: Value) {
-    let llm = FakeLlm::start([append("one"), Turn::text("lost with the stop").stall_after(1), append("two"), Turn::text("Handed over.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        append("one"),
+        Turn::text("lost with the stop").stall_after(1),
+        append("two"),
+        Turn::text("Handed over."),
+    ])
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     project(dir.path(), settings);
     let base = llm.base_url();
@@ -242,19 +289,28 @@ async fn sigterm_hands_the_run_over_to_the_next_server_at_once(settings: Value) 
     let port = free_port();
     let mut first = ServerProcess::start_on("serve", dir.path(), port, &[], &env);
     let run = start_run(&first.url, "Build it").await;
-    let mut tail = polpo(&["runs", "tail", &run, "--json", "--url", &first.url]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut tail = polpo(&["runs", "tail", &run, "--json", "--url", &first.url])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let (tx, lines) = std::sync::mpsc::channel();
     let tail_stdout = tail.stdout.take().unwrap();
     std::thread::spawn(move || BufReader::new(tail_stdout).lines().map_while(Result::ok).try_for_each(|l| tx.send(l)));
     // Its first event printed: tail is attached to the first server.
-    let first_line = tokio::task::block_in_place(|| lines.recv_timeout(EVENTUALLY)).expect("tail prints the first event");
+    let first_line =
+        tokio::task::block_in_place(|| lines.recv_timeout(EVENTUALLY)).expect("tail prints the first event");
 
     model_calls(&llm, 2).await; // the second model call hangs: the run is mid-turn
     first.terminate();
     let _second = ServerProcess::start_on("serve", dir.path(), port, &[], &env);
 
-    let out = tokio::time::timeout(EVENTUALLY, tokio::task::spawn_blocking(move || tail.wait_with_output().unwrap())).await.expect("tail follows the run to its end").unwrap();
-    let frames: Vec<Value> = std::iter::once(first_line).chain(lines.iter()).map(|l| serde_json::from_str(&l).unwrap()).collect();
+    let out = tokio::time::timeout(EVENTUALLY, tokio::task::spawn_blocking(move || tail.wait_with_output().unwrap()))
+        .await
+        .expect("tail follows the run to its end")
+        .unwrap();
+    let frames: Vec<Value> =
+        std::iter::once(first_line).chain(lines.iter()).map(|l| serde_json::from_str(&l).unwrap()).collect();
     let types: Vec<&str> = frames.iter().map(|f| f["type"].as_str().unwrap()).collect();
     assert!(out.status.success(), "{types:?}\n{}", stderr(&out));
     let seqs: Vec<u64> = frames.iter().map(|f| f["sequence"].as_u64().unwrap()).collect();

@@ -44,7 +44,9 @@ fn address(server: &ServerProcess) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_web_page_cannot_make_the_agent_run_commands_or_create_agents() {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "touch pwned"}))]), Turn::text("done")]).await.unwrap();
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "touch pwned"}))]), Turn::text("done")])
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     project(dir.path());
     let server = serve(dir.path(), &llm);
@@ -64,7 +66,13 @@ async fn a_web_page_cannot_make_the_agent_run_commands_or_create_agents() {
     assert_eq!(r.status(), 403);
     assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "origin_not_allowed");
     // Without Origin (a non-browser tool), text/plain is still not read as JSON.
-    let r = http.post(format!("{}/v1/chat/completions", server.url)).header("content-type", "text/plain").body(chat).send().await.unwrap();
+    let r = http
+        .post(format!("{}/v1/chat/completions", server.url))
+        .header("content-type", "text/plain")
+        .body(chat)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 415);
     let agent = json!({"id": "evil", "model": "openai/gpt-4o-mini", "allowedTools": ["bash"]}).to_string();
     let r = http
@@ -137,7 +145,10 @@ fn a_client_that_never_finishes_its_request_line_is_disconnected() {
         "the server closed the connection instead of keeping it open: {outcome:?} after {waited:?}"
     );
     assert!(waited < HEADER_TIMEOUT * 2, "closed within the header timeout, after {waited:?}");
-    assert!(waited >= HEADER_TIMEOUT - Duration::from_secs(1), "a slow client gets the whole header timeout, closed after {waited:?}");
+    assert!(
+        waited >= HEADER_TIMEOUT - Duration::from_secs(1),
+        "a slow client gets the whole header timeout, closed after {waited:?}"
+    );
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 408"), "{answer}");
 }

@@ -60,7 +60,8 @@ fn tool_results(llm: &FakeLlm, index: usize) -> Vec<String> {
 
 fn start(command: &str, dir: &Path, llm: &FakeLlm, extra_env: &[(&str, &str)]) -> ServerProcess {
     let base = llm.base_url();
-    let mut env = vec![("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", UPSTREAM_KEY), ("POLPO_API_KEY", POLPO_KEY)];
+    let mut env =
+        vec![("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", UPSTREAM_KEY), ("POLPO_API_KEY", POLPO_KEY)];
     env.extend_from_slice(extra_env);
     ServerProcess::start(command, dir, &[], &env)
 }
@@ -162,7 +163,9 @@ async fn bash_cannot_steal_secrets_change_the_project_nor_leave_children_behind(
 async fn without_landlock_the_server_says_so_and_bash_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     project(dir.path(), "shell", json!(["bash"]));
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "echo ran"}))]), Turn::text("done")]).await.unwrap();
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "echo ran"}))]), Turn::text("done")])
+        .await
+        .unwrap();
     let mut server = start("serve", dir.path(), &llm, &[("POLPO_SANDBOX_FORCE_UNAVAILABLE", "landlock")]);
     server.wait_for("warning: tool sandbox: Landlock is not available");
     chat(&server, "shell").await;
@@ -186,7 +189,12 @@ fn validate_reports_a_host_that_cannot_confine_bash() {
     };
     assert!(!warnings(&[]).iter().any(|w| w["code"].as_str().is_some_and(|c| c.starts_with("sandbox_"))));
     let without = warnings(&[("POLPO_SANDBOX_FORCE_UNAVAILABLE", "landlock")]);
-    assert!(without.iter().any(|w| w["code"] == "sandbox_unavailable" && w["message"].as_str().unwrap().contains("allowUnconfined")), "{without:?}");
+    assert!(
+        without
+            .iter()
+            .any(|w| w["code"] == "sandbox_unavailable" && w["message"].as_str().unwrap().contains("allowUnconfined")),
+        "{without:?}"
+    );
 }
 
 /// Without an API key (`polpo dev`'s default) the server trusts every local process: `bash`
@@ -197,7 +205,12 @@ async fn bash_cannot_call_the_servers_own_api() {
     project(dir.path(), "shell", json!(["bash"]));
     let llm = FakeLlm::start([]).await.unwrap();
     let base = llm.base_url();
-    let server = ServerProcess::start("dev", dir.path(), &[], &[("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", UPSTREAM_KEY)]);
+    let server = ServerProcess::start(
+        "dev",
+        dir.path(),
+        &[],
+        &[("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", UPSTREAM_KEY)],
+    );
     let agent_file = dir.path().join(".polpo/agents/shell/agent.json");
     let agent_before = std::fs::read(&agent_file).unwrap();
     let rewrite = format!(

@@ -15,7 +15,11 @@ fn project(dir: &Path) {
     ProjectFixture::new(dir, json!({"storage": "file"}))
         .unwrap()
         // Client tools obey the agent's allowedTools like its own tools: `get_weather` is listed.
-        .agent("assistant", json!({"model": "openai/gpt-4o-mini", "allowedTools": ["read", "ls", "get_weather"]}), "You are a helpful assistant.")
+        .agent(
+            "assistant",
+            json!({"model": "openai/gpt-4o-mini", "allowedTools": ["read", "ls", "get_weather"]}),
+            "You are a helpful assistant.",
+        )
         .unwrap();
 }
 
@@ -38,10 +42,19 @@ async fn the_official_openai_python_client_works_against_polpo_dev() {
     let dir = tempfile::tempdir().unwrap();
     project(dir.path());
     let base = llm.base_url();
-    let server = ServerProcess::start("dev", dir.path(), &[], &[("POLPO_API_KEY", "sk-polpo-e2e"), ("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk-upstream")]);
+    let server = ServerProcess::start(
+        "dev",
+        dir.path(),
+        &[],
+        &[("POLPO_API_KEY", "sk-polpo-e2e"), ("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk-upstream")],
+    );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/e2e/openai_client.py");
     let url = server.url.clone();
-    let out = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).arg(&url).arg("sk-polpo-e2e").output().unwrap()).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("python3").arg(script).arg(&url).arg("sk-polpo-e2e").output().unwrap()
+    })
+    .await
+    .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "python client failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("all ok"), "{stdout}");
@@ -50,7 +63,11 @@ async fn the_official_openai_python_client_works_against_polpo_dev() {
     let requests = llm.requests();
     assert_eq!(requests.len(), 8, "unknown agent and wrong key cost no model call");
     let schema = &requests[5].body["response_format"]["json_schema"];
-    assert_eq!((schema["name"].as_str(), schema["strict"].as_bool()), (Some("Person"), Some(true)), "the client's schema reached the provider as sent");
+    assert_eq!(
+        (schema["name"].as_str(), schema["strict"].as_bool()),
+        (Some("Person"), Some(true)),
+        "the client's schema reached the provider as sent"
+    );
 }
 
 #[test]
@@ -77,7 +94,12 @@ async fn serve_prints_the_dashboard_address_and_it_answers() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn polpo_run_streams_the_answer_after_using_a_tool() {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("read", json!({"path": "notes.txt"}))]), Turn::text("The note says: buy milk.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("read", json!({"path": "notes.txt"}))]),
+        Turn::text("The note says: buy milk."),
+    ])
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     project(dir.path());
     std::fs::write(dir.path().join("notes.txt"), "buy milk").unwrap();
@@ -99,7 +121,10 @@ async fn polpo_run_streams_the_answer_after_using_a_tool() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert_eq!(stdout.trim(), "The note says: buy milk.");
     assert!(stderr.contains("→ read") && stderr.contains("✓ read"), "{stderr}");
-    assert!(llm.requests()[1].body["messages"].to_string().contains("buy milk"), "the tool result went back to the model");
+    assert!(
+        llm.requests()[1].body["messages"].to_string().contains("buy milk"),
+        "the tool result went back to the model"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -108,7 +133,8 @@ async fn dev_reloads_an_edited_agent_without_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     project(dir.path());
     let base = llm.base_url();
-    let mut server = ServerProcess::start("dev", dir.path(), &[], &[("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk")]);
+    let mut server =
+        ServerProcess::start("dev", dir.path(), &[], &[("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk")]);
     polpo_llm::install_crypto_provider();
     std::fs::write(dir.path().join(".polpo/agents/assistant/instructions.md"), "You are a pirate.").unwrap();
     server.wait_for("reloaded the project");
@@ -129,7 +155,10 @@ async fn dev_reloads_an_edited_agent_without_a_restart() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn dev_rebuilds_the_providers_when_the_project_changes_them() {
-    let (first, second) = (FakeLlm::start([Turn::text("from the first")]).await.unwrap(), FakeLlm::start([Turn::text("from the second")]).await.unwrap());
+    let (first, second) = (
+        FakeLlm::start([Turn::text("from the first")]).await.unwrap(),
+        FakeLlm::start([Turn::text("from the second")]).await.unwrap(),
+    );
     let dir = tempfile::tempdir().unwrap();
     project(dir.path());
     let manifest = dir.path().join(".polpo/project.json");

@@ -185,7 +185,8 @@ mod tests {
 
     #[test]
     fn messages_round_trip_through_the_openai_shape() {
-        let json = r#"{"role":"assistant","tool_calls":[{"id":"call_1","name":"read","arguments":"{\"path\":\"a\"}"}]}"#;
+        let json =
+            r#"{"role":"assistant","tool_calls":[{"id":"call_1","name":"read","arguments":"{\"path\":\"a\"}"}]}"#;
         let m: Message = serde_json::from_str(json).unwrap();
         assert_eq!(m.tool_calls[0].name, "read");
         assert_eq!(serde_json::to_string(&m).unwrap(), json);

@@ -101,7 +101,11 @@ impl ModelProfileError {
 /// allows only the listed *root* profiles (an empty list allows none). Profiles reached from an
 /// allowed root inherit its grant, so owners can re-point an alias without touching agents.
 /// Plain strings are always direct ids and need no grant.
-pub fn resolve_model_chain(selection: &ModelSelection, profiles: &ModelProfiles, allowed: Option<&[String]>) -> Result<Vec<String>, ModelProfileError> {
+pub fn resolve_model_chain(
+    selection: &ModelSelection,
+    profiles: &ModelProfiles,
+    allowed: Option<&[String]>,
+) -> Result<Vec<String>, ModelProfileError> {
     if let Some(allowed) = allowed
         && let Some(denied) = root_profiles(selection).into_iter().find(|root| !allowed.iter().any(|a| a == root))
     {
@@ -136,7 +140,9 @@ fn root_profiles(selection: &ModelSelection) -> Vec<&str> {
     match selection {
         ModelSelection::Id(_) => Vec::new(),
         ModelSelection::Profile { profile } => vec![profile.as_str()],
-        ModelSelection::Chain { primary, fallbacks } => std::iter::once(primary).chain(fallbacks).filter_map(target_profile).collect(),
+        ModelSelection::Chain { primary, fallbacks } => {
+            std::iter::once(primary).chain(fallbacks).filter_map(target_profile).collect()
+        }
     }
 }
 
@@ -154,7 +160,10 @@ impl Resolver<'_> {
             ModelSelection::Profile { profile } => self.profile(profile),
             ModelSelection::Chain { primary, fallbacks } => {
                 if fallbacks.len() > MAX_MODEL_FALLBACKS {
-                    return Err(ModelProfileError::FallbacksInvalid(format!("{} fallbacks declared, at most {MAX_MODEL_FALLBACKS} allowed", fallbacks.len())));
+                    return Err(ModelProfileError::FallbacksInvalid(format!(
+                        "{} fallbacks declared, at most {MAX_MODEL_FALLBACKS} allowed",
+                        fallbacks.len()
+                    )));
                 }
                 std::iter::once(primary).chain(fallbacks).try_for_each(|t| self.target(t))
             }
@@ -190,13 +199,17 @@ impl Resolver<'_> {
         }
         self.steps += 1;
         if self.steps > MAX_RESOLUTION_STEPS {
-            return Err(ModelProfileError::FallbacksInvalid(format!("resolution visits more than {MAX_RESOLUTION_STEPS} model ids")));
+            return Err(ModelProfileError::FallbacksInvalid(format!(
+                "resolution visits more than {MAX_RESOLUTION_STEPS} model ids"
+            )));
         }
         if !self.chain.iter().any(|c| c == id) {
             self.chain.push(id.to_owned());
         }
         if self.chain.len() > 1 + MAX_MODEL_FALLBACKS {
-            return Err(ModelProfileError::FallbacksInvalid(format!("the resolved chain has more than {MAX_MODEL_FALLBACKS} fallbacks")));
+            return Err(ModelProfileError::FallbacksInvalid(format!(
+                "the resolved chain has more than {MAX_MODEL_FALLBACKS} fallbacks"
+            )));
         }
         Ok(())
     }
@@ -204,10 +217,7 @@ impl Resolver<'_> {
 
 /// One step of a fallback chain: an id or `{profile}`.
 pub static MODEL_TARGET: Shape = Shape::OneOf(
-    &[
-        Shape::String,
-        Shape::Object(&[&[Field::required("profile", Shape::String)]]),
-    ],
+    &[Shape::String, Shape::Object(&[&[Field::required("profile", Shape::String)]])],
     "a model id or {\"profile\": name}",
 );
 
@@ -238,7 +248,9 @@ mod tests {
 
     #[test]
     fn the_readme_example_resolves_primary_then_fallback_profile() {
-        let p = profiles(r#"{"fast":"openai/gpt-4o-mini","balanced":{"primary":"anthropic/claude-sonnet-4","fallbacks":[{"profile":"fast"}]}}"#);
+        let p = profiles(
+            r#"{"fast":"openai/gpt-4o-mini","balanced":{"primary":"anthropic/claude-sonnet-4","fallbacks":[{"profile":"fast"}]}}"#,
+        );
         let chain = resolve_model_chain(&sel(r#"{"profile":"balanced"}"#), &p, None).unwrap();
         assert_eq!(chain, ["anthropic/claude-sonnet-4", "openai/gpt-4o-mini"]);
     }
@@ -253,30 +265,46 @@ mod tests {
     fn referenced_profiles_inherit_the_root_grant() {
         let p = profiles(r#"{"fast":"openai/a","balanced":{"primary":{"profile":"fast"},"fallbacks":["groq/b"]}}"#);
         let allowed = vec!["balanced".to_owned()];
-        assert_eq!(resolve_model_chain(&sel(r#"{"profile":"balanced"}"#), &p, Some(&allowed)).unwrap(), ["openai/a", "groq/b"]);
+        assert_eq!(
+            resolve_model_chain(&sel(r#"{"profile":"balanced"}"#), &p, Some(&allowed)).unwrap(),
+            ["openai/a", "groq/b"]
+        );
         let err = resolve_model_chain(&sel(r#"{"profile":"fast"}"#), &p, Some(&allowed)).unwrap_err();
         assert_eq!(err.code(), "model_profile_not_allowed");
     }
 
     #[test]
     fn unknown_cycle_depth_and_too_many_fallbacks_have_stable_codes() {
-        let p = profiles(r#"{"a":{"profile":"b"},"b":{"primary":"x/y","fallbacks":[{"profile":"a"}]},"c":{"profile":"nope"}}"#);
+        let p = profiles(
+            r#"{"a":{"profile":"b"},"b":{"primary":"x/y","fallbacks":[{"profile":"a"}]},"c":{"profile":"nope"}}"#,
+        );
         let err = resolve_model_chain(&sel(r#"{"profile":"a"}"#), &p, None).unwrap_err();
         assert_eq!(err, ModelProfileError::Cycle(vec!["a".into(), "b".into(), "a".into()]));
         assert_eq!(err.code(), "model_profile_cycle");
-        assert_eq!(resolve_model_chain(&sel(r#"{"profile":"c"}"#), &p, None).unwrap_err().code(), "model_profile_unknown");
+        assert_eq!(
+            resolve_model_chain(&sel(r#"{"profile":"c"}"#), &p, None).unwrap_err().code(),
+            "model_profile_unknown"
+        );
 
         let many: Vec<String> = (0..=MAX_MODEL_FALLBACKS).map(|i| format!("\"p/m{i}\"")).collect();
         let s = sel(&format!(r#"{{"primary":"p/m","fallbacks":[{}]}}"#, many.join(",")));
         assert_eq!(resolve_model_chain(&s, &p, None).unwrap_err().code(), "model_fallbacks_invalid");
 
-        let deep: ModelProfiles = (0..=MAX_PROFILE_DEPTH).map(|i| (format!("p{i}"), ModelSelection::Profile { profile: format!("p{}", i + 1) })).chain([(format!("p{}", MAX_PROFILE_DEPTH + 1), ModelSelection::Id("x/y".into()))]).collect();
-        assert_eq!(resolve_model_chain(&sel(r#"{"profile":"p0"}"#), &deep, None).unwrap_err().code(), "model_profile_too_deep");
+        let deep: ModelProfiles = (0..=MAX_PROFILE_DEPTH)
+            .map(|i| (format!("p{i}"), ModelSelection::Profile { profile: format!("p{}", i + 1) }))
+            .chain([(format!("p{}", MAX_PROFILE_DEPTH + 1), ModelSelection::Id("x/y".into()))])
+            .collect();
+        assert_eq!(
+            resolve_model_chain(&sel(r#"{"profile":"p0"}"#), &deep, None).unwrap_err().code(),
+            "model_profile_too_deep"
+        );
     }
 
     #[test]
     fn diamonds_are_not_cycles_and_duplicates_collapse() {
-        let p = profiles(r#"{"fast":"o/a","cheap":{"primary":{"profile":"fast"},"fallbacks":["o/b"]},"top":{"primary":{"profile":"fast"},"fallbacks":[{"profile":"cheap"}]}}"#);
+        let p = profiles(
+            r#"{"fast":"o/a","cheap":{"primary":{"profile":"fast"},"fallbacks":["o/b"]},"top":{"primary":{"profile":"fast"},"fallbacks":[{"profile":"cheap"}]}}"#,
+        );
         assert_eq!(resolve_model_chain(&sel(r#"{"profile":"top"}"#), &p, None).unwrap(), ["o/a", "o/b"]);
     }
 
@@ -284,7 +312,14 @@ mod tests {
     fn validation_reports_each_broken_profile_at_its_pointer() {
         let p = profiles(r#"{"ok":"o/a","loop":{"profile":"loop"},"dangling":{"profile":"missing"}}"#);
         let problems = validate_model_profiles(&p);
-        let found: Vec<(&str, Option<&str>)> = problems.iter().map(|p| (p.code.as_str(), p.pointer.as_deref())).collect();
-        assert_eq!(found, [("model_profile_unknown", Some("/settings/modelProfiles/dangling")), ("model_profile_cycle", Some("/settings/modelProfiles/loop"))]);
+        let found: Vec<(&str, Option<&str>)> =
+            problems.iter().map(|p| (p.code.as_str(), p.pointer.as_deref())).collect();
+        assert_eq!(
+            found,
+            [
+                ("model_profile_unknown", Some("/settings/modelProfiles/dangling")),
+                ("model_profile_cycle", Some("/settings/modelProfiles/loop"))
+            ]
+        );
     }
 }

@@ -77,10 +77,7 @@ impl ToolPolicy {
 
     /// The first layer that excludes `name`, or `None` when the tool is allowed.
     pub fn denied_by(&self, name: &str) -> Option<PolicyLayer> {
-        self.restrictions
-            .iter()
-            .find(|r| !r.patterns.iter().any(|p| pattern_matches(p, name)))
-            .map(|r| r.layer)
+        self.restrictions.iter().find(|r| !r.patterns.iter().any(|p| pattern_matches(p, name))).map(|r| r.layer)
     }
 
     /// True when every layer admits `name`.
@@ -123,10 +120,13 @@ mod tests {
         let agent = s(&["ask_user_question", "site_*"]);
         let chat = s(&["ask_user_question"]);
         let channels = s(&["ask_user_question", "site_context_get"]);
-        let p_chat = ToolPolicy::unrestricted().narrow(PolicyLayer::Agent, Some(&agent)).narrow(PolicyLayer::Chat, Some(&chat));
+        let p_chat =
+            ToolPolicy::unrestricted().narrow(PolicyLayer::Agent, Some(&agent)).narrow(PolicyLayer::Chat, Some(&chat));
         assert!(p_chat.allows("ask_user_question"));
         assert_eq!(p_chat.denied_by("site_context_get"), Some(PolicyLayer::Chat));
-        let p_chan = ToolPolicy::unrestricted().narrow(PolicyLayer::Agent, Some(&agent)).narrow(PolicyLayer::Channels, Some(&channels));
+        let p_chan = ToolPolicy::unrestricted()
+            .narrow(PolicyLayer::Agent, Some(&agent))
+            .narrow(PolicyLayer::Channels, Some(&channels));
         assert!(p_chan.allows("site_context_get"));
         assert_eq!(p_chan.denied_by("site_publish"), Some(PolicyLayer::Channels));
         assert_eq!(p_chan.denied_by("bash"), Some(PolicyLayer::Agent));
@@ -141,11 +141,13 @@ mod tests {
     }
 
     fn name() -> impl Strategy<Value = String> {
-        prop::sample::select(vec!["read", "write", "bash", "site_get", "site_put", "Grep", "mcp__gh__search"]).prop_map(String::from)
+        prop::sample::select(vec!["read", "write", "bash", "site_get", "site_put", "Grep", "mcp__gh__search"])
+            .prop_map(String::from)
     }
 
     fn pattern() -> impl Strategy<Value = String> {
-        prop::sample::select(vec!["read", "WRITE", "bash", "site_*", "*", "mcp__*", "grep", "s*", "nothing"]).prop_map(String::from)
+        prop::sample::select(vec!["read", "WRITE", "bash", "site_*", "*", "mcp__*", "grep", "s*", "nothing"])
+            .prop_map(String::from)
     }
 
     proptest! {

@@ -87,7 +87,9 @@ mod tests {
 
     #[test]
     fn display_is_path_pointer_code_sentence() {
-        let p = Problem::new("unknown_field", "field `colour` is not known").in_file(".polpo/project.json").at("/settings/colour");
+        let p = Problem::new("unknown_field", "field `colour` is not known")
+            .in_file(".polpo/project.json")
+            .at("/settings/colour");
         assert_eq!(p.to_string(), ".polpo/project.json:/settings/colour: unknown_field: field `colour` is not known");
     }
 

@@ -50,7 +50,11 @@ mod tests {
     fn instructions_come_first_then_identity() {
         let config = AgentConfig {
             role: Some("Writes Rust".into()),
-            identity: Some(Identity { display_name: Some("Ada".into()), tone: Some("terse".into()), ..Default::default() }),
+            identity: Some(Identity {
+                display_name: Some("Ada".into()),
+                tone: Some("terse".into()),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let p = system_prompt(&agent("You fix bugs.\n", config));

@@ -11,7 +11,7 @@
 //! reported as a warning by [`agent_routing_warnings`].
 
 use crate::config::codes;
-use crate::config::schema::{Field, Shape, STRINGS};
+use crate::config::schema::{Field, STRINGS, Shape};
 use crate::model::MODEL_SELECTION;
 use crate::model::{ModelProfileError, ModelProfiles, ModelSelection, resolve_model_chain};
 use crate::problem::{Problem, pointer_push};
@@ -132,7 +132,11 @@ impl ModelRoutingSettings {
     /// The first rule that matches `request` and routes inside `allowed`, with its index.
     /// Rules outside `allowed` are skipped, never followed.
     pub fn rule_for(&self, request: &RoutingRequest<'_>, allowed: Option<&[String]>) -> Option<(usize, &RoutingRule)> {
-        self.rules.iter().flatten().enumerate().find(|(_, rule)| rule.matches(request) && profile_allowed(&rule.profile, allowed))
+        self.rules
+            .iter()
+            .flatten()
+            .enumerate()
+            .find(|(_, rule)| rule.matches(request) && profile_allowed(&rule.profile, allowed))
     }
 }
 
@@ -146,7 +150,10 @@ impl RoutingRule {
             && when.min_chars.is_none_or(|min| chars >= min as usize)
             && when.max_chars.is_none_or(|max| chars <= max as usize)
             && when.has_tools.is_none_or(|wanted| wanted == request.has_tools)
-            && when.labels.as_ref().is_none_or(|wanted| wanted.iter().any(|w| request.labels.iter().any(|l| l.eq_ignore_ascii_case(w))))
+            && when
+                .labels
+                .as_ref()
+                .is_none_or(|wanted| wanted.iter().any(|w| request.labels.iter().any(|l| l.eq_ignore_ascii_case(w))))
     }
 }
 
@@ -165,7 +172,10 @@ impl RoutingClassifier {
     pub fn system_prompt(&self) -> String {
         let labels: Vec<&str> = self.labels.keys().map(String::as_str).collect();
         let guidance = self.instructions.as_deref().map(|i| format!(" {i}")).unwrap_or_default();
-        format!("Classify the user's message for routing. Answer with exactly one of these labels and nothing else: {}.{guidance}", labels.join(", "))
+        format!(
+            "Classify the user's message for routing. Answer with exactly one of these labels and nothing else: {}.{guidance}",
+            labels.join(", ")
+        )
     }
 
     /// The classifier's user message: the head of the request text.
@@ -175,9 +185,20 @@ impl RoutingClassifier {
 
     /// The label and profile the classifier's `answer` names. Tolerates case, surrounding
     /// whitespace, quotes and a final period; anything else is an unknown label.
-    pub fn profile_for<'a>(&'a self, answer: &str, allowed: Option<&[String]>) -> Result<(&'a str, &'a str), ClassifierMiss> {
-        let word = answer.trim().trim_matches(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '.' | '*')).to_lowercase();
-        let (label, profile) = self.labels.iter().find(|(label, _)| label.to_lowercase() == word).ok_or_else(|| ClassifierMiss::UnknownLabel(answer.chars().take(64).collect()))?;
+    pub fn profile_for<'a>(
+        &'a self,
+        answer: &str,
+        allowed: Option<&[String]>,
+    ) -> Result<(&'a str, &'a str), ClassifierMiss> {
+        let word = answer
+            .trim()
+            .trim_matches(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '.' | '*'))
+            .to_lowercase();
+        let (label, profile) = self
+            .labels
+            .iter()
+            .find(|(label, _)| label.to_lowercase() == word)
+            .ok_or_else(|| ClassifierMiss::UnknownLabel(answer.chars().take(64).collect()))?;
         if !profile_allowed(profile, allowed) {
             return Err(ClassifierMiss::NotAllowed { label: label.clone(), profile: profile.clone() });
         }
@@ -190,7 +211,9 @@ impl RoutingClassifier {
 /// Problems are located under `/settings/modelRouting`.
 pub fn validate_model_routing(routing: &ModelRoutingSettings, profiles: &ModelProfiles) -> Vec<Problem> {
     let base = "/settings/modelRouting";
-    let unknown = |name: &str, pointer: String| (!profiles.contains_key(name)).then(|| ModelProfileError::Unknown(name.to_owned()).to_problem().at(pointer));
+    let unknown = |name: &str, pointer: String| {
+        (!profiles.contains_key(name)).then(|| ModelProfileError::Unknown(name.to_owned()).to_problem().at(pointer))
+    };
     let mut out = Vec::new();
     for (i, rule) in routing.rules.iter().flatten().enumerate() {
         let at = format!("{base}/rules/{i}");
@@ -199,13 +222,22 @@ pub fn validate_model_routing(routing: &ModelRoutingSettings, profiles: &ModelPr
             && let (Some(min), Some(max)) = (when.min_chars, when.max_chars)
             && min > max
         {
-            out.push(Problem::new(codes::INVALID_VALUE, format!("`minChars` {min} is greater than `maxChars` {max}: the rule can never match")).at(format!("{at}/when")));
+            out.push(
+                Problem::new(
+                    codes::INVALID_VALUE,
+                    format!("`minChars` {min} is greater than `maxChars` {max}: the rule can never match"),
+                )
+                .at(format!("{at}/when")),
+            );
         }
     }
     if let Some(classifier) = &routing.classifier {
         let at = format!("{base}/classifier");
         if classifier.labels.is_empty() {
-            out.push(Problem::new(codes::INVALID_VALUE, "the classifier needs at least one label").at(format!("{at}/labels")));
+            out.push(
+                Problem::new(codes::INVALID_VALUE, "the classifier needs at least one label")
+                    .at(format!("{at}/labels")),
+            );
         }
         for (label, profile) in &classifier.labels {
             out.extend(unknown(profile, pointer_push(&format!("{at}/labels"), label)));
@@ -222,7 +254,13 @@ pub fn validate_model_routing(routing: &ModelRoutingSettings, profiles: &ModelPr
 pub fn validate_agent_routing(routing: Option<&ModelRoutingSettings>, pointer: &str) -> Vec<Problem> {
     match routing {
         Some(_) => Vec::new(),
-        None => vec![Problem::new(codes::INVALID_VALUE, "`modelRouting.mode` is `auto` but settings.modelRouting is not set: the agent would stay pinned").at(pointer)],
+        None => vec![
+            Problem::new(
+                codes::INVALID_VALUE,
+                "`modelRouting.mode` is `auto` but settings.modelRouting is not set: the agent would stay pinned",
+            )
+            .at(pointer),
+        ],
     }
 }
 
@@ -230,13 +268,30 @@ pub fn validate_agent_routing(routing: Option<&ModelRoutingSettings>, pointer: &
 /// route outside its `allowedModelProfiles`. They are skipped at run time, so the project still
 /// loads (the rules are project-wide and an agent narrowing its grant is legitimate), but the
 /// owner is told which routes are dead for which agent.
-pub fn agent_routing_warnings(routing: &ModelRoutingSettings, allowed: Option<&[String]>, pointer: &str) -> Vec<Problem> {
+pub fn agent_routing_warnings(
+    routing: &ModelRoutingSettings,
+    allowed: Option<&[String]>,
+    pointer: &str,
+) -> Vec<Problem> {
     let not_allowed = |what: String, profile: &str| {
-        let sentence = format!("{what} routes to profile `{profile}`, which is not in this agent's allowedModelProfiles; it is never used for this agent");
+        let sentence = format!(
+            "{what} routes to profile `{profile}`, which is not in this agent's allowedModelProfiles; it is never used for this agent"
+        );
         Problem::new(ModelProfileError::NotAllowed(profile.to_owned()).code(), sentence).at(pointer)
     };
-    let rules = routing.rules.iter().flatten().enumerate().filter(|(_, r)| !profile_allowed(&r.profile, allowed)).map(|(i, r)| not_allowed(format!("settings.modelRouting rule {i}"), &r.profile));
-    let labels = routing.classifier.iter().flat_map(|c| &c.labels).filter(|(_, p)| !profile_allowed(p, allowed)).map(|(l, p)| not_allowed(format!("classifier label `{l}`"), p));
+    let rules = routing
+        .rules
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter(|(_, r)| !profile_allowed(&r.profile, allowed))
+        .map(|(i, r)| not_allowed(format!("settings.modelRouting rule {i}"), &r.profile));
+    let labels = routing
+        .classifier
+        .iter()
+        .flat_map(|c| &c.labels)
+        .filter(|(_, p)| !profile_allowed(p, allowed))
+        .map(|(l, p)| not_allowed(format!("classifier label `{l}`"), p));
     rules.chain(labels).collect()
 }
 
@@ -249,7 +304,11 @@ pub fn project_routing_warnings(project: &crate::config::Project) -> Vec<Problem
         .agents
         .values()
         .filter(|a| a.config.model_routing.as_ref().is_some_and(|r| r.mode == crate::config::enums::RouterMode::Auto))
-        .flat_map(|a| agent_routing_warnings(routing, a.config.allowed_model_profiles.as_deref(), "/modelRouting").into_iter().map(|p| a.source.locate(p)))
+        .flat_map(|a| {
+            agent_routing_warnings(routing, a.config.allowed_model_profiles.as_deref(), "/modelRouting")
+                .into_iter()
+                .map(|p| a.source.locate(p))
+        })
         .collect()
 }
 
@@ -261,7 +320,8 @@ static ROUTING_CONDITION: Shape = Shape::Object(&[&[
     Field::optional("labels", STRINGS),
 ]]);
 
-static ROUTING_RULE: Shape = Shape::Object(&[&[Field::optional("when", ROUTING_CONDITION), Field::required("profile", Shape::String)]]);
+static ROUTING_RULE: Shape =
+    Shape::Object(&[&[Field::optional("when", ROUTING_CONDITION), Field::required("profile", Shape::String)]]);
 
 /// The shape of `settings.modelRouting`.
 pub static MODEL_ROUTING: Shape = Shape::Object(&[&[
@@ -300,7 +360,11 @@ mod tests {
     fn the_first_matching_rule_wins() {
         let r = routing(RULES);
         assert_eq!(r.rule_for(&ask("hi there"), None).map(|(i, rule)| (i, rule.profile.as_str())), Some((1, "fast")));
-        assert_eq!(r.rule_for(&ask("why does it PANIC?"), None).map(|(i, _)| i), Some(0), "phrases match case-insensitively");
+        assert_eq!(
+            r.rule_for(&ask("why does it PANIC?"), None).map(|(i, _)| i),
+            Some(0),
+            "phrases match case-insensitively"
+        );
         assert_eq!(r.rule_for(&ask(&"long ".repeat(20)), None).map(|(i, _)| i), Some(2), "the catch-all");
         let with_tools = RoutingRequest { text: "hi", has_tools: true, labels: &[] };
         assert_eq!(r.rule_for(&with_tools, None).map(|(i, _)| i), Some(2), "hasTools must agree");
@@ -308,7 +372,8 @@ mod tests {
 
     #[test]
     fn a_label_rule_needs_one_of_its_labels_on_the_request() {
-        let rule: RoutingRule = serde_json::from_str(r#"{"when": {"labels": ["vip", "escalated"]}, "profile": "balanced"}"#).unwrap();
+        let rule: RoutingRule =
+            serde_json::from_str(r#"{"when": {"labels": ["vip", "escalated"]}, "profile": "balanced"}"#).unwrap();
         let labels = vec!["beta".to_owned(), "VIP".to_owned()];
         assert!(rule.matches(&RoutingRequest { text: "hi", has_tools: false, labels: &labels }));
         assert!(!rule.matches(&RoutingRequest { text: "hi", has_tools: false, labels: &labels[..1] }));
@@ -325,14 +390,18 @@ mod tests {
 
     #[test]
     fn min_and_max_chars_count_characters_not_bytes() {
-        let rule: RoutingRule = serde_json::from_str(r#"{"when": {"minChars": 3, "maxChars": 3}, "profile": "p"}"#).unwrap();
+        let rule: RoutingRule =
+            serde_json::from_str(r#"{"when": {"minChars": 3, "maxChars": 3}, "profile": "p"}"#).unwrap();
         assert!(rule.matches(&ask("héé")));
         assert!(!rule.matches(&ask("hé")));
     }
 
     #[test]
     fn the_classifier_answer_maps_to_a_label_or_misses() {
-        let c: RoutingClassifier = serde_json::from_str(r#"{"model": "openai/small", "labels": {"simple": "fast", "hard": "balanced"}, "maxTokens": 99}"#).unwrap();
+        let c: RoutingClassifier = serde_json::from_str(
+            r#"{"model": "openai/small", "labels": {"simple": "fast", "hard": "balanced"}, "maxTokens": 99}"#,
+        )
+        .unwrap();
         assert_eq!(c.profile_for(" Hard.\n", None), Ok(("hard", "balanced")));
         assert_eq!(c.profile_for("\"simple\"", None), Ok(("simple", "fast")));
         assert!(matches!(c.profile_for("it is hard", None), Err(ClassifierMiss::UnknownLabel(_))));
@@ -345,9 +414,14 @@ mod tests {
     #[test]
     fn validation_points_at_each_broken_rule_and_label() {
         let profiles: ModelProfiles = serde_json::from_str(r#"{"fast": "o/a", "balanced": "o/b"}"#).unwrap();
-        let r = routing(r#"{"rules": [{"profile": "fast"}, {"when": {"minChars": 9, "maxChars": 2}, "profile": "nope"}],
-            "classifier": {"model": {"profile": "missing"}, "labels": {"a/b": "gone"}}}"#);
-        let found: Vec<(String, String)> = validate_model_routing(&r, &profiles).into_iter().map(|p| (p.code, p.pointer.unwrap_or_default())).collect();
+        let r = routing(
+            r#"{"rules": [{"profile": "fast"}, {"when": {"minChars": 9, "maxChars": 2}, "profile": "nope"}],
+            "classifier": {"model": {"profile": "missing"}, "labels": {"a/b": "gone"}}}"#,
+        );
+        let found: Vec<(String, String)> = validate_model_routing(&r, &profiles)
+            .into_iter()
+            .map(|p| (p.code, p.pointer.unwrap_or_default()))
+            .collect();
         let want = [
             ("model_profile_unknown", "/settings/modelRouting/rules/1/profile"),
             ("invalid_value", "/settings/modelRouting/rules/1/when"),
@@ -359,10 +433,16 @@ mod tests {
 
     #[test]
     fn an_agent_is_told_which_routes_it_may_not_take() {
-        let r = routing(r#"{"rules": [{"profile": "fast"}, {"profile": "balanced"}], "classifier": {"model": "o/c", "labels": {"hard": "fast"}}}"#);
+        let r = routing(
+            r#"{"rules": [{"profile": "fast"}, {"profile": "balanced"}], "classifier": {"model": "o/c", "labels": {"hard": "fast"}}}"#,
+        );
         let warnings = agent_routing_warnings(&r, Some(&["balanced".to_owned()]), "/modelRouting");
         assert_eq!(warnings.len(), 2);
-        assert!(warnings.iter().all(|p| p.code == "model_profile_not_allowed" && p.pointer.as_deref() == Some("/modelRouting")));
+        assert!(
+            warnings
+                .iter()
+                .all(|p| p.code == "model_profile_not_allowed" && p.pointer.as_deref() == Some("/modelRouting"))
+        );
         assert!(warnings[0].message.contains("rule 0") && warnings[1].message.contains("label `hard`"), "{warnings:?}");
         assert!(agent_routing_warnings(&r, None, "/modelRouting").is_empty());
         assert!(validate_agent_routing(Some(&r), "/modelRouting").is_empty());

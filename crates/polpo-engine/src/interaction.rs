@@ -11,13 +11,13 @@
 //! They are fail-open: any failure (model error, timeout, unusable JSON) yields none and
 //! never touches the answer.
 
+use futures::StreamExt;
 use polpo_core::config::agent::ChatConfig;
 use polpo_core::message::{Content, FinishReason, Message, Role, ToolCall};
 use polpo_core::policy::ToolPolicy;
 use polpo_core::tool::ToolSpec;
 use polpo_llm::{ModelEvent, ModelProvider, ModelRequest, ToolChoice};
 use polpo_store::IdGen;
-use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::{Arc, LazyLock};
@@ -80,58 +80,72 @@ impl Interactions {
     /// (an agent whose `allowedTools` leaves it out does not ask).
     pub fn resolve(chat: Option<&ChatConfig>, capabilities: Capabilities, policy: &ToolPolicy) -> Self {
         let allow_questions = chat.and_then(|c| c.allow_user_questions).unwrap_or(true);
-        let suggestions = chat.and_then(|c| c.suggestions.as_ref()).filter(|s| s.enabled == Some(true) && capabilities.suggestions).map(|s| SuggestionPolicy {
-            max_items: s.max_items.map_or(DEFAULT_SUGGESTIONS, |n| n as usize).clamp(1, MAX_SUGGESTIONS),
-            guidance: s.guidance.clone().filter(|g| !g.trim().is_empty()),
-        });
-        Self { ask_user_question: allow_questions && capabilities.ask_user_question && policy.allows(ASK_USER_QUESTION), suggestions }
+        let suggestions = chat
+            .and_then(|c| c.suggestions.as_ref())
+            .filter(|s| s.enabled == Some(true) && capabilities.suggestions)
+            .map(|s| SuggestionPolicy {
+                max_items: s.max_items.map_or(DEFAULT_SUGGESTIONS, |n| n as usize).clamp(1, MAX_SUGGESTIONS),
+                guidance: s.guidance.clone().filter(|g| !g.trim().is_empty()),
+            });
+        Self {
+            ask_user_question: allow_questions && capabilities.ask_user_question && policy.allows(ASK_USER_QUESTION),
+            suggestions,
+        }
     }
 }
 
 /// The `ask_user_question` schema (the reference's shape), built once and shared by every
 /// model request that offers it.
 pub fn ask_user_spec() -> Arc<ToolSpec> {
-    static SPEC: LazyLock<Arc<ToolSpec>> = LazyLock::new(|| Arc::new(ToolSpec {
-        name: ASK_USER_QUESTION.into(),
-        description: "Ask the user one or more questions when you cannot continue without their input. \
+    static SPEC: LazyLock<Arc<ToolSpec>> = LazyLock::new(|| {
+        Arc::new(ToolSpec {
+            name: ASK_USER_QUESTION.into(),
+            description: "Ask the user one or more questions when you cannot continue without their input. \
             The turn ends; their answers come back as this tool's result."
-            .into(),
-        parameters: json!({
-            "type": "object",
-            "properties": {"questions": {"type": "array", "minItems": 1, "maxItems": MAX_QUESTIONS, "items": {
+                .into(),
+            parameters: json!({
                 "type": "object",
-                "properties": {
-                    "id": {"type": "string", "minLength": 1, "maxLength": 64},
-                    "question": {"type": "string", "minLength": 1, "maxLength": 1000},
-                    "header": {"type": "string", "maxLength": MAX_HEADER_CHARS},
-                    "options": {"type": "array", "maxItems": 10, "items": {
-                        "type": "object",
-                        "properties": {"label": {"type": "string", "minLength": 1, "maxLength": 100}, "description": {"type": "string", "maxLength": 500}},
-                        "required": ["label"]
-                    }},
-                    "multiple": {"type": "boolean"},
-                    "custom": {"type": "boolean"}
-                },
-                "required": ["id", "question"]
-            }}},
-            "required": ["questions"]
-        }),
-    }));
+                "properties": {"questions": {"type": "array", "minItems": 1, "maxItems": MAX_QUESTIONS, "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string", "minLength": 1, "maxLength": 64},
+                        "question": {"type": "string", "minLength": 1, "maxLength": 1000},
+                        "header": {"type": "string", "maxLength": MAX_HEADER_CHARS},
+                        "options": {"type": "array", "maxItems": 10, "items": {
+                            "type": "object",
+                            "properties": {"label": {"type": "string", "minLength": 1, "maxLength": 100}, "description": {"type": "string", "maxLength": 500}},
+                            "required": ["label"]
+                        }},
+                        "multiple": {"type": "boolean"},
+                        "custom": {"type": "boolean"}
+                    },
+                    "required": ["id", "question"]
+                }}},
+                "required": ["questions"]
+            }),
+        })
+    });
     SPEC.clone()
 }
 
 /// `Err` with a model-visible sentence when the model's question payload is unusable.
 pub fn check_question(arguments: &str) -> Result<(), String> {
-    let value: Value = serde_json::from_str(arguments).map_err(|e| format!("invalid_arguments: arguments are not valid JSON: {e}"))?;
+    let value: Value =
+        serde_json::from_str(arguments).map_err(|e| format!("invalid_arguments: arguments are not valid JSON: {e}"))?;
     let spec = ask_user_spec();
     let validator = jsonschema::draft202012::new(&spec.parameters).map_err(|e| format!("invalid_tool: {e}"))?;
-    let problems: Vec<String> = validator.iter_errors(&value).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
+    let problems: Vec<String> =
+        validator.iter_errors(&value).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
     if problems.is_empty() { Ok(()) } else { Err(format!("invalid_arguments: {}", problems.join("; "))) }
 }
 
 /// `ask_user` when the hand-back includes a question, else `tool_calls`.
 pub fn finish_reason(client_calls: &[ToolCall]) -> FinishReason {
-    if client_calls.iter().any(|c| c.name == ASK_USER_QUESTION) { FinishReason::Other(ASK_USER_FINISH.into()) } else { FinishReason::ToolCalls }
+    if client_calls.iter().any(|c| c.name == ASK_USER_QUESTION) {
+        FinishReason::Other(ASK_USER_FINISH.into())
+    } else {
+        FinishReason::ToolCalls
+    }
 }
 
 /// A user who answers a pending question with a plain message (not a `tool` message) still
@@ -139,8 +153,14 @@ pub fn finish_reason(client_calls: &[ToolCall]) -> FinishReason {
 /// the model (every call answered) and the question is not left open.
 pub fn answer_pending_questions(history: &[Message], new: &mut Vec<Message>) {
     let Some(last) = history.iter().rposition(|m| m.role == Role::Assistant) else { return };
-    let answered = |id: &str| history[last + 1..].iter().chain(new.iter()).any(|m| m.tool_call_id.as_deref() == Some(id));
-    let pending: Vec<String> = history[last].tool_calls.iter().filter(|c| c.name == ASK_USER_QUESTION && !answered(&c.id)).map(|c| c.id.clone()).collect();
+    let answered =
+        |id: &str| history[last + 1..].iter().chain(new.iter()).any(|m| m.tool_call_id.as_deref() == Some(id));
+    let pending: Vec<String> = history[last]
+        .tool_calls
+        .iter()
+        .filter(|c| c.name == ASK_USER_QUESTION && !answered(&c.id))
+        .map(|c| c.id.clone())
+        .collect();
     if !new.iter().any(|m| m.role == Role::User) {
         return;
     }
@@ -162,14 +182,32 @@ pub struct Suggestion {
 
 /// Suggest next messages after `answer` to `question`, asking `model` of `provider`; each gets
 /// an id from `ids`. Empty on any failure (fail-open).
-pub async fn suggest(provider: &dyn ModelProvider, model: &str, ids: &dyn IdGen, policy: &SuggestionPolicy, question: &str, answer: &str) -> Vec<Suggestion> {
-    match tokio::time::timeout(SUGGESTIONS_TIMEOUT, crate::meter::external(suggestion_text(provider, model, policy, question, answer))).await {
+pub async fn suggest(
+    provider: &dyn ModelProvider,
+    model: &str,
+    ids: &dyn IdGen,
+    policy: &SuggestionPolicy,
+    question: &str,
+    answer: &str,
+) -> Vec<Suggestion> {
+    match tokio::time::timeout(
+        SUGGESTIONS_TIMEOUT,
+        crate::meter::external(suggestion_text(provider, model, policy, question, answer)),
+    )
+    .await
+    {
         Ok(Some(text)) => parse_suggestions(&text, policy.max_items, ids),
         _ => Vec::new(),
     }
 }
 
-async fn suggestion_text(provider: &dyn ModelProvider, model: &str, policy: &SuggestionPolicy, question: &str, answer: &str) -> Option<String> {
+async fn suggestion_text(
+    provider: &dyn ModelProvider,
+    model: &str,
+    policy: &SuggestionPolicy,
+    question: &str,
+    answer: &str,
+) -> Option<String> {
     let guidance = policy.guidance.as_deref().map(|g| format!(" Guidance: {g}")).unwrap_or_default();
     let system = format!(
         "You suggest what the user might send next in a chat with an assistant. Reply with only JSON: \
@@ -180,7 +218,8 @@ async fn suggestion_text(provider: &dyn ModelProvider, model: &str, policy: &Sug
     let answer: String = answer.chars().take(ANSWER_CONTEXT_CHARS).collect();
     let request = ModelRequest {
         model: model.to_owned(),
-        messages: vec![Message::system(system), Message::user(format!("User: {question}\n\nAssistant: {answer}"))].into(),
+        messages: vec![Message::system(system), Message::user(format!("User: {question}\n\nAssistant: {answer}"))]
+            .into(),
         tools: Vec::new(),
         tool_choice: ToolChoice::None,
         // Asked for natively too: models answer in JSON reliably only when the request says so.
@@ -216,10 +255,19 @@ pub fn parse_suggestions(text: &str, max_items: usize, ids: &dyn IdGen) -> Vec<S
     };
     let mut out: Vec<Suggestion> = Vec::new();
     for item in items {
-        let field = |k: &str| item.get(k).and_then(Value::as_str).map(|s| s.split_whitespace().collect::<Vec<_>>().join(" ")).unwrap_or_default();
+        let field = |k: &str| {
+            item.get(k)
+                .and_then(Value::as_str)
+                .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+                .unwrap_or_default()
+        };
         let (label, prompt) = (field("label"), field("prompt"));
         let label: String = label.chars().take(MAX_LABEL_CHARS).collect();
-        if label.is_empty() || prompt.is_empty() || prompt.chars().count() > MAX_PROMPT_CHARS || out.iter().any(|s| s.prompt == prompt) {
+        if label.is_empty()
+            || prompt.is_empty()
+            || prompt.chars().count() > MAX_PROMPT_CHARS
+            || out.iter().any(|s| s.prompt == prompt)
+        {
             continue;
         }
         out.push(Suggestion { id: format!("suggestion_{}", ids.next_id()), label, prompt });
@@ -249,14 +297,22 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(s[0].label.chars().count(), MAX_LABEL_CHARS);
         assert_eq!(s[1].prompt, "What next?");
-        assert_eq!((s[0].id.as_str(), s[1].id.as_str()), ("suggestion_00000000000000000000000000000001", "suggestion_00000000000000000000000000000002"));
+        assert_eq!(
+            (s[0].id.as_str(), s[1].id.as_str()),
+            ("suggestion_00000000000000000000000000000001", "suggestion_00000000000000000000000000000002")
+        );
         assert!(parse_suggestions("no json here", 3, &ids).is_empty());
         assert!(parse_suggestions("{\"other\": 1}", 3, &ids).is_empty());
     }
 
     #[test]
     fn questions_follow_the_reference_shape() {
-        assert!(check_question(r#"{"questions":[{"id":"q1","question":"Which plan?","header":"Plan","options":[{"label":"Pro"}]}]}"#).is_ok());
+        assert!(
+            check_question(
+                r#"{"questions":[{"id":"q1","question":"Which plan?","header":"Plan","options":[{"label":"Pro"}]}]}"#
+            )
+            .is_ok()
+        );
         assert!(check_question(r#"{"questions":[]}"#).unwrap_err().starts_with("invalid_arguments"));
         let long = format!(r#"{{"questions":[{{"id":"q","question":"?","header":"{}"}}]}}"#, "h".repeat(31));
         assert!(check_question(&long).is_err());
@@ -264,7 +320,13 @@ mod tests {
 
     #[test]
     fn a_plain_reply_answers_the_pending_question() {
-        let ask = Message { role: Role::Assistant, content: None, tool_calls: vec![ToolCall { id: "c1".into(), name: ASK_USER_QUESTION.into(), arguments: "{}".into() }], tool_call_id: None, name: None };
+        let ask = Message {
+            role: Role::Assistant,
+            content: None,
+            tool_calls: vec![ToolCall { id: "c1".into(), name: ASK_USER_QUESTION.into(), arguments: "{}".into() }],
+            tool_call_id: None,
+            name: None,
+        };
         let history = vec![Message::user("help"), ask];
         let mut new = vec![Message::user("The Pro plan")];
         answer_pending_questions(&history, &mut new);

@@ -10,8 +10,8 @@ use crate::interaction::{ASK_USER_QUESTION, Interactions, ask_user_spec, check_q
 use crate::structured::ResponseFormat;
 use crate::tools::set::ToolSet;
 use polpo_core::config::ToolLoadingMode;
-use polpo_core::policy::ToolPolicy;
 use polpo_core::message::ToolCall;
+use polpo_core::policy::ToolPolicy;
 use polpo_core::tool::ToolSpec;
 use polpo_llm::{ModelProvider, ToolChoice};
 use polpo_tools::ToolContext;
@@ -22,7 +22,8 @@ pub const MAX_CLIENT_TOOLS: usize = 64;
 /// Largest client tool schema, in bytes of JSON.
 pub const MAX_CLIENT_TOOL_SCHEMA_BYTES: usize = 32 * 1024;
 /// Tool names the runtime reserves for itself (disclosure and interaction tools).
-pub const RESERVED_TOOL_NAMES: &[&str] = &["polpo_tool_list", "polpo_tool_search", "polpo_tool_load", "skill_list", "skill_read", "ask_user_question"];
+pub const RESERVED_TOOL_NAMES: &[&str] =
+    &["polpo_tool_list", "polpo_tool_search", "polpo_tool_load", "skill_list", "skill_read", "ask_user_question"];
 
 /// One request to one agent, fully resolved.
 pub struct Invocation {
@@ -71,7 +72,10 @@ impl Invocation {
             let server = self.tools.get(name).is_some() && self.policy.allows(name);
             let client = self.is_client_tool(name);
             if !server && !client {
-                return Err(EngineError::ToolPolicyDenied(format!("tool_choice forces `{name}`, which is not in the effective tool set of agent `{}`", self.agent)));
+                return Err(EngineError::ToolPolicyDenied(format!(
+                    "tool_choice forces `{name}`, which is not in the effective tool set of agent `{}`",
+                    self.agent
+                )));
             }
         }
         if self.client_tools.len() > MAX_CLIENT_TOOLS {
@@ -85,11 +89,17 @@ impl Invocation {
                 return Err(EngineError::InvalidRequest(format!("client tool `{}` shadows a runtime tool", t.name)));
             }
             if !valid_tool_name(&t.name) {
-                return Err(EngineError::InvalidRequest(format!("client tool name `{}` must match [A-Za-z0-9_-]{{1,64}}", t.name)));
+                return Err(EngineError::InvalidRequest(format!(
+                    "client tool name `{}` must match [A-Za-z0-9_-]{{1,64}}",
+                    t.name
+                )));
             }
             let size = serde_json::to_vec(&t.parameters).map(|b| b.len()).unwrap_or(usize::MAX);
             if size > MAX_CLIENT_TOOL_SCHEMA_BYTES || !t.parameters.is_object() {
-                return Err(EngineError::InvalidRequest(format!("client tool `{}` has an oversized or non-object parameters schema", t.name)));
+                return Err(EngineError::InvalidRequest(format!(
+                    "client tool `{}` has an oversized or non-object parameters schema",
+                    t.name
+                )));
             }
         }
         if self.max_turns == 0 {
@@ -126,7 +136,8 @@ impl Invocation {
     /// True when `name` runs in the client: a client tool of this request, or an offered
     /// `ask_user_question`.
     pub fn is_client_tool(&self, name: &str) -> bool {
-        (self.interactions.ask_user_question && name == ASK_USER_QUESTION) || self.client_tools.iter().any(|t| t.name == name)
+        (self.interactions.ask_user_question && name == ASK_USER_QUESTION)
+            || self.client_tools.iter().any(|t| t.name == name)
     }
 
     /// True when `call` ends the turn in the client: a request client tool, or a well-formed

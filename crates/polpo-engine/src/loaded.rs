@@ -39,7 +39,11 @@ impl Loaded {
     /// The hooks one invocation of `agent` runs: its project and agent packs (resolved once,
     /// above), plus — for a loop node — the loop's and the step's, resolved per request.
     /// `None` when no hook applies; an unknown pack name is a problem, never silently skipped.
-    pub fn hooks_for(&self, agent: &Agent, loop_context: Option<&LoopContext>) -> Result<Option<Arc<HookSet>>, Vec<Problem>> {
+    pub fn hooks_for(
+        &self,
+        agent: &Agent,
+        loop_context: Option<&LoopContext>,
+    ) -> Result<Option<Arc<HookSet>>, Vec<Problem>> {
         let Some(ctx) = loop_context else { return Ok(self.hooks.get(&agent.id).cloned()) };
         let set = polpo_project::hooks::resolve_agent_hooks(&self.project, agent, &ctx.assignments())?;
         Ok((!set.is_empty()).then(|| Arc::new(set)))

@@ -92,7 +92,9 @@ impl Drop for Wait {
     fn drop(&mut self) {
         self.counters.depth.fetch_sub(1, Ordering::Relaxed);
         if self.outermost {
-            self.counters.nanos.fetch_add(u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+            self.counters
+                .nanos
+                .fetch_add(u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
         }
     }
 }

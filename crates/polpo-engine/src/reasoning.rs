@@ -25,9 +25,12 @@ impl ReasoningLog {
         match event {
             RunEvent::TurnStarted { .. } => self.pending.clear(),
             // Past the cap one more byte is enough for the store to mark it truncated.
-            RunEvent::ReasoningDelta { text } if self.pending.len() <= MAX_REASONING_BYTES => self.pending.push_str(text),
+            RunEvent::ReasoningDelta { text } if self.pending.len() <= MAX_REASONING_BYTES => {
+                self.pending.push_str(text)
+            }
             RunEvent::MessageAppended { message } => {
-                let reasoning = (message.role == Role::Assistant && !self.pending.is_empty()).then(|| std::mem::take(&mut self.pending));
+                let reasoning = (message.role == Role::Assistant && !self.pending.is_empty())
+                    .then(|| std::mem::take(&mut self.pending));
                 self.per_message.push(reasoning);
             }
             _ => {}
@@ -38,6 +41,9 @@ impl ReasoningLog {
     /// reasoning.
     pub(crate) fn attach(&mut self, produced: Vec<Message>) -> impl Iterator<Item = NewMessage> {
         let reasoning = std::mem::take(&mut self.per_message);
-        produced.into_iter().zip(reasoning.into_iter().chain(std::iter::repeat(None))).map(|(message, reasoning)| NewMessage { reasoning, ..NewMessage::new(message) })
+        produced
+            .into_iter()
+            .zip(reasoning.into_iter().chain(std::iter::repeat(None)))
+            .map(|(message, reasoning)| NewMessage { reasoning, ..NewMessage::new(message) })
     }
 }

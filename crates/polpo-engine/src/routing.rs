@@ -66,14 +66,21 @@ impl ModelRoute {
     /// The agent's own model answers after all: the routed profile's chain could not be built
     /// (`code`, e.g. a provider that is not configured), and routing fails open.
     pub fn fail_open(&mut self, code: &str) {
-        *self = Self { label: self.label.take(), rule: self.rule, ..Self::pinned(&format!("route_unavailable: {code}")) };
+        *self =
+            Self { label: self.label.take(), rule: self.rule, ..Self::pinned(&format!("route_unavailable: {code}")) };
     }
 }
 
 /// Route one request of `agent`: `None` when the agent did not opt in (it stays pinned and no
 /// route is reported), else the route taken. Rules first, then the classifier, never a profile
 /// outside the agent's `allowedModelProfiles`.
-pub async fn route(providers: &Providers, loaded: &Loaded, agent: &Agent, input: &ChatInput, cancel: &CancellationToken) -> Option<ModelRoute> {
+pub async fn route(
+    providers: &Providers,
+    loaded: &Loaded,
+    agent: &Agent,
+    input: &ChatInput,
+    cancel: &CancellationToken,
+) -> Option<ModelRoute> {
     if agent.config.model_routing.as_ref()?.mode != RouterMode::Auto {
         return None;
     }
@@ -81,13 +88,22 @@ pub async fn route(providers: &Providers, loaded: &Loaded, agent: &Agent, input:
     let Some(routing) = &settings.model_routing else { return Some(ModelRoute::pinned("no_route")) };
     let allowed = agent.config.allowed_model_profiles.as_deref();
     let text = crate::interaction::last_user_text(&input.messages).unwrap_or_default();
-    let request = RoutingRequest { text: &text, has_tools: !input.client_tools.is_empty(), labels: &input.routing_labels };
+    let request =
+        RoutingRequest { text: &text, has_tools: !input.client_tools.is_empty(), labels: &input.routing_labels };
     if let Some((index, rule)) = routing.rule_for(&request, allowed) {
-        return Some(ModelRoute { via: RouteVia::Rule, profile: Some(rule.profile.clone()), rule: Some(index), label: None, reason: None });
+        return Some(ModelRoute {
+            via: RouteVia::Rule,
+            profile: Some(rule.profile.clone()),
+            rule: Some(index),
+            label: None,
+            reason: None,
+        });
     }
     let Some(classifier) = &routing.classifier else { return Some(ModelRoute::pinned("no_route")) };
     let profiles = settings.model_profiles.clone().unwrap_or_default();
-    let Some(model) = resolve_model_chain(&classifier.model, &profiles, None).ok().and_then(|ids| providers.chain(&ids).ok()) else {
+    let Some(model) =
+        resolve_model_chain(&classifier.model, &profiles, None).ok().and_then(|ids| providers.chain(&ids).ok())
+    else {
         return Some(ModelRoute::pinned("classifier_failed"));
     };
     let budget = Duration::from_millis(classifier.timeout_ms());
@@ -99,9 +115,17 @@ pub async fn route(providers: &Providers, loaded: &Loaded, agent: &Agent, input:
         Err(_) => ModelRoute::pinned("classifier_timeout"),
         Ok(None) => ModelRoute::pinned("classifier_failed"),
         Ok(Some(answer)) => match classifier.profile_for(&answer, allowed) {
-            Ok((label, profile)) => ModelRoute { via: RouteVia::Classifier, profile: Some(profile.to_owned()), rule: None, label: Some(label.to_owned()), reason: None },
+            Ok((label, profile)) => ModelRoute {
+                via: RouteVia::Classifier,
+                profile: Some(profile.to_owned()),
+                rule: None,
+                label: Some(label.to_owned()),
+                reason: None,
+            },
             Err(ClassifierMiss::UnknownLabel(_)) => ModelRoute::pinned("classifier_unknown_label"),
-            Err(ClassifierMiss::NotAllowed { label, .. }) => ModelRoute { label: Some(label), ..ModelRoute::pinned("classifier_not_allowed") },
+            Err(ClassifierMiss::NotAllowed { label, .. }) => {
+                ModelRoute { label: Some(label), ..ModelRoute::pinned("classifier_not_allowed") }
+            }
         },
     };
     Some(route)

@@ -132,7 +132,8 @@ impl PreparedChat {
         let session = if produced.is_empty() && result.is_err() {
             session
         } else {
-            let produced = reasoning.lock().unwrap_or_else(PoisonError::into_inner).attach(produced).collect::<Vec<_>>();
+            let produced =
+                reasoning.lock().unwrap_or_else(PoisonError::into_inner).attach(produced).collect::<Vec<_>>();
             let to_store = new_messages.iter().cloned().map(NewMessage::new).chain(produced).collect();
             match runtime.store.sessions.append_messages(&session.id, to_store, None).await {
                 Ok(appended) => {
@@ -144,7 +145,8 @@ impl PreparedChat {
         };
         match result {
             Ok(outcome) => {
-                let suggestions = suggestions(&invocation, runtime.ids().as_ref(), &new_messages, &outcome, &cancel).await;
+                let suggestions =
+                    suggestions(&invocation, runtime.ids().as_ref(), &new_messages, &outcome, &cancel).await;
                 events.completed(&outcome);
                 Ok(ChatOutput { run_id, session, outcome, suggestions })
             }
@@ -155,10 +157,20 @@ impl PreparedChat {
 
 /// Suggestions after a successful plain-text answer, when the invocation offers them. Never
 /// for structured outputs, client hand-backs, empty answers or a cancelled request.
-async fn suggestions(inv: &Invocation, ids: &dyn IdGen, new_messages: &[Message], outcome: &RunOutcome, cancel: &CancellationToken) -> Vec<Suggestion> {
+async fn suggestions(
+    inv: &Invocation,
+    ids: &dyn IdGen,
+    new_messages: &[Message],
+    outcome: &RunOutcome,
+    cancel: &CancellationToken,
+) -> Vec<Suggestion> {
     let Some(policy) = &inv.interactions.suggestions else { return Vec::new() };
     let answer = outcome.content.as_deref().unwrap_or_default();
-    if outcome.finish_reason != polpo_core::message::FinishReason::Stop || answer.trim().is_empty() || inv.response_format.is_structured() || cancel.is_cancelled() {
+    if outcome.finish_reason != polpo_core::message::FinishReason::Stop
+        || answer.trim().is_empty()
+        || inv.response_format.is_structured()
+        || cancel.is_cancelled()
+    {
         return Vec::new();
     }
     let question = crate::interaction::last_user_text(new_messages).unwrap_or_default();
@@ -278,7 +290,12 @@ impl Runtime {
 
     /// The chain of `selection` for `agent`: its own `model`, or the profile model routing
     /// picked (resolved under the same `allowedModelProfiles`, so routing can never widen).
-    pub(crate) fn provider_for_model(&self, loaded: &Loaded, agent: &Agent, selection: Option<&ModelSelection>) -> Result<Arc<dyn ModelProvider>, ChatError> {
+    pub(crate) fn provider_for_model(
+        &self,
+        loaded: &Loaded,
+        agent: &Agent,
+        selection: Option<&ModelSelection>,
+    ) -> Result<Arc<dyn ModelProvider>, ChatError> {
         let settings = loaded.project.settings();
         let selection = selection.cloned().ok_or_else(|| {
             ChatError::Model(ResolveError::Model(polpo_llm::LlmError::new(
@@ -312,7 +329,8 @@ impl Runtime {
             .iter()
             .filter_map(|id| polpo_llm::split_model_id(id).and_then(|(p, _)| providers.missing_key(p)))
             .collect();
-        let set = if keys.is_empty() { "configure its provider".to_owned() } else { format!("set {}", keys.join(" or ")) };
+        let set =
+            if keys.is_empty() { "configure its provider".to_owned() } else { format!("set {}", keys.join(" or ")) };
         polpo_llm::LlmError::new(
             polpo_llm::LlmErrorKind::NotConfigured,
             format!(
@@ -323,14 +341,23 @@ impl Runtime {
     }
 
     /// Answer one chat request: [`Runtime::prepare`] then [`PreparedChat::run`].
-    pub async fn chat(self: &Arc<Self>, input: ChatInput, sink: EventSink<'_>, cancel: &CancellationToken) -> Result<ChatOutput, ChatError> {
+    pub async fn chat(
+        self: &Arc<Self>,
+        input: ChatInput,
+        sink: EventSink<'_>,
+        cancel: &CancellationToken,
+    ) -> Result<ChatOutput, ChatError> {
         self.prepare(input, cancel).await?.run(sink).await
     }
 
     /// Everything that can fail before the model is called, checked now: the agent, its model
     /// chain, the session (created when new), the request against the tool policy. A server
     /// answers these with a proper HTTP status before it starts streaming.
-    pub async fn prepare(self: &Arc<Self>, mut input: ChatInput, cancel: &CancellationToken) -> Result<PreparedChat, ChatError> {
+    pub async fn prepare(
+        self: &Arc<Self>,
+        mut input: ChatInput,
+        cancel: &CancellationToken,
+    ) -> Result<PreparedChat, ChatError> {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
         let run_id = input.run_id.take().unwrap_or_else(|| format!("chat-{}", self.ids().next_id()));
@@ -355,7 +382,12 @@ impl Runtime {
     }
 
     /// The model chain of `agent` for `input`: a loop step's own `model`, else the agent's.
-    fn provider_for_input(&self, loaded: &Loaded, agent: &Agent, input: &ChatInput) -> Result<Arc<dyn ModelProvider>, ChatError> {
+    fn provider_for_input(
+        &self,
+        loaded: &Loaded,
+        agent: &Agent,
+        input: &ChatInput,
+    ) -> Result<Arc<dyn ModelProvider>, ChatError> {
         match input.loop_context.as_ref().and_then(|l| l.model.as_ref()) {
             Some(model) => self.provider_for_model(loaded, agent, Some(model)),
             None => self.provider_for(loaded, agent),
@@ -366,7 +398,14 @@ impl Runtime {
     /// policy `input` resolves (its mode's layers included) and the same gates and hooks as a
     /// model's call (`tool:before`/`tool:after`, whose events go to `sink`). `Err` when the
     /// request itself does not resolve (unknown agent, model, hook packs).
-    pub async fn call_tool(self: &Arc<Self>, input: &ChatInput, name: &str, arguments: Value, cancel: &CancellationToken, sink: EventSink<'_>) -> Result<Result<String, DirectCallError>, ChatError> {
+    pub async fn call_tool(
+        self: &Arc<Self>,
+        input: &ChatInput,
+        name: &str,
+        arguments: Value,
+        cancel: &CancellationToken,
+        sink: EventSink<'_>,
+    ) -> Result<Result<String, DirectCallError>, ChatError> {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
         let provider = self.provider_for_input(&loaded, agent, input)?;
@@ -396,7 +435,8 @@ impl Runtime {
         let session_id = input.session_id.clone().unwrap_or_default();
         let cancel = CancellationToken::new();
         let mut invocation = self.invocation(&loaded, agent, provider, &input, &run_id, &cancel)?;
-        let session = self.store.sessions.get_session(&session_id).await?.ok_or(ChatError::SessionNotFound(session_id))?;
+        let session =
+            self.store.sessions.get_session(&session_id).await?.ok_or(ChatError::SessionNotFound(session_id))?;
         if let Some(hooks) = &mut invocation.hooks {
             let before = (self.clock().now() - accepted_at).to_std().unwrap_or_default();
             let resumed_at = Instant::now();
@@ -430,26 +470,49 @@ impl Runtime {
             metadata: input.metadata,
             surface: input.surface,
         };
-        PreparedChat { runtime: self.clone(), invocation, identity, session, history, new_messages, cancel, control: None, route }
+        PreparedChat {
+            runtime: self.clone(),
+            invocation,
+            identity,
+            session,
+            history,
+            new_messages,
+            cancel,
+            control: None,
+            route,
+        }
     }
 
     /// Find or create the session and split the request into stored history and new messages.
-    async fn prepare_session(&self, input: &ChatInput, run_id: &str) -> Result<(Session, Vec<Message>, Vec<Message>), ChatError> {
+    async fn prepare_session(
+        &self,
+        input: &ChatInput,
+        run_id: &str,
+    ) -> Result<(Session, Vec<Message>, Vec<Message>), ChatError> {
         let Some(id) = &input.session_id else {
             if !input.messages.iter().any(|m| m.role != Role::System) {
                 return Err(ChatError::InvalidRequest("messages must contain at least one non-system message".into()));
             }
-            let new = NewSession { id: None, agent: input.agent.clone(), title: None, user: input.user.clone(), metadata: input.metadata.clone(), owner: input.owner.clone() };
+            let new = NewSession {
+                id: None,
+                agent: input.agent.clone(),
+                title: None,
+                user: input.user.clone(),
+                metadata: input.metadata.clone(),
+                owner: input.owner.clone(),
+            };
             let session = self.store.sessions.create_session(new).await?;
             RunEvents::new(&self.bus, run_id, &session.id, &input.agent).session_created(&session);
             return Ok((session, Vec::new(), input.messages.clone()));
         };
-        let session = self.store.sessions.get_session(id).await?.ok_or_else(|| ChatError::SessionNotFound(id.clone()))?;
+        let session =
+            self.store.sessions.get_session(id).await?.ok_or_else(|| ChatError::SessionNotFound(id.clone()))?;
         if session.agent != input.agent {
             return Err(ChatError::SessionAgentMismatch { session: session.id, agent: session.agent });
         }
         let start = input.messages.iter().rposition(|m| m.role == Role::Assistant).map_or(0, |i| i + 1);
-        let mut new: Vec<Message> = input.messages[start..].iter().filter(|m| m.role != Role::System).cloned().collect();
+        let mut new: Vec<Message> =
+            input.messages[start..].iter().filter(|m| m.role != Role::System).cloned().collect();
         if new.is_empty() {
             return Err(ChatError::InvalidRequest("no new message after the last assistant message".into()));
         }
@@ -477,7 +540,12 @@ impl Runtime {
             if found.contains_key(id) {
                 continue;
             }
-            let agent = loaded.agent(id).ok_or_else(|| ChatError::UnknownHookPack(format!("verifier agent `{id}` (hook `{}`) is not an agent of this project", scoped.hook.qualified_id())))?;
+            let agent = loaded.agent(id).ok_or_else(|| {
+                ChatError::UnknownHookPack(format!(
+                    "verifier agent `{id}` (hook `{}`) is not an agent of this project",
+                    scoped.hook.qualified_id()
+                ))
+            })?;
             let verifier = VerifierAgent {
                 agent: id.clone(),
                 system_prompt: polpo_core::prompt::system_prompt(agent),
@@ -490,16 +558,28 @@ impl Runtime {
     }
 
     /// Everything the turn loop needs, resolved for this agent and request.
-    fn invocation(&self, loaded: &Loaded, agent: &Agent, provider: Arc<dyn ModelProvider>, input: &ChatInput, run_id: &str, cancel: &CancellationToken) -> Result<Invocation, ChatError> {
+    fn invocation(
+        &self,
+        loaded: &Loaded,
+        agent: &Agent,
+        provider: Arc<dyn ModelProvider>,
+        input: &ChatInput,
+        run_id: &str,
+        cancel: &CancellationToken,
+    ) -> Result<Invocation, ChatError> {
         let c = &agent.config;
         let ceiling = ToolPolicy::unrestricted().narrow(PolicyLayer::Agent, c.allowed_tools.as_deref());
         // The mode's layers: a loop node's are the loop's and the step's, never chat's.
         let moded = match &input.loop_context {
-            Some(l) => ceiling.narrow(PolicyLayer::Loop, l.allowed_tools.as_deref()).narrow(PolicyLayer::Step, l.step_allowed_tools.as_deref()),
+            Some(l) => ceiling
+                .narrow(PolicyLayer::Loop, l.allowed_tools.as_deref())
+                .narrow(PolicyLayer::Step, l.step_allowed_tools.as_deref()),
             None => ceiling.narrow(PolicyLayer::Chat, c.chat.as_ref().and_then(|chat| chat.allowed_tools.as_deref())),
         };
         let policy = moded.narrow(PolicyLayer::Request, input.allowed_tools.as_deref());
-        let unknown = |problems: Vec<Problem>| ChatError::UnknownHookPack(problems.into_iter().map(|p| p.message).collect::<Vec<_>>().join("; "));
+        let unknown = |problems: Vec<Problem>| {
+            ChatError::UnknownHookPack(problems.into_iter().map(|p| p.message).collect::<Vec<_>>().join("; "))
+        };
         let hooks = match loaded.hooks_for(agent, input.loop_context.as_ref()).map_err(unknown)? {
             None => None,
             Some(set) => Some(InvocationHooks {
@@ -516,7 +596,8 @@ impl Runtime {
         let step = input.loop_context.as_ref();
         // Client tools obey the same effective policy as server tools: an excluded one is never
         // shown to the model, and forcing it is refused by `Invocation::check`.
-        let client_tools = input.client_tools.iter().filter(|t| policy.allows(&t.name)).cloned().map(Arc::new).collect();
+        let client_tools =
+            input.client_tools.iter().filter(|t| policy.allows(&t.name)).cloned().map(Arc::new).collect();
         Ok(Invocation {
             agent: agent.id.clone(),
             system_prompt: polpo_core::prompt::system_prompt(agent),
@@ -529,13 +610,20 @@ impl Runtime {
             parallel_tool_calls: input.parallel_tool_calls,
             response_format: input.response_format.clone(),
             max_turns: step.and_then(|l| l.max_turns).unwrap_or_else(|| c.max_turns()),
-            reasoning: step.and_then(|l| l.reasoning).or(c.reasoning).or(loaded.project.settings().reasoning).map(|r| r.as_str().to_owned()),
+            reasoning: step
+                .and_then(|l| l.reasoning)
+                .or(c.reasoning)
+                .or(loaded.project.settings().reasoning)
+                .map(|r| r.as_str().to_owned()),
             tool_context: tool_context(&loaded.project, agent, cancel),
             hooks,
             tool_loading: c.tool_loading.as_ref().map_or(ToolLoadingMode::Auto, |t| t.mode),
             interactions,
             // Numbers of a config file fit an f32 sampling parameter (0 to 2).
-            temperature: step.and_then(|l| l.temperature.as_ref()).and_then(serde_json::Number::as_f64).map(|t| t as f32),
+            temperature: step
+                .and_then(|l| l.temperature.as_ref())
+                .and_then(serde_json::Number::as_f64)
+                .map(|t| t as f32),
         })
     }
 }

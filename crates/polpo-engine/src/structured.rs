@@ -39,17 +39,23 @@ impl ResponseFormat {
             Some("json_schema") => {
                 let js = v.get("json_schema").ok_or("response_format.json_schema is required for type json_schema")?;
                 let name = js.get("name").and_then(Value::as_str).unwrap_or("response").to_string();
-                if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                if name.is_empty()
+                    || name.len() > 64
+                    || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                {
                     return Err("response_format.json_schema.name must match [A-Za-z0-9_-]{1,64}".into());
                 }
                 let schema = js.get("schema").cloned().unwrap_or_else(|| serde_json::json!({}));
                 if serde_json::to_vec(&schema).map(|b| b.len()).unwrap_or(usize::MAX) > MAX_SCHEMA_BYTES {
                     return Err(format!("response_format schema is larger than {MAX_SCHEMA_BYTES} bytes"));
                 }
-                let validator = jsonschema::draft202012::new(&schema).map_err(|e| format!("response_format schema is invalid: {e}"))?;
+                let validator = jsonschema::draft202012::new(&schema)
+                    .map_err(|e| format!("response_format schema is invalid: {e}"))?;
                 Ok(Self::JsonSchema { name, schema, validator: std::sync::Arc::new(validator), wire: v.clone() })
             }
-            Some(other) => Err(format!("response_format.type `{other}` is not supported (text, json_object, json_schema)")),
+            Some(other) => {
+                Err(format!("response_format.type `{other}` is not supported (text, json_object, json_schema)"))
+            }
         }
     }
 
@@ -85,7 +91,9 @@ impl ResponseFormat {
     /// given while tools were offered (so without the provider's output constraint).
     pub fn formatting_request(&self) -> String {
         match self {
-            Self::JsonSchema { name, .. } => format!("Now give that final answer as a single JSON value valid against the `{name}` JSON Schema of the response format, and nothing else."),
+            Self::JsonSchema { name, .. } => format!(
+                "Now give that final answer as a single JSON value valid against the `{name}` JSON Schema of the response format, and nothing else."
+            ),
             _ => "Now give that final answer as a single JSON object, and nothing else.".into(),
         }
     }
@@ -93,10 +101,14 @@ impl ResponseFormat {
     /// The user message of the one repair turn: what was wrong, and the schema to meet.
     pub fn repair_request(&self, diagnostics: &str) -> String {
         let target = match self {
-            Self::JsonSchema { name, schema, .. } => format!("a single JSON value valid against this JSON Schema (`{name}`):\n{schema}"),
+            Self::JsonSchema { name, schema, .. } => {
+                format!("a single JSON value valid against this JSON Schema (`{name}`):\n{schema}")
+            }
             _ => "a single JSON object".into(),
         };
-        format!("Your answer does not match the required response format: {diagnostics}.\nReply again with only the corrected JSON value: {target}")
+        format!(
+            "Your answer does not match the required response format: {diagnostics}.\nReply again with only the corrected JSON value: {target}"
+        )
     }
 
     /// Check a candidate answer. `Ok` carries the canonical JSON text; `Err` carries
@@ -110,7 +122,11 @@ impl ResponseFormat {
             }
             Self::JsonSchema { validator, .. } => {
                 let value = parse_json_answer(answer)?;
-                let errors: Vec<String> = validator.iter_errors(&value).take(10).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
+                let errors: Vec<String> = validator
+                    .iter_errors(&value)
+                    .take(10)
+                    .map(|e| format!("at `{}`: {e}", e.instance_path()))
+                    .collect();
                 if errors.is_empty() { Ok(value.to_string()) } else { Err(errors.join("; ")) }
             }
         }
@@ -170,7 +186,13 @@ mod tests {
     #[test]
     fn bad_formats_are_rejected_up_front() {
         assert!(ResponseFormat::from_wire(&json!({"type":"xml"})).is_err());
-        assert!(ResponseFormat::from_wire(&json!({"type":"json_schema","json_schema":{"name":"bad name","schema":{}}})).is_err());
-        assert!(ResponseFormat::from_wire(&json!({"type":"json_schema","json_schema":{"name":"x","schema":{"type":12}}})).is_err());
+        assert!(
+            ResponseFormat::from_wire(&json!({"type":"json_schema","json_schema":{"name":"bad name","schema":{}}}))
+                .is_err()
+        );
+        assert!(
+            ResponseFormat::from_wire(&json!({"type":"json_schema","json_schema":{"name":"x","schema":{"type":12}}}))
+                .is_err()
+        );
     }
 }

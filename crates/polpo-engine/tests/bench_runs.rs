@@ -34,7 +34,10 @@ async fn bench(kind: StoreKind) {
         StoreKind::Postgres => Some(PgSchema::create().await.unwrap()),
         _ => None,
     };
-    ProjectFixture::new(dir.path(), json!({"storage": kind.as_str()})).unwrap().agent("a", json!({"model": "openai/fake-model"}), "You answer.").unwrap();
+    ProjectFixture::new(dir.path(), json!({"storage": kind.as_str()}))
+        .unwrap()
+        .agent("a", json!({"model": "openai/fake-model"}), "You answer.")
+        .unwrap();
     let project = polpo_project::load_project(dir.path()).unwrap();
     let env: polpo_llm::EnvLookup = llm.openai_env();
     let url = schema.as_ref().map(PgSchema::url);

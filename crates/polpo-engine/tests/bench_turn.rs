@@ -79,7 +79,15 @@ impl ModelProvider for Canned {
 }
 
 fn history(len: usize) -> Vec<Message> {
-    (0..len).map(|i| if i % 2 == 0 { Message::user(format!("question {i} about the project")) } else { Message::assistant(format!("answer {i} with some detail")) }).collect()
+    (0..len)
+        .map(|i| {
+            if i % 2 == 0 {
+                Message::user(format!("question {i} about the project"))
+            } else {
+                Message::assistant(format!("answer {i} with some detail"))
+            }
+        })
+        .collect()
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -117,17 +125,26 @@ async fn engine_overhead_per_turn() {
     inv.tools = Arc::new(ToolSet::new(tools));
 
     let (p50, p99, allocs, bytes) = measure(&inv, 2000, 20).await;
-    println!("HTTP to fake LLM (OpenAI wire, loopback): p50 {p50:?}  p99 {p99:?}  {allocs} allocations / {bytes} bytes per turn (fake server included)");
+    println!(
+        "HTTP to fake LLM (OpenAI wire, loopback): p50 {p50:?}  p99 {p99:?}  {allocs} allocations / {bytes} bytes per turn (fake server included)"
+    );
 
     inv.provider = Arc::new(Canned);
     let (p50, p99, allocs, bytes) = measure(&inv, 20000, 20).await;
-    println!("engine alone (in-process canned provider): p50 {p50:?}  p99 {p99:?}  {allocs} allocations / {bytes} bytes per turn");
+    println!(
+        "engine alone (in-process canned provider): p50 {p50:?}  p99 {p99:?}  {allocs} allocations / {bytes} bytes per turn"
+    );
 
     // A long session: what the engine's cost per turn does as the history grows tenfold.
     let short_history_allocs = allocs;
     let (p50, p99, allocs, bytes) = measure(&inv, 20000, 200).await;
-    println!("engine alone, 200-message history: p50 {p50:?}  p99 {p99:?}  {allocs} allocations / {bytes} bytes per turn");
-    assert_eq!(allocs, short_history_allocs, "the history is shared with each model call, never copied message by message");
+    println!(
+        "engine alone, 200-message history: p50 {p50:?}  p99 {p99:?}  {allocs} allocations / {bytes} bytes per turn"
+    );
+    assert_eq!(
+        allocs, short_history_allocs,
+        "the history is shared with each model call, never copied message by message"
+    );
 
     // The same without tools: what offering 10 tool schemas per model call costs.
     inv.tools = Arc::new(ToolSet::new(Vec::new()));

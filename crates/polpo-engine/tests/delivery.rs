@@ -54,7 +54,12 @@ async fn drain(invoked: &mut Invoked) -> (String, Finished) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_engine_picks_the_delivery_and_every_mode_reports_the_same_way() {
-    let cases = [("run", true, DeliveryMode::Durable), ("run", false, DeliveryMode::Run), ("inline", true, DeliveryMode::Inline), ("inline", false, DeliveryMode::Inline)];
+    let cases = [
+        ("run", true, DeliveryMode::Durable),
+        ("run", false, DeliveryMode::Run),
+        ("inline", true, DeliveryMode::Inline),
+        ("inline", false, DeliveryMode::Inline),
+    ];
     for (chat_execution, outlive_caller, mode) in cases {
         // The turn waits in a tool call until the test opens the gate, so it is checked running.
         let hold = Turn::tool_calls(vec![("bash", json!({"command": "while [ ! -f gate ]; do sleep 0.02; done"}))]);
@@ -66,17 +71,33 @@ async fn the_engine_picks_the_delivery_and_every_mode_reports_the_same_way() {
         // Steerable by run id while it runs: a run-mode turn here, a durable run in the store.
         assert_eq!(runs.inline_owner(invoked.run_id()).is_some(), mode == DeliveryMode::Run, "{case}");
         let attachment = invoked.attachment();
-        assert_eq!(attachment.is_some(), mode != DeliveryMode::Durable, "{case}: only a run in the caller's request is cancelled with it");
+        assert_eq!(
+            attachment.is_some(),
+            mode != DeliveryMode::Durable,
+            "{case}: only a run in the caller's request is cancelled with it"
+        );
 
         let run_id = invoked.run_id().to_owned();
         std::fs::write(dir.path().join("gate"), "").unwrap();
         let (text, finished) = drain(&mut invoked).await;
         assert_eq!(text, "Hello there.", "{case}");
         let answer = finished.result.as_ref().expect("an answer");
-        assert_eq!((answer.content.as_deref(), answer.session_id.as_str()), (Some("Hello there."), invoked.session_id()), "{case}");
-        assert_eq!(finished.seq.is_some(), mode == DeliveryMode::Durable, "{case}: a durable verdict names its journal position");
+        assert_eq!(
+            (answer.content.as_deref(), answer.session_id.as_str()),
+            (Some("Hello there."), invoked.session_id()),
+            "{case}"
+        );
+        assert_eq!(
+            finished.seq.is_some(),
+            mode == DeliveryMode::Durable,
+            "{case}: a durable verdict names its journal position"
+        );
         assert_eq!(finished.overhead.is_some(), mode != DeliveryMode::Durable, "{case}");
-        assert_eq!(runs.get(&run_id).await.unwrap().is_some(), mode == DeliveryMode::Durable, "{case}: only a durable run is stored");
+        assert_eq!(
+            runs.get(&run_id).await.unwrap().is_some(),
+            mode == DeliveryMode::Durable,
+            "{case}: only a durable run is stored"
+        );
         assert!(runs.inline_owner(&run_id).is_none(), "{case}: a finished run is no longer steerable here");
         drop(attachment);
     }

@@ -8,10 +8,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers: a failed setup should panic loudly
 
 use futures::StreamExt;
-use polpo_core::message::{Message, Role, ToolCall};
 use polpo_core::hooks::{GateBudget, GateLimits};
+use polpo_core::message::{Message, Role, ToolCall};
 use polpo_engine::hooks::{GateCheckpoint, GateDecision, GateValidation};
-use polpo_engine::runs::{CheckpointState, Queued, RunManager, RunOptions, RunSpec, SteerMessage, SteerMode, effect_key};
+use polpo_engine::runs::{
+    CheckpointState, Queued, RunManager, RunOptions, RunSpec, SteerMessage, SteerMode, effect_key,
+};
 use polpo_engine::{ChatInput, Loaded, Runtime};
 use polpo_llm::Providers;
 use polpo_store::{EffectClaim, NewRun, RunEvent, RunStatus, StoreKind, SystemClock, open_store};
@@ -68,7 +70,8 @@ impl Setup {
         };
         let url = schema.as_ref().map(PgSchema::url);
         let store = open_store(kind, dir.path(), url.as_deref(), Arc::new(SystemClock)).await.unwrap();
-        let runtime = Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), env), store));
+        let runtime =
+            Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), env), store));
         let runs = RunManager::new(runtime, RunOptions { lease_ttl: Duration::from_secs(5) });
         Self { dir, runs, schema }
     }
@@ -100,7 +103,9 @@ impl Setup {
             }
         })
         .await
-        .unwrap_or_else(|_| panic!("no `{until}` event; got {:?}", out.iter().map(|e| &e.event_type).collect::<Vec<_>>()));
+        .unwrap_or_else(|_| {
+            panic!("no `{until}` event; got {:?}", out.iter().map(|e| &e.event_type).collect::<Vec<_>>())
+        });
         out
     }
 
@@ -129,7 +134,13 @@ fn gated_append(gate: &str, line: &str) -> serde_json::Value {
 }
 
 fn user_texts(body: &serde_json::Value) -> Vec<String> {
-    body["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "user").map(|m| m["content"].as_str().unwrap_or_default().to_owned()).collect()
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
 }
 
 fn types(events: &[RunEvent]) -> Vec<&str> {
@@ -138,11 +149,20 @@ fn types(events: &[RunEvent]) -> Vec<&str> {
 
 fn assert_gap_free(events: &[RunEvent]) {
     let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
-    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>(), "sequence numbers are 1..n without gaps or duplicates");
+    assert_eq!(
+        seqs,
+        (1..=events.len() as u64).collect::<Vec<_>>(),
+        "sequence numbers are 1..n without gaps or duplicates"
+    );
 }
 
 async fn steer_reaches_the_next_model_call_without_interrupting_the_tool(kind: StoreKind) {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "tool-finished"))]), Turn::text("Using PostgreSQL.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("bash", gated_append("go", "tool-finished"))]),
+        Turn::text("Using PostgreSQL."),
+    ])
+    .await
+    .unwrap();
     let s = Setup::new(kind, &llm).await;
     let run = s.start("Build the app").await;
     s.read_until(&run, 0, "tool.started").await;
@@ -156,7 +176,8 @@ async fn steer_reaches_the_next_model_call_without_interrupting_the_tool(kind: S
     assert_eq!(std::fs::read_to_string(s.path("log.txt")).unwrap(), "tool-finished\n", "the tool ran to its end");
     let requests = llm.requests();
     assert_eq!(user_texts(&requests[0].body), ["Build the app"]);
-    let second: Vec<&str> = requests[1].body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let second: Vec<&str> =
+        requests[1].body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
     assert_eq!(second, ["system", "user", "assistant", "tool", "user"], "the steer follows the tool result");
     assert_eq!(user_texts(&requests[1].body), ["Build the app", "Use PostgreSQL."]);
     let t = types(&journal);
@@ -172,13 +193,22 @@ async fn steer_reaches_the_next_model_call_without_interrupting_the_tool(kind: S
 }
 
 async fn follow_up_starts_another_turn_after_the_answer_and_duplicates_are_ignored(kind: StoreKind) {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "one"))]), Turn::text("First answer."), Turn::text("Second answer.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("bash", gated_append("go", "one"))]),
+        Turn::text("First answer."),
+        Turn::text("Second answer."),
+    ])
+    .await
+    .unwrap();
     let s = Setup::new(kind, &llm).await;
     let run = s.start("Do it").await;
     s.read_until(&run, 0, "tool.started").await;
 
     assert_eq!(s.runs.steer(&run, steer("f1", SteerMode::FollowUp, "Now add tests.")).await.unwrap(), Queued::Accepted);
-    assert_eq!(s.runs.steer(&run, steer("f1", SteerMode::FollowUp, "Now add tests.")).await.unwrap(), Queued::Duplicate);
+    assert_eq!(
+        s.runs.steer(&run, steer("f1", SteerMode::FollowUp, "Now add tests.")).await.unwrap(),
+        Queued::Duplicate
+    );
     std::fs::write(s.path("go"), "").unwrap();
     let journal = s.journal(&run).await;
 
@@ -194,7 +224,9 @@ async fn follow_up_starts_another_turn_after_the_answer_and_duplicates_are_ignor
 }
 
 async fn abort_stops_a_running_tool_within_a_second(kind: StoreKind) {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "sleep 60"}))]), Turn::text("never")]).await.unwrap();
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "sleep 60"}))]), Turn::text("never")])
+        .await
+        .unwrap();
     let s = Setup::new(kind, &llm).await;
     let run = s.start("Wait").await;
     let seen = s.read_until(&run, 0, "tool.started").await;
@@ -226,7 +258,9 @@ async fn abort_stops_a_running_tool_within_a_second(kind: StoreKind) {
 }
 
 async fn a_follower_resumes_after_any_sequence_number(kind: StoreKind) {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("read", json!({"path": "missing.txt"}))]), Turn::text("Done.")]).await.unwrap();
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("read", json!({"path": "missing.txt"}))]), Turn::text("Done.")])
+        .await
+        .unwrap();
     let s = Setup::new(kind, &llm).await;
     let run = s.start("Go").await;
     let all = s.journal(&run).await;
@@ -243,12 +277,31 @@ async fn a_follower_resumes_after_any_sequence_number(kind: StoreKind) {
 /// that asked for a `bash` call, no lease.
 async fn crashed_run(s: &Setup, command: &str) -> (String, String) {
     let store = s.runs_store();
-    let session = store.sessions.create_session(polpo_store::NewSession { agent: "coder".into(), ..Default::default() }).await.unwrap();
-    let run = store.runs.create_run(NewRun { id: Some(format!("chat-{}", uuid_like())), agent: "coder".into(), session_id: Some(session.id.clone()) }).await.unwrap();
+    let session = store
+        .sessions
+        .create_session(polpo_store::NewSession { agent: "coder".into(), ..Default::default() })
+        .await
+        .unwrap();
+    let run = store
+        .runs
+        .create_run(NewRun {
+            id: Some(format!("chat-{}", uuid_like())),
+            agent: "coder".into(),
+            session_id: Some(session.id.clone()),
+        })
+        .await
+        .unwrap();
     let seq = store.runs.append_event(&run.id, "run.accepted", json!({})).await.unwrap();
-    let call = ToolCall { id: "call_1".into(), name: "bash".into(), arguments: json!({"command": command}).to_string() };
-    let assistant = Message { role: Role::Assistant, content: None, tool_calls: vec![call], tool_call_id: None, name: None };
-    let spec = RunSpec { agent: "coder".into(), session_id: session.id, messages: vec![Message::user("Append a line")], ..Default::default() };
+    let call =
+        ToolCall { id: "call_1".into(), name: "bash".into(), arguments: json!({"command": command}).to_string() };
+    let assistant =
+        Message { role: Role::Assistant, content: None, tool_calls: vec![call], tool_call_id: None, name: None };
+    let spec = RunSpec {
+        agent: "coder".into(),
+        session_id: session.id,
+        messages: vec![Message::user("Append a line")],
+        ..Default::default()
+    };
     let state = CheckpointState { spec, produced: vec![assistant], ..Default::default() };
     store.runs.put_checkpoint(&run.id, seq, serde_json::to_value(state).unwrap()).await.unwrap();
     let key = effect_key(&run.id, 1, 0, &json!({"command": command}));
@@ -275,7 +328,11 @@ async fn a_recovered_run_returns_a_recorded_effect_instead_of_running_it_again(k
     assert!(types(&journal).contains(&"run.resumed"));
     assert_eq!(std::fs::read_to_string(s.path("log.txt")).unwrap(), "line\n", "the effect happened exactly once");
     let sent = &llm.requests()[0].body["messages"];
-    assert_eq!(sent.as_array().unwrap().last().unwrap()["content"], "(no output)", "the model sees the recorded result");
+    assert_eq!(
+        sent.as_array().unwrap().last().unwrap()["content"],
+        "(no output)",
+        "the model sees the recorded result"
+    );
     assert_gap_free(&journal);
     s.finish().await;
 }
@@ -322,8 +379,14 @@ async fn a_person_reconciles_a_paused_run_and_it_finishes(kind: StoreKind) {
     .await
     .unwrap();
 
-    assert_eq!(s.runs.reconcile(&run, "run/other/turn/1", polpo_engine::runs::Reconcile::NotApplied).await.unwrap_err().code(), "invalid_request");
-    s.runs.reconcile(&run, &key, polpo_engine::runs::Reconcile::Applied { result: Some("line appended".into()) }).await.unwrap();
+    assert_eq!(
+        s.runs.reconcile(&run, "run/other/turn/1", polpo_engine::runs::Reconcile::NotApplied).await.unwrap_err().code(),
+        "invalid_request"
+    );
+    s.runs
+        .reconcile(&run, &key, polpo_engine::runs::Reconcile::Applied { result: Some("line appended".into()) })
+        .await
+        .unwrap();
     let rest = s.read_until(&run, paused.last().unwrap().seq, "run.completed").await;
     assert_eq!(rest[0].event_type, "run.reconciled");
     assert!(!s.path("log.txt").exists(), "reconciling never performs the effect");
@@ -338,7 +401,8 @@ async fn pending_steering_survives_a_crash(kind: StoreKind) {
     let (run, _) = crashed_run(&s, "echo a >> other.txt").await;
     // The crashed process had accepted a steer and ran the tool; its checkpoint says so.
     let store = s.runs_store();
-    let mut state: CheckpointState = serde_json::from_value(store.runs.latest_checkpoint(&run).await.unwrap().unwrap().state).unwrap();
+    let mut state: CheckpointState =
+        serde_json::from_value(store.runs.latest_checkpoint(&run).await.unwrap().unwrap().state).unwrap();
     state.produced.push(Message::tool_result("call_1", "(no output)"));
     state.pending.push(steer("s1", SteerMode::Steer, "Also add tests."));
     state.steering_ids.push("s1".into());
@@ -362,10 +426,29 @@ async fn a_resumed_run_keeps_the_termination_gate_time_budget_it_used() {
     // A second handle on the same database whose clock says the run began two hours ago.
     let past = chrono::Utc::now() - chrono::Duration::hours(2);
     let url = s.schema.as_ref().unwrap().url();
-    let old = open_store(StoreKind::Postgres, s.dir.path(), Some(&url), Arc::new(polpo_store::ManualClock::new(past))).await.unwrap();
-    let session = old.sessions.create_session(polpo_store::NewSession { agent: "gated".into(), ..Default::default() }).await.unwrap();
-    let spec = RunSpec { agent: "gated".into(), session_id: session.id.clone(), messages: vec![Message::user("Hi")], ..Default::default() };
-    let run = old.runs.create_run(NewRun { id: Some(format!("chat-{}", uuid_like())), agent: "gated".into(), session_id: Some(session.id) }).await.unwrap();
+    let old = open_store(StoreKind::Postgres, s.dir.path(), Some(&url), Arc::new(polpo_store::ManualClock::new(past)))
+        .await
+        .unwrap();
+    let session = old
+        .sessions
+        .create_session(polpo_store::NewSession { agent: "gated".into(), ..Default::default() })
+        .await
+        .unwrap();
+    let spec = RunSpec {
+        agent: "gated".into(),
+        session_id: session.id.clone(),
+        messages: vec![Message::user("Hi")],
+        ..Default::default()
+    };
+    let run = old
+        .runs
+        .create_run(NewRun {
+            id: Some(format!("chat-{}", uuid_like())),
+            agent: "gated".into(),
+            session_id: Some(session.id),
+        })
+        .await
+        .unwrap();
     old.runs.append_event(&run.id, "run.accepted", json!({"spec": spec})).await.unwrap();
 
     // The same agent, started now, is within budget.
@@ -375,7 +458,11 @@ async fn a_resumed_run_keeps_the_termination_gate_time_budget_it_used() {
     assert_eq!(s.runs.recover().await.unwrap(), std::slice::from_ref(&run.id));
     let journal = s.journal(&run.id).await;
     let last = journal.last().unwrap();
-    assert_eq!((last.event_type.as_str(), last.data["code"].as_str()), ("run.failed", Some("termination_gate_time_exhausted")), "{last:?}");
+    assert_eq!(
+        (last.event_type.as_str(), last.data["code"].as_str()),
+        ("run.failed", Some("termination_gate_time_exhausted")),
+        "{last:?}"
+    );
     assert_eq!(llm.requests().len(), 1, "no model call is paid for after the budget ran out");
     drop(old);
     s.finish().await;
@@ -391,7 +478,11 @@ fn validations(s: &Setup) -> Vec<serde_json::Value> {
 /// validations used of a 3-cycle budget, and the latest validation.
 fn gate_state(cycles: u32, attempts: u32, validation: Option<GateValidation>) -> GateCheckpoint {
     let limits = GateLimits { max_cycles: 3, max_duration_ms: 3_600_000, max_tokens: None };
-    GateCheckpoint { budget: GateBudget { limits, cycles_used: cycles, tokens_used: 0, termination_attempts: attempts }, validation, model_call_in_flight: false }
+    GateCheckpoint {
+        budget: GateBudget { limits, cycles_used: cycles, tokens_used: 0, termination_attempts: attempts },
+        validation,
+        model_call_in_flight: false,
+    }
 }
 
 /// The validation of the candidate of model call `turn`.
@@ -407,17 +498,40 @@ fn sent_back(feedback: &str, cycle: u32) -> Option<GateDecision> {
 /// no lease.
 async fn crashed_gate_run(s: &Setup, produced: Vec<Message>, gate: GateCheckpoint) -> String {
     let store = s.runs_store();
-    let session = store.sessions.create_session(polpo_store::NewSession { agent: "repairer".into(), ..Default::default() }).await.unwrap();
-    let run = store.runs.create_run(NewRun { id: Some(format!("chat-{}", uuid_like())), agent: "repairer".into(), session_id: Some(session.id.clone()) }).await.unwrap();
+    let session = store
+        .sessions
+        .create_session(polpo_store::NewSession { agent: "repairer".into(), ..Default::default() })
+        .await
+        .unwrap();
+    let run = store
+        .runs
+        .create_run(NewRun {
+            id: Some(format!("chat-{}", uuid_like())),
+            agent: "repairer".into(),
+            session_id: Some(session.id.clone()),
+        })
+        .await
+        .unwrap();
     let seq = store.runs.append_event(&run.id, "run.accepted", json!({})).await.unwrap();
-    let spec = RunSpec { agent: "repairer".into(), session_id: session.id, messages: vec![Message::user("Write the report")], ..Default::default() };
+    let spec = RunSpec {
+        agent: "repairer".into(),
+        session_id: session.id,
+        messages: vec![Message::user("Write the report")],
+        ..Default::default()
+    };
     let state = CheckpointState { spec, produced, gate: Some(gate), ..Default::default() };
     store.runs.put_checkpoint(&run.id, seq, serde_json::to_value(state).unwrap()).await.unwrap();
     run.id
 }
 
 fn answer(text: &str) -> Message {
-    Message { role: Role::Assistant, content: Some(polpo_core::message::Content::Text(text.into())), tool_calls: Vec::new(), tool_call_id: None, name: None }
+    Message {
+        role: Role::Assistant,
+        content: Some(polpo_core::message::Content::Text(text.into())),
+        tool_calls: Vec::new(),
+        tool_call_id: None,
+        name: None,
+    }
 }
 
 fn last_user_text(body: &serde_json::Value) -> String {
@@ -431,7 +545,14 @@ fn ending(journal: &[RunEvent]) -> (String, Option<String>) {
 }
 
 async fn a_resumed_gate_keeps_the_correction_cycles_it_used(kind: StoreKind) {
-    let llm = FakeLlm::start([Turn::text("draft 3"), Turn::text("draft 4"), Turn::text("draft 5"), Turn::text("FINAL never")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::text("draft 3"),
+        Turn::text("draft 4"),
+        Turn::text("draft 5"),
+        Turn::text("FINAL never"),
+    ])
+    .await
+    .unwrap();
     let s = Setup::new(kind, &llm).await;
     // Two of three repairs were used before the crash; the pack now even allows five.
     let produced = vec![answer("draft 1"), Message::user("fix 1"), answer("draft 2"), Message::user("fix 2")];
@@ -439,9 +560,17 @@ async fn a_resumed_gate_keeps_the_correction_cycles_it_used(kind: StoreKind) {
 
     s.runs.recover().await.unwrap();
     let journal = s.journal(&run).await;
-    assert_eq!(ending(&journal), ("run.failed".into(), Some("termination_gate_cycles_exhausted".into())), "{:?}", types(&journal));
+    assert_eq!(
+        ending(&journal),
+        ("run.failed".into(), Some("termination_gate_cycles_exhausted".into())),
+        "{:?}",
+        types(&journal)
+    );
     assert_eq!(llm.requests().len(), 2, "one repair was left: draft 3 used it, draft 4 exhausted the budget");
-    let seen: Vec<(u64, u64)> = validations(&s).iter().map(|e| (e["data"]["terminationAttempt"].as_u64().unwrap(), e["data"]["correctionCycle"].as_u64().unwrap())).collect();
+    let seen: Vec<(u64, u64)> = validations(&s)
+        .iter()
+        .map(|e| (e["data"]["terminationAttempt"].as_u64().unwrap(), e["data"]["correctionCycle"].as_u64().unwrap()))
+        .collect();
     assert_eq!(seen, [(3, 2), (4, 3)], "attempts and cycles continue from the checkpoint");
     s.finish().await;
 }
@@ -450,15 +579,27 @@ async fn a_recorded_validation_decision_is_replayed_without_running_the_validato
     let llm = FakeLlm::start([Turn::text("FINAL report")]).await.unwrap();
     let s = Setup::new(kind, &llm).await;
     // The validator sent "draft 1" back; the crash came before the feedback reached the history.
-    let run = crashed_gate_run(&s, vec![answer("draft 1")], gate_state(1, 1, Some(validation(1, 1, sent_back("Recorded: start with FINAL.", 1))))).await;
+    let run = crashed_gate_run(
+        &s,
+        vec![answer("draft 1")],
+        gate_state(1, 1, Some(validation(1, 1, sent_back("Recorded: start with FINAL.", 1)))),
+    )
+    .await;
 
     s.runs.recover().await.unwrap();
     let journal = s.journal(&run).await;
     assert_eq!(journal.last().unwrap().data["content"], "FINAL report", "{:?}", types(&journal));
-    assert_eq!(last_user_text(&llm.requests()[0].body), "Recorded: start with FINAL.", "the recorded feedback, not a new validation");
+    assert_eq!(
+        last_user_text(&llm.requests()[0].body),
+        "Recorded: start with FINAL.",
+        "the recorded feedback, not a new validation"
+    );
     let runs = validations(&s);
     assert_eq!(runs.len(), 1, "the validator ran only for the new candidate");
-    assert_eq!((runs[0]["data"]["candidate"].as_str(), runs[0]["data"]["terminationAttempt"].as_u64()), (Some("FINAL report"), Some(2)));
+    assert_eq!(
+        (runs[0]["data"]["candidate"].as_str(), runs[0]["data"]["terminationAttempt"].as_u64()),
+        (Some("FINAL report"), Some(2))
+    );
     s.finish().await;
 }
 
@@ -475,20 +616,39 @@ async fn an_undecided_validation_runs_again_under_the_same_key(kind: StoreKind) 
     assert!(llm.requests().is_empty(), "the candidate was judged, not asked for again");
     let runs = validations(&s);
     assert_eq!(runs.len(), 1);
-    assert_eq!((runs[0]["turn"].as_u64(), runs[0]["data"]["terminationAttempt"].as_u64()), (Some(2), Some(2)), "same turn and attempt, hence the same idempotency key");
+    assert_eq!(
+        (runs[0]["turn"].as_u64(), runs[0]["data"]["terminationAttempt"].as_u64()),
+        (Some(2), Some(2)),
+        "same turn and attempt, hence the same idempotency key"
+    );
     s.finish().await;
 }
 
 async fn an_accepted_checkpoint_returns_its_result_without_a_model_call(kind: StoreKind) {
     let llm = FakeLlm::start([Turn::text("never")]).await.unwrap();
     let s = Setup::new(kind, &llm).await;
-    let run = crashed_gate_run(&s, vec![answer("FINAL accepted report")], gate_state(0, 1, Some(validation(1, 1, Some(GateDecision::Accept))))).await;
+    let run = crashed_gate_run(
+        &s,
+        vec![answer("FINAL accepted report")],
+        gate_state(0, 1, Some(validation(1, 1, Some(GateDecision::Accept)))),
+    )
+    .await;
 
     s.runs.recover().await.unwrap();
     let journal = s.journal(&run).await;
     let last = journal.last().unwrap();
-    assert_eq!((last.event_type.as_str(), last.data["content"].as_str()), ("run.completed", Some("FINAL accepted report")), "{:?}", types(&journal));
-    assert_eq!(last.data["usage"]["input_tokens"].as_u64().unwrap_or_default() + last.data["usage"]["output_tokens"].as_u64().unwrap_or_default(), 0, "nothing billed again");
+    assert_eq!(
+        (last.event_type.as_str(), last.data["content"].as_str()),
+        ("run.completed", Some("FINAL accepted report")),
+        "{:?}",
+        types(&journal)
+    );
+    assert_eq!(
+        last.data["usage"]["input_tokens"].as_u64().unwrap_or_default()
+            + last.data["usage"]["output_tokens"].as_u64().unwrap_or_default(),
+        0,
+        "nothing billed again"
+    );
     assert!(llm.requests().is_empty(), "no model call");
     assert!(validations(&s).is_empty(), "no validator run");
     s.finish().await;
@@ -503,7 +663,12 @@ async fn an_interrupted_model_call_in_a_correction_cycle_is_not_repeated(kind: S
 
     s.runs.recover().await.unwrap();
     let journal = s.journal(&run).await;
-    assert_eq!(ending(&journal), ("run.failed".into(), Some("termination_gate_effect_unconfirmed".into())), "{:?}", types(&journal));
+    assert_eq!(
+        ending(&journal),
+        ("run.failed".into(), Some("termination_gate_effect_unconfirmed".into())),
+        "{:?}",
+        types(&journal)
+    );
     assert!(llm.requests().is_empty(), "the uncertain model call is not repeated");
     s.finish().await;
 }
@@ -513,14 +678,28 @@ async fn an_unconfirmed_write_in_a_correction_cycle_pauses_with_the_gate_code(ki
     let s = Setup::new(kind, &llm).await;
     let args = json!({"command": "echo line >> log.txt"});
     let call = ToolCall { id: "call_1".into(), name: "bash".into(), arguments: args.to_string() };
-    let repair = Message { role: Role::Assistant, content: None, tool_calls: vec![call], tool_call_id: None, name: None };
-    let run = crashed_gate_run(&s, vec![answer("draft 1"), Message::user("fix 1"), repair], gate_state(1, 1, Some(validation(1, 1, sent_back("fix 1", 1))))).await;
+    let repair =
+        Message { role: Role::Assistant, content: None, tool_calls: vec![call], tool_call_id: None, name: None };
+    let run = crashed_gate_run(
+        &s,
+        vec![answer("draft 1"), Message::user("fix 1"), repair],
+        gate_state(1, 1, Some(validation(1, 1, sent_back("fix 1", 1)))),
+    )
+    .await;
     // The crashed process recorded the write's intent, not its result.
-    assert_eq!(s.runs_store().effects.record_effect_intent(&effect_key(&run, 2, 0, &args)).await.unwrap(), EffectClaim::Fresh);
+    assert_eq!(
+        s.runs_store().effects.record_effect_intent(&effect_key(&run, 2, 0, &args)).await.unwrap(),
+        EffectClaim::Fresh
+    );
 
     s.runs.recover().await.unwrap();
     let journal = s.journal(&run).await;
-    assert_eq!(ending(&journal), ("run.paused".into(), Some("termination_gate_effect_unconfirmed".into())), "{:?}", types(&journal));
+    assert_eq!(
+        ending(&journal),
+        ("run.paused".into(), Some("termination_gate_effect_unconfirmed".into())),
+        "{:?}",
+        types(&journal)
+    );
     assert!(!s.path("log.txt").exists(), "the uncertain write was not repeated");
     assert!(llm.requests().is_empty());
     s.finish().await;
@@ -534,14 +713,20 @@ async fn a_gated_run_checkpoints_its_budget_and_decision(kind: StoreKind) {
     let journal = s.journal(&run).await;
     assert_eq!(journal.last().unwrap().data["content"], "FINAL report");
 
-    let checkpoint: CheckpointState = serde_json::from_value(s.runs_store().runs.latest_checkpoint(&run).await.unwrap().unwrap().state).unwrap();
+    let checkpoint: CheckpointState =
+        serde_json::from_value(s.runs_store().runs.latest_checkpoint(&run).await.unwrap().unwrap().state).unwrap();
     let gate = checkpoint.gate.expect("the gate's state is checkpointed");
     assert_eq!((gate.budget.cycles_used, gate.budget.termination_attempts, gate.budget.limits.max_cycles), (1, 2, 5));
     assert!(!gate.model_call_in_flight);
     let v = gate.validation.unwrap();
     assert_eq!((v.turn, v.termination_attempt, v.decision), (2, 2, Some(GateDecision::Accept)));
-    let accepted = journal.iter().find(|e| e.event_type == "termination_gate" && e.data["state"] == "accepted").unwrap();
-    assert_eq!(accepted.data["gate_execution_id"], v.gate_execution_id.as_str(), "keyed by the gate's stable execution id");
+    let accepted =
+        journal.iter().find(|e| e.event_type == "termination_gate" && e.data["state"] == "accepted").unwrap();
+    assert_eq!(
+        accepted.data["gate_execution_id"],
+        v.gate_execution_id.as_str(),
+        "keyed by the gate's stable execution id"
+    );
     s.finish().await;
 }
 
@@ -553,7 +738,10 @@ async fn a_gate_in_a_parallel_branch_is_refused_before_the_run_exists(kind: Stor
     let err = s.runs.start(input).await.unwrap_err();
     assert_eq!(err.code(), "termination_gate_parallel_unsupported");
     assert!(llm.requests().is_empty(), "refused before inference");
-    assert!(s.runs_store().runs.claim_next_run("probe", Duration::from_secs(1)).await.unwrap().is_none(), "no run was created");
+    assert!(
+        s.runs_store().runs.claim_next_run("probe", Duration::from_secs(1)).await.unwrap().is_none(),
+        "no run was created"
+    );
     // The same branch without a gate runs.
     let mut plain = ChatInput::new("coder", vec![Message::user("Hi")]);
     plain.parallel_branch = true;
@@ -567,7 +755,10 @@ async fn a_gate_in_a_parallel_branch_is_refused_before_the_run_exists(kind: Stor
 /// while a tool runs.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gate_fails_closed_when_its_checkpoint_cannot_be_written() {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "worked"))]), Turn::text("FINAL report")]).await.unwrap();
+    let llm =
+        FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "worked"))]), Turn::text("FINAL report")])
+            .await
+            .unwrap();
     let s = Setup::new(StoreKind::File, &llm).await;
     let run = s.runs.start(ChatInput::new("repairer", vec![Message::user("Write the report")])).await.unwrap().run_id;
     // The ledger records the call's intent only once the checkpoint before it is durable.
@@ -585,7 +776,12 @@ async fn a_gate_fails_closed_when_its_checkpoint_cannot_be_written() {
     std::fs::write(s.path("go"), "").unwrap();
 
     let journal = s.journal(&run).await;
-    assert_eq!(ending(&journal), ("run.failed".into(), Some("termination_gate_checkpoint_invalid".into())), "{:?}", types(&journal));
+    assert_eq!(
+        ending(&journal),
+        ("run.failed".into(), Some("termination_gate_checkpoint_invalid".into())),
+        "{:?}",
+        types(&journal)
+    );
     assert!(validations(&s).is_empty(), "the validator never judged a candidate whose validation could not be kept");
     assert!(!journal.iter().any(|e| e.event_type == "output.text.delta"), "the candidate was never shown");
     s.finish().await;
@@ -598,19 +794,45 @@ async fn a_gate_fails_closed_when_its_checkpoint_is_too_large() {
     let llm = FakeLlm::start([Turn::text("never")]).await.unwrap();
     let s = Setup::new(StoreKind::File, &llm).await;
     let store = s.runs_store();
-    let session = store.sessions.create_session(polpo_store::NewSession { agent: "repairer".into(), ..Default::default() }).await.unwrap();
-    let run = store.runs.create_run(NewRun { id: Some(format!("chat-{}", uuid_like())), agent: "repairer".into(), session_id: Some(session.id.clone()) }).await.unwrap();
+    let session = store
+        .sessions
+        .create_session(polpo_store::NewSession { agent: "repairer".into(), ..Default::default() })
+        .await
+        .unwrap();
+    let run = store
+        .runs
+        .create_run(NewRun {
+            id: Some(format!("chat-{}", uuid_like())),
+            agent: "repairer".into(),
+            session_id: Some(session.id.clone()),
+        })
+        .await
+        .unwrap();
     let seq = store.runs.append_event(&run.id, "run.accepted", json!({})).await.unwrap();
-    let spec = RunSpec { agent: "repairer".into(), session_id: session.id, messages: vec![Message::user("Write the report")], ..Default::default() };
+    let spec = RunSpec {
+        agent: "repairer".into(),
+        session_id: session.id,
+        messages: vec![Message::user("Write the report")],
+        ..Default::default()
+    };
     // A candidate that leaves the checkpoint just below the limit, without gate state yet.
-    let state = |text: String| CheckpointState { spec: spec.clone(), produced: vec![answer(&format!("FINAL {text}"))], ..Default::default() };
+    let state = |text: String| CheckpointState {
+        spec: spec.clone(),
+        produced: vec![answer(&format!("FINAL {text}"))],
+        ..Default::default()
+    };
     let base = serde_json::to_vec(&state(String::new())).unwrap().len();
     let state = serde_json::to_value(state("x".repeat(polpo_store::MAX_CHECKPOINT_BYTES - base - 16))).unwrap();
     store.runs.put_checkpoint(&run.id, seq, state).await.unwrap();
 
     s.runs.recover().await.unwrap();
     let journal = s.journal(&run.id).await;
-    assert_eq!(ending(&journal), ("run.failed".into(), Some("termination_gate_checkpoint_too_large".into())), "{:?}", types(&journal));
+    assert_eq!(
+        ending(&journal),
+        ("run.failed".into(), Some("termination_gate_checkpoint_too_large".into())),
+        "{:?}",
+        types(&journal)
+    );
     assert!(validations(&s).is_empty(), "the validator did not run");
     assert!(llm.requests().is_empty());
     s.finish().await;

@@ -56,7 +56,8 @@ async fn setup(llm: &FakeLlm) -> Setup {
         .unwrap();
     let project = polpo_project::load_project(dir.path()).unwrap();
     let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
-    let runtime = Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store));
+    let runtime =
+        Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store));
     Setup { _dir: dir, runtime }
 }
 
@@ -84,7 +85,10 @@ async fn a_rule_routes_a_short_prompt_to_the_fast_profile() {
     assert_eq!(answer, "Hello from fast.");
     assert_eq!(models_called(&llm), ["fast-model"], "a matching rule needs no classifier call");
     let route = route.expect("an opted-in agent reports its route");
-    assert_eq!((route["via"].as_str(), route["profile"].as_str(), route["rule"].as_u64()), (Some("rule"), Some("fast"), Some(0)));
+    assert_eq!(
+        (route["via"].as_str(), route["profile"].as_str(), route["rule"].as_u64()),
+        (Some("rule"), Some("fast"), Some(0))
+    );
 }
 
 #[tokio::test]
@@ -92,7 +96,11 @@ async fn a_rule_condition_on_client_tools_sends_the_request_on_to_the_classifier
     let llm = FakeLlm::start([Turn::text("simple"), Turn::text("ok")]).await.unwrap();
     let s = setup(&llm).await;
     let mut input = ChatInput::new("router", vec![Message::user(SHORT)]);
-    input.client_tools = vec![ToolSpec { name: "pick_colour".into(), description: "Ask the app for a colour".into(), parameters: json!({"type": "object"}) }];
+    input.client_tools = vec![ToolSpec {
+        name: "pick_colour".into(),
+        description: "Ask the app for a colour".into(),
+        parameters: json!({"type": "object"}),
+    }];
     let (_, route) = ask(&s.runtime, input).await;
     assert_eq!(models_called(&llm), ["classifier-model", "fast-model"], "hasTools: false does not hold");
     assert_eq!(route.unwrap()["via"], "classifier");
@@ -110,13 +118,23 @@ async fn the_classifier_label_routes_to_its_profile() {
     assert_eq!(classifier_call["max_tokens"], 4, "bounded by maxTokens");
     assert_eq!(classifier_call["messages"][1]["content"], LONG, "it sees the user's message");
     let route = route.unwrap();
-    assert_eq!((route["via"].as_str(), route["label"].as_str(), route["profile"].as_str()), (Some("classifier"), Some("hard"), Some("balanced")));
+    assert_eq!(
+        (route["via"].as_str(), route["label"].as_str(), route["profile"].as_str()),
+        (Some("classifier"), Some("hard"), Some("balanced"))
+    );
 }
 
 #[tokio::test]
 async fn a_classifier_timeout_or_garbage_falls_back_to_the_pinned_model() {
     // The classifier's stream opens and then says nothing: the 300 ms budget runs out.
-    let llm = FakeLlm::start([Turn::text("hard").stall_after(0), Turn::text("Pinned answer."), Turn::text("Well, it is rather hard."), Turn::text("Pinned again.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::text("hard").stall_after(0),
+        Turn::text("Pinned answer."),
+        Turn::text("Well, it is rather hard."),
+        Turn::text("Pinned again."),
+    ])
+    .await
+    .unwrap();
     let s = setup(&llm).await;
     let (answer, route) = ask(&s.runtime, ChatInput::new("router", vec![Message::user(LONG)])).await;
     assert_eq!(answer, "Pinned answer.");
@@ -139,14 +157,18 @@ async fn a_route_outside_allowed_model_profiles_is_never_taken() {
     assert_eq!(answer, "Balanced answer.");
     assert_eq!(models_called(&llm), ["classifier-model", "balanced-model"]);
     let route = route.unwrap();
-    assert_eq!((route["via"].as_str(), route["reason"].as_str(), route["label"].as_str()), (Some("pinned"), Some("classifier_not_allowed"), Some("simple")));
+    assert_eq!(
+        (route["via"].as_str(), route["reason"].as_str(), route["label"].as_str()),
+        (Some("pinned"), Some("classifier_not_allowed"), Some("simple"))
+    );
 }
 
 #[tokio::test]
 async fn a_routed_profile_whose_provider_is_not_configured_leaves_the_agent_pinned() {
     let llm = FakeLlm::start([Turn::text("Pinned answer.")]).await.unwrap();
     let s = setup(&llm).await;
-    let (answer, route) = ask(&s.runtime, ChatInput::new("router", vec![Message::user("Please answer this one elsewhere.")])).await;
+    let (answer, route) =
+        ask(&s.runtime, ChatInput::new("router", vec![Message::user("Please answer this one elsewhere.")])).await;
     assert_eq!(answer, "Pinned answer.");
     assert_eq!(models_called(&llm), ["pinned-model"]);
     let route = route.unwrap();
@@ -173,7 +195,11 @@ async fn agents_without_the_opt_in_are_never_routed() {
     assert!(route.is_none(), "no route is reported for a pinned agent");
     let (_, route) = ask(&s.runtime, ChatInput::new("profiled", vec![Message::user(SHORT)])).await;
     assert!(route.is_none());
-    assert_eq!(models_called(&llm), ["pinned-model", "balanced-model"], "the short prompt matches the fast rule, yet neither agent moves");
+    assert_eq!(
+        models_called(&llm),
+        ["pinned-model", "balanced-model"],
+        "the short prompt matches the fast rule, yet neither agent moves"
+    );
 }
 
 #[test]
@@ -187,24 +213,49 @@ fn routing_mistakes_are_reported_with_file_and_pointer() {
         .agent("narrow", json!({"model": {"profile": "balanced"}, "allowedModelProfiles": ["balanced"], "modelRouting": {"mode": "auto"}}), "You are narrow.")
         .unwrap();
     let problems = polpo_project::load_project(dir.path()).unwrap_err();
-    let found: Vec<(String, String, String)> = problems.iter().map(|p| (p.code.clone(), p.file.clone().unwrap_or_default(), p.pointer.clone().unwrap_or_default())).collect();
-    assert!(found.iter().any(|(c, f, p)| c == "invalid_value" && f.ends_with("project.json") && p == "/settings/modelRouting/classifier/maxTokens"), "{found:?}");
+    let found: Vec<(String, String, String)> = problems
+        .iter()
+        .map(|p| (p.code.clone(), p.file.clone().unwrap_or_default(), p.pointer.clone().unwrap_or_default()))
+        .collect();
+    assert!(
+        found.iter().any(|(c, f, p)| c == "invalid_value"
+            && f.ends_with("project.json")
+            && p == "/settings/modelRouting/classifier/maxTokens"),
+        "{found:?}"
+    );
 
     // With the shape fixed, the rules are checked against the profiles and the agent's grant.
     let mut unknown = settings();
     unknown["modelRouting"]["rules"][0]["profile"] = json!("turbo");
     ProjectFixture::new(dir.path(), unknown).unwrap();
     let problems = polpo_project::load_project(dir.path()).unwrap_err();
-    let found: Vec<(String, String, String)> = problems.iter().map(|p| (p.code.clone(), p.file.clone().unwrap_or_default(), p.pointer.clone().unwrap_or_default())).collect();
-    assert!(found.iter().any(|(c, f, p)| c == "model_profile_unknown" && f.ends_with("project.json") && p == "/settings/modelRouting/rules/0/profile"), "{found:?}");
-    assert!(!found.iter().any(|(c, _, _)| c == "model_profile_not_allowed"), "a route outside an agent's grant is not an error: {found:?}");
+    let found: Vec<(String, String, String)> = problems
+        .iter()
+        .map(|p| (p.code.clone(), p.file.clone().unwrap_or_default(), p.pointer.clone().unwrap_or_default()))
+        .collect();
+    assert!(
+        found.iter().any(|(c, f, p)| c == "model_profile_unknown"
+            && f.ends_with("project.json")
+            && p == "/settings/modelRouting/rules/0/profile"),
+        "{found:?}"
+    );
+    assert!(
+        !found.iter().any(|(c, _, _)| c == "model_profile_not_allowed"),
+        "a route outside an agent's grant is not an error: {found:?}"
+    );
 
     // It is a warning that names the agent's file: the project loads and the route is skipped.
     ProjectFixture::new(dir.path(), settings()).unwrap();
     let project = polpo_project::load_project(dir.path()).unwrap();
     let warnings = polpo_core::routing::project_routing_warnings(&project);
-    let label = warnings.iter().find(|w| w.code == "model_profile_not_allowed" && w.file.as_deref().is_some_and(|f| f.ends_with("narrow/agent.json")));
-    assert_eq!(label.and_then(|w| w.pointer.as_deref()), Some("/modelRouting"), "the `simple` → fast label is outside narrow's grant: {warnings:?}");
+    let label = warnings.iter().find(|w| {
+        w.code == "model_profile_not_allowed" && w.file.as_deref().is_some_and(|f| f.ends_with("narrow/agent.json"))
+    });
+    assert_eq!(
+        label.and_then(|w| w.pointer.as_deref()),
+        Some("/modelRouting"),
+        "the `simple` → fast label is outside narrow's grant: {warnings:?}"
+    );
 }
 
 /// The whole journal of `run` until its stream ends (bounded: a stuck run fails the test).
@@ -215,7 +266,8 @@ async fn journal(runs: &Arc<RunManager>, run: &str) -> Vec<RunEvent> {
 
 #[tokio::test]
 async fn a_durable_run_records_its_routed_profile_and_a_resumed_run_keeps_it() {
-    let llm = FakeLlm::start([Turn::text("Fast answer."), Turn::text("Balanced answer after the crash.")]).await.unwrap();
+    let llm =
+        FakeLlm::start([Turn::text("Fast answer."), Turn::text("Balanced answer after the crash.")]).await.unwrap();
     let s = setup(&llm).await;
     let runs = RunManager::new(s.runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) });
     let started = runs.start(ChatInput::new("router", vec![Message::user(SHORT)])).await.unwrap();
@@ -228,13 +280,37 @@ async fn a_durable_run_records_its_routed_profile_and_a_resumed_run_keeps_it() {
     // answered: the long message would need the classifier again, yet the resumed run goes
     // straight to the profile it was accepted with.
     let store = s.runtime.store().clone();
-    let session = store.sessions.create_session(NewSession { agent: "router".into(), ..Default::default() }).await.unwrap();
-    let run = store.runs.create_run(NewRun { id: Some("chat-routed-crash".into()), agent: "router".into(), session_id: Some(session.id.clone()) }).await.unwrap();
+    let session =
+        store.sessions.create_session(NewSession { agent: "router".into(), ..Default::default() }).await.unwrap();
+    let run = store
+        .runs
+        .create_run(NewRun {
+            id: Some("chat-routed-crash".into()),
+            agent: "router".into(),
+            session_id: Some(session.id.clone()),
+        })
+        .await
+        .unwrap();
     let seq = store.runs.append_event(&run.id, "run.accepted", json!({})).await.unwrap();
-    let spec = RunSpec { agent: "router".into(), session_id: session.id, messages: vec![Message::user(LONG)], model_profile: Some("balanced".into()), ..Default::default() };
-    store.runs.put_checkpoint(&run.id, seq, serde_json::to_value(CheckpointState { spec, ..Default::default() }).unwrap()).await.unwrap();
+    let spec = RunSpec {
+        agent: "router".into(),
+        session_id: session.id,
+        messages: vec![Message::user(LONG)],
+        model_profile: Some("balanced".into()),
+        ..Default::default()
+    };
+    store
+        .runs
+        .put_checkpoint(&run.id, seq, serde_json::to_value(CheckpointState { spec, ..Default::default() }).unwrap())
+        .await
+        .unwrap();
     assert_eq!(runs.recover().await.unwrap(), std::slice::from_ref(&run.id));
     let events = journal(&runs, &run.id).await;
-    assert_eq!(events.last().unwrap().event_type, "run.completed", "{:?}", events.iter().map(|e| &e.event_type).collect::<Vec<_>>());
+    assert_eq!(
+        events.last().unwrap().event_type,
+        "run.completed",
+        "{:?}",
+        events.iter().map(|e| &e.event_type).collect::<Vec<_>>()
+    );
     assert_eq!(models_called(&llm), ["fast-model", "balanced-model"], "no classifier call on resume");
 }

@@ -30,7 +30,11 @@ async fn journal_of_one_run() -> (String, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
     ProjectFixture::new(dir.path(), json!({"storage": "file"}))
         .unwrap()
-        .agent("coder", json!({"model": "openai/fake-model", "allowedTools": ["read", "bash"], "maxTurns": 5}), "You write code.")
+        .agent(
+            "coder",
+            json!({"model": "openai/fake-model", "allowedTools": ["read", "bash"], "maxTurns": 5}),
+            "You write code.",
+        )
         .unwrap();
     std::fs::write(dir.path().join("notes.txt"), "ship on friday\n").unwrap();
     let start = chrono::Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).unwrap();
@@ -41,8 +45,13 @@ async fn journal_of_one_run() -> (String, Vec<u8>) {
     let runtime = Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store);
     let runs = RunManager::new(Arc::new(runtime), RunOptions { lease_ttl: Duration::from_secs(5) });
 
-    let run = runs.start(ChatInput::new("coder", vec![Message::user("Summarise notes.txt into out.txt")])).await.unwrap().run_id;
-    let journal: Vec<_> = tokio::time::timeout(Duration::from_secs(20), runs.events(&run, 0).collect()).await.expect("the run ends");
+    let run = runs
+        .start(ChatInput::new("coder", vec![Message::user("Summarise notes.txt into out.txt")]))
+        .await
+        .unwrap()
+        .run_id;
+    let journal: Vec<_> =
+        tokio::time::timeout(Duration::from_secs(20), runs.events(&run, 0).collect()).await.expect("the run ends");
     assert_eq!(journal.last().unwrap().as_ref().unwrap().event_type, "run.completed");
     assert_eq!(std::fs::read_to_string(dir.path().join("out.txt")).unwrap(), "done");
     let bytes = std::fs::read(dir.path().join(".polpo").join("runs").join(&run).join("events.jsonl")).unwrap();

@@ -49,7 +49,13 @@ async fn chat(rt: &Arc<Runtime>, input: ChatInput) -> Result<polpo_engine::ChatO
 
 #[tokio::test]
 async fn a_session_remembers_the_conversation_and_is_stored() {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("read", json!({"path": "notes.txt"}))]), Turn::text("It says swordfish."), Turn::text("You asked about notes.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("read", json!({"path": "notes.txt"}))]),
+        Turn::text("It says swordfish."),
+        Turn::text("You asked about notes."),
+    ])
+    .await
+    .unwrap();
     let s = setup(&llm).await;
     let first = chat(&s.runtime, ChatInput::new("coder", vec![Message::user("What is in notes.txt?")])).await.unwrap();
     assert_eq!(first.outcome.content.as_deref(), Some("It says swordfish."));
@@ -107,7 +113,8 @@ async fn mistakes_fail_with_codes_before_any_model_call() {
     narrowed.tool_choice = ToolChoice::Tool("read".into());
     assert_eq!(chat(&s.runtime, narrowed).await.unwrap_err().code(), "tool_policy_denied");
     assert!(llm.requests().is_empty(), "no model call was paid for");
-    let sessions = s.runtime.store().sessions.list_sessions(&Default::default(), &PageRequest::default()).await.unwrap();
+    let sessions =
+        s.runtime.store().sessions.list_sessions(&Default::default(), &PageRequest::default()).await.unwrap();
     assert!(sessions.items.is_empty(), "a refused request leaves no session behind");
 }
 
@@ -128,7 +135,8 @@ async fn a_run_out_of_turns_keeps_its_transcript_in_the_session() {
     let s = setup(&llm).await;
     let err = chat(&s.runtime, ChatInput::new("coder", vec![Message::user("loop forever")])).await.unwrap_err();
     assert_eq!(err.code(), "max_turns_exhausted");
-    let sessions = s.runtime.store().sessions.list_sessions(&Default::default(), &PageRequest::default()).await.unwrap();
+    let sessions =
+        s.runtime.store().sessions.list_sessions(&Default::default(), &PageRequest::default()).await.unwrap();
     // user + 3 × (assistant call + tool result)
     assert_eq!(sessions.items[0].message_count, 7);
 }
@@ -137,7 +145,10 @@ async fn a_run_out_of_turns_keeps_its_transcript_in_the_session() {
 async fn without_any_provider_key_the_offline_model_answers() {
     let offline = FakeLlm::start([Turn::text("answered offline")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    ProjectFixture::new(dir.path(), json!({})).unwrap().agent("writer", json!({"model": "openai/gpt-4o-mini"}), "You write.").unwrap();
+    ProjectFixture::new(dir.path(), json!({}))
+        .unwrap()
+        .agent("writer", json!({"model": "openai/gpt-4o-mini"}), "You write.")
+        .unwrap();
     let project = polpo_project::load_project(dir.path()).unwrap();
     // Stands in for the in-process model: any provider registered under `local`.
     let config = polpo_llm::ProviderConfig::new(polpo_llm::WireApi::OpenAiChat, offline.base_url());
@@ -157,7 +168,10 @@ fn with_capabilities(mut input: ChatInput, ask: bool, suggestions: bool) -> Chat
 }
 
 fn offered(llm: &FakeLlm, n: usize) -> Vec<String> {
-    llm.requests()[n].body["tools"].as_array().map(|t| t.iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect()).unwrap_or_default()
+    llm.requests()[n].body["tools"]
+        .as_array()
+        .map(|t| t.iter().map(|t| t["function"]["name"].as_str().unwrap().to_owned()).collect())
+        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -172,7 +186,8 @@ async fn reasoning_is_stored_beside_the_answer_and_never_sent_back_to_the_model(
     let s = setup(&llm).await;
     let first = chat(&s.runtime, ChatInput::new("coder", vec![Message::user("What is the password?")])).await.unwrap();
     assert_eq!(first.outcome.content.as_deref(), Some("It is swordfish."));
-    let stored = s.runtime.store().sessions.list_messages(&first.session.id, &PageRequest::default()).await.unwrap().items;
+    let stored =
+        s.runtime.store().sessions.list_messages(&first.session.id, &PageRequest::default()).await.unwrap().items;
     let reasoning: Vec<Option<&str>> = stored.iter().map(|m| m.reasoning.as_deref()).collect();
     assert_eq!(reasoning, [None, Some("I should read the notes first."), None, Some("The file names the password.")]);
     assert_eq!(stored[3].message.text_content(), "It is swordfish.", "reasoning is not mixed into the content");
@@ -182,7 +197,12 @@ async fn reasoning_is_stored_beside_the_answer_and_never_sent_back_to_the_model(
     next.session_id = Some(first.session.id.clone());
     chat(&s.runtime, next).await.unwrap();
     let sent = llm.requests()[2].body.to_string();
-    assert!(sent.contains("It is swordfish.") && !sent.contains("names the password") && !sent.contains("read the notes first"), "{sent}");
+    assert!(
+        sent.contains("It is swordfish.")
+            && !sent.contains("names the password")
+            && !sent.contains("read the notes first"),
+        "{sent}"
+    );
 }
 
 #[tokio::test]
@@ -191,7 +211,8 @@ async fn reasoning_over_64_kib_is_cut_and_marked() {
     let llm = FakeLlm::start([Turn::text("Done.").with_reasoning(long)]).await.unwrap();
     let s = setup(&llm).await;
     let out = chat(&s.runtime, ChatInput::new("writer", vec![Message::user("Think hard")])).await.unwrap();
-    let stored = s.runtime.store().sessions.list_messages(&out.session.id, &PageRequest::default()).await.unwrap().items;
+    let stored =
+        s.runtime.store().sessions.list_messages(&out.session.id, &PageRequest::default()).await.unwrap().items;
     let last = stored.last().unwrap();
     assert!(last.reasoning_truncated);
     assert_eq!(last.reasoning.as_deref().unwrap().len(), polpo_store::MAX_REASONING_BYTES);
@@ -209,13 +230,22 @@ async fn ask_user_question_ends_the_turn_and_the_answer_continues_the_session() 
     .await
     .unwrap();
     let s = setup(&llm).await;
-    let asked = chat(&s.runtime, with_capabilities(ChatInput::new("support", vec![Message::user("How do I change billing?")]), true, false)).await.unwrap();
+    let asked = chat(
+        &s.runtime,
+        with_capabilities(ChatInput::new("support", vec![Message::user("How do I change billing?")]), true, false),
+    )
+    .await
+    .unwrap();
     assert!(offered(&llm, 0).contains(&"ask_user_question".to_owned()));
     assert_eq!(asked.outcome.finish_reason, polpo_core::message::FinishReason::Other("ask_user".into()));
     assert_eq!(asked.outcome.content, None);
     let call = &asked.outcome.client_tool_calls[0];
     assert_eq!(call.name, "ask_user_question");
-    assert_eq!(serde_json::from_str::<serde_json::Value>(&call.arguments).unwrap(), question, "the question payload reaches the client as written");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&call.arguments).unwrap(),
+        question,
+        "the question payload reaches the client as written"
+    );
 
     // The answer comes back as the tool result and the same session goes on.
     let mut answer = ChatInput::new("support", vec![Message::tool_result(call.id.clone(), r#"{"plan":"Pro"}"#)]);
@@ -232,8 +262,17 @@ async fn ask_user_question_ends_the_turn_and_the_answer_continues_the_session() 
     typed.session_id = Some(asked.session.id.clone());
     let done = chat(&s.runtime, with_capabilities(typed, true, false)).await.unwrap();
     assert_eq!(done.outcome.content.as_deref(), Some("Then use the installer."));
-    let roles: Vec<String> = llm.requests()[3].body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect();
-    assert_eq!(roles[roles.len() - 3..], ["assistant", "tool", "user"], "the open question is answered before the typed reply");
+    let roles: Vec<String> = llm.requests()[3].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        roles[roles.len() - 3..],
+        ["assistant", "tool", "user"],
+        "the open question is answered before the typed reply"
+    );
 }
 
 #[tokio::test]
@@ -249,7 +288,11 @@ async fn questions_need_both_the_client_capability_and_the_agents_permission() {
     }
     // A client may not declare its own tool under that name.
     let mut shadow = ChatInput::new("support", vec![Message::user("hi")]);
-    shadow.client_tools = vec![polpo_core::tool::ToolSpec { name: "ask_user_question".into(), description: "mine".into(), parameters: json!({"type": "object"}) }];
+    shadow.client_tools = vec![polpo_core::tool::ToolSpec {
+        name: "ask_user_question".into(),
+        description: "mine".into(),
+        parameters: json!({"type": "object"}),
+    }];
     assert_eq!(chat(&s.runtime, shadow).await.unwrap_err().code(), "invalid_request");
 }
 
@@ -265,17 +308,28 @@ async fn suggestions_are_bounded_opt_in_and_fail_open() {
     .await
     .unwrap();
     let s = setup(&llm).await;
-    let out = chat(&s.runtime, with_capabilities(ChatInput::new("support", vec![Message::user("How do I configure it?")]), false, true)).await.unwrap();
+    let out = chat(
+        &s.runtime,
+        with_capabilities(ChatInput::new("support", vec![Message::user("How do I configure it?")]), false, true),
+    )
+    .await
+    .unwrap();
     assert_eq!(out.outcome.content.as_deref(), Some("Set it in agent.json."));
     let labels: Vec<&str> = out.suggestions.iter().map(|s| s.label.as_str()).collect();
     assert_eq!(labels, ["Show an example", "Validate"], "maxItems 2");
     assert_eq!(out.suggestions[0].prompt, "Show me a complete example.");
     let call = &llm.requests()[1].body;
     assert!(call["tools"].as_array().is_none_or(Vec::is_empty), "the suggestion call is tool-free");
-    assert!(call.to_string().contains("Prefer concrete next actions.") && call.to_string().contains("Set it in agent.json."));
+    assert!(
+        call.to_string().contains("Prefer concrete next actions.")
+            && call.to_string().contains("Set it in agent.json.")
+    );
 
     // The suggestion call fails: the answer is unaffected.
-    let failed = chat(&s.runtime, with_capabilities(ChatInput::new("support", vec![Message::user("More?")]), false, true)).await.unwrap();
+    let failed =
+        chat(&s.runtime, with_capabilities(ChatInput::new("support", vec![Message::user("More?")]), false, true))
+            .await
+            .unwrap();
     assert_eq!(failed.outcome.content.as_deref(), Some("Here is more."));
     assert!(failed.suggestions.is_empty());
 

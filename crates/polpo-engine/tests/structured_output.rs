@@ -17,7 +17,12 @@ use std::sync::Arc;
 use support::{Workspace, invocation, invocation_with, run};
 
 /// Each wire, streamed and not.
-const WIRES: [(WireApi, bool); 4] = [(WireApi::OpenAiChat, true), (WireApi::OpenAiChat, false), (WireApi::AnthropicMessages, true), (WireApi::AnthropicMessages, false)];
+const WIRES: [(WireApi, bool); 4] = [
+    (WireApi::OpenAiChat, true),
+    (WireApi::OpenAiChat, false),
+    (WireApi::AnthropicMessages, true),
+    (WireApi::AnthropicMessages, false),
+];
 
 fn on_wire(mut inv: Invocation, llm: &FakeLlm, (api, stream): (WireApi, bool)) -> Invocation {
     let base = if api == WireApi::OpenAiChat { llm.base_url() } else { llm.anthropic_base_url() };
@@ -45,7 +50,11 @@ fn constraint(request: &RecordedRequest) -> Option<Value> {
     let body = &request.body;
     if request.path == "/v1/messages" {
         let forced = body["tool_choice"]["name"].as_str().filter(|_| body["tool_choice"]["type"] == "tool")?;
-        return body["tools"].as_array()?.iter().find(|t| t["name"] == forced).map(|t| json!({"tool": forced, "schema": t["input_schema"]}));
+        return body["tools"]
+            .as_array()?
+            .iter()
+            .find(|t| t["name"] == forced)
+            .map(|t| json!({"tool": forced, "schema": t["input_schema"]}));
     }
     body.get("response_format").cloned()
 }
@@ -54,7 +63,12 @@ fn constraint(request: &RecordedRequest) -> Option<Value> {
 fn agent_tools(request: &RecordedRequest) -> Vec<String> {
     let forced = request.body["tool_choice"]["name"].as_str();
     let tools = request.body["tools"].as_array().cloned().unwrap_or_default();
-    tools.iter().filter_map(|t| t["function"]["name"].as_str().or(t["name"].as_str())).filter(|n| Some(*n) != forced).map(str::to_owned).collect()
+    tools
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str().or(t["name"].as_str()))
+        .filter(|n| Some(*n) != forced)
+        .map(str::to_owned)
+        .collect()
 }
 
 #[tokio::test]
@@ -79,16 +93,28 @@ async fn a_schema_answer_after_a_tool_call_is_formatted_by_a_tool_free_call_the_
         for tools_phase in &requests[..2] {
             assert!(agent_tools(tools_phase).contains(&"read".to_owned()), "{wire:?}");
             assert_eq!(constraint(tools_phase), None, "{wire:?}: the tools phase is not constrained");
-            assert!(tools_phase.body.to_string().contains(r#"\"enum\":[\"free\",\"paid\"]"#), "{wire:?}: the schema is in the system prompt");
+            assert!(
+                tools_phase.body.to_string().contains(r#"\"enum\":[\"free\",\"paid\"]"#),
+                "{wire:?}: the schema is in the system prompt"
+            );
         }
         let formatting = &requests[2];
         assert!(agent_tools(formatting).is_empty(), "{wire:?}: formatting is tool-free");
         match wire.0 {
-            WireApi::OpenAiChat => assert_eq!(constraint(formatting), Some(tier_wire()), "response_format exactly as the client sent it"),
-            WireApi::AnthropicMessages => assert_eq!(constraint(formatting), Some(json!({"tool": "customer_tier", "schema": tier_wire()["json_schema"]["schema"]}))),
+            WireApi::OpenAiChat => {
+                assert_eq!(constraint(formatting), Some(tier_wire()), "response_format exactly as the client sent it")
+            }
+            WireApi::AnthropicMessages => assert_eq!(
+                constraint(formatting),
+                Some(json!({"tool": "customer_tier", "schema": tier_wire()["json_schema"]["schema"]}))
+            ),
         }
         let outcome = seen.result.unwrap();
-        assert_eq!(outcome.messages.last().unwrap().text_content(), r#"{"tier":"paid"}"#, "{wire:?}: the session keeps the value");
+        assert_eq!(
+            outcome.messages.last().unwrap().text_content(),
+            r#"{"tier":"paid"}"#,
+            "{wire:?}: the session keeps the value"
+        );
     }
 }
 
@@ -105,7 +131,9 @@ async fn without_tools_to_offer_one_constrained_call_answers() {
         assert_eq!(requests.len(), 1, "{wire:?}: no second call when the first can carry the format");
         match wire.0 {
             WireApi::OpenAiChat => assert_eq!(constraint(&requests[0]), Some(json!({"type": "json_object"}))),
-            WireApi::AnthropicMessages => assert_eq!(constraint(&requests[0]), Some(json!({"tool": "json_answer", "schema": {"type": "object"}}))),
+            WireApi::AnthropicMessages => {
+                assert_eq!(constraint(&requests[0]), Some(json!({"tool": "json_answer", "schema": {"type": "object"}})))
+            }
         }
     }
 }
@@ -114,14 +142,18 @@ async fn without_tools_to_offer_one_constrained_call_answers() {
 async fn an_invalid_constrained_answer_is_repaired_once_with_the_errors_and_the_schema() {
     for wire in WIRES {
         let ws = Workspace::new();
-        let llm = FakeLlm::start([Turn::json(json!({"tier": "gold"})), Turn::json(json!({"tier": "paid"}))]).await.unwrap();
+        let llm =
+            FakeLlm::start([Turn::json(json!({"tier": "gold"})), Turn::json(json!({"tier": "paid"}))]).await.unwrap();
         let mut inv = on_wire(invocation_with(&llm, &ws, None, Vec::new(), None), &llm, wire);
         inv.response_format = tier_format();
         let seen = run(&inv, "Which tier?").await;
         assert_eq!(seen.content(), r#"{"tier":"paid"}"#, "{wire:?}");
         assert_eq!(seen.streamed_text(), r#"{"tier":"paid"}"#, "{wire:?}: the invalid answer is never streamed");
         let repair = llm.requests()[1].body["messages"].as_array().unwrap().last().unwrap().to_string();
-        assert!(repair.contains("/tier") && repair.contains("gold"), "{wire:?}: the validation error is shown: {repair}");
+        assert!(
+            repair.contains("/tier") && repair.contains("gold"),
+            "{wire:?}: the validation error is shown: {repair}"
+        );
         assert!(repair.contains(r#"\"required\":[\"tier\"]"#), "{wire:?}: the schema is shown: {repair}");
         assert!(constraint(&llm.requests()[1]).is_some(), "{wire:?}: the repair is constrained too");
     }
@@ -131,7 +163,8 @@ async fn an_invalid_constrained_answer_is_repaired_once_with_the_errors_and_the_
 async fn an_answer_that_stays_invalid_fails_clearly_after_one_repair() {
     for wire in WIRES {
         let ws = Workspace::new();
-        let llm = FakeLlm::start([Turn::json(json!({"tier": "gold"})), Turn::json(json!({"tier": "gold"}))]).await.unwrap();
+        let llm =
+            FakeLlm::start([Turn::json(json!({"tier": "gold"})), Turn::json(json!({"tier": "gold"}))]).await.unwrap();
         let mut inv = on_wire(invocation_with(&llm, &ws, None, Vec::new(), None), &llm, wire);
         inv.response_format = tier_format();
         let seen = run(&inv, "Which tier?").await;
@@ -161,7 +194,11 @@ async fn a_schema_whose_root_is_not_an_object_round_trips_on_every_wire() {
         let mut inv = on_wire(invocation_with(&llm, &ws, None, Vec::new(), None), &llm, wire);
         inv.response_format = ResponseFormat::from_wire(&tags).unwrap();
         let seen = run(&inv, "Tag this ticket").await;
-        assert_eq!(seen.content(), r#"["urgent","billing"]"#, "{wire:?}: Anthropic tool input is an object, so the value travels wrapped");
+        assert_eq!(
+            seen.content(),
+            r#"["urgent","billing"]"#,
+            "{wire:?}: Anthropic tool input is an object, so the value travels wrapped"
+        );
         assert_eq!(llm.requests().len(), 1, "{wire:?}");
     }
 }

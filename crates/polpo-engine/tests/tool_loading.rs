@@ -37,7 +37,11 @@ impl Tool for Echo {
 fn catalog(extra: usize) -> Vec<Arc<dyn Tool>> {
     let mut tools = polpo_tools::tools::system_tools();
     for i in 0..extra {
-        let spec = ToolSpec { name: format!("site_{i}"), description: format!("Site page number {i}"), parameters: json!({"type": "object"}) };
+        let spec = ToolSpec {
+            name: format!("site_{i}"),
+            description: format!("Site page number {i}"),
+            parameters: json!({"type": "object"}),
+        };
         tools.push(Arc::new(Echo(spec)));
     }
     tools
@@ -51,7 +55,10 @@ async fn progressive_loading_shows_a_tool_from_the_next_call_and_never_past_the_
         Turn::tool_calls(vec![("polpo_tool_list", json!({}))]),
         Turn::tool_calls(vec![("polpo_tool_search", json!({"query": "read file"}))]),
         // `bash` exists but the policy denies it; `ls` is authorized but never loaded.
-        Turn::tool_calls(vec![("polpo_tool_load", json!({"names": ["read", "bash"]})), ("read", json!({"path": "notes.txt"}))]),
+        Turn::tool_calls(vec![
+            ("polpo_tool_load", json!({"names": ["read", "bash"]})),
+            ("read", json!({"path": "notes.txt"})),
+        ]),
         Turn::tool_calls(vec![("read", json!({"path": "notes.txt"})), ("ls", json!({}))]),
         Turn::text("The code is 7."),
     ])
@@ -69,7 +76,10 @@ async fn progressive_loading_shows_a_tool_from_the_next_call_and_never_past_the_
     assert!(results[1].0.starts_with("- read:"), "the best match comes first: {}", results[1].0);
     assert!(!results[1].0.contains("bash"));
     let (load, is_error) = &results[2];
-    assert!(!is_error && load.contains("Loaded: read.") && load.contains("Not available to this agent: bash"), "{load}");
+    assert!(
+        !is_error && load.contains("Loaded: read.") && load.contains("Not available to this agent: bash"),
+        "{load}"
+    );
     // Loaded by the same message: not callable yet, with a hint the model can follow.
     assert!(results[3].1 && results[3].0.contains("tool_not_loaded"), "{:?}", results[3]);
     assert_eq!(request_tools(&llm, 3), [&DISCLOSURE[..], &["read"]].concat(), "read is offered from the next call on");
@@ -84,7 +94,14 @@ async fn a_forced_tool_is_preloaded_and_client_tools_stay_direct() {
     let mut inv = invocation_with(&llm, &ws, None, polpo_tools::tools::system_tools(), None);
     inv.tool_loading = ToolLoadingMode::Progressive;
     inv.tool_choice = polpo_llm::ToolChoice::Tool("glob".into());
-    inv.client_tools = vec![ToolSpec { name: "open_panel".into(), description: "Open a panel in the UI".into(), parameters: json!({"type": "object"}) }.into()];
+    inv.client_tools = vec![
+        ToolSpec {
+            name: "open_panel".into(),
+            description: "Open a panel in the UI".into(),
+            parameters: json!({"type": "object"}),
+        }
+        .into(),
+    ];
     run(&inv, "go").await.result.unwrap();
     assert_eq!(request_tools(&llm, 0), [&DISCLOSURE[..], &["glob", "open_panel"]].concat());
 }
@@ -165,8 +182,19 @@ async fn a_run_resumed_after_a_load_call_answers_it_and_offers_the_tool() {
     let mut inv = invocation_with(&llm, &ws, None, polpo_tools::tools::system_tools(), Some(&["read"]));
     inv.tool_loading = ToolLoadingMode::Progressive;
     let load = ToolCall { id: "c1".into(), name: "polpo_tool_load".into(), arguments: r#"{"names":["read"]}"#.into() };
-    let history = vec![Message::user("go"), Message { role: Role::Assistant, content: None, tool_calls: vec![load], tool_call_id: None, name: None }];
-    let outcome = polpo_engine::run_turns_controlled(&inv, history, &|_| {}, &tokio_util::sync::CancellationToken::new(), Some(&Resumed)).await.unwrap();
+    let history = vec![
+        Message::user("go"),
+        Message { role: Role::Assistant, content: None, tool_calls: vec![load], tool_call_id: None, name: None },
+    ];
+    let outcome = polpo_engine::run_turns_controlled(
+        &inv,
+        history,
+        &|_| {},
+        &tokio_util::sync::CancellationToken::new(),
+        Some(&Resumed),
+    )
+    .await
+    .unwrap();
     assert!(outcome.messages[0].text_content().starts_with("Loaded: read."), "{:?}", outcome.messages[0]);
     assert_eq!(request_tools(&llm, 0), [&DISCLOSURE[..], &["read"]].concat());
 }

@@ -39,7 +39,10 @@ async fn a_multi_turn_tool_loop_edits_a_file_and_answers() {
 #[tokio::test]
 async fn a_tool_outside_the_policy_is_neither_shown_nor_run() {
     let ws = Workspace::new();
-    let llm = FakeLlm::start(vec![Turn::tool_calls(vec![("bash", json!({"command": "touch pwned"}))]), Turn::text("ok")]).await.unwrap();
+    let llm =
+        FakeLlm::start(vec![Turn::tool_calls(vec![("bash", json!({"command": "touch pwned"}))]), Turn::text("ok")])
+            .await
+            .unwrap();
     let inv = invocation_with(&llm, &ws, None, polpo_tools::tools::system_tools(), Some(&["read", "glob"]));
     let seen = run(&inv, "try bash").await;
     assert_eq!(seen.content(), "ok");
@@ -57,7 +60,11 @@ async fn a_read_only_parallel_batch_keeps_the_models_order() {
         std::fs::write(ws.file(name), body).unwrap();
     }
     let llm = FakeLlm::start(vec![
-        Turn::tool_calls(vec![("read", json!({"path": "c.txt"})), ("read", json!({"path": "a.txt"})), ("read", json!({"path": "b.txt"}))]),
+        Turn::tool_calls(vec![
+            ("read", json!({"path": "c.txt"})),
+            ("read", json!({"path": "a.txt"})),
+            ("read", json!({"path": "b.txt"})),
+        ]),
         Turn::text("read all three"),
     ])
     .await
@@ -66,20 +73,36 @@ async fn a_read_only_parallel_batch_keeps_the_models_order() {
     inv.parallel_tool_calls = true;
     let seen = run(&inv, "read them").await;
     let results: Vec<String> = seen.tool_results().into_iter().map(|(r, _)| r).collect();
-    assert!(results[0].contains("charlie") && results[1].contains("alpha") && results[2].contains("bravo"), "{results:?}");
+    assert!(
+        results[0].contains("charlie") && results[1].contains("alpha") && results[2].contains("bravo"),
+        "{results:?}"
+    );
     let sent = &llm.requests()[1].body["messages"];
-    let tool_msgs: Vec<&str> = sent.as_array().unwrap().iter().filter(|m| m["role"] == "tool").map(|m| m["content"].as_str().unwrap()).collect();
-    assert!(tool_msgs[0].contains("charlie") && tool_msgs[2].contains("bravo"), "history keeps the model's order: {tool_msgs:?}");
+    let tool_msgs: Vec<&str> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert!(
+        tool_msgs[0].contains("charlie") && tool_msgs[2].contains("bravo"),
+        "history keeps the model's order: {tool_msgs:?}"
+    );
 }
 
 #[tokio::test]
 async fn a_client_tool_is_handed_back_and_the_conversation_continues() {
     let ws = Workspace::new();
-    let llm = FakeLlm::start(vec![Turn::tool_calls(vec![("configure_module", json!({"module": "commerce"}))]), Turn::text("Commerce is configured.")])
-        .await
-        .unwrap();
+    let llm = FakeLlm::start(vec![
+        Turn::tool_calls(vec![("configure_module", json!({"module": "commerce"}))]),
+        Turn::text("Commerce is configured."),
+    ])
+    .await
+    .unwrap();
     let mut inv = invocation(&llm, &ws, None);
-    inv.client_tools = vec![ToolSpec {
+    inv.client_tools =
+        vec![ToolSpec {
         name: "configure_module".into(),
         description: "Open the module configuration UI.".into(),
         parameters: json!({"type": "object", "properties": {"module": {"type": "string"}}, "required": ["module"]}),

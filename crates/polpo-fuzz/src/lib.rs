@@ -108,22 +108,14 @@ fn shrink(
 }
 
 fn budget() -> Duration {
-    let seconds = std::env::var("POLPO_FUZZ_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(DEFAULT_SECONDS);
+    let seconds = std::env::var("POLPO_FUZZ_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(DEFAULT_SECONDS);
     Duration::from_secs(seconds)
 }
 
 fn seed() -> u64 {
-    std::env::var("POLPO_FUZZ_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64)
-        })
+    std::env::var("POLPO_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    })
 }
 
 fn rng(seed: u64) -> TestRng {
@@ -135,9 +127,7 @@ fn rng(seed: u64) -> TestRng {
 }
 
 fn regressions_dir(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("regressions")
-        .join(target)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions").join(target)
 }
 
 fn stored_inputs(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
@@ -154,9 +144,7 @@ fn stored_inputs(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 /// Keeps a failing input where the next run replays it; says where, or why it could not.
 fn save(dir: &Path, input: &[u8]) -> String {
     // FNV-1a: a stable name, so the same crash found twice is one file.
-    let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    });
+    let hash = input.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
     let path = dir.join(format!("{hash:016x}.bin"));
     match std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&path, input)) {
         Ok(()) => path.display().to_string(),
@@ -177,9 +165,7 @@ enum Mutation {
 }
 
 /// Bytes that often sit on parser edges.
-const INTERESTING: [u8; 14] = [
-    0, b'"', b'\\', b'{', b'}', b'[', b']', b':', b',', b'\n', b'\r', 0x7f, 0xc3, 0xff,
-];
+const INTERESTING: [u8; 14] = [0, b'"', b'\\', b'{', b'}', b'[', b']', b':', b',', b'\n', b'\r', 0x7f, 0xc3, 0xff];
 
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
@@ -257,10 +243,8 @@ pub fn json_value(words: &[&str]) -> impl Strategy<Value = Value> + use<> {
 /// The usual input mix for a target: mutated `seeds` (most of the time), JSON built from
 /// `words`, and raw bytes.
 pub fn inputs(seeds: Vec<Vec<u8>>, words: &[&str]) -> impl Strategy<Value = Vec<u8>> + use<> {
-    let dictionary: Vec<Vec<u8>> = words
-        .iter()
-        .flat_map(|w| [w.as_bytes().to_vec(), format!("\"{w}\"").into_bytes()])
-        .collect();
+    let dictionary: Vec<Vec<u8>> =
+        words.iter().flat_map(|w| [w.as_bytes().to_vec(), format!("\"{w}\"").into_bytes()]).collect();
     let count = seeds.len().max(1);
     let mutated = (0..count, vec(mutation(), 0..8)).prop_map(move |(i, mutations)| {
         let seed = seeds.get(i).cloned().unwrap_or_default();

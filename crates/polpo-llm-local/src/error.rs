@@ -59,9 +59,7 @@ pub enum LocalModelError {
     #[error("no cache folder for models: set XDG_CACHE_HOME or HOME")]
     NoCacheDir,
     /// This binary was compiled without llama.cpp.
-    #[error(
-        "this build has no local model support: rebuild with the `llama` feature of polpo-llm-local"
-    )]
+    #[error("this build has no local model support: rebuild with the `llama` feature of polpo-llm-local")]
     Unsupported,
     /// llama.cpp could not load the weights.
     #[error("could not load local model {}: {detail}", path.display())]
@@ -72,9 +70,7 @@ pub enum LocalModelError {
         detail: String,
     },
     /// The prompt does not fit the context window.
-    #[error(
-        "the prompt has {prompt_tokens} tokens, more than the {context_size}-token context of the local model"
-    )]
+    #[error("the prompt has {prompt_tokens} tokens, more than the {context_size}-token context of the local model")]
     ContextTooLong {
         /// Tokens in the prompt.
         prompt_tokens: usize,
@@ -109,19 +105,14 @@ impl LocalModelError {
 
     /// An I/O error with what was being done.
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        Self::Io {
-            context: context.into(),
-            source,
-        }
+        Self::Io { context: context.into(), source }
     }
 }
 
 impl From<LocalModelError> for LlmError {
     fn from(e: LocalModelError) -> Self {
         let kind = match &e {
-            LocalModelError::UnknownModel { .. } | LocalModelError::NotInstalled { .. } => {
-                LlmErrorKind::ModelNotFound
-            }
+            LocalModelError::UnknownModel { .. } | LocalModelError::NotInstalled { .. } => LlmErrorKind::ModelNotFound,
             LocalModelError::ContextTooLong { .. } => LlmErrorKind::ContextLengthExceeded,
             LocalModelError::Inference { .. } => LlmErrorKind::InvalidResponse,
             _ => LlmErrorKind::ProviderUnavailable,

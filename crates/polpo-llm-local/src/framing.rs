@@ -120,11 +120,7 @@ impl Splitter {
         let block: String = self.pending.drain(..end).collect();
         self.fenced = Some(Some(false));
         let inner = block[FENCE.len()..].trim_end_matches(FENCE);
-        let body = inner
-            .split_once('\n')
-            .map_or("", |(_, json)| json)
-            .trim()
-            .to_string();
+        let body = inner.split_once('\n').map_or("", |(_, json)| json).trim().to_string();
         Piece::Fenced { block, body }
     }
 
@@ -144,10 +140,7 @@ impl Splitter {
 
 /// Length of the longest suffix of `text` that is a proper prefix of `<tool_call>`.
 fn partial_tag_len(text: &str) -> usize {
-    (1..OPEN.len())
-        .rev()
-        .find(|&n| text.ends_with(&OPEN[..n]))
-        .unwrap_or(0)
+    (1..OPEN.len()).rev().find(|&n| text.ends_with(&OPEN[..n])).unwrap_or(0)
 }
 
 /// A call body `{"name": …, "arguments": {…}}` as a runtime tool call with a fresh id, or `None`
@@ -160,11 +153,7 @@ pub fn parse_call(body: &str) -> Option<ToolCall> {
         Some(serde_json::Value::String(raw)) => raw.clone(),
         Some(args) => args.to_string(),
     };
-    Some(ToolCall {
-        id: format!("call_{}", uuid::Uuid::new_v4().simple()),
-        name,
-        arguments,
-    })
+    Some(ToolCall { id: format!("call_{}", uuid::Uuid::new_v4().simple()), name, arguments })
 }
 
 /// True when `call` names the same tool with the same arguments (as JSON values, so spacing and
@@ -197,27 +186,12 @@ mod tests {
     }
 
     fn texts(pieces: &[Piece]) -> String {
-        pieces
-            .iter()
-            .map(|p| {
-                if let Piece::Text(t) = p {
-                    t.as_str()
-                } else {
-                    "|"
-                }
-            })
-            .collect()
+        pieces.iter().map(|p| if let Piece::Text(t) = p { t.as_str() } else { "|" }).collect()
     }
 
     #[test]
     fn a_call_split_across_tokens_is_never_shown_as_text() {
-        let out = split(&[
-            "Let me look.",
-            " <tool",
-            "_call>\n{\"name\": \"re",
-            "ad\"}\n</tool_",
-            "call>",
-        ]);
+        let out = split(&["Let me look.", " <tool", "_call>\n{\"name\": \"re", "ad\"}\n</tool_", "call>"]);
         assert_eq!(
             out,
             vec![
@@ -234,19 +208,12 @@ mod tests {
         assert_eq!(texts(&out), "a <b> and <tool maybe");
         assert!(out.iter().all(|p| matches!(p, Piece::Text(_))));
         let mut s = Splitter::default();
-        assert_eq!(
-            s.push("x <tool_ca"),
-            vec![Piece::Text("x ".into())],
-            "the tag prefix is held back"
-        );
+        assert_eq!(s.push("x <tool_ca"), vec![Piece::Text("x ".into())], "the tag prefix is held back");
     }
 
     #[test]
     fn output_opening_with_a_brace_is_one_bare_call() {
-        assert_eq!(
-            split(&["{\"", "name\": \"ls\"}"]),
-            vec![Piece::Call("{\"name\": \"ls\"}".into())]
-        );
+        assert_eq!(split(&["{\"", "name\": \"ls\"}"]), vec![Piece::Call("{\"name\": \"ls\"}".into())]);
         assert_eq!(texts(&split(&["Use {x}"])), "Use {x}");
     }
 
@@ -265,45 +232,29 @@ mod tests {
         assert_eq!(
             out,
             vec![
-                Piece::Fenced {
-                    block: format!("```json\n{call}\n```"),
-                    body: call.into()
-                },
+                Piece::Fenced { block: format!("```json\n{call}\n```"), body: call.into() },
                 Piece::Text("\nDone.".into()),
             ]
         );
         assert_eq!(
             split(&["```\n", "{\"a\": 1}"]),
-            vec![Piece::Fenced {
-                block: "```\n{\"a\": 1}".into(),
-                body: "{\"a\": 1}".into()
-            }],
+            vec![Piece::Fenced { block: "```\n{\"a\": 1}".into(), body: "{\"a\": 1}".into() }],
             "an unclosed block comes out at the end"
         );
-        assert_eq!(
-            texts(&split(&["```", "python\nprint(1)\n```"])),
-            "```python\nprint(1)\n```"
-        );
-        assert_eq!(
-            texts(&split(&["```json\n", "[1]\n```"])),
-            "```json\n[1]\n```"
-        );
+        assert_eq!(texts(&split(&["```", "python\nprint(1)\n```"])), "```python\nprint(1)\n```");
+        assert_eq!(texts(&split(&["```json\n", "[1]\n```"])), "```json\n[1]\n```");
         assert_eq!(texts(&split(&["``"])), "``");
         assert_eq!(texts(&split(&["Use ```json\n{}```"])), "Use ```json\n{}```");
     }
 
     #[test]
     fn unterminated_calls_come_out_at_the_end() {
-        assert_eq!(
-            split(&["<tool_call>{\"name\":"]),
-            vec![Piece::Call("{\"name\":".into())]
-        );
+        assert_eq!(split(&["<tool_call>{\"name\":"]), vec![Piece::Call("{\"name\":".into())]);
     }
 
     #[test]
     fn call_bodies_parse_into_calls_with_fresh_ids() {
-        let call =
-            parse_call("\n{\"name\": \"read\", \"arguments\": {\"path\": \"a.txt\"}}\n").unwrap();
+        let call = parse_call("\n{\"name\": \"read\", \"arguments\": {\"path\": \"a.txt\"}}\n").unwrap();
         assert_eq!(call.name, "read");
         assert_eq!(call.arguments, r#"{"path":"a.txt"}"#);
         assert!(call.id.starts_with("call_"));
@@ -316,13 +267,10 @@ mod tests {
 
     #[test]
     fn a_repeat_is_the_same_tool_with_equal_arguments() {
-        let earlier =
-            [parse_call(r#"{"name":"read","arguments":{"path":"a","limit":5}}"#).unwrap()];
-        let again =
-            parse_call(r#"{"name": "read", "arguments": {"limit": 5, "path": "a"}}"#).unwrap();
+        let earlier = [parse_call(r#"{"name":"read","arguments":{"path":"a","limit":5}}"#).unwrap()];
+        let again = parse_call(r#"{"name": "read", "arguments": {"limit": 5, "path": "a"}}"#).unwrap();
         assert!(repeats(&again, &earlier));
-        let other_file =
-            parse_call(r#"{"name":"read","arguments":{"path":"b","limit":5}}"#).unwrap();
+        let other_file = parse_call(r#"{"name":"read","arguments":{"path":"b","limit":5}}"#).unwrap();
         let other_tool = parse_call(r#"{"name":"ls","arguments":{"path":"a","limit":5}}"#).unwrap();
         assert!(!repeats(&other_file, &earlier) && !repeats(&other_tool, &earlier));
         assert!(!repeats(&again, &[]));

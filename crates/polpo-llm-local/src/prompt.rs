@@ -34,11 +34,7 @@ impl ToolResults {
     /// The framing a template's source asks for: it wraps results in `<tool_response>` itself
     /// when the model was tuned on that, and otherwise has no opinion, so the role says it.
     pub fn for_template(source: &str) -> Self {
-        if source.contains("<tool_response>") {
-            Self::UserTurn
-        } else {
-            Self::ToolRole
-        }
+        if source.contains("<tool_response>") { Self::UserTurn } else { Self::ToolRole }
     }
 }
 
@@ -53,21 +49,14 @@ pub fn offered_tools(request: &ModelRequest) -> Vec<&ToolSpec> {
 
 /// True when the conversation holds tool calls or results, which a small model tends to imitate.
 pub fn has_tool_history(request: &ModelRequest) -> bool {
-    request
-        .messages
-        .iter()
-        .any(|m| m.role == Role::Tool || !m.tool_calls.is_empty())
+    request.messages.iter().any(|m| m.role == Role::Tool || !m.tool_calls.is_empty())
 }
 
 /// The calls of the last assistant turn when only their results follow it: what the model just
 /// asked for and got, so asking again with the same arguments cannot tell it anything new.
 pub fn just_answered(request: &ModelRequest) -> &[ToolCall] {
     let messages = &request.messages;
-    let results = messages
-        .iter()
-        .rev()
-        .take_while(|m| m.role == Role::Tool)
-        .count();
+    let results = messages.iter().rev().take_while(|m| m.role == Role::Tool).count();
     match messages.len().checked_sub(results + 1) {
         Some(i) if results > 0 && messages[i].role == Role::Assistant => &messages[i].tool_calls,
         _ => &[],
@@ -90,10 +79,7 @@ pub fn turns(request: &ModelRequest, results: ToolResults) -> Vec<Turn> {
     }
     let mut out = Vec::with_capacity(request.messages.len() + 1);
     if !system.is_empty() {
-        out.push(Turn {
-            role: "system",
-            content: system.join("\n\n"),
-        });
+        out.push(Turn { role: "system", content: system.join("\n\n") });
     }
     let mut previous = None;
     for message in request.messages.iter() {
@@ -101,31 +87,19 @@ pub fn turns(request: &ModelRequest, results: ToolResults) -> Vec<Turn> {
         previous = Some(message.role);
         match message.role {
             Role::System => {}
-            Role::User => out.push(Turn {
-                role: "user",
-                content: message.text_content(),
-            }),
-            Role::Assistant => out.push(Turn {
-                role: "assistant",
-                content: assistant_text(message),
-            }),
+            Role::User => out.push(Turn { role: "user", content: message.text_content() }),
+            Role::Assistant => out.push(Turn { role: "assistant", content: assistant_text(message) }),
             Role::Tool => {
                 let result = message.text_content();
                 let response = format!("{RESPONSE_OPEN}\n{result}\n{RESPONSE_CLOSE}");
                 match (results, out.last_mut()) {
-                    (ToolResults::ToolRole, _) => out.push(Turn {
-                        role: "tool",
-                        content: result,
-                    }),
+                    (ToolResults::ToolRole, _) => out.push(Turn { role: "tool", content: result }),
                     // A result right after another result joins its turn, as Qwen's template does.
                     (ToolResults::UserTurn, Some(last)) if after_result => {
                         last.content.push('\n');
                         last.content.push_str(&response);
                     }
-                    (ToolResults::UserTurn, _) => out.push(Turn {
-                        role: "user",
-                        content: response,
-                    }),
+                    (ToolResults::UserTurn, _) => out.push(Turn { role: "user", content: response }),
                 }
             }
         }
@@ -177,26 +151,15 @@ fn separator<W: ?Sized + std::io::Write>(writer: &mut W, first: bool) -> std::io
 }
 
 impl serde_json::ser::Formatter for TojsonFormatter {
-    fn begin_array_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, first: bool) -> std::io::Result<()> {
         separator(writer, first)
     }
 
-    fn begin_object_key<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-        first: bool,
-    ) -> std::io::Result<()> {
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, writer: &mut W, first: bool) -> std::io::Result<()> {
         separator(writer, first)
     }
 
-    fn begin_object_value<W: ?Sized + std::io::Write>(
-        &mut self,
-        writer: &mut W,
-    ) -> std::io::Result<()> {
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, writer: &mut W) -> std::io::Result<()> {
         writer.write_all(b": ")
     }
 }
@@ -204,12 +167,9 @@ impl serde_json::ser::Formatter for TojsonFormatter {
 fn assistant_text(message: &Message) -> String {
     let mut parts = vec![message.text_content()];
     parts.extend(message.tool_calls.iter().map(|call| {
-        let arguments: serde_json::Value = serde_json::from_str(&call.arguments)
-            .unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
-        format!(
-            "<tool_call>\n{}\n</tool_call>",
-            serde_json::json!({"name": call.name, "arguments": arguments})
-        )
+        let arguments: serde_json::Value =
+            serde_json::from_str(&call.arguments).unwrap_or_else(|_| serde_json::Value::String(call.arguments.clone()));
+        format!("<tool_call>\n{}\n</tool_call>", serde_json::json!({"name": call.name, "arguments": arguments}))
     }));
     parts.retain(|p| !p.is_empty());
     parts.join("\n")
@@ -231,12 +191,7 @@ mod tests {
     #[test]
     fn systems_merge_and_carry_the_tool_schemas() {
         let request = ModelRequest {
-            messages: vec![
-                Message::system("Be brief."),
-                Message::user("hi"),
-                Message::system("Be kind."),
-            ]
-            .into(),
+            messages: vec![Message::system("Be brief."), Message::user("hi"), Message::system("Be kind.")].into(),
             tools: vec![read_tool().into()],
             ..Default::default()
         };
@@ -245,13 +200,7 @@ mod tests {
         assert_eq!(t[0].role, "system");
         assert!(t[0].content.starts_with("Be brief.\n\nBe kind.\n\n# Tools"));
         assert!(t[0].content.contains(r#""name": "read""#));
-        assert_eq!(
-            t[1],
-            Turn {
-                role: "user",
-                content: "hi".into()
-            }
-        );
+        assert_eq!(t[1], Turn { role: "user", content: "hi".into() });
     }
 
     #[test]
@@ -274,21 +223,13 @@ mod tests {
              <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"
         );
         request.tool_choice = ToolChoice::None;
-        assert_eq!(
-            turns(&request, ToolResults::UserTurn)[0].role,
-            "user",
-            "`none` offers nothing"
-        );
+        assert_eq!(turns(&request, ToolResults::UserTurn)[0].role, "user", "`none` offers nothing");
     }
 
     /// A call to `read` answered by two results (a model may call twice in one turn).
     fn answered_call() -> ModelRequest {
         let mut call = Message::assistant("");
-        call.tool_calls.push(ToolCall {
-            id: "c1".into(),
-            name: "read".into(),
-            arguments: r#"{"path":"a"}"#.into(),
-        });
+        call.tool_calls.push(ToolCall { id: "c1".into(), name: "read".into(), arguments: r#"{"path":"a"}"#.into() });
         ModelRequest {
             messages: vec![
                 Message::user("read a"),
@@ -306,15 +247,8 @@ mod tests {
     #[test]
     fn tool_history_is_written_in_hermes_framing() {
         let t = turns(&answered_call(), ToolResults::UserTurn);
-        assert_eq!(
-            t.len(),
-            3,
-            "no system turn when no tools are offered and none is given"
-        );
-        assert_eq!(
-            t[1].content,
-            "<tool_call>\n{\"name\":\"read\",\"arguments\":{\"path\":\"a\"}}\n</tool_call>"
-        );
+        assert_eq!(t.len(), 3, "no system turn when no tools are offered and none is given");
+        assert_eq!(t[1].content, "<tool_call>\n{\"name\":\"read\",\"arguments\":{\"path\":\"a\"}}\n</tool_call>");
         assert_eq!(
             t[2],
             Turn {
@@ -331,15 +265,9 @@ mod tests {
         assert!(has_tool_history(&request));
         assert_eq!(just_answered(&request)[0].name, "read");
         Arc::make_mut(&mut request.messages).push(Message::user("and now?"));
-        assert!(
-            just_answered(&request).is_empty(),
-            "a new question is not a repeat"
-        );
+        assert!(just_answered(&request).is_empty(), "a new question is not a repeat");
         Arc::make_mut(&mut request.messages).truncate(2);
-        assert!(
-            just_answered(&request).is_empty(),
-            "the call has no result yet"
-        );
+        assert!(just_answered(&request).is_empty(), "the call has no result yet");
         let chat = ModelRequest {
             messages: vec![Message::user("hi"), Message::assistant("hello")].into(),
             ..Default::default()
@@ -350,11 +278,7 @@ mod tests {
     #[test]
     fn a_template_without_tool_framing_gets_tool_turns() {
         let t = turns(&answered_call(), ToolResults::ToolRole);
-        let results: Vec<_> = t
-            .iter()
-            .skip(2)
-            .map(|t| (t.role, t.content.as_str()))
-            .collect();
+        let results: Vec<_> = t.iter().skip(2).map(|t| (t.role, t.content.as_str())).collect();
         assert_eq!(results, [("tool", "hello"), ("tool", "world")]);
         // Qwen2.5's template wraps results itself; SmolLM2's (plain ChatML) writes roles as given.
         let qwen = "{%- elif message.role == \"tool\" %}{{- '<|im_start|>user' }}{{- '\\n<tool_response>\\n' }}";
@@ -366,25 +290,10 @@ mod tests {
 
     #[test]
     fn tool_choice_narrows_the_offer() {
-        let mut request = ModelRequest {
-            tools: vec![read_tool().into()],
-            ..Default::default()
-        };
-        request.tools.push(
-            ToolSpec {
-                name: "write".into(),
-                ..read_tool()
-            }
-            .into(),
-        );
+        let mut request = ModelRequest { tools: vec![read_tool().into()], ..Default::default() };
+        request.tools.push(ToolSpec { name: "write".into(), ..read_tool() }.into());
         request.tool_choice = ToolChoice::Tool("write".into());
-        assert_eq!(
-            offered_tools(&request)
-                .iter()
-                .map(|t| t.name.as_str())
-                .collect::<Vec<_>>(),
-            ["write"]
-        );
+        assert_eq!(offered_tools(&request).iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["write"]);
         request.tool_choice = ToolChoice::Required;
         assert_eq!(offered_tools(&request).len(), 2);
     }

@@ -71,11 +71,7 @@ impl LocalProvider {
 #[async_trait::async_trait]
 impl ModelProvider for LocalProvider {
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, LlmError> {
-        let path = install::locate(
-            self.settings.model_path.as_deref(),
-            &request.model,
-            &self.settings.cache_dir,
-        )?;
+        let path = install::locate(self.settings.model_path.as_deref(), &request.model, &self.settings.cache_dir)?;
         run::start(&self.settings, path, request).await
     }
 }
@@ -85,11 +81,7 @@ mod run {
     use super::*;
     use crate::error::LocalModelError;
 
-    pub async fn start(
-        _: &LocalSettings,
-        _: PathBuf,
-        _: ModelRequest,
-    ) -> Result<ModelStream, LlmError> {
+    pub async fn start(_: &LocalSettings, _: PathBuf, _: ModelRequest) -> Result<ModelStream, LlmError> {
         Err(LocalModelError::Unsupported.into())
     }
 }
@@ -117,32 +109,22 @@ mod run {
         path: PathBuf,
         request: ModelRequest,
     ) -> Result<ModelStream, LlmError> {
-        let model = tokio::task::spawn_blocking(move || engine::load(&path))
-            .await
-            .map_err(joined)??;
+        let model = tokio::task::spawn_blocking(move || engine::load(&path)).await.map_err(joined)??;
         let results = model.tool_results();
         let job = job(settings, &request, results);
         let retry = retry(settings, &request, results);
         let (tx, mut rx) = mpsc::channel(CHANNEL_CAPACITY);
         tokio::task::spawn_blocking(move || generate(&model, &job, retry.as_ref(), &tx));
-        Ok(Box::pin(futures::stream::poll_fn(move |cx| {
-            rx.poll_recv(cx)
-        })))
+        Ok(Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx))))
     }
 
     fn joined(e: tokio::task::JoinError) -> LlmError {
-        LlmError::new(
-            LlmErrorKind::ProviderUnavailable,
-            format!("local model loader stopped: {e}"),
-        )
+        LlmError::new(LlmErrorKind::ProviderUnavailable, format!("local model loader stopped: {e}"))
     }
 
     fn job(settings: &LocalSettings, request: &ModelRequest, results: ToolResults) -> Job {
         let tools = prompt::offered_tools(request);
-        let answer = request
-            .response_format
-            .as_ref()
-            .and_then(JsonAnswer::from_response_format);
+        let answer = request.response_format.as_ref().and_then(JsonAnswer::from_response_format);
         let grammar = if !tools.is_empty() {
             Some(Constraint::Tools(ToolConstraint {
                 tools: tools.into_iter().cloned().collect(),
@@ -163,9 +145,7 @@ mod run {
             context_size: settings.context_size,
             max_tokens: request
                 .max_output_tokens
-                .map_or(settings.max_output_tokens, |n| {
-                    n.min(settings.max_output_tokens)
-                }),
+                .map_or(settings.max_output_tokens, |n| n.min(settings.max_output_tokens)),
             threads: settings.threads,
             temperature: request.temperature,
         }
@@ -183,23 +163,13 @@ mod run {
     }
 
     /// Only when the model may choose (`auto`) and the conversation ends with tool results.
-    fn retry(
-        settings: &LocalSettings,
-        request: &ModelRequest,
-        results: ToolResults,
-    ) -> Option<Retry> {
+    fn retry(settings: &LocalSettings, request: &ModelRequest, results: ToolResults) -> Option<Retry> {
         let answered = prompt::just_answered(request);
         if answered.is_empty() || request.tool_choice != ToolChoice::Auto {
             return None;
         }
-        let answer = ModelRequest {
-            tool_choice: ToolChoice::None,
-            ..request.clone()
-        };
-        Some(Retry {
-            answered: answered.to_vec(),
-            answer: job(settings, &answer, results),
-        })
+        let answer = ModelRequest { tool_choice: ToolChoice::None, ..request.clone() };
+        Some(Retry { answered: answered.to_vec(), answer: job(settings, &answer, results) })
     }
 
     /// Runs on a blocking thread: decode (again without tools if the model repeated a call it was
@@ -209,9 +179,7 @@ mod run {
         let answered = retry.map_or(&[][..], |r| r.answered.as_slice());
         let mut pass = decode(model, job, answered, tx, &mut usage);
         if let (Pass::Repeated, Some(retry)) = (&pass, retry) {
-            tracing::debug!(
-                "the local model repeated a call it was just answered; asking it to answer"
-            );
+            tracing::debug!("the local model repeated a call it was just answered; asking it to answer");
             pass = decode(model, &retry.answer, &[], tx, &mut usage);
         }
         let Pass::Done { stop, calls } = pass else {
@@ -238,13 +206,7 @@ mod run {
     }
 
     /// One generation: split text from calls and send them, adding its tokens to `usage`.
-    fn decode(
-        model: &Arc<LoadedModel>,
-        job: &Job,
-        answered: &[ToolCall],
-        tx: &Sender,
-        usage: &mut Usage,
-    ) -> Pass {
+    fn decode(model: &Arc<LoadedModel>, job: &Job, answered: &[ToolCall], tx: &Sender, usage: &mut Usage) -> Pass {
         let mut splitter = Splitter::default();
         let mut out = Outlet {
             tx,
@@ -280,10 +242,7 @@ mod run {
         match (out.repeated, stats.stop) {
             (true, _) => Pass::Repeated,
             (false, Stop::Cancelled) => Pass::Over,
-            (false, stop) => Pass::Done {
-                stop,
-                calls: out.calls,
-            },
+            (false, stop) => Pass::Done { stop, calls: out.calls },
         }
     }
 
@@ -304,12 +263,10 @@ mod run {
         fn send(&mut self, piece: Piece) -> bool {
             let call = match piece {
                 Piece::Text(text) => Err(text),
-                Piece::Call(body) => {
-                    framing::parse_call(&body).ok_or_else(|| framing::unparsed_call_text(&body))
+                Piece::Call(body) => framing::parse_call(&body).ok_or_else(|| framing::unparsed_call_text(&body)),
+                Piece::Fenced { block, body } => {
+                    framing::parse_call(&body).filter(|c| self.offered.iter().any(|t| t.name == c.name)).ok_or(block)
                 }
-                Piece::Fenced { block, body } => framing::parse_call(&body)
-                    .filter(|c| self.offered.iter().any(|t| t.name == c.name))
-                    .ok_or(block),
             };
             let event = match call {
                 Ok(call) if !self.sent && framing::repeats(&call, self.answered) => {
@@ -339,11 +296,7 @@ mod tests {
             model_path: Some(dir.path().join("m.gguf")),
             ..LocalSettings::new(dir.path())
         });
-        let e = provider
-            .stream(ModelRequest::default())
-            .await
-            .err()
-            .unwrap();
+        let e = provider.stream(ModelRequest::default()).await.err().unwrap();
         assert_eq!(e.kind, polpo_llm::LlmErrorKind::ProviderUnavailable);
         assert!(e.message.contains("`llama` feature"), "{}", e.message);
         assert!(!LocalProvider::is_supported());

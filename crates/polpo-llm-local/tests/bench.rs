@@ -34,18 +34,13 @@ async fn measure(provider: &LocalProvider, request: ModelRequest) -> Sample {
         }
     }
     let first = first.unwrap_or(last);
-    Sample {
-        usage,
-        to_first_token: first - started,
-        first_to_last: last - first,
-    }
+    Sample { usage, to_first_token: first - started, first_to_last: last - first }
 }
 
 fn report(label: &str, s: &Sample) {
     // Time to the first token covers the prompt plus one decoded token; the rest is pure decoding.
     let prefill = s.usage.input_tokens as f64 / s.to_first_token.as_secs_f64();
-    let decode =
-        s.usage.output_tokens.saturating_sub(1) as f64 / s.first_to_last.as_secs_f64().max(1e-9);
+    let decode = s.usage.output_tokens.saturating_sub(1) as f64 / s.first_to_last.as_secs_f64().max(1e-9);
     println!(
         "{label}: prompt {} tok in {:?} = {prefill:.0} tok/s prefill; {} tok generated, {decode:.1} tok/s decode",
         s.usage.input_tokens, s.to_first_token, s.usage.output_tokens
@@ -58,10 +53,7 @@ async fn prefill_and_decode_speed() {
     let model = std::env::var("POLPO_BENCH_MODEL").unwrap_or_else(|_| TEST_MODEL.into());
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("polpo-models");
     let (name, install_dir) = (model.clone(), dir.clone());
-    tokio::task::spawn_blocking(move || install(&name, &install_dir, |_, _| {}))
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::task::spawn_blocking(move || install(&name, &install_dir, |_, _| {})).await.unwrap().unwrap();
     let provider = LocalProvider::new(LocalSettings::new(dir));
     println!("model {model}, {} threads", provider.settings().threads);
     let chat = |max| ModelRequest {
@@ -76,10 +68,7 @@ async fn prefill_and_decode_speed() {
     };
     measure(&provider, chat(1)).await; // load the weights
     for run in 1..=3 {
-        report(
-            &format!("chat run {run}"),
-            &measure(&provider, chat(128)).await,
-        );
+        report(&format!("chat run {run}"), &measure(&provider, chat(128)).await);
     }
     let read = ToolSpec {
         name: "read".into(),
@@ -88,10 +77,7 @@ async fn prefill_and_decode_speed() {
     };
     let call = ModelRequest {
         model: model.clone(),
-        messages: vec![Message::user(
-            "Use the read tool to read the file notes.txt.",
-        )]
-        .into(),
+        messages: vec![Message::user("Use the read tool to read the file notes.txt.")].into(),
         tools: vec![read.into()],
         tool_choice: ToolChoice::Required,
         ..Default::default()

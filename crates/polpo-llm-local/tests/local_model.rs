@@ -27,10 +27,7 @@ fn cache_dir() -> PathBuf {
 async fn installed_qwen() -> &'static str {
     let model = "qwen2.5-coder-0.5b";
     let dir = cache_dir();
-    tokio::task::spawn_blocking(move || install(model, &dir, |_, _| {}))
-        .await
-        .unwrap()
-        .unwrap();
+    tokio::task::spawn_blocking(move || install(model, &dir, |_, _| {})).await.unwrap().unwrap();
     model
 }
 
@@ -63,29 +60,11 @@ async fn collect(request: ModelRequest) -> Vec<ModelEvent> {
 }
 
 fn text_of(events: &[ModelEvent]) -> String {
-    events
-        .iter()
-        .filter_map(|e| {
-            if let ModelEvent::TextDelta(t) = e {
-                Some(t.as_str())
-            } else {
-                None
-            }
-        })
-        .collect()
+    events.iter().filter_map(|e| if let ModelEvent::TextDelta(t) = e { Some(t.as_str()) } else { None }).collect()
 }
 
 fn usage_of(events: &[ModelEvent]) -> Usage {
-    events
-        .iter()
-        .find_map(|e| {
-            if let ModelEvent::Usage(u) = e {
-                Some(*u)
-            } else {
-                None
-            }
-        })
-        .unwrap()
+    events.iter().find_map(|e| if let ModelEvent::Usage(u) = e { Some(*u) } else { None }).unwrap()
 }
 
 #[test]
@@ -93,16 +72,9 @@ fn install_is_idempotent_and_listed() {
     let dir = cache_dir();
     let mut progress = (0, 0);
     let again = install(TEST_MODEL, &dir, |done, total| progress = (done, total)).unwrap();
-    assert!(
-        progress.1 > 0 && progress.0 == progress.1,
-        "a reused model reports complete progress"
-    );
+    assert!(progress.1 > 0 && progress.0 == progress.1, "a reused model reports complete progress");
     let installed = list(&dir);
-    assert!(
-        installed
-            .iter()
-            .any(|m| m.model.name == TEST_MODEL && m.path == again)
-    );
+    assert!(installed.iter().any(|m| m.model.name == TEST_MODEL && m.path == again));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -119,19 +91,9 @@ async fn a_plain_question_gets_a_streamed_answer_with_usage_and_finish() {
     .await;
     let text = text_of(&events);
     assert!(text.contains("Paris"), "answer: {text:?}");
-    assert!(
-        events
-            .iter()
-            .filter(|e| matches!(e, ModelEvent::TextDelta(_)))
-            .count()
-            > 1,
-        "text arrives in pieces"
-    );
+    assert!(events.iter().filter(|e| matches!(e, ModelEvent::TextDelta(_))).count() > 1, "text arrives in pieces");
     let usage = usage_of(&events);
-    assert!(
-        usage.input_tokens > 10 && usage.output_tokens > 0,
-        "{usage:?}"
-    );
+    assert!(usage.input_tokens > 10 && usage.output_tokens > 0, "{usage:?}");
     assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::Stop)));
 }
 
@@ -159,27 +121,13 @@ fn read_file_request(model: &str, tool_choice: ToolChoice) -> ModelRequest {
 
 /// The one tool call of a turn that must end in exactly one call.
 fn single_call(events: &[ModelEvent]) -> &ToolCall {
-    let calls: Vec<&ToolCall> = events
-        .iter()
-        .filter_map(|e| {
-            if let ModelEvent::ToolCall(c) = e {
-                Some(c)
-            } else {
-                None
-            }
-        })
-        .collect();
+    let calls: Vec<&ToolCall> =
+        events.iter().filter_map(|e| if let ModelEvent::ToolCall(c) = e { Some(c) } else { None }).collect();
     assert_eq!(calls.len(), 1, "{events:?}");
     assert!(calls[0].id.starts_with("call_"));
-    assert!(
-        text_of(events).trim().is_empty(),
-        "a call comes with no prose: {events:?}"
-    );
+    assert!(text_of(events).trim().is_empty(), "a call comes with no prose: {events:?}");
     assert!(usage_of(events).output_tokens > 0);
-    assert_eq!(
-        events.last(),
-        Some(&ModelEvent::Finish(FinishReason::ToolCalls))
-    );
+    assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::ToolCalls)));
     calls[0]
 }
 
@@ -196,21 +144,13 @@ async fn a_required_tool_call_parses_and_names_an_offered_tool() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_named_tool_choice_gets_that_tool_with_its_required_argument() {
-    let events = collect(read_file_request(
-        TEST_MODEL,
-        ToolChoice::Tool("read".into()),
-    ))
-    .await;
+    let events = collect(read_file_request(TEST_MODEL, ToolChoice::Tool("read".into()))).await;
     let call = single_call(&events);
     assert_eq!(call.name, "read");
     let arguments: serde_json::Value = serde_json::from_str(&call.arguments).unwrap();
     assert!(arguments["path"].is_string(), "{arguments}");
-    let undeclared: Vec<&String> = arguments
-        .as_object()
-        .unwrap()
-        .keys()
-        .filter(|k| !["path", "offset", "limit"].contains(&k.as_str()))
-        .collect();
+    let undeclared: Vec<&String> =
+        arguments.as_object().unwrap().keys().filter(|k| !["path", "offset", "limit"].contains(&k.as_str())).collect();
     assert!(undeclared.is_empty(), "the schema forbids other properties: {arguments}");
 }
 
@@ -265,24 +205,15 @@ async fn qwen_s_markdown_json_call_is_a_call() {
 #[tokio::test(flavor = "multi_thread")]
 async fn dropping_the_stream_frees_the_model_for_the_next_call() {
     // Uncapped (up to the context window): without cancellation the next call would wait minutes.
-    let provider = LocalProvider::new(LocalSettings {
-        max_output_tokens: 4000,
-        ..LocalSettings::new(cache_dir())
-    });
+    let provider = LocalProvider::new(LocalSettings { max_output_tokens: 4000, ..LocalSettings::new(cache_dir()) });
     let long = ModelRequest {
         model: TEST_MODEL.into(),
-        messages: vec![Message::user(
-            "Write a very long story about a lighthouse keeper.",
-        )]
-        .into(),
+        messages: vec![Message::user("Write a very long story about a lighthouse keeper.")].into(),
         max_output_tokens: Some(100_000),
         ..Default::default()
     };
     let mut stream = provider.stream(long).await.unwrap();
-    assert!(matches!(
-        stream.next().await,
-        Some(Ok(ModelEvent::TextDelta(_)))
-    ));
+    assert!(matches!(stream.next().await, Some(Ok(ModelEvent::TextDelta(_)))));
     drop(stream);
     // Generations take turns on one model: this call can only finish once the dropped one stopped.
     let events = collect(ModelRequest {
@@ -299,19 +230,13 @@ async fn dropping_the_stream_frees_the_model_for_the_next_call() {
 async fn output_stops_at_the_token_cap() {
     let events = collect(ModelRequest {
         model: TEST_MODEL.into(),
-        messages: vec![Message::user(
-            "Write a long story about a lighthouse keeper.",
-        )]
-        .into(),
+        messages: vec![Message::user("Write a long story about a lighthouse keeper.")].into(),
         max_output_tokens: Some(8),
         ..Default::default()
     })
     .await;
     assert_eq!(usage_of(&events).output_tokens, 8);
-    assert_eq!(
-        events.last(),
-        Some(&ModelEvent::Finish(FinishReason::Length))
-    );
+    assert_eq!(events.last(), Some(&ModelEvent::Finish(FinishReason::Length)));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -321,14 +246,7 @@ async fn a_missing_model_is_reported_before_streaming() {
         model_path: Some(dir.path().join("absent.gguf")),
         ..LocalSettings::new(dir.path())
     });
-    let e = provider
-        .stream(ModelRequest {
-            model: TEST_MODEL.into(),
-            ..Default::default()
-        })
-        .await
-        .err()
-        .unwrap();
+    let e = provider.stream(ModelRequest { model: TEST_MODEL.into(), ..Default::default() }).await.err().unwrap();
     assert_eq!(e.kind, polpo_llm::LlmErrorKind::ProviderUnavailable);
     assert!(e.message.contains("absent.gguf"), "{}", e.message);
 }

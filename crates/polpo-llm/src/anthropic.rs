@@ -32,7 +32,11 @@ impl AnthropicProvider {
         let mut config = config.clone();
         config.headers.entry("anthropic-version".into()).or_insert_with(|| ANTHROPIC_VERSION.into());
         let transport = Transport::new(&config, api_key, |key| vec![("x-api-key", key.expose().to_owned())])?;
-        Ok(Self { transport, url: format!("{}/v1/messages", config.base_url.trim_end_matches('/')), stream: config.stream })
+        Ok(Self {
+            transport,
+            url: format!("{}/v1/messages", config.base_url.trim_end_matches('/')),
+            stream: config.stream,
+        })
     }
 }
 
@@ -41,8 +45,10 @@ impl ModelProvider for AnthropicProvider {
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, LlmError> {
         let body = request_body(&request, self.stream);
         let format = request.response_format.as_ref().and_then(FormatTool::new);
-        let decoder: Option<Box<dyn WireDecoder>> = if self.stream { Some(Box::new(Decoder { format: format.clone(), ..Decoder::default() })) } else { None };
-        decode::call(&self.transport, &self.url, &body, decoder, move |body| events_from_body(body, format.as_ref())).await
+        let decoder: Option<Box<dyn WireDecoder>> =
+            if self.stream { Some(Box::new(Decoder { format: format.clone(), ..Decoder::default() })) } else { None };
+        decode::call(&self.transport, &self.url, &body, decoder, move |body| events_from_body(body, format.as_ref()))
+            .await
     }
 }
 
@@ -70,7 +76,11 @@ impl FormatTool {
             _ => return None,
         };
         let wrapped = schema["type"] != "object";
-        let input_schema = if wrapped { json!({"type": "object", "properties": {"value": schema}, "required": ["value"], "additionalProperties": false}) } else { schema };
+        let input_schema = if wrapped {
+            json!({"type": "object", "properties": {"value": schema}, "required": ["value"], "additionalProperties": false})
+        } else {
+            schema
+        };
         Some(Self { name: name.to_owned(), input_schema, wrapped })
     }
 
@@ -109,7 +119,11 @@ pub(crate) fn request_body(request: &ModelRequest, stream: bool) -> Value {
     if let Some(system) = system {
         body["system"] = json!(system);
     }
-    let mut tools: Vec<Value> = request.tools.iter().map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters})).collect();
+    let mut tools: Vec<Value> = request
+        .tools
+        .iter()
+        .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+        .collect();
     if let Some(format) = format {
         tools.push(json!({"name": format.name, "description": "Give your final answer as this tool's input.", "input_schema": format.input_schema}));
         body["tool_choice"] = json!({"type": "tool", "name": format.name});
@@ -148,11 +162,19 @@ fn wire_messages(messages: &[Message]) -> (Option<String>, Vec<Value>) {
                 continue;
             }
             Role::User => ("user", content_blocks(m.content.as_ref())),
-            Role::Tool => ("user", vec![json!({"type": "tool_result", "tool_use_id": m.tool_call_id.clone().unwrap_or_default(), "content": m.text_content()})]),
+            Role::Tool => (
+                "user",
+                vec![
+                    json!({"type": "tool_result", "tool_use_id": m.tool_call_id.clone().unwrap_or_default(), "content": m.text_content()}),
+                ],
+            ),
             Role::Assistant => {
                 let mut blocks = content_blocks(m.content.as_ref());
                 blocks.extend(m.tool_calls.iter().map(|c| {
-                    let input = serde_json::from_str::<Value>(&c.arguments).ok().filter(Value::is_object).unwrap_or_else(|| json!({}));
+                    let input = serde_json::from_str::<Value>(&c.arguments)
+                        .ok()
+                        .filter(Value::is_object)
+                        .unwrap_or_else(|| json!({}));
                     json!({"type": "tool_use", "id": c.id, "name": c.name, "input": input})
                 }));
                 ("assistant", blocks)
@@ -190,7 +212,9 @@ fn content_blocks(content: Option<&Content>) -> Vec<Value> {
 fn image_block(url: &str) -> Value {
     let inline = url.strip_prefix("data:").and_then(|rest| rest.split_once(";base64,"));
     match inline {
-        Some((media_type, data)) => json!({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}),
+        Some((media_type, data)) => {
+            json!({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}})
+        }
         None => json!({"type": "image", "source": {"type": "url", "url": url}}),
     }
 }
@@ -207,7 +231,10 @@ fn stop_reason(reason: &str) -> FinishReason {
 
 /// Input tokens include cache reads and writes: they all fill the context window.
 fn input_tokens(u: &Value) -> u64 {
-    ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"].iter().filter_map(|k| u[*k].as_u64()).sum()
+    ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"]
+        .iter()
+        .filter_map(|k| u[*k].as_u64())
+        .sum()
 }
 
 fn error_event(v: &Value) -> LlmError {
@@ -236,13 +263,23 @@ impl WireDecoder for Decoder {
         match v["type"].as_str().unwrap_or_default() {
             "message_start" => {
                 let u = &v["message"]["usage"];
-                self.usage = Some(Usage { input_tokens: input_tokens(u), output_tokens: u["output_tokens"].as_u64().unwrap_or(0) });
+                self.usage = Some(Usage {
+                    input_tokens: input_tokens(u),
+                    output_tokens: u["output_tokens"].as_u64().unwrap_or(0),
+                });
             }
             "content_block_start" => {
                 let block = &v["content_block"];
                 match block["type"].as_str().unwrap_or_default() {
-                    "text" => out.extend(block["text"].as_str().filter(|t| !t.is_empty()).map(|t| ModelEvent::TextDelta(t.to_owned()))),
-                    "thinking" => out.extend(block["thinking"].as_str().filter(|t| !t.is_empty()).map(|t| ModelEvent::ReasoningDelta(t.to_owned()))),
+                    "text" => out.extend(
+                        block["text"].as_str().filter(|t| !t.is_empty()).map(|t| ModelEvent::TextDelta(t.to_owned())),
+                    ),
+                    "thinking" => out.extend(
+                        block["thinking"]
+                            .as_str()
+                            .filter(|t| !t.is_empty())
+                            .map(|t| ModelEvent::ReasoningDelta(t.to_owned())),
+                    ),
                     "tool_use" if self.format.as_ref().is_some_and(|f| block["name"] == f.name.as_str()) => {
                         self.format_block = Some((block_index, String::new()));
                     }
@@ -260,14 +297,21 @@ impl WireDecoder for Decoder {
                 let delta = &v["delta"];
                 match delta["type"].as_str().unwrap_or_default() {
                     "text_delta" => out.extend(delta["text"].as_str().map(|t| ModelEvent::TextDelta(t.to_owned()))),
-                    "thinking_delta" => out.extend(delta["thinking"].as_str().map(|t| ModelEvent::ReasoningDelta(t.to_owned()))),
+                    "thinking_delta" => {
+                        out.extend(delta["thinking"].as_str().map(|t| ModelEvent::ReasoningDelta(t.to_owned())))
+                    }
                     "input_json_delta" if self.format_block.as_ref().is_some_and(|(b, _)| *b == block_index) => {
                         if let Some((_, input)) = &mut self.format_block {
                             input.push_str(delta["partial_json"].as_str().unwrap_or(""));
                         }
                     }
                     "input_json_delta" => {
-                        let index = *self.tool_blocks.get(&block_index).ok_or_else(|| LlmError::new(LlmErrorKind::InvalidResponse, "input_json_delta for a block that is not a tool_use"))?;
+                        let index = *self.tool_blocks.get(&block_index).ok_or_else(|| {
+                            LlmError::new(
+                                LlmErrorKind::InvalidResponse,
+                                "input_json_delta for a block that is not a tool_use",
+                            )
+                        })?;
                         out.push(self.tools.delta(index, None, None, delta["partial_json"].as_str().unwrap_or(""))?);
                     }
                     _ => {}
@@ -305,7 +349,10 @@ impl WireDecoder for Decoder {
     fn end(&mut self, out: &mut Vec<ModelEvent>) -> Result<(), LlmError> {
         match self.stop.take() {
             Some(reason) => self.tools.finish(self.usage.take(), reason, out),
-            None => Err(LlmError::new(LlmErrorKind::ProviderUnavailable, "the stream ended before the model finished its answer")),
+            None => Err(LlmError::new(
+                LlmErrorKind::ProviderUnavailable,
+                "the stream ended before the model finished its answer",
+            )),
         }
     }
 }
@@ -320,13 +367,18 @@ fn events_from_body(body: Value, format: Option<&FormatTool>) -> Result<Vec<Mode
     if body["type"] == "error" {
         return Err(error_event(&body));
     }
-    let blocks = body["content"].as_array().ok_or_else(|| LlmError::new(LlmErrorKind::InvalidResponse, "response has no content array"))?;
+    let blocks = body["content"]
+        .as_array()
+        .ok_or_else(|| LlmError::new(LlmErrorKind::InvalidResponse, "response has no content array"))?;
     let mut out = Vec::new();
     let mut tools = ToolCalls::default();
     for block in blocks {
         match block["type"].as_str().unwrap_or_default() {
-            "text" => out.extend(block["text"].as_str().filter(|t| !t.is_empty()).map(|t| ModelEvent::TextDelta(t.to_owned()))),
-            "thinking" => out.extend(block["thinking"].as_str().filter(|t| !t.is_empty()).map(|t| ModelEvent::ReasoningDelta(t.to_owned()))),
+            "text" => out
+                .extend(block["text"].as_str().filter(|t| !t.is_empty()).map(|t| ModelEvent::TextDelta(t.to_owned()))),
+            "thinking" => out.extend(
+                block["thinking"].as_str().filter(|t| !t.is_empty()).map(|t| ModelEvent::ReasoningDelta(t.to_owned())),
+            ),
             "tool_use" => match format.filter(|f| block["name"] == f.name.as_str()) {
                 Some(format) => out.push(ModelEvent::TextDelta(format.answer(&block["input"].to_string()))),
                 None => {
@@ -340,7 +392,9 @@ fn events_from_body(body: Value, format: Option<&FormatTool>) -> Result<Vec<Mode
         }
     }
     let u = &body["usage"];
-    let usage = u.is_object().then(|| Usage { input_tokens: input_tokens(u), output_tokens: u["output_tokens"].as_u64().unwrap_or(0) });
+    let usage = u
+        .is_object()
+        .then(|| Usage { input_tokens: input_tokens(u), output_tokens: u["output_tokens"].as_u64().unwrap_or(0) });
     let reason = answered(body["stop_reason"].as_str().map_or(FinishReason::Stop, stop_reason), format.is_some());
     tools.finish(usage, reason, &mut out)?;
     Ok(out)
@@ -358,7 +412,14 @@ mod tests {
             ToolCall { id: "t1".into(), name: "read".into(), arguments: r#"{"path":"a"}"#.into() },
             ToolCall { id: "t2".into(), name: "read".into(), arguments: "not json".into() },
         ];
-        let messages = vec![Message::system("Be brief."), Message::user("Read a and b"), assistant, Message::tool_result("t1", "A"), Message::tool_result("t2", "B"), Message::user("Now?")];
+        let messages = vec![
+            Message::system("Be brief."),
+            Message::user("Read a and b"),
+            assistant,
+            Message::tool_result("t1", "A"),
+            Message::tool_result("t2", "B"),
+            Message::user("Now?"),
+        ];
         let (system, turns) = wire_messages(&messages);
         assert_eq!(system.as_deref(), Some("Be brief."));
         assert_eq!(
@@ -381,7 +442,13 @@ mod tests {
 
     #[test]
     fn thinking_raises_max_tokens_above_the_budget_and_drops_temperature() {
-        let request = ModelRequest { model: "m".into(), reasoning: Some("high".into()), temperature: Some(0.2), max_output_tokens: Some(1000), ..ModelRequest::default() };
+        let request = ModelRequest {
+            model: "m".into(),
+            reasoning: Some("high".into()),
+            temperature: Some(0.2),
+            max_output_tokens: Some(1000),
+            ..ModelRequest::default()
+        };
         let body = request_body(&request, true);
         assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 16384}));
         assert!(body["max_tokens"].as_u64().unwrap() > 16384);
@@ -392,9 +459,17 @@ mod tests {
     fn a_response_format_is_a_forced_tool_whose_input_is_the_answer() {
         let schema = json!({"type": "object", "properties": {"tier": {"type": "string"}}, "required": ["tier"]});
         let format = json!({"type": "json_schema", "json_schema": {"name": "tier", "strict": true, "schema": schema}});
-        let request = ModelRequest { model: "m".into(), reasoning: Some("high".into()), response_format: Some(format.clone()), ..ModelRequest::default() };
+        let request = ModelRequest {
+            model: "m".into(),
+            reasoning: Some("high".into()),
+            response_format: Some(format.clone()),
+            ..ModelRequest::default()
+        };
         let body = request_body(&request, true);
-        assert_eq!(body["tools"], json!([{"name": "tier", "description": "Give your final answer as this tool's input.", "input_schema": schema}]));
+        assert_eq!(
+            body["tools"],
+            json!([{"name": "tier", "description": "Give your final answer as this tool's input.", "input_schema": schema}])
+        );
         assert_eq!(body["tool_choice"], json!({"type": "tool", "name": "tier"}));
         assert!(body.get("thinking").is_none(), "Anthropic refuses thinking with a forced tool");
 
@@ -415,7 +490,10 @@ mod tests {
         assert!(!out.iter().any(|e| matches!(e, ModelEvent::ToolCall(_))));
 
         let list = FormatTool::new(&json!({"type": "json_schema", "json_schema": {"name": "tags", "schema": {"type": "array", "items": {"type": "string"}}}})).unwrap();
-        assert_eq!(list.input_schema["properties"]["value"]["type"], "array", "tool input is an object, so other roots are wrapped");
+        assert_eq!(
+            list.input_schema["properties"]["value"]["type"], "array",
+            "tool input is an object, so other roots are wrapped"
+        );
         let body = json!({"content": [{"type": "tool_use", "id": "t", "name": "tags", "input": {"value": ["a", "b"]}}], "stop_reason": "tool_use"});
         assert_eq!(events_from_body(body, Some(&list)).unwrap()[0], ModelEvent::TextDelta(r#"["a","b"]"#.into()));
     }
@@ -424,14 +502,21 @@ mod tests {
     fn in_stream_error_events_are_classified() {
         let mut d = Decoder::default();
         let data = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        let Err(error) = d.event(SseEvent { event: Some("error".into()), data: data.into(), ..SseEvent::default() }, &mut Vec::new()) else { panic!("an error event must fail the stream") };
+        let Err(error) = d
+            .event(SseEvent { event: Some("error".into()), data: data.into(), ..SseEvent::default() }, &mut Vec::new())
+        else {
+            panic!("an error event must fail the stream")
+        };
         assert_eq!(error.kind, LlmErrorKind::ProviderUnavailable);
         assert!(error.message.contains("Overloaded"));
     }
 
     #[test]
     fn data_url_images_become_base64_sources() {
-        assert_eq!(image_block("data:image/png;base64,AAAA")["source"], json!({"type": "base64", "media_type": "image/png", "data": "AAAA"}));
+        assert_eq!(
+            image_block("data:image/png;base64,AAAA")["source"],
+            json!({"type": "base64", "media_type": "image/png", "data": "AAAA"})
+        );
         assert_eq!(image_block("https://x/y.png")["source"]["type"], "url");
     }
 }

@@ -127,8 +127,20 @@ const fn openai_wire(name: &'static str, base_url: &'static str, api_key_env: Op
 }
 
 const BUILTINS: &[Builtin] = &[
-    Builtin { name: "openai", api: WireApi::OpenAiChat, base_url: "https://api.openai.com/v1", api_key_env: Some("OPENAI_API_KEY"), base_url_env: Some("OPENAI_BASE_URL") },
-    Builtin { name: "anthropic", api: WireApi::AnthropicMessages, base_url: "https://api.anthropic.com", api_key_env: Some("ANTHROPIC_API_KEY"), base_url_env: Some("ANTHROPIC_BASE_URL") },
+    Builtin {
+        name: "openai",
+        api: WireApi::OpenAiChat,
+        base_url: "https://api.openai.com/v1",
+        api_key_env: Some("OPENAI_API_KEY"),
+        base_url_env: Some("OPENAI_BASE_URL"),
+    },
+    Builtin {
+        name: "anthropic",
+        api: WireApi::AnthropicMessages,
+        base_url: "https://api.anthropic.com",
+        api_key_env: Some("ANTHROPIC_API_KEY"),
+        base_url_env: Some("ANTHROPIC_BASE_URL"),
+    },
     openai_wire("openrouter", "https://openrouter.ai/api/v1", Some("OPENROUTER_API_KEY")),
     openai_wire("groq", "https://api.groq.com/openai/v1", Some("GROQ_API_KEY")),
     openai_wire("together", "https://api.together.xyz/v1", Some("TOGETHER_API_KEY")),
@@ -151,7 +163,14 @@ pub fn builtin_provider_names() -> impl Iterator<Item = &'static str> {
 impl ProviderConfig {
     /// A provider with default timeouts, streaming on, no key and no extra headers.
     pub fn new(api: WireApi, base_url: impl Into<String>) -> Self {
-        Self { api, base_url: base_url.into(), api_key_env: None, headers: BTreeMap::new(), stream: true, http: HttpPolicy::default() }
+        Self {
+            api,
+            base_url: base_url.into(),
+            api_key_env: None,
+            headers: BTreeMap::new(),
+            stream: true,
+            http: HttpPolicy::default(),
+        }
     }
 
     /// The built-in defaults for a well-known provider name. Like the official SDKs, `openai`
@@ -159,7 +178,8 @@ impl ProviderConfig {
     /// when set, so any OpenAI-wire server can stand in for `openai/<model>`.
     pub fn builtin(name: &str, env: &dyn Fn(&str) -> Option<String>) -> Option<Self> {
         let b = BUILTINS.iter().find(|b| b.name == name)?;
-        let base_url = b.base_url_env.and_then(env).filter(|u| !u.trim().is_empty()).unwrap_or_else(|| b.base_url.to_owned());
+        let base_url =
+            b.base_url_env.and_then(env).filter(|u| !u.trim().is_empty()).unwrap_or_else(|| b.base_url.to_owned());
         Some(Self { api_key_env: b.api_key_env.map(str::to_owned), ..Self::new(b.api, base_url) })
     }
 }

@@ -61,14 +61,18 @@ async fn read_json(mut response: reqwest::Response, transport: &Transport) -> Re
     loop {
         match response.chunk().await {
             Ok(Some(chunk)) if body.len() + chunk.len() > MAX_BODY_BYTES => {
-                return Err(LlmError::new(LlmErrorKind::InvalidResponse, format!("response body larger than {MAX_BODY_BYTES} bytes")));
+                return Err(LlmError::new(
+                    LlmErrorKind::InvalidResponse,
+                    format!("response body larger than {MAX_BODY_BYTES} bytes"),
+                ));
             }
             Ok(Some(chunk)) => body.extend_from_slice(&chunk),
             Ok(None) => break,
             Err(e) => return Err(transport.transport_error(&e)),
         }
     }
-    serde_json::from_slice(&body).map_err(|e| LlmError::new(LlmErrorKind::InvalidResponse, format!("response is not valid JSON: {e}")))
+    serde_json::from_slice(&body)
+        .map_err(|e| LlmError::new(LlmErrorKind::InvalidResponse, format!("response is not valid JSON: {e}")))
 }
 
 /// The stream rule in one place: once content was delivered, a failure can no longer be
@@ -76,13 +80,22 @@ async fn read_json(mut response: reqwest::Response, transport: &Transport) -> Re
 pub(crate) fn interrupted(error: LlmError) -> LlmError {
     match error.kind {
         LlmErrorKind::StreamInterrupted => error,
-        kind => LlmError::new(LlmErrorKind::StreamInterrupted, format!("the answer broke off after content was delivered ({}: {})", kind.code(), error.message)),
+        kind => LlmError::new(
+            LlmErrorKind::StreamInterrupted,
+            format!("the answer broke off after content was delivered ({}: {})", kind.code(), error.message),
+        ),
     }
 }
 
 /// Events that deliver content to the caller (after which fallback is no longer possible).
 pub(crate) fn is_content(event: &ModelEvent) -> bool {
-    matches!(event, ModelEvent::TextDelta(_) | ModelEvent::ReasoningDelta(_) | ModelEvent::ToolCallDelta { .. } | ModelEvent::ToolCall(_))
+    matches!(
+        event,
+        ModelEvent::TextDelta(_)
+            | ModelEvent::ReasoningDelta(_)
+            | ModelEvent::ToolCallDelta { .. }
+            | ModelEvent::ToolCall(_)
+    )
 }
 
 struct Driver {
@@ -181,15 +194,31 @@ pub(crate) struct ToolCalls {
 
 impl ToolCalls {
     /// Record one fragment and return it as a [`ModelEvent::ToolCallDelta`].
-    pub fn delta(&mut self, index: usize, id: Option<String>, name: Option<String>, arguments: &str) -> Result<ModelEvent, LlmError> {
+    pub fn delta(
+        &mut self,
+        index: usize,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: &str,
+    ) -> Result<ModelEvent, LlmError> {
         if !self.calls.contains_key(&index) && self.calls.len() >= MAX_TOOL_CALLS {
-            return Err(LlmError::new(LlmErrorKind::InvalidResponse, format!("more than {MAX_TOOL_CALLS} tool calls in one answer")));
+            return Err(LlmError::new(
+                LlmErrorKind::InvalidResponse,
+                format!("more than {MAX_TOOL_CALLS} tool calls in one answer"),
+            ));
         }
         self.argument_bytes += arguments.len();
         if self.argument_bytes > MAX_TOOL_ARGUMENT_BYTES {
-            return Err(LlmError::new(LlmErrorKind::InvalidResponse, format!("tool-call arguments larger than {MAX_TOOL_ARGUMENT_BYTES} bytes")));
+            return Err(LlmError::new(
+                LlmErrorKind::InvalidResponse,
+                format!("tool-call arguments larger than {MAX_TOOL_ARGUMENT_BYTES} bytes"),
+            ));
         }
-        let call = self.calls.entry(index).or_insert_with(|| ToolCall { id: String::new(), name: String::new(), arguments: String::new() });
+        let call = self.calls.entry(index).or_insert_with(|| ToolCall {
+            id: String::new(),
+            name: String::new(),
+            arguments: String::new(),
+        });
         if let Some(id) = id.as_ref().filter(|_| call.id.is_empty()) {
             call.id.clone_from(id);
         }
@@ -207,7 +236,12 @@ impl ToolCalls {
 
     /// The closing events of a turn: complete tool calls in order, usage, and the finish
     /// reason (`tool_calls` whenever calls were made, whatever the provider said).
-    pub fn finish(&mut self, usage: Option<Usage>, reason: FinishReason, out: &mut Vec<ModelEvent>) -> Result<(), LlmError> {
+    pub fn finish(
+        &mut self,
+        usage: Option<Usage>,
+        reason: FinishReason,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), LlmError> {
         let calls = std::mem::take(&mut self.calls);
         let any = !calls.is_empty();
         for (index, mut call) in calls {
@@ -223,14 +257,19 @@ impl ToolCalls {
             out.push(ModelEvent::ToolCall(call));
         }
         out.extend(usage.map(ModelEvent::Usage));
-        out.push(ModelEvent::Finish(if any && reason == FinishReason::Stop { FinishReason::ToolCalls } else { reason }));
+        out.push(ModelEvent::Finish(if any && reason == FinishReason::Stop {
+            FinishReason::ToolCalls
+        } else {
+            reason
+        }));
         Ok(())
     }
 }
 
 /// Parse one SSE `data` payload as JSON.
 pub(crate) fn json(data: &str) -> Result<serde_json::Value, LlmError> {
-    serde_json::from_str(data).map_err(|e| LlmError::new(LlmErrorKind::InvalidResponse, format!("stream event is not valid JSON: {e}")))
+    serde_json::from_str(data)
+        .map_err(|e| LlmError::new(LlmErrorKind::InvalidResponse, format!("stream event is not valid JSON: {e}")))
 }
 
 #[cfg(test)]
@@ -248,7 +287,11 @@ mod tests {
         assert_eq!(
             out,
             vec![
-                ModelEvent::ToolCall(ToolCall { id: "a".into(), name: "read".into(), arguments: "{\"path\":1}".into() }),
+                ModelEvent::ToolCall(ToolCall {
+                    id: "a".into(),
+                    name: "read".into(),
+                    arguments: "{\"path\":1}".into()
+                }),
                 ModelEvent::ToolCall(ToolCall { id: "b".into(), name: "grep".into(), arguments: "{}".into() }),
                 ModelEvent::Finish(FinishReason::ToolCalls),
             ]

@@ -49,7 +49,14 @@ impl FallbackProvider {
 
 /// Whether an error before the first content delta lets the next target take over.
 pub fn falls_back(kind: LlmErrorKind) -> bool {
-    matches!(kind, LlmErrorKind::RateLimited | LlmErrorKind::ProviderUnavailable | LlmErrorKind::Timeout | LlmErrorKind::AuthFailed | LlmErrorKind::ModelNotFound)
+    matches!(
+        kind,
+        LlmErrorKind::RateLimited
+            | LlmErrorKind::ProviderUnavailable
+            | LlmErrorKind::Timeout
+            | LlmErrorKind::AuthFailed
+            | LlmErrorKind::ModelNotFound
+    )
 }
 
 #[async_trait::async_trait]
@@ -68,7 +75,8 @@ impl ModelProvider for FallbackProvider {
             };
             let last = position + 1 == self.targets.len();
             if last || !falls_back(error.kind) {
-                let earlier = if failures.is_empty() { String::new() } else { format!(" (after {})", failures.join("; ")) };
+                let earlier =
+                    if failures.is_empty() { String::new() } else { format!(" (after {})", failures.join("; ")) };
                 return Err(LlmError { message: format!("{}: {}{earlier}", target.id, error.message), ..error });
             }
             tracing::warn!(model = %target.id, code = error.kind.code(), "model failed before its first delta; falling back to the next model");

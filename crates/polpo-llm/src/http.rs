@@ -24,25 +24,40 @@ pub(crate) struct Transport {
 
 impl Transport {
     /// A client for `config`; `auth` turns the key into the wire's auth headers.
-    pub fn new(config: &ProviderConfig, key: Option<ApiKey>, auth: impl Fn(&ApiKey) -> Vec<(&'static str, String)>) -> Result<Self, LlmError> {
+    pub fn new(
+        config: &ProviderConfig,
+        key: Option<ApiKey>,
+        auth: impl Fn(&ApiKey) -> Vec<(&'static str, String)>,
+    ) -> Result<Self, LlmError> {
         crate::install_crypto_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(config.http.connect_timeout)
             .read_timeout(config.http.idle_timeout)
             .build()
-            .map_err(|e| LlmError::new(LlmErrorKind::InvalidRequest, format!("cannot build HTTP client: {}", e.without_url())))?;
+            .map_err(|e| {
+                LlmError::new(LlmErrorKind::InvalidRequest, format!("cannot build HTTP client: {}", e.without_url()))
+            })?;
         let mut headers = HeaderMap::new();
         headers.insert(reqwest::header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         if let Some(key) = &key {
             for (name, value) in auth(key) {
-                let mut value = HeaderValue::from_str(&value).map_err(|_| LlmError::new(LlmErrorKind::AuthFailed, "the API key contains characters not allowed in a header"))?;
+                let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                    LlmError::new(LlmErrorKind::AuthFailed, "the API key contains characters not allowed in a header")
+                })?;
                 value.set_sensitive(true);
                 headers.insert(name, value);
             }
         }
         for (name, value) in &config.headers {
-            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| LlmError::new(LlmErrorKind::InvalidRequest, format!("invalid header name `{name}` in provider config")))?;
-            let mut value = HeaderValue::from_str(value).map_err(|_| LlmError::new(LlmErrorKind::InvalidRequest, format!("invalid value for header `{name}` in provider config")))?;
+            let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+                LlmError::new(LlmErrorKind::InvalidRequest, format!("invalid header name `{name}` in provider config"))
+            })?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| {
+                LlmError::new(
+                    LlmErrorKind::InvalidRequest,
+                    format!("invalid value for header `{name}` in provider config"),
+                )
+            })?;
             value.set_sensitive(true);
             headers.insert(name, value);
         }
@@ -54,7 +69,10 @@ impl Transport {
     /// backoff and jitter (or the provider's `Retry-After`, up to a bound). Retries happen only
     /// here, before any byte of a successful body is read, so nothing is ever delivered twice.
     pub async fn post(&self, url: &str, body: &serde_json::Value) -> Result<reqwest::Response, LlmError> {
-        let body = Bytes::from(serde_json::to_vec(body).map_err(|e| LlmError::new(LlmErrorKind::InvalidRequest, format!("cannot encode request: {e}")))?);
+        let body = Bytes::from(
+            serde_json::to_vec(body)
+                .map_err(|e| LlmError::new(LlmErrorKind::InvalidRequest, format!("cannot encode request: {e}")))?,
+        );
         let mut attempt: u32 = 0;
         loop {
             let sent = self.client.post(url).headers(self.headers.clone()).body(body.clone()).send().await;
@@ -72,7 +90,12 @@ impl Transport {
                 Some(wait) => wait,
                 None => backoff(&self.policy, attempt),
             };
-            tracing::debug!(code = error.kind.code(), attempt, wait_ms = wait.as_millis() as u64, "model call failed; retrying");
+            tracing::debug!(
+                code = error.kind.code(),
+                attempt,
+                wait_ms = wait.as_millis() as u64,
+                "model call failed; retrying"
+            );
             tokio::time::sleep(wait).await;
             attempt += 1;
         }
@@ -112,7 +135,8 @@ impl Transport {
 /// Classify a failed `reqwest` call: an idle timeout is `model_timeout`; refused, reset or
 /// timed-out connections mean the provider is not answering.
 fn transport_error(e: &reqwest::Error, key: Option<&ApiKey>) -> LlmError {
-    let kind = if e.is_timeout() && !e.is_connect() { LlmErrorKind::Timeout } else { LlmErrorKind::ProviderUnavailable };
+    let kind =
+        if e.is_timeout() && !e.is_connect() { LlmErrorKind::Timeout } else { LlmErrorKind::ProviderUnavailable };
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(cause) = source {
@@ -144,8 +168,13 @@ fn backoff(policy: &HttpPolicy, attempt: u32) -> Duration {
 fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     let text = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
     let number = |name: &str| text(name)?.parse::<f64>().ok().filter(|n| n.is_finite() && *n >= 0.0);
-    let date = || httpdate::parse_http_date(text("retry-after")?).ok().map(|at| at.duration_since(now).unwrap_or(Duration::ZERO));
-    number("retry-after-ms").map(|ms| Duration::from_secs_f64(ms / 1000.0)).or_else(|| number("retry-after").map(Duration::from_secs_f64)).or_else(date)
+    let date = || {
+        httpdate::parse_http_date(text("retry-after")?).ok().map(|at| at.duration_since(now).unwrap_or(Duration::ZERO))
+    };
+    number("retry-after-ms")
+        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+        .or_else(|| number("retry-after").map(Duration::from_secs_f64))
+        .or_else(date)
 }
 
 /// The provider's own error sentence from a JSON error envelope, or the body text, shortened.
@@ -169,7 +198,15 @@ pub(crate) fn provider_message(body: &str) -> String {
 pub(crate) fn classify(status: Option<u16>, body: &str) -> LlmErrorKind {
     let text = body.to_ascii_lowercase();
     let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
-    let context = has(&["context_length_exceeded", "context length", "context window", "maximum context", "prompt is too long", "too many tokens", "request_too_large"]);
+    let context = has(&[
+        "context_length_exceeded",
+        "context length",
+        "context window",
+        "maximum context",
+        "prompt is too long",
+        "too many tokens",
+        "request_too_large",
+    ]);
     let filtered = has(&["content_filter", "content_policy", "content policy", "safety system"]);
     match status {
         Some(401 | 403) => LlmErrorKind::AuthFailed,
@@ -197,8 +234,14 @@ mod tests {
 
     #[test]
     fn statuses_and_bodies_classify() {
-        assert_eq!(classify(Some(400), r#"{"error":{"code":"context_length_exceeded"}}"#), LlmErrorKind::ContextLengthExceeded);
-        assert_eq!(classify(Some(400), r#"{"error":{"message":"prompt is too long: 210000 tokens"}}"#), LlmErrorKind::ContextLengthExceeded);
+        assert_eq!(
+            classify(Some(400), r#"{"error":{"code":"context_length_exceeded"}}"#),
+            LlmErrorKind::ContextLengthExceeded
+        );
+        assert_eq!(
+            classify(Some(400), r#"{"error":{"message":"prompt is too long: 210000 tokens"}}"#),
+            LlmErrorKind::ContextLengthExceeded
+        );
         assert_eq!(classify(Some(400), r#"{"error":{"code":"content_filter"}}"#), LlmErrorKind::ContentFiltered);
         assert_eq!(classify(Some(400), "{}"), LlmErrorKind::InvalidRequest);
         assert_eq!(classify(Some(529), "overloaded"), LlmErrorKind::ProviderUnavailable);
@@ -208,7 +251,11 @@ mod tests {
 
     #[test]
     fn backoff_grows_and_stays_bounded() {
-        let p = HttpPolicy { initial_backoff: Duration::from_millis(100), max_backoff: Duration::from_millis(1000), ..HttpPolicy::default() };
+        let p = HttpPolicy {
+            initial_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(1000),
+            ..HttpPolicy::default()
+        };
         for attempt in 0..10 {
             let exp = (100u64 << attempt.min(4)).min(1000);
             let b = backoff(&p, attempt).as_millis() as u64;

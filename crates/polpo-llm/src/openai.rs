@@ -22,8 +22,13 @@ pub struct OpenAiProvider {
 impl OpenAiProvider {
     /// A provider for `config`, authenticating with `api_key` as a bearer token when given.
     pub fn new(config: &ProviderConfig, api_key: Option<ApiKey>) -> Result<Self, LlmError> {
-        let transport = Transport::new(config, api_key, |key| vec![("authorization", format!("Bearer {}", key.expose()))])?;
-        Ok(Self { transport, url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')), stream: config.stream })
+        let transport =
+            Transport::new(config, api_key, |key| vec![("authorization", format!("Bearer {}", key.expose()))])?;
+        Ok(Self {
+            transport,
+            url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
+            stream: config.stream,
+        })
     }
 }
 
@@ -84,7 +89,11 @@ fn wire_message(m: &Message) -> Value {
     };
     let mut v = json!({"role": role, "content": m.content});
     if !m.tool_calls.is_empty() {
-        let calls: Vec<Value> = m.tool_calls.iter().map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})).collect();
+        let calls: Vec<Value> = m
+            .tool_calls
+            .iter()
+            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .collect();
         v["tool_calls"] = json!(calls);
     }
     if let Some(id) = &m.tool_call_id {
@@ -108,14 +117,20 @@ fn finish_reason(reason: &str) -> FinishReason {
 
 fn usage(v: &Value) -> Option<Usage> {
     let u = v.get("usage").filter(|u| u.is_object())?;
-    Some(Usage { input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0), output_tokens: u["completion_tokens"].as_u64().unwrap_or(0) })
+    Some(Usage {
+        input_tokens: u["prompt_tokens"].as_u64().unwrap_or(0),
+        output_tokens: u["completion_tokens"].as_u64().unwrap_or(0),
+    })
 }
 
 /// An `{"error": …}` object some servers send inside a 200 stream or body.
 fn embedded_error(v: &Value) -> Option<LlmError> {
     let error = v.get("error").filter(|e| !e.is_null())?;
     let text = error.to_string();
-    Some(LlmError::new(classify(None, &text), format!("provider reported an error: {}", provider_message(&v.to_string()))))
+    Some(LlmError::new(
+        classify(None, &text),
+        format!("provider reported an error: {}", provider_message(&v.to_string())),
+    ))
 }
 
 fn reasoning_text(v: &Value) -> Option<&str> {
@@ -173,7 +188,10 @@ impl WireDecoder for Decoder {
 
     fn end(&mut self, out: &mut Vec<ModelEvent>) -> Result<(), LlmError> {
         if self.finish.is_none() {
-            return Err(LlmError::new(LlmErrorKind::ProviderUnavailable, "the stream ended before the model finished its answer"));
+            return Err(LlmError::new(
+                LlmErrorKind::ProviderUnavailable,
+                "the stream ended before the model finished its answer",
+            ));
         }
         self.close(out)
     }
@@ -184,7 +202,9 @@ fn events_from_body(body: Value) -> Result<Vec<ModelEvent>, LlmError> {
     if let Some(error) = embedded_error(&body) {
         return Err(error);
     }
-    let choice = body["choices"].get(0).ok_or_else(|| LlmError::new(LlmErrorKind::InvalidResponse, "response has no choices"))?;
+    let choice = body["choices"]
+        .get(0)
+        .ok_or_else(|| LlmError::new(LlmErrorKind::InvalidResponse, "response has no choices"))?;
     let message = &choice["message"];
     let mut out = Vec::new();
     if let Some(r) = reasoning_text(message) {
@@ -240,7 +260,9 @@ mod tests {
     fn an_error_object_inside_the_stream_is_classified() {
         let mut d = Decoder::default();
         let data = r#"{"error":{"message":"Rate limit reached","code":"rate_limit_exceeded"}}"#;
-        let Err(error) = d.event(SseEvent { data: data.into(), ..SseEvent::default() }, &mut Vec::new()) else { panic!("an error chunk must fail the stream") };
+        let Err(error) = d.event(SseEvent { data: data.into(), ..SseEvent::default() }, &mut Vec::new()) else {
+            panic!("an error chunk must fail the stream")
+        };
         assert_eq!(error.kind, LlmErrorKind::RateLimited);
     }
 
@@ -248,7 +270,14 @@ mod tests {
     fn assistant_tool_calls_use_the_function_shape() {
         let mut m = Message::assistant("");
         m.content = None;
-        m.tool_calls.push(polpo_core::message::ToolCall { id: "c1".into(), name: "read".into(), arguments: "{}".into() });
-        assert_eq!(wire_message(&m), json!({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{}"}}]}));
+        m.tool_calls.push(polpo_core::message::ToolCall {
+            id: "c1".into(),
+            name: "read".into(),
+            arguments: "{}".into(),
+        });
+        assert_eq!(
+            wire_message(&m),
+            json!({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{}"}}]})
+        );
     }
 }

@@ -72,7 +72,8 @@ impl Providers {
             return true;
         }
         let config = self.configs.get(name).cloned().or_else(|| ProviderConfig::builtin(name, &*self.env));
-        config.is_some_and(|c| c.api_key_env.as_deref().is_none_or(|var| (self.env)(var).is_some_and(|k| !k.is_empty())))
+        config
+            .is_some_and(|c| c.api_key_env.as_deref().is_none_or(|var| (self.env)(var).is_some_and(|k| !k.is_empty())))
     }
 
     /// The environment variable whose absence keeps `name` from being ready, so a caller can
@@ -91,13 +92,15 @@ impl Providers {
         if let Some(p) = built.get(name) {
             return Ok(p.clone());
         }
-        let config = self
-            .configs
-            .get(name)
-            .cloned()
-            .or_else(|| ProviderConfig::builtin(name, &*self.env))
-            .ok_or_else(|| LlmError::new(LlmErrorKind::ModelNotFound, format!("unknown provider `{name}`: configure it in settings.providers")))?;
-        let key = config.api_key_env.as_deref().and_then(|var| (self.env)(var)).filter(|k| !k.is_empty()).map(ApiKey::new);
+        let config =
+            self.configs.get(name).cloned().or_else(|| ProviderConfig::builtin(name, &*self.env)).ok_or_else(|| {
+                LlmError::new(
+                    LlmErrorKind::ModelNotFound,
+                    format!("unknown provider `{name}`: configure it in settings.providers"),
+                )
+            })?;
+        let key =
+            config.api_key_env.as_deref().and_then(|var| (self.env)(var)).filter(|k| !k.is_empty()).map(ApiKey::new);
         let provider: Arc<dyn ModelProvider> = match config.api {
             WireApi::OpenAiChat => Arc::new(OpenAiProvider::new(&config, key)?),
             WireApi::AnthropicMessages => Arc::new(AnthropicProvider::new(&config, key)?),
@@ -108,7 +111,9 @@ impl Providers {
 
     /// The target for one `provider/model` id.
     pub fn target(&self, id: &str) -> Result<Target, LlmError> {
-        let (provider, model) = split_model_id(id).ok_or_else(|| LlmError::new(LlmErrorKind::ModelNotFound, format!("model id `{id}` must look like provider/model")))?;
+        let (provider, model) = split_model_id(id).ok_or_else(|| {
+            LlmError::new(LlmErrorKind::ModelNotFound, format!("model id `{id}` must look like provider/model"))
+        })?;
         Ok(Target { id: id.to_owned(), model: model.to_owned(), provider: self.provider(provider)? })
     }
 
@@ -119,7 +124,12 @@ impl Providers {
 
     /// Resolve an agent's model selection (profiles, fallbacks, `allowedModelProfiles`) and
     /// build its chain. Fails before any provider call.
-    pub fn resolve(&self, selection: &ModelSelection, profiles: &ModelProfiles, allowed: Option<&[String]>) -> Result<FallbackProvider, ResolveError> {
+    pub fn resolve(
+        &self,
+        selection: &ModelSelection,
+        profiles: &ModelProfiles,
+        allowed: Option<&[String]>,
+    ) -> Result<FallbackProvider, ResolveError> {
         let ids = resolve_model_chain(selection, profiles, allowed)?;
         Ok(self.chain(&ids)?)
     }

@@ -73,7 +73,10 @@ impl SseDecoder {
 
     fn extend_line(&mut self, part: &[u8]) -> Result<(), LlmError> {
         if self.line.len() + part.len() > MAX_LINE_BYTES {
-            return Err(LlmError::new(LlmErrorKind::InvalidResponse, format!("stream line longer than {MAX_LINE_BYTES} bytes")));
+            return Err(LlmError::new(
+                LlmErrorKind::InvalidResponse,
+                format!("stream line longer than {MAX_LINE_BYTES} bytes"),
+            ));
         }
         self.line.extend_from_slice(part);
         Ok(())
@@ -94,7 +97,10 @@ impl SseDecoder {
         match field {
             "data" => {
                 if self.data.len() + value.len() + 1 > MAX_EVENT_BYTES {
-                    return Err(LlmError::new(LlmErrorKind::InvalidResponse, format!("stream event larger than {MAX_EVENT_BYTES} bytes")));
+                    return Err(LlmError::new(
+                        LlmErrorKind::InvalidResponse,
+                        format!("stream event larger than {MAX_EVENT_BYTES} bytes"),
+                    ));
                 }
                 if self.has_data {
                     self.data.push('\n');
@@ -133,7 +139,8 @@ mod tests {
 
     #[test]
     fn events_split_anywhere_reassemble() {
-        let whole = b"event: a\nid: 7\ndata: {\"x\":1}\n\n: ping\n\ndata: one\ndata: two\r\n\r\ndata:tight\r\rdata: last";
+        let whole =
+            b"event: a\nid: 7\ndata: {\"x\":1}\n\n: ping\n\ndata: one\ndata: two\r\n\r\ndata:tight\r\rdata: last";
         let text = |data: &str| SseEvent { data: data.into(), ..SseEvent::default() };
         let expected = vec![
             SseEvent { event: Some("a".into()), id: Some("7".into()), data: "{\"x\":1}".into() },

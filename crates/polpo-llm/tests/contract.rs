@@ -9,8 +9,8 @@ use polpo_core::message::{FinishReason, Message, ToolCall, Usage};
 use polpo_core::model::{ModelProfiles, ModelSelection};
 use polpo_core::tool::ToolSpec;
 use polpo_llm::{
-    AnthropicProvider, ApiKey, EnvLookup, HttpPolicy, LlmError, LlmErrorKind, ModelEvent, ModelProvider, ModelRequest, OpenAiProvider, ProviderConfig, Providers, ToolChoice,
-    WireApi,
+    AnthropicProvider, ApiKey, EnvLookup, HttpPolicy, LlmError, LlmErrorKind, ModelEvent, ModelProvider, ModelRequest,
+    OpenAiProvider, ProviderConfig, Providers, ToolChoice, WireApi,
 };
 use polpo_testkit::{FakeLlm, Turn};
 use serde_json::{Value, json};
@@ -22,7 +22,12 @@ const KEY: &str = "sk-test-secret-123";
 const WIRES: [WireApi; 2] = [WireApi::OpenAiChat, WireApi::AnthropicMessages];
 
 fn fast_http() -> HttpPolicy {
-    HttpPolicy { initial_backoff: Duration::from_millis(10), max_backoff: Duration::from_millis(40), idle_timeout: Duration::from_secs(10), ..HttpPolicy::default() }
+    HttpPolicy {
+        initial_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(40),
+        idle_timeout: Duration::from_secs(10),
+        ..HttpPolicy::default()
+    }
 }
 
 fn config(wire: WireApi, fake: &FakeLlm) -> ProviderConfig {
@@ -46,11 +51,20 @@ fn provider(wire: WireApi, fake: &FakeLlm) -> Arc<dyn ModelProvider> {
 }
 
 fn read_tool() -> ToolSpec {
-    ToolSpec { name: "read".into(), description: "Read a file".into(), parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}) }
+    ToolSpec {
+        name: "read".into(),
+        description: "Read a file".into(),
+        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+    }
 }
 
 fn request() -> ModelRequest {
-    ModelRequest { model: "test-model".into(), messages: Arc::new(vec![Message::system("Be brief."), Message::user("What is in a.txt?")]), tools: vec![Arc::new(read_tool())], ..ModelRequest::default() }
+    ModelRequest {
+        model: "test-model".into(),
+        messages: Arc::new(vec![Message::system("Be brief."), Message::user("What is in a.txt?")]),
+        tools: vec![Arc::new(read_tool())],
+        ..ModelRequest::default()
+    }
 }
 
 /// Everything a caller saw from one call.
@@ -62,13 +76,22 @@ struct Outcome {
 
 impl Outcome {
     fn text(&self) -> String {
-        self.events.iter().filter_map(|e| if let ModelEvent::TextDelta(t) = e { Some(t.as_str()) } else { None }).collect()
+        self.events
+            .iter()
+            .filter_map(|e| if let ModelEvent::TextDelta(t) = e { Some(t.as_str()) } else { None })
+            .collect()
     }
     fn reasoning(&self) -> String {
-        self.events.iter().filter_map(|e| if let ModelEvent::ReasoningDelta(t) = e { Some(t.as_str()) } else { None }).collect()
+        self.events
+            .iter()
+            .filter_map(|e| if let ModelEvent::ReasoningDelta(t) = e { Some(t.as_str()) } else { None })
+            .collect()
     }
     fn tool_calls(&self) -> Vec<ToolCall> {
-        self.events.iter().filter_map(|e| if let ModelEvent::ToolCall(c) = e { Some(c.clone()) } else { None }).collect()
+        self.events
+            .iter()
+            .filter_map(|e| if let ModelEvent::ToolCall(c) = e { Some(c.clone()) } else { None })
+            .collect()
     }
     fn deltas_of_call(&self, index: usize) -> usize {
         self.events.iter().filter(|e| matches!(e, ModelEvent::ToolCallDelta { index: i, .. } if *i == index)).count()
@@ -118,7 +141,10 @@ fn assert_full_turn(o: &Outcome, wire: WireApi) {
     let calls = o.tool_calls();
     assert_eq!(calls.len(), 2, "{wire:?}");
     assert_eq!(calls[0].name, "read");
-    assert_eq!(serde_json::from_str::<Value>(&calls[0].arguments).unwrap(), json!({"path": "src/deeply/nested/a.txt", "limit": 20}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&calls[0].arguments).unwrap(),
+        json!({"path": "src/deeply/nested/a.txt", "limit": 20})
+    );
     assert_eq!(serde_json::from_str::<Value>(&calls[1].arguments).unwrap(), json!({"path": "b.txt"}));
     assert_ne!(calls[0].id, calls[1].id);
     assert_eq!(o.usage(), Some(Usage { input_tokens: 42, output_tokens: 7 }), "{wire:?}");
@@ -151,9 +177,18 @@ async fn non_streaming_mode_yields_the_same_answer_on_both_wires() {
 
 fn conversation_with_tool_result() -> ModelRequest {
     let mut assistant = Message::assistant("Reading.");
-    assistant.tool_calls.push(ToolCall { id: "call_1".into(), name: "read".into(), arguments: r#"{"path":"a.txt"}"#.into() });
+    assistant.tool_calls.push(ToolCall {
+        id: "call_1".into(),
+        name: "read".into(),
+        arguments: r#"{"path":"a.txt"}"#.into(),
+    });
     ModelRequest {
-        messages: Arc::new(vec![Message::system("Be brief."), Message::user("What is in a.txt?"), assistant, Message::tool_result("call_1", "hello")]),
+        messages: Arc::new(vec![
+            Message::system("Be brief."),
+            Message::user("What is in a.txt?"),
+            assistant,
+            Message::tool_result("call_1", "hello"),
+        ]),
         tool_choice: ToolChoice::Required,
         max_output_tokens: Some(500),
         ..request()
@@ -172,9 +207,15 @@ async fn openai_requests_carry_messages_tools_tool_choice_usage_option_and_beare
     assert_eq!(requests[0].header("authorization"), Some(format!("Bearer {KEY}").as_str()));
     assert_eq!(body["model"], "test-model");
     assert_eq!(body["messages"][0], json!({"role": "system", "content": "Be brief."}));
-    assert_eq!(body["messages"][2]["tool_calls"], json!([{"id": "call_1", "type": "function", "function": {"name": "read", "arguments": "{\"path\":\"a.txt\"}"}}]));
+    assert_eq!(
+        body["messages"][2]["tool_calls"],
+        json!([{"id": "call_1", "type": "function", "function": {"name": "read", "arguments": "{\"path\":\"a.txt\"}"}}])
+    );
     assert_eq!(body["messages"][3], json!({"role": "tool", "content": "hello", "tool_call_id": "call_1"}));
-    assert_eq!(body["tools"][0], json!({"type": "function", "function": {"name": "read", "description": "Read a file", "parameters": read_tool().parameters}}));
+    assert_eq!(
+        body["tools"][0],
+        json!({"type": "function", "function": {"name": "read", "description": "Read a file", "parameters": read_tool().parameters}})
+    );
     assert_eq!(body["tool_choice"], "required");
     assert_eq!(body["stream_options"], json!({"include_usage": true}));
     assert_eq!(body["max_tokens"], 500);
@@ -194,21 +235,36 @@ async fn anthropic_requests_put_system_apart_and_tool_results_in_blocks() {
     assert_eq!(r.body["max_tokens"], 500);
     let messages = r.body["messages"].as_array().unwrap();
     assert!(messages.iter().all(|m| m["role"] != "system"));
-    assert_eq!(messages[1]["content"][1], json!({"type": "tool_use", "id": "call_1", "name": "read", "input": {"path": "a.txt"}}));
-    assert_eq!(messages[2], json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "hello"}]}));
-    assert_eq!(r.body["tools"][0], json!({"name": "read", "description": "Read a file", "input_schema": read_tool().parameters}));
+    assert_eq!(
+        messages[1]["content"][1],
+        json!({"type": "tool_use", "id": "call_1", "name": "read", "input": {"path": "a.txt"}})
+    );
+    assert_eq!(
+        messages[2],
+        json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "hello"}]})
+    );
+    assert_eq!(
+        r.body["tools"][0],
+        json!({"name": "read", "description": "Read a file", "input_schema": read_tool().parameters})
+    );
     assert_eq!(r.body["tool_choice"], json!({"type": "any"}));
 }
 
 #[tokio::test]
 async fn rate_limits_are_retried_after_the_retry_after_delay() {
     for wire in WIRES {
-        let fake = FakeLlm::start([Turn::error(429, r#"{"error":{"message":"slow down"}}"#).retry_after(1), Turn::text("ok")]).await.unwrap();
+        let fake =
+            FakeLlm::start([Turn::error(429, r#"{"error":{"message":"slow down"}}"#).retry_after(1), Turn::text("ok")])
+                .await
+                .unwrap();
         let o = run(&*provider(wire, &fake), request()).await;
         assert_eq!(o.text(), "ok", "{wire:?}: {:?}", o.error);
         let r = fake.requests();
         assert_eq!(r.len(), 2);
-        assert!(r[1].received_at.duration_since(r[0].received_at) >= Duration::from_secs(1), "{wire:?}: Retry-After was not honoured");
+        assert!(
+            r[1].received_at.duration_since(r[0].received_at) >= Duration::from_secs(1),
+            "{wire:?}: Retry-After was not honoured"
+        );
     }
 }
 
@@ -228,7 +284,8 @@ async fn a_retry_after_http_date_is_waited_for_then_the_call_succeeds() {
         // Whole seconds on the wire: the date lies one to two seconds ahead.
         let at = SystemTime::now() + Duration::from_secs(2);
         let date = httpdate::fmt_http_date(at);
-        let fake = FakeLlm::start([Turn::error(429, "{}").header("Retry-After", &date), Turn::text("ok")]).await.unwrap();
+        let fake =
+            FakeLlm::start([Turn::error(429, "{}").header("Retry-After", &date), Turn::text("ok")]).await.unwrap();
         let o = run(&*provider(wire, &fake), request()).await;
         assert_eq!(o.text(), "ok", "{wire:?}: {:?}", o.error);
         assert_eq!(fake.requests().len(), 2, "{wire:?}: one refusal, one retry");
@@ -245,10 +302,16 @@ async fn a_retry_after_date_in_the_past_retries_at_once_and_an_absurd_one_is_ref
     assert_eq!(fake.requests().len(), 2, "a past date is a wait of zero, not a refusal");
 
     let next_year = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(365 * 24 * 3600));
-    let fake = FakeLlm::start([Turn::error(429, "{}").header("Retry-After", next_year), Turn::text("too late")]).await.unwrap();
+    let fake = FakeLlm::start([Turn::error(429, "{}").header("Retry-After", next_year), Turn::text("too late")])
+        .await
+        .unwrap();
     let error = run(&*provider(WireApi::OpenAiChat, &fake), request()).await.error.unwrap();
     assert_eq!(error.kind, LlmErrorKind::RateLimited);
-    assert!(error.retry_after.unwrap() > Duration::from_secs(364 * 24 * 3600), "the wait is reported: {:?}", error.retry_after);
+    assert!(
+        error.retry_after.unwrap() > Duration::from_secs(364 * 24 * 3600),
+        "the wait is reported: {:?}",
+        error.retry_after
+    );
     assert_eq!(fake.requests().len(), 1, "max_retry_after refuses to wait a year");
 }
 
@@ -270,13 +333,29 @@ async fn each_error_class_is_recognised_on_both_wires() {
     let cases = [
         (401, r#"{"error":{"message":"Incorrect API key provided: sk-test-secret-123"}}"#, LlmErrorKind::AuthFailed),
         (403, r#"{"type":"error","error":{"type":"permission_error","message":"no"}}"#, LlmErrorKind::AuthFailed),
-        (404, r#"{"error":{"message":"The model `x` does not exist","code":"model_not_found"}}"#, LlmErrorKind::ModelNotFound),
-        (400, r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#, LlmErrorKind::ContextLengthExceeded),
-        (400, r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 250000 tokens > 200000 maximum"}}"#, LlmErrorKind::ContextLengthExceeded),
+        (
+            404,
+            r#"{"error":{"message":"The model `x` does not exist","code":"model_not_found"}}"#,
+            LlmErrorKind::ModelNotFound,
+        ),
+        (
+            400,
+            r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#,
+            LlmErrorKind::ContextLengthExceeded,
+        ),
+        (
+            400,
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 250000 tokens > 200000 maximum"}}"#,
+            LlmErrorKind::ContextLengthExceeded,
+        ),
         (400, r#"{"error":{"message":"filtered","code":"content_filter"}}"#, LlmErrorKind::ContentFiltered),
         (400, r#"{"error":{"message":"messages: field required"}}"#, LlmErrorKind::InvalidRequest),
         (429, r#"{"error":{"message":"rate limited"}}"#, LlmErrorKind::RateLimited),
-        (529, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#, LlmErrorKind::ProviderUnavailable),
+        (
+            529,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            LlmErrorKind::ProviderUnavailable,
+        ),
     ];
     for wire in WIRES {
         for (status, body, kind) in cases {
@@ -292,7 +371,8 @@ async fn each_error_class_is_recognised_on_both_wires() {
 #[tokio::test]
 async fn a_missing_key_is_named_in_the_auth_error() {
     let fake = FakeLlm::start([Turn::error(401, r#"{"error":{"message":"missing key"}}"#)]).await.unwrap();
-    let config = ProviderConfig { api_key_env: Some("POLPO_TEST_UNSET_KEY".into()), ..config(WireApi::OpenAiChat, &fake) };
+    let config =
+        ProviderConfig { api_key_env: Some("POLPO_TEST_UNSET_KEY".into()), ..config(WireApi::OpenAiChat, &fake) };
     let error = run(&*provider_with(&config, None), request()).await.error.unwrap();
     assert_eq!(error.kind, LlmErrorKind::AuthFailed);
     assert!(error.message.contains("POLPO_TEST_UNSET_KEY"), "{error}");
@@ -303,7 +383,10 @@ async fn a_missing_key_is_named_in_the_auth_error() {
 async fn a_silent_provider_is_a_model_timeout() {
     for wire in WIRES {
         let fake = FakeLlm::start([Turn::text("late").delay(5_000)]).await.unwrap();
-        let config = ProviderConfig { http: HttpPolicy { idle_timeout: Duration::from_millis(300), ..fast_http() }, ..config(wire, &fake) };
+        let config = ProviderConfig {
+            http: HttpPolicy { idle_timeout: Duration::from_millis(300), ..fast_http() },
+            ..config(wire, &fake)
+        };
         let o = run(&*provider_with(&config, Some(KEY)), request()).await;
         assert_eq!(o.error_kind(), Some(LlmErrorKind::Timeout), "{wire:?}: {:?}", o.error);
         assert_eq!(fake.requests().len(), 1, "{wire:?}: a timeout is not retried");
@@ -313,9 +396,15 @@ async fn a_silent_provider_is_a_model_timeout() {
 #[tokio::test]
 async fn a_stream_that_breaks_after_content_ends_with_stream_interrupted() {
     for wire in WIRES {
-        for broken in [Turn::text("a long answer that breaks").disconnect_after(5), Turn::text("a long answer that stalls").stall_after(5)] {
+        for broken in [
+            Turn::text("a long answer that breaks").disconnect_after(5),
+            Turn::text("a long answer that stalls").stall_after(5),
+        ] {
             let fake = FakeLlm::start([broken]).await.unwrap();
-            let config = ProviderConfig { http: HttpPolicy { idle_timeout: Duration::from_millis(300), ..fast_http() }, ..config(wire, &fake) };
+            let config = ProviderConfig {
+                http: HttpPolicy { idle_timeout: Duration::from_millis(300), ..fast_http() },
+                ..config(wire, &fake)
+            };
             let o = run(&*provider_with(&config, Some(KEY)), request()).await;
             assert!(!o.text().is_empty(), "{wire:?}");
             assert_eq!(o.error_kind(), Some(LlmErrorKind::StreamInterrupted), "{wire:?}: {:?}", o.error);
@@ -327,7 +416,8 @@ async fn a_stream_that_breaks_after_content_ends_with_stream_interrupted() {
 #[tokio::test]
 async fn an_exhausted_script_says_so() {
     let fake = FakeLlm::start([]).await.unwrap();
-    let config = ProviderConfig { http: HttpPolicy { max_retries: 0, ..fast_http() }, ..config(WireApi::OpenAiChat, &fake) };
+    let config =
+        ProviderConfig { http: HttpPolicy { max_retries: 0, ..fast_http() }, ..config(WireApi::OpenAiChat, &fake) };
     let error = run(&*provider_with(&config, Some(KEY)), request()).await.error.unwrap();
     assert!(error.message.contains("fake llm script exhausted"), "{error}");
 }
@@ -353,7 +443,14 @@ fn env(vars: &[(&str, String)]) -> EnvLookup {
 fn registry(primary: &FakeLlm, backup: &FakeLlm) -> Providers {
     let no_retries = HttpPolicy { max_retries: 0, idle_timeout: Duration::from_millis(500), ..fast_http() };
     let configs = BTreeMap::from([
-        ("primary".to_owned(), ProviderConfig { http: no_retries.clone(), api_key_env: Some("PRIMARY_KEY".into()), ..config(WireApi::OpenAiChat, primary) }),
+        (
+            "primary".to_owned(),
+            ProviderConfig {
+                http: no_retries.clone(),
+                api_key_env: Some("PRIMARY_KEY".into()),
+                ..config(WireApi::OpenAiChat, primary)
+            },
+        ),
         ("backup".to_owned(), ProviderConfig { http: no_retries, ..config(WireApi::AnthropicMessages, backup) }),
     ]);
     Providers::new(configs, env(&[("PRIMARY_KEY", KEY.to_owned())]))
@@ -376,7 +473,12 @@ fn balanced() -> ModelSelection {
 
 #[tokio::test]
 async fn the_fallback_answers_when_the_primary_fails_before_its_first_delta() {
-    let failures = [Turn::error(429, "{}"), Turn::error(503, "{}"), Turn::text("never").delay(5_000), Turn::text("cut").disconnect_after(1)];
+    let failures = [
+        Turn::error(429, "{}"),
+        Turn::error(503, "{}"),
+        Turn::text("never").delay(5_000),
+        Turn::text("cut").disconnect_after(1),
+    ];
     for failure in failures {
         let primary = FakeLlm::start([failure.clone()]).await.unwrap();
         let backup = FakeLlm::start([Turn::text("from the backup")]).await.unwrap();
@@ -403,7 +505,10 @@ async fn after_the_first_delta_a_failure_is_an_explicit_error_not_a_fallback() {
 
 #[tokio::test]
 async fn errors_another_model_would_repeat_do_not_fall_back() {
-    let primary = FakeLlm::start([Turn::error(400, r#"{"error":{"code":"context_length_exceeded","message":"too long"}}"#)]).await.unwrap();
+    let primary =
+        FakeLlm::start([Turn::error(400, r#"{"error":{"code":"context_length_exceeded","message":"too long"}}"#)])
+            .await
+            .unwrap();
     let backup = FakeLlm::start([Turn::text("from the backup")]).await.unwrap();
     let chain = registry(&primary, &backup).resolve(&balanced(), &profiles(), None).unwrap();
     let error = run(&chain, request()).await.error.unwrap();
@@ -415,7 +520,12 @@ async fn errors_another_model_would_repeat_do_not_fall_back() {
 #[tokio::test]
 async fn when_every_model_fails_the_last_error_names_them_all() {
     let primary = FakeLlm::start([Turn::error(503, "{}")]).await.unwrap();
-    let backup = FakeLlm::start([Turn::error(529, r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#)]).await.unwrap();
+    let backup = FakeLlm::start([Turn::error(
+        529,
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+    )])
+    .await
+    .unwrap();
     let chain = registry(&primary, &backup).resolve(&balanced(), &profiles(), None).unwrap();
     let error = run(&chain, request()).await.error.unwrap();
     assert_eq!(error.kind, LlmErrorKind::ProviderUnavailable);
@@ -427,7 +537,9 @@ async fn profile_errors_fail_before_any_provider_call() {
     let primary = FakeLlm::start([Turn::text("x")]).await.unwrap();
     let backup = FakeLlm::start([Turn::text("x")]).await.unwrap();
     let providers = registry(&primary, &backup);
-    let code = |selection: ModelSelection, allowed: Option<&[String]>| providers.resolve(&selection, &profiles(), allowed).err().map(|e| e.code());
+    let code = |selection: ModelSelection, allowed: Option<&[String]>| {
+        providers.resolve(&selection, &profiles(), allowed).err().map(|e| e.code())
+    };
     let profile = |name: &str| ModelSelection::Profile { profile: name.into() };
     assert_eq!(code(profile("loop_a"), None), Some("model_profile_cycle"));
     assert_eq!(code(profile("dangling"), None), Some("model_profile_unknown"));
@@ -473,7 +585,10 @@ async fn dropping_the_stream_cancels_the_call() {
             }
         }
         drop(stream);
-        assert!(fake.wait_until_bodies_closed(Duration::from_secs(10)).await, "{wire:?}: the server kept streaming to a dropped caller");
+        assert!(
+            fake.wait_until_bodies_closed(Duration::from_secs(10)).await,
+            "{wire:?}: the server kept streaming to a dropped caller"
+        );
     }
 }
 

@@ -14,9 +14,7 @@ use crate::edit::{Edit, read_optional};
 use crate::error::ProjectError;
 use crate::fsx;
 use crate::paths::{self, AGENT_JSON, AGENTS_DIR, INSTRUCTIONS_MD};
-use polpo_core::config::{
-    AGENT_FILE, Agent, AgentConfig, Location, check_id, fold_id, parse_checked,
-};
+use polpo_core::config::{AGENT_FILE, Agent, AgentConfig, Location, check_id, fold_id, parse_checked};
 use sha2::{Digest, Sha256};
 use std::fmt;
 use std::io;
@@ -62,10 +60,7 @@ pub struct AgentSnapshot {
 }
 
 fn agent_dir(root: &Path, id: &str) -> Result<PathBuf, ProjectError> {
-    check_id(id).map_err(|reason| ProjectError::InvalidId {
-        id: id.to_string(),
-        reason,
-    })?;
+    check_id(id).map_err(|reason| ProjectError::InvalidId { id: id.to_string(), reason })?;
     let dot = paths::polpo_dir(root);
     if dot.join(paths::LEGACY_AGENTS_JSON).exists() {
         return Err(ProjectError::LegacyLayout);
@@ -91,25 +86,15 @@ fn current_files(dir: &Path) -> Result<Option<AgentFiles>, ProjectError> {
         return Ok(None);
     };
     let instructions = read_optional(&dir.join(INSTRUCTIONS_MD))?.unwrap_or_default();
-    Ok(Some(AgentFiles {
-        config,
-        instructions,
-    }))
+    Ok(Some(AgentFiles { config, instructions }))
 }
 
 /// Check the caller's revision against the files; `None` expects no agent at all.
-fn expect_revision(
-    root: &Path,
-    id: &str,
-    dir: &Path,
-    expected: Option<&Revision>,
-) -> Result<(), ProjectError> {
+fn expect_revision(root: &Path, id: &str, dir: &Path, expected: Option<&Revision>) -> Result<(), ProjectError> {
     match (current_files(dir)?, expected) {
         (None, None) => {
             // The same id without agent.json is a create that crashed half-way: redo it.
-            let clash = existing_ids(root)?
-                .into_iter()
-                .find(|other| other != id && fold_id(other) == fold_id(id));
+            let clash = existing_ids(root)?.into_iter().find(|other| other != id && fold_id(other) == fold_id(id));
             clash.map_or(Ok(()), |other| Err(ProjectError::AgentExists(other)))
         }
         (Some(_), None) => Err(ProjectError::AgentExists(id.to_string())),
@@ -126,11 +111,7 @@ fn existing_ids(root: &Path) -> Result<Vec<String>, ProjectError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(ProjectError::io("list", dir)(e)),
     };
-    Ok(entries
-        .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| !n.starts_with('.'))
-        .collect())
+    Ok(entries.flatten().filter_map(|e| e.file_name().into_string().ok()).filter(|n| !n.starts_with('.')).collect())
 }
 
 /// Read one agent of a directory-layout project.
@@ -142,17 +123,8 @@ pub fn read_agent(root: &Path, id: &str) -> Result<AgentSnapshot, ProjectError> 
     let config = parse_checked(&value, &AGENT_FILE, &at).map_err(ProjectError::Invalid)?;
     let revision = files.revision();
     let shown = paths::display(&[AGENTS_DIR, id, INSTRUCTIONS_MD]);
-    let instructions =
-        crate::read::utf8(files.instructions, &shown).map_err(ProjectError::Invalid)?;
-    Ok(AgentSnapshot {
-        agent: Agent {
-            id: id.to_string(),
-            config,
-            instructions,
-            source: at,
-        },
-        revision,
-    })
+    let instructions = crate::read::utf8(files.instructions, &shown).map_err(ProjectError::Invalid)?;
+    Ok(AgentSnapshot { agent: Agent { id: id.to_string(), config, instructions, source: at }, revision })
 }
 
 /// Create (`expected = None`) or update (`expected = Some(revision read earlier)`) an agent,
@@ -167,8 +139,7 @@ pub fn write_agent(
     let root = edit.root().to_path_buf();
     let dir = agent_dir(&root, id)?;
     expect_revision(&root, id, &dir, expected)?;
-    let config_bytes =
-        fsx::to_json_bytes(config).map_err(ProjectError::io("encode", dir.join(AGENT_JSON)))?;
+    let config_bytes = fsx::to_json_bytes(config).map_err(ProjectError::io("encode", dir.join(AGENT_JSON)))?;
     // Instructions first: a crash in between leaves an agent that fails to load as "missing
     // agent.json" on create, or an updated prompt with the old config on update — never a
     // torn file.

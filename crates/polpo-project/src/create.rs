@@ -36,15 +36,8 @@ pub fn create_project(
     if target.exists() {
         return Err(ProjectError::ProjectExists(root.to_path_buf()));
     }
-    for id in agents
-        .iter()
-        .map(|a| a.id.as_str())
-        .chain(teams.keys().map(String::as_str))
-    {
-        check_id(id).map_err(|reason| ProjectError::InvalidId {
-            id: id.to_string(),
-            reason,
-        })?;
+    for id in agents.iter().map(|a| a.id.as_str()).chain(teams.keys().map(String::as_str)) {
+        check_id(id).map_err(|reason| ProjectError::InvalidId { id: id.to_string(), reason })?;
     }
     fs::create_dir_all(root).map_err(ProjectError::io("create", root))?;
     let staging = root.join(format!("{}.tmp-{}", paths::POLPO_DIR, std::process::id()));
@@ -65,12 +58,9 @@ fn write_tree(
     teams: &BTreeMap<String, TeamConfig>,
 ) -> Result<(), ProjectError> {
     let mkdir = |dir: &Path| fs::create_dir_all(dir).map_err(ProjectError::io("create", dir));
-    let write = |path: &Path, bytes: &[u8]| {
-        fsx::write_atomic(path, bytes).map_err(ProjectError::io("write", path))
-    };
-    let json = |path: &Path, bytes: std::io::Result<Vec<u8>>| {
-        write(path, &bytes.map_err(ProjectError::io("encode", path))?)
-    };
+    let write = |path: &Path, bytes: &[u8]| fsx::write_atomic(path, bytes).map_err(ProjectError::io("write", path));
+    let json =
+        |path: &Path, bytes: std::io::Result<Vec<u8>>| write(path, &bytes.map_err(ProjectError::io("encode", path))?);
     mkdir(dot)?;
     json(&dot.join(PROJECT_JSON), fsx::to_json_bytes(manifest))?;
     for agent in agents {
@@ -81,10 +71,7 @@ fn write_tree(
     }
     mkdir(&dot.join(TEAMS_DIR))?;
     for (id, team) in teams {
-        json(
-            &dot.join(TEAMS_DIR).join(format!("{id}.json")),
-            fsx::to_json_bytes(team),
-        )?;
+        json(&dot.join(TEAMS_DIR).join(format!("{id}.json")), fsx::to_json_bytes(team))?;
     }
     for dir in EMPTY_DIRS {
         mkdir(&dot.join(dir))?;

@@ -135,7 +135,8 @@ impl Edit<'_> {
 
     /// Create the missing folders of `dir`, outermost first.
     fn create_dirs(&mut self, dir: &Path) -> Result<(), ProjectError> {
-        let mut missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).collect();
+        let mut missing: Vec<&Path> =
+            dir.ancestors().take_while(|d| !d.as_os_str().is_empty() && !d.exists()).collect();
         missing.reverse();
         for d in missing {
             std::fs::create_dir(d).map_err(ProjectError::io("create", d))?;

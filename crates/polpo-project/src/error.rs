@@ -73,15 +73,8 @@ impl ProjectError {
     }
 
     /// Wrap an I/O error with what was being done and where.
-    pub fn io(
-        action: &'static str,
-        path: impl Into<PathBuf>,
-    ) -> impl FnOnce(std::io::Error) -> Self {
+    pub fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
-        move |source| Self::Io {
-            action,
-            path,
-            source,
-        }
+        move |source| Self::Io { action, path, source }
     }
 }

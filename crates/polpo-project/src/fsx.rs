@@ -26,11 +26,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let tmp = dir.join(format!(
-        ".{name}.tmp-{}-{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let tmp = dir.join(format!(".{name}.tmp-{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
     let result = write_then_rename(&tmp, path, bytes).and_then(|()| sync_dir(dir));
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -68,10 +64,7 @@ pub fn read_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     File::open(path)?.take(max + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("larger than {max} bytes"),
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("larger than {max} bytes")));
     }
     Ok(bytes)
 }
@@ -85,19 +78,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.json");
         write_json_atomic(&path, &serde_json::json!({"a": [1]})).unwrap();
-        assert_eq!(
-            fs::read_to_string(&path).unwrap(),
-            "{\n  \"a\": [\n    1\n  ]\n}\n"
-        );
-        let leftovers: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(
-            leftovers,
-            vec![std::ffi::OsString::from("a.json")],
-            "no temp file is left behind"
-        );
+        assert_eq!(fs::read_to_string(&path).unwrap(), "{\n  \"a\": [\n    1\n  ]\n}\n");
+        let leftovers: Vec<_> = fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(leftovers, vec![std::ffi::OsString::from("a.json")], "no temp file is left behind");
     }
 
     #[test]
@@ -105,10 +88,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("big");
         fs::write(&path, vec![b'x'; 11]).unwrap();
-        assert_eq!(
-            read_bounded(&path, 10).unwrap_err().kind(),
-            io::ErrorKind::InvalidData
-        );
+        assert_eq!(read_bounded(&path, 10).unwrap_err().kind(), io::ErrorKind::InvalidData);
         assert_eq!(read_bounded(&path, 11).unwrap().len(), 11);
     }
 }

@@ -7,8 +7,8 @@
 
 use crate::fsx::{MAX_FILE_BYTES, read_bounded};
 use polpo_core::config::{Agent, Project};
-use polpo_core::hooks::{Handler, HookPack, HookSet, Scope, resolve_named};
 use polpo_core::hooks::validate::{ValidateOptions, parse_pack};
+use polpo_core::hooks::{Handler, HookPack, HookSet, Scope, resolve_named};
 use polpo_core::problem::Problem;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,7 +19,11 @@ pub(crate) fn load_hook_packs(root: &Path) -> (BTreeMap<String, HookPack>, Vec<P
     let mut problems = Vec::new();
     let dir = root.join(".polpo").join("hooks");
     let Ok(entries) = std::fs::read_dir(&dir) else { return (packs, problems) };
-    let mut files: Vec<_> = entries.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+    let mut files: Vec<_> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
     files.sort();
     for path in files {
         let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
@@ -35,7 +39,11 @@ pub(crate) fn load_hook_packs(root: &Path) -> (BTreeMap<String, HookPack>, Vec<P
             Ok(pack) => {
                 // Valid by the contract but not runnable here: refused now rather than failing
                 // every matching call later.
-                problems.extend(polpo_core::hooks::capabilities::unrunnable_hooks(&pack).into_iter().map(|p| p.in_file(file.clone())));
+                problems.extend(
+                    polpo_core::hooks::capabilities::unrunnable_hooks(&pack)
+                        .into_iter()
+                        .map(|p| p.in_file(file.clone())),
+                );
                 packs.insert(name, pack);
             }
             Err(p) => problems.extend(p),
@@ -54,9 +62,14 @@ fn check_hook_assignments(project: &Project, broken: &[Problem]) -> Vec<Problem>
     let mut problems = Vec::new();
     for (at, names) in std::iter::once(project_hooks).chain(agent_hooks) {
         for (i, name) in names.unwrap_or_default().iter().enumerate() {
-            let exists = project.hook_packs.contains_key(name) || broken_files.contains(&format!(".polpo/hooks/{name}.json").as_str());
+            let exists = project.hook_packs.contains_key(name)
+                || broken_files.contains(&format!(".polpo/hooks/{name}.json").as_str());
             if !exists {
-                problems.push(at.problem("unknown_hook_pack", format!("no hook pack `.polpo/hooks/{name}.json`"), &format!("/{i}")));
+                problems.push(at.problem(
+                    "unknown_hook_pack",
+                    format!("no hook pack `.polpo/hooks/{name}.json`"),
+                    &format!("/{i}"),
+                ));
             }
         }
     }
@@ -66,14 +79,22 @@ fn check_hook_assignments(project: &Project, broken: &[Problem]) -> Vec<Problem>
 /// The packs assigned to `agent` outside any loop, broadest scope first: the project's
 /// `settings.hooks`, then the agent's `hooks`.
 pub fn hook_assignments<'a>(project: &'a Project, agent: &'a Agent) -> [(Scope, &'a [String]); 2] {
-    [(Scope::Project, project.settings().hooks.as_deref().unwrap_or_default()), (Scope::Agent, agent.config.hooks.as_deref().unwrap_or_default())]
+    [
+        (Scope::Project, project.settings().hooks.as_deref().unwrap_or_default()),
+        (Scope::Agent, agent.config.hooks.as_deref().unwrap_or_default()),
+    ]
 }
 
 /// The hooks `agent` runs, in running order: its project and agent packs plus `narrower`
 /// ones (the loop and step packs of a loop node). The one resolution behind the runtime and
 /// `polpo hooks explain`, so what explain prints is what a request runs.
-pub fn resolve_agent_hooks(project: &Project, agent: &Agent, narrower: &[(Scope, &[String])]) -> Result<HookSet, Vec<Problem>> {
-    let assignments: Vec<(Scope, &[String])> = hook_assignments(project, agent).into_iter().chain(narrower.iter().copied()).collect();
+pub fn resolve_agent_hooks(
+    project: &Project,
+    agent: &Agent,
+    narrower: &[(Scope, &[String])],
+) -> Result<HookSet, Vec<Problem>> {
+    let assignments: Vec<(Scope, &[String])> =
+        hook_assignments(project, agent).into_iter().chain(narrower.iter().copied()).collect();
     resolve_named(&project.hook_packs, &assignments)
 }
 
@@ -96,9 +117,12 @@ fn check_verifier_agents(project: &Project) -> Vec<Problem> {
                 && !project.agents.contains_key(agent)
             {
                 problems.push(
-                    Problem::new("invalid_reference", format!("verifier agent `{agent}` is not an agent of this project"))
-                        .at(format!("{}/agent", hook.handler_pointer()))
-                        .in_file(format!(".polpo/hooks/{name}.json")),
+                    Problem::new(
+                        "invalid_reference",
+                        format!("verifier agent `{agent}` is not an agent of this project"),
+                    )
+                    .at(format!("{}/agent", hook.handler_pointer()))
+                    .in_file(format!(".polpo/hooks/{name}.json")),
                 );
             }
         }

@@ -9,9 +9,9 @@ use crate::paths::{self, AGENT_JSON, AGENTS_DIR, INSTRUCTIONS_MD, LOOPS_DIR, TEA
 use crate::read;
 use polpo_core::config::schema::{Field, Shape};
 use polpo_core::config::{
-    AGENT_FILE, Agent, AgentConfig, LEGACY_AGENT, LEGACY_PROJECT_FILE, LEGACY_TEAM, Layout,
-    Location, PROJECT_FILE, Project, ProjectFile, TEAM_FILE, Team, TeamConfig, check_id, codes,
-    check_confusable, collisions, parse_checked, validate_project,
+    AGENT_FILE, Agent, AgentConfig, LEGACY_AGENT, LEGACY_PROJECT_FILE, LEGACY_TEAM, Layout, Location, PROJECT_FILE,
+    Project, ProjectFile, TEAM_FILE, Team, TeamConfig, check_confusable, check_id, codes, collisions, parse_checked,
+    validate_project,
 };
 use polpo_core::loops::{Loop, parse_loop};
 use polpo_core::problem::Problem;
@@ -29,10 +29,7 @@ pub fn load_project(root: &Path) -> Result<Project, Vec<Problem>> {
 
 /// [`load_project`], also reporting every tool name in a loop that `known_tool` does not know,
 /// in the same pass as every other problem (the tool registry lives above this crate).
-pub fn load_project_checking_tools(
-    root: &Path,
-    known_tool: &dyn Fn(&str) -> bool,
-) -> Result<Project, Vec<Problem>> {
+pub fn load_project_checking_tools(root: &Path, known_tool: &dyn Fn(&str) -> bool) -> Result<Project, Vec<Problem>> {
     load(root, Some(known_tool))
 }
 
@@ -44,11 +41,7 @@ fn load(root: &Path, known_tool: Option<&dyn Fn(&str) -> bool>) -> Result<Projec
             format!("no {} folder in {}", paths::POLPO_DIR, root.display()),
         )]);
     }
-    let mut loader = Loader {
-        dot,
-        problems: Vec::new(),
-        legacy: false,
-    };
+    let mut loader = Loader { dot, problems: Vec::new(), legacy: false };
     let (manifest, manifest_source) = loader.manifest();
     let agents = loader.agents();
     let teams = loader.teams();
@@ -56,11 +49,7 @@ fn load(root: &Path, known_tool: Option<&dyn Fn(&str) -> bool>) -> Result<Projec
     let (hook_packs, broken_packs) = crate::hooks::load_hook_packs(root);
     let project = Project {
         root: root.to_path_buf(),
-        layout: if loader.legacy {
-            Layout::Legacy
-        } else {
-            Layout::Directory
-        },
+        layout: if loader.legacy { Layout::Legacy } else { Layout::Directory },
         manifest: manifest.unwrap_or_default(),
         manifest_source,
         agents,
@@ -75,11 +64,7 @@ fn load(root: &Path, known_tool: Option<&dyn Fn(&str) -> bool>) -> Result<Projec
     if let Some(known) = known_tool {
         problems.extend(polpo_core::loops::unknown_loop_tools(&project, known));
     }
-    if problems.is_empty() {
-        Ok(project)
-    } else {
-        Err(problems)
-    }
+    if problems.is_empty() { Ok(project) } else { Err(problems) }
 }
 
 struct Loader {
@@ -97,7 +82,9 @@ impl Loader {
         self.problems.push(
             Problem::new(
                 codes::AMBIGUOUS_LAYOUT,
-                format!("both legacy {legacy_file} and {modern} exist; keep one (`polpo migrate` converts the legacy file)"),
+                format!(
+                    "both legacy {legacy_file} and {modern} exist; keep one (`polpo migrate` converts the legacy file)"
+                ),
             )
             .in_file(paths::display(&[legacy_file])),
         );
@@ -118,11 +105,8 @@ impl Loader {
             }
             (false, false) => {
                 self.problems.push(
-                    Problem::new(
-                        codes::MISSING_PROJECT_FILE,
-                        "project.json is missing (`polpo create` writes one)",
-                    )
-                    .in_file(paths::display(&[paths::PROJECT_JSON])),
+                    Problem::new(codes::MISSING_PROJECT_FILE, "project.json is missing (`polpo create` writes one)")
+                        .in_file(paths::display(&[paths::PROJECT_JSON])),
                 );
                 return (None, Location::file(paths::display(&[paths::PROJECT_JSON])));
             }
@@ -143,22 +127,15 @@ impl Loader {
         for entry in read.flatten() {
             // Follows symlinks: a linked agent folder is still an agent.
             let path = entry.path();
-            if !(if want_dirs {
-                path.is_dir()
-            } else {
-                path.is_file()
-            }) {
+            if !(if want_dirs { path.is_dir() } else { path.is_file() }) {
                 continue;
             }
             match entry.file_name().into_string() {
                 Ok(name) if name.starts_with('.') => {}
                 Ok(name) => names.push(name),
                 Err(raw) => self.problems.push(
-                    Problem::new(
-                        codes::INVALID_VALUE,
-                        format!("file name {raw:?} is not UTF-8"),
-                    )
-                    .in_file(paths::display(&[dir])),
+                    Problem::new(codes::INVALID_VALUE, format!("file name {raw:?} is not UTF-8"))
+                        .in_file(paths::display(&[dir])),
                 ),
             }
         }
@@ -173,9 +150,7 @@ impl Loader {
             if has_legacy {
                 self.ambiguous(paths::LEGACY_AGENTS_JSON, "agents/<id>/ directories");
             }
-            dirs.iter()
-                .filter_map(|id| self.directory_agent(id))
-                .collect()
+            dirs.iter().filter_map(|id| self.directory_agent(id)).collect()
         } else if has_legacy {
             self.legacy = true;
             self.legacy_agents()
@@ -189,12 +164,8 @@ impl Loader {
         let dir = self.dot.join(AGENTS_DIR).join(id);
         let shown = |file: &str| paths::display(&[AGENTS_DIR, id, file]);
         if let Err(reason) = check_id(id) {
-            let p = Problem::new(
-                codes::INVALID_VALUE,
-                format!("agent directory name: {reason}"),
-            );
-            self.problems
-                .push(p.in_file(paths::display(&[AGENTS_DIR, id])));
+            let p = Problem::new(codes::INVALID_VALUE, format!("agent directory name: {reason}"));
+            self.problems.push(p.in_file(paths::display(&[AGENTS_DIR, id])));
             return None;
         }
         let mut missing = false;
@@ -202,11 +173,7 @@ impl Loader {
             if !dir.join(file).is_file() {
                 missing = true;
                 self.problems.push(
-                    Problem::new(
-                        codes::MISSING_AGENT_FILE,
-                        format!("agent `{id}` has no {file}"),
-                    )
-                    .in_file(shown(file)),
+                    Problem::new(codes::MISSING_AGENT_FILE, format!("agent `{id}` has no {file}")).in_file(shown(file)),
                 );
             }
         }
@@ -218,18 +185,10 @@ impl Loader {
             false => None,
         };
         let instructions = match missing {
-            false => self.keep(read::text(
-                &dir.join(INSTRUCTIONS_MD),
-                &shown(INSTRUCTIONS_MD),
-            )),
+            false => self.keep(read::text(&dir.join(INSTRUCTIONS_MD), &shown(INSTRUCTIONS_MD))),
             true => None,
         };
-        Some(Agent {
-            id: id.to_string(),
-            config: config?,
-            instructions: instructions?,
-            source: at,
-        })
+        Some(Agent { id: id.to_string(), config: config?, instructions: instructions?, source: at })
     }
 
     /// The entries of a legacy aggregate file, which must be a JSON array of objects.
@@ -239,11 +198,7 @@ impl Loader {
             return Vec::new();
         };
         let Value::Array(items) = value else {
-            self.problems.push(at.problem(
-                codes::INVALID_LEGACY_LAYOUT,
-                format!("{name} must be a JSON array"),
-                "",
-            ));
+            self.problems.push(at.problem(codes::INVALID_LEGACY_LAYOUT, format!("{name} must be a JSON array"), ""));
             return Vec::new();
         };
         let mut out = Vec::new();
@@ -273,27 +228,17 @@ impl Loader {
     }
 
     fn teams(&mut self) -> BTreeMap<String, Team> {
-        let files: Vec<String> = self
-            .entries(TEAMS_DIR, false)
-            .into_iter()
-            .filter(|n| n.ends_with(".json"))
-            .collect();
+        let files: Vec<String> = self.entries(TEAMS_DIR, false).into_iter().filter(|n| n.ends_with(".json")).collect();
         let has_legacy = self.dot.join(paths::LEGACY_TEAMS_JSON).is_file();
         let teams = if !files.is_empty() {
             if has_legacy {
                 self.ambiguous(paths::LEGACY_TEAMS_JSON, "teams/<id>.json files");
             }
-            files
-                .iter()
-                .filter_map(|file| self.directory_team(file))
-                .collect()
+            files.iter().filter_map(|file| self.directory_team(file)).collect()
         } else if has_legacy {
             self.legacy = true;
             let entries = self.legacy_array(paths::LEGACY_TEAMS_JSON);
-            entries
-                .into_iter()
-                .filter_map(|(value, at)| self.legacy_team(value, at))
-                .collect()
+            entries.into_iter().filter_map(|(value, at)| self.legacy_team(value, at)).collect()
         } else {
             Vec::new()
         };
@@ -301,9 +246,8 @@ impl Loader {
     }
 
     fn directory_team(&mut self, file: &str) -> Option<Team> {
-        let (id, config, source) = self.named_file(TEAMS_DIR, file, "team", |value, at| {
-            parse_checked::<TeamConfig>(value, &TEAM_FILE, at)
-        })?;
+        let (id, config, source) =
+            self.named_file(TEAMS_DIR, file, "team", |value, at| parse_checked::<TeamConfig>(value, &TEAM_FILE, at))?;
         Some(Team { id, config, source })
     }
 
@@ -332,11 +276,7 @@ impl Loader {
         let id = file.strip_suffix(".json").unwrap_or(file);
         let at = Location::file(paths::display(&[dir, file]));
         if let Err(reason) = check_id(id) {
-            self.problems.push(at.problem(
-                codes::INVALID_VALUE,
-                format!("{what} file name: {reason}"),
-                "",
-            ));
+            self.problems.push(at.problem(codes::INVALID_VALUE, format!("{what} file name: {reason}"), ""));
             return None;
         }
         let value = self.keep(read::json(&self.dot.join(dir).join(file), &at.file))?;
@@ -348,28 +288,16 @@ impl Loader {
         self.keep(parse_checked::<Value>(&value, &LEGACY_TEAM, &at))?;
         let id = take_string(&mut value, "name");
         if let Err(reason) = check_id(&id) {
-            self.problems.push(at.problem(
-                codes::INVALID_VALUE,
-                format!("team name: {reason}"),
-                "/name",
-            ));
+            self.problems.push(at.problem(codes::INVALID_VALUE, format!("team name: {reason}"), "/name"));
             return None;
         }
         let config = self.keep(parse_checked::<TeamConfig>(&value, &Shape::Any, &at))?;
-        Some(Team {
-            id,
-            config,
-            source: at,
-        })
+        Some(Team { id, config, source: at })
     }
 
     /// Drop (and report) items whose id collides with an earlier one after NFKC + lowercase;
     /// report ids that look like an earlier one or mix scripts (`id_confusable`).
-    fn unique<T>(
-        &mut self,
-        items: Vec<T>,
-        key: impl Fn(&T) -> (&String, &Location),
-    ) -> BTreeMap<String, T> {
+    fn unique<T>(&mut self, items: Vec<T>, key: impl Fn(&T) -> (&String, &Location)) -> BTreeMap<String, T> {
         let clashes = collisions(items.iter().map(|i| key(i).0.as_str()));
         for &(first, later) in &clashes {
             let (first, (id, source)) = (key(&items[first]).0, key(&items[later]));
@@ -395,10 +323,8 @@ impl Loader {
     }
 }
 
-static LEGACY_WRAPPER: Shape = Shape::Object(&[&[
-    Field::required("agent", Shape::Any),
-    Field::optional("teamName", Shape::String),
-]]);
+static LEGACY_WRAPPER: Shape =
+    Shape::Object(&[&[Field::required("agent", Shape::Any), Field::optional("teamName", Shape::String)]]);
 
 /// One entry of a legacy `agents.json`: an `AgentConfig` with `name` (and maybe
 /// `systemPrompt`, `createdAt`), or `{agent, teamName}`.
@@ -415,25 +341,14 @@ fn legacy_agent(mut value: Value, at: Location) -> Result<Agent, Vec<Problem>> {
     };
     parse_checked::<Value>(&value, &LEGACY_AGENT, &at)?;
     let id = take_string(&mut value, "name");
-    check_id(&id).map_err(|reason| {
-        vec![at.problem(
-            codes::INVALID_VALUE,
-            format!("agent name: {reason}"),
-            "/name",
-        )]
-    })?;
+    check_id(&id).map_err(|reason| vec![at.problem(codes::INVALID_VALUE, format!("agent name: {reason}"), "/name")])?;
     let instructions = take_string(&mut value, "systemPrompt");
     take_string(&mut value, "createdAt");
     let mut config: AgentConfig = parse_checked(&value, &Shape::Any, &at)?;
     if config.team.is_none() {
         config.team = team;
     }
-    Ok(Agent {
-        id,
-        config,
-        instructions,
-        source: at,
-    })
+    Ok(Agent { id, config, instructions, source: at })
 }
 
 /// Remove a string field from an object, returning it (empty when absent).

@@ -34,29 +34,16 @@ pub struct MigrationPlan {
     pub backups: Vec<(String, String)>,
 }
 
-const LEGACY_FILES: [&str; 3] = [
-    paths::LEGACY_PROJECT_JSON,
-    paths::LEGACY_AGENTS_JSON,
-    paths::LEGACY_TEAMS_JSON,
-];
+const LEGACY_FILES: [&str; 3] = [paths::LEGACY_PROJECT_JSON, paths::LEGACY_AGENTS_JSON, paths::LEGACY_TEAMS_JSON];
 
 /// Migrate the project at `root`; with `dry_run`, only return the plan.
 pub fn migrate(root: &Path, dry_run: bool) -> Result<MigrationPlan, ProjectError> {
     let dot = paths::polpo_dir(root);
-    if let Some(backup) = LEGACY_FILES
-        .iter()
-        .map(|f| dot.join(paths::backup_name(f)))
-        .find(|p| p.exists())
-    {
+    if let Some(backup) = LEGACY_FILES.iter().map(|f| dot.join(paths::backup_name(f))).find(|p| p.exists()) {
         return Err(ProjectError::BackupExists(backup));
     }
     let plan = plan(root)?;
-    if let Some(existing) = plan
-        .writes
-        .iter()
-        .map(|w| root.join(&w.path))
-        .find(|p| p.exists())
-    {
+    if let Some(existing) = plan.writes.iter().map(|w| root.join(&w.path)).find(|p| p.exists()) {
         return Err(ProjectError::TargetExists(existing));
     }
     if dry_run {
@@ -75,10 +62,7 @@ pub fn migrate(root: &Path, dry_run: bool) -> Result<MigrationPlan, ProjectError
 fn plan(root: &Path) -> Result<MigrationPlan, ProjectError> {
     let project = load_project(root).map_err(ProjectError::Invalid)?;
     let dot = paths::polpo_dir(root);
-    let present: Vec<&str> = LEGACY_FILES
-        .into_iter()
-        .filter(|f| dot.join(f).is_file())
-        .collect();
+    let present: Vec<&str> = LEGACY_FILES.into_iter().filter(|f| dot.join(f).is_file()).collect();
     if project.layout != Layout::Legacy || present.is_empty() {
         return Err(ProjectError::NothingToMigrate);
     }
@@ -96,33 +80,16 @@ fn plan(root: &Path) -> Result<MigrationPlan, ProjectError> {
     }
     if present.contains(&paths::LEGACY_AGENTS_JSON) {
         for agent in project.agents.values() {
-            add(
-                &[AGENTS_DIR, &agent.id, AGENT_JSON],
-                fsx::to_json_bytes(&agent.config),
-            )?;
-            add(
-                &[AGENTS_DIR, &agent.id, INSTRUCTIONS_MD],
-                Ok(agent.instructions.clone().into_bytes()),
-            )?;
+            add(&[AGENTS_DIR, &agent.id, AGENT_JSON], fsx::to_json_bytes(&agent.config))?;
+            add(&[AGENTS_DIR, &agent.id, INSTRUCTIONS_MD], Ok(agent.instructions.clone().into_bytes()))?;
         }
     }
     if present.contains(&paths::LEGACY_TEAMS_JSON) {
         for team in project.teams.values() {
-            add(
-                &[TEAMS_DIR, &format!("{}.json", team.id)],
-                fsx::to_json_bytes(&team.config),
-            )?;
+            add(&[TEAMS_DIR, &format!("{}.json", team.id)], fsx::to_json_bytes(&team.config))?;
         }
     }
-    let backups = present
-        .iter()
-        .map(|f| {
-            (
-                paths::display(&[f]),
-                paths::display(&[&paths::backup_name(f)]),
-            )
-        })
-        .collect();
+    let backups = present.iter().map(|f| (paths::display(&[f]), paths::display(&[&paths::backup_name(f)]))).collect();
     Ok(MigrationPlan { writes, backups })
 }
 
@@ -142,9 +109,7 @@ fn apply(root: &Path, plan: &MigrationPlan, journal: &mut Journal) -> Result<(),
     }
     let dot = paths::polpo_dir(root);
     fsx::sync_dir(&dot).map_err(ProjectError::io("sync", &dot))?;
-    load_project(root)
-        .map(|_| ())
-        .map_err(ProjectError::Invalid)
+    load_project(root).map(|_| ()).map_err(ProjectError::Invalid)
 }
 
 /// What has been done so far, to undo on failure.

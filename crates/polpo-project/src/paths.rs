@@ -30,10 +30,7 @@ pub fn polpo_dir(root: &Path) -> PathBuf {
 
 /// `.polpo/<name>` relative to the root, as shown in problems (always `/`-separated).
 pub fn display(parts: &[&str]) -> String {
-    std::iter::once(POLPO_DIR)
-        .chain(parts.iter().copied())
-        .collect::<Vec<_>>()
-        .join("/")
+    std::iter::once(POLPO_DIR).chain(parts.iter().copied()).collect::<Vec<_>>().join("/")
 }
 
 /// The legacy file name → its backup name after migration (`agents.json` → `agents.v1.json`).
@@ -46,8 +43,5 @@ pub fn backup_name(legacy: &str) -> String {
 
 /// The project root for `start`: the nearest folder at or above it that contains `.polpo/`.
 pub fn find_root(start: &Path) -> Option<PathBuf> {
-    start
-        .ancestors()
-        .find(|dir| polpo_dir(dir).is_dir())
-        .map(Path::to_path_buf)
+    start.ancestors().find(|dir| polpo_dir(dir).is_dir()).map(Path::to_path_buf)
 }

@@ -12,14 +12,9 @@ use std::path::Path;
 pub fn bytes(path: &Path, shown: &str) -> Result<Vec<u8>, Vec<Problem>> {
     read_bounded(path, MAX_FILE_BYTES).map_err(|e| {
         vec![match e.kind() {
-            io::ErrorKind::NotFound => {
-                Problem::new(codes::MISSING_AGENT_FILE, "file not found").in_file(shown)
-            }
-            io::ErrorKind::InvalidData => {
-                Problem::new(codes::FILE_TOO_LARGE, format!("file is {e}")).in_file(shown)
-            }
-            _ => Problem::new(codes::UNREADABLE_FILE, format!("cannot read file: {e}"))
-                .in_file(shown),
+            io::ErrorKind::NotFound => Problem::new(codes::MISSING_AGENT_FILE, "file not found").in_file(shown),
+            io::ErrorKind::InvalidData => Problem::new(codes::FILE_TOO_LARGE, format!("file is {e}")).in_file(shown),
+            _ => Problem::new(codes::UNREADABLE_FILE, format!("cannot read file: {e}")).in_file(shown),
         }]
     })
 }
@@ -31,8 +26,7 @@ pub fn text(path: &Path, shown: &str) -> Result<String, Vec<Problem>> {
 
 /// Bytes of the file `shown` as UTF-8 text, or a problem.
 pub fn utf8(bytes: Vec<u8>, shown: &str) -> Result<String, Vec<Problem>> {
-    String::from_utf8(bytes)
-        .map_err(|_| vec![Problem::new(codes::INVALID_VALUE, "expected UTF-8 text").in_file(shown)])
+    String::from_utf8(bytes).map_err(|_| vec![Problem::new(codes::INVALID_VALUE, "expected UTF-8 text").in_file(shown)])
 }
 
 /// Parse JSON, reporting syntax errors with line and column.

@@ -41,12 +41,7 @@ fn killed_writer_leaves_old_or_new_file() {
         let target = dir.path().join("config.json");
         write_atomic(&target, &old).unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "crash_writer_child",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args(["crash_writer_child", "--exact", "--nocapture", "--test-threads=1"])
             .env(TARGET_ENV, &target)
             .stdout(Stdio::piped())
             .spawn()
@@ -66,10 +61,6 @@ fn killed_writer_leaves_old_or_new_file() {
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
         let now = std::fs::read(&target).unwrap();
-        assert!(
-            now == old || now == new,
-            "torn file of {} bytes after kill #{writes_before_kill}",
-            now.len()
-        );
+        assert!(now == old || now == new, "torn file of {} bytes after kill #{writes_before_kill}", now.len());
     }
 }

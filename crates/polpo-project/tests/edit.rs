@@ -82,7 +82,9 @@ fn a_project_swap_refuses_is_undone_and_a_served_one_stays() {
     let before = tree(dir.path());
     let editor = ProjectEditor::new(dir.path());
     let refusal = vec![polpo_core::problem::Problem::new("unknown_hook_pack", "refused")];
-    let err = editor.edit(|edit| write_agent(edit, "ops", &AgentConfig::default(), "Run.", None), |_| Err(refusal.clone())).unwrap_err();
+    let err = editor
+        .edit(|edit| write_agent(edit, "ops", &AgentConfig::default(), "Run.", None), |_| Err(refusal.clone()))
+        .unwrap_err();
     assert!(matches!(err, ProjectError::Invalid(p) if p == refusal));
     assert_eq!(tree(dir.path()), before);
 
@@ -102,7 +104,11 @@ fn a_project_swap_refuses_is_undone_and_a_served_one_stays() {
     let served = served.unwrap();
     assert_eq!(served.agents.keys().collect::<Vec<_>>(), ["lead"], "swap gets the project as now on disk");
     let left: Vec<String> = tree(dir.path()).into_keys().filter(|p| p.starts_with(".polpo/agents/")).collect();
-    assert_eq!(left, [".polpo/agents/lead", ".polpo/agents/lead/agent.json", ".polpo/agents/lead/instructions.md"], "no hidden leftovers");
+    assert_eq!(
+        left,
+        [".polpo/agents/lead", ".polpo/agents/lead/agent.json", ".polpo/agents/lead/instructions.md"],
+        "no hidden leftovers"
+    );
 }
 
 #[test]
@@ -115,10 +121,23 @@ fn edits_of_one_editor_run_one_at_a_time() {
             .edit(
                 |edit| {
                     let second = entered_tx.clone();
-                    s.spawn(|| editor.edit(move |edit| write_team(edit, "second", &TeamConfig::default()).map(|()| second.send(()).unwrap()), |_| Ok(())).unwrap());
+                    s.spawn(|| {
+                        editor
+                            .edit(
+                                move |edit| {
+                                    write_team(edit, "second", &TeamConfig::default())
+                                        .map(|()| second.send(()).unwrap())
+                                },
+                                |_| Ok(()),
+                            )
+                            .unwrap()
+                    });
                     // The second edit cannot start while this one holds the editor, however
                     // long it waits.
-                    assert!(entered.recv_timeout(Duration::from_millis(300)).is_err(), "an edit started inside another");
+                    assert!(
+                        entered.recv_timeout(Duration::from_millis(300)).is_err(),
+                        "an edit started inside another"
+                    );
                     write_team(edit, "first", &TeamConfig::default())
                 },
                 |_| Ok(()),

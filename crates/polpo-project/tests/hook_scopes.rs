@@ -11,10 +11,16 @@ const PACK: &str = r#"{"version": 1, "hooks": {"tool:before": [{"id": "guard", "
 
 #[test]
 fn an_unknown_project_pack_is_a_problem_at_its_pointer_in_either_manifest() {
-    for manifest in [(".polpo/project.json", r#"{"schemaVersion": 2, "settings": {"hooks": ["audit", "qualty"]}}"#), (".polpo/polpo.json", r#"{"settings": {"hooks": ["audit", "qualty"]}}"#)] {
+    for manifest in [
+        (".polpo/project.json", r#"{"schemaVersion": 2, "settings": {"hooks": ["audit", "qualty"]}}"#),
+        (".polpo/polpo.json", r#"{"settings": {"hooks": ["audit", "qualty"]}}"#),
+    ] {
         let dir = project(&[manifest, (".polpo/hooks/audit.json", PACK)]);
         let problems = load_project(dir.path()).unwrap_err();
-        assert_eq!(located(&problems), [("unknown_hook_pack".to_owned(), manifest.0.to_owned(), "/settings/hooks/1".to_owned())]);
+        assert_eq!(
+            located(&problems),
+            [("unknown_hook_pack".to_owned(), manifest.0.to_owned(), "/settings/hooks/1".to_owned())]
+        );
         assert!(problems[0].message.contains(".polpo/hooks/qualty.json"), "{}", problems[0].message);
     }
 }
@@ -23,7 +29,10 @@ fn an_unknown_project_pack_is_a_problem_at_its_pointer_in_either_manifest() {
 fn settings_hooks_must_be_a_list_of_names() {
     let dir = project(&[(".polpo/project.json", r#"{"schemaVersion": 2, "settings": {"hooks": "audit"}}"#)]);
     let problems = load_project(dir.path()).unwrap_err();
-    assert_eq!(located(&problems).first().map(|(_, f, p)| (f.as_str(), p.as_str())), Some((".polpo/project.json", "/settings/hooks")));
+    assert_eq!(
+        located(&problems).first().map(|(_, f, p)| (f.as_str(), p.as_str())),
+        Some((".polpo/project.json", "/settings/hooks"))
+    );
 }
 
 #[test]
@@ -43,6 +52,9 @@ fn project_packs_apply_to_every_agent_before_its_own() {
         set.hooks().iter().map(|h| (h.scope, h.hook.qualified_id())).collect()
     };
     // `audit`, assigned to the project and to the writer, runs once, at project scope.
-    assert_eq!(order("writer"), [(Scope::Project, "audit/guard".to_owned()), (Scope::Agent, "quality/guard".to_owned())]);
+    assert_eq!(
+        order("writer"),
+        [(Scope::Project, "audit/guard".to_owned()), (Scope::Agent, "quality/guard".to_owned())]
+    );
     assert_eq!(order("reader"), [(Scope::Project, "audit/guard".to_owned())]);
 }

@@ -6,7 +6,8 @@
 mod common;
 use common::*;
 
-const AGENT: (&str, &str) = (".polpo/agents/router/agent.json", r#"{"assignedLoops": ["flow"], "defaultLoop": "flow"}"#);
+const AGENT: (&str, &str) =
+    (".polpo/agents/router/agent.json", r#"{"assignedLoops": ["flow"], "defaultLoop": "flow"}"#);
 const INSTRUCTIONS: (&str, &str) = (".polpo/agents/router/instructions.md", "Route.");
 
 #[test]

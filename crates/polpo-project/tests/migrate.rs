@@ -5,19 +5,13 @@ use common::*;
 use polpo_project::{load_project, migrate};
 
 const LEGACY: &[(&str, &str)] = &[
-    (
-        ".polpo/polpo.json",
-        r#"{"project": "old", "settings": {"storage": "file", "maxRetries": 3}}"#,
-    ),
+    (".polpo/polpo.json", r#"{"project": "old", "settings": {"storage": "file", "maxRetries": 3}}"#),
     (
         ".polpo/agents.json",
         r#"[{"name": "alice", "role": "lead", "systemPrompt": "You lead.", "createdAt": "2025-01-01T00:00:00Z"},
             {"agent": {"name": "bob", "reportsTo": "alice", "allowedTools": ["read"]}, "teamName": "ops"}]"#,
     ),
-    (
-        ".polpo/teams.json",
-        r#"[{"name": "ops", "description": "Operations"}]"#,
-    ),
+    (".polpo/teams.json", r#"[{"name": "ops", "description": "Operations"}]"#),
 ];
 
 #[test]
@@ -36,19 +30,14 @@ fn migration_round_trips_a_legacy_project() {
         assert_eq!(after.agents[id].instructions, agent.instructions, "{id}");
     }
     assert_eq!(after.teams["ops"].config, before.teams["ops"].config);
-    for (legacy, backup) in [
-        ("polpo.json", "polpo.v1.json"),
-        ("agents.json", "agents.v1.json"),
-        ("teams.json", "teams.v1.json"),
-    ] {
+    for (legacy, backup) in
+        [("polpo.json", "polpo.v1.json"), ("agents.json", "agents.v1.json"), ("teams.json", "teams.v1.json")]
+    {
         assert!(!root.join(".polpo").join(legacy).exists());
         assert!(root.join(".polpo").join(backup).exists());
     }
     let project_json = std::fs::read_to_string(root.join(".polpo/project.json")).unwrap();
-    assert!(
-        project_json.starts_with("{\n  \"schemaVersion\": 2,\n"),
-        "{project_json}"
-    );
+    assert!(project_json.starts_with("{\n  \"schemaVersion\": 2,\n"), "{project_json}");
     assert!(project_json.ends_with("}\n"));
     // A second migration finds the backups and refuses.
     assert_eq!(migrate(root, false).unwrap_err().code(), "backup_exists");
@@ -79,10 +68,7 @@ fn refuses_when_a_backup_already_exists() {
     let dir = project(LEGACY);
     write_files(dir.path(), &[(".polpo/agents.v1.json", "[]")]);
     let before = tree_fingerprint(dir.path());
-    assert_eq!(
-        migrate(dir.path(), false).unwrap_err().code(),
-        "backup_exists"
-    );
+    assert_eq!(migrate(dir.path(), false).unwrap_err().code(), "backup_exists");
     assert_eq!(tree_fingerprint(dir.path()), before);
 }
 
@@ -100,13 +86,7 @@ fn a_failure_midway_rolls_everything_back() {
 #[test]
 fn invalid_or_modern_projects_are_not_migrated() {
     let dir = project(&[(".polpo/polpo.json", r#"{"settings": {"storage": "mysql"}}"#)]);
-    assert_eq!(
-        migrate(dir.path(), false).unwrap_err().code(),
-        "invalid_project"
-    );
+    assert_eq!(migrate(dir.path(), false).unwrap_err().code(), "invalid_project");
     let dir = project(&[MANIFEST]);
-    assert_eq!(
-        migrate(dir.path(), true).unwrap_err().code(),
-        "nothing_to_migrate"
-    );
+    assert_eq!(migrate(dir.path(), true).unwrap_err().code(), "nothing_to_migrate");
 }

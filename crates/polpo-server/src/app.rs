@@ -27,11 +27,14 @@ pub const EXPOSED_HEADERS: [&str; 3] = ["x-session-id", "x-polpo-run-id", "x-pol
 
 /// Request headers allowed pages may send: named one by one, since a wildcard does not cover
 /// `Authorization` in browsers.
-pub const ALLOWED_HEADERS: [&str; 6] = ["authorization", "content-type", "x-api-key", "idempotency-key", "x-session-id", "last-event-id"];
+pub const ALLOWED_HEADERS: [&str; 6] =
+    ["authorization", "content-type", "x-api-key", "idempotency-key", "x-session-id", "last-event-id"];
 
 /// The whole HTTP API.
 pub fn router(state: Arc<AppState>) -> Router {
-    let open = Router::new().route("/api/v1/health", get(routes::health::health)).route("/v1/health", get(routes::health::health));
+    let open = Router::new()
+        .route("/api/v1/health", get(routes::health::health))
+        .route("/v1/health", get(routes::health::health));
     let protected = Router::new()
         .route("/v1/chat/completions", post(routes::chat::completions))
         .route("/v1/models", get(routes::models::list))
@@ -55,15 +58,29 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/openapi.json", get(routes::openapi::openapi))
         .route("/api/v1/agents", get(routes::agents::list).post(routes::agents::create))
         .route("/v1/agents", get(routes::agents::list).post(routes::agents::create))
-        .route("/api/v1/agents/{id}", get(routes::agents::get).put(routes::agents::replace).patch(routes::agents::patch).delete(routes::agents::delete))
-        .route("/v1/agents/{id}", get(routes::agents::get).put(routes::agents::replace).patch(routes::agents::patch).delete(routes::agents::delete))
+        .route(
+            "/api/v1/agents/{id}",
+            get(routes::agents::get)
+                .put(routes::agents::replace)
+                .patch(routes::agents::patch)
+                .delete(routes::agents::delete),
+        )
+        .route(
+            "/v1/agents/{id}",
+            get(routes::agents::get)
+                .put(routes::agents::replace)
+                .patch(routes::agents::patch)
+                .delete(routes::agents::delete),
+        )
         .merge(routes::sessions::router())
         .merge(routes::teams::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     // Layers run outside in: the last added sees the request first.
     open.merge(routes::dashboard::router())
         .merge(protected)
-        .fallback(|uri: Uri| async move { for_path(uri.path(), ApiError::new(ErrorCode::RouteNotFound, format!("no route {}", uri.path()))) })
+        .fallback(|uri: Uri| async move {
+            for_path(uri.path(), ApiError::new(ErrorCode::RouteNotFound, format!("no route {}", uri.path())))
+        })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn(guard::check_content_type))
         .layer(cors(&state.cors_origins))
@@ -79,7 +96,9 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// [`Caller`](crate::auth::Caller) for the handlers.
 async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Response {
     let path = request.uri().path().to_owned();
-    let client = crate::ratelimit::address_key(request.extensions().get::<ConnectInfo<SocketAddr>>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip()));
+    let client = crate::ratelimit::address_key(
+        request.extensions().get::<ConnectInfo<SocketAddr>>().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip()),
+    );
     let now = Instant::now();
     if let Some(wait) = state.auth_failures.as_ref().and_then(|l| l.exhausted(&client, now)) {
         return too_many(&path, wait, "too many failed authentications from this address");
@@ -88,7 +107,13 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
         if let Some(Err(wait)) = state.auth_failures.as_ref().map(|l| l.check(client, now)) {
             return too_many(&path, wait, "too many failed authentications from this address");
         }
-        return for_path(&path, ApiError::new(ErrorCode::Unauthorized, "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`"));
+        return for_path(
+            &path,
+            ApiError::new(
+                ErrorCode::Unauthorized,
+                "missing or invalid API key: send `Authorization: Bearer <key>` or `X-API-Key: <key>`",
+            ),
+        );
     };
     if let (Some(limit), Some(key)) = (&state.rate_limit, presented_key(request.headers()))
         && let Err(wait) = limit.check(digest(key), now)
@@ -96,7 +121,13 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
         return too_many(&path, wait, "rate limit reached for this API key");
     }
     if !caller.admin && edits_project(request.method(), &path) {
-        return for_path(&path, ApiError::new(ErrorCode::Forbidden, "changing the project's agents and teams needs an admin key: client keys use agents, they do not edit them"));
+        return for_path(
+            &path,
+            ApiError::new(
+                ErrorCode::Forbidden,
+                "changing the project's agents and teams needs an admin key: client keys use agents, they do not edit them",
+            ),
+        );
     }
     request.extensions_mut().insert(caller);
     next.run(request).await

@@ -162,8 +162,11 @@ mod tests {
 
     #[test]
     fn hashed_and_plain_keys_both_authorize() {
-        let (keys, warnings) = ApiKeys::load(Some("env-key"), &[plain(&hashed_form("file-key")), plain("plain"), plain("sha256:zz")]);
-        assert!(keys.caller("env-key").is_some() && keys.caller("file-key").is_some() && keys.caller("plain").is_some());
+        let (keys, warnings) =
+            ApiKeys::load(Some("env-key"), &[plain(&hashed_form("file-key")), plain("plain"), plain("sha256:zz")]);
+        assert!(
+            keys.caller("env-key").is_some() && keys.caller("file-key").is_some() && keys.caller("plain").is_some()
+        );
         assert!(keys.caller("wrong").is_none() && keys.caller("").is_none());
         assert_eq!(warnings.len(), 2);
         assert!(warnings[0].contains("polpo keys hash"), "{}", warnings[0]);

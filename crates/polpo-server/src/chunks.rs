@@ -37,13 +37,19 @@ impl Completion {
     pub fn event_chunk(&self, event: &RunEvent) -> Option<Value> {
         let choice = match event {
             RunEvent::TextDelta { text } => json!({"index": 0, "delta": {"content": text}, "finish_reason": null}),
-            RunEvent::ReasoningDelta { text } => json!({"index": 0, "delta": {}, "finish_reason": null, "thinking": text}),
-            RunEvent::ToolPreparing { id, name, arguments_text } => json!({"index": 0, "delta": {}, "finish_reason": null,
-                "tool_call": {"id": id, "name": name, "state": "preparing", "argumentsText": arguments_text}}),
+            RunEvent::ReasoningDelta { text } => {
+                json!({"index": 0, "delta": {}, "finish_reason": null, "thinking": text})
+            }
+            RunEvent::ToolPreparing { id, name, arguments_text } => {
+                json!({"index": 0, "delta": {}, "finish_reason": null,
+                "tool_call": {"id": id, "name": name, "state": "preparing", "argumentsText": arguments_text}})
+            }
             RunEvent::ToolCalling { id, name, arguments } => json!({"index": 0, "delta": {}, "finish_reason": null,
                 "tool_call": {"id": id, "name": name, "arguments": arguments, "state": "calling"}}),
-            RunEvent::ToolCompleted { id, name, result, is_error } => json!({"index": 0, "delta": {}, "finish_reason": null,
-                "tool_call": {"id": id, "name": name, "result": result, "state": if *is_error { "error" } else { "completed" }}}),
+            RunEvent::ToolCompleted { id, name, result, is_error } => {
+                json!({"index": 0, "delta": {}, "finish_reason": null,
+                "tool_call": {"id": id, "name": name, "result": result, "state": if *is_error { "error" } else { "completed" }}})
+            }
             _ => return None,
         };
         Some(self.chunk(choice))
@@ -51,7 +57,11 @@ impl Completion {
 
     /// The last chunk: client tool calls (if any), the finish reason and usage.
     pub fn final_chunk(&self, finish: &FinishReason, client_calls: &[ToolCall], usage: &Usage) -> Value {
-        let delta = if client_calls.is_empty() { json!({}) } else { json!({"role": "assistant", "tool_calls": wire_tool_calls(client_calls, true)}) };
+        let delta = if client_calls.is_empty() {
+            json!({})
+        } else {
+            json!({"role": "assistant", "tool_calls": wire_tool_calls(client_calls, true)})
+        };
         let mut c = self.chunk(json!({"index": 0, "delta": delta, "finish_reason": finish_reason(finish)}));
         c["usage"] = wire_usage(usage);
         c
@@ -91,7 +101,13 @@ impl Completion {
     }
 
     /// A whole non-streaming `chat.completion`.
-    pub fn body(&self, content: Option<&str>, finish: &FinishReason, client_calls: &[ToolCall], usage: &Usage) -> Value {
+    pub fn body(
+        &self,
+        content: Option<&str>,
+        finish: &FinishReason,
+        client_calls: &[ToolCall],
+        usage: &Usage,
+    ) -> Value {
         let mut message = json!({"role": "assistant", "content": content});
         if !client_calls.is_empty() {
             message["tool_calls"] = serde_json::to_value(wire_tool_calls(client_calls, false)).unwrap_or(Value::Null);
@@ -108,11 +124,22 @@ mod tests {
     #[test]
     fn tool_lifecycle_uses_the_tool_call_extension() {
         let c = Completion { id: "chatcmpl-1".into(), created: 1 };
-        let ch = c.event_chunk(&RunEvent::ToolCompleted { id: "t".into(), name: "read".into(), result: "x".into(), is_error: true }).unwrap();
+        let ch = c
+            .event_chunk(&RunEvent::ToolCompleted {
+                id: "t".into(),
+                name: "read".into(),
+                result: "x".into(),
+                is_error: true,
+            })
+            .unwrap();
         assert_eq!(ch["choices"][0]["tool_call"]["state"], "error");
         assert_eq!(ch["choices"][0]["delta"], json!({}));
         assert!(c.event_chunk(&RunEvent::TurnStarted { turn: 1 }).is_none());
-        let fin = c.final_chunk(&FinishReason::ToolCalls, &[ToolCall { id: "c".into(), name: "ui".into(), arguments: "{}".into() }], &Usage::default());
+        let fin = c.final_chunk(
+            &FinishReason::ToolCalls,
+            &[ToolCall { id: "c".into(), name: "ui".into(), arguments: "{}".into() }],
+            &Usage::default(),
+        );
         assert_eq!(fin["choices"][0]["delta"]["tool_calls"][0]["index"], 0);
         assert_eq!(fin["choices"][0]["finish_reason"], "tool_calls");
     }

@@ -378,7 +378,8 @@ impl<E: Into<ApiError>> From<E> for RestError {
 
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
-        (self.0.status, Json(serde_json::json!({"ok": false, "error": self.0.message, "code": self.0.code}))).into_response()
+        (self.0.status, Json(serde_json::json!({"ok": false, "error": self.0.message, "code": self.0.code})))
+            .into_response()
     }
 }
 
@@ -386,7 +387,11 @@ impl IntoResponse for RestError {
 /// (`/v1/chat/completions`, `/v1/models`, which OpenAI SDKs parse), the REST envelope for
 /// everything else; for errors raised before any handler runs (layers, fallbacks).
 pub fn for_path(path: &str, e: ApiError) -> Response {
-    if path == "/v1/chat/completions" || path == "/v1/models" { e.into_response() } else { RestError(e).into_response() }
+    if path == "/v1/chat/completions" || path == "/v1/models" {
+        e.into_response()
+    } else {
+        RestError(e).into_response()
+    }
 }
 
 /// A management route's success: `{ok:true, data}`.
@@ -404,8 +409,8 @@ mod tests {
     use super::*;
     use polpo_core::hooks::GateExhaustion;
     use polpo_core::model::ModelProfileError;
-    use polpo_engine::{ChatError, EngineError};
     use polpo_engine::runs::RunError;
+    use polpo_engine::{ChatError, EngineError};
     use polpo_llm::{LlmError, LlmErrorKind, ResolveError};
     use polpo_loops::LoopError;
     use polpo_project::ProjectError;
@@ -455,7 +460,17 @@ mod tests {
         ];
         for e in &project {
             match e {
-                ProjectError::Io { .. } | ProjectError::Invalid(_) | ProjectError::AgentNotFound(_) | ProjectError::AgentExists(_) | ProjectError::InvalidId { .. } | ProjectError::Conflict(_) | ProjectError::LegacyLayout | ProjectError::ProjectExists(_) | ProjectError::BackupExists(_) | ProjectError::TargetExists(_) | ProjectError::NothingToMigrate => {}
+                ProjectError::Io { .. }
+                | ProjectError::Invalid(_)
+                | ProjectError::AgentNotFound(_)
+                | ProjectError::AgentExists(_)
+                | ProjectError::InvalidId { .. }
+                | ProjectError::Conflict(_)
+                | ProjectError::LegacyLayout
+                | ProjectError::ProjectExists(_)
+                | ProjectError::BackupExists(_)
+                | ProjectError::TargetExists(_)
+                | ProjectError::NothingToMigrate => {}
             }
         }
         let store = || {
@@ -463,7 +478,11 @@ mod tests {
                 StoreError::NotFound { kind: "run", id: "r".into() },
                 StoreError::Conflict("c".into()),
                 StoreError::Locked { path: "p".into() },
-                StoreError::LeaseHeld { run_id: "r".into(), owner: "o".into(), expires_at: chrono::DateTime::UNIX_EPOCH },
+                StoreError::LeaseHeld {
+                    run_id: "r".into(),
+                    owner: "o".into(),
+                    expires_at: chrono::DateTime::UNIX_EPOCH,
+                },
                 StoreError::LeaseLost { run_id: "r".into(), owner: "o".into() },
                 StoreError::InvalidTransition { from: "a".into(), to: "b".into() },
                 StoreError::InvalidCursor,
@@ -476,7 +495,19 @@ mod tests {
             ];
             for e in &store {
                 match e {
-                    StoreError::NotFound { .. } | StoreError::Conflict(_) | StoreError::Locked { .. } | StoreError::LeaseHeld { .. } | StoreError::LeaseLost { .. } | StoreError::InvalidTransition { .. } | StoreError::InvalidCursor | StoreError::Invalid(_) | StoreError::Io { .. } | StoreError::Corrupt { .. } | StoreError::Database(_) | StoreError::Migration(_) | StoreError::Config(_) => {}
+                    StoreError::NotFound { .. }
+                    | StoreError::Conflict(_)
+                    | StoreError::Locked { .. }
+                    | StoreError::LeaseHeld { .. }
+                    | StoreError::LeaseLost { .. }
+                    | StoreError::InvalidTransition { .. }
+                    | StoreError::InvalidCursor
+                    | StoreError::Invalid(_)
+                    | StoreError::Io { .. }
+                    | StoreError::Corrupt { .. }
+                    | StoreError::Database(_)
+                    | StoreError::Migration(_)
+                    | StoreError::Config(_) => {}
                 }
             }
             store
@@ -496,7 +527,17 @@ mod tests {
         ];
         for k in kinds {
             match k {
-                LlmErrorKind::RateLimited | LlmErrorKind::ContextLengthExceeded | LlmErrorKind::AuthFailed | LlmErrorKind::ProviderUnavailable | LlmErrorKind::ContentFiltered | LlmErrorKind::Timeout | LlmErrorKind::ModelNotFound | LlmErrorKind::InvalidRequest | LlmErrorKind::InvalidResponse | LlmErrorKind::StreamInterrupted | LlmErrorKind::NotConfigured => {}
+                LlmErrorKind::RateLimited
+                | LlmErrorKind::ContextLengthExceeded
+                | LlmErrorKind::AuthFailed
+                | LlmErrorKind::ProviderUnavailable
+                | LlmErrorKind::ContentFiltered
+                | LlmErrorKind::Timeout
+                | LlmErrorKind::ModelNotFound
+                | LlmErrorKind::InvalidRequest
+                | LlmErrorKind::InvalidResponse
+                | LlmErrorKind::StreamInterrupted
+                | LlmErrorKind::NotConfigured => {}
             }
         }
         let profiles = [
@@ -508,13 +549,27 @@ mod tests {
         ];
         for e in &profiles {
             match e {
-                ModelProfileError::Unknown(_) | ModelProfileError::Cycle(_) | ModelProfileError::NotAllowed(_) | ModelProfileError::FallbacksInvalid(_) | ModelProfileError::TooDeep(_) => {}
+                ModelProfileError::Unknown(_)
+                | ModelProfileError::Cycle(_)
+                | ModelProfileError::NotAllowed(_)
+                | ModelProfileError::FallbacksInvalid(_)
+                | ModelProfileError::TooDeep(_) => {}
             }
         }
-        let gates = [GateExhaustion::Cycles, GateExhaustion::Turns, GateExhaustion::Time, GateExhaustion::Tokens, GateExhaustion::UsageUnknown];
+        let gates = [
+            GateExhaustion::Cycles,
+            GateExhaustion::Turns,
+            GateExhaustion::Time,
+            GateExhaustion::Tokens,
+            GateExhaustion::UsageUnknown,
+        ];
         for g in gates {
             match g {
-                GateExhaustion::Cycles | GateExhaustion::Turns | GateExhaustion::Time | GateExhaustion::Tokens | GateExhaustion::UsageUnknown => {}
+                GateExhaustion::Cycles
+                | GateExhaustion::Turns
+                | GateExhaustion::Time
+                | GateExhaustion::Tokens
+                | GateExhaustion::UsageUnknown => {}
             }
         }
         let llm = |kind| LlmError::new(kind, "m");
@@ -537,7 +592,21 @@ mod tests {
         engine.extend(gates.map(|reason| EngineError::TerminationGateExhausted { reason, detail: "d".into() }));
         for e in &engine {
             match e {
-                EngineError::MaxTurnsExhausted { .. } | EngineError::ToolPolicyDenied(_) | EngineError::Model(_) | EngineError::StructuredOutputInvalid(_) | EngineError::InvalidRequest(_) | EngineError::Aborted | EngineError::TerminationGateExhausted { .. } | EngineError::TerminationGateRejected(_) | EngineError::TerminationGateDisabled(_) | EngineError::TerminationGateParallelUnsupported(_) | EngineError::TerminationGateCheckpointInvalid(_) | EngineError::TerminationGateCheckpointTooLarge(_) | EngineError::TerminationGateEffectUnconfirmed(_) | EngineError::HookStopped(_) | EngineError::HookFailed(_) => {}
+                EngineError::MaxTurnsExhausted { .. }
+                | EngineError::ToolPolicyDenied(_)
+                | EngineError::Model(_)
+                | EngineError::StructuredOutputInvalid(_)
+                | EngineError::InvalidRequest(_)
+                | EngineError::Aborted
+                | EngineError::TerminationGateExhausted { .. }
+                | EngineError::TerminationGateRejected(_)
+                | EngineError::TerminationGateDisabled(_)
+                | EngineError::TerminationGateParallelUnsupported(_)
+                | EngineError::TerminationGateCheckpointInvalid(_)
+                | EngineError::TerminationGateCheckpointTooLarge(_)
+                | EngineError::TerminationGateEffectUnconfirmed(_)
+                | EngineError::HookStopped(_)
+                | EngineError::HookFailed(_) => {}
             }
         }
         let mut chat: Vec<ChatError> = vec![
@@ -553,13 +622,28 @@ mod tests {
         chat.extend(engine.into_iter().map(ChatError::Engine));
         for e in &chat {
             match e {
-                ChatError::AgentNotFound(_) | ChatError::SessionNotFound(_) | ChatError::SessionAgentMismatch { .. } | ChatError::InvalidRequest(_) | ChatError::UnknownHookPack(_) | ChatError::Model(_) | ChatError::Store(_) | ChatError::Engine(_) => {}
+                ChatError::AgentNotFound(_)
+                | ChatError::SessionNotFound(_)
+                | ChatError::SessionAgentMismatch { .. }
+                | ChatError::InvalidRequest(_)
+                | ChatError::UnknownHookPack(_)
+                | ChatError::Model(_)
+                | ChatError::Store(_)
+                | ChatError::Engine(_) => {}
             }
         }
-        let runs = [RunError::NotFound("r".into()), RunError::NotActive("r".into(), "w".into()), RunError::Invalid("i".into())];
+        let runs = [
+            RunError::NotFound("r".into()),
+            RunError::NotActive("r".into(), "w".into()),
+            RunError::Invalid("i".into()),
+        ];
         for e in &runs {
             match e {
-                RunError::NotFound(_) | RunError::NotActive(..) | RunError::Invalid(_) | RunError::Chat(_) | RunError::Store(_) => {}
+                RunError::NotFound(_)
+                | RunError::NotActive(..)
+                | RunError::Invalid(_)
+                | RunError::Chat(_)
+                | RunError::Store(_) => {}
             }
         }
         let loops = [
@@ -614,7 +698,8 @@ mod tests {
     fn every_library_error_code_has_a_status_in_the_table() {
         let errors = library_errors();
         assert!(errors.len() > 80, "{}", errors.len());
-        let unknown: Vec<&str> = errors.iter().map(|e| e.code.as_str()).filter(|code| ErrorCode::parse(code).is_none()).collect();
+        let unknown: Vec<&str> =
+            errors.iter().map(|e| e.code.as_str()).filter(|code| ErrorCode::parse(code).is_none()).collect();
         assert_eq!(unknown, Vec::<&str>::new(), "library codes the server's table lacks");
     }
 }

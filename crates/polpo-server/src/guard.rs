@@ -43,7 +43,9 @@ pub async fn check_host(State(state): State<Arc<AppState>>, request: Request, ne
     }
     let shown = authority(&request).unwrap_or("(none)").to_owned();
     let message = match state.hosts {
-        HostPolicy::Local => format!("host `{shown}` is not served: without API keys this server answers only localhost, 127.0.0.1 and [::1]"),
+        HostPolicy::Local => format!(
+            "host `{shown}` is not served: without API keys this server answers only localhost, 127.0.0.1 and [::1]"
+        ),
         _ => format!("host `{shown}` is not served: it is not in {ALLOWED_HOSTS_ENV}"),
     };
     for_path(request.uri().path(), ApiError::new("host_not_allowed", message))
@@ -64,9 +66,14 @@ pub async fn check_origin(State(state): State<Arc<AppState>>, request: Request, 
     // `*` opens the API to every page only where keys guard it; without keys it would hand the
     // local server (and the agents' tools) to any site the user visits, so it is not honoured.
     let any = !state.keys.is_empty();
-    let listed = origin.is_some_and(|o| state.cors_origins.iter().any(|allowed| (any && allowed == "*") || allowed.eq_ignore_ascii_case(o)));
-    let same = origin.zip(authority(&request)).is_some_and(|(o, host)| o.split_once("://").is_some_and(|(_, rest)| rest.eq_ignore_ascii_case(host)));
-    let cross_site = request.headers().get("sec-fetch-site").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
+    let listed = origin.is_some_and(|o| {
+        state.cors_origins.iter().any(|allowed| (any && allowed == "*") || allowed.eq_ignore_ascii_case(o))
+    });
+    let same = origin
+        .zip(authority(&request))
+        .is_some_and(|(o, host)| o.split_once("://").is_some_and(|(_, rest)| rest.eq_ignore_ascii_case(host)));
+    let cross_site =
+        request.headers().get("sec-fetch-site").is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"cross-site"));
     let refused = if cross_site { !listed } else { origin.is_some() && !listed && !same };
     if !refused {
         return next.run(request).await;
@@ -80,7 +87,11 @@ pub async fn check_origin(State(state): State<Arc<AppState>>, request: Request, 
 
 /// Whether a `Content-Type` value is JSON (`application/json`, parameters allowed).
 fn is_json(content_type: &HeaderValue) -> bool {
-    content_type.to_str().ok().and_then(|v| v.split(';').next()).is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+    content_type
+        .to_str()
+        .ok()
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
 }
 
 /// Refuse a POST, PUT, PATCH or DELETE body that is not declared `application/json`
@@ -91,7 +102,8 @@ pub async fn check_content_type(request: Request, next: Next) -> Response {
         return next.run(request).await;
     }
     let headers = request.headers();
-    let has_body = headers.contains_key(TRANSFER_ENCODING) || headers.get(CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
+    let has_body =
+        headers.contains_key(TRANSFER_ENCODING) || headers.get(CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
     let acceptable = match headers.get(CONTENT_TYPE) {
         Some(ct) => is_json(ct),
         None => !has_body,
@@ -128,7 +140,10 @@ pub async fn json_errors(request: Request, next: Next) -> Response {
         return response;
     }
     let (mut parts, body) = response.into_parts();
-    let text = axum::body::to_bytes(body, MAX_MESSAGE_BYTES).await.map(|b| String::from_utf8_lossy(&b).trim().to_owned()).unwrap_or_default();
+    let text = axum::body::to_bytes(body, MAX_MESSAGE_BYTES)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
     let code = code_for(parts.status);
     let message = if text.is_empty() { parts.status.canonical_reason().unwrap_or("error").to_owned() } else { text };
     let mut error = ApiError::new(code, message);

@@ -60,13 +60,21 @@ pub enum Lookup {
 
 /// Claim `key` for a request with `body`, or find its stored response; times come from
 /// `clock`.
-pub async fn claim(store: &Store, clock: &Arc<dyn Clock>, caller: &str, key: &str, body: &[u8]) -> Result<Lookup, ApiError> {
+pub async fn claim(
+    store: &Store,
+    clock: &Arc<dyn Clock>,
+    caller: &str,
+    key: &str,
+    body: &[u8],
+) -> Result<Lookup, ApiError> {
     if key.is_empty() || key.len() > MAX_KEY_LEN {
         return Err(ApiError::invalid(format!("Idempotency-Key must be 1-{MAX_KEY_LEN} characters")));
     }
     let id = hex::encode(Sha256::digest(format!("{caller}\n{key}")));
     let request_hash = hex::encode(Sha256::digest(body));
-    let claimed = |id: String, request_hash: String| Lookup::Claimed(Claim { store: store.clone(), clock: clock.clone(), id, request_hash, settled: false });
+    let claimed = |id: String, request_hash: String| {
+        Lookup::Claimed(Claim { store: store.clone(), clock: clock.clone(), id, request_hash, settled: false })
+    };
     let pending = json!({"state": "pending", "requestHash": request_hash, "claimedAt": clock.now()});
     for _ in 0..2 {
         match store.records.put_record(COLLECTION, &id, pending.clone(), Some(0)).await {
@@ -76,14 +84,21 @@ pub async fn claim(store: &Store, clock: &Arc<dyn Clock>, caller: &str, key: &st
         }
         let Some(existing) = store.records.get_record(COLLECTION, &id).await? else { continue };
         if existing.value["requestHash"] != request_hash.as_str() {
-            return Err(ApiError::new(ErrorCode::IdempotencyKeyReused, "this Idempotency-Key was used with a different request body"));
+            return Err(ApiError::new(
+                ErrorCode::IdempotencyKeyReused,
+                "this Idempotency-Key was used with a different request body",
+            ));
         }
         if existing.value["state"] == "done" {
             return Ok(Lookup::Replay(existing.value["response"].clone()));
         }
-        let abandoned = serde_json::from_value::<DateTime<Utc>>(existing.value["claimedAt"].clone()).is_ok_and(|t| clock.now() - t > PENDING_TTL);
+        let abandoned = serde_json::from_value::<DateTime<Utc>>(existing.value["claimedAt"].clone())
+            .is_ok_and(|t| clock.now() - t > PENDING_TTL);
         if !abandoned {
-            return Err(ApiError::new(ErrorCode::IdempotencyInProgress, "a request with this Idempotency-Key is still running"));
+            return Err(ApiError::new(
+                ErrorCode::IdempotencyInProgress,
+                "a request with this Idempotency-Key is still running",
+            ));
         }
         // Take over an abandoned claim, but only at the revision we saw.
         if store.records.put_record(COLLECTION, &id, pending.clone(), Some(existing.revision)).await.is_ok() {
@@ -158,7 +173,10 @@ mod tests {
         let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
 
         // Answered: the same key and body replay the response.
-        claimed(lookup(&store, "answered").await).settle(Settlement::Answered(json!({"id": "chatcmpl-1"}))).await.unwrap();
+        claimed(lookup(&store, "answered").await)
+            .settle(Settlement::Answered(json!({"id": "chatcmpl-1"})))
+            .await
+            .unwrap();
         assert!(matches!(lookup(&store, "answered").await, Ok(Lookup::Replay(v)) if v == json!({"id": "chatcmpl-1"})));
 
         // Failed: the key is free again at once.

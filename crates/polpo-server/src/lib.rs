@@ -24,5 +24,5 @@ pub mod state;
 pub mod wire;
 
 pub use app::router;
-pub use state::AppState;
 pub use serve::{Bind, bind_address};
+pub use state::AppState;

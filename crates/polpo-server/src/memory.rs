@@ -34,7 +34,9 @@ impl Release {
     pub fn closed(&self) {
         let open = self.open.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
         let peak = self.peak.load(Ordering::Relaxed);
-        let drained = peak >= MIN_PEAK && open <= peak / 4 && self.peak.compare_exchange(peak, open, Ordering::Relaxed, Ordering::Relaxed).is_ok();
+        let drained = peak >= MIN_PEAK
+            && open <= peak / 4
+            && self.peak.compare_exchange(peak, open, Ordering::Relaxed, Ordering::Relaxed).is_ok();
         if drained {
             self.residual.store(open > 0, Ordering::Relaxed);
         }

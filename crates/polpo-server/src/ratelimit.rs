@@ -40,7 +40,11 @@ impl<K: Hash + Eq> RateLimit<K> {
 
     /// `per_minute` per caller, up to `burst` at once; `None` when `per_minute` is 0 (off).
     pub fn with_burst(per_minute: u32, burst: u32) -> Option<Self> {
-        (per_minute > 0).then(|| Self { per_second: f64::from(per_minute) / 60.0, burst: f64::from(burst.max(1)), buckets: Mutex::new(HashMap::new()) })
+        (per_minute > 0).then(|| Self {
+            per_second: f64::from(per_minute) / 60.0,
+            burst: f64::from(burst.max(1)),
+            buckets: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The limit from the environment (default [`DEFAULT_PER_MINUTE`]).

@@ -41,7 +41,9 @@ pub fn bind_address(host: IpAddr, port: u16, has_keys: bool) -> Bind {
     }
     Bind {
         addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port),
-        notice: Some(format!("no API key configured: listening on 127.0.0.1 only, not {host}. Set POLPO_API_KEY (or settings.apiKeys) to serve other machines.")),
+        notice: Some(format!(
+            "no API key configured: listening on 127.0.0.1 only, not {host}. Set POLPO_API_KEY (or settings.apiKeys) to serve other machines."
+        )),
     }
 }
 
@@ -74,7 +76,11 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { header_read_timeout: HEADER_READ_TIMEOUT, max_connections: DEFAULT_MAX_CONNECTIONS, max_per_address: DEFAULT_MAX_CONNECTIONS / 4 }
+        Self {
+            header_read_timeout: HEADER_READ_TIMEOUT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_per_address: DEFAULT_MAX_CONNECTIONS / 4,
+        }
     }
 }
 
@@ -87,7 +93,11 @@ impl Limits {
         let from_env = std::env::var(MAX_CONNECTIONS_ENV).ok().and_then(|v| v.trim().parse().ok()).filter(|n| *n > 0);
         let from_setting = setting.and_then(|n| usize::try_from(n).ok()).filter(|n| *n > 0);
         let max = from_env.or(from_setting).unwrap_or(DEFAULT_MAX_CONNECTIONS);
-        Self { max_connections: max, max_per_address: if local_only { max } else { (max / 4).max(1) }, ..Self::default() }
+        Self {
+            max_connections: max,
+            max_per_address: if local_only { max } else { (max / 4).max(1) },
+            ..Self::default()
+        }
     }
 }
 
@@ -154,7 +164,9 @@ pub async fn run(listener: TcpListener, app: Router, limits: Limits, shutdown: i
                 }
             },
         };
-        let slot = per_address.take(peer.ip(), limits.max_per_address).and_then(|mine| Some((mine, slots.clone().try_acquire_owned().ok()?)));
+        let slot = per_address
+            .take(peer.ip(), limits.max_per_address)
+            .and_then(|mine| Some((mine, slots.clone().try_acquire_owned().ok()?)));
         let Some(slot) = slot else {
             if let Ok(permit) = refusals.clone().try_acquire_owned() {
                 tokio::spawn(async move {
@@ -193,7 +205,10 @@ pub async fn run(listener: TcpListener, app: Router, limits: Limits, shutdown: i
 /// the connection and lose the answer).
 async fn refuse(mut stream: TcpStream) {
     let body = r#"{"ok":false,"error":"the server has too many open connections; retry shortly","code":"too_many_connections"}"#;
-    let head = format!("HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n", body.len());
+    let head = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
     let answer = async {
         stream.write_all(head.as_bytes()).await?;
         stream.write_all(body.as_bytes()).await?;

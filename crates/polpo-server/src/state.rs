@@ -50,7 +50,18 @@ impl AppState {
         let hosts = HostPolicy::for_server(!keys.is_empty());
         let editor = Arc::new(ProjectEditor::new(runtime.loaded().project.root.clone()));
         let loops = Arc::new(LoopExecutor::new(runs.clone(), LoopOptions::default()));
-        Self { runtime, keys, cors_origins: default_cors_origins(), started: std::time::Instant::now(), rate_limit, auth_failures, hosts, runs, editor, loops }
+        Self {
+            runtime,
+            keys,
+            cors_origins: default_cors_origins(),
+            started: std::time::Instant::now(),
+            rate_limit,
+            auth_failures,
+            hosts,
+            runs,
+            editor,
+            loops,
+        }
     }
 }
 

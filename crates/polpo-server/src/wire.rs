@@ -169,7 +169,11 @@ impl WireMessage {
         Ok(Message {
             role,
             content: self.content,
-            tool_calls: self.tool_calls.into_iter().map(|c| ToolCall { id: c.id, name: c.function.name, arguments: c.function.arguments }).collect(),
+            tool_calls: self
+                .tool_calls
+                .into_iter()
+                .map(|c| ToolCall { id: c.id, name: c.function.name, arguments: c.function.arguments })
+                .collect(),
             tool_call_id: self.tool_call_id,
             name: self.name,
         })
@@ -182,7 +186,11 @@ impl WireTool {
         if self.kind != "function" {
             return Err(format!("tool type `{}` is not supported (function)", self.kind));
         }
-        Ok(ToolSpec { name: self.function.name, description: self.function.description, parameters: self.function.parameters })
+        Ok(ToolSpec {
+            name: self.function.name,
+            description: self.function.description,
+            parameters: self.function.parameters,
+        })
     }
 }
 
@@ -241,9 +249,22 @@ mod tests {
 
     #[test]
     fn tool_calls_round_trip_without_nulls() {
-        let m = WireMessage { role: "assistant".into(), content: None, tool_calls: wire_tool_calls(&[ToolCall { id: "c1".into(), name: "read".into(), arguments: "{}".into() }], false), tool_call_id: None, name: None, extra: Map::new() };
+        let m = WireMessage {
+            role: "assistant".into(),
+            content: None,
+            tool_calls: wire_tool_calls(
+                &[ToolCall { id: "c1".into(), name: "read".into(), arguments: "{}".into() }],
+                false,
+            ),
+            tool_call_id: None,
+            name: None,
+            extra: Map::new(),
+        };
         let s = serde_json::to_string(&m).unwrap();
-        assert_eq!(s, r#"{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{}"}}]}"#);
+        assert_eq!(
+            s,
+            r#"{"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{}"}}]}"#
+        );
         assert_eq!(m.into_message().unwrap().tool_calls[0].name, "read");
     }
 }

@@ -33,7 +33,12 @@ fn ms(d: Duration) -> f64 {
 
 fn rss_mib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let kib: f64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
     kib / 1024.0
 }
 
@@ -77,11 +82,18 @@ async fn http_overhead_and_throughput() {
         base.push(t.elapsed());
     }
     base.sort();
-    println!("fake LLM called directly: p50 {:.3} ms, p99 {:.3} ms", ms(percentile(&base, 0.5)), ms(percentile(&base, 0.99)));
+    println!(
+        "fake LLM called directly: p50 {:.3} ms, p99 {:.3} ms",
+        ms(percentile(&base, 0.5)),
+        ms(percentile(&base, 0.99))
+    );
 
     for storage in ["file", "sqlite"] {
         let s = Server::start_with(&llm, None, |d| {
-            ProjectFixture::new(d, json!({"storage": storage})).unwrap().agent("writer", json!({"model": "openai/fake", "allowedTools": []}), "You write.").unwrap();
+            ProjectFixture::new(d, json!({"storage": storage}))
+                .unwrap()
+                .agent("writer", json!({"model": "openai/fake", "allowedTools": []}), "You write.")
+                .unwrap();
         })
         .await;
         let url = format!("{}/v1/chat/completions", s.url);
@@ -120,7 +132,12 @@ async fn http_overhead_and_throughput() {
             }
             let elapsed = started.elapsed();
             rss.push(format!("{:.1}", rss_mib()));
-            println!("[{storage}] round {round}: {CLIENTS} concurrent clients, {:.0} completions/s ({} in {:.2} s)", (per_client * CLIENTS) as f64 / elapsed.as_secs_f64(), per_client * CLIENTS, elapsed.as_secs_f64());
+            println!(
+                "[{storage}] round {round}: {CLIENTS} concurrent clients, {:.0} completions/s ({} in {:.2} s)",
+                (per_client * CLIENTS) as f64 / elapsed.as_secs_f64(),
+                per_client * CLIENTS,
+                elapsed.as_secs_f64()
+            );
         }
         println!("[{storage}] RSS MiB before and after each round: {}", rss.join(" → "));
     }

@@ -27,7 +27,12 @@ const MAX_TOTAL_MIB: f64 = 32.0;
 
 fn rss_kib() -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// Resident memory once it stops moving (the server finishes setting connections up).
@@ -93,7 +98,11 @@ async fn idle_connections_cost_little_and_give_it_back() {
     let s = Server::start(&llm).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
-    let limits = Limits { header_read_timeout: Duration::from_secs(120), max_connections: CONNECTIONS + 10, max_per_address: CONNECTIONS + 10 };
+    let limits = Limits {
+        header_read_timeout: Duration::from_secs(120),
+        max_connections: CONNECTIONS + 10,
+        max_per_address: CONNECTIONS + 10,
+    };
     tokio::spawn(run(listener, polpo_server::router(s.state.clone()), limits, std::future::pending()));
     // Warm up: the first connections allocate what every later one reuses (timer wheel, pools).
     measure(&addr, "warm-up", true).await;

@@ -28,7 +28,13 @@ async fn a_plain_completion_has_the_openai_shape_and_a_session_to_continue() {
     assert!(overhead >= 0.0);
 
     // `model: "agent/<id>"` works as well as `agent`, and the session carries the history.
-    let r = s.post("/v1/chat/completions", &[("x-session-id", &session)], json!({"model": "agent/coder", "messages": [{"role": "user", "content": "what did I say?"}]})).await;
+    let r = s
+        .post(
+            "/v1/chat/completions",
+            &[("x-session-id", &session)],
+            json!({"model": "agent/coder", "messages": [{"role": "user", "content": "what did I say?"}]}),
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-session-id"), Some(session.as_str()));
     let sent = &llm.requests()[1].body["messages"];
@@ -37,7 +43,8 @@ async fn a_plain_completion_has_the_openai_shape_and_a_session_to_continue() {
 
 #[tokio::test]
 async fn streaming_sends_role_deltas_tool_status_and_done() {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("ls", json!({"path": "."}))]), Turn::text("Two files.")]).await.unwrap();
+    let llm =
+        FakeLlm::start([Turn::tool_calls(vec![("ls", json!({"path": "."}))]), Turn::text("Two files.")]).await.unwrap();
     let s = Server::start(&llm).await;
     let mut req = ask("coder", "list files");
     req["stream"] = json!(true);
@@ -68,7 +75,13 @@ async fn errors_use_the_openai_envelope_with_stable_codes() {
     assert_eq!(r.json()["error"]["type"], "not_found_error");
 
     // Streaming requests that fail before the run get a status, not a broken stream.
-    let r = s.post("/v1/chat/completions", &[("x-session-id", "missing")], json!({"agent": "coder", "stream": true, "messages": [{"role": "user", "content": "hi"}]})).await;
+    let r = s
+        .post(
+            "/v1/chat/completions",
+            &[("x-session-id", "missing")],
+            json!({"agent": "coder", "stream": true, "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
     assert_eq!(r.status, 404);
     assert_eq!(r.json()["error"]["code"], "session_not_found");
 

@@ -32,7 +32,9 @@ fn assert_hardened(r: &Reply, content_type: &str) {
     assert!(r.header("content-type").unwrap().starts_with(content_type), "{:?}", r.header("content-type"));
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     let csp = r.header("content-security-policy").expect("a Content-Security-Policy");
-    for directive in ["default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'"] {
+    for directive in
+        ["default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'"]
+    {
         assert!(csp.contains(directive), "CSP lacks {directive}: {csp}");
     }
     assert!(!csp.contains("unsafe"), "CSP allows unsafe sources: {csp}");
@@ -49,9 +51,16 @@ async fn the_page_is_served_at_the_root_with_a_strict_content_security_policy() 
     }
     // The policy forbids inline code, so the page must not depend on any.
     assert!(PAGE.contains(r#"<script src="/dashboard/app.js""#));
-    assert_eq!(PAGE.matches("<script").count(), PAGE.matches("<script src=").count(), "inline <script> would be blocked by the CSP");
+    assert_eq!(
+        PAGE.matches("<script").count(),
+        PAGE.matches("<script src=").count(),
+        "inline <script> would be blocked by the CSP"
+    );
     let inline_handler = PAGE.split_whitespace().any(|w| w.starts_with("on") && w.contains('='));
-    assert!(!PAGE.contains("<style") && !PAGE.contains(" style=") && !inline_handler, "inline style or handlers would be blocked by the CSP");
+    assert!(
+        !PAGE.contains("<style") && !PAGE.contains(" style=") && !inline_handler,
+        "inline style or handlers would be blocked by the CSP"
+    );
 }
 
 #[tokio::test]
@@ -78,7 +87,13 @@ fn every_api_path_the_script_calls_is_a_documented_route() {
     let called = api_paths(SCRIPT);
     let undocumented: Vec<&String> = called.iter().filter(|p| !documented.contains(*p)).collect();
     assert!(undocumented.is_empty(), "the dashboard calls paths the API does not have: {undocumented:?}");
-    for expected in ["/v1/chat/completions", "/api/v1/agents/{id}", "/api/v1/chat/sessions/{id}", "/api/v1/events", "/api/v1/runs/{id}/events"] {
+    for expected in [
+        "/v1/chat/completions",
+        "/api/v1/agents/{id}",
+        "/api/v1/chat/sessions/{id}",
+        "/api/v1/events",
+        "/api/v1/runs/{id}/events",
+    ] {
         assert!(called.contains(expected), "the scan missed {expected}: found {called:?}");
     }
 }
@@ -92,7 +107,16 @@ fn the_path_scan_reads_every_quote_style() {
 
 #[test]
 fn the_script_never_parses_data_as_markup_or_code() {
-    for sink in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function", "setTimeout('", "srcdoc"] {
+    for sink in [
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "new Function",
+        "setTimeout('",
+        "srcdoc",
+    ] {
         assert!(!SCRIPT.contains(sink), "the dashboard script uses {sink}; render data with text nodes instead");
     }
     // The key goes in a header, never into a URL or persistent storage.
@@ -124,6 +148,16 @@ async fn with_api_keys_the_page_opens_without_a_key_but_the_api_still_refuses() 
     assert_eq!(ids, ["coder", "writer"]);
     let r = s.post("/v1/chat/completions", &auth, chat).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let text: String = r.sse_data().iter().filter(|d| *d != "[DONE]").map(|d| serde_json::from_str::<serde_json::Value>(d).unwrap()["choices"][0]["delta"]["content"].as_str().unwrap_or("").to_owned()).collect();
+    let text: String = r
+        .sse_data()
+        .iter()
+        .filter(|d| *d != "[DONE]")
+        .map(|d| {
+            serde_json::from_str::<serde_json::Value>(d).unwrap()["choices"][0]["delta"]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
     assert_eq!(text, "Hello from the dashboard");
 }

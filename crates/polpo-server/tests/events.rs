@@ -33,7 +33,8 @@ fn assert_contiguous(ids: &[u64]) {
 
 #[tokio::test]
 async fn a_subscriber_sees_a_chat_happen_in_order() {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("ls", json!({"path": "."}))]), Turn::text("Two files.")]).await.unwrap();
+    let llm =
+        FakeLlm::start([Turn::tool_calls(vec![("ls", json!({"path": "."}))]), Turn::text("Two files.")]).await.unwrap();
     let s = Server::start(&llm).await;
     let mut live = s.stream("/api/v1/events", &[]).await;
 
@@ -45,7 +46,17 @@ async fn a_subscriber_sees_a_chat_happen_in_order() {
     let frames = live.until(EVENTUALLY, |f| f.name() == "run:completed").await;
     assert_eq!(
         names(&frames),
-        ["session:created", "run:started", "tool:started", "tool:completed", "message:added", "message:added", "message:added", "message:added", "run:completed"]
+        [
+            "session:created",
+            "run:started",
+            "tool:started",
+            "tool:completed",
+            "message:added",
+            "message:added",
+            "message:added",
+            "message:added",
+            "run:completed"
+        ]
     );
     assert_contiguous(&ids(&frames));
     for f in &frames {
@@ -78,7 +89,9 @@ async fn a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed
 
     let r = s.post("/v1/chat/completions", &[("x-session-id", &session)], ask("second")).await;
     assert_eq!(r.status, 200, "{}", r.text);
-    let everything = watcher.until(EVENTUALLY, |f| f.name() == "run:completed" && f.json()["runId"] == r.header("x-polpo-run-id").unwrap()).await;
+    let everything = watcher
+        .until(EVENTUALLY, |f| f.name() == "run:completed" && f.json()["runId"] == r.header("x-polpo-run-id").unwrap())
+        .await;
     let missed: Vec<&Frame> = everything.iter().filter(|f| f.id.unwrap() > last_seen).collect();
     let newest = everything.last().unwrap().id.unwrap();
 
@@ -86,7 +99,8 @@ async fn a_client_that_reconnects_with_last_event_id_gets_exactly_what_it_missed
     let last = last_seen.to_string();
     let mut resumed = s.stream("/api/v1/events?after=1", &[("last-event-id", &last)]).await;
     let got = resumed.until(EVENTUALLY, |f| f.id == Some(newest)).await;
-    let pairs = |fs: &[&Frame]| fs.iter().map(|f| (f.id.unwrap(), f.name().to_owned(), f.data.clone())).collect::<Vec<_>>();
+    let pairs =
+        |fs: &[&Frame]| fs.iter().map(|f| (f.id.unwrap(), f.name().to_owned(), f.data.clone())).collect::<Vec<_>>();
     assert_eq!(pairs(&got.iter().collect::<Vec<_>>()), pairs(&missed), "exactly the missed events, in order");
     assert_eq!(got[0].id, Some(last_seen + 1), "no gap");
     assert_contiguous(&ids(&got));

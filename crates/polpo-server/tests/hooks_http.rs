@@ -30,7 +30,11 @@ fn guarded_project(dir: &Path) {
         )
         .unwrap();
     let hooks = dir.join(".polpo/hooks");
-    std::fs::write(hooks.join("deny.sh"), "cat > /dev/null\necho '{\"decision\":\"deny\",\"reason\":\"writes need a review\"}'\n").unwrap();
+    std::fs::write(
+        hooks.join("deny.sh"),
+        "cat > /dev/null\necho '{\"decision\":\"deny\",\"reason\":\"writes need a review\"}'\n",
+    )
+    .unwrap();
     std::fs::write(
         hooks.join("check.sh"),
         "case \"$(cat)\" in\n  *ACCEPT*) echo '{\"decision\":\"accept\"}' ;;\n  *) echo '{\"decision\":\"continue\",\"diagnostics\":{\"missing\":\"the word ACCEPT\"}}' ;;\nesac\n",
@@ -57,8 +61,16 @@ fn sent(llm: &FakeLlm, n: usize) -> String {
 /// What the model saw along the way: the denial as a tool result, then the gate's diagnostics.
 fn assert_the_model_was_told(llm: &FakeLlm, first: usize) {
     assert_eq!(llm.requests().len(), first + 3, "tool call, rejected draft, accepted answer");
-    assert!(sent(llm, first + 1).contains("writes need a review"), "the denial reason reaches the model: {}", sent(llm, first + 1));
-    assert!(sent(llm, first + 2).contains("the word ACCEPT"), "the gate's diagnostics reach the model: {}", sent(llm, first + 2));
+    assert!(
+        sent(llm, first + 1).contains("writes need a review"),
+        "the denial reason reaches the model: {}",
+        sent(llm, first + 1)
+    );
+    assert!(
+        sent(llm, first + 2).contains("the word ACCEPT"),
+        "the gate's diagnostics reach the model: {}",
+        sent(llm, first + 2)
+    );
 }
 
 #[tokio::test]
@@ -98,7 +110,8 @@ async fn hook_capabilities_reflect_the_kill_switch_of_this_process() {
     assert_eq!(s.get("/v1/hooks/capabilities", &[]).await.status, 401, "behind authentication like every /v1 route");
     // Read, never set: tests share the process environment. The `off` case runs in a child
     // process in crates/polpo-cli/tests/hooks_cli.rs.
-    let enabled = polpo_engine::hooks::hooks_enabled(std::env::var(polpo_engine::hooks::KILL_SWITCH_ENV).ok().as_deref());
+    let enabled =
+        polpo_engine::hooks::hooks_enabled(std::env::var(polpo_engine::hooks::KILL_SWITCH_ENV).ok().as_deref());
     for path in ["/v1/hooks/capabilities", "/api/v1/hooks/capabilities"] {
         let r = s.get(path, &[("authorization", "Bearer sk-polpo")]).await;
         assert_eq!(r.status, 200, "{}", r.text);

@@ -32,7 +32,13 @@ async fn an_imported_conversation_is_stored_whole_and_a_chat_continues_from_it()
         {"role": "tool", "toolCallId": "call_1", "content": "2+2"},
         {"role": "assistant", "content": "It says 2+2, which is 4."},
     ]);
-    let r = s.post("/api/v1/chat/sessions/import", &[], json!({"title": "From elsewhere", "agent": "coder", "messages": conversation})).await;
+    let r = s
+        .post(
+            "/api/v1/chat/sessions/import",
+            &[],
+            json!({"title": "From elsewhere", "agent": "coder", "messages": conversation}),
+        )
+        .await;
     assert_eq!(r.status, 201, "{}", r.text);
     let data = r.json()["data"].clone();
     assert_eq!(data["imported"], 4);
@@ -42,11 +48,18 @@ async fn an_imported_conversation_is_stored_whole_and_a_chat_continues_from_it()
     assert_eq!(got["data"]["session"]["title"], "From elsewhere");
     assert_eq!(got["data"]["session"]["agent"], "coder");
     assert_eq!(got["data"]["session"]["messageCount"], 4);
-    let roles: Vec<&str> = got["data"]["messages"].as_array().unwrap().iter().filter_map(|m| m["role"].as_str()).collect();
+    let roles: Vec<&str> =
+        got["data"]["messages"].as_array().unwrap().iter().filter_map(|m| m["role"].as_str()).collect();
     assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
 
     // The next chat in that session sends the imported history to the model, then the new turn.
-    let r = s.post("/v1/chat/completions", &[("x-session-id", &id)], json!({"agent": "coder", "messages": [{"role": "user", "content": "And 3+3?"}]})).await;
+    let r = s
+        .post(
+            "/v1/chat/completions",
+            &[("x-session-id", &id)],
+            json!({"agent": "coder", "messages": [{"role": "user", "content": "And 3+3?"}]}),
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.header("x-session-id"), Some(id.as_str()));
     let sent = llm.requests()[0].body["messages"].as_array().unwrap().clone();
@@ -55,7 +68,10 @@ async fn an_imported_conversation_is_stored_whole_and_a_chat_continues_from_it()
     assert_eq!(turns[0]["content"], "What is in a.txt?");
     assert_eq!(turns[1]["tool_calls"][0]["id"], "call_1");
     assert_eq!(turns[1]["tool_calls"][0]["function"]["name"], "read");
-    assert_eq!(serde_json::from_str::<Value>(turns[1]["tool_calls"][0]["function"]["arguments"].as_str().unwrap()).unwrap(), json!({"path": "a.txt"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(turns[1]["tool_calls"][0]["function"]["arguments"].as_str().unwrap()).unwrap(),
+        json!({"path": "a.txt"})
+    );
     assert_eq!(turns[2]["tool_call_id"], "call_1");
     assert_eq!(turns[3]["content"], "It says 2+2, which is 4.");
     assert_eq!(turns[4]["content"], "And 3+3?");
@@ -66,7 +82,10 @@ async fn an_imported_conversation_is_stored_whole_and_a_chat_continues_from_it()
     let r = s.post("/v1/sessions/import", &[], json!({"agent": "writer", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Draft a note"}]})).await;
     assert_eq!(r.status, 201, "{}", r.text);
     let untitled = r.json()["data"]["sessionId"].as_str().unwrap().to_owned();
-    assert_eq!(s.get(&format!("/api/v1/sessions/{untitled}"), &[]).await.json()["data"]["session"]["title"], "Draft a note");
+    assert_eq!(
+        s.get(&format!("/api/v1/sessions/{untitled}"), &[]).await.json()["data"]["session"]["title"],
+        "Draft a note"
+    );
 }
 
 #[tokio::test]
@@ -77,13 +96,48 @@ async fn a_bad_import_is_refused_with_a_stable_code_and_stores_nothing() {
     let cases = [
         (json!({"agent": "nobody", "messages": [user]}), 404, "agent_not_found", "nobody"),
         (json!({"agent": "coder", "messages": []}), 400, "invalid_request", "1..="),
-        (json!({"agent": "coder", "messages": vec![user.clone(); MAX_IMPORT_MESSAGES + 1]}), 400, "invalid_request", "1..="),
-        (json!({"agent": "coder", "messages": [{"role": "developer", "content": "x"}]}), 400, "invalid_request", "messages[0]: role `developer`"),
-        (json!({"agent": "coder", "messages": [user, {"role": "user", "content": "x", "toolCalls": [{"id": "c", "name": "read"}]}]}), 400, "invalid_request", "messages[1]: only assistant"),
-        (json!({"agent": "coder", "messages": [{"role": "assistant", "toolCalls": [{"id": "c", "name": "read", "arguments": 7}]}]}), 400, "invalid_request", "arguments"),
-        (json!({"agent": "coder", "messages": [{"role": "assistant", "toolCalls": [{"id": "", "name": "read"}]}]}), 400, "invalid_request", "non-empty"),
-        (json!({"agent": "coder", "messages": [{"role": "assistant", "toolCalls": [{"name": "read"}]}]}), 400, "invalid_request", "id"),
-        (json!({"agent": "coder", "messages": [{"role": "tool", "content": "orphan"}]}), 400, "invalid_request", "toolCallId"),
+        (
+            json!({"agent": "coder", "messages": vec![user.clone(); MAX_IMPORT_MESSAGES + 1]}),
+            400,
+            "invalid_request",
+            "1..=",
+        ),
+        (
+            json!({"agent": "coder", "messages": [{"role": "developer", "content": "x"}]}),
+            400,
+            "invalid_request",
+            "messages[0]: role `developer`",
+        ),
+        (
+            json!({"agent": "coder", "messages": [user, {"role": "user", "content": "x", "toolCalls": [{"id": "c", "name": "read"}]}]}),
+            400,
+            "invalid_request",
+            "messages[1]: only assistant",
+        ),
+        (
+            json!({"agent": "coder", "messages": [{"role": "assistant", "toolCalls": [{"id": "c", "name": "read", "arguments": 7}]}]}),
+            400,
+            "invalid_request",
+            "arguments",
+        ),
+        (
+            json!({"agent": "coder", "messages": [{"role": "assistant", "toolCalls": [{"id": "", "name": "read"}]}]}),
+            400,
+            "invalid_request",
+            "non-empty",
+        ),
+        (
+            json!({"agent": "coder", "messages": [{"role": "assistant", "toolCalls": [{"name": "read"}]}]}),
+            400,
+            "invalid_request",
+            "id",
+        ),
+        (
+            json!({"agent": "coder", "messages": [{"role": "tool", "content": "orphan"}]}),
+            400,
+            "invalid_request",
+            "toolCallId",
+        ),
         (json!({"agent": "coder", "messages": [{"role": "user"}]}), 400, "invalid_request", "content"),
         (json!({"agent": "coder", "title": "  ", "messages": [user]}), 400, "invalid_request", "title"),
         (json!({"messages": [user]}), 400, "invalid_request", "agent"),
@@ -106,7 +160,10 @@ async fn teams_are_created_read_renamed_with_their_members_and_deleted_on_disk()
 
     let r = s.post("/api/v1/agents/teams", &[], json!({"name": "research", "description": "Finds things out."})).await;
     assert_eq!(r.status, 201, "{}", r.text);
-    assert_eq!(r.json()["data"], json!({"name": "research", "description": "Finds things out.", "members": [], "file": ".polpo/teams/research.json"}));
+    assert_eq!(
+        r.json()["data"],
+        json!({"name": "research", "description": "Finds things out.", "members": [], "file": ".polpo/teams/research.json"})
+    );
     assert_eq!(read_json(&team_file(&s, "research")), json!({"description": "Finds things out."}));
     assert!(s.state.runtime.loaded().project.teams.contains_key("research"), "served at once");
 
@@ -136,12 +193,22 @@ async fn teams_are_created_read_renamed_with_their_members_and_deleted_on_disk()
 
     // A rename that cannot move every member (one was removed by hand, unseen by the runtime)
     // changes nothing.
-    let r = s.post("/api/v1/agents", &[], json!({"id": "zeta", "config": {"model": "openai/fake-model", "team": "research"}})).await;
+    let r = s
+        .post(
+            "/api/v1/agents",
+            &[],
+            json!({"id": "zeta", "config": {"model": "openai/fake-model", "team": "research"}}),
+        )
+        .await;
     assert_eq!(r.status, 201, "{}", r.text);
     std::fs::remove_dir_all(s.dir.path().join(".polpo/agents/zeta")).unwrap();
     let r = s.patch("/api/v1/agents/team", &[], json!({"oldName": "research", "name": "science"})).await;
     assert_eq!((r.status, r.json()["code"].clone()), (404, json!("agent_not_found")), "{}", r.text);
-    assert_eq!(read_json(&s.dir.path().join(".polpo/agents/writer/agent.json"))["team"], "research", "the member moved first is put back");
+    assert_eq!(
+        read_json(&s.dir.path().join(".polpo/agents/writer/agent.json"))["team"],
+        "research",
+        "the member moved first is put back"
+    );
     assert!(team_file(&s, "research").exists() && !team_file(&s, "science").exists());
     let r = s.delete("/api/v1/agents/zeta", &[]).await;
     assert_eq!(r.status, 404, "the agent is gone from disk: {}", r.text);
@@ -173,7 +240,12 @@ async fn teams_are_created_read_renamed_with_their_members_and_deleted_on_disk()
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json()["data"]["removed"], true);
     assert!(!team_file(&s, "science").exists());
-    let names: Vec<Value> = s.get("/api/v1/agents/teams", &[]).await.json()["data"].as_array().unwrap().iter().map(|t| t["name"].clone()).collect();
+    let names: Vec<Value> = s.get("/api/v1/agents/teams", &[]).await.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].clone())
+        .collect();
     assert_eq!(names, [json!("ops")]);
     let r = s.delete("/api/v1/agents/teams/science", &[]).await;
     assert_eq!((r.status, r.json()["code"].clone()), (404, json!("team_not_found")), "{}", r.text);

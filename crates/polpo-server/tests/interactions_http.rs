@@ -14,7 +14,11 @@ const SUGGESTIONS: &str = r#"{"suggestions":[{"label":"Show an example","prompt"
 async fn server(llm: &FakeLlm) -> Server {
     Server::start_with(llm, None, |d| {
         default_project(d)
-            .agent("support", json!({"model": "openai/fake-model", "chat": {"suggestions": {"enabled": true, "maxItems": 3}}}), "You help.")
+            .agent(
+                "support",
+                json!({"model": "openai/fake-model", "chat": {"suggestions": {"enabled": true, "maxItems": 3}}}),
+                "You help.",
+            )
             .unwrap();
     })
     .await
@@ -32,7 +36,15 @@ fn chunks(r: &support::Reply) -> Vec<Value> {
 
 #[tokio::test]
 async fn suggestions_arrive_at_the_body_root_and_as_a_chunk_just_before_the_stop_chunk() {
-    let llm = FakeLlm::start([Turn::text("Set it in agent.json."), Turn::text(SUGGESTIONS), Turn::text("Streamed answer."), Turn::text(SUGGESTIONS), Turn::text("No extras.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::text("Set it in agent.json."),
+        Turn::text(SUGGESTIONS),
+        Turn::text("Streamed answer."),
+        Turn::text(SUGGESTIONS),
+        Turn::text("No extras."),
+    ])
+    .await
+    .unwrap();
     let s = server(&llm).await;
 
     let r = s.post("/v1/chat/completions", &[], ask("How?", json!({"suggestions": true}), false)).await;
@@ -88,7 +100,8 @@ async fn ask_user_question_finishes_with_ask_user_and_a_tool_message_answers_it(
     assert_eq!(r.json()["choices"][0]["message"]["content"], "Pro it is.");
 
     // Streaming: the last chunk carries the question as a tool call and `ask_user`.
-    let r = s.post("/v1/chat/completions", &[], ask("Upgrade me again", json!({"ask_user_question": true}), true)).await;
+    let r =
+        s.post("/v1/chat/completions", &[], ask("Upgrade me again", json!({"ask_user_question": true}), true)).await;
     let chunks = chunks(&r);
     let last = chunks.last().unwrap();
     assert_eq!(last["choices"][0]["finish_reason"], "ask_user");

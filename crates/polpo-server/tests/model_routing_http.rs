@@ -18,7 +18,10 @@ async fn start(llm: &FakeLlm) -> Server {
             "modelProfiles": {"balanced": "openai/balanced-model"},
             "modelRouting": {"rules": [{"when": {"labels": ["vip"]}, "profile": "balanced"}]}
         });
-        ProjectFixture::new(dir, settings).unwrap().agent("router", json!({"model": "openai/pinned-model", "modelRouting": {"mode": "auto"}}), "You route.").unwrap();
+        ProjectFixture::new(dir, settings)
+            .unwrap()
+            .agent("router", json!({"model": "openai/pinned-model", "modelRouting": {"mode": "auto"}}), "You route.")
+            .unwrap();
     })
     .await
 }
@@ -40,10 +43,13 @@ async fn request_labels_route_and_the_response_model_is_unchanged() {
     assert_eq!(models, ["balanced-model", "pinned-model"]);
 
     let (backlog, _) = s.state.runtime.events().subscribe_after(Some(0));
-    let routes: Vec<Value> = backlog.into_iter().filter_map(|d| match d {
-        Delivery::Event(e) if e.event == "model:routed" => Some(e.data["via"].clone()),
-        _ => None,
-    }).collect();
+    let routes: Vec<Value> = backlog
+        .into_iter()
+        .filter_map(|d| match d {
+            Delivery::Event(e) if e.event == "model:routed" => Some(e.data["via"].clone()),
+            _ => None,
+        })
+        .collect();
     assert_eq!(routes, ["rule", "pinned"]);
 }
 
@@ -52,7 +58,12 @@ async fn malformed_routing_labels_are_refused_before_any_model_call() {
     let llm = FakeLlm::start([Turn::text("never")]).await.unwrap();
     let s = start(&llm).await;
     let too_many: Vec<String> = (0..17).map(|i| format!("l{i}")).collect();
-    for routing in [json!({"labels": too_many}), json!({"labels": [""]}), json!({"labels": "vip"}), json!({"labels": ["vip"], "mode": "x"})] {
+    for routing in [
+        json!({"labels": too_many}),
+        json!({"labels": [""]}),
+        json!({"labels": "vip"}),
+        json!({"labels": ["vip"], "mode": "x"}),
+    ] {
         let r = s.post("/v1/chat/completions", &[], ask(routing.clone())).await;
         assert_eq!(r.status, 400, "{routing}: {}", r.text);
         assert_eq!(r.json()["error"]["code"], "invalid_request");

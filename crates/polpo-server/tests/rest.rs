@@ -28,7 +28,8 @@ async fn agent_crud_round_trip_writes_the_files_and_the_new_agent_chats_at_once(
     assert_eq!(created["ok"], true);
     let revision = created["data"]["revision"].as_str().unwrap().to_owned();
     assert_eq!(r.header("etag"), Some(format!("\"{revision}\"").as_str()));
-    let on_disk: Value = serde_json::from_str(&std::fs::read_to_string(agent_dir(&s, "poet").join("agent.json")).unwrap()).unwrap();
+    let on_disk: Value =
+        serde_json::from_str(&std::fs::read_to_string(agent_dir(&s, "poet").join("agent.json")).unwrap()).unwrap();
     assert_eq!(on_disk, json!({"role": "poet", "model": "openai/fake-model"}));
     assert_eq!(std::fs::read_to_string(agent_dir(&s, "poet").join("instructions.md")).unwrap(), "You write haiku.");
 
@@ -36,7 +37,12 @@ async fn agent_crud_round_trip_writes_the_files_and_the_new_agent_chats_at_once(
     let r = s.post("/v1/chat/completions", &[], ask("poet", "a haiku please")).await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(r.json()["choices"][0]["message"]["content"], "A haiku.");
-    assert_eq!(llm.requests()[0].body["messages"][0]["content"].as_str().map(|c| c.contains("You write haiku.")), Some(true), "{}", llm.requests()[0].body);
+    assert_eq!(
+        llm.requests()[0].body["messages"][0]["content"].as_str().map(|c| c.contains("You write haiku.")),
+        Some(true),
+        "{}",
+        llm.requests()[0].body
+    );
     let listed = s.get("/v1/agents", &[]).await.json();
     let ids: Vec<&str> = listed["data"].as_array().unwrap().iter().filter_map(|a| a["id"].as_str()).collect();
     assert_eq!(ids, ["coder", "poet", "writer"]);
@@ -51,17 +57,30 @@ async fn agent_crud_round_trip_writes_the_files_and_the_new_agent_chats_at_once(
     let got = s.get("/api/v1/agents/poet", &[]).await.json();
     assert_eq!(got["data"]["instructions"], "You write haiku.");
     assert_eq!(got["data"]["revision"], revision.as_str());
-    let r = s.patch("/api/v1/agents/poet", &[("if-match", &format!("\"{revision}\""))], json!({"config": {"role": null, "maxTurns": 3}})).await;
+    let r = s
+        .patch(
+            "/api/v1/agents/poet",
+            &[("if-match", &format!("\"{revision}\""))],
+            json!({"config": {"role": null, "maxTurns": 3}}),
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let patched = r.json();
     assert_eq!(patched["data"]["config"], json!({"model": "openai/fake-model", "maxTurns": 3}));
     assert_eq!(patched["data"]["instructions"], "You write haiku.", "instructions are kept when not given");
-    let on_disk: Value = serde_json::from_str(&std::fs::read_to_string(agent_dir(&s, "poet").join("agent.json")).unwrap()).unwrap();
+    let on_disk: Value =
+        serde_json::from_str(&std::fs::read_to_string(agent_dir(&s, "poet").join("agent.json")).unwrap()).unwrap();
     assert_eq!(on_disk["maxTurns"], 3);
     let revision = patched["data"]["revision"].as_str().unwrap().to_owned();
 
     // PUT replaces the whole config and the instructions.
-    let r = s.put("/v1/agents/poet", &[], json!({"revision": revision, "config": {"model": "openai/fake-model"}, "instructions": "Only limericks."})).await;
+    let r = s
+        .put(
+            "/v1/agents/poet",
+            &[],
+            json!({"revision": revision, "config": {"model": "openai/fake-model"}, "instructions": "Only limericks."}),
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(std::fs::read_to_string(agent_dir(&s, "poet").join("instructions.md")).unwrap(), "Only limericks.");
     assert_eq!(s.state.runtime.loaded().agent("poet").unwrap().instructions, "Only limericks.");
@@ -88,7 +107,13 @@ async fn a_hand_edit_between_read_and_write_is_a_409_not_an_overwrite() {
     let prompt = agent_dir(&s, "writer").join("instructions.md");
     std::fs::write(&prompt, "Hand-edited prompt.").unwrap();
 
-    let r = s.put("/api/v1/agents/writer", &[("if-match", &revision)], json!({"config": {"model": "openai/fake-model"}, "instructions": "API prompt."})).await;
+    let r = s
+        .put(
+            "/api/v1/agents/writer",
+            &[("if-match", &revision)],
+            json!({"config": {"model": "openai/fake-model"}, "instructions": "API prompt."}),
+        )
+        .await;
     assert_eq!(r.status, 409, "{}", r.text);
     assert_eq!(r.json()["ok"], false);
     assert_eq!(r.json()["code"], "conflict");
@@ -101,7 +126,13 @@ async fn a_hand_edit_between_read_and_write_is_a_409_not_an_overwrite() {
     // With the fresh revision the edit goes through.
     let fresh = s.get("/api/v1/agents/writer", &[]).await.json()["data"]["revision"].as_str().unwrap().to_owned();
     assert_ne!(fresh, revision);
-    let r = s.put("/api/v1/agents/writer", &[("if-match", &fresh)], json!({"config": {"model": "openai/fake-model"}, "instructions": "API prompt."})).await;
+    let r = s
+        .put(
+            "/api/v1/agents/writer",
+            &[("if-match", &fresh)],
+            json!({"config": {"model": "openai/fake-model"}, "instructions": "API prompt."}),
+        )
+        .await;
     assert_eq!(r.status, 200, "{}", r.text);
     assert_eq!(std::fs::read_to_string(&prompt).unwrap(), "API prompt.");
 }
@@ -111,7 +142,13 @@ async fn invalid_agents_are_refused_and_leave_files_and_runtime_as_they_were() {
     let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
     let s = Server::start(&llm).await;
 
-    let r = s.post("/api/v1/agents", &[], json!({"id": "bad", "config": {"model": "openai/fake-model", "maxTurns": "many", "colour": "red"}})).await;
+    let r = s
+        .post(
+            "/api/v1/agents",
+            &[],
+            json!({"id": "bad", "config": {"model": "openai/fake-model", "maxTurns": "many", "colour": "red"}}),
+        )
+        .await;
     assert_eq!(r.status, 400, "{}", r.text);
     let body = r.json();
     assert_eq!(body["code"], "invalid_config");
@@ -124,14 +161,26 @@ async fn invalid_agents_are_refused_and_leave_files_and_runtime_as_they_were() {
     // A config that is fine alone but breaks the project (reportsTo nobody): written, found
     // invalid with the whole project, undone; the runtime keeps the version it served.
     let served = s.state.runtime.loaded();
-    let r = s.post("/api/v1/agents", &[], json!({"id": "lost", "config": {"model": "openai/fake-model", "reportsTo": "nobody"}})).await;
+    let r = s
+        .post(
+            "/api/v1/agents",
+            &[],
+            json!({"id": "lost", "config": {"model": "openai/fake-model", "reportsTo": "nobody"}}),
+        )
+        .await;
     assert_eq!(r.status, 400, "{}", r.text);
     assert_eq!(r.json()["code"], "invalid_project");
     assert!(!agent_dir(&s, "lost").exists());
     assert!(std::sync::Arc::ptr_eq(&served, &s.state.runtime.loaded()), "a refused edit is never served");
 
     // Deleting an agent another one reports to would break the project too.
-    let r = s.post("/api/v1/agents", &[], json!({"id": "intern", "config": {"model": "openai/fake-model", "reportsTo": "writer"}})).await;
+    let r = s
+        .post(
+            "/api/v1/agents",
+            &[],
+            json!({"id": "intern", "config": {"model": "openai/fake-model", "reportsTo": "writer"}}),
+        )
+        .await;
     assert_eq!(r.status, 201, "{}", r.text);
     let r = s.delete("/api/v1/agents/writer", &[]).await;
     assert_eq!(r.status, 400, "{}", r.text);
@@ -149,7 +198,12 @@ async fn sessions_list_paginate_read_retitle_and_delete_after_two_chats() {
     let mut first = ask("coder", "first question");
     first["metadata"] = json!({"team": "blue"});
     let a = s.post("/v1/chat/completions", &[], first).await.header("x-session-id").unwrap().to_owned();
-    let b = s.post("/v1/chat/completions", &[], ask("writer", "second question")).await.header("x-session-id").unwrap().to_owned();
+    let b = s
+        .post("/v1/chat/completions", &[], ask("writer", "second question"))
+        .await
+        .header("x-session-id")
+        .unwrap()
+        .to_owned();
 
     let all = s.get("/api/v1/chat/sessions", &[]).await.json();
     let ids: Vec<&str> = all["data"]["sessions"].as_array().unwrap().iter().filter_map(|x| x["id"].as_str()).collect();
@@ -175,7 +229,8 @@ async fn sessions_list_paginate_read_retitle_and_delete_after_two_chats() {
     // Session with messages, in order.
     let got = s.get(&format!("/api/v1/chat/sessions/{a}/messages"), &[]).await.json();
     assert_eq!(got["data"]["session"]["agent"], "coder");
-    let contents: Vec<&str> = got["data"]["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
+    let contents: Vec<&str> =
+        got["data"]["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_str()).collect();
     assert_eq!(contents, ["first question", "first answer"]);
     assert_eq!(s.get(&format!("/v1/sessions/{a}"), &[]).await.json()["data"]["messages"].as_array().unwrap().len(), 2);
 
@@ -204,7 +259,15 @@ async fn openapi_documents_every_route_and_every_documented_route_is_served() {
     let doc = s.get("/api/v1/openapi.json", &auth).await.json();
     assert_eq!(doc["openapi"], "3.1.0");
     assert_eq!(doc["components"]["securitySchemes"]["bearerAuth"]["type"], "http");
-    for path in ["/v1/chat/completions", "/v1/models", "/api/v1/health", "/v1/hooks/capabilities", "/api/v1/agents/{id}", "/api/v1/chat/sessions", "/v1/sessions/{id}/messages"] {
+    for path in [
+        "/v1/chat/completions",
+        "/v1/models",
+        "/api/v1/health",
+        "/v1/hooks/capabilities",
+        "/api/v1/agents/{id}",
+        "/api/v1/chat/sessions",
+        "/v1/sessions/{id}/messages",
+    ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }
     // Each documented operation reaches a handler (with a dummy id and an empty body it may
@@ -215,7 +278,10 @@ async fn openapi_documents_every_route_and_every_documented_route_is_served() {
         for method in item.as_object().unwrap().keys() {
             let concrete = path.replace("{id}", "no-such-id");
             let body = matches!(method.as_str(), "post" | "put" | "patch").then(|| json!({}));
-            let mut req = s.http.request(method.to_uppercase().parse().unwrap(), format!("{}{concrete}", s.url)).header(auth[0].0, auth[0].1);
+            let mut req = s
+                .http
+                .request(method.to_uppercase().parse().unwrap(), format!("{}{concrete}", s.url))
+                .header(auth[0].0, auth[0].1);
             if let Some(body) = body {
                 req = req.json(&body);
             }
@@ -239,7 +305,8 @@ async fn openapi_documents_every_route_and_every_documented_route_is_served() {
 async fn concurrent_edits_are_all_served() {
     let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
     let s = Server::start(&llm).await;
-    let create = |id: &'static str| s.post("/api/v1/agents", &[], json!({"id": id, "config": {"model": "openai/fake-model"}}));
+    let create =
+        |id: &'static str| s.post("/api/v1/agents", &[], json!({"id": id, "config": {"model": "openai/fake-model"}}));
     let team = s.post("/api/v1/agents/teams", &[], json!({"name": "blue"}));
     let (a, b, c, t) = tokio::join!(create("one"), create("two"), create("three"), team);
     for r in [a, b, c, t] {

@@ -20,7 +20,11 @@ async fn server(llm: &FakeLlm, settings: Value) -> Server {
     Server::start_with(llm, None, |d| {
         ProjectFixture::new(d, settings)
             .unwrap()
-            .agent("coder", json!({"model": "openai/fake-model", "allowedTools": ["read", "bash"], "maxTurns": 8}), "You write code.")
+            .agent(
+                "coder",
+                json!({"model": "openai/fake-model", "allowedTools": ["read", "bash"], "maxTurns": 8}),
+                "You write code.",
+            )
             .unwrap();
     })
     .await
@@ -36,7 +40,13 @@ fn durable_chat(text: &str, stream: bool) -> Value {
 }
 
 impl Server {
-    async fn open(&self, method: reqwest::Method, path: &str, headers: &[(&str, String)], body: Option<Value>) -> reqwest::Response {
+    async fn open(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Option<Value>,
+    ) -> reqwest::Response {
         let mut req = self.http.request(method, format!("{}{path}", self.url));
         for (k, v) in headers {
             req = req.header(*k, v);
@@ -48,7 +58,8 @@ impl Server {
     }
 
     async fn run_events(&self, run: &str, last_event_id: Option<u64>) -> Vec<Frame> {
-        let headers: Vec<(&str, String)> = last_event_id.map(|id| ("last-event-id", id.to_string())).into_iter().collect();
+        let headers: Vec<(&str, String)> =
+            last_event_id.map(|id| ("last-event-id", id.to_string())).into_iter().collect();
         let response = self.open(reqwest::Method::GET, &format!("/v1/runs/{run}/events"), &headers, None).await;
         assert_eq!(response.status(), 200);
         Frames::new(response).rest(EVENTUALLY).await
@@ -73,9 +84,13 @@ where
 }
 
 async fn a_client_that_loses_the_stream_reconnects_and_misses_nothing(settings: Value) {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "written"))]), Turn::text("All done.")]).await.unwrap();
+    let llm =
+        FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "written"))]), Turn::text("All done.")])
+            .await
+            .unwrap();
     let s = server(&llm, settings).await;
-    let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Build it", true))).await;
+    let response =
+        s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Build it", true))).await;
     assert_eq!(response.status(), 200);
     let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
     let mut frames = Frames::new(response);
@@ -98,7 +113,11 @@ async fn a_client_that_loses_the_stream_reconnects_and_misses_nothing(settings: 
     let seqs: Vec<u64> = all.iter().map(|f| f.id.unwrap()).collect();
     assert_eq!(seqs, (1..=all.len() as u64).collect::<Vec<_>>(), "the journal has no gaps or duplicates");
     let resumed_seqs: Vec<u64> = resumed.iter().map(|f| f.id.unwrap()).collect();
-    assert_eq!(resumed_seqs, seqs[last_id as usize..].to_vec(), "the reconnected stream continues right after Last-Event-ID");
+    assert_eq!(
+        resumed_seqs,
+        seqs[last_id as usize..].to_vec(),
+        "the reconnected stream continues right after Last-Event-ID"
+    );
     let last = resumed.last().unwrap().json();
     assert_eq!(last["type"], "run.completed");
     assert_eq!(last["data"]["content"], "All done.");
@@ -115,12 +134,18 @@ async fn a_client_that_loses_the_stream_reconnects_and_misses_nothing(settings: 
 }
 
 async fn steering_over_http_is_delivered_once_at_the_next_boundary(settings: Value) {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "x"))]), Turn::text("Switched to PostgreSQL.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("bash", gated_append("go", "x"))]),
+        Turn::text("Switched to PostgreSQL."),
+    ])
+    .await
+    .unwrap();
     let s = server(&llm, settings).await;
     let reply = s.post("/v1/runs/nope/steer", &[], json!({"id": "a", "mode": "steer", "content": "hi"})).await;
     assert_eq!((reply.status, reply.json()["code"].as_str()), (404, Some("run_not_found")));
 
-    let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Build it", true))).await;
+    let response =
+        s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Build it", true))).await;
     let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
     let mut frames = Frames::new(response);
     while frames.next().await.unwrap().json()["choices"][0]["tool_call"]["state"] != "calling" {}
@@ -139,12 +164,16 @@ async fn steering_over_http_is_delivered_once_at_the_next_boundary(settings: Val
     assert_eq!(steers, 1, "delivered once: {second}");
     assert_eq!(second.as_array().unwrap().last().unwrap()["role"], "user");
 
-    let late = s.post(&format!("/v1/runs/{run}/steer"), &[], json!({"id": "m2", "mode": "follow_up", "content": "more"})).await;
+    let late = s
+        .post(&format!("/v1/runs/{run}/steer"), &[], json!({"id": "m2", "mode": "follow_up", "content": "more"}))
+        .await;
     assert_eq!((late.status, late.json()["code"].as_str()), (409, Some("run_not_active")));
 }
 
 async fn abort_over_http_ends_the_run_within_a_second(settings: Value) {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "sleep 60"}))]), Turn::text("never")]).await.unwrap();
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": "sleep 60"}))]), Turn::text("never")])
+        .await
+        .unwrap();
     let s = server(&llm, settings).await;
     let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Wait", true))).await;
     let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
@@ -179,7 +208,13 @@ async fn a_non_streaming_durable_completion_answers_from_its_run(settings: Value
 }
 
 async fn a_plain_streaming_chat_can_be_steered_and_aborted_by_its_run_id(settings: Value) {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "x"))]), Turn::text("Steered."), Turn::tool_calls(vec![("bash", json!({"command": "sleep 60"}))])]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("bash", gated_append("go", "x"))]),
+        Turn::text("Steered."),
+        Turn::tool_calls(vec![("bash", json!({"command": "sleep 60"}))]),
+    ])
+    .await
+    .unwrap();
     let s = server(&llm, settings).await;
     let plain = |text: &str| json!({"agent": "coder", "stream": true, "messages": [{"role": "user", "content": text}]});
     let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(plain("Build it"))).await;
@@ -200,13 +235,21 @@ async fn a_plain_streaming_chat_can_be_steered_and_aborted_by_its_run_id(setting
     let mut frames = Frames::new(response);
     while frames.next().await.unwrap().json()["choices"][0]["tool_call"]["state"] != "calling" {}
     assert_eq!(s.post(&format!("/v1/runs/{run}/abort"), &[], json!({})).await.status, 200);
-    let rest = tokio::time::timeout(Duration::from_secs(1), frames.rest(EVENTUALLY)).await.expect("the stream ends within 1 s of the abort");
+    let rest = tokio::time::timeout(Duration::from_secs(1), frames.rest(EVENTUALLY))
+        .await
+        .expect("the stream ends within 1 s of the abort");
     let error = rest.iter().rev().find_map(|f| serde_json::from_str::<Value>(&f.data).ok()).unwrap();
     assert_eq!(error["error"]["code"], "aborted");
 }
 
 fn user_messages(body: &Value) -> Vec<String> {
-    body["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "user").map(|m| m["content"].as_str().unwrap().to_owned()).collect()
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 async fn only_paused_runs_are_reconciled(settings: Value) {
@@ -251,9 +294,15 @@ fn types(frames: &[Frame]) -> Vec<String> {
 /// real one: the first server stops (hands the run over) in the middle of a write, and the
 /// second, taking the run over, cannot know whether the write happened.
 async fn a_follower_sees_a_paused_run_through_its_reconciliation_to_the_end(settings: Value) {
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", started_gated_append("started", "go", "x"))]), Turn::text("Reconciled and done.")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("bash", started_gated_append("started", "go", "x"))]),
+        Turn::text("Reconciled and done."),
+    ])
+    .await
+    .unwrap();
     let first = server(&llm, settings).await;
-    let response = first.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Append x", true))).await;
+    let response =
+        first.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Append x", true))).await;
     let run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
     written(&first, "started").await;
     let second = first.beside(&llm).await;
@@ -268,14 +317,23 @@ async fn a_follower_sees_a_paused_run_through_its_reconciliation_to_the_end(sett
     assert!(types(&paused).contains(&"run.released".to_owned()), "{:?}", types(&paused));
 
     let key = pause["data"]["detail"]["key"].as_str().unwrap();
-    let reply = second.post(&format!("/v1/runs/{run}/reconcile"), &[], json!({"key": key, "outcome": "applied", "result": "appended"})).await;
+    let reply = second
+        .post(
+            &format!("/v1/runs/{run}/reconcile"),
+            &[],
+            json!({"key": key, "outcome": "applied", "result": "appended"}),
+        )
+        .await;
     assert_eq!(reply.status, 200, "{}", reply.text);
     let rest = follower.rest(EVENTUALLY).await;
     let after = types(&rest);
     assert_eq!(after.first().map(String::as_str), Some("run.reconciled"), "{after:?}");
     assert!(after.contains(&"run.resumed".to_owned()), "{after:?}");
     let last = rest.last().unwrap().json();
-    assert_eq!((last["type"].as_str(), last["data"]["content"].as_str()), (Some("run.completed"), Some("Reconciled and done.")));
+    assert_eq!(
+        (last["type"].as_str(), last["data"]["content"].as_str()),
+        (Some("run.completed"), Some("Reconciled and done."))
+    );
     let seqs: Vec<u64> = paused.iter().chain(&rest).map(|f| f.id.unwrap()).collect();
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>(), "one connection, every event once");
     assert!(!first.dir.path().join("log.txt").exists(), "the uncertain write was not repeated");
@@ -293,14 +351,22 @@ async fn a_chat_whose_server_stops_is_told_its_run_was_handed_over(settings: Val
     .await
     .unwrap();
     let s = server(&llm, settings).await;
-    let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Append a", true))).await;
+    let response =
+        s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Append a", true))).await;
     let streamed_run = response.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
     let streamed = Frames::new(response);
     written(&s, "streamed").await;
     let key = [("idempotency-key", "handover-1".to_owned())];
     let waited = tokio::spawn({
         let (http, url) = (s.http.clone(), s.url.clone());
-        async move { http.post(format!("{url}/v1/chat/completions")).header("idempotency-key", "handover-1").json(&durable_chat("Append b", false)).send().await.unwrap() }
+        async move {
+            http.post(format!("{url}/v1/chat/completions"))
+                .header("idempotency-key", "handover-1")
+                .json(&durable_chat("Append b", false))
+                .send()
+                .await
+                .unwrap()
+        }
     });
     written(&s, "waited").await;
 
@@ -310,7 +376,10 @@ async fn a_chat_whose_server_stops_is_told_its_run_was_handed_over(settings: Val
     let error = frames.last().unwrap().json();
     assert_eq!(error["error"]["code"], "run_handed_over", "{error}");
     assert_eq!(error["error"]["run_id"], streamed_run.as_str());
-    assert!(error["error"]["message"].as_str().unwrap().contains(&format!("/v1/runs/{streamed_run}/events")), "{error}");
+    assert!(
+        error["error"]["message"].as_str().unwrap().contains(&format!("/v1/runs/{streamed_run}/events")),
+        "{error}"
+    );
     assert_eq!(error["choices"][0]["finish_reason"], Value::Null, "not finished: {error}");
 
     let reply = waited.await.unwrap();
@@ -318,8 +387,13 @@ async fn a_chat_whose_server_stops_is_told_its_run_was_handed_over(settings: Val
     let run = reply.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
     assert_eq!(reply.headers()["x-should-retry"], "false");
     let body: Value = reply.json().await.unwrap();
-    assert_eq!((body["error"]["code"].as_str(), body["error"]["run_id"].as_str()), (Some("run_handed_over"), Some(run.as_str())), "{body}");
-    let retry = s.open(reqwest::Method::POST, "/v1/chat/completions", &key, Some(durable_chat("Append b", false))).await;
+    assert_eq!(
+        (body["error"]["code"].as_str(), body["error"]["run_id"].as_str()),
+        (Some("run_handed_over"), Some(run.as_str())),
+        "{body}"
+    );
+    let retry =
+        s.open(reqwest::Method::POST, "/v1/chat/completions", &key, Some(durable_chat("Append b", false))).await;
     assert_eq!(retry.status(), 409, "the key stays taken while the run goes on");
 
     for run in [streamed_run, run] {

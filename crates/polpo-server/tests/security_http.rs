@@ -32,10 +32,19 @@ fn bearer(key: &str) -> (&'static str, String) {
 /// A server with an admin key (`POLPO_API_KEY`), client keys `key-a` and `key-b`, and an
 /// `apiKeys` admin entry `boss` (stored as its digest).
 async fn keyed(llm: &FakeLlm) -> Server {
-    Server::start_tweaked(llm, Some("root"), |d| drop(default_project(d)), |state| {
-        let entries = [ApiKeyEntry::Plain("key-a".into()), ApiKeyEntry::Plain(hashed_form("key-b")), ApiKeyEntry::Detailed { key: hashed_form("boss"), admin: true }];
-        state.keys = ApiKeys::load(Some("root"), &entries).0;
-    })
+    Server::start_tweaked(
+        llm,
+        Some("root"),
+        |d| drop(default_project(d)),
+        |state| {
+            let entries = [
+                ApiKeyEntry::Plain("key-a".into()),
+                ApiKeyEntry::Plain(hashed_form("key-b")),
+                ApiKeyEntry::Detailed { key: hashed_form("boss"), admin: true },
+            ];
+            state.keys = ApiKeys::load(Some("root"), &entries).0;
+        },
+    )
     .await
 }
 
@@ -51,7 +60,8 @@ fn raw(url: &str, request: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_key_sees_only_its_own_sessions_and_runs_and_an_admin_sees_all() {
-    let llm = FakeLlm::start([Turn::text("For A."), Turn::text("Durable for A."), Turn::text("A again.")]).await.unwrap();
+    let llm =
+        FakeLlm::start([Turn::text("For A."), Turn::text("Durable for A."), Turn::text("A again.")]).await.unwrap();
     let s = keyed(&llm).await;
     let (a, b, root, boss) = (bearer("key-a"), bearer("key-b"), bearer("root"), bearer("boss"));
     let r = s.post("/v1/chat/completions", &[(a.0, &a.1)], ask("secret plans")).await;
@@ -72,7 +82,8 @@ async fn a_client_key_sees_only_its_own_sessions_and_runs_and_an_admin_sees_all(
     assert_eq!(s.delete(&path, &[(b.0, &b.1)]).await.status, 404);
     let listed = s.get("/api/v1/chat/sessions", &[(b.0, &b.1)]).await.json();
     assert_eq!(listed["data"]["sessions"], json!([]), "B lists none of A's sessions");
-    let cont = s.post("/v1/chat/completions", &[(b.0, &b.1), ("x-session-id", &session)], ask("continue A's chat")).await;
+    let cont =
+        s.post("/v1/chat/completions", &[(b.0, &b.1), ("x-session-id", &session)], ask("continue A's chat")).await;
     assert_eq!((cont.status, cont.json()["error"]["code"].as_str()), (404, Some("session_not_found")));
     assert_eq!(llm.requests().len(), calls, "continuing another client's session never reaches the model");
     for route in [format!("/v1/runs/{run}"), format!("/api/v1/runs/{run}/events")] {
@@ -87,13 +98,19 @@ async fn a_client_key_sees_only_its_own_sessions_and_runs_and_an_admin_sees_all(
         assert_eq!(s.get(&path, &[(key.0, &key.1)]).await.status, 200, "{}", key.1);
         assert_eq!(s.get(&format!("/v1/runs/{run}"), &[(key.0, &key.1)]).await.status, 200, "{}", key.1);
     }
-    assert_eq!(s.get("/api/v1/chat/sessions", &[(a.0, &a.1)]).await.json()["data"]["sessions"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        s.get("/api/v1/chat/sessions", &[(a.0, &a.1)]).await.json()["data"]["sessions"].as_array().unwrap().len(),
+        2
+    );
     let cont = s.post("/v1/chat/completions", &[(a.0, &a.1), ("x-session-id", &session)], ask("and then?")).await;
     assert_eq!(cont.status, 200, "{}", cont.text);
     // The stored owner is a key id, never the key or the digest apiKeys holds.
     let stored = s.state.runtime.store().sessions.get_session(&session).await.unwrap().unwrap();
     let owner = stored.owner.unwrap();
-    assert!(owner.starts_with("key_") && !owner.contains("key-a") && !hashed_form("key-a").contains(&owner[4..]), "{owner}");
+    assert!(
+        owner.starts_with("key_") && !owner.contains("key-a") && !hashed_form("key-a").contains(&owner[4..]),
+        "{owner}"
+    );
     // The live feed shows every client's activity: admins only.
     assert_eq!(s.get("/api/v1/events", &[(b.0, &b.1)]).await.status, 403);
 }
@@ -107,20 +124,31 @@ async fn only_admin_keys_edit_agents_and_teams() {
     let before = std::fs::read(&file).unwrap();
     let widen = json!({"config": {"allowedTools": ["bash"]}});
     let attempts = [
-        s.post("/api/v1/agents", &[(a.0, &a.1)], json!({"id": "pwn", "instructions": "x", "config": {"model": "openai/gpt-4o-mini"}})).await,
+        s.post(
+            "/api/v1/agents",
+            &[(a.0, &a.1)],
+            json!({"id": "pwn", "instructions": "x", "config": {"model": "openai/gpt-4o-mini"}}),
+        )
+        .await,
         s.patch("/v1/agents/writer", &[(a.0, &a.1)], widen.clone()).await,
         s.put("/api/v1/agents/writer", &[(a.0, &a.1)], json!({"config": {"model": "openai/gpt-4o-mini"}})).await,
         s.delete("/api/v1/agents/writer", &[(a.0, &a.1)]).await,
         s.post("/api/v1/agents/teams", &[(a.0, &a.1)], json!({"name": "crew"})).await,
     ];
     for r in attempts {
-        assert_eq!((r.status, r.json()["code"].as_str().or(r.json()["error"]["code"].as_str())), (403, Some("forbidden")), "{}", r.text);
+        assert_eq!(
+            (r.status, r.json()["code"].as_str().or(r.json()["error"]["code"].as_str())),
+            (403, Some("forbidden")),
+            "{}",
+            r.text
+        );
     }
     assert_eq!(std::fs::read(&file).unwrap(), before, "nothing was written");
     assert!(!s.dir.path().join(".polpo/agents/pwn").exists());
     // Client keys still read agents; an admin key edits them.
     assert_eq!(s.get("/api/v1/agents", &[(a.0, &a.1)]).await.status, 200);
-    let r = s.patch("/api/v1/agents/writer", &[(root.0, &root.1)], json!({"config": {"role": "edited by an admin"}})).await;
+    let r =
+        s.patch("/api/v1/agents/writer", &[(root.0, &root.1)], json!({"config": {"role": "edited by an admin"}})).await;
     assert_eq!(r.status, 200, "{}", r.text);
 }
 
@@ -223,11 +251,25 @@ async fn every_error_is_the_json_envelope() {
     // The OpenAI surface answers in OpenAI's envelope.
     let r = s.send(reqwest::Method::DELETE, "/v1/models", &[], None).await;
     assert_eq!((r.status, r.json()["error"]["code"].as_str()), (405, Some("method_not_allowed")));
-    let bad_json = s.http.post(format!("{}/v1/chat/completions", s.url)).header("content-type", "application/json").body("{\"messages\": [").send().await.unwrap();
+    let bad_json = s
+        .http
+        .post(format!("{}/v1/chat/completions", s.url))
+        .header("content-type", "application/json")
+        .body("{\"messages\": [")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad_json.status(), 400);
     assert_eq!(bad_json.json::<Value>().await.unwrap()["error"]["code"], "invalid_request");
     let huge = vec![b' '; polpo_server::app::MAX_BODY_BYTES + 1];
-    let r = s.http.post(format!("{}/api/v1/agents", s.url)).header("content-type", "application/json").body(huge).send().await.unwrap();
+    let r = s
+        .http
+        .post(format!("{}/api/v1/agents", s.url))
+        .header("content-type", "application/json")
+        .body(huge)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 413);
     assert_eq!(r.json::<Value>().await.unwrap()["code"], "payload_too_large");
 }
@@ -258,10 +300,21 @@ async fn foreign_pages_cannot_post_and_only_json_bodies_are_read() {
     let r = post(None, "text/plain", None).await.unwrap();
     assert_eq!(r.status(), 415);
     assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "unsupported_media_type");
-    let form = s.http.post(format!("{}/api/v1/agents", s.url)).header("content-type", "application/x-www-form-urlencoded").body("id=x").send().await.unwrap();
-    assert_eq!((form.status().as_u16(), form.json::<Value>().await.unwrap()["code"].clone()), (415, json!("unsupported_media_type")));
+    let form = s
+        .http
+        .post(format!("{}/api/v1/agents", s.url))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("id=x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        (form.status().as_u16(), form.json::<Value>().await.unwrap()["code"].clone()),
+        (415, json!("unsupported_media_type"))
+    );
     assert!(llm.requests().is_empty(), "no refused request reached the model");
-    let read = s.http.get(format!("{}/api/v1/agents", s.url)).header("content-type", "text/plain").send().await.unwrap();
+    let read =
+        s.http.get(format!("{}/api/v1/agents", s.url)).header("content-type", "text/plain").send().await.unwrap();
     assert_eq!(read.status(), 200, "reads are not judged by a content type they do not need");
 
     // The dashboard's own requests: same origin as the Host, JSON with a charset.
@@ -275,8 +328,17 @@ async fn foreign_pages_cannot_post_and_only_json_bodies_are_read() {
 #[tokio::test]
 async fn a_wildcard_origin_list_does_not_open_a_server_without_keys() {
     let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
-    let s = Server::start_tweaked(&llm, None, |d| drop(default_project(d)), |state| state.cors_origins = vec!["*".into()]).await;
-    let r = s.http.post(format!("{}/v1/chat/completions", s.url)).header("origin", "http://evil.example").json(&ask("hi")).send().await.unwrap();
+    let s =
+        Server::start_tweaked(&llm, None, |d| drop(default_project(d)), |state| state.cors_origins = vec!["*".into()])
+            .await;
+    let r = s
+        .http
+        .post(format!("{}/v1/chat/completions", s.url))
+        .header("origin", "http://evil.example")
+        .json(&ask("hi"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 403);
     assert!(llm.requests().is_empty());
 }

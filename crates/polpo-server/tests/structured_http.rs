@@ -51,7 +51,11 @@ async fn a_json_schema_answer_after_a_tool_call_parses_streamed_or_not() {
         let requests = llm.requests();
         assert_eq!(requests.len(), 3);
         assert!(requests[1].body.get("response_format").is_none(), "the tools phase is not constrained");
-        assert_eq!(requests[2].body["response_format"], person_format(), "the format reaches the provider as the client sent it");
+        assert_eq!(
+            requests[2].body["response_format"],
+            person_format(),
+            "the format reaches the provider as the client sent it"
+        );
         assert!(requests[2].body.get("tools").is_none(), "formatting is tool-free");
     }
 }
@@ -61,7 +65,13 @@ async fn a_json_object_answer_without_tools_takes_one_call_streamed_or_not() {
     for stream in [false, true] {
         let llm = FakeLlm::start([Turn::json(json!({"mood": "calm"}))]).await.unwrap();
         let s = Server::start(&llm).await;
-        let r = s.post("/v1/chat/completions", &[], ask("writer", "How do you feel?", json!({"type": "json_object"}), stream)).await;
+        let r = s
+            .post(
+                "/v1/chat/completions",
+                &[],
+                ask("writer", "How do you feel?", json!({"type": "json_object"}), stream),
+            )
+            .await;
         assert_eq!(r.status, 200, "{}", r.text);
         assert_eq!(answer(&r, stream), r#"{"mood":"calm"}"#, "stream: {stream}");
         let requests = llm.requests();

@@ -156,7 +156,9 @@ pub async fn open_store(
     let seams = seams.into();
     Ok(match kind {
         StoreKind::File => Store::from_backend(kind, FileStore::open(&data_dir, seams.clone()).await?, seams),
-        StoreKind::Sqlite => Store::from_backend(kind, SqliteStore::open(&data_dir.join("polpo.db"), seams.clone()).await?, seams),
+        StoreKind::Sqlite => {
+            Store::from_backend(kind, SqliteStore::open(&data_dir.join("polpo.db"), seams.clone()).await?, seams)
+        }
         StoreKind::Postgres => {
             let url = database_url.ok_or_else(|| {
                 StoreError::Config("postgres storage needs DATABASE_URL or settings.databaseUrl".into())

@@ -242,7 +242,11 @@ pub trait MissionStore: Send + Sync {
     async fn get_mission(&self, id: &str) -> Result<Option<StoredMission>, StoreError>;
 
     /// Missions newest first (by creation time, then id), filtered, one page at a time.
-    async fn list_missions(&self, filter: &MissionFilter, page: &PageRequest) -> Result<Page<StoredMission>, StoreError>;
+    async fn list_missions(
+        &self,
+        filter: &MissionFilter,
+        page: &PageRequest,
+    ) -> Result<Page<StoredMission>, StoreError>;
 
     /// Replace the mission only if it is still at `expected_revision` (`conflict`); a status
     /// change outside the mission table is `invalid_transition`; `updatedAt` becomes now.

@@ -72,7 +72,8 @@ pub const MAX_TASK_BATCH: usize = 256;
 /// The dependencies of `batch` outside it: the stored tasks a backend must look up.
 pub(crate) fn outside_deps(batch: &[Task]) -> Vec<String> {
     let inside: HashSet<&str> = batch.iter().map(|t| t.id.as_str()).collect();
-    let outside: HashSet<&String> = batch.iter().flat_map(|t| &t.depends_on).filter(|d| !inside.contains(d.as_str())).collect();
+    let outside: HashSet<&String> =
+        batch.iter().flat_map(|t| &t.depends_on).filter(|d| !inside.contains(d.as_str())).collect();
     outside.into_iter().cloned().collect()
 }
 
@@ -169,7 +170,11 @@ pub(crate) fn check_title_free<'a>(task: &Task, others: impl IntoIterator<Item =
 
 /// A mission as first stored: id (the caller's, or a fresh one when empty), times `now`,
 /// revision 1; it starts `draft` (or straight `active`), and its delays must parse.
-pub(crate) fn new_mission(mut mission: Mission, now: DateTime<Utc>, ids: &dyn IdGen) -> Result<StoredMission, StoreError> {
+pub(crate) fn new_mission(
+    mut mission: Mission,
+    now: DateTime<Utc>,
+    ids: &dyn IdGen,
+) -> Result<StoredMission, StoreError> {
     if mission.id.is_empty() {
         mission.id = ids.next_id();
     }
@@ -198,7 +203,10 @@ pub(crate) fn updated_mission(
     let (from, to) = (current.mission.status, next.status);
     check_revision("mission", &current.mission.id, Some(expected_revision), current.revision)?;
     if next.id != current.mission.id || next.name.is_empty() {
-        return Err(StoreError::Invalid(format!("mission `{}`: the id is fixed and the name required", current.mission.id)));
+        return Err(StoreError::Invalid(format!(
+            "mission `{}`: the id is fixed and the name required",
+            current.mission.id
+        )));
     }
     if from != to && !core::MISSION_TRANSITIONS.contains(&(from, to)) {
         return Err(StoreError::InvalidTransition { from: from.as_str().into(), to: to.as_str().into() });

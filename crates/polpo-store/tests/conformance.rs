@@ -541,7 +541,13 @@ async fn records_are_revisioned_documents_per_collection(t: &TestStore) {
 }
 
 async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
-    let sid = t.store.sessions.create_session(NewSession { owner: Some("key_a".into()), ..session("coder") }).await.unwrap().id;
+    let sid = t
+        .store
+        .sessions
+        .create_session(NewSession { owner: Some("key_a".into()), ..session("coder") })
+        .await
+        .unwrap()
+        .id;
     t.store.sessions.append_messages(&sid, vec![NewMessage::new(Message::user("remember me"))], None).await.unwrap();
     let rid = t.store.runs.create_run(NewRun { session_id: Some(sid.clone()), ..run("coder") }).await.unwrap().id;
     for i in 0..3 {

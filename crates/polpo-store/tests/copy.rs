@@ -7,12 +7,12 @@ mod support;
 
 use chrono::Duration as Span;
 use polpo_core::message::Message;
+use polpo_core::tasks::{Mission, Task};
 use polpo_store::{
     CopyReport, NewMessage, NewRun, NewRunEvent, NewSession, PageRequest, RunStatus, SessionPatch, StoreKind,
     copy_store,
 };
 use serde_json::json;
-use polpo_core::tasks::{Mission, Task};
 use support::{TestStore, start_time};
 
 async fn fill(t: &TestStore) {
@@ -63,9 +63,14 @@ async fn fill(t: &TestStore) {
     .unwrap();
     let mission = t.store.missions.create_mission(mission).await.unwrap().mission.id;
     // Created in the same millisecond, the dependent task sorts before its dependency.
-    let build = Task { id: "a-build".into(), mission_id: Some(mission.clone()), ..Task::new("", "build", "", start_time()) };
+    let build =
+        Task { id: "a-build".into(), mission_id: Some(mission.clone()), ..Task::new("", "build", "", start_time()) };
     let build = t.store.tasks.create_task(build).await.unwrap();
-    let ship = Task { id: "b-ship".into(), depends_on: vec![build.task.id.clone()], ..Task::new("", "ship", "", start_time()) };
+    let ship = Task {
+        id: "b-ship".into(),
+        depends_on: vec![build.task.id.clone()],
+        ..Task::new("", "ship", "", start_time())
+    };
     t.store.tasks.create_task(ship).await.unwrap();
     t.store.tasks.claim_ready("w", std::time::Duration::from_secs(60), 10).await.unwrap();
 }

@@ -49,24 +49,28 @@ pub(crate) fn frames(turn: &Turn, r: &Render) -> Vec<String> {
         index += 1;
     };
     if let Some(thinking) = &turn.reasoning {
-        let mut deltas: Vec<Value> = pieces(thinking, r.chunk_chars).into_iter().map(|p| json!({"type": "thinking_delta", "thinking": p})).collect();
+        let mut deltas: Vec<Value> = pieces(thinking, r.chunk_chars)
+            .into_iter()
+            .map(|p| json!({"type": "thinking_delta", "thinking": p}))
+            .collect();
         deltas.push(json!({"type": "signature_delta", "signature": "fake-signature"}));
         block(json!({"type": "thinking", "thinking": ""}), deltas, &mut events);
     }
     if let Some(text) = &turn.text {
-        let deltas = pieces(text, r.chunk_chars).into_iter().map(|p| json!({"type": "text_delta", "text": p})).collect();
+        let deltas =
+            pieces(text, r.chunk_chars).into_iter().map(|p| json!({"type": "text_delta", "text": p})).collect();
         block(json!({"type": "text", "text": ""}), deltas, &mut events);
     }
     for (i, (name, args)) in turn.tool_calls.iter().enumerate() {
-        let deltas = pieces(&args.to_string(), r.chunk_chars).into_iter().map(|p| json!({"type": "input_json_delta", "partial_json": p})).collect();
+        let deltas = pieces(&args.to_string(), r.chunk_chars)
+            .into_iter()
+            .map(|p| json!({"type": "input_json_delta", "partial_json": p}))
+            .collect();
         block(json!({"type": "tool_use", "id": r.call_id("toolu", i), "name": name, "input": {}}), deltas, &mut events);
     }
     events.push(json!({"type": "message_delta", "delta": {"stop_reason": stop_reason(turn), "stop_sequence": null}, "usage": {"output_tokens": output}}));
     events.push(json!({"type": "message_stop"}));
-    events
-        .into_iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("unknown")))
-        .collect()
+    events.into_iter().map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("unknown"))).collect()
 }
 
 fn stop_reason(turn: &Turn) -> &'static str {

@@ -22,7 +22,6 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-
 /// Reads an environment variable; the same shape as `polpo_llm::EnvLookup` (testkit does not
 /// depend on polpo-llm).
 pub type EnvLookup = std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -120,7 +119,11 @@ impl FakeLlm {
     }
 
     /// Serve on an already bound listener with explicit options.
-    pub fn start_with(listener: TcpListener, turns: impl IntoIterator<Item = Turn>, options: Options) -> std::io::Result<Self> {
+    pub fn start_with(
+        listener: TcpListener,
+        turns: impl IntoIterator<Item = Turn>,
+        options: Options,
+    ) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             turns: Mutex::new(turns.into_iter().collect()),
@@ -236,8 +239,16 @@ async fn answer(shared: Arc<Shared>, wire: Wire, path: &str, headers: HeaderMap,
     let options = shared.options;
     let request: Value = serde_json::from_slice(&raw).unwrap_or(Value::Null);
     if options.record {
-        let headers = headers.iter().map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect();
-        lock(&shared.requests).push(RecordedRequest { path: path.to_owned(), headers, body: request.clone(), received_at: Instant::now() });
+        let headers = headers
+            .iter()
+            .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .collect();
+        lock(&shared.requests).push(RecordedRequest {
+            path: path.to_owned(),
+            headers,
+            body: request.clone(),
+            received_at: Instant::now(),
+        });
     }
     // Refused before any model runs, so the scripted turn stays for the next request.
     if let Some(error) = strict::rejection(wire, &request).filter(|_| options.strict) {
@@ -263,7 +274,9 @@ async fn answer(shared: Arc<Shared>, wire: Wire, path: &str, headers: HeaderMap,
         let mut response = respond(status, "application/json", Body::from(error.body.clone()));
         for (name, value) in &error.headers {
             // A name or value HTTP cannot carry is skipped: the fake answers, it never panics.
-            if let (Ok(name), Ok(value)) = (header::HeaderName::from_bytes(name.as_bytes()), header::HeaderValue::from_str(value)) {
+            if let (Ok(name), Ok(value)) =
+                (header::HeaderName::from_bytes(name.as_bytes()), header::HeaderValue::from_str(value))
+            {
                 response.headers_mut().append(name, value);
             }
         }
@@ -282,7 +295,11 @@ async fn answer(shared: Arc<Shared>, wire: Wire, path: &str, headers: HeaderMap,
             Wire::OpenAi => openai::frames(&turn, &render),
             Wire::Anthropic => anthropic::frames(&turn, &render),
         };
-        respond(StatusCode::OK, "text/event-stream", Body::from_stream(interrupt(frames, turn.interruption, OpenBody::new(&shared))))
+        respond(
+            StatusCode::OK,
+            "text/event-stream",
+            Body::from_stream(interrupt(frames, turn.interruption, OpenBody::new(&shared))),
+        )
     } else {
         let body = match wire {
             Wire::OpenAi => openai::body(&turn, &render),
@@ -301,12 +318,20 @@ async fn answer(shared: Arc<Shared>, wire: Wire, path: &str, headers: HeaderMap,
             Interruption::DisconnectAfter(_) => Interruption::DisconnectAfter(1),
             Interruption::StallAfter(_) => Interruption::StallAfter(1),
         });
-        respond(StatusCode::OK, "application/json", Body::from_stream(interrupt(parts, interruption, OpenBody::new(&shared))))
+        respond(
+            StatusCode::OK,
+            "application/json",
+            Body::from_stream(interrupt(parts, interruption, OpenBody::new(&shared))),
+        )
     }
 }
 
 /// The body as a stream of frames, broken off as scripted; `open` lives as long as the body.
-fn interrupt(frames: Vec<String>, interruption: Option<Interruption>, open: OpenBody) -> impl Stream<Item = Result<String, std::io::Error>> + Send {
+fn interrupt(
+    frames: Vec<String>,
+    interruption: Option<Interruption>,
+    open: OpenBody,
+) -> impl Stream<Item = Result<String, std::io::Error>> + Send {
     let (keep, tail): (usize, Option<Interruption>) = match interruption {
         None => (frames.len(), None),
         Some(i @ (Interruption::DisconnectAfter(n) | Interruption::StallAfter(n))) => (n, Some(i)),

@@ -35,7 +35,9 @@ pub(crate) fn rejection(wire: Wire, request: &Value) -> Option<Value> {
         Wire::Anthropic => anthropic_problem(request),
     }?;
     Some(match wire {
-        Wire::OpenAi => json!({"error": {"message": problem, "type": "invalid_request_error", "param": null, "code": null}}),
+        Wire::OpenAi => {
+            json!({"error": {"message": problem, "type": "invalid_request_error", "param": null, "code": null}})
+        }
         Wire::Anthropic => json!({"type": "error", "error": {"type": "invalid_request_error", "message": problem}}),
     })
 }
@@ -60,7 +62,8 @@ fn tool_input(request: &Value, tool: &str, value: Value) -> Value {
     if value.is_object() {
         return value;
     }
-    let schema = request["tools"].as_array().into_iter().flatten().find(|t| t["name"] == tool).map(|t| &t["input_schema"]);
+    let schema =
+        request["tools"].as_array().into_iter().flatten().find(|t| t["name"] == tool).map(|t| &t["input_schema"]);
     match schema.and_then(|s| s["required"].as_array()).map(Vec::as_slice) {
         Some([Value::String(only)]) => json!({ only.as_str(): value }),
         _ => value,
@@ -70,7 +73,11 @@ fn tool_input(request: &Value, tool: &str, value: Value) -> Value {
 /// The scripted text as a JSON object or array (a Markdown fence around it allowed).
 fn structured(text: &str) -> Option<Value> {
     let t = text.trim();
-    let t = t.strip_prefix("```json").or_else(|| t.strip_prefix("```")).and_then(|s| s.strip_suffix("```")).map_or(t, str::trim);
+    let t = t
+        .strip_prefix("```json")
+        .or_else(|| t.strip_prefix("```"))
+        .and_then(|s| s.strip_suffix("```"))
+        .map_or(t, str::trim);
     serde_json::from_str::<Value>(t).ok().filter(|v| v.is_object() || v.is_array())
 }
 
@@ -85,7 +92,8 @@ fn asks_for_json(wire: Wire, request: &Value) -> bool {
 /// The tool an Anthropic request forces (`tool_choice: {type: "tool", name}`).
 fn forced_anthropic_tool(wire: Wire, request: &Value) -> Option<String> {
     let choice = &request["tool_choice"];
-    (wire == Wire::Anthropic && choice["type"] == "tool").then(|| choice["name"].as_str().unwrap_or_default().to_owned())
+    (wire == Wire::Anthropic && choice["type"] == "tool")
+        .then(|| choice["name"].as_str().unwrap_or_default().to_owned())
 }
 
 /// What a model says when nobody asked it for JSON: the same facts, in words.
@@ -95,7 +103,9 @@ fn prose(value: &Value) -> String {
 
 fn describe(value: &Value) -> String {
     match value {
-        Value::Object(fields) => fields.iter().map(|(k, v)| format!("{k} is {}", describe(v))).collect::<Vec<_>>().join(", "),
+        Value::Object(fields) => {
+            fields.iter().map(|(k, v)| format!("{k} is {}", describe(v))).collect::<Vec<_>>().join(", ")
+        }
         Value::Array(items) => items.iter().map(describe).collect::<Vec<_>>().join(" and "),
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -110,17 +120,25 @@ fn openai_problem(request: &Value) -> Option<String> {
     let tools = tool_names(&request["tools"], |t| t["function"]["name"].as_str());
     if let Some(choice) = request.get("tool_choice").filter(|c| !c.is_null()) {
         if tools.is_empty() {
-            return Some("Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.".into());
+            return Some(
+                "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.".into(),
+            );
         }
         if let Some(name) = choice["function"]["name"].as_str().filter(|n| !tools.iter().any(|t| t == n)) {
-            return Some(format!("Invalid value for 'tool_choice': function '{name}' is not among the 'tools' of this request."));
+            return Some(format!(
+                "Invalid value for 'tool_choice': function '{name}' is not among the 'tools' of this request."
+            ));
         }
     }
     let format = request.get("response_format").filter(|f| !f.is_null())?;
     match format["type"].as_str() {
         Some("text") => None,
         Some("json_object") => {
-            let mentions_json = request["messages"].as_array().into_iter().flatten().any(|m| m["content"].to_string().to_lowercase().contains("json"));
+            let mentions_json = request["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| m["content"].to_string().to_lowercase().contains("json"));
             (!mentions_json).then(|| "'messages' must contain the word 'json' in some form, to use 'response_format' of type 'json_object'.".into())
         }
         Some("json_schema") => json_schema_problem(&format["json_schema"]),
@@ -166,9 +184,15 @@ fn malformed(schema: &Value, at: &str) -> Option<String> {
     if !types_ok || !(schema.is_object() || schema.is_boolean()) {
         return Some(format!("('{at}'), {} is not a valid schema type.", schema["type"]));
     }
-    let shapes_ok = [("properties", Value::is_object as fn(&Value) -> bool), ("$defs", Value::is_object), ("required", Value::is_array), ("enum", Value::is_array), ("anyOf", Value::is_array)]
-        .iter()
-        .all(|(key, shape)| schema.get(key).is_none_or(shape))
+    let shapes_ok = [
+        ("properties", Value::is_object as fn(&Value) -> bool),
+        ("$defs", Value::is_object),
+        ("required", Value::is_array),
+        ("enum", Value::is_array),
+        ("anyOf", Value::is_array),
+    ]
+    .iter()
+    .all(|(key, shape)| schema.get(key).is_none_or(shape))
         && schema["required"].as_array().is_none_or(|r| r.iter().all(Value::is_string))
         && schema.get("items").is_none_or(|i| i.is_object() || i.is_boolean());
     if !shapes_ok {
@@ -183,14 +207,23 @@ fn strict_problem(schema: &Value, at: &str) -> Option<String> {
     if let Some(problem) = malformed(schema, at) {
         return Some(problem);
     }
-    let is_object = schema["type"] == "object" || schema["type"].as_array().is_some_and(|ts| ts.iter().any(|t| t == "object"));
+    let is_object =
+        schema["type"] == "object" || schema["type"].as_array().is_some_and(|ts| ts.iter().any(|t| t == "object"));
     if is_object {
         if schema["additionalProperties"] != false {
             return Some(format!("('{at}'), 'additionalProperties' is required to be supplied and to be false."));
         }
-        let required: Vec<&str> = schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-        if let Some(missing) = schema["properties"].as_object().into_iter().flat_map(|p| p.keys()).find(|k| !required.contains(&k.as_str())) {
-            return Some(format!("('{at}'), 'required' is required to be supplied and to be an array including every key in properties. Missing '{missing}'."));
+        let required: Vec<&str> =
+            schema["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        if let Some(missing) = schema["properties"]
+            .as_object()
+            .into_iter()
+            .flat_map(|p| p.keys())
+            .find(|k| !required.contains(&k.as_str()))
+        {
+            return Some(format!(
+                "('{at}'), 'required' is required to be supplied and to be an array including every key in properties. Missing '{missing}'."
+            ));
         }
     }
     subschemas(schema).find_map(|(key, sub)| strict_problem(sub, &format!("{at}.{key}")))
@@ -201,9 +234,9 @@ fn subschemas(schema: &Value) -> impl Iterator<Item = (String, &Value)> {
     let named = ["properties", "$defs", "definitions"]
         .into_iter()
         .flat_map(move |k| schema[k].as_object().into_iter().flatten().map(move |(n, s)| (format!("{k}.{n}"), s)));
-    let listed = ["anyOf", "oneOf", "allOf"]
-        .into_iter()
-        .flat_map(move |k| schema[k].as_array().into_iter().flatten().enumerate().map(move |(i, s)| (format!("{k}.{i}"), s)));
+    let listed = ["anyOf", "oneOf", "allOf"].into_iter().flat_map(move |k| {
+        schema[k].as_array().into_iter().flatten().enumerate().map(move |(i, s)| (format!("{k}.{i}"), s))
+    });
     let items = schema.get("items").filter(|i| i.is_object()).map(|i| ("items".to_owned(), i));
     named.chain(listed).chain(items)
 }
@@ -217,10 +250,14 @@ fn anthropic_problem(request: &Value) -> Option<String> {
     }
     let choice = &request["tool_choice"];
     if choice["type"] == "tool" && !tools.iter().any(|t| choice["name"] == t.as_str()) {
-        return Some(format!("tool_choice.name: tool `{}` was not found in tools", choice["name"].as_str().unwrap_or_default()));
+        return Some(format!(
+            "tool_choice.name: tool `{}` was not found in tools",
+            choice["name"].as_str().unwrap_or_default()
+        ));
     }
     let forced = matches!(choice["type"].as_str(), Some("tool" | "any"));
-    (forced && request["thinking"]["type"] == "enabled").then(|| "Thinking may not be enabled when tool_choice forces tool use.".into())
+    (forced && request["thinking"]["type"] == "enabled")
+        .then(|| "Thinking may not be enabled when tool_choice forces tool use.".into())
 }
 
 #[cfg(test)]
@@ -236,14 +273,23 @@ mod tests {
     fn json_is_sent_only_when_the_request_asks_for_it() {
         let turn = Turn::text(r#"{"name": "Ada", "age": 36}"#);
         let plain = json!({"messages": []});
-        assert_eq!(adapt(Wire::OpenAi, &plain, turn.clone()).text.unwrap(), "Here is what I found: name is Ada, age is 36.");
+        assert_eq!(
+            adapt(Wire::OpenAi, &plain, turn.clone()).text.unwrap(),
+            "Here is what I found: name is Ada, age is 36."
+        );
         let asked = json!({"response_format": {"type": "json_object"}});
         assert_eq!(adapt(Wire::OpenAi, &asked, turn.clone()).text, turn.text);
         let forced = json!({"tools": [{"name": "person", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool", "name": "person"}});
         let answered = adapt(Wire::Anthropic, &forced, turn.clone());
-        assert_eq!((answered.text, answered.tool_calls), (None, vec![("person".to_owned(), json!({"name": "Ada", "age": 36}))]));
+        assert_eq!(
+            (answered.text, answered.tool_calls),
+            (None, vec![("person".to_owned(), json!({"name": "Ada", "age": 36}))])
+        );
         let wrapped = json!({"tools": [{"name": "tags", "input_schema": {"type": "object", "required": ["value"]}}], "tool_choice": {"type": "tool", "name": "tags"}});
-        assert_eq!(adapt(Wire::Anthropic, &wrapped, Turn::json(json!(["a"]))).tool_calls, vec![("tags".to_owned(), json!({"value": ["a"]}))]);
+        assert_eq!(
+            adapt(Wire::Anthropic, &wrapped, Turn::json(json!(["a"]))).tool_calls,
+            vec![("tags".to_owned(), json!({"value": ["a"]}))]
+        );
         assert_eq!(adapt(Wire::Anthropic, &plain, Turn::text("Just words.")).text.unwrap(), "Just words.");
     }
 
@@ -256,9 +302,16 @@ mod tests {
         let refused = rejection(Wire::OpenAi, &schema_format(true, open)).unwrap();
         assert!(refused["error"]["message"].as_str().unwrap().contains("additionalProperties"), "{refused}");
         assert!(rejection(Wire::OpenAi, &schema_format(false, json!({"type": "text"}))).is_some());
-        assert!(rejection(Wire::OpenAi, &schema_format(false, json!({"type": "object", "properties": {"a": {"type": "array", "items": 3}}}))).is_some());
+        assert!(
+            rejection(
+                Wire::OpenAi,
+                &schema_format(false, json!({"type": "object", "properties": {"a": {"type": "array", "items": 3}}}))
+            )
+            .is_some()
+        );
         assert!(rejection(Wire::OpenAi, &schema_format(false, json!({"type": "object", "required": "a"}))).is_some());
-        let no_json_word = json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}});
+        let no_json_word =
+            json!({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}});
         assert!(rejection(Wire::OpenAi, &no_json_word).is_some());
         let unknown_tool = json!({"tools": [{"type": "function", "function": {"name": "a"}}], "tool_choice": {"type": "function", "function": {"name": "b"}}});
         assert!(rejection(Wire::OpenAi, &unknown_tool).is_some());

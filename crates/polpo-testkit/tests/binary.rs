@@ -9,7 +9,10 @@ use tokio::process::Command;
 
 async fn post(addr: &str, path: &str, body: &str) -> String {
     let mut conn = TcpStream::connect(addr).await.unwrap();
-    let request = format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     conn.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
     conn.read_to_string(&mut response).await.unwrap();

@@ -7,17 +7,12 @@ use serde::de::DeserializeOwned;
 /// Decodes a call's JSON arguments into the tool's typed parameters, so each tool handles
 /// typed data and every tool reports bad arguments the same way (`invalid_arguments`).
 pub(crate) fn parse_args<T: DeserializeOwned>(args: serde_json::Value) -> Result<T, ToolError> {
-    serde_json::from_value(args)
-        .map_err(|e| ToolError::new("invalid_arguments", format!("invalid arguments: {e}")))
+    serde_json::from_value(args).map_err(|e| ToolError::new("invalid_arguments", format!("invalid arguments: {e}")))
 }
 
 /// Builds a [`ToolSpec`] from literals, keeping each tool's declaration to one expression.
 pub(crate) fn spec(name: &str, description: &str, parameters: serde_json::Value) -> ToolSpec {
-    ToolSpec {
-        name: name.to_owned(),
-        description: description.to_owned(),
-        parameters,
-    }
+    ToolSpec { name: name.to_owned(), description: description.to_owned(), parameters }
 }
 
 /// Maps an I/O failure on `path` to a tool error with a stable code.

@@ -87,10 +87,7 @@ pub struct ToolError {
 impl ToolError {
     /// An error with a code and a sentence.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            code: code.into(),
-            message: message.into(),
-        }
+        Self { code: code.into(), message: message.into() }
     }
 }
 
@@ -108,9 +105,5 @@ pub trait Tool: Send + Sync {
         self.effect()
     }
     /// Run one call with arguments already validated against the schema.
-    async fn call(
-        &self,
-        ctx: &ToolContext,
-        args: serde_json::Value,
-    ) -> Result<ToolOutput, ToolError>;
+    async fn call(&self, ctx: &ToolContext, args: serde_json::Value) -> Result<ToolOutput, ToolError>;
 }

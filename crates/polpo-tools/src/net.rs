@@ -32,10 +32,7 @@ pub struct NetworkPolicy {
 impl NetworkPolicy {
     /// The policy a tool call runs under.
     pub fn from_context(ctx: &ToolContext) -> Self {
-        Self {
-            allow_private: ctx.allow_private_network,
-            private_allowlist: ctx.private_network_allowlist.clone(),
-        }
+        Self { allow_private: ctx.allow_private_network, private_allowlist: ctx.private_network_allowlist.clone() }
     }
 
     fn exempts(&self, url: &Url) -> bool {
@@ -43,9 +40,7 @@ impl NetworkPolicy {
             || match (url.host_str(), url.port_or_known_default()) {
                 (Some(host), Some(port)) => {
                     let authority = format!("{host}:{port}");
-                    self.private_allowlist
-                        .iter()
-                        .any(|allowed| allowed.eq_ignore_ascii_case(&authority))
+                    self.private_allowlist.iter().any(|allowed| allowed.eq_ignore_ascii_case(&authority))
                 }
                 _ => false,
             }
@@ -132,9 +127,7 @@ pub async fn check_url(url: &Url, policy: &NetworkPolicy) -> Result<Vec<SocketAd
             format!("only http and https URLs are allowed, not {}", url.scheme()),
         ));
     }
-    let port = url
-        .port_or_known_default()
-        .ok_or_else(|| ToolError::new("invalid_url", "the URL has no port"))?;
+    let port = url.port_or_known_default().ok_or_else(|| ToolError::new("invalid_url", "the URL has no port"))?;
     let addrs: Vec<SocketAddr> = match (host_ip(url), url.host_str()) {
         (Some(ip), _) => vec![SocketAddr::new(ip, port)],
         (None, Some(domain)) if !domain.is_empty() => {
@@ -148,10 +141,7 @@ pub async fn check_url(url: &Url, policy: &NetworkPolicy) -> Result<Vec<SocketAd
         _ => return Err(ToolError::new("invalid_url", "the URL has no host")),
     };
     if addrs.is_empty() {
-        return Err(ToolError::new(
-            "dns_failed",
-            "the host resolved to no address",
-        ));
+        return Err(ToolError::new("dns_failed", "the host resolved to no address"));
     }
     if !policy.exempts(url)
         && let Some(bad) = addrs.iter().find(|addr| !is_public_ip(addr.ip()))
@@ -178,9 +168,7 @@ pub async fn send_guarded(
     for _ in 0..=MAX_REDIRECTS {
         let addrs = check_url(&request.url, policy).await?;
         let client = pinned_client(&request.url, &addrs)?;
-        let mut builder = client
-            .request(request.method.clone(), request.url.clone())
-            .headers(request.headers.clone());
+        let mut builder = client.request(request.method.clone(), request.url.clone()).headers(request.headers.clone());
         if let Some(body) = &request.body {
             builder = builder.body(body.clone());
         }
@@ -190,8 +178,7 @@ pub async fn send_guarded(
         };
         let status = response.status();
         if status == StatusCode::SEE_OTHER
-            || (matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND)
-                && request.method == Method::POST)
+            || (matches!(status, StatusCode::MOVED_PERMANENTLY | StatusCode::FOUND) && request.method == Method::POST)
         {
             request.method = Method::GET;
             request.body = None;
@@ -204,10 +191,7 @@ pub async fn send_guarded(
         }
         request.url = next;
     }
-    Err(ToolError::new(
-        "too_many_redirects",
-        format!("more than {MAX_REDIRECTS} redirects"),
-    ))
+    Err(ToolError::new("too_many_redirects", format!("more than {MAX_REDIRECTS} redirects")))
 }
 
 fn redirect_target(current: &Url, response: &reqwest::Response) -> Option<Url> {
@@ -222,11 +206,7 @@ fn redirect_target(current: &Url, response: &reqwest::Response) -> Option<Url> {
 /// as `2130706433` or `0x7f.1` to dotted IPv4, and IPv6 comes bracketed).
 fn host_ip(url: &Url) -> Option<IpAddr> {
     let host = url.host_str()?;
-    host.strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host)
-        .parse()
-        .ok()
+    host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host).parse().ok()
 }
 
 fn pinned_client(url: &Url, addrs: &[SocketAddr]) -> Result<reqwest::Client, ToolError> {
@@ -239,12 +219,9 @@ fn pinned_client(url: &Url, addrs: &[SocketAddr]) -> Result<reqwest::Client, Too
     if let (None, Some(domain)) = (host_ip(url), url.host_str()) {
         builder = builder.resolve_to_addrs(domain, addrs);
     }
-    builder.build().map_err(|e| {
-        ToolError::new(
-            "http_client_error",
-            format!("cannot build HTTP client: {}", e.without_url()),
-        )
-    })
+    builder
+        .build()
+        .map_err(|e| ToolError::new("http_client_error", format!("cannot build HTTP client: {}", e.without_url())))
 }
 
 /// Installs the ring crypto provider for rustls once per process (reqwest is built without a

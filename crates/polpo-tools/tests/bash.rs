@@ -14,9 +14,7 @@ async fn reports_exit_code_and_interleaved_output_from_the_workspace() {
     let d = dirs();
     std::fs::write(d.ws.join("here.txt"), "").unwrap();
     let c = ctx(&d.ws);
-    let out = call(&c, "bash", json!({"command": "ls; echo oops >&2; exit 3"}))
-        .await
-        .unwrap();
+    let out = call(&c, "bash", json!({"command": "ls; echo oops >&2; exit 3"})).await.unwrap();
     assert_eq!(out.text, "Exit code: 3\nhere.txt\noops\n");
     assert_eq!(out.details["exitCode"], 3);
     let out = call(&c, "bash", json!({"command": "true"})).await.unwrap();
@@ -26,21 +24,11 @@ async fn reports_exit_code_and_interleaved_output_from_the_workspace() {
 #[tokio::test]
 async fn long_output_keeps_head_and_tail_and_reports_size() {
     let d = dirs();
-    let out = call(&ctx(&d.ws), "bash", json!({"command": "seq 1 200000"}))
-        .await
-        .unwrap();
-    assert!(
-        out.text.starts_with("Exit code: 0\n1\n2\n3\n"),
-        "{}",
-        &out.text[..40]
-    );
+    let out = call(&ctx(&d.ws), "bash", json!({"command": "seq 1 200000"})).await.unwrap();
+    assert!(out.text.starts_with("Exit code: 0\n1\n2\n3\n"), "{}", &out.text[..40]);
     assert!(out.text.trim_end().ends_with("199999\n200000"));
     // seq 1 200000 prints 1 288 895 bytes.
-    assert!(
-        out.text.contains("total output 1288895 bytes"),
-        "{}",
-        out.text.len()
-    );
+    assert!(out.text.contains("total output 1288895 bytes"), "{}", out.text.len());
     assert!(out.text.len() < 32 * 1024);
     assert_eq!(out.details["truncated"], true);
 }
@@ -50,13 +38,7 @@ async fn timeout_kills_the_whole_process_group() {
     let d = dirs();
     let m = marker();
     let command = format!("sleep 300.{m} & sleep 301.{m} & echo started; wait");
-    let err = call(
-        &ctx(&d.ws),
-        "bash",
-        json!({"command": command, "timeout": 1000}),
-    )
-    .await
-    .unwrap_err();
+    let err = call(&ctx(&d.ws), "bash", json!({"command": command, "timeout": 1000})).await.unwrap_err();
     assert_eq!(err.code, "timeout");
     assert!(err.message.contains("started"), "{}", err.message);
     assert_no_survivors(&m);
@@ -66,13 +48,7 @@ async fn timeout_kills_the_whole_process_group() {
 async fn background_children_do_not_outlive_a_normal_exit() {
     let d = dirs();
     let m = marker();
-    let out = call(
-        &ctx(&d.ws),
-        "bash",
-        json!({"command": format!("sleep 300.{m} & echo done")}),
-    )
-    .await
-    .unwrap();
+    let out = call(&ctx(&d.ws), "bash", json!({"command": format!("sleep 300.{m} & echo done")})).await.unwrap();
     assert_eq!(out.text, "Exit code: 0\ndone\n");
     assert_no_survivors(&m);
 }
@@ -81,10 +57,7 @@ async fn background_children_do_not_outlive_a_normal_exit() {
 async fn processes_ignoring_sigterm_are_killed_after_the_grace() {
     let d = dirs();
     let m = marker();
-    let mut spec = CommandSpec::new(
-        Program::Shell(format!("trap '' TERM; sleep 300.{m} & sleep 301.{m}")),
-        &d.ws,
-    );
+    let mut spec = CommandSpec::new(Program::Shell(format!("trap '' TERM; sleep 300.{m} & sleep 301.{m}")), &d.ws);
     spec.timeout = Duration::from_millis(500);
     spec.kill_grace = Duration::from_millis(200);
     let outcome = run_command(spec).await.unwrap();
@@ -104,18 +77,12 @@ async fn cancellation_stops_the_command_and_its_children() {
         tokio::spawn(async move { call(&c, "bash", json!({"command": command})).await })
     };
     let started = d.ws.join("started");
-    let ready = tokio::task::spawn_blocking(move || {
-        wait_until(Duration::from_secs(10), || started.exists())
-    })
-    .await
-    .unwrap();
+    let ready =
+        tokio::task::spawn_blocking(move || wait_until(Duration::from_secs(10), || started.exists())).await.unwrap();
     assert!(ready, "the command never started");
     assert!(!live_processes_with(&m).is_empty());
     c.cancel.cancel();
-    let result = tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .unwrap()
-        .unwrap();
+    let result = tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap();
     assert_eq!(code(result), "cancelled");
     assert_no_survivors(&m);
 }
@@ -125,11 +92,7 @@ async fn cancellation_stops_the_command_and_its_children() {
 #[tokio::test]
 #[ignore = "started by environment_is_scrubbed_of_secrets with a prepared environment"]
 async fn scrub_child() {
-    assert_eq!(
-        std::env::var("POLPO_TEST_API_KEY").as_deref(),
-        Ok("hunter2-key"),
-        "not started by the parent test"
-    );
+    assert_eq!(std::env::var("POLPO_TEST_API_KEY").as_deref(), Ok("hunter2-key"), "not started by the parent test");
     let d = dirs();
     let mut c = ctx(&d.ws);
     // Even an explicit allow cannot pass a secret-looking name.
@@ -165,10 +128,7 @@ async fn run_command_pipes_stdin_and_keeps_streams_apart() {
     assert_eq!(outcome.termination, Termination::Exited { code: 0 });
     assert_eq!(outcome.stdout.render(), r#"{"event":"tool:before"}"#);
 
-    let spec = CommandSpec::new(
-        Program::Shell("echo out; echo err >&2; exit 7".into()),
-        &d.ws,
-    );
+    let spec = CommandSpec::new(Program::Shell("echo out; echo err >&2; exit 7".into()), &d.ws);
     let outcome = run_command(spec).await.unwrap();
     assert_eq!(outcome.exit_code(), Some(7));
     assert_eq!(outcome.stdout.render(), "out\n");

@@ -11,8 +11,7 @@ mod common;
 use common::{assert_no_survivors, call, code, ctx, dirs, marker, run_child_test, wait_until};
 use polpo_tools::ToolContext;
 use polpo_tools::sandbox::{
-    CommandSpec, FORCE_UNAVAILABLE_ENV, Program, ResourceLimits, deny_connect_ports, run_command,
-    sandbox_support,
+    CommandSpec, FORCE_UNAVAILABLE_ENV, Program, ResourceLimits, deny_connect_ports, run_command, sandbox_support,
 };
 use serde_json::json;
 use std::path::Path;
@@ -21,10 +20,7 @@ use std::time::Duration;
 
 /// Runs `command` through the `bash` tool and returns its text (`Exit code: N\n…`).
 async fn bash(c: &ToolContext, command: &str) -> String {
-    call(c, "bash", json!({"command": command}))
-        .await
-        .unwrap()
-        .text
+    call(c, "bash", json!({"command": command})).await.unwrap().text
 }
 
 /// A process outside the sandbox holding a secret in its environment, as the server does.
@@ -32,11 +28,7 @@ struct SecretHolder(Child);
 
 impl SecretHolder {
     fn start(secret: &str) -> Self {
-        let child = Command::new("sleep")
-            .arg("300")
-            .env("OPENAI_API_KEY", secret)
-            .spawn()
-            .unwrap();
+        let child = Command::new("sleep").arg("300").env("OPENAI_API_KEY", secret).spawn().unwrap();
         Self(child)
     }
 
@@ -62,16 +54,8 @@ fn project(ws: &Path) -> ToolContext {
     std::fs::create_dir_all(ws.join(".polpo/agents/a")).unwrap();
     std::fs::create_dir_all(ws.join(".polpo/hooks")).unwrap();
     std::fs::create_dir_all(ws.join("src")).unwrap();
-    std::fs::write(
-        ws.join(".polpo/agents/a/agent.json"),
-        r#"{"allowedTools":["bash"]}"#,
-    )
-    .unwrap();
-    std::fs::write(
-        ws.join(".polpo/project.json"),
-        r#"{"apiKeys":["sk-plain-key"]}"#,
-    )
-    .unwrap();
+    std::fs::write(ws.join(".polpo/agents/a/agent.json"), r#"{"allowedTools":["bash"]}"#).unwrap();
+    std::fs::write(ws.join(".polpo/project.json"), r#"{"apiKeys":["sk-plain-key"]}"#).unwrap();
     std::fs::write(ws.join("README.md"), "hello\n").unwrap();
     let mut c = ctx(ws);
     c.protected_paths = vec![ws.join(".polpo")];
@@ -90,14 +74,8 @@ async fn reads_and_writes_the_workspace_and_reports_its_confinement() {
     .await
     .unwrap();
     assert_eq!(out.text, "Exit code: 0\ninput\nmade\ntmp\n");
-    assert_eq!(
-        std::fs::read_to_string(d.ws.join("a/b/c.txt")).unwrap(),
-        "made\n"
-    );
-    assert_eq!(
-        out.details["sandbox"],
-        json!({"filesystem": true, "contained": true})
-    );
+    assert_eq!(std::fs::read_to_string(d.ws.join("a/b/c.txt")).unwrap(), "made\n");
+    assert_eq!(out.details["sandbox"], json!({"filesystem": true, "contained": true}));
 }
 
 #[tokio::test]
@@ -165,10 +143,7 @@ async fn in_the_project_root_bash_creates_files_and_sees_an_empty_read_only_proj
     assert!(out.ends_with("end\n"), "{out}");
     assert!(d.ws.join("new-top.txt").exists());
     assert!(d.ws.join("newdir").is_dir());
-    assert_eq!(
-        std::fs::read_to_string(d.ws.join("README.md")).unwrap(),
-        "hello\nedit\n"
-    );
+    assert_eq!(std::fs::read_to_string(d.ws.join("README.md")).unwrap(), "hello\nedit\n");
     // The server still sees its own folder.
     assert!(d.ws.join(".polpo/project.json").exists());
     assert!(!d.ws.join(".polpo/x").exists());
@@ -180,10 +155,7 @@ async fn in_the_project_root_bash_creates_files_and_sees_an_empty_read_only_proj
 #[ignore = "started by without_namespaces_landlock_alone_protects_the_project_folder"]
 async fn without_namespaces_child() {
     assert!(
-        sandbox_support()
-            .notices()
-            .iter()
-            .any(|n| n.message.contains("namespaces")),
+        sandbox_support().notices().iter().any(|n| n.message.contains("namespaces")),
         "not started by the parent test"
     );
     let d = dirs();
@@ -195,18 +167,12 @@ async fn without_namespaces_child() {
     )
     .await
     .unwrap();
-    assert_eq!(
-        out.details["sandbox"],
-        json!({"filesystem": true, "contained": false})
-    );
+    assert_eq!(out.details["sandbox"], json!({"filesystem": true, "contained": false}));
     assert!(!out.text.contains("sk-plain-key"), "{}", out.text);
     assert!(!d.ws.join(".polpo/hooks/x.json").exists());
     // Landlock cannot grant "create here" on the root without granting it in `.polpo/`.
     assert!(!d.ws.join("new-top.txt").exists());
-    assert_eq!(
-        std::fs::read_to_string(d.ws.join("README.md")).unwrap(),
-        "hello\nedit\n"
-    );
+    assert_eq!(std::fs::read_to_string(d.ws.join("README.md")).unwrap(), "hello\nedit\n");
     assert!(d.ws.join("src/new.txt").exists());
     // A protected folder under a read-granted system directory is left out of that grant too.
     if nix::unistd::geteuid().is_root() {
@@ -234,8 +200,7 @@ async fn cannot_read_the_environment_of_a_process_outside() {
     // The secret is there to be read by anyone outside the sandbox with the same uid (once the
     // holder has exec'd: before, its environ is still this test's).
     let readable = wait_until(Duration::from_secs(10), || {
-        std::fs::read(&environ)
-            .is_ok_and(|e| String::from_utf8_lossy(&e).contains("sk-secret-environ"))
+        std::fs::read(&environ).is_ok_and(|e| String::from_utf8_lossy(&e).contains("sk-secret-environ"))
     });
     assert!(readable, "the holder never showed its secret");
     let parent = format!("/proc/{}/environ", std::process::id());
@@ -252,11 +217,7 @@ async fn cannot_read_the_environment_of_a_process_outside() {
 async fn cannot_signal_a_process_outside() {
     let d = dirs();
     let mut holder = SecretHolder::start("unused");
-    let out = bash(
-        &ctx(&d.ws),
-        &format!("kill -KILL {0}; kill -TERM {0}; echo $?", holder.pid()),
-    )
-    .await;
+    let out = bash(&ctx(&d.ws), &format!("kill -KILL {0}; kill -TERM {0}; echo $?", holder.pid())).await;
     assert!(out.ends_with("1\n"), "{out}");
     assert!(holder.is_alive(), "the sandbox killed a process outside it");
 }
@@ -299,27 +260,12 @@ async fn hooks_get_the_containment_but_not_the_file_rules() {
 async fn resource_limits_apply() {
     let d = dirs();
     let mut c = ctx(&d.ws);
-    c.sandbox.limits = ResourceLimits {
-        cpu_seconds: 7,
-        memory_bytes: 1 << 30,
-        max_processes: 64,
-        file_size_bytes: 1 << 20,
-    };
-    let out = bash(
-        &c,
-        "cat /proc/self/limits; head -c 2000000 /dev/zero > big; wc -c < big",
-    )
-    .await;
+    c.sandbox.limits =
+        ResourceLimits { cpu_seconds: 7, memory_bytes: 1 << 30, max_processes: 64, file_size_bytes: 1 << 20 };
+    let out = bash(&c, "cat /proc/self/limits; head -c 2000000 /dev/zero > big; wc -c < big").await;
     let limit = |name: &str| -> Vec<String> {
-        let line = out
-            .lines()
-            .find(|l| l.starts_with(name))
-            .unwrap_or_else(|| panic!("{out}"));
-        line[name.len()..]
-            .split_whitespace()
-            .take(2)
-            .map(str::to_owned)
-            .collect()
+        let line = out.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{out}"));
+        line[name.len()..].split_whitespace().take(2).map(str::to_owned).collect()
     };
     assert_eq!(limit("Max cpu time"), ["7", "7"]);
     assert_eq!(limit("Max address space"), ["1073741824", "1073741824"]);
@@ -345,10 +291,7 @@ async fn root_runs_without_capabilities_and_system_secrets_stay_closed() {
         assert!(out.contains(&format!("{set}:\t0000000000000000")), "{out}");
     }
     // Root owns these files, so only the rules keep them closed.
-    assert!(
-        std::fs::read("/etc/shadow").is_ok(),
-        "the test runs as root"
-    );
+    assert!(std::fs::read("/etc/shadow").is_ok(), "the test runs as root");
     assert!(!out.contains("shadow-readable"), "{out}");
     assert!(!out.contains("ssh-readable"), "{out}");
     assert!(out.contains("\n4\n"), "{out}");
@@ -369,20 +312,10 @@ async fn run_as_switches_to_that_user() {
     }
     let mut c = ctx(&d.ws);
     c.sandbox.run_as = Some("nobody".into());
-    let out = bash(
-        &c,
-        "id -u; id -g; echo hi > mine.txt; echo tmp > \"$TMPDIR/x\" && echo tmp-ok",
-    )
-    .await;
-    assert_eq!(
-        out,
-        format!("Exit code: 0\n{}\n{}\ntmp-ok\n", nobody.uid, nobody.gid)
-    );
+    let out = bash(&c, "id -u; id -g; echo hi > mine.txt; echo tmp > \"$TMPDIR/x\" && echo tmp-ok").await;
+    assert_eq!(out, format!("Exit code: 0\n{}\n{}\ntmp-ok\n", nobody.uid, nobody.gid));
     use std::os::unix::fs::MetadataExt;
-    assert_eq!(
-        std::fs::metadata(d.ws.join("mine.txt")).unwrap().uid(),
-        nobody.uid.as_raw()
-    );
+    assert_eq!(std::fs::metadata(d.ws.join("mine.txt")).unwrap().uid(), nobody.uid.as_raw());
 }
 
 #[tokio::test]
@@ -390,37 +323,23 @@ async fn an_unknown_run_as_user_is_refused() {
     let d = dirs();
     let mut c = ctx(&d.ws);
     c.sandbox.run_as = Some("no-such-user-polpo".into());
-    assert_eq!(
-        code(call(&c, "bash", json!({"command": "true"})).await),
-        "unknown_user"
-    );
+    assert_eq!(code(call(&c, "bash", json!({"command": "true"})).await), "unknown_user");
 }
 
 /// Runs in a child test process started with Landlock reported missing.
 #[tokio::test]
 #[ignore = "started by without_landlock_bash_is_refused_unless_allowed with the override set"]
 async fn unavailable_child() {
-    assert_eq!(
-        sandbox_support().landlock_abi,
-        None,
-        "not started by the parent test"
-    );
+    assert_eq!(sandbox_support().landlock_abi, None, "not started by the parent test");
     let notice = &sandbox_support().notices()[0];
     assert_eq!(notice.code, "sandbox_unavailable");
-    assert!(
-        notice.message.contains("Landlock is not available"),
-        "{notice:?}"
-    );
+    assert!(notice.message.contains("Landlock is not available"), "{notice:?}");
     let d = dirs();
     let mut c = ctx(&d.ws);
-    let err = call(&c, "bash", json!({"command": "echo hi"}))
-        .await
-        .unwrap_err();
+    let err = call(&c, "bash", json!({"command": "echo hi"})).await.unwrap_err();
     assert_eq!(err.code, "sandbox_unavailable");
     c.sandbox.allow_unconfined = true;
-    let out = call(&c, "bash", json!({"command": "echo hi"}))
-        .await
-        .unwrap();
+    let out = call(&c, "bash", json!({"command": "echo hi"})).await.unwrap();
     assert_eq!(out.text, "Exit code: 0\nhi\n");
     assert_eq!(out.details["sandbox"]["filesystem"], false);
 }
@@ -446,16 +365,9 @@ fn an_unprivileged_server_gets_the_same_confinement() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     // This one asserts the PID namespace and Landlock were both in force.
-    assert!(
-        stdout.contains("test reads_and_writes_the_workspace_and_reports_its_confinement ... ok"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("test reads_and_writes_the_workspace_and_reports_its_confinement ... ok"), "{stdout}");
 }
 
 /// Runs `/usr/bin/python3` from `bash` to open a TCP connection to each of `ports` on
@@ -463,44 +375,28 @@ fn an_unprivileged_server_gets_the_same_confinement() {
 async fn connect_from_bash(c: &ToolContext, ports: &[u16]) -> String {
     let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
     let script = "import socket,sys\nfor p in sys.argv[1:]:\n    try:\n        socket.create_connection(('127.0.0.1', int(p)), timeout=10).close(); print(p, 'connected')\n    except OSError as e:\n        print(p, 'refused', e.errno)";
-    bash(
-        c,
-        &format!("/usr/bin/python3 -c \"{script}\" {}", ports.join(" ")),
-    )
-    .await
+    bash(c, &format!("/usr/bin/python3 -c \"{script}\" {}", ports.join(" "))).await
 }
 
 /// The server's own port is closed to `bash` (it would otherwise drive the server's API over
 /// loopback: without an API key the server trusts every local process); other ports are not.
 #[tokio::test]
 async fn cannot_connect_to_the_servers_own_port() {
-    assert!(
-        sandbox_support().landlock_abi >= Some(4),
-        "needs Landlock network rules"
-    );
+    assert!(sandbox_support().landlock_abi >= Some(4), "needs Landlock network rules");
     let d = dirs();
     let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let (denied, allowed) = (
-        server.local_addr().unwrap().port(),
-        other.local_addr().unwrap().port(),
-    );
+    let (denied, allowed) = (server.local_addr().unwrap().port(), other.local_addr().unwrap().port());
     // Process-wide, as `polpo serve` does once its listener is bound; only this test sets it.
     deny_connect_ports(&[denied]).unwrap();
     let out = connect_from_bash(&ctx(&d.ws), &[denied, allowed]).await;
-    assert!(
-        out.contains(&format!("{denied} refused {}", nix::libc::EACCES)),
-        "{out}"
-    );
+    assert!(out.contains(&format!("{denied} refused {}", nix::libc::EACCES)), "{out}");
     assert!(out.contains(&format!("{allowed} connected")), "{out}");
     // The kernel completes a connection into the backlog before any accept: had one reached
     // the denied listener, it would be waiting there now.
     server.set_nonblocking(true).unwrap();
     other.set_nonblocking(true).unwrap();
-    assert_eq!(
-        server.accept().map(drop).unwrap_err().kind(),
-        std::io::ErrorKind::WouldBlock
-    );
+    assert_eq!(server.accept().map(drop).unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
     assert!(other.accept().is_ok());
 }
 
@@ -531,11 +427,7 @@ async fn terminal_child() {
 fn under_a_terminal_bash_has_none() {
     let exe = std::env::current_exe().unwrap();
     let output = Command::new("script")
-        .args([
-            "-qec",
-            &format!("{} terminal_child --exact --ignored", exe.display()),
-            "/dev/null",
-        ])
+        .args(["-qec", &format!("{} terminal_child --exact --ignored", exe.display()), "/dev/null"])
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
@@ -553,17 +445,9 @@ async fn inherits_no_descriptor_but_stdio() {
     let secret = d.outside.join("secret.txt");
     std::fs::write(&secret, "fd-secret-inherited\n").unwrap();
     let file = std::fs::File::open(&secret).unwrap();
-    nix::fcntl::fcntl(
-        &file,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-    )
-    .unwrap();
+    nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty())).unwrap();
     let fd = file.as_raw_fd();
-    let out = bash(
-        &ctx(&d.ws),
-        &format!("ls -l /proc/$$/fd; /bin/bash -c 'cat <&{fd}'; echo end"),
-    )
-    .await;
+    let out = bash(&ctx(&d.ws), &format!("ls -l /proc/$$/fd; /bin/bash -c 'cat <&{fd}'; echo end")).await;
     drop(file);
     assert!(!out.contains("fd-secret-inherited"), "{out}");
     assert!(!out.contains("secret.txt"), "{out}");
@@ -585,21 +469,13 @@ fn project_under_opt() -> (RemoveOnDrop, std::path::PathBuf) {
     let base = Path::new("/opt").join(format!("polpo-sandbox-test-{}", marker()));
     let cleanup = RemoveOnDrop(base.clone());
     std::fs::create_dir_all(base.join(".polpo/agents")).unwrap();
-    std::fs::write(
-        base.join(".polpo/project.json"),
-        r#"{"apiKeys":["sk-opt-key"]}"#,
-    )
-    .unwrap();
+    std::fs::write(base.join(".polpo/project.json"), r#"{"apiKeys":["sk-opt-key"]}"#).unwrap();
     (cleanup, base.join(".polpo"))
 }
 
 /// Reads and lists `polpo` (a protected folder outside the workspace) from `bash`.
 async fn peek_into(c: &ToolContext, polpo: &Path) -> String {
-    bash(
-        c,
-        &format!("cat {0}/project.json; ls -A {0}; echo end", polpo.display()),
-    )
-    .await
+    bash(c, &format!("cat {0}/project.json; ls -A {0}; echo end", polpo.display())).await
 }
 
 #[tokio::test]

@@ -17,10 +17,7 @@ async fn server(target: String) -> SocketAddr {
     let app = Router::new()
         .route("/hello", get(|| async { "hello world" }))
         .route("/big", get(move || async move { big }))
-        .route(
-            "/redirect",
-            get(move || async move { (StatusCode::FOUND, [(header::LOCATION, target)]) }),
-        )
+        .route("/redirect", get(move || async move { (StatusCode::FOUND, [(header::LOCATION, target)]) }))
         .route("/file.bin", get(|| async { vec![7u8; 1000] }));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -55,22 +52,10 @@ fn address_classification_covers_private_ranges_and_embedded_ipv4() {
         "64:ff9b::a00:1",
         "2002:7f00:1::",
     ] {
-        assert!(
-            !is_public_ip(blocked.parse::<IpAddr>().unwrap()),
-            "{blocked} should be blocked"
-        );
+        assert!(!is_public_ip(blocked.parse::<IpAddr>().unwrap()), "{blocked} should be blocked");
     }
-    for public in [
-        "8.8.8.8",
-        "1.1.1.1",
-        "172.32.0.1",
-        "2606:4700:4700::1111",
-        "::ffff:8.8.8.8",
-    ] {
-        assert!(
-            is_public_ip(public.parse::<IpAddr>().unwrap()),
-            "{public} should be public"
-        );
+    for public in ["8.8.8.8", "1.1.1.1", "172.32.0.1", "2606:4700:4700::1111", "::ffff:8.8.8.8"] {
+        assert!(is_public_ip(public.parse::<IpAddr>().unwrap()), "{public} should be public");
     }
 }
 
@@ -89,28 +74,16 @@ async fn private_and_local_targets_are_refused_by_default() {
         "http://10.0.0.1/".to_owned(),
         "http://169.254.169.254/latest/meta-data/".to_owned(),
     ] {
-        let err = call(&c, "http_fetch", json!({"url": url}))
-            .await
-            .unwrap_err();
+        let err = call(&c, "http_fetch", json!({"url": url})).await.unwrap_err();
         assert_eq!(err.code, "ssrf_blocked", "{url}: {err}");
     }
-    let err = call(
-        &c,
-        "http_download",
-        json!({"url": format!("http://127.0.0.1:{port}/file.bin"), "path": "f.bin"}),
-    )
-    .await
-    .unwrap_err();
+    let err = call(&c, "http_download", json!({"url": format!("http://127.0.0.1:{port}/file.bin"), "path": "f.bin"}))
+        .await
+        .unwrap_err();
     assert_eq!(err.code, "ssrf_blocked");
     assert!(!d.ws.join("f.bin").exists());
-    assert_eq!(
-        code(call(&c, "http_fetch", json!({"url": "file:///etc/passwd"})).await),
-        "unsupported_scheme"
-    );
-    assert_eq!(
-        code(call(&c, "http_fetch", json!({"url": "not a url"})).await),
-        "invalid_url"
-    );
+    assert_eq!(code(call(&c, "http_fetch", json!({"url": "file:///etc/passwd"})).await), "unsupported_scheme");
+    assert_eq!(code(call(&c, "http_fetch", json!({"url": "not a url"})).await), "invalid_url");
 }
 
 #[tokio::test]
@@ -119,28 +92,12 @@ async fn fetch_works_when_private_network_is_allowed() {
     let addr = server(String::new()).await;
     let mut c = ctx(&d.ws);
     c.allow_private_network = true;
-    let out = call(
-        &c,
-        "http_fetch",
-        json!({"url": format!("http://{addr}/hello")}),
-    )
-    .await
-    .unwrap();
+    let out = call(&c, "http_fetch", json!({"url": format!("http://{addr}/hello")})).await.unwrap();
     assert!(out.text.starts_with("HTTP 200 OK\n"), "{}", out.text);
     assert!(out.text.ends_with("\n\nhello world"), "{}", out.text);
 
-    let out = call(
-        &c,
-        "http_fetch",
-        json!({"url": format!("http://{addr}/big")}),
-    )
-    .await
-    .unwrap();
-    assert!(
-        out.text.contains("(body truncated; 204800 bytes in all)"),
-        "{}",
-        &out.text[out.text.len() - 80..]
-    );
+    let out = call(&c, "http_fetch", json!({"url": format!("http://{addr}/big")})).await.unwrap();
+    assert!(out.text.contains("(body truncated; 204800 bytes in all)"), "{}", &out.text[out.text.len() - 80..]);
     assert!(out.text.len() < 60 * 1024);
 }
 
@@ -154,38 +111,16 @@ async fn redirects_are_rechecked_at_every_hop() {
 
     // Only the first hop's exact authority is exempt; where it redirects is checked again.
     c.private_network_allowlist = vec![to_private.to_string(), to_other_local.to_string()];
-    let err = call(
-        &c,
-        "http_fetch",
-        json!({"url": format!("http://{to_private}/redirect")}),
-    )
-    .await
-    .unwrap_err();
+    let err = call(&c, "http_fetch", json!({"url": format!("http://{to_private}/redirect")})).await.unwrap_err();
     assert_eq!(err.code, "ssrf_blocked", "{err}");
     assert!(err.message.contains("10.0.0.1"), "{err}");
-    let err = call(
-        &c,
-        "http_fetch",
-        json!({"url": format!("http://{to_other_local}/redirect")}),
-    )
-    .await
-    .unwrap_err();
+    let err = call(&c, "http_fetch", json!({"url": format!("http://{to_other_local}/redirect")})).await.unwrap_err();
     assert_eq!(err.code, "ssrf_blocked", "{err}");
 
     // With the redirect target allowed too, the redirect is followed.
     c.private_network_allowlist.push(target.to_string());
-    let out = call(
-        &c,
-        "http_fetch",
-        json!({"url": format!("http://{to_other_local}/redirect")}),
-    )
-    .await
-    .unwrap();
-    assert!(
-        out.text.contains(&format!("URL: http://{target}/hello")),
-        "{}",
-        out.text
-    );
+    let out = call(&c, "http_fetch", json!({"url": format!("http://{to_other_local}/redirect")})).await.unwrap();
+    assert!(out.text.contains(&format!("URL: http://{target}/hello")), "{}", out.text);
     assert!(out.text.ends_with("hello world"));
 }
 
@@ -196,41 +131,15 @@ async fn download_writes_inside_the_sandbox_only() {
     let mut c = ctx(&d.ws);
     c.allow_private_network = true;
     let url = format!("http://{addr}/file.bin");
-    let out = call(
-        &c,
-        "http_download",
-        json!({"url": url, "path": "dl/file.bin"}),
-    )
-    .await
-    .unwrap();
+    let out = call(&c, "http_download", json!({"url": url, "path": "dl/file.bin"})).await.unwrap();
     assert!(out.text.ends_with("(1000 bytes)"), "{}", out.text);
+    assert_eq!(std::fs::read(d.ws.join("dl/file.bin")).unwrap(), vec![7u8; 1000]);
     assert_eq!(
-        std::fs::read(d.ws.join("dl/file.bin")).unwrap(),
-        vec![7u8; 1000]
-    );
-    assert_eq!(
-        code(
-            call(
-                &c,
-                "http_download",
-                json!({"url": url, "path": "../outside/x.bin"})
-            )
-            .await
-        ),
+        code(call(&c, "http_download", json!({"url": url, "path": "../outside/x.bin"})).await),
         "path_outside_sandbox"
     );
     let missing = format!("http://{addr}/missing");
-    assert_eq!(
-        code(
-            call(
-                &c,
-                "http_download",
-                json!({"url": missing, "path": "m.bin"})
-            )
-            .await
-        ),
-        "http_status"
-    );
+    assert_eq!(code(call(&c, "http_download", json!({"url": missing, "path": "m.bin"})).await), "http_status");
     assert!(!d.ws.join("m.bin").exists());
 }
 
@@ -266,15 +175,10 @@ async fn cancellation_stops_a_hanging_request() {
     c.allow_private_network = true;
     let task = {
         let c = c.clone();
-        tokio::spawn(async move {
-            call(&c, "http_fetch", json!({"url": format!("http://{addr}/")})).await
-        })
+        tokio::spawn(async move { call(&c, "http_fetch", json!({"url": format!("http://{addr}/")})).await })
     };
     accepted_rx.await.unwrap();
     c.cancel.cancel();
-    let result = tokio::time::timeout(std::time::Duration::from_secs(10), task)
-        .await
-        .unwrap()
-        .unwrap();
+    let result = tokio::time::timeout(std::time::Duration::from_secs(10), task).await.unwrap().unwrap();
     assert_eq!(code(result), "cancelled");
 }

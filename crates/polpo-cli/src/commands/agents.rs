@@ -30,23 +30,13 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
     let project = global.load()?;
     match command {
         Command::List { json: true } => print_json(
-            &project
-                .agents
-                .values()
-                .map(|a| serde_json::json!({"id": a.id, "config": a.config}))
-                .collect::<Vec<_>>(),
+            &project.agents.values().map(|a| serde_json::json!({"id": a.id, "config": a.config})).collect::<Vec<_>>(),
         ),
         Command::List { json: false } => {
             let rows: Vec<[String; 4]> = project.agents.values().map(row).collect();
             let header = ["ID", "TEAM", "MODEL", "ROLE"].map(String::from);
             let widths: Vec<usize> = (0..3)
-                .map(|i| {
-                    std::iter::once(&header)
-                        .chain(&rows)
-                        .map(|r| r[i].chars().count())
-                        .max()
-                        .unwrap_or(0)
-                })
+                .map(|i| std::iter::once(&header).chain(&rows).map(|r| r[i].chars().count()).max().unwrap_or(0))
                 .collect();
             for r in std::iter::once(&header).chain(&rows) {
                 println!(
@@ -67,11 +57,7 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
                 let known: Vec<&str> = project.agents.keys().map(String::as_str).collect();
                 format!(
                     "agent `{name}` not found (agents: {})",
-                    if known.is_empty() {
-                        "none".into()
-                    } else {
-                        known.join(", ")
-                    }
+                    if known.is_empty() { "none".into() } else { known.join(", ") }
                 )
             })?;
             if json {
@@ -109,9 +95,7 @@ fn model_label(model: &ModelSelection) -> String {
     match model {
         ModelSelection::Id(id) => id.clone(),
         ModelSelection::Profile { profile } => format!("profile:{profile}"),
-        ModelSelection::Chain { primary, fallbacks } if fallbacks.is_empty() => {
-            target_label(primary)
-        }
+        ModelSelection::Chain { primary, fallbacks } if fallbacks.is_empty() => target_label(primary),
         ModelSelection::Chain { primary, fallbacks } => {
             format!("{} (+{} fallbacks)", target_label(primary), fallbacks.len())
         }

@@ -7,9 +7,7 @@
 use super::Global;
 use anyhow::Context as _;
 use polpo_core::config::agent::{ChatConfig, Identity, Suggestions};
-use polpo_core::config::{
-    AgentConfig, ProjectFile, SCHEMA_VERSION, Settings, StorageKind, TeamConfig, check_id,
-};
+use polpo_core::config::{AgentConfig, ProjectFile, SCHEMA_VERSION, Settings, StorageKind, TeamConfig, check_id};
 use polpo_core::model::ModelSelection;
 use polpo_project::NewAgent;
 use std::collections::BTreeMap;
@@ -68,21 +66,15 @@ pub fn run(_global: &Global, args: Args) -> anyhow::Result<ExitCode> {
         None => parse_template(&ask("Template (basic, coder, support)", "basic", None)?)?,
     };
     let agent_id = ask("Agent name", template.agent_id(), args.agent)?;
-    check_id(&agent_id)
-        .map_err(|reason| anyhow::anyhow!("invalid agent name `{agent_id}`: {reason}"))?;
+    check_id(&agent_id).map_err(|reason| anyhow::anyhow!("invalid agent name `{agent_id}`: {reason}"))?;
     let model = ask("Model", DEFAULT_MODEL, args.model)?;
 
     let name = project_name(&args.dir);
-    let agent = NewAgent {
-        id: agent_id.clone(),
-        config: template.config(&model),
-        instructions: template.instructions(),
-    };
+    let agent =
+        NewAgent { id: agent_id.clone(), config: template.config(&model), instructions: template.instructions() };
     let teams = BTreeMap::from([(
         DEFAULT_TEAM.to_string(),
-        TeamConfig {
-            description: Some("Every agent of the project.".into()),
-        },
+        TeamConfig { description: Some("Every agent of the project.".into()) },
     )]);
     polpo_project::create_project(&args.dir, &manifest(name), &[agent], &teams)
         .with_context(|| format!("cannot create a project in {}", args.dir.display()))?;
@@ -90,10 +82,7 @@ pub fn run(_global: &Global, args: Args) -> anyhow::Result<ExitCode> {
         super::print_problems_to_stderr(&problems);
         anyhow::anyhow!("the new project does not validate; this is a bug in `polpo create`")
     })?;
-    println!(
-        "Created {} with agent `{agent_id}` ({model}).",
-        args.dir.join(".polpo").display()
-    );
+    println!("Created {} with agent `{agent_id}` ({model}).", args.dir.join(".polpo").display());
     println!("Next: polpo validate --project {}", args.dir.display());
     Ok(ExitCode::SUCCESS)
 }
@@ -102,39 +91,25 @@ fn prompt(question: &str, default: &str) -> anyhow::Result<String> {
     print!("{question} [{default}]: ");
     std::io::stdout().flush()?;
     let mut line = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut line)
-        .context("cannot read the answer")?;
+    std::io::stdin().lock().read_line(&mut line).context("cannot read the answer")?;
     let answer = line.trim();
-    Ok(if answer.is_empty() {
-        default.to_string()
-    } else {
-        answer.to_string()
-    })
+    Ok(if answer.is_empty() { default.to_string() } else { answer.to_string() })
 }
 
 fn parse_template(text: &str) -> anyhow::Result<Template> {
-    <Template as clap::ValueEnum>::from_str(text, true)
-        .map_err(|_| anyhow::anyhow!("unknown template `{text}`"))
+    <Template as clap::ValueEnum>::from_str(text, true).map_err(|_| anyhow::anyhow!("unknown template `{text}`"))
 }
 
 fn project_name(dir: &Path) -> String {
     let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    absolute
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "polpo-project".into())
+    absolute.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "polpo-project".into())
 }
 
 fn manifest(name: String) -> ProjectFile {
     ProjectFile {
         schema_version: Some(SCHEMA_VERSION),
         project: Some(name),
-        settings: Settings {
-            storage: Some(StorageKind::File),
-            ..Settings::default()
-        },
+        settings: Settings { storage: Some(StorageKind::File), ..Settings::default() },
         ..ProjectFile::default()
     }
 }
@@ -174,11 +149,7 @@ impl Template {
                 allowed_tools: tools(&["read", "glob", "grep", "http_fetch"]),
                 chat: Some(ChatConfig {
                     allow_user_questions: Some(true),
-                    suggestions: Some(Suggestions {
-                        enabled: Some(true),
-                        max_items: Some(3),
-                        guidance: None,
-                    }),
+                    suggestions: Some(Suggestions { enabled: Some(true), max_items: Some(3), guidance: None }),
                     ..ChatConfig::default()
                 }),
                 identity: Some(Identity {

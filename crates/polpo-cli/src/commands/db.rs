@@ -41,13 +41,16 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
     let settings = project.settings();
     let url = std::env::var("DATABASE_URL").ok().or_else(|| settings.database_url.clone());
     let configured = parse_kind(settings.storage().as_str())?;
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async move {
         match command {
             Command::Status | Command::Migrate => {
                 let version = schema_version(configured, &root, url.as_deref()).await?;
                 match version {
-                    Some((current, latest)) => println!("storage: {} (schema version {current} of {latest})", configured.as_str()),
+                    Some((current, latest)) => {
+                        println!("storage: {} (schema version {current} of {latest})", configured.as_str())
+                    }
                     None => println!("storage: file (.polpo/; no schema)"),
                 }
                 Ok(ExitCode::SUCCESS)
@@ -59,7 +62,8 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
                 }
                 let source = open(from, &root, url.as_deref()).await?;
                 let target = open(to, &root, url.as_deref()).await?;
-                let report = polpo_store::copy_store(&source, &target).await.map_err(|e| anyhow!("{}: {e}", e.code()))?;
+                let report =
+                    polpo_store::copy_store(&source, &target).await.map_err(|e| anyhow!("{}: {e}", e.code()))?;
                 println!("copied {} → {}: {report:?}", from.as_str(), to.as_str());
                 Ok(ExitCode::SUCCESS)
             }
@@ -86,10 +90,14 @@ async fn schema_version(kind: StoreKind, root: &Path, url: Option<&str>) -> anyh
         }
         StoreKind::Sqlite => {
             let s = polpo_store::SqliteStore::open(&root.join(".polpo").join("polpo.db"), clock).await.map_err(err)?;
-            Some((s.schema_version().await.map_err(err)?.unwrap_or(0), polpo_store::SqliteStore::latest_schema_version()))
+            Some((
+                s.schema_version().await.map_err(err)?.unwrap_or(0),
+                polpo_store::SqliteStore::latest_schema_version(),
+            ))
         }
         StoreKind::Postgres => {
-            let url = url.ok_or_else(|| anyhow!("store_config: postgres storage needs DATABASE_URL or settings.databaseUrl"))?;
+            let url = url
+                .ok_or_else(|| anyhow!("store_config: postgres storage needs DATABASE_URL or settings.databaseUrl"))?;
             let s = polpo_store::PgStore::connect(url, clock).await.map_err(err)?;
             Some((s.schema_version().await.map_err(err)?.unwrap_or(0), polpo_store::PgStore::latest_schema_version()))
         }

@@ -70,7 +70,11 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
                     let warnings = agent_warnings(&project);
                     print_warnings(&warnings);
                     let plural = |n: usize, w: &str| format!("{n} {w}{}", if n == 1 { "" } else { "s" });
-                    let note = if warnings.is_empty() { String::new() } else { format!(" ({})", plural(warnings.len(), "warning")) };
+                    let note = if warnings.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", plural(warnings.len(), "warning"))
+                    };
                     println!("ok: {}{note}", plural(project.hook_packs.len(), "hook pack"));
                     return Ok(ExitCode::SUCCESS);
                 }
@@ -112,11 +116,16 @@ fn agent_tools(agent: &Agent, mode: Option<ExecutionMode>) -> (Vec<String>, Tool
     let c = &agent.config;
     let mut policy = ToolPolicy::unrestricted().narrow(PolicyLayer::Agent, c.allowed_tools.as_deref());
     policy = match mode {
-        Some(ExecutionMode::Chat) => policy.narrow(PolicyLayer::Chat, c.chat.as_ref().and_then(|x| x.allowed_tools.as_deref())),
-        Some(ExecutionMode::Channel) => policy.narrow(PolicyLayer::Channels, c.channels.as_ref().and_then(|x| x.allowed_tools.as_deref())),
+        Some(ExecutionMode::Chat) => {
+            policy.narrow(PolicyLayer::Chat, c.chat.as_ref().and_then(|x| x.allowed_tools.as_deref()))
+        }
+        Some(ExecutionMode::Channel) => {
+            policy.narrow(PolicyLayer::Channels, c.channels.as_ref().and_then(|x| x.allowed_tools.as_deref()))
+        }
         Some(ExecutionMode::Loop) | None => policy,
     };
-    let mut names: Vec<String> = polpo_tools::tools::system_tools().iter().map(|t| t.spec().name.clone()).filter(|n| policy.allows(n)).collect();
+    let mut names: Vec<String> =
+        polpo_tools::tools::system_tools().iter().map(|t| t.spec().name.clone()).filter(|n| policy.allows(n)).collect();
     names.extend(c.mcp_servers.iter().flatten().map(|(server, _)| format!("mcp__{server}__*")));
     (names, policy)
 }
@@ -131,7 +140,11 @@ pub fn agent_warnings(project: &Project) -> Vec<Problem> {
         let tools: Vec<AgentTool<'_>> = names.iter().map(|n| AgentTool { name: n, provider_native: false }).collect();
         for name in applicable_packs(project, agent) {
             if let Some(pack) = project.hook_packs.get(name) {
-                warnings.extend(lint_for_agent(pack, &agent.id, &tools).into_iter().map(|w| w.in_file(format!(".polpo/hooks/{name}.json"))));
+                warnings.extend(
+                    lint_for_agent(pack, &agent.id, &tools)
+                        .into_iter()
+                        .map(|w| w.in_file(format!(".polpo/hooks/{name}.json"))),
+                );
             }
         }
     }
@@ -153,7 +166,11 @@ fn explain(global: &Global, args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let loaded = polpo_engine::Loaded::new(global.load()?).map_err(hook_problems)?;
     let project = &loaded.project;
     let Some(agent) = project.agent(&args.agent) else {
-        anyhow::bail!("agent_not_found: no agent `{}` (agents: {})", args.agent, project.agents.keys().cloned().collect::<Vec<_>>().join(", "));
+        anyhow::bail!(
+            "agent_not_found: no agent `{}` (agents: {})",
+            args.agent,
+            project.agents.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
     };
     let set = loaded.hooks_for(agent, None).map_err(hook_problems)?.unwrap_or_default();
     let assignments = polpo_project::hooks::hook_assignments(project, agent);
@@ -223,7 +240,11 @@ fn explain(global: &Global, args: ExplainArgs) -> anyhow::Result<ExitCode> {
 /// assigned at several scopes runs once, at the broadest).
 fn applicable_packs<'a>(project: &'a Project, agent: &'a Agent) -> Vec<&'a String> {
     let mut seen = std::collections::HashSet::new();
-    polpo_project::hooks::hook_assignments(project, agent).into_iter().flat_map(|(_, names)| names).filter(|n| seen.insert(*n)).collect()
+    polpo_project::hooks::hook_assignments(project, agent)
+        .into_iter()
+        .flat_map(|(_, names)| names)
+        .filter(|n| seen.insert(*n))
+        .collect()
 }
 
 fn entries(set: &HookSet, event: HookEvent, target: Target<'_>) -> Vec<ExplainEntry> {
@@ -245,13 +266,21 @@ fn print_text(out: &Value) {
     if let Some(step) = out["step"].as_str() {
         head.push_str(&format!(" · step {step}"));
     }
-    let project_packs = out["assignments"].as_array().into_iter().flatten().find(|a| a["scope"] == "project").and_then(|a| a["packs"].as_array().cloned()).unwrap_or_default();
+    let project_packs = out["assignments"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["scope"] == "project")
+        .and_then(|a| a["packs"].as_array().cloned())
+        .unwrap_or_default();
     let scoped = |v: &Value| if project_packs.contains(v) { format!("{} (project)", s(v)) } else { s(v) };
     let packs: Vec<String> = out["packs"].as_array().into_iter().flatten().map(scoped).collect();
     head.push_str(&format!(" · packs: {}", if packs.is_empty() { "none".to_owned() } else { packs.join(", ") }));
     println!("{head}");
     if out["hooksEnabled"] == json!(false) {
-        println!("note: POLPO_RUNTIME_HOOKS=off — hooks are skipped, and an agent with an applicable termination gate refuses to run");
+        println!(
+            "note: POLPO_RUNTIME_HOOKS=off — hooks are skipped, and an agent with an applicable termination gate refuses to run"
+        );
     }
     let note = &out["toolPolicy"];
     if note["available"] == json!(false) {
@@ -275,8 +304,10 @@ fn print_text(out: &Value) {
                 Some(n) => format!("{n}."),
                 None => "~".to_owned(),
             };
-            let role = if h["concurrent"] == json!(true) { "observer, runs concurrently".to_owned() } else { s(&h["role"]) };
-            let matched: polpo_core::hooks::matcher::MatchReason = serde_json::from_value(h["matchedBy"].clone()).unwrap_or_default();
+            let role =
+                if h["concurrent"] == json!(true) { "observer, runs concurrently".to_owned() } else { s(&h["role"]) };
+            let matched: polpo_core::hooks::matcher::MatchReason =
+                serde_json::from_value(h["matchedBy"].clone()).unwrap_or_default();
             let mut line = format!(
                 "  {position} {} [{role}] {} · scope {} · priority {} · matched {matched}",
                 s(&h["hook"]),
@@ -292,6 +323,9 @@ fn print_text(out: &Value) {
     }
     if let Some(g) = out["terminationGate"].as_object() {
         let tokens = g.get("maxTokens").filter(|t| !t.is_null()).map_or("unlimited".to_owned(), Value::to_string);
-        println!("termination gate: maxCycles {}, maxDurationMs {}, maxTokens {tokens} (strictest of the gates that apply)", g["maxCycles"], g["maxDurationMs"]);
+        println!(
+            "termination gate: maxCycles {}, maxDurationMs {}, maxTokens {tokens} (strictest of the gates that apply)",
+            g["maxCycles"], g["maxDurationMs"]
+        );
     }
 }

@@ -7,12 +7,12 @@
 
 use super::{Global, print_json, sorted};
 use anyhow::Context as _;
-use polpo_core::message::Message;
-use polpo_engine::runs::{RunManager, RunOptions};
-use polpo_loops::{LoopExecutor, LoopOptions, LoopRequest, TraceEvent, TraceKind};
 use polpo_core::config::Project;
 use polpo_core::loops::Loop;
+use polpo_core::message::Message;
 use polpo_core::problem::Problem;
+use polpo_engine::runs::{RunManager, RunOptions};
+use polpo_loops::{LoopExecutor, LoopOptions, LoopRequest, TraceEvent, TraceKind};
 use std::process::ExitCode;
 
 /// `polpo loops` subcommands.
@@ -52,7 +52,9 @@ pub enum Command {
 pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
     let command = match command {
         Command::Validate => return validate(global),
-        Command::Run { agent, loop_id, input, metadata } => return run_loop(global, agent, loop_id, input.as_deref(), metadata.as_deref()),
+        Command::Run { agent, loop_id, input, metadata } => {
+            return run_loop(global, agent, loop_id, input.as_deref(), metadata.as_deref());
+        }
         other => other,
     };
     let project = global.load()?;
@@ -127,7 +129,13 @@ fn validate(global: &Global) -> anyhow::Result<ExitCode> {
 }
 
 /// `polpo loops run`: the loop in this process, its trace printed as JSON lines as it happens.
-fn run_loop(global: &Global, agent: String, loop_id: String, input: Option<&str>, metadata: Option<&str>) -> anyhow::Result<ExitCode> {
+fn run_loop(
+    global: &Global,
+    agent: String,
+    loop_id: String,
+    input: Option<&str>,
+    metadata: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let project = global.load()?;
     let text = match input.map(serde_json::from_str::<serde_json::Value>).transpose().context("--input is not JSON")? {
         None => String::new(),
@@ -135,13 +143,20 @@ fn run_loop(global: &Global, agent: String, loop_id: String, input: Option<&str>
         Some(other) => other.to_string(),
     };
     let metadata = match metadata {
-        Some(m) => serde_json::from_str::<serde_json::Value>(m).ok().filter(serde_json::Value::is_object).context("--metadata must be a JSON object")?,
+        Some(m) => serde_json::from_str::<serde_json::Value>(m)
+            .ok()
+            .filter(serde_json::Value::is_object)
+            .context("--metadata must be a JSON object")?,
         None => serde_json::Value::Null,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     rt.block_on(async {
         let runtime = super::runtime::open(project).await?;
-        let loops = std::sync::Arc::new(LoopExecutor::new(RunManager::new(runtime, RunOptions::from_env()), LoopOptions::default()));
+        let loops = std::sync::Arc::new(LoopExecutor::new(
+            RunManager::new(runtime, RunOptions::from_env()),
+            LoopOptions::default(),
+        ));
         let mut request = LoopRequest::new(agent, Some(loop_id), vec![Message::user(text)]);
         request.metadata = metadata;
         let (id, config) = match loops.select(&request) {
@@ -157,7 +172,10 @@ fn run_loop(global: &Global, agent: String, loop_id: String, input: Option<&str>
         let sink = move |event: &TraceEvent| {
             println!("{}", serde_json::to_string(event).unwrap_or_default());
             if event.kind == TraceKind::HumanRequest {
-                eprintln!("human step `{}`: type its answer as one line of JSON", event.step_key.as_deref().unwrap_or_default());
+                eprintln!(
+                    "human step `{}`: type its answer as one line of JSON",
+                    event.step_key.as_deref().unwrap_or_default()
+                );
                 let (loops, run_id) = (answering.clone(), answering_id.clone());
                 tokio::task::spawn_blocking(move || answer_from_stdin(&loops, &run_id));
             }
@@ -182,7 +200,9 @@ fn run_loop(global: &Global, agent: String, loop_id: String, input: Option<&str>
 /// Read JSON lines from stdin until one is a valid answer of the waiting human step.
 fn answer_from_stdin(loops: &LoopExecutor, run_id: &str) {
     for line in std::io::stdin().lines().map_while(Result::ok) {
-        let answered = serde_json::from_str(&line).map_err(|e| e.to_string()).and_then(|output| loops.humans().answer(run_id, None, output).map_err(|e| e.to_string()));
+        let answered = serde_json::from_str(&line)
+            .map_err(|e| e.to_string())
+            .and_then(|output| loops.humans().answer(run_id, None, output).map_err(|e| e.to_string()));
         match answered {
             Ok(()) => return,
             Err(e) => eprintln!("error: {e}; type the answer again"),

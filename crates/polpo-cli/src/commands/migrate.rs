@@ -19,18 +19,11 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
         Ok(plan) => plan,
         Err(ProjectError::Invalid(problems)) => {
             print_problems_to_stderr(&problems);
-            anyhow::bail!(
-                "the project has {} problem(s); fix them before migrating",
-                problems.len()
-            );
+            anyhow::bail!("the project has {} problem(s); fix them before migrating", problems.len());
         }
         Err(e) => anyhow::bail!("{} ({})", e, e.code()),
     };
-    let (write, rename) = if args.dry_run {
-        ("would write", "would rename")
-    } else {
-        ("wrote", "renamed")
-    };
+    let (write, rename) = if args.dry_run { ("would write", "would rename") } else { ("wrote", "renamed") };
     for w in &plan.writes {
         println!("{write} {}", w.path);
     }

@@ -51,20 +51,14 @@ impl Global {
         let root = self.root()?;
         polpo_project::load_project(&root).map_err(|problems| {
             print_problems_to_stderr(&problems);
-            anyhow::anyhow!(
-                "the project at {} has {} problem(s); run `polpo validate`",
-                root.display(),
-                problems.len()
-            )
+            anyhow::anyhow!("the project at {} has {} problem(s); run `polpo validate`", root.display(), problems.len())
         })
     }
 }
 
 /// Problems in a stable order: by file, then position.
 pub fn sorted(mut problems: Vec<Problem>) -> Vec<Problem> {
-    problems.sort_by(|a, b| {
-        (&a.file, a.line, &a.pointer, &a.code).cmp(&(&b.file, b.line, &b.pointer, &b.code))
-    });
+    problems.sort_by(|a, b| (&a.file, a.line, &a.pointer, &a.code).cmp(&(&b.file, b.line, &b.pointer, &b.code)));
     problems
 }
 

@@ -10,7 +10,6 @@ use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-
 /// `polpo models …`.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -63,9 +62,7 @@ fn list(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
             })
         })
         .collect();
-    let override_path = std::env::var_os(MODEL_PATH_ENV)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from);
+    let override_path = std::env::var_os(MODEL_PATH_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
     if json {
         return print_json(&serde_json::json!({
             "cacheDir": dir,
@@ -79,22 +76,10 @@ fn list(dir: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let width = KNOWN_MODELS.iter().map(|m| m.name.len()).max().unwrap_or(0) + 2;
     println!("{:width$}  {:>8}  {:9}  PATH", "NAME", "SIZE", "INSTALLED");
     for (m, row) in KNOWN_MODELS.iter().zip(&rows) {
-        let name = if m.name == default {
-            format!("{} *", m.name)
-        } else {
-            m.name.to_owned()
-        };
+        let name = if m.name == default { format!("{} *", m.name) } else { m.name.to_owned() };
         let installed = row["installed"].as_bool().unwrap_or(false);
-        let path = if installed {
-            row["path"].as_str().unwrap_or("")
-        } else {
-            "-"
-        };
-        println!(
-            "{name:width$}  {:>8}  {:9}  {path}",
-            megabytes(m.size),
-            if installed { "yes" } else { "no" }
-        );
+        let path = if installed { row["path"].as_str().unwrap_or("") } else { "-" };
+        println!("{name:width$}  {:>8}  {:9}  {path}", megabytes(m.size), if installed { "yes" } else { "no" });
     }
     println!("* default (model id {LOCAL_DEFAULT_MODEL})");
     if let Some(path) = override_path {
@@ -125,11 +110,7 @@ struct Progress<'a> {
 
 impl<'a> Progress<'a> {
     fn new(name: &'a str) -> Self {
-        Self {
-            name,
-            terminal: std::io::stderr().is_terminal(),
-            shown: None,
-        }
+        Self { name, terminal: std::io::stderr().is_terminal(), shown: None }
     }
 
     fn update(&mut self, done: u64, total: u64) {
@@ -139,19 +120,10 @@ impl<'a> Progress<'a> {
             return;
         }
         self.shown = Some(step);
-        let line = format!(
-            "{}: {percent:>3}% ({} of {})",
-            self.name,
-            megabytes(done),
-            megabytes(total)
-        );
+        let line = format!("{}: {percent:>3}% ({} of {})", self.name, megabytes(done), megabytes(total));
         let mut err = std::io::stderr().lock();
         // Progress is best effort: a closed stderr must not fail the install.
-        let _ = if self.terminal {
-            write!(err, "\r{line}")
-        } else {
-            writeln!(err, "{line}")
-        };
+        let _ = if self.terminal { write!(err, "\r{line}") } else { writeln!(err, "{line}") };
         let _ = err.flush();
     }
 
@@ -165,11 +137,7 @@ impl<'a> Progress<'a> {
 /// Bytes as `98 MB` / `1.1 GB` (decimal units, as download sizes are usually given).
 fn megabytes(bytes: u64) -> String {
     let mb = bytes as f64 / 1e6;
-    if mb >= 1000.0 {
-        format!("{:.1} GB", mb / 1000.0)
-    } else {
-        format!("{mb:.0} MB")
-    }
+    if mb >= 1000.0 { format!("{:.1} GB", mb / 1000.0) } else { format!("{mb:.0} MB") }
 }
 
 #[cfg(test)]

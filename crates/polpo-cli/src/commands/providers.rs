@@ -89,10 +89,7 @@ fn with_local_model(
 ) -> anyhow::Result<Providers> {
     use polpo_llm_local::{LocalProvider, LocalSettings};
     let dir = models_dir()?;
-    Ok(providers.with_provider(
-        LOCAL_PROVIDER,
-        std::sync::Arc::new(LocalProvider::new(LocalSettings::new(dir))),
-    ))
+    Ok(providers.with_provider(LOCAL_PROVIDER, std::sync::Arc::new(LocalProvider::new(LocalSettings::new(dir)))))
 }
 
 #[cfg(not(feature = "local-model"))]
@@ -109,11 +106,7 @@ fn provider_configs(
     env: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<BTreeMap<String, ProviderConfig>> {
     let manifest = &project.manifest;
-    let entries = manifest
-        .providers
-        .iter()
-        .chain(manifest.settings.providers.iter())
-        .flatten();
+    let entries = manifest.providers.iter().chain(manifest.settings.providers.iter()).flatten();
     let mut configs = BTreeMap::new();
     for (name, entry) in entries {
         configs.insert(name.clone(), map_provider(name, entry, env)?);
@@ -165,11 +158,7 @@ mod tests {
         std::fs::create_dir_all(dir.path().join(".polpo")).unwrap();
         let mut file: ProjectFile = serde_json::from_value(manifest).unwrap();
         file.schema_version = Some(polpo_core::config::SCHEMA_VERSION);
-        std::fs::write(
-            dir.path().join(".polpo/project.json"),
-            serde_json::to_string(&file).unwrap(),
-        )
-        .unwrap();
+        std::fs::write(dir.path().join(".polpo/project.json"), serde_json::to_string(&file).unwrap()).unwrap();
         polpo_project::load_project(dir.path()).unwrap()
     }
 
@@ -192,36 +181,20 @@ mod tests {
         assert_eq!(openai.api_key_env.as_deref(), Some("OPENAI_API_KEY"));
         assert_eq!(openai.headers["x-team"], "a");
         let mine = &configs["mine"];
-        assert_eq!(
-            (mine.api, mine.base_url.as_str()),
-            (WireApi::AnthropicMessages, "http://127.0.0.1:8/v1")
-        );
+        assert_eq!((mine.api, mine.base_url.as_str()), (WireApi::AnthropicMessages, "http://127.0.0.1:8/v1"));
         assert_eq!(mine.api_key_env.as_deref(), Some("MINE_KEY"));
-        assert_eq!(
-            (configs["corp"].api, configs["corp"].api_key_env.clone()),
-            (WireApi::OpenAiChat, None)
-        );
+        assert_eq!((configs["corp"].api, configs["corp"].api_key_env.clone()), (WireApi::OpenAiChat, None));
         assert!(providers(&p).unwrap().is_ready("corp"));
     }
 
     #[test]
     fn unusable_entries_fail_with_a_code_before_any_call() {
-        let e = provider_configs(
-            &project(serde_json::json!({"providers": {"x": {"apiKeyEnv": "K"}}})),
-            &no_env,
-        );
-        assert!(
-            e.unwrap_err()
-                .to_string()
-                .starts_with("provider_base_url_missing: providers.x")
-        );
+        let e = provider_configs(&project(serde_json::json!({"providers": {"x": {"apiKeyEnv": "K"}}})), &no_env);
+        assert!(e.unwrap_err().to_string().starts_with("provider_base_url_missing: providers.x"));
         let responses =
             serde_json::json!({"settings": {"providers": {"r": {"baseUrl": "http://h", "api": "openai-responses"}}}});
         let e = provider_configs(&project(responses), &no_env).unwrap_err().to_string();
-        assert!(
-            e.starts_with("provider_api_unsupported:") && e.contains("openai-responses"),
-            "{e}"
-        );
+        assert!(e.starts_with("provider_api_unsupported:") && e.contains("openai-responses"), "{e}");
     }
 
     #[test]
@@ -234,10 +207,7 @@ mod tests {
     #[test]
     fn local_is_registered_only_when_this_build_can_run_it() {
         let p = project(serde_json::json!({}));
-        assert_eq!(
-            providers(&p).unwrap().is_ready(LOCAL_PROVIDER),
-            cfg!(feature = "local-model")
-        );
+        assert_eq!(providers(&p).unwrap().is_ready(LOCAL_PROVIDER), cfg!(feature = "local-model"));
         let own = serde_json::json!({"settings": {"providers": {"local": {"baseUrl": "http://127.0.0.1:8080/v1"}}}});
         assert!(providers(&project(own)).unwrap().is_ready(LOCAL_PROVIDER));
     }
@@ -253,10 +223,7 @@ mod tests {
         let dir = empty.path().to_path_buf();
         let providers = build(&project(serde_json::json!({})), move || Ok(dir)).unwrap();
         let target = providers.target("local/smollm2-135m").unwrap();
-        let request = ModelRequest {
-            model: target.model.clone(),
-            ..ModelRequest::default()
-        };
+        let request = ModelRequest { model: target.model.clone(), ..ModelRequest::default() };
         let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
         let Err(e) = runtime.block_on(target.provider.stream(request)) else {
             panic!("a missing model must fail the call");

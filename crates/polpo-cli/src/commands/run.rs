@@ -46,7 +46,8 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
     } else {
         args.prompt.clone()
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     rt.block_on(async {
         let runtime = super::runtime::open(project).await?;
         let mut input = ChatInput::new(args.agent.clone(), vec![Message::user(prompt)]);
@@ -129,7 +130,11 @@ fn print_event(event: &RunEvent) {
         }
         RunEvent::ToolCalling { name, arguments, .. } => eprintln!("\n→ {name} {}", clip(&arguments.to_string(), 200)),
         RunEvent::ToolCompleted { name, result, is_error, .. } => {
-            eprintln!("{} {name}: {}", if *is_error { "✗" } else { "✓" }, clip(result.lines().next().unwrap_or(""), 200));
+            eprintln!(
+                "{} {name}: {}",
+                if *is_error { "✗" } else { "✓" },
+                clip(result.lines().next().unwrap_or(""), 200)
+            );
         }
         _ => {}
     }

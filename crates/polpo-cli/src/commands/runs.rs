@@ -114,13 +114,20 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
         None => format!("http://127.0.0.1:{}", default_port(global)),
     };
     polpo_llm::install_crypto_provider();
-    let client = Client { http: reqwest::Client::new(), url, key: std::env::var("POLPO_API_KEY").ok().filter(|k| !k.is_empty()) };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
+    let client = Client {
+        http: reqwest::Client::new(),
+        url,
+        key: std::env::var("POLPO_API_KEY").ok().filter(|k| !k.is_empty()),
+    };
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
         match args.command {
             Command::Get { id, json } => get(&client, &id, json).await,
             Command::Tail { id, after, json } => tail(&client, &id, after.unwrap_or(0), json).await,
-            Command::Steer { id, message, follow_up, message_id } => steer(&client, &id, message, follow_up, message_id).await,
+            Command::Steer { id, message, follow_up, message_id } => {
+                steer(&client, &id, message, follow_up, message_id).await
+            }
             Command::Abort { id, reason } => {
                 client.call(Method::POST, &format!("/v1/runs/{id}/abort"), Some(json!({"reason": reason}))).await?;
                 println!("run {id} is cancelling");
@@ -154,7 +161,12 @@ impl std::error::Error for ServerError {}
 
 impl ServerError {
     fn unreachable(url: &str, e: impl std::fmt::Display) -> Self {
-        Self { code: "server_unreachable".into(), message: format!("cannot reach the polpo server at {url} (start it with `polpo serve`, or pass --url): {e}") }
+        Self {
+            code: "server_unreachable".into(),
+            message: format!(
+                "cannot reach the polpo server at {url} (start it with `polpo serve`, or pass --url): {e}"
+            ),
+        }
     }
 
     /// The error in a failed response: `{ok:false, error, code}` (run routes) or
@@ -163,8 +175,11 @@ impl ServerError {
         let status = response.status();
         let body: Value = response.json().await.unwrap_or_default();
         let text = |v: &Value| v.as_str().map(str::to_owned);
-        let code = text(&body["code"]).or_else(|| text(&body["error"]["code"])).unwrap_or_else(|| format!("http_{}", status.as_u16()));
-        let message = text(&body["error"]).or_else(|| text(&body["error"]["message"])).unwrap_or_else(|| status.to_string());
+        let code = text(&body["code"])
+            .or_else(|| text(&body["error"]["code"]))
+            .unwrap_or_else(|| format!("http_{}", status.as_u16()));
+        let message =
+            text(&body["error"]).or_else(|| text(&body["error"]["message"])).unwrap_or_else(|| status.to_string());
         // Some messages already start with their code (`run_not_found: no run …`).
         let message = message.strip_prefix(&format!("{code}: ")).map(str::to_owned).unwrap_or(message);
         Self { code, message }
@@ -199,7 +214,8 @@ impl Client {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let mut reply: Value = self.send(request).await?.json().await.map_err(|e| ServerError::unreachable(&self.url, e))?;
+        let mut reply: Value =
+            self.send(request).await?.json().await.map_err(|e| ServerError::unreachable(&self.url, e))?;
         Ok(reply["data"].take())
     }
 }
@@ -209,7 +225,16 @@ async fn get(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCode> 
     if json {
         return super::print_json(&run);
     }
-    for (label, key) in [("run", "id"), ("status", "status"), ("agent", "agent"), ("session", "sessionId"), ("events", "lastSeq"), ("created", "createdAt"), ("updated", "updatedAt"), ("error", "error")] {
+    for (label, key) in [
+        ("run", "id"),
+        ("status", "status"),
+        ("agent", "agent"),
+        ("session", "sessionId"),
+        ("events", "lastSeq"),
+        ("created", "createdAt"),
+        ("updated", "updatedAt"),
+        ("error", "error"),
+    ] {
         match &run[key] {
             Value::Null => {}
             Value::String(s) => println!("{label:<8} {s}"),
@@ -242,8 +267,12 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
                             return Err(ServerError { code: text("code"), message: text("message") }.into());
                         }
                         Ok(Some(frame)) => {
-                            let Some(seq) = frame.id.and_then(|id| id.trim().parse().ok()).filter(|seq| *seq > after) else { continue };
-                            let event: Value = serde_json::from_str(&frame.data).with_context(|| format!("event {seq} of run {id} is not JSON"))?;
+                            let Some(seq) = frame.id.and_then(|id| id.trim().parse().ok()).filter(|seq| *seq > after)
+                            else {
+                                continue;
+                            };
+                            let event: Value = serde_json::from_str(&frame.data)
+                                .with_context(|| format!("event {seq} of run {id} is not JSON"))?;
                             after = seq;
                             (wait, unreachable_since) = (RECONNECT_FIRST_WAIT, None);
                             println!("{}", if json { event.to_string() } else { human(&event) });
@@ -253,7 +282,11 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
                             // already, since only a person's decision resumes it.
                             let paused = matches!(entry, JournalEvent::Paused(_));
                             let stops = entry.is_terminal()
-                                || (paused && !client.call(Method::GET, &format!("/v1/runs/{id}"), None).await.is_ok_and(|run| run["status"] != "paused"));
+                                || (paused
+                                    && !client
+                                        .call(Method::GET, &format!("/v1/runs/{id}"), None)
+                                        .await
+                                        .is_ok_and(|run| run["status"] != "paused"));
                             if stops {
                                 return Ok(ending(id, &entry));
                             }
@@ -262,7 +295,8 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
                             // A run can end without a final event (its process died while
                             // recording it): the stored status says so.
                             if let Ok(run) = client.call(Method::GET, &format!("/v1/runs/{id}"), None).await
-                                && let Some(status) = run["status"].as_str().and_then(RunStatus::parse).filter(|s| s.is_terminal())
+                                && let Some(status) =
+                                    run["status"].as_str().and_then(RunStatus::parse).filter(|s| s.is_terminal())
                                 && run["lastSeq"].as_u64().unwrap_or_default() <= after
                             {
                                 if status == RunStatus::Completed {
@@ -283,7 +317,11 @@ async fn tail(client: &Client, id: &str, mut after: u64, json: bool) -> anyhow::
         reconnecting = true;
         let since = *unreachable_since.get_or_insert_with(Instant::now);
         if since.elapsed() > RECONNECT_FOR {
-            return Err(ServerError::unreachable(&client.url, format!("gave up reconnecting after {} s: {dropped}", RECONNECT_FOR.as_secs())).into());
+            return Err(ServerError::unreachable(
+                &client.url,
+                format!("gave up reconnecting after {} s: {dropped}", RECONNECT_FOR.as_secs()),
+            )
+            .into());
         }
         if wait == RECONNECT_FIRST_WAIT {
             eprintln!("connection lost after event {after} ({dropped}); reconnecting");
@@ -300,7 +338,10 @@ fn ending(id: &str, entry: &JournalEvent) -> ExitCode {
         JournalEvent::Completed(_) => ExitCode::SUCCESS,
         JournalEvent::Paused(paused) => {
             let key = paused.detail["key"].as_str().unwrap_or_default();
-            eprintln!("run {id} paused: {}: decide it with `polpo runs reconcile {id} applied|not-applied` (effect {key})", paused.code);
+            eprintln!(
+                "run {id} paused: {}: decide it with `polpo runs reconcile {id} applied|not-applied` (effect {key})",
+                paused.code
+            );
             ExitCode::from(2)
         }
         JournalEvent::Cancelled(_) => {
@@ -325,10 +366,14 @@ fn human(frame: &Value) -> String {
     let detail = match JournalEvent::from_frame(frame) {
         Some(JournalEvent::TextDelta(t) | JournalEvent::ReasoningDelta(t)) => quoted(&t.text),
         Some(JournalEvent::ToolStarted(t)) => format!("{} {}", t.name, clip(&t.arguments.to_string())),
-        Some(JournalEvent::ToolCompleted(t) | JournalEvent::ToolFailed(t)) => format!("{} -> {}", t.name, quoted(&t.result)),
+        Some(JournalEvent::ToolCompleted(t) | JournalEvent::ToolFailed(t)) => {
+            format!("{} -> {}", t.name, quoted(&t.result))
+        }
         Some(JournalEvent::Completed(answer)) => quoted(answer.content.as_deref().unwrap_or_default()),
         Some(JournalEvent::Failed(failure)) => format!("{}: {}", failure.code, failure.message),
-        Some(JournalEvent::Paused(paused)) => format!("{} {}", paused.code, paused.detail["key"].as_str().unwrap_or_default()),
+        Some(JournalEvent::Paused(paused)) => {
+            format!("{} {}", paused.code, paused.detail["key"].as_str().unwrap_or_default())
+        }
         _ if data.as_object().is_none_or(serde_json::Map::is_empty) => String::new(),
         _ => clip(&data.to_string()),
     };
@@ -345,10 +390,22 @@ fn clip(text: &str) -> String {
     }
 }
 
-async fn steer(client: &Client, id: &str, message: String, follow_up: bool, message_id: Option<String>) -> anyhow::Result<ExitCode> {
+async fn steer(
+    client: &Client,
+    id: &str,
+    message: String,
+    follow_up: bool,
+    message_id: Option<String>,
+) -> anyhow::Result<ExitCode> {
     let message_id = message_id.unwrap_or_else(|| format!("cli-{}", UuidV7Ids.next_id()));
     let mode = if follow_up { "follow_up" } else { "steer" };
-    let reply = client.call(Method::POST, &format!("/v1/runs/{id}/steer"), Some(json!({"id": message_id, "mode": mode, "content": message}))).await?;
+    let reply = client
+        .call(
+            Method::POST,
+            &format!("/v1/runs/{id}/steer"),
+            Some(json!({"id": message_id, "mode": mode, "content": message})),
+        )
+        .await?;
     if reply["duplicate"] == true {
         println!("already received: message {message_id} was sent to run {id} before");
     } else {
@@ -357,7 +414,13 @@ async fn steer(client: &Client, id: &str, message: String, follow_up: bool, mess
     Ok(ExitCode::SUCCESS)
 }
 
-async fn reconcile(client: &Client, id: &str, outcome: Outcome, key: Option<String>, result: Option<String>) -> anyhow::Result<ExitCode> {
+async fn reconcile(
+    client: &Client,
+    id: &str,
+    outcome: Outcome,
+    key: Option<String>,
+    result: Option<String>,
+) -> anyhow::Result<ExitCode> {
     let key = match key {
         Some(key) => key,
         None => paused_on(client, id).await?,
@@ -366,7 +429,13 @@ async fn reconcile(client: &Client, id: &str, outcome: Outcome, key: Option<Stri
         Outcome::Applied => "applied",
         Outcome::NotApplied => "not_applied",
     };
-    client.call(Method::POST, &format!("/v1/runs/{id}/reconcile"), Some(json!({"key": key, "outcome": outcome, "result": result}))).await?;
+    client
+        .call(
+            Method::POST,
+            &format!("/v1/runs/{id}/reconcile"),
+            Some(json!({"key": key, "outcome": outcome, "result": result})),
+        )
+        .await?;
     println!("run {id} resumed: effect {key} reconciled as {outcome}");
     Ok(ExitCode::SUCCESS)
 }
@@ -374,12 +443,20 @@ async fn reconcile(client: &Client, id: &str, outcome: Outcome, key: Option<Stri
 /// The effect key a paused run stopped on: its last event is `run.paused`.
 async fn paused_on(client: &Client, id: &str) -> Result<String, ServerError> {
     let run = client.call(Method::GET, &format!("/v1/runs/{id}"), None).await?;
-    let not_paused = || ServerError { code: "run_not_active".into(), message: format!("run `{id}` is {}, not paused on an effect; pass --key", run["status"].as_str().unwrap_or("unknown")) };
+    let not_paused = || ServerError {
+        code: "run_not_active".into(),
+        message: format!(
+            "run `{id}` is {}, not paused on an effect; pass --key",
+            run["status"].as_str().unwrap_or("unknown")
+        ),
+    };
     if run["status"] != "paused" {
         return Err(not_paused());
     }
     let last = run["lastSeq"].as_u64().unwrap_or_default();
-    let response = client.send(client.request(Method::GET, &format!("/v1/runs/{id}/events?after={}", last.saturating_sub(1)))).await?;
+    let response = client
+        .send(client.request(Method::GET, &format!("/v1/runs/{id}/events?after={}", last.saturating_sub(1))))
+        .await?;
     let frame = SseFrames::new(response).next().await.map_err(|e| ServerError::unreachable(&client.url, e))?;
     let event: Value = frame.and_then(|f| serde_json::from_str(&f.data).ok()).unwrap_or_default();
     match JournalEvent::from_frame(&event) {
@@ -436,6 +513,9 @@ mod tests {
         assert_eq!(human(&tool), r#"  12 tool.started bash {"command":"ls"}"#);
         assert_eq!(human(&json!({"sequence": 1, "type": "run.cancelled", "data": {}})), "   1 run.cancelled");
         let long = "x".repeat(500);
-        assert_eq!(human(&json!({"sequence": 2, "type": "run.completed", "data": {"content": long}})).chars().count(), 4 + 1 + 13 + 1 + 200 + 1);
+        assert_eq!(
+            human(&json!({"sequence": 2, "type": "run.completed", "data": {"content": long}})).chars().count(),
+            4 + 1 + 13 + 1 + 200 + 1
+        );
     }
 }

@@ -16,7 +16,9 @@ pub async fn open(project: Project) -> anyhow::Result<Arc<Runtime>> {
     let (loaded, providers) = derive(project)?;
     let kind = StoreKind::parse(settings.storage().as_str())?;
     let database_url = std::env::var("DATABASE_URL").ok().or(settings.database_url.clone());
-    let store = open_store(kind, &root, database_url.as_deref(), Arc::new(SystemClock)).await.context("cannot open the project store")?;
+    let store = open_store(kind, &root, database_url.as_deref(), Arc::new(SystemClock))
+        .await
+        .context("cannot open the project store")?;
     let mut runtime = Runtime::new(loaded, providers, store);
     if let Some(model) = super::providers::installed_local_default() {
         runtime = runtime.with_offline_model(model);

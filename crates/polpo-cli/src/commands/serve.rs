@@ -37,15 +37,23 @@ pub fn run(global: &Global, args: Args, reload: bool) -> anyhow::Result<ExitCode
     // Taken before the project is read, so no edit can fall between the two.
     let files = if reload { Some(fingerprint(&global.root()?)) } else { None };
     let project = global.load()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(serve(project, args, files))
 }
 
-async fn serve(project: polpo_core::config::Project, args: Args, files: Option<Fingerprint>) -> anyhow::Result<ExitCode> {
+async fn serve(
+    project: polpo_core::config::Project,
+    args: Args,
+    files: Option<Fingerprint>,
+) -> anyhow::Result<ExitCode> {
     let root = project.root.clone();
     let port = args.port.unwrap_or_else(|| project.settings().port());
     let max_connections = project.settings().max_connections;
-    let (keys, warnings) = ApiKeys::load(std::env::var("POLPO_API_KEY").ok().as_deref(), project.manifest.api_keys.as_deref().unwrap_or_default());
+    let (keys, warnings) = ApiKeys::load(
+        std::env::var("POLPO_API_KEY").ok().as_deref(),
+        project.manifest.api_keys.as_deref().unwrap_or_default(),
+    );
     for w in warnings {
         eprintln!("warning: {w}");
     }
@@ -63,7 +71,8 @@ async fn serve(project: polpo_core::config::Project, args: Args, files: Option<F
     } else if keys.is_empty() {
         eprintln!("no API key configured: local requests only (set POLPO_API_KEY to require one)");
     }
-    let listener = tokio::net::TcpListener::bind(bind.addr).await.with_context(|| format!("cannot listen on {}", bind.addr))?;
+    let listener =
+        tokio::net::TcpListener::bind(bind.addr).await.with_context(|| format!("cannot listen on {}", bind.addr))?;
     let addr = listener.local_addr()?;
     // `bash` may not connect to this port: without an API key the server trusts every local
     // process, and its API can rewrite the very agent running the command.
@@ -162,7 +171,11 @@ fn fingerprint(root: &Path) -> Fingerprint {
             let path = entry.path();
             let Ok(meta) = entry.metadata() else { continue };
             if meta.is_dir() {
-                let top = path.strip_prefix(&polpo).ok().and_then(|p| p.components().next()).map(|c| c.as_os_str().to_string_lossy().into_owned());
+                let top = path
+                    .strip_prefix(&polpo)
+                    .ok()
+                    .and_then(|p| p.components().next())
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned());
                 if matches!(top.as_deref(), Some("agents" | "teams" | "hooks" | "loops")) {
                     stack.push(path);
                 }

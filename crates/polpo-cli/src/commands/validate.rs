@@ -25,7 +25,12 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
         warnings.extend(polpo_core::config::unavailable_agent_fields(project));
         warnings.extend(polpo_core::loops::loop_warnings(project));
         // A project whose agents may run `bash` on a host that cannot confine it should know.
-        warnings.extend(polpo_tools::sandbox::sandbox_support().notices().into_iter().map(|n| polpo_core::problem::Problem::new(n.code, n.message)));
+        warnings.extend(
+            polpo_tools::sandbox::sandbox_support()
+                .notices()
+                .into_iter()
+                .map(|n| polpo_core::problem::Problem::new(n.code, n.message)),
+        );
     });
     if args.json {
         let (agents, teams, loops, problems) = match &result {
@@ -36,11 +41,7 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
         print_json(
             &serde_json::json!({"ok": ok, "agents": agents, "teams": teams, "loops": loops, "problems": problems, "warnings": warnings}),
         )?;
-        return Ok(if ok {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        });
+        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     super::hooks::print_warnings(&warnings);
     match result {
@@ -69,9 +70,5 @@ fn summary(project: &Project) -> String {
         0 => String::new(),
         n => format!(", {} (validated, not run yet)", plural(n, "loop")),
     };
-    format!(
-        "{}, {}{loops} ({layout})",
-        plural(project.agents.len(), "agent"),
-        plural(project.teams.len(), "team")
-    )
+    format!("{}, {}{loops} ({layout})", plural(project.agents.len(), "agent"), plural(project.teams.len(), "team"))
 }

@@ -39,7 +39,10 @@ impl ServerProcess {
         }
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let (tx, lines) = channel();
-        for (prefix, stream) in [("out: ", Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>), ("err: ", Box::new(child.stderr.take().unwrap()))] {
+        for (prefix, stream) in [
+            ("out: ", Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>),
+            ("err: ", Box::new(child.stderr.take().unwrap())),
+        ] {
             let tx = tx.clone();
             std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines().map_while(Result::ok) {

@@ -6,8 +6,8 @@
 //! never by filling in the struct.
 
 use super::enums::{
-    ExecutionMode, LearningMode, LearningSurface, McpTransport, MemoryKind, ReasoningLevel,
-    ResponsibilityPriority, RouterMode, ToolLoadingMode,
+    ExecutionMode, LearningMode, LearningSurface, McpTransport, MemoryKind, ReasoningLevel, ResponsibilityPriority,
+    RouterMode, ToolLoadingMode,
 };
 use super::schema::{COUNT, Field, MILLIS, POSITIVE, STRING_MAP, STRINGS, Shape};
 use crate::model::MODEL_SELECTION;
@@ -362,10 +362,7 @@ pub static AGENT_FIELDS: &[Field] = &[
     Field::optional("role", Shape::String),
     Field::optional("model", MODEL_SELECTION),
     Field::optional("allowedModelProfiles", STRINGS),
-    Field::optional(
-        "modelRouting",
-        Shape::Object(&[&[Field::required("mode", Shape::Enum(RouterMode::NAMES))]]),
-    ),
+    Field::optional("modelRouting", Shape::Object(&[&[Field::required("mode", Shape::Enum(RouterMode::NAMES))]])),
     Field::optional("reasoning", Shape::Enum(ReasoningLevel::NAMES)),
     Field::optional("image_model", Shape::String),
     Field::optional("video_model", Shape::String),
@@ -375,10 +372,7 @@ pub static AGENT_FIELDS: &[Field] = &[
     Field::optional("search_provider", Shape::String),
     Field::optional("allowedTools", STRINGS),
     Field::optional("allowedPaths", STRINGS),
-    Field::optional(
-        "toolLoading",
-        Shape::Object(&[&[Field::required("mode", Shape::Enum(ToolLoadingMode::NAMES))]]),
-    ),
+    Field::optional("toolLoading", Shape::Object(&[&[Field::required("mode", Shape::Enum(ToolLoadingMode::NAMES))]])),
     Field::optional(
         "chat",
         Shape::Object(&[&[
@@ -394,20 +388,14 @@ pub static AGENT_FIELDS: &[Field] = &[
             ),
         ]]),
     ),
-    Field::optional(
-        "channels",
-        Shape::Object(&[&[Field::optional("allowedTools", STRINGS)]]),
-    ),
+    Field::optional("channels", Shape::Object(&[&[Field::optional("allowedTools", STRINGS)]])),
     Field::optional(
         "memory",
         Shape::Object(&[&[Field::optional(
             "learning",
             Shape::Object(&[&[
                 Field::optional("mode", Shape::Enum(LearningMode::NAMES)),
-                Field::optional(
-                    "surfaces",
-                    Shape::Array(&Shape::Enum(LearningSurface::NAMES)),
-                ),
+                Field::optional("surfaces", Shape::Array(&Shape::Enum(LearningSurface::NAMES))),
                 Field::optional("kinds", Shape::Array(&Shape::Enum(MemoryKind::NAMES))),
             ]]),
         )]]),
@@ -465,18 +453,9 @@ pub static AGENT_FIELDS: &[Field] = &[
 /// Keys the reference keeps on the runtime agent but that must not be authored in
 /// `agent.json`: the directory layout owns them.
 pub static DIRECTORY_ONLY_FORBIDDEN: &[Field] = &[
-    Field::forbidden(
-        "name",
-        "`name` must not appear in agent.json: the directory name is the agent id",
-    ),
-    Field::forbidden(
-        "systemPrompt",
-        "`systemPrompt` must not appear in agent.json: write it in instructions.md",
-    ),
-    Field::forbidden(
-        "createdAt",
-        "`createdAt` must not appear in agent.json: the runtime sets it",
-    ),
+    Field::forbidden("name", "`name` must not appear in agent.json: the directory name is the agent id"),
+    Field::forbidden("systemPrompt", "`systemPrompt` must not appear in agent.json: write it in instructions.md"),
+    Field::forbidden("createdAt", "`createdAt` must not appear in agent.json: the runtime sets it"),
 ];
 
 /// The shape of `agents/<id>/agent.json`.

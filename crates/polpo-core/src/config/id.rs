@@ -25,10 +25,7 @@ pub fn check_id(id: &str) -> Result<(), String> {
     if id.starts_with('.') {
         return Err("an id must not start with `.`".into());
     }
-    if let Some(c) = id
-        .chars()
-        .find(|c| c.is_control() || "/\\:*?\"<>|".contains(*c))
-    {
+    if let Some(c) = id.chars().find(|c| c.is_control() || "/\\:*?\"<>|".contains(*c)) {
         return Err(format!("an id must not contain {c:?}"));
     }
     if id.trim() != id {
@@ -63,25 +60,61 @@ pub fn collisions<'a>(ids: impl IntoIterator<Item = &'a str>) -> Vec<(usize, usi
 /// covering the homoglyphs that occur in practice.
 const HOMOGLYPHS: &[(char, char)] = &[
     // Cyrillic
-    ('а', 'a'), ('в', 'b'), ('с', 'c'), ('ԁ', 'd'), ('е', 'e'), ('ё', 'e'), ('һ', 'h'), ('н', 'h'),
-    ('і', 'i'), ('ї', 'i'), ('ј', 'j'), ('к', 'k'), ('ӏ', 'l'), ('м', 'm'), ('п', 'n'), ('о', 'o'),
-    ('р', 'p'), ('ԛ', 'q'), ('г', 'r'), ('ѕ', 's'), ('т', 't'), ('ц', 'u'), ('ѵ', 'v'), ('ԝ', 'w'),
-    ('х', 'x'), ('у', 'y'), ('з', '3'),
+    ('а', 'a'),
+    ('в', 'b'),
+    ('с', 'c'),
+    ('ԁ', 'd'),
+    ('е', 'e'),
+    ('ё', 'e'),
+    ('һ', 'h'),
+    ('н', 'h'),
+    ('і', 'i'),
+    ('ї', 'i'),
+    ('ј', 'j'),
+    ('к', 'k'),
+    ('ӏ', 'l'),
+    ('м', 'm'),
+    ('п', 'n'),
+    ('о', 'o'),
+    ('р', 'p'),
+    ('ԛ', 'q'),
+    ('г', 'r'),
+    ('ѕ', 's'),
+    ('т', 't'),
+    ('ц', 'u'),
+    ('ѵ', 'v'),
+    ('ԝ', 'w'),
+    ('х', 'x'),
+    ('у', 'y'),
+    ('з', '3'),
     // Greek
-    ('α', 'a'), ('β', 'b'), ('ϲ', 'c'), ('ε', 'e'), ('η', 'n'), ('ι', 'i'), ('ϳ', 'j'), ('κ', 'k'),
-    ('μ', 'u'), ('ν', 'v'), ('ο', 'o'), ('ρ', 'p'), ('τ', 't'), ('υ', 'u'), ('χ', 'x'), ('γ', 'y'),
+    ('α', 'a'),
+    ('β', 'b'),
+    ('ϲ', 'c'),
+    ('ε', 'e'),
+    ('η', 'n'),
+    ('ι', 'i'),
+    ('ϳ', 'j'),
+    ('κ', 'k'),
+    ('μ', 'u'),
+    ('ν', 'v'),
+    ('ο', 'o'),
+    ('ρ', 'p'),
+    ('τ', 't'),
+    ('υ', 'u'),
+    ('χ', 'x'),
+    ('γ', 'y'),
     ('ζ', 'z'),
     // Digits and Latin letters read as others
-    ('0', 'o'), ('1', 'l'), ('ı', 'i'),
+    ('0', 'o'),
+    ('1', 'l'),
+    ('ı', 'i'),
 ];
 
 /// The form two ids that look alike share: [`fold_id`], then every homoglyph replaced by the
 /// Latin letter it imitates.
 pub fn skeleton(id: &str) -> String {
-    fold_id(id)
-        .chars()
-        .map(|c| HOMOGLYPHS.iter().find(|(from, _)| *from == c).map_or(c, |(_, to)| *to))
-        .collect()
+    fold_id(id).chars().map(|c| HOMOGLYPHS.iter().find(|(from, _)| *from == c).map_or(c, |(_, to)| *to)).collect()
 }
 
 /// The alphabets whose letters imitate each other.
@@ -128,7 +161,9 @@ pub fn confusable_with<'a>(id: &str, existing: impl IntoIterator<Item = &'a str>
 pub fn check_confusable<'a>(id: &str, existing: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
     check_single_script(id)?;
     match confusable_with(id, existing) {
-        Some(other) => Err(format!("id `{id}` looks like the existing id `{other}`; pick a name that reads differently")),
+        Some(other) => {
+            Err(format!("id `{id}` looks like the existing id `{other}`; pick a name that reads differently"))
+        }
         None => Ok(()),
     }
 }
@@ -160,7 +195,10 @@ mod tests {
         assert_eq!(confusable_with("he1per", ["helper"]), Some("helper"));
         assert_eq!(confusable_with("\u{03BF}ps", ["ops"]), Some("ops"), "Greek omicron");
         assert!(check_single_script("h\u{0435}lper").unwrap_err().contains("Latin and Cyrillic"));
-        assert!(check_single_script("\u{043f}\u{043e}\u{043c}\u{043e}\u{0449}\u{043d}\u{0438}\u{043a}").is_ok(), "a Cyrillic-only id is fine");
+        assert!(
+            check_single_script("\u{043f}\u{043e}\u{043c}\u{043e}\u{0449}\u{043d}\u{0438}\u{043a}").is_ok(),
+            "a Cyrillic-only id is fine"
+        );
         assert!(check_confusable("support-bot_2", ["support", "writer"]).is_ok());
     }
 }

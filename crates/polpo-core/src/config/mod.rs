@@ -26,8 +26,8 @@ pub use id::{check_confusable, check_id, collisions, confusable_with, fold_id, s
 pub use parse::{Location, parse_checked};
 pub use project::{Agent, Layout, Project, Team, validate_project};
 pub use settings::{
-    ApiKeyEntry, LEGACY_PROJECT_FILE, PROJECT_FILE, ProjectFile, ProviderConfig, SCHEMA_VERSION,
-    SandboxSettings, Settings,
+    ApiKeyEntry, LEGACY_PROJECT_FILE, PROJECT_FILE, ProjectFile, ProviderConfig, SCHEMA_VERSION, SandboxSettings,
+    Settings,
 };
 pub use team::{LEGACY_TEAM, TEAM_FILE, TeamConfig};
 pub use unavailable::unavailable_agent_fields;

@@ -9,11 +9,9 @@ use super::codes;
 use super::parse::Location;
 use super::settings::{ProjectFile, Settings};
 use super::team::TeamConfig;
-use crate::model::{
-    ModelProfileError, ModelProfiles, resolve_model_chain, validate_model_profiles,
-};
 use crate::hooks::HookPack;
 use crate::loops::Loop;
+use crate::model::{ModelProfileError, ModelProfiles, resolve_model_chain, validate_model_profiles};
 use crate::problem::Problem;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -87,9 +85,7 @@ impl Project {
 
     /// Agents whose `team` is `team_id`, in id order.
     pub fn team_members<'a>(&'a self, team_id: &'a str) -> impl Iterator<Item = &'a Agent> + 'a {
-        self.agents
-            .values()
-            .filter(move |a| a.config.team.as_deref() == Some(team_id))
+        self.agents.values().filter(move |a| a.config.team.as_deref() == Some(team_id))
     }
 }
 
@@ -104,27 +100,16 @@ pub fn validate_project(project: &Project) -> Vec<Problem> {
     let no_profiles = ModelProfiles::new();
     let profiles = settings.model_profiles.as_ref().unwrap_or(&no_profiles);
     let manifest = &project.manifest_source;
-    out.extend(
-        validate_model_profiles(profiles)
-            .into_iter()
-            .map(|p| manifest.locate(p)),
-    );
+    out.extend(validate_model_profiles(profiles).into_iter().map(|p| manifest.locate(p)));
     if let Some(routing) = &settings.model_routing {
-        out.extend(
-            crate::routing::validate_model_routing(routing, profiles)
-                .into_iter()
-                .map(|p| manifest.locate(p)),
-        );
+        out.extend(crate::routing::validate_model_routing(routing, profiles).into_iter().map(|p| manifest.locate(p)));
     }
     if let Some(model) = &settings.orchestrator_model
         && let Err(e) = resolve_model_chain(model, profiles, None)
     {
         out.push(manifest.locate(e.to_problem().at("/settings/orchestratorModel")));
     }
-    if let Some(agent) = settings
-        .default_retry_policy
-        .as_ref()
-        .and_then(|p| p.fallback_agent.as_deref())
+    if let Some(agent) = settings.default_retry_policy.as_ref().and_then(|p| p.fallback_agent.as_deref())
         && !project.agents.contains_key(agent)
     {
         out.push(manifest.problem(
@@ -178,10 +163,7 @@ fn check_reports_to(project: &Project, agent: &Agent, out: &mut Vec<Problem>) {
             return; // a loop further up the chain, reported at its own members
         }
         chain.push(id);
-        next = project
-            .agents
-            .get(id)
-            .and_then(|a| a.config.reports_to.as_deref());
+        next = project.agents.get(id).and_then(|a| a.config.reports_to.as_deref());
     }
 }
 
@@ -192,7 +174,9 @@ fn check_allowed_paths(agent: &Agent, out: &mut Vec<Problem>) {
         if !stays_inside(entry) {
             out.push(agent.source.problem(
                 codes::INVALID_VALUE,
-                format!("`{entry}` must be a path inside the workspace, relative to it (no leading `/`, no `..` above it)"),
+                format!(
+                    "`{entry}` must be a path inside the workspace, relative to it (no leading `/`, no `..` above it)"
+                ),
                 &format!("/allowedPaths/{i}"),
             ));
         }
@@ -217,13 +201,7 @@ fn stays_inside(entry: &str) -> bool {
 }
 
 fn check_loops(agent: &Agent, out: &mut Vec<Problem>) {
-    let assigned: BTreeSet<&str> = agent
-        .config
-        .assigned_loops
-        .iter()
-        .flatten()
-        .map(String::as_str)
-        .collect();
+    let assigned: BTreeSet<&str> = agent.config.assigned_loops.iter().flatten().map(String::as_str).collect();
     if let Some(default) = agent.config.default_loop.as_deref()
         && !assigned.contains(default)
     {
@@ -259,11 +237,7 @@ fn check_agent_model(agent: &Agent, profiles: &ModelProfiles, out: &mut Vec<Prob
     for (i, name) in allowed.into_iter().flatten().enumerate() {
         if !profiles.contains_key(name) {
             let p = ModelProfileError::Unknown(name.clone()).to_problem();
-            out.push(
-                agent
-                    .source
-                    .locate(p.at(format!("/allowedModelProfiles/{i}"))),
-            );
+            out.push(agent.source.locate(p.at(format!("/allowedModelProfiles/{i}"))));
         }
     }
     if let Some(model) = &agent.config.model

@@ -48,20 +48,11 @@ pub enum Shape {
 }
 
 /// A count: an integer from 0 to `u32::MAX`.
-pub const COUNT: Shape = Shape::Integer {
-    min: 0,
-    max: u32::MAX as i64,
-};
+pub const COUNT: Shape = Shape::Integer { min: 0, max: u32::MAX as i64 };
 /// A positive count: an integer from 1 to `u32::MAX`.
-pub const POSITIVE: Shape = Shape::Integer {
-    min: 1,
-    max: u32::MAX as i64,
-};
+pub const POSITIVE: Shape = Shape::Integer { min: 1, max: u32::MAX as i64 };
 /// Milliseconds or other large non-negative integers.
-pub const MILLIS: Shape = Shape::Integer {
-    min: 0,
-    max: i64::MAX,
-};
+pub const MILLIS: Shape = Shape::Integer { min: 0, max: i64::MAX };
 /// A list of strings.
 pub const STRINGS: Shape = Shape::Array(&Shape::String);
 /// A string → string map (headers, env).
@@ -81,29 +72,17 @@ pub struct Field {
 impl Field {
     /// A field that may be absent.
     pub const fn optional(name: &'static str, shape: Shape) -> Self {
-        Self {
-            name,
-            shape,
-            required: false,
-        }
+        Self { name, shape, required: false }
     }
 
     /// A field that must be present.
     pub const fn required(name: &'static str, shape: Shape) -> Self {
-        Self {
-            name,
-            shape,
-            required: true,
-        }
+        Self { name, shape, required: true }
     }
 
     /// A key that must not appear, with the reason shown to the user.
     pub const fn forbidden(name: &'static str, reason: &'static str) -> Self {
-        Self {
-            name,
-            shape: Shape::Forbidden(reason),
-            required: false,
-        }
+        Self { name, shape: Shape::Forbidden(reason), required: false }
     }
 }
 
@@ -124,47 +103,25 @@ fn check_at(value: &Value, shape: &Shape, pointer: &str, out: &mut Vec<Problem>)
         Shape::Any => {}
         Shape::String => {
             if !value.is_string() {
-                out.push(invalid(
-                    pointer,
-                    format!("expected a string, found {}", kind(value)),
-                ));
+                out.push(invalid(pointer, format!("expected a string, found {}", kind(value))));
             }
         }
         Shape::Bool => {
             if !value.is_boolean() {
-                out.push(invalid(
-                    pointer,
-                    format!("expected true or false, found {}", kind(value)),
-                ));
+                out.push(invalid(pointer, format!("expected true or false, found {}", kind(value))));
             }
         }
         Shape::Integer { min, max } => match value.as_i64() {
             Some(n) if (*min..=*max).contains(&n) => {}
-            _ => out.push(invalid(
-                pointer,
-                format!(
-                    "expected {}, found {}",
-                    integer_range(*min, *max),
-                    brief(value)
-                ),
-            )),
+            _ => out.push(invalid(pointer, format!("expected {}, found {}", integer_range(*min, *max), brief(value)))),
         },
         Shape::Number { min, max } => match value.as_f64() {
             Some(n) if (*min..=*max).contains(&n) => {}
-            _ => out.push(invalid(
-                pointer,
-                format!(
-                    "expected a number from {min} to {max}, found {}",
-                    brief(value)
-                ),
-            )),
+            _ => out.push(invalid(pointer, format!("expected a number from {min} to {max}, found {}", brief(value)))),
         },
         Shape::Enum(names) => match value.as_str() {
             Some(s) if names.contains(&s) => {}
-            _ => out.push(invalid(
-                pointer,
-                format!("expected one of {}, found {}", list(names), brief(value)),
-            )),
+            _ => out.push(invalid(pointer, format!("expected one of {}, found {}", list(names), brief(value)))),
         },
         Shape::Array(item) => match value.as_array() {
             Some(items) => {
@@ -172,10 +129,7 @@ fn check_at(value: &Value, shape: &Shape, pointer: &str, out: &mut Vec<Problem>)
                     check_at(v, item, &pointer_push(pointer, &i.to_string()), out);
                 }
             }
-            None => out.push(invalid(
-                pointer,
-                format!("expected an array, found {}", kind(value)),
-            )),
+            None => out.push(invalid(pointer, format!("expected an array, found {}", kind(value)))),
         },
         Shape::Map(item) => match value.as_object() {
             Some(map) => {
@@ -183,15 +137,10 @@ fn check_at(value: &Value, shape: &Shape, pointer: &str, out: &mut Vec<Problem>)
                     check_at(v, item, &pointer_push(pointer, k), out);
                 }
             }
-            None => out.push(invalid(
-                pointer,
-                format!("expected an object, found {}", kind(value)),
-            )),
+            None => out.push(invalid(pointer, format!("expected an object, found {}", kind(value)))),
         },
         Shape::Object(groups) => check_object(value, groups, pointer, out),
-        Shape::OneOf(alternatives, expected) => {
-            check_one_of(value, alternatives, expected, pointer, out)
-        }
+        Shape::OneOf(alternatives, expected) => check_one_of(value, alternatives, expected, pointer, out),
         Shape::Forbidden(reason) => {
             out.push(Problem::new(codes::FORBIDDEN_FIELD, (*reason).to_string()).at(pointer));
         }
@@ -200,10 +149,7 @@ fn check_at(value: &Value, shape: &Shape, pointer: &str, out: &mut Vec<Problem>)
 
 fn check_object(value: &Value, groups: &[&[Field]], pointer: &str, out: &mut Vec<Problem>) {
     let Some(map) = value.as_object() else {
-        out.push(invalid(
-            pointer,
-            format!("expected an object, found {}", kind(value)),
-        ));
+        out.push(invalid(pointer, format!("expected an object, found {}", kind(value))));
         return;
     };
     let fields = || groups.iter().flat_map(|g| g.iter());
@@ -212,38 +158,19 @@ fn check_object(value: &Value, groups: &[&[Field]], pointer: &str, out: &mut Vec
         match fields().find(|f| f.name == key) {
             Some(field) => check_at(v, &field.shape, &here, out),
             None => {
-                let known: Vec<&str> = fields()
-                    .filter(|f| !matches!(f.shape, Shape::Forbidden(_)))
-                    .map(|f| f.name)
-                    .collect();
-                let hint = closest(key, &known)
-                    .map(|k| format!("; did you mean `{k}`?"))
-                    .unwrap_or_default();
-                out.push(
-                    Problem::new(
-                        codes::UNKNOWN_FIELD,
-                        format!("field `{key}` is not known here{hint}"),
-                    )
-                    .at(here),
-                );
+                let known: Vec<&str> =
+                    fields().filter(|f| !matches!(f.shape, Shape::Forbidden(_))).map(|f| f.name).collect();
+                let hint = closest(key, &known).map(|k| format!("; did you mean `{k}`?")).unwrap_or_default();
+                out.push(Problem::new(codes::UNKNOWN_FIELD, format!("field `{key}` is not known here{hint}")).at(here));
             }
         }
     }
     for field in fields().filter(|f| f.required && !map.contains_key(f.name)) {
-        out.push(invalid(
-            &pointer_push(pointer, field.name),
-            format!("missing required field `{}`", field.name),
-        ));
+        out.push(invalid(&pointer_push(pointer, field.name), format!("missing required field `{}`", field.name)));
     }
 }
 
-fn check_one_of(
-    value: &Value,
-    alternatives: &[Shape],
-    expected: &str,
-    pointer: &str,
-    out: &mut Vec<Problem>,
-) {
+fn check_one_of(value: &Value, alternatives: &[Shape], expected: &str, pointer: &str, out: &mut Vec<Problem>) {
     let mut best: Option<Vec<Problem>> = None;
     for alt in alternatives {
         let mut found = Vec::new();
@@ -257,10 +184,7 @@ fn check_one_of(
     }
     match best {
         Some(problems) => out.extend(problems),
-        None => out.push(invalid(
-            pointer,
-            format!("expected {expected}, found {}", kind(value)),
-        )),
+        None => out.push(invalid(pointer, format!("expected {expected}, found {}", kind(value)))),
     }
 }
 
@@ -301,19 +225,11 @@ fn brief(value: &Value) -> String {
 }
 
 fn integer_range(min: i64, max: i64) -> String {
-    if max >= u32::MAX as i64 {
-        format!("an integer ≥ {min}")
-    } else {
-        format!("an integer from {min} to {max}")
-    }
+    if max >= u32::MAX as i64 { format!("an integer ≥ {min}") } else { format!("an integer from {min} to {max}") }
 }
 
 fn list(names: &[&str]) -> String {
-    names
-        .iter()
-        .map(|n| format!("`{n}`"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
 }
 
 /// The known name closest to a misspelt key, if it is close enough to be a likely typo.
@@ -335,11 +251,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
         row[0] = i + 1;
         for (j, cb) in b.iter().enumerate() {
             let cur = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                prev
-            } else {
-                1 + prev.min(cur).min(row[j])
-            };
+            row[j + 1] = if ca == *cb { prev } else { 1 + prev.min(cur).min(row[j]) };
             prev = cur;
         }
     }
@@ -360,9 +272,7 @@ mod tests {
     ]]);
 
     fn codes_and_pointers(p: &[Problem]) -> Vec<(String, String)> {
-        p.iter()
-            .map(|p| (p.code.clone(), p.pointer.clone().unwrap_or_default()))
-            .collect()
+        p.iter().map(|p| (p.code.clone(), p.pointer.clone().unwrap_or_default())).collect()
     }
 
     #[test]
@@ -384,28 +294,18 @@ mod tests {
     #[test]
     fn unknown_field_suggests_the_likely_name() {
         let p = check(&json!({"name": "x", "tgas": []}), &SHAPE);
-        assert!(
-            p[0].message.contains("did you mean `tags`"),
-            "{}",
-            p[0].message
-        );
+        assert!(p[0].message.contains("did you mean `tags`"), "{}", p[0].message);
     }
 
     #[test]
     fn one_of_reports_the_closest_alternative() {
         static MODEL: Shape = Shape::OneOf(
-            &[
-                Shape::String,
-                Shape::Object(&[&[Field::required("profile", Shape::String)]]),
-            ],
+            &[Shape::String, Shape::Object(&[&[Field::required("profile", Shape::String)]])],
             "a model id or {profile}",
         );
         assert!(check(&json!("x"), &MODEL).is_empty());
         let p = check(&json!({"profile": "x", "extra": 1}), &MODEL);
-        assert_eq!(
-            codes_and_pointers(&p),
-            vec![("unknown_field".into(), "/extra".into())]
-        );
+        assert_eq!(codes_and_pointers(&p), vec![("unknown_field".into(), "/extra".into())]);
         let p = check(&json!(3), &MODEL);
         assert_eq!(p[0].code, "invalid_value");
         assert!(p[0].message.contains("a model id or {profile}"));

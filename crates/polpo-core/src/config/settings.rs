@@ -4,10 +4,7 @@
 //! SLA, guardrails, the sandbox's `isolation`) are kept verbatim as JSON so that they
 //! round-trip untouched.
 
-use super::enums::{
-    ChatExecution, ExecutionMode, LogLevel, ProviderApi, ReasoningLevel, StorageKind,
-    VolatileCleanup,
-};
+use super::enums::{ChatExecution, ExecutionMode, LogLevel, ProviderApi, ReasoningLevel, StorageKind, VolatileCleanup};
 use super::schema::{COUNT, Field, MILLIS, STRING_MAP, STRINGS, Shape};
 use crate::model::{MODEL_SELECTION, ModelProfiles, ModelSelection};
 use serde::{Deserialize, Serialize};
@@ -48,13 +45,7 @@ impl ApiKeyEntry {
 
 /// The shape of one `apiKeys` entry.
 static API_KEY_ENTRY: Shape = Shape::OneOf(
-    &[
-        Shape::String,
-        Shape::Object(&[&[
-            Field::required("key", Shape::String),
-            Field::optional("admin", Shape::Bool),
-        ]]),
-    ],
+    &[Shape::String, Shape::Object(&[&[Field::required("key", Shape::String), Field::optional("admin", Shape::Bool)]])],
     "a key string or {\"key\": …, \"admin\": true}",
 );
 
@@ -397,10 +388,7 @@ static PROVIDER: Shape = Shape::Object(&[&[
     Field::optional("models", Shape::Array(&CUSTOM_MODEL)),
 ]]);
 
-static PRICE: Shape = Shape::Number {
-    min: 0.0,
-    max: f64::MAX,
-};
+static PRICE: Shape = Shape::Number { min: 0.0, max: f64::MAX };
 
 static CUSTOM_MODEL: Shape = Shape::Object(&[&[
     Field::required("id", Shape::String),
@@ -471,22 +459,13 @@ static SETTINGS: Shape = Shape::Object(&[&[
     Field::optional("chatExecution", Shape::Enum(ChatExecution::NAMES)),
     Field::optional("loopStepBudget", Shape::Integer { min: 1, max: 100_000 }),
     Field::optional("maxAssessmentRetries", COUNT),
-    Field::optional(
-        "maxConcurrency",
-        Shape::Integer {
-            min: 1,
-            max: u32::MAX as i64,
-        },
-    ),
+    Field::optional("maxConcurrency", Shape::Integer { min: 1, max: u32::MAX as i64 }),
     Field::optional("approvalGates", Shape::Array(&Shape::Any)),
     Field::optional("notifications", Shape::Any),
     Field::optional("escalationPolicy", Shape::Any),
     Field::optional("sla", Shape::Any),
     Field::optional("enableScheduler", Shape::Bool),
-    Field::optional(
-        "defaultQualityThreshold",
-        Shape::Number { min: 1.0, max: 5.0 },
-    ),
+    Field::optional("defaultQualityThreshold", Shape::Number { min: 1.0, max: 5.0 }),
     Field::optional("emailAllowedDomains", STRINGS),
     Field::optional(
         "gateway",
@@ -500,13 +479,7 @@ static SETTINGS: Shape = Shape::Object(&[&[
     Field::optional("contextTrust", Shape::Enum(&["enforce"])),
     Field::optional("providers", Shape::Map(&PROVIDER)),
     Field::optional("apiKeys", STRING_MAP),
-    Field::optional(
-        "port",
-        Shape::Integer {
-            min: 1,
-            max: u16::MAX as i64,
-        },
-    ),
+    Field::optional("port", Shape::Integer { min: 1, max: u16::MAX as i64 }),
     Field::optional("maxConnections", Shape::Integer { min: 1, max: 1_000_000 }),
     Field::optional("hooks", STRINGS),
 ]]);
@@ -524,20 +497,11 @@ static PROJECT_FIELDS: &[Field] = &[
 /// The shape of `project.json` (requires `schemaVersion: 2`).
 pub static PROJECT_FILE: Shape = Shape::Object(&[
     PROJECT_FIELDS,
-    &[Field::required(
-        "schemaVersion",
-        Shape::Integer {
-            min: SCHEMA_VERSION as i64,
-            max: SCHEMA_VERSION as i64,
-        },
-    )],
+    &[Field::required("schemaVersion", Shape::Integer { min: SCHEMA_VERSION as i64, max: SCHEMA_VERSION as i64 })],
 ]);
 
 /// The shape of the legacy `polpo.json` (no `schemaVersion`).
 pub static LEGACY_PROJECT_FILE: Shape = Shape::Object(&[
     PROJECT_FIELDS,
-    &[Field::forbidden(
-        "schemaVersion",
-        "`schemaVersion` belongs in project.json; polpo.json is the legacy manifest",
-    )],
+    &[Field::forbidden("schemaVersion", "`schemaVersion` belongs in project.json; polpo.json is the legacy manifest")],
 ]);

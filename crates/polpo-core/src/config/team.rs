@@ -19,17 +19,10 @@ static TEAM_FIELDS: &[Field] = &[Field::optional("description", Shape::String)];
 pub static TEAM_FILE: Shape = Shape::Object(&[
     TEAM_FIELDS,
     &[
-        Field::forbidden(
-            "name",
-            "`name` must not appear in a team file: the file name is the team id",
-        ),
-        Field::forbidden(
-            "agents",
-            "`agents` must not appear in a team file: set `team` in each agent.json",
-        ),
+        Field::forbidden("name", "`name` must not appear in a team file: the file name is the team id"),
+        Field::forbidden("agents", "`agents` must not appear in a team file: set `team` in each agent.json"),
     ],
 ]);
 
 /// The shape of one team in a legacy `teams.json`.
-pub static LEGACY_TEAM: Shape =
-    Shape::Object(&[TEAM_FIELDS, &[Field::required("name", Shape::String)]]);
+pub static LEGACY_TEAM: Shape = Shape::Object(&[TEAM_FIELDS, &[Field::required("name", Shape::String)]]);

@@ -102,11 +102,7 @@ fn full_project() -> Value {
 
 fn round_trip<T: Serialize + DeserializeOwned>(value: &Value, shape: &schema::Shape) -> T {
     let parsed: T = parse_checked(value, shape, &Location::file("f.json")).unwrap();
-    assert_eq!(
-        &serde_json::to_value(&parsed).unwrap(),
-        value,
-        "round trip changed the document"
-    );
+    assert_eq!(&serde_json::to_value(&parsed).unwrap(), value, "round trip changed the document");
     parsed
 }
 
@@ -137,10 +133,7 @@ fn absent_fields_stay_absent_and_defaults_come_from_accessors() {
 
 fn problems_of(value: Value, shape: &schema::Shape) -> Vec<(String, String)> {
     let err = parse_checked::<Value>(&value, shape, &Location::file("a.json")).unwrap_err();
-    let mut v: Vec<_> = err
-        .into_iter()
-        .map(|p| (p.code, p.pointer.unwrap_or_default()))
-        .collect();
+    let mut v: Vec<_> = err.into_iter().map(|p| (p.code, p.pointer.unwrap_or_default())).collect();
     v.sort();
     v
 }
@@ -170,10 +163,7 @@ fn project_file_needs_schema_version_two() {
         vec![("invalid_value".to_string(), "/schemaVersion".to_string())]
     );
     assert_eq!(
-        problems_of(
-            json!({"settings": {"storage": "mysql"}}),
-            &LEGACY_PROJECT_FILE
-        ),
+        problems_of(json!({"settings": {"storage": "mysql"}}), &LEGACY_PROJECT_FILE),
         vec![("invalid_value".to_string(), "/settings/storage".to_string())]
     );
 }
@@ -191,8 +181,7 @@ fn project(agents: Vec<Agent>, settings: Value) -> Project {
     Project {
         root: ".".into(),
         layout: Layout::Directory,
-        manifest: serde_json::from_value(json!({"schemaVersion": 2, "settings": settings}))
-            .unwrap(),
+        manifest: serde_json::from_value(json!({"schemaVersion": 2, "settings": settings})).unwrap(),
         manifest_source: Location::file(".polpo/project.json"),
         agents: agents.into_iter().map(|a| (a.id.clone(), a)).collect(),
         teams: Default::default(),
@@ -202,16 +191,8 @@ fn project(agents: Vec<Agent>, settings: Value) -> Project {
 }
 
 fn located(problems: Vec<Problem>) -> Vec<(String, String, String)> {
-    let mut v: Vec<_> = problems
-        .into_iter()
-        .map(|p| {
-            (
-                p.code,
-                p.file.unwrap_or_default(),
-                p.pointer.unwrap_or_default(),
-            )
-        })
-        .collect();
+    let mut v: Vec<_> =
+        problems.into_iter().map(|p| (p.code, p.file.unwrap_or_default(), p.pointer.unwrap_or_default())).collect();
     v.sort();
     v
 }
@@ -232,16 +213,8 @@ fn reports_to_cycles_are_reported_once_per_cycle() {
     assert_eq!(
         got,
         vec![
-            (
-                "invalid_reference".into(),
-                ".polpo/agents/e/agent.json".into(),
-                "/reportsTo".into()
-            ),
-            (
-                "reports_to_cycle".into(),
-                ".polpo/agents/a/agent.json".into(),
-                "/reportsTo".into()
-            ),
+            ("invalid_reference".into(), ".polpo/agents/e/agent.json".into(), "/reportsTo".into()),
+            ("reports_to_cycle".into(), ".polpo/agents/a/agent.json".into(), "/reportsTo".into()),
         ]
     );
 }
@@ -256,10 +229,8 @@ fn loops_and_profiles_must_be_defined() {
         )],
         json!({"modelProfiles": {"fast": "openai/gpt-4o-mini"}}),
     );
-    let got: Vec<(String, String)> = located(validate_project(&p))
-        .into_iter()
-        .map(|(code, _, pointer)| (code, pointer))
-        .collect();
+    let got: Vec<(String, String)> =
+        located(validate_project(&p)).into_iter().map(|(code, _, pointer)| (code, pointer)).collect();
     let want = [
         ("invalid_reference", "/assignedLoops/0"),
         ("invalid_reference", "/defaultLoop"),
@@ -280,36 +251,19 @@ fn settings_references_must_resolve() {
     let got: Vec<(String, String, String)> = located(validate_project(&p));
     let file = ".polpo/project.json";
     let want = [
-        (
-            "invalid_reference",
-            file,
-            "/settings/defaultRetryPolicy/fallbackAgent",
-        ),
-        (
-            "model_profile_cycle",
-            ".polpo/agents/a/agent.json",
-            "/model",
-        ),
+        ("invalid_reference", file, "/settings/defaultRetryPolicy/fallbackAgent"),
+        ("model_profile_cycle", ".polpo/agents/a/agent.json", "/model"),
         ("model_profile_cycle", file, "/settings/modelProfiles/fast"),
         ("model_profile_cycle", file, "/settings/modelProfiles/slow"),
         ("model_profile_unknown", file, "/settings/orchestratorModel"),
     ];
-    assert_eq!(
-        got,
-        want.map(|(c, f, p)| (c.to_string(), f.to_string(), p.to_string()))
-    );
+    assert_eq!(got, want.map(|(c, f, p)| (c.to_string(), f.to_string(), p.to_string())));
 }
 
 #[test]
 fn a_valid_project_has_no_problems() {
     let p = project(
-        vec![
-            agent("lead", json!({})),
-            agent(
-                "a",
-                json!({"reportsTo": "lead", "model": {"profile": "fast"}}),
-            ),
-        ],
+        vec![agent("lead", json!({})), agent("a", json!({"reportsTo": "lead", "model": {"profile": "fast"}}))],
         json!({"modelProfiles": {"fast": "openai/gpt-4o-mini"}}),
     );
     assert!(validate_project(&p).is_empty());
@@ -319,6 +273,10 @@ fn a_valid_project_has_no_problems() {
 fn allowed_paths_stay_inside_the_workspace() {
     let entries = ["docs", "./docs/api", "a/../b", ".", "/", "/etc", "..", "docs/../../x", ""];
     let p = project(vec![agent("a", json!({"allowedPaths": entries}))], json!({}));
-    let refused: Vec<String> = validate_project(&p).into_iter().filter(|p| p.code == "invalid_value").filter_map(|p| p.pointer).collect();
-    assert_eq!(refused, ["/allowedPaths/4", "/allowedPaths/5", "/allowedPaths/6", "/allowedPaths/7", "/allowedPaths/8"]);
+    let refused: Vec<String> =
+        validate_project(&p).into_iter().filter(|p| p.code == "invalid_value").filter_map(|p| p.pointer).collect();
+    assert_eq!(
+        refused,
+        ["/allowedPaths/4", "/allowedPaths/5", "/allowedPaths/6", "/allowedPaths/7", "/allowedPaths/8"]
+    );
 }

@@ -17,8 +17,12 @@ pub const RUNNABLE_HANDLERS: [&str; 5] = ["command", "http", "tool", "prompt", "
 /// Why this runtime cannot run `handler`, if it cannot.
 pub fn unavailable(handler: &Handler) -> Option<String> {
     match handler {
-        Handler::McpTool { server, .. } => Some(format!("mcp_tool handlers need an MCP client, which this runtime does not have yet (server `{server}`)")),
-        Handler::Http { connection: Some(name), .. } => Some(format!("connection `{name}` cannot be resolved: project Connections are not available yet")),
+        Handler::McpTool { server, .. } => Some(format!(
+            "mcp_tool handlers need an MCP client, which this runtime does not have yet (server `{server}`)"
+        )),
+        Handler::Http { connection: Some(name), .. } => {
+            Some(format!("connection `{name}` cannot be resolved: project Connections are not available yet"))
+        }
         _ => None,
     }
 }

@@ -144,14 +144,17 @@ pub fn parse_output(raw: &[u8]) -> HookOutcome {
     if text.trim().is_empty() {
         return Err(HookFailure::new(EmptyOutput, "the handler printed nothing; it must print one decision object"));
     }
-    let value: Value = serde_json::from_str(text.trim()).map_err(|e| HookFailure::new(InvalidOutput, format!("output is not JSON: {e}")))?;
+    let value: Value = serde_json::from_str(text.trim())
+        .map_err(|e| HookFailure::new(InvalidOutput, format!("output is not JSON: {e}")))?;
     parse_decision(&value)
 }
 
 /// Read one decision object.
 pub fn parse_decision(value: &Value) -> HookOutcome {
     use FailureCause::*;
-    let obj = value.as_object().ok_or_else(|| HookFailure::new(InvalidOutput, "output must be a JSON object with a `decision`"))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| HookFailure::new(InvalidOutput, "output must be a JSON object with a `decision`"))?;
     let name = match obj.get("decision") {
         None | Some(Value::Null) => return Err(HookFailure::new(MissingDecision, "the output has no `decision`")),
         Some(Value::String(s)) => s.as_str(),
@@ -161,7 +164,10 @@ pub fn parse_decision(value: &Value) -> HookOutcome {
         match obj.get("reason") {
             None | Some(Value::Null) => Ok(default.to_string()),
             Some(Value::String(s)) if s.len() <= MAX_FEEDBACK_BYTES => Ok(s.clone()),
-            Some(_) => Err(HookFailure::new(InvalidFeedback, format!("`reason` must be a string of at most {MAX_FEEDBACK_BYTES} bytes"))),
+            Some(_) => Err(HookFailure::new(
+                InvalidFeedback,
+                format!("`reason` must be a string of at most {MAX_FEEDBACK_BYTES} bytes"),
+            )),
         }
     };
     match name {
@@ -171,7 +177,10 @@ pub fn parse_decision(value: &Value) -> HookOutcome {
         "deny" => Ok(Decision::Deny { reason: reason("denied by a runtime hook")? }),
         "ask" => Ok(Decision::Ask { reason: reason("a runtime hook requires approval")? }),
         "modify" => {
-            let data = obj.get("data").and_then(Value::as_object).ok_or_else(|| HookFailure::new(InvalidOutput, "`modify` needs a `data` object"))?;
+            let data = obj
+                .get("data")
+                .and_then(Value::as_object)
+                .ok_or_else(|| HookFailure::new(InvalidOutput, "`modify` needs a `data` object"))?;
             let input = data.get("input").cloned();
             let result = data.get("result").cloned();
             if input.is_none() && result.is_none() {
@@ -181,20 +190,35 @@ pub fn parse_decision(value: &Value) -> HookOutcome {
         }
         "stop" => match obj.get("feedback") {
             None | Some(Value::Null) => Ok(Decision::Stop { feedback: None }),
-            Some(Value::String(s)) if s.len() <= MAX_FEEDBACK_BYTES => Ok(Decision::Stop { feedback: Some(s.clone()).filter(|s| !s.trim().is_empty()) }),
-            Some(_) => Err(HookFailure::new(InvalidFeedback, format!("`feedback` must be a string of at most {MAX_FEEDBACK_BYTES} bytes"))),
+            Some(Value::String(s)) if s.len() <= MAX_FEEDBACK_BYTES => {
+                Ok(Decision::Stop { feedback: Some(s.clone()).filter(|s| !s.trim().is_empty()) })
+            }
+            Some(_) => Err(HookFailure::new(
+                InvalidFeedback,
+                format!("`feedback` must be a string of at most {MAX_FEEDBACK_BYTES} bytes"),
+            )),
         },
         "continue" => {
-            let diagnostics = obj.get("diagnostics").filter(|d| !d.is_null()).cloned().ok_or_else(|| HookFailure::new(InvalidFeedback, "`continue` needs model-visible `diagnostics`"))?;
+            let diagnostics = obj
+                .get("diagnostics")
+                .filter(|d| !d.is_null())
+                .cloned()
+                .ok_or_else(|| HookFailure::new(InvalidFeedback, "`continue` needs model-visible `diagnostics`"))?;
             let size = serde_json::to_vec(&diagnostics).map(|b| b.len()).unwrap_or(usize::MAX);
             if size > MAX_FEEDBACK_BYTES || diagnostics.as_str().is_some_and(|s| s.trim().is_empty()) {
-                return Err(HookFailure::new(InvalidFeedback, format!("`diagnostics` must be non-empty JSON of at most {MAX_FEEDBACK_BYTES} bytes")));
+                return Err(HookFailure::new(
+                    InvalidFeedback,
+                    format!("`diagnostics` must be non-empty JSON of at most {MAX_FEEDBACK_BYTES} bytes"),
+                ));
             }
             Ok(Decision::Continue { diagnostics })
         }
         other => Err(HookFailure::new(
             InvalidOutput,
-            format!("unknown decision `{}` (allow, deny, ask, defer, modify, stop, continue, accept)", other.chars().take(40).collect::<String>()),
+            format!(
+                "unknown decision `{}` (allow, deny, ask, defer, modify, stop, continue, accept)",
+                other.chars().take(40).collect::<String>()
+            ),
         )),
     }
 }
@@ -222,12 +246,18 @@ mod tests {
     #[test]
     fn every_decision_parses_with_its_payload() {
         assert_eq!(parse_output(br#"{"decision":"allow"}"#).unwrap(), Decision::Allow);
-        assert_eq!(parse_output(br#" {"decision":"deny","reason":"no rm"} "#).unwrap(), Decision::Deny { reason: "no rm".into() });
+        assert_eq!(
+            parse_output(br#" {"decision":"deny","reason":"no rm"} "#).unwrap(),
+            Decision::Deny { reason: "no rm".into() }
+        );
         assert_eq!(
             parse_output(br#"{"decision":"modify","data":{"input":{"path":"a"}}}"#).unwrap(),
             Decision::Modify { input: Some(json!({"path":"a"})), result: None }
         );
-        assert_eq!(parse_output(br#"{"decision":"stop","feedback":"add tests"}"#).unwrap(), Decision::Stop { feedback: Some("add tests".into()) });
+        assert_eq!(
+            parse_output(br#"{"decision":"stop","feedback":"add tests"}"#).unwrap(),
+            Decision::Stop { feedback: Some("add tests".into()) }
+        );
         assert_eq!(parse_output(br#"{"decision":"stop","feedback":"  "}"#).unwrap(), Decision::Stop { feedback: None });
         assert_eq!(
             parse_output(br#"{"decision":"continue","diagnostics":{"failing":["t1"]}}"#).unwrap(),

@@ -94,7 +94,14 @@ pub fn idempotency_key(run_id: &str, turn: u32, event: HookEvent, hook: &str, su
 /// Build the envelope for `scoped` at `turn`. `subject` distinguishes executions of the same
 /// hook in the same turn (the tool call id, or `attempt-<n>`); `secrets` are vault values
 /// that must never leave the runtime, wherever they appear.
-pub fn build_envelope(info: &InvocationInfo, turn: u32, scoped: &ScopedHook, subject: &str, data: Value, secrets: &[String]) -> Envelope {
+pub fn build_envelope(
+    info: &InvocationInfo,
+    turn: u32,
+    scoped: &ScopedHook,
+    subject: &str,
+    data: Value,
+    secrets: &[String],
+) -> Envelope {
     let hook = &scoped.hook;
     let key = idempotency_key(&info.run_id, turn, hook.event, &hook.qualified_id(), subject);
     let mut data = data;
@@ -192,14 +199,25 @@ mod tests {
                 priority: 100,
                 observe: false,
                 matcher: Matcher::default(),
-                action: HookAction::Handler(Handler::Command { command: "true".into(), env: Default::default(), timeout_ms: None }),
+                action: HookAction::Handler(Handler::Command {
+                    command: "true".into(),
+                    env: Default::default(),
+                    timeout_ms: None,
+                }),
                 on_failure: OnFailure::Fail,
             },
         }
     }
 
     fn info() -> InvocationInfo {
-        InvocationInfo { run_id: "run_1".into(), session_id: None, agent: "writer".into(), mode: ExecutionMode::Chat, loop_id: None, step: None }
+        InvocationInfo {
+            run_id: "run_1".into(),
+            session_id: None,
+            agent: "writer".into(),
+            mode: ExecutionMode::Chat,
+            loop_id: None,
+            step: None,
+        }
     }
 
     #[test]
@@ -237,7 +255,14 @@ mod tests {
 
     #[test]
     fn long_strings_are_cut_and_listed() {
-        let e = build_envelope(&info(), 1, &scoped("h"), "c", json!({"result": "é".repeat(MAX_ENVELOPE_STRING_BYTES)}), &[]);
+        let e = build_envelope(
+            &info(),
+            1,
+            &scoped("h"),
+            "c",
+            json!({"result": "é".repeat(MAX_ENVELOPE_STRING_BYTES)}),
+            &[],
+        );
         assert!(e.data["result"].as_str().unwrap().len() <= MAX_ENVELOPE_STRING_BYTES);
         assert_eq!(e.truncated, vec!["/result".to_string()]);
     }

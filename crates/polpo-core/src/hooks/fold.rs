@@ -27,8 +27,15 @@ pub enum Flow {
 }
 
 fn not_allowed(decision: &Decision, event: &str) -> HookFailure {
-    let hint = if matches!(decision, Decision::Continue { .. }) { " (`continue` is only valid inside a configured termination gate)" } else { "" };
-    HookFailure::new(FailureCause::DecisionNotAllowed, format!("`{}` is not a valid decision for {event}{hint}", decision.name()))
+    let hint = if matches!(decision, Decision::Continue { .. }) {
+        " (`continue` is only valid inside a configured termination gate)"
+    } else {
+        ""
+    };
+    HookFailure::new(
+        FailureCause::DecisionNotAllowed,
+        format!("`{}` is not a valid decision for {event}{hint}", decision.name()),
+    )
 }
 
 /// The verdict of the `tool:before` hooks on one call.
@@ -90,8 +97,12 @@ impl ToolBeforeFold {
             return if self.settled.is_some() { Flow::Halt } else { Flow::Next };
         }
         let decision = match outcome.and_then(|d| match d {
-            Decision::Modify { input: None, .. } => Err(HookFailure::new(FailureCause::InvalidOutput, "`modify` on tool:before needs `data.input`")),
-            Decision::Modify { input: Some(ref i), .. } if !i.is_object() => Err(HookFailure::new(FailureCause::InvalidOutput, "`data.input` must be a JSON object")),
+            Decision::Modify { input: None, .. } => {
+                Err(HookFailure::new(FailureCause::InvalidOutput, "`modify` on tool:before needs `data.input`"))
+            }
+            Decision::Modify { input: Some(ref i), .. } if !i.is_object() => {
+                Err(HookFailure::new(FailureCause::InvalidOutput, "`data.input` must be a JSON object"))
+            }
             Decision::Continue { .. } | Decision::Accept => Err(not_allowed(&d, "tool:before")),
             d => Ok(d),
         }) {
@@ -99,7 +110,11 @@ impl ToolBeforeFold {
             Err(f) => match hook.on_failure {
                 OnFailure::Continue => return Flow::Next,
                 OnFailure::Fail => {
-                    self.settled = Some(ToolBeforeVerdict::Deny { code: "hook_failed", hook: hook.qualified_id(), reason: f.to_string() });
+                    self.settled = Some(ToolBeforeVerdict::Deny {
+                        code: "hook_failed",
+                        hook: hook.qualified_id(),
+                        reason: f.to_string(),
+                    });
                     return Flow::Halt;
                 }
             },
@@ -168,16 +183,25 @@ pub enum Authorization {
 /// unconditionally: a hook can restrict or reshape a call, never grant one.
 pub fn authorize(policy: &ToolPolicy, tool: &str, verdict: ToolBeforeVerdict) -> Authorization {
     if let Some(layer) = policy.denied_by(tool) {
-        return Authorization::Refuse { code: "tool_policy_denied", message: format!("`{tool}` is not allowed by the {layer:?} tool policy") };
+        return Authorization::Refuse {
+            code: "tool_policy_denied",
+            message: format!("`{tool}` is not allowed by the {layer:?} tool policy"),
+        };
     }
     match verdict {
         ToolBeforeVerdict::Proceed { input } => Authorization::Execute { input },
-        ToolBeforeVerdict::Deny { code, hook, reason } => Authorization::Refuse { code, message: format!("{reason} (hook {hook})") },
+        ToolBeforeVerdict::Deny { code, hook, reason } => {
+            Authorization::Refuse { code, message: format!("{reason} (hook {hook})") }
+        }
         ToolBeforeVerdict::ApprovalRequired { hook, reason } => Authorization::Refuse {
             code: "approval_required",
-            message: format!("{reason} (hook {hook}); approvals are not available in this runtime yet, so the call was not run"),
+            message: format!(
+                "{reason} (hook {hook}); approvals are not available in this runtime yet, so the call was not run"
+            ),
         },
-        ToolBeforeVerdict::Stop { hook, reason } => Authorization::EndRun { code: "hook_stopped", message: format!("{reason} (hook {hook})") },
+        ToolBeforeVerdict::Stop { hook, reason } => {
+            Authorization::EndRun { code: "hook_stopped", message: format!("{reason} (hook {hook})") }
+        }
     }
 }
 
@@ -224,7 +248,9 @@ impl ToolAfterFold {
             return Flow::Next;
         }
         let decision = match outcome.and_then(|d| match d {
-            Decision::Modify { result: None, .. } => Err(HookFailure::new(FailureCause::InvalidOutput, "`modify` on tool:after needs `data.result`")),
+            Decision::Modify { result: None, .. } => {
+                Err(HookFailure::new(FailureCause::InvalidOutput, "`modify` on tool:after needs `data.result`"))
+            }
             Decision::Ask { .. } | Decision::Continue { .. } | Decision::Accept => Err(not_allowed(&d, "tool:after")),
             d => Ok(d),
         }) {
@@ -234,7 +260,10 @@ impl ToolAfterFold {
                 OnFailure::Fail => {
                     // Fail closed: a failing post-processor (say, a redactor) must not leak
                     // the raw result to the model.
-                    self.withhold(format!("Error: hook_failed: the result was withheld because hook {} failed: {f}", hook.qualified_id()));
+                    self.withhold(format!(
+                        "Error: hook_failed: the result was withheld because hook {} failed: {f}",
+                        hook.qualified_id()
+                    ));
                     return Flow::Halt;
                 }
             },
@@ -253,11 +282,15 @@ impl ToolAfterFold {
                 Flow::Halt
             }
             Decision::Stop { feedback } => {
-                self.verdict.stop = Some((hook.qualified_id(), feedback.unwrap_or_else(|| "a runtime hook stopped the run".into())));
+                self.verdict.stop =
+                    Some((hook.qualified_id(), feedback.unwrap_or_else(|| "a runtime hook stopped the run".into())));
                 self.settled = true;
                 Flow::Halt
             }
-            Decision::Modify { result: None, .. } | Decision::Ask { .. } | Decision::Continue { .. } | Decision::Accept => Flow::Next,
+            Decision::Modify { result: None, .. }
+            | Decision::Ask { .. }
+            | Decision::Continue { .. }
+            | Decision::Accept => Flow::Next,
         }
     }
 
@@ -378,15 +411,24 @@ impl GateFold {
             Ok(Decision::Accept) => None,
             Ok(Decision::Continue { diagnostics }) => Some(GateVerdict::Continue { hook: id, diagnostics }),
             // Compatibility form: `stop` with non-empty feedback means `continue`.
-            Ok(Decision::Stop { feedback: Some(f) }) => Some(GateVerdict::Continue { hook: id, diagnostics: json!({ "feedback": f }) }),
+            Ok(Decision::Stop { feedback: Some(f) }) => {
+                Some(GateVerdict::Continue { hook: id, diagnostics: json!({ "feedback": f }) })
+            }
             Ok(Decision::Stop { feedback: None }) => Some(GateVerdict::Reject {
                 hook: id,
-                reason: format!("{}: a validator's `stop` needs non-empty string feedback", FailureCause::InvalidFeedback.code()),
+                reason: format!(
+                    "{}: a validator's `stop` needs non-empty string feedback",
+                    FailureCause::InvalidFeedback.code()
+                ),
             }),
             Ok(Decision::Deny { reason }) if validator => Some(GateVerdict::Reject { hook: id, reason }),
             Ok(other) if validator => Some(GateVerdict::Reject {
                 hook: id,
-                reason: format!("{}: a validator must answer `accept` or `continue`, not `{}`", FailureCause::DecisionNotAllowed.code(), other.name()),
+                reason: format!(
+                    "{}: a validator must answer `accept` or `continue`, not `{}`",
+                    FailureCause::DecisionNotAllowed.code(),
+                    other.name()
+                ),
             }),
             Ok(other) => self.ordinary_failure(hook, not_allowed(&other, "turn:stop")),
             // Validators fail closed whatever `onFailure` says.
@@ -403,7 +445,8 @@ impl GateFold {
     }
 
     fn ordinary_failure(&self, hook: &Hook, f: HookFailure) -> Option<GateVerdict> {
-        (hook.on_failure == OnFailure::Fail).then(|| GateVerdict::Reject { hook: hook.qualified_id(), reason: f.to_string() })
+        (hook.on_failure == OnFailure::Fail)
+            .then(|| GateVerdict::Reject { hook: hook.qualified_id(), reason: f.to_string() })
     }
 
     /// The verdict.

@@ -33,7 +33,11 @@ impl GateLimits {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        Self { max_cycles: self.max_cycles.min(other.max_cycles), max_duration_ms: self.max_duration_ms.min(other.max_duration_ms), max_tokens }
+        Self {
+            max_cycles: self.max_cycles.min(other.max_cycles),
+            max_duration_ms: self.max_duration_ms.min(other.max_duration_ms),
+            max_tokens,
+        }
     }
 
     /// The strictest limits of `gates`; `None` when there is none.
@@ -141,7 +145,11 @@ mod tests {
     use proptest::prelude::*;
 
     fn limits() -> impl Strategy<Value = GateLimits> {
-        (1u32..=20, 1u64..=3_600_000, prop::option::of(1u64..=10_000_000)).prop_map(|(c, d, t)| GateLimits { max_cycles: c, max_duration_ms: d, max_tokens: t })
+        (1u32..=20, 1u64..=3_600_000, prop::option::of(1u64..=10_000_000)).prop_map(|(c, d, t)| GateLimits {
+            max_cycles: c,
+            max_duration_ms: d,
+            max_tokens: t,
+        })
     }
 
     proptest! {

@@ -26,22 +26,34 @@ pub fn lint_for_agent(pack: &HookPack, agent: &str, tools: &[AgentTool<'_>]) -> 
     let mut problems = Vec::new();
     for hook in pack.hooks.iter().filter(|h| h.event.is_tool_event()) {
         let Some(patterns) = &hook.matcher.tools else { continue };
-        let ptr = pointer_push(&pointer_push(&pointer_push("/hooks", hook.event.as_str()), &hook.declaration.to_string()), "matcher");
+        let ptr = pointer_push(
+            &pointer_push(&pointer_push("/hooks", hook.event.as_str()), &hook.declaration.to_string()),
+            "matcher",
+        );
         let matched: Vec<&AgentTool<'_>> = tools.iter().filter(|t| patterns.iter().any(|p| can_match(p, t))).collect();
         if !matched.is_empty() {
             // One dead pattern in a live list is usually a typo (`wirte`) that leaves a tool
             // unguarded while the hook as a whole looks fine.
             for (i, pattern) in patterns.iter().enumerate().filter(|(_, p)| !tools.iter().any(|t| can_match(p, t))) {
                 problems.push(
-                    Problem::new("matcher_pattern_matches_no_tool", format!("pattern `{pattern}` of hook `{}` matches none of the tools of agent `{agent}`", hook.id))
-                        .at(pointer_push(&pointer_push(&ptr, "tools"), &i.to_string())),
+                    Problem::new(
+                        "matcher_pattern_matches_no_tool",
+                        format!(
+                            "pattern `{pattern}` of hook `{}` matches none of the tools of agent `{agent}`",
+                            hook.id
+                        ),
+                    )
+                    .at(pointer_push(&pointer_push(&ptr, "tools"), &i.to_string())),
                 );
             }
         }
         if matched.is_empty() {
             problems.push(
-                Problem::new("matcher_matches_no_tool", format!("hook `{}` matches none of the tools of agent `{agent}`, so it never fires", hook.id))
-                    .at(pointer_push(&ptr, "tools")),
+                Problem::new(
+                    "matcher_matches_no_tool",
+                    format!("hook `{}` matches none of the tools of agent `{agent}`, so it never fires", hook.id),
+                )
+                .at(pointer_push(&ptr, "tools")),
             );
         } else if hook.event == HookEvent::ToolBefore && matched.iter().all(|t| t.provider_native) {
             problems.push(
@@ -86,7 +98,10 @@ mod tests {
             AgentTool { name: "web_search", provider_native: true },
             AgentTool { name: "mcp__docs__*", provider_native: false },
         ];
-        let got: Vec<(String, String)> = lint_for_agent(&pack, "writer", &tools).into_iter().map(|p| (p.code, p.pointer.unwrap_or_default())).collect();
+        let got: Vec<(String, String)> = lint_for_agent(&pack, "writer", &tools)
+            .into_iter()
+            .map(|p| (p.code, p.pointer.unwrap_or_default()))
+            .collect();
         assert_eq!(
             got,
             [

@@ -192,13 +192,20 @@ mod tests {
 
     #[test]
     fn the_reason_names_the_pattern_that_matched() {
-        let m = Matcher { tools: Some(vec!["read".into(), "wri*".into()]), modes: Some(vec![ExecutionMode::Chat]), steps: None };
+        let m = Matcher {
+            tools: Some(vec!["read".into(), "wri*".into()]),
+            modes: Some(vec![ExecutionMode::Chat]),
+            steps: None,
+        };
         let t = Target { mode: ExecutionMode::Chat, step: None, tool: Some("write") };
         let r = m.match_reason(HookEvent::ToolBefore, &t).unwrap_or_default();
         assert_eq!(r, MatchReason { tool: Some("wri*".into()), step: None, mode: Some(ExecutionMode::Chat) });
         assert_eq!(r.to_string(), "tools \"wri*\", modes chat");
         assert_eq!(m.match_reason(HookEvent::ToolBefore, &Target { tool: Some("bash"), ..t }), None);
-        assert_eq!(Matcher::default().match_reason(HookEvent::TurnStop, &t).map(|r| r.to_string()), Some("any (unrestricted)".into()));
+        assert_eq!(
+            Matcher::default().match_reason(HookEvent::TurnStop, &t).map(|r| r.to_string()),
+            Some("any (unrestricted)".into())
+        );
     }
 
     #[test]

@@ -23,11 +23,16 @@ pub mod validate;
 
 pub use decision::{Decision, FailureCause, HookFailure, HookOutcome, parse_output};
 pub use envelope::{Envelope, InvocationInfo, build_envelope, redact};
-pub use fold::{Authorization, Flow, GateFold, GateVerdict, StopFold, StopVerdict, ToolAfterFold, ToolAfterVerdict, ToolBeforeFold, ToolBeforeVerdict, authorize};
+pub use fold::{
+    Authorization, Flow, GateFold, GateVerdict, StopFold, StopVerdict, ToolAfterFold, ToolAfterVerdict, ToolBeforeFold,
+    ToolBeforeVerdict, authorize,
+};
 pub use gate::{GateBudget, GateExhaustion, GateLimits};
 pub use lint::{AgentTool, lint_for_agent};
 pub use matcher::Target;
-pub use pack::{ExecutionMode, Handler, Hook, HookAction, HookEvent, HookPack, Matcher, OnFailure, Scope, TerminationGate};
+pub use pack::{
+    ExecutionMode, Handler, Hook, HookAction, HookEvent, HookPack, Matcher, OnFailure, Scope, TerminationGate,
+};
 pub use secrets::{contains_token, is_secret_name};
 pub use set::{HookSet, ScopedHook, resolve_named};
 pub use validate::{ValidateOptions, parse_pack};

@@ -33,7 +33,8 @@ pub enum HookEvent {
 
 impl HookEvent {
     /// Every event, in the order a turn meets them.
-    pub const ALL: [HookEvent; 4] = [HookEvent::ModelBefore, HookEvent::ToolBefore, HookEvent::ToolAfter, HookEvent::TurnStop];
+    pub const ALL: [HookEvent; 4] =
+        [HookEvent::ModelBefore, HookEvent::ToolBefore, HookEvent::ToolAfter, HookEvent::TurnStop];
 
     /// The name used in pack files and envelopes.
     pub fn as_str(self) -> &'static str {

@@ -25,7 +25,8 @@ const SECRET_NAME_PARTS: &[&str] = &[
 ];
 
 /// Prefixes of well-known credential formats (OpenAI, Stripe, GitHub, GitLab, Slack, AWS, Google).
-const TOKEN_PREFIXES: &[&str] = &["sk-", "sk_live_", "sk_test_", "ghp_", "gho_", "ghs_", "github_pat_", "glpat-", "xoxb-", "xoxp-", "AKIA", "AIza"];
+const TOKEN_PREFIXES: &[&str] =
+    &["sk-", "sk_live_", "sk_test_", "ghp_", "gho_", "ghs_", "github_pat_", "glpat-", "xoxb-", "xoxp-", "AKIA", "AIza"];
 
 /// True when a name (`Authorization`, `GITHUB_TOKEN`, `apiKey`) says its value is a secret.
 pub fn is_secret_name(name: &str) -> bool {
@@ -44,7 +45,10 @@ pub fn contains_token(text: &str) -> bool {
     TOKEN_PREFIXES.iter().any(|prefix| {
         text.match_indices(prefix).any(|(i, _)| {
             let boundary = text[..i].chars().next_back().is_none_or(|c| !c.is_ascii_alphanumeric());
-            let tail = text[i + prefix.len()..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').count();
+            let tail = text[i + prefix.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+                .count();
             boundary && tail >= 16
         })
     })

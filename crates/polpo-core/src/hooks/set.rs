@@ -53,8 +53,10 @@ impl HookSet {
         assignments.sort_by_key(|(scope, _)| *scope);
         let mut seen = std::collections::HashSet::new();
         assignments.retain(|(_, pack)| seen.insert(pack.name.as_str()));
-        let mut hooks: Vec<ScopedHook> =
-            assignments.into_iter().flat_map(|(scope, pack)| pack.hooks.iter().map(move |h| ScopedHook { scope, hook: h.clone() })).collect();
+        let mut hooks: Vec<ScopedHook> = assignments
+            .into_iter()
+            .flat_map(|(scope, pack)| pack.hooks.iter().map(move |h| ScopedHook { scope, hook: h.clone() }))
+            .collect();
         // Stable: equal (scope, priority) keep assignment order, then pack order.
         hooks.sort_by_key(|s| (s.scope, s.hook.priority));
         Self { hooks }
@@ -72,15 +74,20 @@ impl HookSet {
 
     /// The hooks of `event` that apply to `target`, split into controlling and observing.
     pub fn applicable(&self, event: HookEvent, target: &Target<'_>) -> Applicable<'_> {
-        let (observers, controlling) =
-            self.hooks.iter().filter(|s| s.hook.event == event && s.hook.matcher.matches(event, target)).partition(|s| s.hook.observe);
+        let (observers, controlling) = self
+            .hooks
+            .iter()
+            .filter(|s| s.hook.event == event && s.hook.matcher.matches(event, target))
+            .partition(|s| s.hook.observe);
         Applicable { controlling, observers }
     }
 
     /// The strictest limits of every termination gate that applies to `target`; `None`
     /// when no gate applies.
     pub fn gate_limits(&self, target: &Target<'_>) -> Option<GateLimits> {
-        GateLimits::strictest(self.applicable(HookEvent::TurnStop, target).controlling.iter().filter_map(|s| s.hook.gate()))
+        GateLimits::strictest(
+            self.applicable(HookEvent::TurnStop, target).controlling.iter().filter_map(|s| s.hook.gate()),
+        )
     }
 
     /// What `hooks explain` prints: which hooks would fire for `target`, in which order.
@@ -89,7 +96,8 @@ impl HookSet {
             .into_iter()
             .flat_map(|event| {
                 let a = self.applicable(event, target);
-                let controlling = a.controlling.into_iter().enumerate().map(|(i, s)| ExplainEntry::new(s, Some(i + 1), target));
+                let controlling =
+                    a.controlling.into_iter().enumerate().map(|(i, s)| ExplainEntry::new(s, Some(i + 1), target));
                 let observers = a.observers.into_iter().map(|s| ExplainEntry::new(s, None, target));
                 controlling.chain(observers).collect::<Vec<_>>()
             })
@@ -101,14 +109,20 @@ impl HookSet {
 /// `hooks`, a loop, a step) against the packs loaded from `.polpo/hooks/`. Every unknown
 /// name is a problem: an assignment that silently resolves to nothing is how hooks stop
 /// firing without anyone noticing.
-pub fn resolve_named(packs: &BTreeMap<String, HookPack>, assignments: &[(Scope, &[String])]) -> Result<HookSet, Vec<Problem>> {
+pub fn resolve_named(
+    packs: &BTreeMap<String, HookPack>,
+    assignments: &[(Scope, &[String])],
+) -> Result<HookSet, Vec<Problem>> {
     let mut found = Vec::new();
     let mut problems = Vec::new();
     for (scope, names) in assignments {
         for name in names.iter() {
             match packs.get(name) {
                 Some(pack) => found.push((*scope, pack)),
-                None => problems.push(Problem::new("unknown_hook_pack", format!("hook pack `{name}` is assigned but .polpo/hooks/{name}.json does not exist"))),
+                None => problems.push(Problem::new(
+                    "unknown_hook_pack",
+                    format!("hook pack `{name}` is assigned but .polpo/hooks/{name}.json does not exist"),
+                )),
             }
         }
     }
@@ -187,9 +201,15 @@ mod tests {
     #[test]
     fn order_is_scope_then_priority_then_declaration() {
         let cmd = json!({"type": "command", "command": "x"});
-        let agent = pack("a", json!({"tool:before": [{"id": "late", "priority": 200, "handler": cmd}, {"id": "first", "handler": cmd}, {"id": "second", "handler": cmd}]}));
+        let agent = pack(
+            "a",
+            json!({"tool:before": [{"id": "late", "priority": 200, "handler": cmd}, {"id": "first", "handler": cmd}, {"id": "second", "handler": cmd}]}),
+        );
         let project = pack("p", json!({"tool:before": [{"id": "proj", "priority": 500, "handler": cmd}]}));
-        let step = pack("s", json!({"tool:before": [{"id": "step", "priority": 1, "handler": cmd}, {"id": "obs", "observe": true, "handler": cmd}]}));
+        let step = pack(
+            "s",
+            json!({"tool:before": [{"id": "step", "priority": 1, "handler": cmd}, {"id": "obs", "observe": true, "handler": cmd}]}),
+        );
         let set = HookSet::resolve([(Scope::Step, &step), (Scope::Agent, &agent), (Scope::Project, &project)]);
         let target = Target { mode: ExecutionMode::Loop, step: Some("build"), tool: Some("bash") };
         let a = set.applicable(HookEvent::ToolBefore, &target);
@@ -225,13 +245,25 @@ mod tests {
     #[test]
     fn several_matching_gates_merge_to_the_strictest_limits() {
         let v = json!({"type": "command", "command": "x"});
-        let a = pack("a", json!({"turn:stop": [{"terminationGate": {"validator": v, "maxCycles": 5, "maxDurationMs": 1000, "maxTokens": 900}}]}));
-        let b = pack("b", json!({"turn:stop": [{"matcher": {"modes": ["loop"]}, "terminationGate": {"validator": v, "maxCycles": 2, "maxDurationMs": 5000}}]}));
+        let a = pack(
+            "a",
+            json!({"turn:stop": [{"terminationGate": {"validator": v, "maxCycles": 5, "maxDurationMs": 1000, "maxTokens": 900}}]}),
+        );
+        let b = pack(
+            "b",
+            json!({"turn:stop": [{"matcher": {"modes": ["loop"]}, "terminationGate": {"validator": v, "maxCycles": 2, "maxDurationMs": 5000}}]}),
+        );
         let set = HookSet::resolve([(Scope::Agent, &a), (Scope::Agent, &b)]);
         let chat = Target { mode: ExecutionMode::Chat, step: None, tool: None };
         let lp = Target { mode: ExecutionMode::Loop, step: Some("x"), tool: None };
-        assert_eq!(set.gate_limits(&chat), Some(GateLimits { max_cycles: 5, max_duration_ms: 1000, max_tokens: Some(900) }));
-        assert_eq!(set.gate_limits(&lp), Some(GateLimits { max_cycles: 2, max_duration_ms: 1000, max_tokens: Some(900) }));
+        assert_eq!(
+            set.gate_limits(&chat),
+            Some(GateLimits { max_cycles: 5, max_duration_ms: 1000, max_tokens: Some(900) })
+        );
+        assert_eq!(
+            set.gate_limits(&lp),
+            Some(GateLimits { max_cycles: 2, max_duration_ms: 1000, max_tokens: Some(900) })
+        );
         assert_eq!(HookSet::default().gate_limits(&chat), None);
     }
 }

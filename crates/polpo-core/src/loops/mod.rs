@@ -6,12 +6,12 @@
 //! safe expression language of its guards ([`expr`]). Reading the files is `polpo-project`'s
 //! job; running a loop is the executor's.
 
-pub mod expr;
 pub mod codes;
 pub mod config;
-pub mod validate;
+pub mod expr;
 #[cfg(test)]
 mod tests;
+pub mod validate;
 
 pub use config::{LOOP_FILE, Loop, LoopConfig, Step, StepBody, check_loop, parse_loop};
 pub use validate::{loop_warnings, unknown_loop_tools, validate_loop, validate_loops};

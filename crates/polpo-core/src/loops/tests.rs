@@ -60,7 +60,12 @@ fn project(agents: &[(&str, Value)], loops: Vec<Loop>) -> Project {
             .iter()
             .map(|(id, config)| {
                 let source = Location::file(format!(".polpo/agents/{id}/agent.json"));
-                let agent = Agent { id: (*id).into(), config: serde_json::from_value(config.clone()).unwrap(), instructions: String::new(), source };
+                let agent = Agent {
+                    id: (*id).into(),
+                    config: serde_json::from_value(config.clone()).unwrap(),
+                    instructions: String::new(),
+                    source,
+                };
                 ((*id).to_owned(), agent)
             })
             .collect(),
@@ -95,11 +100,17 @@ fn the_readme_router_flow_parses_validates_and_round_trips() {
     let value = router_flow();
     let lp = parsed("router-flow", &value);
     assert_eq!(serde_json::to_value(&lp.config).unwrap(), value, "absent stays absent, nothing added");
-    let p = project(&[("router", json!({"assignedLoops": ["router-flow"], "allowedTools": ["read", "write", "bash"]}))], vec![lp]);
+    let p = project(
+        &[("router", json!({"assignedLoops": ["router-flow"], "allowedTools": ["read", "write", "bash"]}))],
+        vec![lp],
+    );
     assert_eq!(crate::config::validate_project(&p), vec![]);
     assert_eq!(unknown_loop_tools(&p, &|n| ["bash", "read", "write"].contains(&n)), vec![]);
     let warnings = located(&loop_warnings(&p));
-    assert_eq!(warnings, want(&[("deprecated_field", "/steps/answer/tools"), ("deprecated_field", "/steps/classify/tools")]));
+    assert_eq!(
+        warnings,
+        want(&[("deprecated_field", "/steps/answer/tools"), ("deprecated_field", "/steps/classify/tools")])
+    );
     assert!(matches!(p.loops["router-flow"].config.steps["human_review"].body, StepBody::Human(_)));
 }
 
@@ -148,22 +159,25 @@ fn shape_problems_are_all_reported_against_the_step_type() {
             "f": {"next": [{"when": "x", "goto": "a"}]}
         }
     }));
-    assert_eq!(got, want(&[
-        ("forbidden_field", "/groups/g/groups"),
-        ("invalid_value", "/steps/a/tool"),
-        ("invalid_value", "/steps/b/type"),
-        ("invalid_value", "/steps/c/group"),
-        ("invalid_value", "/steps/c/temperature"),
-        ("invalid_value", "/steps/c/toolChoice/tool"),
-        ("invalid_value", "/steps/d/join"),
-        ("invalid_value", "/steps/e/maxIterations"),
-        ("invalid_value", "/steps/f/next/0/to"),
-        ("invalid_value", "/version"),
-        ("unknown_field", "/colour"),
-        ("unknown_field", "/hooks/loop:begin"),
-        ("unknown_field", "/steps/a/tol"),
-        ("unknown_field", "/steps/f/next/0/goto"),
-    ]));
+    assert_eq!(
+        got,
+        want(&[
+            ("forbidden_field", "/groups/g/groups"),
+            ("invalid_value", "/steps/a/tool"),
+            ("invalid_value", "/steps/b/type"),
+            ("invalid_value", "/steps/c/group"),
+            ("invalid_value", "/steps/c/temperature"),
+            ("invalid_value", "/steps/c/toolChoice/tool"),
+            ("invalid_value", "/steps/d/join"),
+            ("invalid_value", "/steps/e/maxIterations"),
+            ("invalid_value", "/steps/f/next/0/to"),
+            ("invalid_value", "/version"),
+            ("unknown_field", "/colour"),
+            ("unknown_field", "/hooks/loop:begin"),
+            ("unknown_field", "/steps/a/tol"),
+            ("unknown_field", "/steps/f/next/0/goto"),
+        ])
+    );
 }
 
 #[test]
@@ -172,7 +186,15 @@ fn graph_problems_are_all_reported_with_their_pointers() {
         "name": "other", "start": "nowhere",
         "steps": {"a": {"next": "ghost"}, "end": {}}
     }));
-    assert_eq!(got, want(&[("invalid_value", "/name"), ("reserved_step_id", "/steps/end"), ("unknown_step", "/start"), ("unknown_step", "/steps/a/next")]));
+    assert_eq!(
+        got,
+        want(&[
+            ("invalid_value", "/name"),
+            ("reserved_step_id", "/steps/end"),
+            ("unknown_step", "/start"),
+            ("unknown_step", "/steps/a/next")
+        ])
+    );
 
     let got = problems_of(json!({
         "start": "a",
@@ -189,20 +211,23 @@ fn graph_problems_are_all_reported_with_their_pointers() {
             "n": {"next": []}
         }
     }));
-    assert_eq!(got, want(&[
-        ("invalid_value", "/steps/b/join"),
-        ("invalid_value", "/steps/n/next"),
-        ("unknown_group", "/steps/c/group"),
-        ("invalid_value", "/permissions/1/match/hook/0"),
-        ("unknown_step", "/permissions/0/match/step/1"),
-        ("unknown_step", "/permissions/1/match/step"),
-        ("unknown_step", "/steps/a/next/2/to"),
-        ("unknown_step", "/steps/b/branches/1"),
-        ("unknown_step", "/steps/c/body/1"),
-        ("unreachable_step", "/steps/island"),
-        ("unreachable_step", "/steps/island2"),
-        ("unreachable_step", "/steps/n"),
-    ]));
+    assert_eq!(
+        got,
+        want(&[
+            ("invalid_value", "/steps/b/join"),
+            ("invalid_value", "/steps/n/next"),
+            ("unknown_group", "/steps/c/group"),
+            ("invalid_value", "/permissions/1/match/hook/0"),
+            ("unknown_step", "/permissions/0/match/step/1"),
+            ("unknown_step", "/permissions/1/match/step"),
+            ("unknown_step", "/steps/a/next/2/to"),
+            ("unknown_step", "/steps/b/branches/1"),
+            ("unknown_step", "/steps/c/body/1"),
+            ("unreachable_step", "/steps/island"),
+            ("unreachable_step", "/steps/island2"),
+            ("unreachable_step", "/steps/n"),
+        ])
+    );
 }
 
 #[test]
@@ -219,16 +244,19 @@ fn expressions_are_checked_everywhere_with_the_column() {
     });
     let config = parse_loop(&value, &file("flow")).unwrap();
     let problems = validate_loop("flow", &config);
-    assert_eq!(located(&problems), want(&[
-        ("invalid_expression", "/hooks/tool:after/0/when"),
-        ("invalid_expression", "/permissions/0/when"),
-        ("invalid_expression", "/policies/0/when"),
-        ("invalid_expression", "/steps/a/next/0/when"),
-        ("invalid_expression", "/steps/a/stopWhen/expression"),
-        ("invalid_expression", "/steps/a/when"),
-        ("invalid_expression", "/steps/w/condition"),
-        ("invalid_value", "/steps/w/until"),
-    ]));
+    assert_eq!(
+        located(&problems),
+        want(&[
+            ("invalid_expression", "/hooks/tool:after/0/when"),
+            ("invalid_expression", "/permissions/0/when"),
+            ("invalid_expression", "/policies/0/when"),
+            ("invalid_expression", "/steps/a/next/0/when"),
+            ("invalid_expression", "/steps/a/stopWhen/expression"),
+            ("invalid_expression", "/steps/a/when"),
+            ("invalid_expression", "/steps/w/condition"),
+            ("invalid_value", "/steps/w/until"),
+        ])
+    );
     let stop = problems.iter().find(|p| p.pointer.as_deref() == Some("/steps/a/stopWhen/expression")).unwrap();
     assert!(stop.message.contains("column 5") && stop.message.contains("invalid_number"), "{}", stop.message);
 }
@@ -244,17 +272,20 @@ fn while_needs_a_condition_and_bindings_and_save_as_are_checked() {
             "g": {"input": {"$context": "a-b"}, "tools": ["read"], "allowedTools": ["read"], "toolChoice": {"mode": "none", "tool": "read"}}
         }
     }));
-    assert_eq!(got, want(&[
-        ("invalid_binding", "/steps/g/input"),
-        ("invalid_binding", "/steps/t/input/bad"),
-        ("invalid_binding", "/steps/t/input/list/0"),
-        ("invalid_binding", "/steps/t/input/list/1"),
-        ("invalid_value", "/steps/g/toolChoice/mode"),
-        ("invalid_value", "/steps/g/tools"),
-        ("invalid_value", "/steps/t/saveAs"),
-        ("unbounded_while", "/steps/w"),
-        ("unreachable_step", "/steps/g"),
-    ]));
+    assert_eq!(
+        got,
+        want(&[
+            ("invalid_binding", "/steps/g/input"),
+            ("invalid_binding", "/steps/t/input/bad"),
+            ("invalid_binding", "/steps/t/input/list/0"),
+            ("invalid_binding", "/steps/t/input/list/1"),
+            ("invalid_value", "/steps/g/toolChoice/mode"),
+            ("invalid_value", "/steps/g/tools"),
+            ("invalid_value", "/steps/t/saveAs"),
+            ("unbounded_while", "/steps/w"),
+            ("unreachable_step", "/steps/g"),
+        ])
+    );
 }
 
 #[test]
@@ -270,10 +301,13 @@ fn tools_must_exist_and_stay_within_every_ceiling() {
         }
     });
     let lp = parsed("flow", &value);
-    assert_eq!(located(&validate_loop("flow", &lp.config)), want(&[
-        ("tool_outside_ceiling", "/steps/a/allowedTools/1"),
-        ("tool_outside_ceiling", "/steps/a/toolChoice/tool"),
-    ]));
+    assert_eq!(
+        located(&validate_loop("flow", &lp.config)),
+        want(&[
+            ("tool_outside_ceiling", "/steps/a/allowedTools/1"),
+            ("tool_outside_ceiling", "/steps/a/toolChoice/tool"),
+        ])
+    );
     let p = project(
         &[
             ("narrow", json!({"assignedLoops": ["flow"], "allowedTools": ["read", "memory_*"]})),
@@ -284,20 +318,26 @@ fn tools_must_exist_and_stay_within_every_ceiling() {
     );
     let problems = crate::config::validate_project(&p);
     let from_agents: Vec<_> = problems.iter().filter(|p| p.message.contains("agent `narrow`")).cloned().collect();
-    assert_eq!(located(&from_agents), want(&[
-        ("tool_outside_ceiling", "/steps/a/allowedTools/1"),
-        ("tool_outside_ceiling", "/steps/a/toolChoice/tool"),
-        ("tool_outside_ceiling", "/steps/b/tool"),
-        ("tool_outside_ceiling", "/steps/c/tools/0"),
-    ]));
+    assert_eq!(
+        located(&from_agents),
+        want(&[
+            ("tool_outside_ceiling", "/steps/a/allowedTools/1"),
+            ("tool_outside_ceiling", "/steps/a/toolChoice/tool"),
+            ("tool_outside_ceiling", "/steps/b/tool"),
+            ("tool_outside_ceiling", "/steps/c/tools/0"),
+        ])
+    );
     assert!(problems.iter().all(|p| p.file.as_deref() == Some(".polpo/loops/flow.json")));
     let known = ["read", "write", "bash", "memory_get"];
     let unknown = unknown_loop_tools(&p, &|n| known.contains(&n));
-    assert_eq!(located(&unknown), want(&[
-        ("unknown_tool", "/hooks/loop:end/0/tool"),
-        ("unknown_tool", "/permissions/0/match/tool/1"),
-        ("unknown_tool", "/steps/a/allowedTools/1"),
-    ]));
+    assert_eq!(
+        located(&unknown),
+        want(&[
+            ("unknown_tool", "/hooks/loop:end/0/tool"),
+            ("unknown_tool", "/permissions/0/match/tool/1"),
+            ("unknown_tool", "/steps/a/allowedTools/1"),
+        ])
+    );
 }
 
 #[test]
@@ -305,8 +345,18 @@ fn agents_must_assign_existing_loops_and_step_models_must_resolve() {
     let lp = parsed("flow", &json!({"start": "a", "steps": {"a": {"model": {"profile": "fast"}}}}));
     let p = project(&[("a", json!({"assignedLoops": ["flow", "ghost"], "defaultLoop": "ghost"}))], vec![lp]);
     let problems = crate::config::validate_project(&p);
-    let got: Vec<_> = problems.iter().map(|p| (p.code.clone(), p.file.clone().unwrap_or_default(), p.pointer.clone().unwrap_or_default())).collect();
-    assert!(got.contains(&("invalid_reference".into(), ".polpo/agents/a/agent.json".into(), "/assignedLoops/1".into())), "{got:?}");
-    assert!(got.iter().any(|(c, f, p)| c.starts_with("model_profile") && f == ".polpo/loops/flow.json" && p == "/steps/a/model"), "{got:?}");
+    let got: Vec<_> = problems
+        .iter()
+        .map(|p| (p.code.clone(), p.file.clone().unwrap_or_default(), p.pointer.clone().unwrap_or_default()))
+        .collect();
+    assert!(
+        got.contains(&("invalid_reference".into(), ".polpo/agents/a/agent.json".into(), "/assignedLoops/1".into())),
+        "{got:?}"
+    );
+    assert!(
+        got.iter()
+            .any(|(c, f, p)| c.starts_with("model_profile") && f == ".polpo/loops/flow.json" && p == "/steps/a/model"),
+        "{got:?}"
+    );
     assert_eq!(got.len(), 2, "{got:?}");
 }

@@ -33,11 +33,20 @@ pub fn validate_loop(id: &str, config: &LoopConfig) -> Vec<Problem> {
     if let Some(name) = config.name.as_deref()
         && name != id
     {
-        out.push(Problem::new(INVALID_VALUE, format!("`name` is `{name}` but the file makes the loop `{id}`; they must match")).at("/name"));
+        out.push(
+            Problem::new(
+                INVALID_VALUE,
+                format!("`name` is `{name}` but the file makes the loop `{id}`; they must match"),
+            )
+            .at("/name"),
+        );
     }
     let exists = |target: &str| config.steps.contains_key(target);
     if !exists(&config.start) {
-        out.push(Problem::new(codes::UNKNOWN_STEP, format!("`start` names step `{}`, which does not exist", config.start)).at("/start"));
+        out.push(
+            Problem::new(codes::UNKNOWN_STEP, format!("`start` names step `{}`, which does not exist", config.start))
+                .at("/start"),
+        );
     }
     for (step_id, step) in &config.steps {
         check_step(config, step_id, step, &mut out);
@@ -47,7 +56,13 @@ pub fn validate_loop(id: &str, config: &LoopConfig) -> Vec<Problem> {
     }
     if exists(&config.start) {
         for step_id in unreachable(config) {
-            out.push(Problem::new(codes::UNREACHABLE_STEP, format!("step `{step_id}` cannot be reached from `start` (`{}`)", config.start)).at(pointer_push("/steps", step_id)));
+            out.push(
+                Problem::new(
+                    codes::UNREACHABLE_STEP,
+                    format!("step `{step_id}` cannot be reached from `start` (`{}`)", config.start),
+                )
+                .at(pointer_push("/steps", step_id)),
+            );
         }
     }
     check_governance(config, &mut out);
@@ -64,18 +79,27 @@ fn check_step(config: &LoopConfig, step_id: &str, step: &Step, out: &mut Vec<Pro
     if let Some(group) = step.group.as_deref()
         && !config.groups.as_ref().is_some_and(|g| g.contains_key(group))
     {
-        out.push(Problem::new(codes::UNKNOWN_GROUP, format!("`group` names `{group}`, which is not declared in `groups`")).at(at("/group")));
+        out.push(
+            Problem::new(codes::UNKNOWN_GROUP, format!("`group` names `{group}`, which is not declared in `groups`"))
+                .at(at("/group")),
+        );
     }
     check_expression(step.when.as_deref(), &at("/when"), out);
     for edge in edges(step_id, &step.body, step.next.as_ref()) {
         let ends = edge.may_end && edge.target == END;
         if !ends && !exists(edge.target) {
-            out.push(Problem::new(codes::UNKNOWN_STEP, format!("`{}` is not a step of this loop", edge.target)).at(edge.pointer));
+            out.push(
+                Problem::new(codes::UNKNOWN_STEP, format!("`{}` is not a step of this loop", edge.target))
+                    .at(edge.pointer),
+            );
         }
     }
     if let Some(Next::Branch(transitions)) = &step.next {
         if transitions.is_empty() {
-            out.push(Problem::new(INVALID_VALUE, "`next` needs at least one transition; use \"end\" to stop").at(at("/next")));
+            out.push(
+                Problem::new(INVALID_VALUE, "`next` needs at least one transition; use \"end\" to stop")
+                    .at(at("/next")),
+            );
         }
         for (i, t) in transitions.iter().enumerate() {
             check_expression(t.when.as_deref(), &at(&format!("/next/{i}/when")), out);
@@ -95,13 +119,27 @@ fn check_step(config: &LoopConfig, step_id: &str, step: &Step, out: &mut Vec<Pro
             if let Some(Join::Count(n)) = parallel.join
                 && n as usize > parallel.branches.len()
             {
-                out.push(Problem::new(INVALID_VALUE, format!("`join` waits for {n} branches but the step has {}", parallel.branches.len())).at(at("/join")));
+                out.push(
+                    Problem::new(
+                        INVALID_VALUE,
+                        format!("`join` waits for {n} branches but the step has {}", parallel.branches.len()),
+                    )
+                    .at(at("/join")),
+                );
             }
         }
         StepBody::While(w) => {
             match (&w.condition, &w.until) {
-                (None, None) => out.push(Problem::new(codes::UNBOUNDED_WHILE, "a while step needs `condition` or `until`; `maxIterations` alone does not say when it is done").at(at(""))),
-                (Some(_), Some(_)) => out.push(Problem::new(INVALID_VALUE, "give `condition` or `until`, not both").at(at("/until"))),
+                (None, None) => out.push(
+                    Problem::new(
+                        codes::UNBOUNDED_WHILE,
+                        "a while step needs `condition` or `until`; `maxIterations` alone does not say when it is done",
+                    )
+                    .at(at("")),
+                ),
+                (Some(_), Some(_)) => {
+                    out.push(Problem::new(INVALID_VALUE, "give `condition` or `until`, not both").at(at("/until")))
+                }
                 _ => {}
             }
             check_expression(w.condition.as_deref(), &at("/condition"), out);
@@ -112,17 +150,30 @@ fn check_step(config: &LoopConfig, step_id: &str, step: &Step, out: &mut Vec<Pro
 
 fn check_agent_step(agent: &AgentStep, at: &str, out: &mut Vec<Problem>) {
     if agent.allowed_tools.is_some() && agent.tools.is_some() {
-        out.push(Problem::new(INVALID_VALUE, "`tools` is the deprecated name of `allowedTools`; keep only `allowedTools`").at(format!("{at}/tools")));
+        out.push(
+            Problem::new(INVALID_VALUE, "`tools` is the deprecated name of `allowedTools`; keep only `allowedTools`")
+                .at(format!("{at}/tools")),
+        );
     }
     if let Some(ToolChoice::Forced(forced)) = &agent.tool_choice
         && let Some(tool) = forced.tool.as_deref()
     {
         check_within(agent.allowed_tools(), tool, &format!("{at}/toolChoice/tool"), "the step's `allowedTools`", out);
         if forced.mode != ToolChoiceMode::Required {
-            out.push(Problem::new(INVALID_VALUE, format!("`toolChoice.tool` forces `{tool}`, which needs `mode` `required`")).at(format!("{at}/toolChoice/mode")));
+            out.push(
+                Problem::new(
+                    INVALID_VALUE,
+                    format!("`toolChoice.tool` forces `{tool}`, which needs `mode` `required`"),
+                )
+                .at(format!("{at}/toolChoice/mode")),
+            );
         }
     }
-    check_expression(agent.stop_when.as_ref().map(|s| s.expression.as_str()), &format!("{at}/stopWhen/expression"), out);
+    check_expression(
+        agent.stop_when.as_ref().map(|s| s.expression.as_str()),
+        &format!("{at}/stopWhen/expression"),
+        out,
+    );
     check_bindings(agent.input.as_ref(), &format!("{at}/input"), out);
 }
 
@@ -133,7 +184,10 @@ fn check_within(ceiling: Option<&[String]>, name: &str, pointer: &str, what: &st
         && !name.contains('*')
         && !ceiling.iter().any(|p| pattern_matches(p, name))
     {
-        out.push(Problem::new(codes::TOOL_OUTSIDE_CEILING, format!("`{name}` is outside {what}, so it could never be used")).at(pointer));
+        out.push(
+            Problem::new(codes::TOOL_OUTSIDE_CEILING, format!("`{name}` is outside {what}, so it could never be used"))
+                .at(pointer),
+        );
     }
 }
 
@@ -163,7 +217,9 @@ fn edges<'a>(step_id: &str, body: &'a StepBody, next: Option<&'a Next>) -> Vec<E
         StepBody::Parallel(p) => {
             out.extend(p.branches.iter().enumerate().map(|(i, b)| edge(at(format!("/branches/{i}")), b, false)));
         }
-        StepBody::While(w) => out.extend(named(&w.body, at("/body".into())).into_iter().map(|(p, b)| edge(p, b, false))),
+        StepBody::While(w) => {
+            out.extend(named(&w.body, at("/body".into())).into_iter().map(|(p, b)| edge(p, b, false)))
+        }
         _ => {}
     }
     out
@@ -189,7 +245,13 @@ fn check_expression(source: Option<&str>, pointer: &str, out: &mut Vec<Problem>)
     if let Some(source) = source
         && let Err(e) = expr::parse(source)
     {
-        out.push(Problem::new(codes::INVALID_EXPRESSION, format!("`{source}` at column {}: {} ({})", e.column, e.message, e.code.as_str())).at(pointer));
+        out.push(
+            Problem::new(
+                codes::INVALID_EXPRESSION,
+                format!("`{source}` at column {}: {} ({})", e.column, e.message, e.code.as_str()),
+            )
+            .at(pointer),
+        );
     }
 }
 
@@ -228,7 +290,13 @@ fn check_save_as(save_as: Option<&str>, pointer: &str, out: &mut Vec<Problem>) {
     if !is_context_path(path) {
         out.push(Problem::new(INVALID_VALUE, format!("`saveAs` `{path}` is not a dotted context path")).at(pointer));
     } else if path.split('.').next() == Some(PROTECTED_ROOT) {
-        out.push(Problem::new(INVALID_VALUE, format!("`saveAs` `{path}` writes under `{PROTECTED_ROOT}`, which is read-only")).at(pointer));
+        out.push(
+            Problem::new(
+                INVALID_VALUE,
+                format!("`saveAs` `{path}` writes under `{PROTECTED_ROOT}`, which is read-only"),
+            )
+            .at(pointer),
+        );
     }
 }
 
@@ -246,12 +314,27 @@ fn check_governance(config: &LoopConfig, out: &mut Vec<Problem>) {
         let Some(matches) = &permission.matches else { continue };
         for (pointer, step) in matches.step.iter().flat_map(|s| named(s, format!("/permissions/{i}/match/step"))) {
             if !config.steps.contains_key(step) {
-                out.push(Problem::new(codes::UNKNOWN_STEP, format!("`match.step` names `{step}`, which is not a step of this loop")).at(pointer));
+                out.push(
+                    Problem::new(
+                        codes::UNKNOWN_STEP,
+                        format!("`match.step` names `{step}`, which is not a step of this loop"),
+                    )
+                    .at(pointer),
+                );
             }
         }
         for (pointer, hook) in matches.hook.iter().flat_map(|h| named(h, format!("/permissions/{i}/match/hook"))) {
             if !LifecycleHook::NAMES.contains(&hook.as_str()) {
-                out.push(Problem::new(INVALID_VALUE, format!("`{hook}` is not a lifecycle point; expected one of {}", LifecycleHook::NAMES.join(", "))).at(pointer));
+                out.push(
+                    Problem::new(
+                        INVALID_VALUE,
+                        format!(
+                            "`{hook}` is not a lifecycle point; expected one of {}",
+                            LifecycleHook::NAMES.join(", ")
+                        ),
+                    )
+                    .at(pointer),
+                );
             }
         }
     }
@@ -296,7 +379,9 @@ fn tool_uses(config: &LoopConfig) -> Vec<ToolUse<'_>> {
                     out.push(ToolUse { pointer: format!("{at}/toolChoice/tool"), name, in_step: true });
                 }
             }
-            StepBody::Tool(tool) => out.push(ToolUse { pointer: format!("{at}/tool"), name: &tool.tool, in_step: true }),
+            StepBody::Tool(tool) => {
+                out.push(ToolUse { pointer: format!("{at}/tool"), name: &tool.tool, in_step: true })
+            }
             _ => {}
         }
     }
@@ -308,7 +393,11 @@ fn tool_uses(config: &LoopConfig) -> Vec<ToolUse<'_>> {
     }
     for (point, actions) in config.hooks.iter().flatten() {
         for (i, action) in actions.iter().enumerate() {
-            out.push(ToolUse { pointer: format!("{}/{i}/tool", pointer_push("/hooks", point)), name: &action.tool, in_step: false });
+            out.push(ToolUse {
+                pointer: format!("{}/{i}/tool", pointer_push("/hooks", point)),
+                name: &action.tool,
+                in_step: false,
+            });
         }
     }
     out
@@ -322,7 +411,11 @@ pub fn validate_loops(project: &Project) -> Vec<Problem> {
     for agent in project.agents.values() {
         for (i, name) in agent.config.assigned_loops.iter().flatten().enumerate() {
             if !project.loops.contains_key(name) {
-                out.push(agent.source.problem(INVALID_REFERENCE, format!("`assignedLoops` names loop `{name}`, which does not exist in .polpo/loops/"), &format!("/assignedLoops/{i}")));
+                out.push(agent.source.problem(
+                    INVALID_REFERENCE,
+                    format!("`assignedLoops` names loop `{name}`, which does not exist in .polpo/loops/"),
+                    &format!("/assignedLoops/{i}"),
+                ));
             }
         }
     }
@@ -378,7 +471,11 @@ pub fn loop_warnings(project: &Project) -> Vec<Problem> {
     for lp in project.loops.values() {
         for (id, step) in &lp.config.steps {
             if let StepBody::Agent(AgentStep { tools: Some(_), .. }) = &step.body {
-                out.push(lp.source.problem(codes::DEPRECATED_FIELD, "`tools` on an agent step is deprecated; rename it `allowedTools` (same meaning)", &format!("{}/tools", pointer_push("/steps", id))));
+                out.push(lp.source.problem(
+                    codes::DEPRECATED_FIELD,
+                    "`tools` on an agent step is deprecated; rename it `allowedTools` (same meaning)",
+                    &format!("{}/tools", pointer_push("/steps", id)),
+                ));
             }
         }
     }

@@ -40,18 +40,26 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
     let mut millis: u128 = 0;
     let mut components = 0;
     let mut weeks = false;
-    let parts = [(true, date, &[('W', 604_800u64), ('D', 86_400)][..]), (false, time.unwrap_or(""), &[('H', 3600), ('M', 60), ('S', 1)][..])];
+    let parts = [
+        (true, date, &[('W', 604_800u64), ('D', 86_400)][..]),
+        (false, time.unwrap_or(""), &[('H', 3600), ('M', 60), ('S', 1)][..]),
+    ];
     for (in_date, part, units) in parts {
         let mut rest = part;
         let mut allowed = units;
         while !rest.is_empty() {
-            let end = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(|| fail("a number lacks its unit"))?;
+            let end = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .ok_or_else(|| fail("a number lacks its unit"))?;
             let (number, tail) = rest.split_at(end);
             let unit = tail.chars().next().ok_or_else(|| fail("a number lacks its unit"))?;
             if unit == 'Y' || (unit == 'M' && in_date) {
                 return Err(fail("years and months have no fixed length"));
             }
-            let pos = allowed.iter().position(|(u, _)| *u == unit).ok_or_else(|| fail("units are out of order or unknown"))?;
+            let pos = allowed
+                .iter()
+                .position(|(u, _)| *u == unit)
+                .ok_or_else(|| fail("units are out of order or unknown"))?;
             let secs = allowed[pos].1;
             if weeks || (unit == 'W' && (components > 0 || time.is_some())) {
                 return Err(fail("weeks cannot be combined with other units"));
@@ -66,7 +74,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
             let whole: u128 = whole.parse().map_err(|_| fail("a number is too large"))?;
             let frac_ms: u128 = format!("{frac:0<3}")[..3].parse().map_err(|_| fail("a number is malformed"))?;
             millis = millis
-                .checked_add(whole.checked_mul(u128::from(secs) * 1000).ok_or_else(|| fail("it is too long"))? + frac_ms)
+                .checked_add(
+                    whole.checked_mul(u128::from(secs) * 1000).ok_or_else(|| fail("it is too long"))? + frac_ms,
+                )
                 .ok_or_else(|| fail("it is too long"))?;
             components += 1;
         }
@@ -133,7 +143,26 @@ mod tests {
 
     #[test]
     fn malformed_and_calendar_durations_are_refused() {
-        for bad in ["", "P", "PT", "2H", "P1Y", "P1M", "PT1.5H", "PT1H1H", "PT1M1H", "P1DT", "P1W2D", "P1WT1H", "PT.5S", "PT5.S", "PTH", "P1H", "pt1h", "PT99999999999999999999999H"] {
+        for bad in [
+            "",
+            "P",
+            "PT",
+            "2H",
+            "P1Y",
+            "P1M",
+            "PT1.5H",
+            "PT1H1H",
+            "PT1M1H",
+            "P1DT",
+            "P1W2D",
+            "P1WT1H",
+            "PT.5S",
+            "PT5.S",
+            "PTH",
+            "P1H",
+            "pt1h",
+            "PT99999999999999999999999H",
+        ] {
             let err = parse_duration(bad).unwrap_err();
             assert_eq!(err.code(), "invalid_duration", "{bad}");
         }

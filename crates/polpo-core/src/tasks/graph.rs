@@ -3,8 +3,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::status::TaskStatus;
 use super::model::Task;
+use super::status::TaskStatus;
 
 /// Why a set of tasks cannot be created as given. Each has a stable code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -113,9 +113,7 @@ pub fn ready(tasks: &[Task]) -> Vec<&str> {
         .filter(|t| t.status == TaskStatus::Pending)
         .filter(|t| t.depends_on.iter().all(|d| status.get(d.as_str()) == Some(&TaskStatus::Done)))
         .collect();
-    ready.sort_by(|a, b| {
-        b.priority.total_cmp(&a.priority).then(a.created_at.cmp(&b.created_at)).then(a.id.cmp(&b.id))
-    });
+    ready.sort_by(|a, b| b.priority.total_cmp(&a.priority).then(a.created_at.cmp(&b.created_at)).then(a.id.cmp(&b.id)));
     ready.into_iter().map(|t| t.id.as_str()).collect()
 }
 

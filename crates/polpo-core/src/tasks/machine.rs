@@ -421,7 +421,10 @@ mod tests {
         assert_eq!(transition(&review, &TaskEvent::Fix, t0()).unwrap_err().code(), "fix_attempts_exhausted");
         review.side_effects = true;
         assert_eq!(transition(&review, &TaskEvent::Fix, t0()).unwrap_err().code(), "side_effects_need_approval");
-        assert_eq!(transition(&review, &TaskEvent::RequestApproval, t0()).unwrap().status, TaskStatus::AwaitingApproval);
+        assert_eq!(
+            transition(&review, &TaskEvent::RequestApproval, t0()).unwrap().status,
+            TaskStatus::AwaitingApproval
+        );
 
         let mut failed = task(TaskStatus::Failed);
         failed.max_retries = 1;
@@ -429,10 +432,15 @@ mod tests {
         let retried = transition(&failed, &TaskEvent::Retry { manual: false }, t0()).unwrap();
         assert_eq!((retried.status, retried.retries, retried.fix_attempts), (TaskStatus::Pending, 1, 0));
         failed.retries = 1;
-        assert_eq!(transition(&failed, &TaskEvent::Retry { manual: false }, t0()).unwrap_err().code(), "retries_exhausted");
+        assert_eq!(
+            transition(&failed, &TaskEvent::Retry { manual: false }, t0()).unwrap_err().code(),
+            "retries_exhausted"
+        );
         assert_eq!(transition(&failed, &TaskEvent::Retry { manual: true }, t0()).unwrap().retries, 2);
         assert_eq!(
-            transition(&task(TaskStatus::Pending), &TaskEvent::Fail { reason: FailReason::Crash }, t0()).unwrap_err().code(),
+            transition(&task(TaskStatus::Pending), &TaskEvent::Fail { reason: FailReason::Crash }, t0())
+                .unwrap_err()
+                .code(),
             "invalid_transition",
             "pending tasks fail only by deadlock"
         );

@@ -347,8 +347,13 @@ mod tests {
             Just(MissionEvent::Execute),
             Just(MissionEvent::Pause),
             Just(MissionEvent::Resume),
-            (any::<bool>(), prop::option::of(1.0f64..5.0), 1.0f64..5.0)
-                .prop_map(|(all_passed, avg_score, default_threshold)| MissionEvent::Finish { all_passed, avg_score, default_threshold }),
+            (any::<bool>(), prop::option::of(1.0f64..5.0), 1.0f64..5.0).prop_map(
+                |(all_passed, avg_score, default_threshold)| MissionEvent::Finish {
+                    all_passed,
+                    avg_score,
+                    default_threshold
+                }
+            ),
             Just(MissionEvent::Expire),
             Just(MissionEvent::Cancel),
         ]
@@ -375,7 +380,10 @@ mod tests {
     fn finishing_weighs_the_quality_threshold() {
         let mut active = mission(MissionStatus::Active);
         let finish = |all_passed, avg_score| MissionEvent::Finish { all_passed, avg_score, default_threshold: 3.0 };
-        assert_eq!(transition_mission(&active, &finish(true, Some(3.0)), t0()).unwrap().status, MissionStatus::Completed);
+        assert_eq!(
+            transition_mission(&active, &finish(true, Some(3.0)), t0()).unwrap().status,
+            MissionStatus::Completed
+        );
         assert_eq!(transition_mission(&active, &finish(true, Some(2.9)), t0()).unwrap().status, MissionStatus::Failed);
         assert_eq!(transition_mission(&active, &finish(false, None), t0()).unwrap().status, MissionStatus::Failed);
         active.quality_threshold = Some(4.5);

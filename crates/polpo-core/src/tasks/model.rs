@@ -136,7 +136,12 @@ fn default_priority() -> f64 {
 
 impl Task {
     /// A task as first created: `pending` (or `draft`), nothing used, nothing produced.
-    pub fn new(id: impl Into<String>, title: impl Into<String>, description: impl Into<String>, now: DateTime<Utc>) -> Self {
+    pub fn new(
+        id: impl Into<String>,
+        title: impl Into<String>,
+        description: impl Into<String>,
+        now: DateTime<Utc>,
+    ) -> Self {
         Self {
             id: id.into(),
             title: title.into(),

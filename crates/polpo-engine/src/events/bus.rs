@@ -127,7 +127,8 @@ impl EventBus {
         let capacity = replay.max(1);
         let first_id = first_id.max(1);
         let (live, _) = broadcast::channel(capacity);
-        let state = State { next_id: first_id, first_id, capacity, ring: VecDeque::with_capacity(capacity.min(64)), live };
+        let state =
+            State { next_id: first_id, first_id, capacity, ring: VecDeque::with_capacity(capacity.min(64)), live };
         Self { inner: Arc::new(Inner { state: Mutex::new(state), max_payload: MAX_PAYLOAD_BYTES, clock }) }
     }
 
@@ -191,7 +192,11 @@ impl Inner {
             // Unknown id (another process, the future) or fallen out of the ring: say so and
             // replay everything kept.
             let known = after + 1 >= state.first_id && after <= newest;
-            backlog.push(Delivery::Lost(EventsLost { after, next_id: oldest, missed: known.then(|| oldest - after - 1) }));
+            backlog.push(Delivery::Lost(EventsLost {
+                after,
+                next_id: oldest,
+                missed: known.then(|| oldest - after - 1),
+            }));
             0
         } else {
             usize::try_from(after + 1 - oldest).unwrap_or(usize::MAX)
@@ -314,7 +319,10 @@ impl<'a> RunEvents<'a> {
     pub(crate) fn forward(&self, event: &RunEvent) {
         match event {
             RunEvent::ToolCalling { id, name, arguments } => {
-                self.publish(EventKind::ToolStarted, json!({"callId": id, "tool": name, "arguments": scrubbed(arguments.clone())}));
+                self.publish(
+                    EventKind::ToolStarted,
+                    json!({"callId": id, "tool": name, "arguments": scrubbed(arguments.clone())}),
+                );
             }
             RunEvent::ToolCompleted { id, name, result, is_error } => {
                 let kind = if *is_error { EventKind::ToolFailed } else { EventKind::ToolCompleted };
@@ -328,19 +336,28 @@ impl<'a> RunEvents<'a> {
     pub(crate) fn messages_added(&self, stored: &[polpo_store::StoredMessage]) {
         for m in stored {
             let message = serde_json::to_value(&m.message).unwrap_or(Value::Null);
-            self.publish(EventKind::MessageAdded, json!({"messageId": m.id, "seq": m.seq, "role": m.message.role, "message": scrubbed(message)}));
+            self.publish(
+                EventKind::MessageAdded,
+                json!({"messageId": m.id, "seq": m.seq, "role": m.message.role, "message": scrubbed(message)}),
+            );
         }
     }
 
     /// `run:completed` with the finish reason, usage and number of model calls.
     pub(crate) fn completed(&self, outcome: &RunOutcome) {
         let usage = json!({"inputTokens": outcome.usage.input_tokens, "outputTokens": outcome.usage.output_tokens});
-        self.publish(EventKind::RunCompleted, json!({"finishReason": outcome.finish_reason, "usage": usage, "turns": outcome.turns}));
+        self.publish(
+            EventKind::RunCompleted,
+            json!({"finishReason": outcome.finish_reason, "usage": usage, "turns": outcome.turns}),
+        );
     }
 
     /// `run:failed` with the stable error code; hands the error back for the caller to return.
     pub(crate) fn failed(&self, error: ChatError) -> ChatError {
-        self.publish(EventKind::RunFailed, json!({"code": error.code(), "message": scrubbed(Value::String(error.to_string()))}));
+        self.publish(
+            EventKind::RunFailed,
+            json!({"code": error.code(), "message": scrubbed(Value::String(error.to_string()))}),
+        );
         error
     }
 }
@@ -356,7 +373,10 @@ mod tests {
     }
 
     async fn next(sub: &mut Subscription) -> Delivery {
-        tokio::time::timeout(Duration::from_secs(5), sub.recv()).await.expect("a delivery within 5 s").expect("bus alive")
+        tokio::time::timeout(Duration::from_secs(5), sub.recv())
+            .await
+            .expect("a delivery within 5 s")
+            .expect("bus alive")
     }
 
     #[tokio::test]
@@ -445,7 +465,10 @@ mod tests {
                 while last != Some(end) {
                     let d = match deliveries.pop_front() {
                         Some(d) => d,
-                        None => tokio::time::timeout(Duration::from_secs(20), sub.recv()).await.expect("progress").expect("alive"),
+                        None => tokio::time::timeout(Duration::from_secs(20), sub.recv())
+                            .await
+                            .expect("progress")
+                            .expect("alive"),
                     };
                     match d {
                         Delivery::Event(e) => {
@@ -522,8 +545,17 @@ mod tests {
     fn run_events_carry_ids_and_never_secrets() {
         let bus = EventBus::starting_at(16, 1);
         let run = RunEvents::new(&bus, "chat-1", "s-1", "coder");
-        run.forward(&RunEvent::ToolCalling { id: "c1".into(), name: "http".into(), arguments: json!({"url": "https://x", "apiKey": "k-123456"}) });
-        run.forward(&RunEvent::ToolCompleted { id: "c1".into(), name: "http".into(), result: "got sk-abcdefghijklmnopqrstuvwxyz".into(), is_error: false });
+        run.forward(&RunEvent::ToolCalling {
+            id: "c1".into(),
+            name: "http".into(),
+            arguments: json!({"url": "https://x", "apiKey": "k-123456"}),
+        });
+        run.forward(&RunEvent::ToolCompleted {
+            id: "c1".into(),
+            name: "http".into(),
+            result: "got sk-abcdefghijklmnopqrstuvwxyz".into(),
+            is_error: false,
+        });
         run.forward(&RunEvent::TextDelta { text: "not an event".into() });
         run.failed(ChatError::InvalidRequest("Authorization: Bearer abc".into()));
         let (backlog, _) = bus.subscribe_after(Some(0));

@@ -385,17 +385,24 @@ impl JournalEvent {
             RunEvent::TurnStarted { turn } => Self::TurnStarted(Turn { turn: *turn }),
             RunEvent::TextDelta { text } => Self::TextDelta(Text { text: text.clone() }),
             RunEvent::ReasoningDelta { text } => Self::ReasoningDelta(Text { text: text.clone() }),
-            RunEvent::ToolPreparing { id, name, arguments_text } => {
-                Self::ToolArguments(ToolArguments { id: id.clone(), name: name.clone(), arguments_text: arguments_text.clone() })
+            RunEvent::ToolPreparing { id, name, arguments_text } => Self::ToolArguments(ToolArguments {
+                id: id.clone(),
+                name: name.clone(),
+                arguments_text: arguments_text.clone(),
+            }),
+            RunEvent::ToolCalling { id, name, arguments } => {
+                Self::ToolStarted(ToolStarted { id: id.clone(), name: name.clone(), arguments: arguments.clone() })
             }
-            RunEvent::ToolCalling { id, name, arguments } => Self::ToolStarted(ToolStarted { id: id.clone(), name: name.clone(), arguments: arguments.clone() }),
             RunEvent::ToolCompleted { id, name, result, is_error } => {
-                let result = ToolResult { id: id.clone(), name: name.clone(), result: result.clone(), is_error: *is_error };
+                let result =
+                    ToolResult { id: id.clone(), name: name.clone(), result: result.clone(), is_error: *is_error };
                 if *is_error { Self::ToolFailed(result) } else { Self::ToolCompleted(result) }
             }
-            RunEvent::TurnCompleted { turn, usage, finish_reason } => {
-                Self::UsageCompleted(UsageCompleted { turn: *turn, usage: *usage, finish_reason: finish_reason.clone() })
-            }
+            RunEvent::TurnCompleted { turn, usage, finish_reason } => Self::UsageCompleted(UsageCompleted {
+                turn: *turn,
+                usage: *usage,
+                finish_reason: finish_reason.clone(),
+            }),
             RunEvent::MessageAppended { .. } => return None,
             RunEvent::HookStarted { .. } => Self::HookStarted(serde_json::to_value(event).unwrap_or_default()),
             RunEvent::HookCompleted { .. } => Self::HookCompleted(serde_json::to_value(event).unwrap_or_default()),
@@ -409,10 +416,23 @@ impl JournalEvent {
         Some(match self {
             Self::TextDelta(t) => RunEvent::TextDelta { text: t.text.clone() },
             Self::ReasoningDelta(t) => RunEvent::ReasoningDelta { text: t.text.clone() },
-            Self::ToolArguments(t) => RunEvent::ToolPreparing { id: t.id.clone(), name: t.name.clone(), arguments_text: t.arguments_text.clone() },
-            Self::ToolStarted(t) => RunEvent::ToolCalling { id: t.id.clone(), name: t.name.clone(), arguments: t.arguments.clone() },
-            Self::ToolCompleted(t) | Self::ToolFailed(t) => RunEvent::ToolCompleted { id: t.id.clone(), name: t.name.clone(), result: t.result.clone(), is_error: t.is_error },
-            Self::UsageCompleted(u) => RunEvent::TurnCompleted { turn: u.turn, usage: u.usage, finish_reason: u.finish_reason.clone() },
+            Self::ToolArguments(t) => RunEvent::ToolPreparing {
+                id: t.id.clone(),
+                name: t.name.clone(),
+                arguments_text: t.arguments_text.clone(),
+            },
+            Self::ToolStarted(t) => {
+                RunEvent::ToolCalling { id: t.id.clone(), name: t.name.clone(), arguments: t.arguments.clone() }
+            }
+            Self::ToolCompleted(t) | Self::ToolFailed(t) => RunEvent::ToolCompleted {
+                id: t.id.clone(),
+                name: t.name.clone(),
+                result: t.result.clone(),
+                is_error: t.is_error,
+            },
+            Self::UsageCompleted(u) => {
+                RunEvent::TurnCompleted { turn: u.turn, usage: u.usage, finish_reason: u.finish_reason.clone() }
+            }
             _ => return None,
         })
     }
@@ -472,32 +492,60 @@ mod tests {
             JournalEvent::Completed(answer),
             JournalEvent::Failed(Failure { code: "max_turns_exhausted".into(), message: "…".into() }),
             JournalEvent::Cancelled(Reason::default()),
-            JournalEvent::ToolFailed(ToolResult { id: "c1".into(), name: "read".into(), result: "Error: x".into(), is_error: true }),
+            JournalEvent::ToolFailed(ToolResult {
+                id: "c1".into(),
+                name: "read".into(),
+                result: "Error: x".into(),
+                is_error: true,
+            }),
             JournalEvent::Released(Released { owner: "polpo-1".into(), reason: "shutdown".into() }),
         ];
         for entry in entries {
             let stored = entry.to_stored();
-            assert_eq!(JournalEvent::parse(&stored.event_type, &stored.data).as_ref(), Some(&entry), "{}", stored.event_type);
+            assert_eq!(
+                JournalEvent::parse(&stored.event_type, &stored.data).as_ref(),
+                Some(&entry),
+                "{}",
+                stored.event_type
+            );
         }
     }
 
     #[test]
     fn the_wire_names_and_payloads_are_the_references() {
         let stored = JournalEvent::Failed(Failure { code: "aborted".into(), message: "m".into() }).to_stored();
-        assert_eq!((stored.event_type.as_str(), stored.data), ("run.failed", json!({"code": "aborted", "message": "m"})));
-        let stored = JournalEvent::from_run_event(&RunEvent::ToolPreparing { id: "c".into(), name: "n".into(), arguments_text: "{".into() }).unwrap().to_stored();
-        assert_eq!((stored.event_type.as_str(), stored.data), ("tool.arguments", json!({"id": "c", "name": "n", "argumentsText": "{"})));
-        assert!(JournalEvent::Completed(RunAnswer {
-            content: None,
-            finish_reason: FinishReason::ToolCalls,
-            tool_calls: Vec::new(),
-            usage: Usage::default(),
-            turns: 1,
-            session_id: String::new(),
-            suggestions: Vec::new(),
+        assert_eq!(
+            (stored.event_type.as_str(), stored.data),
+            ("run.failed", json!({"code": "aborted", "message": "m"}))
+        );
+        let stored = JournalEvent::from_run_event(&RunEvent::ToolPreparing {
+            id: "c".into(),
+            name: "n".into(),
+            arguments_text: "{".into(),
         })
-        .is_terminal());
+        .unwrap()
+        .to_stored();
+        assert_eq!(
+            (stored.event_type.as_str(), stored.data),
+            ("tool.arguments", json!({"id": "c", "name": "n", "argumentsText": "{"}))
+        );
+        assert!(
+            JournalEvent::Completed(RunAnswer {
+                content: None,
+                finish_reason: FinishReason::ToolCalls,
+                tool_calls: Vec::new(),
+                usage: Usage::default(),
+                turns: 1,
+                session_id: String::new(),
+                suggestions: Vec::new(),
+            })
+            .is_terminal()
+        );
         assert!(!JournalEvent::Paused(Paused { code: "effect_unconfirmed".into(), detail: json!({}) }).is_terminal());
-        assert_eq!(JournalEvent::parse("run.completed", &json!({"content": 3})), None, "a payload of the wrong shape is not an entry");
+        assert_eq!(
+            JournalEvent::parse("run.completed", &json!({"content": 3})),
+            None,
+            "a payload of the wrong shape is not an entry"
+        );
     }
 }

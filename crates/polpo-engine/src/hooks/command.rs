@@ -19,7 +19,13 @@ use std::time::Duration;
 const STDERR_EXCERPT: usize = 400;
 
 /// Run `command` with `envelope` on stdin and read its decision.
-pub(super) async fn run(ctx: &ToolContext, command: &str, env: &BTreeMap<String, String>, envelope: Vec<u8>, timeout: Duration) -> HookOutcome {
+pub(super) async fn run(
+    ctx: &ToolContext,
+    command: &str,
+    env: &BTreeMap<String, String>,
+    envelope: Vec<u8>,
+    timeout: Duration,
+) -> HookOutcome {
     let mut spec = CommandSpec::new(Program::Shell(command.to_string()), ctx.workspace.clone());
     spec.env = scrubbed_env(&ctx.env_allow);
     spec.env.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -29,19 +35,32 @@ pub(super) async fn run(ctx: &ToolContext, command: &str, env: &BTreeMap<String,
     spec.output_cap = MAX_OUTPUT_BYTES * 2;
     spec.kill_grace = Duration::from_millis(200);
     spec.cancel = ctx.cancel.child_token();
-    let outcome = run_command(spec).await.map_err(|e| HookFailure::new(FailureCause::HandlerError, format!("{}: {e}", e.code())))?;
+    let outcome = run_command(spec)
+        .await
+        .map_err(|e| HookFailure::new(FailureCause::HandlerError, format!("{}: {e}", e.code())))?;
     match outcome.termination {
-        Termination::TimedOut => Err(HookFailure::new(FailureCause::Timeout, format!("the command did not finish within {} ms", timeout.as_millis()))),
+        Termination::TimedOut => Err(HookFailure::new(
+            FailureCause::Timeout,
+            format!("the command did not finish within {} ms", timeout.as_millis()),
+        )),
         Termination::Cancelled => Err(HookFailure::new(FailureCause::HandlerError, "the run was aborted")),
-        Termination::Signaled { signal } => Err(HookFailure::new(FailureCause::HandlerError, format!("the command was killed by signal {signal}"))),
+        Termination::Signaled { signal } => {
+            Err(HookFailure::new(FailureCause::HandlerError, format!("the command was killed by signal {signal}")))
+        }
         Termination::Exited { code } if code != 0 => {
             let stderr: String = outcome.stderr.render().chars().take(STDERR_EXCERPT).collect();
             let stderr = if contains_token(&stderr) { "[REDACTED]".to_string() } else { stderr };
-            Err(HookFailure::new(FailureCause::HandlerError, format!("the command exited with code {code}: {}", stderr.trim())))
+            Err(HookFailure::new(
+                FailureCause::HandlerError,
+                format!("the command exited with code {code}: {}", stderr.trim()),
+            ))
         }
         Termination::Exited { .. } => {
             if outcome.stdout.total_bytes() > MAX_OUTPUT_BYTES as u64 {
-                return Err(HookFailure::new(FailureCause::OutputTooLarge, format!("the command printed more than {MAX_OUTPUT_BYTES} bytes")));
+                return Err(HookFailure::new(
+                    FailureCause::OutputTooLarge,
+                    format!("the command printed more than {MAX_OUTPUT_BYTES} bytes"),
+                ));
             }
             parse_output(outcome.stdout.render().as_bytes())
         }

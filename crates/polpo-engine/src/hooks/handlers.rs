@@ -14,21 +14,35 @@ use std::time::Duration;
 const PROMPT_MAX_OUTPUT_TOKENS: u32 = 512;
 
 /// Run `handler` for `envelope`. Never fails: every problem is a [`HookFailure`].
-pub(super) async fn run(inv: &Invocation, runtime: &HookRuntime, handler: &Handler, envelope: &Envelope) -> HookOutcome {
+pub(super) async fn run(
+    inv: &Invocation,
+    runtime: &HookRuntime,
+    handler: &Handler,
+    envelope: &Envelope,
+) -> HookOutcome {
     let timeout = Duration::from_millis(effective_timeout_ms(handler, runtime.managed));
-    let body = serde_json::to_vec(envelope).map_err(|e| HookFailure::new(FailureCause::HandlerError, format!("cannot encode the envelope: {e}")))?;
+    let body = serde_json::to_vec(envelope)
+        .map_err(|e| HookFailure::new(FailureCause::HandlerError, format!("cannot encode the envelope: {e}")))?;
     match handler {
         Handler::Command { command, env, .. } => command::run(&inv.tool_context, command, env, body, timeout).await,
-        Handler::Http { url, connection: None, headers, .. } => http::run(runtime, url, headers, envelope, body, timeout).await,
+        Handler::Http { url, connection: None, headers, .. } => {
+            http::run(runtime, url, headers, envelope, body, timeout).await
+        }
         Handler::Tool { tool, input, .. } => with_timeout(timeout, run_tool(inv, tool, input, envelope)).await,
-        Handler::Prompt { prompt, model, .. } => with_timeout(timeout, run_prompt(inv, prompt, model.as_deref(), &body)).await,
+        Handler::Prompt { prompt, model, .. } => {
+            with_timeout(timeout, run_prompt(inv, prompt, model.as_deref(), &body)).await
+        }
         Handler::Verifier { agent, max_turns, .. } => match inv.hooks.as_ref().and_then(|h| h.verifiers.get(agent)) {
             Some(found) => with_timeout(timeout, verifier::run(inv, found, *max_turns, &body)).await,
-            None => Err(HookFailure::new(FailureCause::Unavailable, format!("verifier agent `{agent}` was not resolved for this invocation"))),
+            None => Err(HookFailure::new(
+                FailureCause::Unavailable,
+                format!("verifier agent `{agent}` was not resolved for this invocation"),
+            )),
         },
-        Handler::Http { connection: Some(_), .. } | Handler::McpTool { .. } => {
-            Err(HookFailure::new(FailureCause::Unavailable, unavailable(handler).unwrap_or_else(|| "this handler cannot run here".into())))
-        }
+        Handler::Http { connection: Some(_), .. } | Handler::McpTool { .. } => Err(HookFailure::new(
+            FailureCause::Unavailable,
+            unavailable(handler).unwrap_or_else(|| "this handler cannot run here".into()),
+        )),
     }
 }
 
@@ -39,9 +53,12 @@ pub(super) fn unavailable(handler: &Handler) -> Option<String> {
 }
 
 async fn with_timeout(timeout: Duration, work: impl std::future::Future<Output = HookOutcome>) -> HookOutcome {
-    tokio::time::timeout(timeout, work)
-        .await
-        .unwrap_or_else(|_| Err(HookFailure::new(FailureCause::Timeout, format!("the handler did not finish within {} ms", timeout.as_millis()))))
+    tokio::time::timeout(timeout, work).await.unwrap_or_else(|_| {
+        Err(HookFailure::new(
+            FailureCause::Timeout,
+            format!("the handler did not finish within {} ms", timeout.as_millis()),
+        ))
+    })
 }
 
 /// A tool of the agent, through the same policy and schema validation as a model's call.
@@ -49,16 +66,23 @@ async fn with_timeout(timeout: Duration, work: impl std::future::Future<Output =
 /// itself (recursion depth 1).
 async fn run_tool(inv: &Invocation, tool: &str, input: &Map<String, Value>, envelope: &Envelope) -> HookOutcome {
     let fail = |cause, detail: String| HookFailure::new(cause, detail);
-    let found = inv.tools.get(tool).ok_or_else(|| fail(FailureCause::HandlerError, format!("unknown_tool: the agent has no tool `{tool}`")))?;
+    let found = inv
+        .tools
+        .get(tool)
+        .ok_or_else(|| fail(FailureCause::HandlerError, format!("unknown_tool: the agent has no tool `{tool}`")))?;
     if let Some(layer) = inv.policy.denied_by(tool) {
-        return Err(fail(FailureCause::HandlerError, format!("tool_policy_denied: `{tool}` is not allowed by the {layer:?} tool policy")));
+        return Err(fail(
+            FailureCause::HandlerError,
+            format!("tool_policy_denied: `{tool}` is not allowed by the {layer:?} tool policy"),
+        ));
     }
     let mut args = input.clone();
     let hook = serde_json::to_value(envelope).map_err(|e| fail(FailureCause::HandlerError, e.to_string()))?;
     args.insert("hook".into(), hook);
     let args = Value::Object(args);
     inv.tools.check_arguments(tool, &args).map_err(|e| fail(FailureCause::HandlerError, e))?;
-    let output = found.call(&inv.tool_context, args).await.map_err(|e| fail(FailureCause::HandlerError, e.to_string()))?;
+    let output =
+        found.call(&inv.tool_context, args).await.map_err(|e| fail(FailureCause::HandlerError, e.to_string()))?;
     parse_output(output.text.as_bytes())
 }
 
@@ -91,4 +115,3 @@ async fn run_prompt(inv: &Invocation, prompt: &str, model: Option<&str>, envelop
     }
     parse_output(verifier::strip_fence(&text).as_bytes())
 }
-

@@ -32,7 +32,11 @@ pub(super) async fn run(
     }
     let policy = NetworkPolicy {
         allow_private: false,
-        private_allowlist: if loopback { vec![format!("127.0.0.1:{}", url.port_or_known_default().unwrap_or(80))] } else { Vec::new() },
+        private_allowlist: if loopback {
+            vec![format!("127.0.0.1:{}", url.port_or_known_default().unwrap_or(80))]
+        } else {
+            Vec::new()
+        },
     };
     let mut map = HeaderMap::new();
     map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -42,19 +46,27 @@ pub(super) async fn run(
         };
         map.insert(n, v);
     }
-    for (name, value) in [("idempotency-key", &envelope.idempotency_key), ("x-polpo-hook-execution-id", &envelope.hook_execution_id)] {
+    for (name, value) in
+        [("idempotency-key", &envelope.idempotency_key), ("x-polpo-hook-execution-id", &envelope.hook_execution_id)]
+    {
         if let Ok(v) = HeaderValue::from_str(value) {
             map.insert(HeaderName::from_static(name), v);
         }
     }
     let request = OutboundRequest { method: Method::POST, url, headers: map, body: Some(body) };
     let exchange = async {
-        let mut response = send_guarded(request, &policy).await.map_err(|e| fail(FailureCause::HandlerError, e.to_string()))?;
+        let mut response =
+            send_guarded(request, &policy).await.map_err(|e| fail(FailureCause::HandlerError, e.to_string()))?;
         let status = response.status();
         let mut raw = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|e| fail(FailureCause::HandlerError, format!("reading the response failed: {}", e.without_url())))? {
+        while let Some(chunk) = response.chunk().await.map_err(|e| {
+            fail(FailureCause::HandlerError, format!("reading the response failed: {}", e.without_url()))
+        })? {
             if raw.len() + chunk.len() > MAX_OUTPUT_BYTES {
-                return Err(fail(FailureCause::OutputTooLarge, format!("the response is larger than {MAX_OUTPUT_BYTES} bytes")));
+                return Err(fail(
+                    FailureCause::OutputTooLarge,
+                    format!("the response is larger than {MAX_OUTPUT_BYTES} bytes"),
+                ));
             }
             raw.extend_from_slice(&chunk);
         }
@@ -63,7 +75,7 @@ pub(super) async fn run(
         }
         parse_output(&raw)
     };
-    tokio::time::timeout(timeout, exchange)
-        .await
-        .unwrap_or_else(|_| Err(fail(FailureCause::Timeout, format!("the endpoint did not answer within {} ms", timeout.as_millis()))))
+    tokio::time::timeout(timeout, exchange).await.unwrap_or_else(|_| {
+        Err(fail(FailureCause::Timeout, format!("the endpoint did not answer within {} ms", timeout.as_millis())))
+    })
 }

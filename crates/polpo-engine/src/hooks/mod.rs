@@ -54,7 +54,11 @@ pub struct HookRuntime {
 impl HookRuntime {
     /// The production setting: enabled unless `POLPO_RUNTIME_HOOKS=off`, portable defaults.
     pub fn from_env() -> Self {
-        Self { enabled: hooks_enabled(std::env::var(KILL_SWITCH_ENV).ok().as_deref()), managed: false, allow_loopback_http: false }
+        Self {
+            enabled: hooks_enabled(std::env::var(KILL_SWITCH_ENV).ok().as_deref()),
+            managed: false,
+            allow_loopback_http: false,
+        }
     }
 }
 
@@ -112,7 +116,15 @@ impl InvocationHooks {
     /// Hooks for `info` with the system clock, the environment's kill switch, no secrets and no
     /// verifier agents.
     pub fn new(set: Arc<HookSet>, info: InvocationInfo) -> Self {
-        Self { set, info, runtime: HookRuntime::from_env(), clock: system_clock(), secrets: Vec::new(), parallel_branch: false, verifiers: Default::default() }
+        Self {
+            set,
+            info,
+            runtime: HookRuntime::from_env(),
+            clock: system_clock(),
+            secrets: Vec::new(),
+            parallel_branch: false,
+            verifiers: Default::default(),
+        }
     }
 
     /// Hook-authored text (reasons, feedback, diagnostics) with credentials and vault values
@@ -128,13 +140,21 @@ impl InvocationHooks {
 
     /// What matchers see for this invocation (the tool is filled in per call).
     pub fn target<'a>(&'a self, tool: Option<&'a str>) -> Target<'a> {
-        Target { mode: self.info.mode, step: self.info.step.as_deref().filter(|_| self.info.mode == ExecutionMode::Loop), tool }
+        Target {
+            mode: self.info.mode,
+            step: self.info.step.as_deref().filter(|_| self.info.mode == ExecutionMode::Loop),
+            tool,
+        }
     }
 }
 
 impl std::fmt::Debug for InvocationHooks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InvocationHooks").field("hooks", &self.set.hooks().len()).field("info", &self.info).field("runtime", &self.runtime).finish_non_exhaustive()
+        f.debug_struct("InvocationHooks")
+            .field("hooks", &self.set.hooks().len())
+            .field("info", &self.info)
+            .field("runtime", &self.runtime)
+            .finish_non_exhaustive()
     }
 }
 

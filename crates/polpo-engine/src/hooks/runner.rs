@@ -7,8 +7,8 @@ use crate::events::{EventSink, RunEvent};
 use crate::invocation::Invocation;
 use futures::future::join_all;
 use polpo_core::hooks::{
-    Flow, GateFold, GateVerdict, Hook, HookEvent, HookOutcome, ScopedHook, StopFold, StopVerdict, Target, ToolAfterFold, ToolAfterVerdict, ToolBeforeFold,
-    ToolBeforeVerdict, build_envelope,
+    Flow, GateFold, GateVerdict, Hook, HookEvent, HookOutcome, ScopedHook, StopFold, StopVerdict, Target,
+    ToolAfterFold, ToolAfterVerdict, ToolBeforeFold, ToolBeforeVerdict, build_envelope,
 };
 use serde_json::{Value, json};
 
@@ -27,8 +27,14 @@ async fn run_one(at: &At<'_>, scoped: &ScopedHook, data: Value) -> HookOutcome {
     let envelope = build_envelope(&at.hooks.info, at.turn, scoped, &at.subject, data, &at.hooks.secrets);
     let id = envelope.hook_execution_id.clone();
     let hook = scoped.hook.qualified_id();
-    (at.sink)(RunEvent::HookStarted { hook_execution_id: id.clone(), hook: hook.clone(), event: scoped.hook.event, observe: scoped.hook.observe });
-    let outcome = crate::meter::external(handlers::run(at.inv, &at.hooks.runtime, scoped.hook.action.handler(), &envelope)).await;
+    (at.sink)(RunEvent::HookStarted {
+        hook_execution_id: id.clone(),
+        hook: hook.clone(),
+        event: scoped.hook.event,
+        observe: scoped.hook.observe,
+    });
+    let outcome =
+        crate::meter::external(handlers::run(at.inv, &at.hooks.runtime, scoped.hook.action.handler(), &envelope)).await;
     let (decision, error) = match &outcome {
         Ok(d) => (Some(d.name().to_string()), None),
         Err(f) => (None, Some(f.to_string())),
@@ -39,7 +45,14 @@ async fn run_one(at: &At<'_>, scoped: &ScopedHook, data: Value) -> HookOutcome {
 
 /// Run the hooks of `event` for `target`: observers concurrently with the controlling chain,
 /// whose outcomes are folded into `fold` in order until it halts.
-async fn run_chain<F>(at: &At<'_>, event: HookEvent, target: &Target<'_>, fold: &mut F, data: impl Fn(&F) -> Value, apply: fn(&mut F, &Hook, HookOutcome) -> Flow) {
+async fn run_chain<F>(
+    at: &At<'_>,
+    event: HookEvent,
+    target: &Target<'_>,
+    fold: &mut F,
+    data: impl Fn(&F) -> Value,
+    apply: fn(&mut F, &Hook, HookOutcome) -> Flow,
+) {
     let applicable = at.hooks.set.applicable(event, target);
     let first = data(fold);
     let observers = join_all(applicable.observers.iter().map(|s| run_one(at, s, first.clone())));
@@ -59,12 +72,26 @@ async fn run_chain<F>(at: &At<'_>, event: HookEvent, target: &Target<'_>, fold: 
 pub(crate) async fn tool_before(at: &At<'_>, tool: &str, input: Value) -> ToolBeforeVerdict {
     let mut fold = ToolBeforeFold::new(input);
     let target = at.hooks.target(Some(tool));
-    run_chain(at, HookEvent::ToolBefore, &target, &mut fold, |f| json!({ "tool": { "name": tool, "input": f.input() } }), ToolBeforeFold::apply).await;
+    run_chain(
+        at,
+        HookEvent::ToolBefore,
+        &target,
+        &mut fold,
+        |f| json!({ "tool": { "name": tool, "input": f.input() } }),
+        ToolBeforeFold::apply,
+    )
+    .await;
     fold.finish()
 }
 
 /// `tool:after` for one call's model-visible result.
-pub(crate) async fn tool_after(at: &At<'_>, tool: &str, input: &Value, result: String, is_error: bool) -> ToolAfterVerdict {
+pub(crate) async fn tool_after(
+    at: &At<'_>,
+    tool: &str,
+    input: &Value,
+    result: String,
+    is_error: bool,
+) -> ToolAfterVerdict {
     let mut fold = ToolAfterFold::new(result, is_error);
     let target = at.hooks.target(Some(tool));
     let data = |f: &ToolAfterFold| json!({ "tool": { "name": tool, "input": input }, "result": f.result(), "isError": f.is_error() });
@@ -76,7 +103,15 @@ pub(crate) async fn tool_after(at: &At<'_>, tool: &str, input: &Value, result: S
 pub(crate) async fn turn_stop(at: &At<'_>, candidate: &str, recovery: bool) -> StopVerdict {
     let mut fold = StopFold::default();
     let target = at.hooks.target(None);
-    run_chain(at, HookEvent::TurnStop, &target, &mut fold, |_| json!({ "candidate": candidate, "recovery": recovery }), StopFold::apply).await;
+    run_chain(
+        at,
+        HookEvent::TurnStop,
+        &target,
+        &mut fold,
+        |_| json!({ "candidate": candidate, "recovery": recovery }),
+        StopFold::apply,
+    )
+    .await;
     fold.finish()
 }
 
@@ -84,7 +119,8 @@ pub(crate) async fn turn_stop(at: &At<'_>, candidate: &str, recovery: bool) -> S
 pub(crate) async fn validate(at: &At<'_>, candidate: &str, attempt: u32, cycle: u32) -> GateVerdict {
     let mut fold = GateFold::default();
     let target = at.hooks.target(None);
-    let data = |_: &GateFold| json!({ "candidate": candidate, "terminationAttempt": attempt, "correctionCycle": cycle });
+    let data =
+        |_: &GateFold| json!({ "candidate": candidate, "terminationAttempt": attempt, "correctionCycle": cycle });
     run_chain(at, HookEvent::TurnStop, &target, &mut fold, data, GateFold::apply).await;
     fold.finish()
 }

@@ -65,10 +65,17 @@ impl<'a> Termination<'a> {
             return Self::plain(inv, stored, control);
         }
         if limits.is_some() {
-            let gates = hooks.set.applicable(HookEvent::TurnStop, &target).controlling.into_iter().filter_map(|s| s.hook.gate().map(|g| (s.hook.qualified_id(), g)));
+            let gates = hooks
+                .set
+                .applicable(HookEvent::TurnStop, &target)
+                .controlling
+                .into_iter()
+                .filter_map(|s| s.hook.gate().map(|g| (s.hook.qualified_id(), g)));
             for (id, gate) in gates {
                 if let Some(why) = handlers::unavailable(&gate.validator) {
-                    return Err(EngineError::TerminationGateDisabled(format!("the validator of gate {id} cannot run: {why}; refusing to run without validation")));
+                    return Err(EngineError::TerminationGateDisabled(format!(
+                        "the validator of gate {id} cannot run: {why}; refusing to run without validation"
+                    )));
                 }
             }
         }
@@ -85,7 +92,11 @@ impl<'a> Termination<'a> {
 
     /// No hooks run. A checkpoint that holds a gate's state refuses that: the gate was
     /// removed or switched off while the run was interrupted, and resuming must not loosen it.
-    fn plain(inv: &Invocation, stored: Option<GateCheckpoint>, control: Option<&'a dyn RunControl>) -> Result<Self, EngineError> {
+    fn plain(
+        inv: &Invocation,
+        stored: Option<GateCheckpoint>,
+        control: Option<&'a dyn RunControl>,
+    ) -> Result<Self, EngineError> {
         if stored.is_some() {
             return Err(EngineError::TerminationGateCheckpointInvalid(format!(
                 "the run's checkpoint holds termination gate state, but agent `{}` no longer has a gate that runs; refusing to resume without validation",
@@ -140,12 +151,25 @@ impl<'a> Termination<'a> {
     }
 
     /// Judge a candidate final answer.
-    pub(crate) async fn judge(&mut self, inv: &Invocation, turn: u32, candidate: &str, sink: EventSink<'_>) -> Result<Judgement, EngineError> {
+    pub(crate) async fn judge(
+        &mut self,
+        inv: &Invocation,
+        turn: u32,
+        candidate: &str,
+        sink: EventSink<'_>,
+    ) -> Result<Judgement, EngineError> {
         let Some(hooks) = self.hooks else { return Ok(Judgement::Final) };
         match &mut self.phase {
             Phase::Plain => Ok(Judgement::Final),
             Phase::Gate(gate) if gate.accepted() => Ok(Judgement::Final),
-            Phase::Hooks { recovered, .. } => judge_by_stop_hooks(&At { inv, hooks, turn, subject: format!("stop-{turn}"), sink }, candidate, recovered).await,
+            Phase::Hooks { recovered, .. } => {
+                judge_by_stop_hooks(
+                    &At { inv, hooks, turn, subject: format!("stop-{turn}"), sink },
+                    candidate,
+                    recovered,
+                )
+                .await
+            }
             Phase::Gate(gate) => judge_by_gate(inv, hooks, self.control, turn, candidate, sink, gate).await,
         }
     }
@@ -163,7 +187,9 @@ impl<'a> Termination<'a> {
 /// answer is checked once more and then ends the run whatever the hooks say.
 async fn judge_by_stop_hooks(at: &At<'_>, candidate: &str, recovered: &mut bool) -> Result<Judgement, EngineError> {
     match runner::turn_stop(at, candidate, *recovered).await {
-        StopVerdict::Fail { hook, reason } => Err(EngineError::HookFailed(at.hooks.redact_text(format!("turn:stop hook {hook} failed: {reason}")))),
+        StopVerdict::Fail { hook, reason } => {
+            Err(EngineError::HookFailed(at.hooks.redact_text(format!("turn:stop hook {hook} failed: {reason}"))))
+        }
         StopVerdict::Feedback { feedback, .. } if !*recovered => {
             *recovered = true;
             let feedback = at.hooks.redact_text(feedback);
@@ -178,7 +204,10 @@ async fn judge_by_stop_hooks(at: &At<'_>, candidate: &str, recovered: &mut bool)
 /// The gate of a new invocation, or of a resumed one from its checkpoint: consumption is
 /// kept and the limits are the stricter of the stored and the configured ones. A resume
 /// interrupted during a correction cycle's model call stops here (nothing is repeated).
-fn resume_gate(limits: polpo_core::hooks::GateLimits, stored: Option<GateCheckpoint>) -> Result<GateCheckpoint, EngineError> {
+fn resume_gate(
+    limits: polpo_core::hooks::GateLimits,
+    stored: Option<GateCheckpoint>,
+) -> Result<GateCheckpoint, EngineError> {
     let Some(stored) = stored else { return Ok(GateCheckpoint::new(limits)) };
     if stored.model_call_in_flight {
         return Err(EngineError::TerminationGateEffectUnconfirmed(format!(
@@ -195,8 +224,12 @@ async fn commit(control: Option<&dyn RunControl>, gate: &GateCheckpoint) -> Resu
     let Some(control) = control else { return Ok(()) };
     control.keep_gate(gate);
     control.commit().await.map_err(|e| match e {
-        CheckpointError::TooLarge(why) => EngineError::TerminationGateCheckpointTooLarge(format!("the termination gate's checkpoint cannot be written: {why}")),
-        CheckpointError::Failed(why) => EngineError::TerminationGateCheckpointInvalid(format!("the termination gate's checkpoint could not be written: {why}")),
+        CheckpointError::TooLarge(why) => EngineError::TerminationGateCheckpointTooLarge(format!(
+            "the termination gate's checkpoint cannot be written: {why}"
+        )),
+        CheckpointError::Failed(why) => EngineError::TerminationGateCheckpointInvalid(format!(
+            "the termination gate's checkpoint could not be written: {why}"
+        )),
     })
 }
 
@@ -218,19 +251,31 @@ async fn judge_by_gate(
     let (attempt, gate_execution_id) = match &gate.validation {
         Some(v) if v.turn == turn => match &v.decision {
             Some(GateDecision::Accept) => return Ok(Judgement::Final),
-            Some(GateDecision::Continue { feedback, .. }) => return Ok(Judgement::Retry(Message::user(feedback.clone()))),
+            Some(GateDecision::Continue { feedback, .. }) => {
+                return Ok(Judgement::Retry(Message::user(feedback.clone())));
+            }
             None => (v.termination_attempt, v.gate_execution_id.clone()),
         },
         _ => {
             let attempt = gate.budget.begin_attempt();
             let id = gate_execution_id(hooks, turn, attempt);
-            gate.validation = Some(GateValidation { gate_execution_id: id.clone(), turn, termination_attempt: attempt, decision: None });
+            gate.validation = Some(GateValidation {
+                gate_execution_id: id.clone(),
+                turn,
+                termination_attempt: attempt,
+                decision: None,
+            });
             // Durable before the validator runs, so a resume gives it the same key.
             commit(control, gate).await?;
             (attempt, id)
         }
     };
-    let event = |state, correction_cycle| RunEvent::TerminationGate { state, gate_execution_id: gate_execution_id.clone(), termination_attempt: attempt, correction_cycle };
+    let event = |state, correction_cycle| RunEvent::TerminationGate {
+        state,
+        gate_execution_id: gate_execution_id.clone(),
+        termination_attempt: attempt,
+        correction_cycle,
+    };
     sink(event(GateState::Validating, gate.budget.cycles_used));
     let at = At { inv, hooks, turn, subject: format!("attempt-{attempt}"), sink };
     let verdict = runner::validate(&at, candidate, attempt, gate.budget.cycles_used).await;
@@ -259,7 +304,9 @@ async fn judge_by_gate(
             sink(event(GateState::Continuing, cycle));
             Ok(Judgement::Retry(Message::user(feedback)))
         }
-        GateVerdict::Reject { hook, reason } => Err(EngineError::TerminationGateRejected(hooks.redact_text(format!("validator {hook} rejected the answer: {reason}")))),
+        GateVerdict::Reject { hook, reason } => Err(EngineError::TerminationGateRejected(
+            hooks.redact_text(format!("validator {hook} rejected the answer: {reason}")),
+        )),
     }
 }
 
@@ -270,18 +317,32 @@ fn check_time(hooks: &InvocationHooks, budget: &GateBudget) -> Result<(), Engine
 }
 
 fn gate_execution_id(hooks: &InvocationHooks, turn: u32, attempt: u32) -> String {
-    let key = idempotency_key(&hooks.info.run_id, turn, HookEvent::TurnStop, "termination-gate", &format!("attempt-{attempt}"));
+    let key = idempotency_key(
+        &hooks.info.run_id,
+        turn,
+        HookEvent::TurnStop,
+        "termination-gate",
+        &format!("attempt-{attempt}"),
+    );
     format!("hx_{}", &key[..32])
 }
 
 fn exhausted(reason: GateExhaustion, budget: &GateBudget) -> EngineError {
     let l = budget.limits;
     let detail = match reason {
-        GateExhaustion::Cycles => format!("the validator still asked for changes after {} correction cycles", l.max_cycles),
-        GateExhaustion::Turns => "the agent used all of its maxTurns before the termination gate accepted an answer".to_string(),
+        GateExhaustion::Cycles => {
+            format!("the validator still asked for changes after {} correction cycles", l.max_cycles)
+        }
+        GateExhaustion::Turns => {
+            "the agent used all of its maxTurns before the termination gate accepted an answer".to_string()
+        }
         GateExhaustion::Time => format!("more than {} ms passed since the invocation started", l.max_duration_ms),
-        GateExhaustion::Tokens => format!("{} tokens were used, more than maxTokens {}", budget.tokens_used, l.max_tokens.unwrap_or_default()),
-        GateExhaustion::UsageUnknown => "the provider reported no token usage, so maxTokens cannot be enforced".to_string(),
+        GateExhaustion::Tokens => {
+            format!("{} tokens were used, more than maxTokens {}", budget.tokens_used, l.max_tokens.unwrap_or_default())
+        }
+        GateExhaustion::UsageUnknown => {
+            "the provider reported no token usage, so maxTokens cannot be enforced".to_string()
+        }
     };
     EngineError::TerminationGateExhausted { reason, detail }
 }
@@ -299,7 +360,8 @@ mod tests {
         let mut t = Termination { hooks: None, control: None, phase: gate(limits) };
         let err = t.after_model_call(None).err().map(|e| e.code());
         assert_eq!(err, Some("termination_gate_usage_unknown"));
-        let mut unbounded = Termination { hooks: None, control: None, phase: gate(GateLimits { max_tokens: None, ..limits }) };
+        let mut unbounded =
+            Termination { hooks: None, control: None, phase: gate(GateLimits { max_tokens: None, ..limits }) };
         assert!(unbounded.after_model_call(None).is_ok());
     }
 }

@@ -34,7 +34,9 @@ object and nothing else: {\"decision\":\"allow\"}, {\"decision\":\"deny\",\"reas
 
 /// Runs `verifier` on `envelope` for at most `max_turns` model calls and parses its decision.
 pub(super) async fn run(inv: &Invocation, verifier: &VerifierAgent, max_turns: u32, envelope: &[u8]) -> HookOutcome {
-    let fail = |detail: String| HookFailure::new(FailureCause::HandlerError, format!("verifier `{}`: {detail}", verifier.agent));
+    let fail = |detail: String| {
+        HookFailure::new(FailureCause::HandlerError, format!("verifier `{}`: {detail}", verifier.agent))
+    };
     let tools = read_only_tools(&inv.tools, &verifier.policy);
     let mut messages = vec![
         Message::system(format!("{}\n\n{BRIEF}", verifier.system_prompt.trim())),
@@ -98,7 +100,8 @@ async fn answer(provider: &dyn ModelProvider, request: ModelRequest) -> Result<(
 /// Runs one read-only tool call of the verifier in the invoking agent's workspace; any refusal
 /// or failure is the verifier's to read, as a tool result.
 async fn look(inv: &Invocation, policy: &ToolPolicy, call: &ToolCall) -> String {
-    let Some(tool) = inv.tools.get(&call.name).filter(|t| t.effect().is_read_only() && policy.allows(&call.name)) else {
+    let Some(tool) = inv.tools.get(&call.name).filter(|t| t.effect().is_read_only() && policy.allows(&call.name))
+    else {
         return format!("tool_policy_denied: the verifier may not use `{}`", call.name);
     };
     let args: serde_json::Value = match serde_json::from_str(&call.arguments) {
@@ -125,5 +128,9 @@ async fn look(inv: &Invocation, policy: &ToolPolicy, call: &ToolCall) -> String 
 /// Models often wrap JSON in a Markdown fence.
 pub(super) fn strip_fence(text: &str) -> &str {
     let t = text.trim();
-    t.strip_prefix("```json").or_else(|| t.strip_prefix("```")).and_then(|s| s.strip_suffix("```")).map(str::trim).unwrap_or(t)
+    t.strip_prefix("```json")
+        .or_else(|| t.strip_prefix("```"))
+        .and_then(|s| s.strip_suffix("```"))
+        .map(str::trim)
+        .unwrap_or(t)
 }

@@ -119,7 +119,13 @@ impl RunManager {
         if mode == DeliveryMode::Durable {
             let started = self.start(input).await?;
             tokio::spawn(self.clone().follow(started.run_id.clone(), tx));
-            return Ok(Invoked { run_id: started.run_id, session_id: started.session_id, mode, progress, attached: None });
+            return Ok(Invoked {
+                run_id: started.run_id,
+                session_id: started.session_id,
+                mode,
+                progress,
+                attached: None,
+            });
         }
         let cancel = CancellationToken::new();
         let mut prepared = meter.scope(self.runtime.prepare(input, &cancel)).await?;
@@ -144,7 +150,8 @@ impl RunManager {
     /// Follow durable run `run_id`'s journal to its verdict, reporting what a client renders.
     async fn follow(self: Arc<Self>, run_id: String, tx: UnboundedSender<Progress>) {
         let mut journal = Box::pin(self.events(&run_id, 0));
-        let mut result = Err(Failure { code: "internal".into(), message: "the run ended without a terminal event".into() });
+        let mut result =
+            Err(Failure { code: "internal".into(), message: "the run ended without a terminal event".into() });
         let mut seq = None;
         while let Some(event) = journal.next().await {
             let event = match event {
@@ -162,9 +169,14 @@ impl RunManager {
             result = match entry {
                 JournalEvent::Completed(answer) => Ok(answer),
                 JournalEvent::Failed(failure) => Err(failure),
-                JournalEvent::Cancelled(_) => Err(Failure { code: "aborted".into(), message: "aborted: the run was aborted".into() }),
+                JournalEvent::Cancelled(_) => {
+                    Err(Failure { code: "aborted".into(), message: "aborted: the run was aborted".into() })
+                }
                 // The journal goes on past a pause (for the run's own followers); this answer ends.
-                JournalEvent::Paused(paused) => Err(Failure { message: format!("{}: the run is paused for reconciliation", paused.code), code: paused.code }),
+                JournalEvent::Paused(paused) => Err(Failure {
+                    message: format!("{}: the run is paused for reconciliation", paused.code),
+                    code: paused.code,
+                }),
                 JournalEvent::Released(_) => Err(Failure {
                     code: RUN_HANDED_OVER.into(),
                     message: format!(

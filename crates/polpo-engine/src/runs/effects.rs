@@ -82,12 +82,22 @@ impl Tool for Ledgered {
             Ok(EffectClaim::Pending(_)) => {
                 // Inside a gate's correction cycle the gate's own code says which contract
                 // stopped the run; reconciling works the same either way.
-                let code = if self.state.in_gate_correction_cycle() { "termination_gate_effect_unconfirmed" } else { "effect_unconfirmed" };
+                let code = if self.state.in_gate_correction_cycle() {
+                    "termination_gate_effect_unconfirmed"
+                } else {
+                    "effect_unconfirmed"
+                };
                 self.state.pause(Pause { code, data: json!({"key": key, "tool": self.inner.spec().name}) });
                 self.cancel.cancel();
-                Err(ToolError::new(code, format!("`{}` may already have run (effect {key}); the run is paused", self.inner.spec().name)))
+                Err(ToolError::new(
+                    code,
+                    format!("`{}` may already have run (effect {key}); the run is paused", self.inner.spec().name),
+                ))
             }
-            Err(e) => Err(ToolError::new(e.code(), format!("the effect ledger is unavailable, so `{}` did not run: {e}", self.inner.spec().name))),
+            Err(e) => Err(ToolError::new(
+                e.code(),
+                format!("the effect ledger is unavailable, so `{}` did not run: {e}", self.inner.spec().name),
+            )),
         }
     }
 }

@@ -51,7 +51,8 @@ impl InlineRun {
     /// See `RunState::deliver`: nothing taken while finishing closes the inbox.
     fn take(&self, pick: impl Fn(&SteerMessage) -> bool, finishing: bool) -> Vec<Message> {
         let mut inbox = self.lock();
-        let (take, keep): (Vec<SteerMessage>, Vec<SteerMessage>) = std::mem::take(&mut inbox.pending).into_iter().partition(|s| pick(s));
+        let (take, keep): (Vec<SteerMessage>, Vec<SteerMessage>) =
+            std::mem::take(&mut inbox.pending).into_iter().partition(|s| pick(s));
         inbox.pending = keep;
         inbox.closed |= finishing && take.is_empty();
         take.into_iter().map(|s| s.message).collect()

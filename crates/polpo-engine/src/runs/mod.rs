@@ -38,13 +38,13 @@ use polpo_store::{NewRun, Run, RunEvent as StoredEvent, RunStatus, StoreError};
 use polpo_tools::Tool;
 use serde_json::json;
 use state::RunState;
-use writer::Journal;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use writer::Journal;
 
 /// Environment variable that sets the lease time-to-live in milliseconds.
 pub const LEASE_TTL_ENV: &str = "POLPO_RUN_LEASE_MS";
@@ -155,7 +155,16 @@ impl RunManager {
     /// A manager for `runtime`'s runs; its lease owner id is unique to this process.
     pub fn new(runtime: Arc<Runtime>, options: RunOptions) -> Arc<Self> {
         let owner = format!("polpo-{}-{}", std::process::id(), runtime.ids().next_id());
-        Arc::new(Self { runtime, owner, options, active: Mutex::default(), starting: Mutex::default(), inline: Mutex::default(), closing: CancellationToken::new(), tasks: TaskTracker::new() })
+        Arc::new(Self {
+            runtime,
+            owner,
+            options,
+            active: Mutex::default(),
+            starting: Mutex::default(),
+            inline: Mutex::default(),
+            closing: CancellationToken::new(),
+            tasks: TaskTracker::new(),
+        })
     }
 
     /// The runtime the runs execute in.
@@ -205,12 +214,20 @@ impl RunManager {
         let store = self.runtime.store().clone();
         self.starting().insert(run_id.clone());
         let created = async {
-            let new = NewRun { id: Some(run_id.clone()), agent: spec.agent.clone(), session_id: Some(spec.session_id.clone()) };
+            let new = NewRun {
+                id: Some(run_id.clone()),
+                agent: spec.agent.clone(),
+                session_id: Some(spec.session_id.clone()),
+            };
             store.runs.create_run(new).await?;
             store.runs.claim_run(&run_id, &self.owner, self.options.lease_ttl).await?;
             // The request travels in `run.accepted`, so a run that crashes before its first
             // checkpoint can still be resumed, without a checkpoint write before the response.
-            let accepted = JournalEvent::Accepted(Box::new(Accepted { agent: spec.agent.clone(), session_id: spec.session_id.clone(), spec: spec.clone() }));
+            let accepted = JournalEvent::Accepted(Box::new(Accepted {
+                agent: spec.agent.clone(),
+                session_id: spec.session_id.clone(),
+                spec: spec.clone(),
+            }));
             let seq = *store.runs.append_events(&run_id, vec![accepted.to_stored()]).await?.end();
             Ok::<_, StoreError>((seq, CheckpointState { spec, ..Default::default() }))
         }
@@ -228,7 +245,9 @@ impl RunManager {
         let run_id = prepared.run_id().to_owned();
         let cell: Arc<std::sync::OnceLock<std::sync::Weak<RunState>>> = Arc::default();
         let snapshot_cell = cell.clone();
-        let snapshot: writer::Snapshot = Arc::new(move || snapshot_cell.get().and_then(std::sync::Weak::upgrade).map(|s| s.snapshot()).unwrap_or_default());
+        let snapshot: writer::Snapshot = Arc::new(move || {
+            snapshot_cell.get().and_then(std::sync::Weak::upgrade).map(|s| s.snapshot()).unwrap_or_default()
+        });
         let journal = Journal::start(store.clone(), run_id.clone(), last_seq, snapshot);
         let state = Arc::new(RunState::new(checkpoint, journal));
         let _ = cell.set(Arc::downgrade(&state));
@@ -242,7 +261,13 @@ impl RunManager {
                 if tool.effect().is_replayable() {
                     tool
                 } else {
-                    Arc::new(effects::Ledgered { inner: tool, run_id: run_id.clone(), state: state.clone(), store: store.clone(), cancel: cancel.clone() })
+                    Arc::new(effects::Ledgered {
+                        inner: tool,
+                        run_id: run_id.clone(),
+                        state: state.clone(),
+                        store: store.clone(),
+                        cancel: cancel.clone(),
+                    })
                 }
             })
             .collect();
@@ -264,7 +289,14 @@ impl RunManager {
         let cancel = prepared.cancel().clone();
         let lost = CancellationToken::new();
         let renewal = tokio::spawn({
-            let (store, run_id, owner, ttl, lost, cancel) = (store.clone(), run_id.clone(), self.owner.clone(), self.options.lease_ttl, lost.clone(), cancel.clone());
+            let (store, run_id, owner, ttl, lost, cancel) = (
+                store.clone(),
+                run_id.clone(),
+                self.owner.clone(),
+                self.options.lease_ttl,
+                lost.clone(),
+                cancel.clone(),
+            );
             async move {
                 loop {
                     tokio::time::sleep(ttl / 3).await;
@@ -301,7 +333,10 @@ impl RunManager {
             self.active().remove(&run_id);
             return;
         }
-        if self.closing.is_cancelled() && state.paused().is_none() && matches!(result, Err(ChatError::Engine(EngineError::Aborted))) {
+        if self.closing.is_cancelled()
+            && state.paused().is_none()
+            && matches!(result, Err(ChatError::Engine(EngineError::Aborted)))
+        {
             // Stopped by the shutdown, not finished: the run stays `running`, checkpointed,
             // and its lease is given back so the next server resumes it without waiting.
             journal.event(JournalEvent::Released(Released { owner: self.owner.clone(), reason: "shutdown".into() }));
@@ -353,7 +388,11 @@ impl RunManager {
     /// pause sees the run end. It ends early when this process stops
     /// ([`RunManager::shutdown`]): the client follows on with the next server. Followers of a
     /// run executing in this process wake on each journal write; others poll the store.
-    pub fn events(self: &Arc<Self>, id: &str, after: u64) -> impl Stream<Item = Result<StoredEvent, StoreError>> + Send + 'static {
+    pub fn events(
+        self: &Arc<Self>,
+        id: &str,
+        after: u64,
+    ) -> impl Stream<Item = Result<StoredEvent, StoreError>> + Send + 'static {
         struct Follow {
             manager: Arc<RunManager>,
             id: String,
@@ -373,7 +412,8 @@ impl RunManager {
                     return None;
                 }
                 // Subscribe before reading, so a write between the read and the wait wakes us.
-                let watch: Option<watch::Receiver<u64>> = f.manager.active().get(&f.id).map(|a| a.state.journal().watch());
+                let watch: Option<watch::Receiver<u64>> =
+                    f.manager.active().get(&f.id).map(|a| a.state.journal().watch());
                 let store = f.manager.runtime.store().clone();
                 match store.runs.events_after(&f.id, f.after, 1000).await {
                     Ok(events) if !events.is_empty() => {
@@ -460,7 +500,10 @@ impl RunManager {
         let store = self.runtime.store().clone();
         let run = store.runs.get_run(id).await?.ok_or_else(|| RunError::NotFound(id.to_owned()))?;
         if run.status != RunStatus::Paused || self.is_active(id) {
-            return Err(RunError::NotActive(id.to_owned(), format!("status {}; only paused runs are reconciled", run.status.as_str())));
+            return Err(RunError::NotActive(
+                id.to_owned(),
+                format!("status {}; only paused runs are reconciled", run.status.as_str()),
+            ));
         }
         let prefix = format!("run/{id}/");
         let effect = store.effects.get_effect(key).await?.filter(|_| key.starts_with(&prefix));
@@ -481,7 +524,16 @@ impl RunManager {
         self.starting().insert(id.to_owned());
         let resumed = async {
             store.runs.claim_run(id, &self.owner, self.options.lease_ttl).await?;
-            store.runs.append_events(id, vec![JournalEvent::Reconciled(Reconciled { key: key.to_owned(), outcome: outcome.to_owned() }).to_stored()]).await?;
+            store
+                .runs
+                .append_events(
+                    id,
+                    vec![
+                        JournalEvent::Reconciled(Reconciled { key: key.to_owned(), outcome: outcome.to_owned() })
+                            .to_stored(),
+                    ],
+                )
+                .await?;
             store.runs.update_run_status(id, RunStatus::Running, None, Some(run.revision)).await?;
             self.resume(id).await
         }
@@ -517,7 +569,10 @@ impl RunManager {
                     tracing::warn!(run = %id, code = e.code(), "run could not be resumed: {e}");
                     let failed = JournalEvent::Failed(Failure { code: "resume_failed".into(), message: e.to_string() });
                     let _ = store.runs.append_events(&id, vec![failed.to_stored()]).await;
-                    let _ = store.runs.update_run_status(&id, RunStatus::Failed, Some(format!("resume_failed: {e}")), None).await;
+                    let _ = store
+                        .runs
+                        .update_run_status(&id, RunStatus::Failed, Some(format!("resume_failed: {e}")), None)
+                        .await;
                     let _ = store.runs.release_lease(&id, &self.owner).await;
                 }
             }
@@ -562,7 +617,8 @@ impl RunManager {
         let store = self.runtime.store().clone();
         let run = store.runs.get_run(id).await?.ok_or_else(|| RunError::NotFound(id.to_owned()))?;
         let state = match store.runs.latest_checkpoint(id).await? {
-            Some(checkpoint) => serde_json::from_value(checkpoint.state).map_err(|e| RunError::Invalid(format!("unreadable checkpoint: {e}")))?,
+            Some(checkpoint) => serde_json::from_value(checkpoint.state)
+                .map_err(|e| RunError::Invalid(format!("unreadable checkpoint: {e}")))?,
             None => {
                 let first = store.runs.events_after(id, 0, 1).await?.into_iter().next();
                 let Some(JournalEvent::Accepted(accepted)) = first.as_ref().and_then(JournalEvent::from_stored) else {
@@ -573,7 +629,8 @@ impl RunManager {
         };
         let input = state.spec.to_input(id).map_err(RunError::Invalid)?;
         let new_messages = state.spec.messages.iter().chain(&state.produced).cloned().collect();
-        let prepared = self.runtime.prepare_resumed(input, state.spec.model_profile.clone(), new_messages, run.created_at).await?;
+        let prepared =
+            self.runtime.prepare_resumed(input, state.spec.model_profile.clone(), new_messages, run.created_at).await?;
         self.launch(prepared, state, run.last_seq, true);
         Ok(())
     }

@@ -117,7 +117,11 @@ impl RunSpec {
             v => v.get("tool").and_then(Value::as_str).map_or(ToolChoice::Auto, |n| ToolChoice::Tool(n.to_owned())),
         };
         input.parallel_tool_calls = self.parallel_tool_calls;
-        input.response_format = if self.response_format.is_null() { ResponseFormat::Text } else { ResponseFormat::from_wire(&self.response_format)? };
+        input.response_format = if self.response_format.is_null() {
+            ResponseFormat::Text
+        } else {
+            ResponseFormat::from_wire(&self.response_format)?
+        };
         input.allowed_tools = self.allowed_tools.clone();
         input.loop_context = self.loop_context.clone();
         input.capabilities = self.capabilities;

@@ -50,7 +50,10 @@ pub enum Queued {
 
 impl RunState {
     pub(crate) fn new(state: CheckpointState, journal: Journal) -> Self {
-        Self { inner: Mutex::new(Inner { state, skip_appends: 0, current_call: None, paused: None, closed: false }), journal }
+        Self {
+            inner: Mutex::new(Inner { state, skip_appends: 0, current_call: None, paused: None, closed: false }),
+            journal,
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -92,7 +95,10 @@ impl RunState {
         let inner = self.lock();
         let id = inner.current_call.as_deref()?;
         let assistants = inner.state.produced.iter().filter(|m| m.role == Role::Assistant);
-        assistants.enumerate().filter_map(|(turn, m)| m.tool_calls.iter().position(|c| c.id == id).map(|p| (turn + 1, p))).last()
+        assistants
+            .enumerate()
+            .filter_map(|(turn, m)| m.tool_calls.iter().position(|c| c.id == id).map(|p| (turn + 1, p)))
+            .last()
     }
 
     /// Queue steering; a seen id is a duplicate; `None` once the run is finishing.
@@ -142,7 +148,8 @@ impl RunState {
     /// a message accepted later would never be delivered.
     fn deliver(&self, pick: impl Fn(&SteerMessage) -> bool, finishing: bool) -> Vec<Message> {
         let mut inner = self.lock();
-        let (take, keep): (Vec<SteerMessage>, Vec<SteerMessage>) = std::mem::take(&mut inner.state.pending).into_iter().partition(|s| pick(s));
+        let (take, keep): (Vec<SteerMessage>, Vec<SteerMessage>) =
+            std::mem::take(&mut inner.state.pending).into_iter().partition(|s| pick(s));
         inner.state.pending = keep;
         if take.is_empty() {
             inner.closed |= finishing;

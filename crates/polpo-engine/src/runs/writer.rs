@@ -63,17 +63,22 @@ impl Journal {
                     loop {
                         match store.runs.append_events(&run_id, events.clone()).await {
                             Ok(range) => last = *range.end(),
-                            Err(e) if attempt < APPEND_RETRIES && !matches!(e.code(), "invalid_input" | "not_found") => {
+                            Err(e)
+                                if attempt < APPEND_RETRIES && !matches!(e.code(), "invalid_input" | "not_found") =>
+                            {
                                 attempt += 1;
                                 tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await;
                                 continue;
                             }
-                            Err(e) => tracing::warn!(run = %run_id, code = e.code(), "run events could not be journaled: {e}"),
+                            Err(e) => {
+                                tracing::warn!(run = %run_id, code = e.code(), "run events could not be journaled: {e}")
+                            }
                         }
                         break;
                     }
                 }
-                let written = if checkpoint { write_checkpoint(&store, &run_id, last, &snapshot).await } else { Ok(()) };
+                let written =
+                    if checkpoint { write_checkpoint(&store, &run_id, last, &snapshot).await } else { Ok(()) };
                 seq_tx.send_replace(last);
                 acks.into_iter().for_each(|a| {
                     let _ = a.send(());
@@ -100,7 +105,9 @@ impl Journal {
     /// wait for the outcome: for state that must not be relied on unless it is durable.
     pub(crate) async fn commit(&self) -> Result<(), CheckpointError> {
         let (ack, done) = oneshot::channel();
-        self.tx.send(Item::Commit(ack)).map_err(|_| CheckpointError::Failed("the run's journal writer has stopped".into()))?;
+        self.tx
+            .send(Item::Commit(ack))
+            .map_err(|_| CheckpointError::Failed("the run's journal writer has stopped".into()))?;
         done.await.unwrap_or_else(|_| Err(CheckpointError::Failed("the run's journal writer has stopped".into())))
     }
 

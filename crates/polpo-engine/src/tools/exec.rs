@@ -24,18 +24,29 @@ pub const MAX_ARGUMENTS_BYTES: usize = 1024 * 1024;
 
 /// Run the server tool calls of one turn and return one `tool` message per call, in order.
 /// Fails only when a hook ends the run (`hook_stopped`).
-pub async fn execute_batch(inv: &Invocation, hooks: Option<&InvocationHooks>, turn: u32, calls: &[ToolCall], sink: EventSink<'_>) -> Result<Vec<Message>, EngineError> {
+pub async fn execute_batch(
+    inv: &Invocation,
+    hooks: Option<&InvocationHooks>,
+    turn: u32,
+    calls: &[ToolCall],
+    sink: EventSink<'_>,
+) -> Result<Vec<Message>, EngineError> {
     let all_read = calls.iter().all(|c| inv.tools.get(&c.name).is_some_and(|t| t.effect().is_read_only()));
     if inv.parallel_tool_calls && all_read && calls.len() > 1 {
         // Calls run concurrently, but each call's events are held and replayed in the model's
         // order once the batch is done, so observers see the same order as the history.
         let held: Vec<std::sync::Mutex<Vec<RunEvent>>> = calls.iter().map(|_| Default::default()).collect();
-        let sinks: Vec<_> = held.iter().map(|h| move |e: RunEvent| h.lock().unwrap_or_else(|p| p.into_inner()).push(e)).collect();
+        let sinks: Vec<_> =
+            held.iter().map(|h| move |e: RunEvent| h.lock().unwrap_or_else(|p| p.into_inner()).push(e)).collect();
         // The batch is one external wait: concurrent calls overlap, so their times must not add.
         // The futures are built before the await (not lazily by a closure inside the stream),
         // which keeps the batch future `Send` for callers that spawn it.
-        let calls_futures: Vec<_> = calls.iter().zip(&sinks).map(|(c, s)| execute_one(inv, hooks, turn, c, s)).collect();
-        let results = crate::meter::external(futures::stream::iter(calls_futures).buffered(MAX_PARALLEL_CALLS).collect::<Vec<_>>()).await;
+        let calls_futures: Vec<_> =
+            calls.iter().zip(&sinks).map(|(c, s)| execute_one(inv, hooks, turn, c, s)).collect();
+        let results = crate::meter::external(
+            futures::stream::iter(calls_futures).buffered(MAX_PARALLEL_CALLS).collect::<Vec<_>>(),
+        )
+        .await;
         for events in held {
             events.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().for_each(sink);
         }
@@ -64,7 +75,12 @@ pub enum DirectCallError {
 /// Run one call that no model made (a loop's tool step) through the same gates and hooks as
 /// a model's call — exists, policy, `tool:before`, policy again, schema, the tool,
 /// `tool:after` — with `sink` seeing the hooks' events.
-pub async fn call_direct(inv: &Invocation, name: &str, arguments: Value, sink: EventSink<'_>) -> Result<String, DirectCallError> {
+pub async fn call_direct(
+    inv: &Invocation,
+    name: &str,
+    arguments: Value,
+    sink: EventSink<'_>,
+) -> Result<String, DirectCallError> {
     let call = ToolCall { id: format!("direct-{name}"), name: name.to_owned(), arguments: String::new() };
     let at = inv.hooks.as_ref().map(|hooks| At { inv, hooks, turn: 0, subject: call.id.clone(), sink });
     match call_gated(inv, at.as_ref(), &call, Ok(arguments)).await {
@@ -87,7 +103,12 @@ enum Called {
 }
 
 /// One call through every gate, then `tool:after`; `Err` only when a hook ends the run.
-async fn call_gated(inv: &Invocation, at: Option<&At<'_>>, call: &ToolCall, arguments: Result<Value, String>) -> Result<Called, EngineError> {
+async fn call_gated(
+    inv: &Invocation,
+    at: Option<&At<'_>>,
+    call: &ToolCall,
+    arguments: Result<Value, String>,
+) -> Result<Called, EngineError> {
     let (input, result) = match run_gated(inv, at, call, arguments).await? {
         Gated::Refused(e) => return Ok(Called::Refused(e)),
         Gated::Invalid(e) => return Ok(Called::InvalidInput(e)),
@@ -116,7 +137,13 @@ enum Gated {
 }
 
 /// One call through every gate; a failure is the model-visible result, except a hook `stop`.
-async fn execute_one(inv: &Invocation, hooks: Option<&InvocationHooks>, turn: u32, call: &ToolCall, sink: EventSink<'_>) -> Result<Message, EngineError> {
+async fn execute_one(
+    inv: &Invocation,
+    hooks: Option<&InvocationHooks>,
+    turn: u32,
+    call: &ToolCall,
+    sink: EventSink<'_>,
+) -> Result<Message, EngineError> {
     let arguments = parse_arguments(&call.arguments);
     sink(RunEvent::ToolCalling {
         id: call.id.clone(),
@@ -132,10 +159,20 @@ async fn execute_one(inv: &Invocation, hooks: Option<&InvocationHooks>, turn: u3
     Ok(Message::tool_result(call.id.clone(), text))
 }
 
-async fn run_gated(inv: &Invocation, at: Option<&At<'_>>, call: &ToolCall, arguments: Result<Value, String>) -> Result<Gated, EngineError> {
-    let Some(tool) = inv.tools.get(&call.name) else { return Ok(Gated::Refused(format!("unknown_tool: no tool named `{}`", call.name))) };
+async fn run_gated(
+    inv: &Invocation,
+    at: Option<&At<'_>>,
+    call: &ToolCall,
+    arguments: Result<Value, String>,
+) -> Result<Gated, EngineError> {
+    let Some(tool) = inv.tools.get(&call.name) else {
+        return Ok(Gated::Refused(format!("unknown_tool: no tool named `{}`", call.name)));
+    };
     if let Some(layer) = inv.policy.denied_by(&call.name) {
-        return Ok(Gated::Refused(format!("tool_policy_denied: `{}` is not allowed by the {layer:?} tool policy", call.name)));
+        return Ok(Gated::Refused(format!(
+            "tool_policy_denied: `{}` is not allowed by the {layer:?} tool policy",
+            call.name
+        )));
     }
     let mut arguments = match arguments {
         Ok(a) => a,
@@ -146,8 +183,12 @@ async fn run_gated(inv: &Invocation, at: Option<&At<'_>>, call: &ToolCall, argum
         // and the schema check below runs on whatever input they produced.
         match authorize(&inv.policy, &call.name, runner::tool_before(at, &call.name, arguments).await) {
             Authorization::Execute { input } => arguments = input,
-            Authorization::Refuse { code, message } => return Ok(Gated::Refused(format!("{code}: {}", at.hooks.redact_text(message)))),
-            Authorization::EndRun { message, .. } => return Err(EngineError::HookStopped(at.hooks.redact_text(message))),
+            Authorization::Refuse { code, message } => {
+                return Ok(Gated::Refused(format!("{code}: {}", at.hooks.redact_text(message))));
+            }
+            Authorization::EndRun { message, .. } => {
+                return Err(EngineError::HookStopped(at.hooks.redact_text(message)));
+            }
         }
     }
     if let Err(e) = inv.tools.check_arguments(&call.name, &arguments) {

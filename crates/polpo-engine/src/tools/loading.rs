@@ -116,12 +116,17 @@ pub fn not_loaded(inv: &Invocation, earlier: &[Message], name: &str) -> bool {
 
 /// The model-visible result of a disclosure call. `Err` is an `Error: …` result.
 pub fn call(inv: &Invocation, call: &ToolCall) -> Result<String, String> {
-    let args: Value = if call.arguments.trim().is_empty() { json!({}) } else { serde_json::from_str(&call.arguments).map_err(|e| format!("invalid_arguments: {e}"))? };
+    let args: Value = if call.arguments.trim().is_empty() {
+        json!({})
+    } else {
+        serde_json::from_str(&call.arguments).map_err(|e| format!("invalid_arguments: {e}"))?
+    };
     match call.name.as_str() {
         TOOL_LIST => Ok(listing(catalog(inv), "No tools are available to this agent.")),
         TOOL_SEARCH => {
             let query = args.get("query").and_then(Value::as_str).unwrap_or_default().to_lowercase();
-            let limit = args.get("limit").and_then(Value::as_u64).map_or(10, |l| (l as usize).clamp(1, MAX_SEARCH_RESULTS));
+            let limit =
+                args.get("limit").and_then(Value::as_u64).map_or(10, |l| (l as usize).clamp(1, MAX_SEARCH_RESULTS));
             let terms: Vec<&str> = query.split_whitespace().collect();
             if terms.is_empty() {
                 return Err("invalid_arguments: `query` must contain at least one word".into());
@@ -129,12 +134,26 @@ pub fn call(inv: &Invocation, call: &ToolCall) -> Result<String, String> {
             let mut scored: Vec<(usize, &Arc<ToolSpec>)> = catalog(inv)
                 .filter_map(|s| {
                     let (name, description) = (s.name.to_lowercase(), s.description.to_lowercase());
-                    let score: usize = terms.iter().map(|t| if name.contains(t) { 3 } else if description.contains(t) { 1 } else { 0 }).sum();
+                    let score: usize = terms
+                        .iter()
+                        .map(|t| {
+                            if name.contains(t) {
+                                3
+                            } else if description.contains(t) {
+                                1
+                            } else {
+                                0
+                            }
+                        })
+                        .sum();
                     (score > 0).then_some((score, s))
                 })
                 .collect();
             scored.sort_by_key(|s| std::cmp::Reverse(s.0));
-            Ok(listing(scored.into_iter().take(limit).map(|(_, s)| s), "No authorized tool matches; try other words or polpo_tool_list."))
+            Ok(listing(
+                scored.into_iter().take(limit).map(|(_, s)| s),
+                "No authorized tool matches; try other words or polpo_tool_list.",
+            ))
         }
         TOOL_LOAD => {
             let names = requested_names(&call.arguments).map_err(|e| format!("invalid_arguments: {e}"))?;
@@ -146,7 +165,11 @@ pub fn call(inv: &Invocation, call: &ToolCall) -> Result<String, String> {
                     None => missing.push(n.as_str()),
                 }
             }
-            let mut out = if loaded.is_empty() { "No tool was loaded.".to_owned() } else { format!("Loaded: {}. Call them from your next step.", loaded.join(", ")) };
+            let mut out = if loaded.is_empty() {
+                "No tool was loaded.".to_owned()
+            } else {
+                format!("Loaded: {}. Call them from your next step.", loaded.join(", "))
+            };
             if !missing.is_empty() {
                 // Same answer for unknown and denied names: the policy's exclusions stay invisible.
                 out.push_str(&format!(" Not available to this agent: {}.", missing.join(", ")));
@@ -158,7 +181,8 @@ pub fn call(inv: &Invocation, call: &ToolCall) -> Result<String, String> {
 }
 
 fn listing<'a>(specs: impl Iterator<Item = &'a Arc<ToolSpec>>, empty: &str) -> String {
-    let lines: Vec<String> = specs.map(|s| format!("- {}: {}", s.name, first_chars(&s.description, DESCRIPTION_CHARS))).collect();
+    let lines: Vec<String> =
+        specs.map(|s| format!("- {}: {}", s.name, first_chars(&s.description, DESCRIPTION_CHARS))).collect();
     if lines.is_empty() { empty.to_owned() } else { lines.join("\n") }
 }
 

@@ -59,9 +59,15 @@ impl ToolSet {
     /// Check `arguments` against the schema of tool `name`; `Err` is a model-visible
     /// `invalid_arguments`/`invalid_tool`/`unknown_tool` sentence.
     pub fn check_arguments(&self, name: &str, arguments: &Value) -> Result<(), String> {
-        let entry = self.by_name.get(name).map(|&i| &self.entries[i]).ok_or_else(|| format!("unknown_tool: no tool named `{name}`"))?;
-        let validator = entry.validator.as_ref().ok_or_else(|| format!("invalid_tool: the schema of `{name}` does not compile"))?;
-        let problems: Vec<String> = validator.iter_errors(arguments).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
+        let entry = self
+            .by_name
+            .get(name)
+            .map(|&i| &self.entries[i])
+            .ok_or_else(|| format!("unknown_tool: no tool named `{name}`"))?;
+        let validator =
+            entry.validator.as_ref().ok_or_else(|| format!("invalid_tool: the schema of `{name}` does not compile"))?;
+        let problems: Vec<String> =
+            validator.iter_errors(arguments).take(5).map(|e| format!("at `{}`: {e}", e.instance_path())).collect();
         if problems.is_empty() { Ok(()) } else { Err(format!("invalid_arguments: {}", problems.join("; "))) }
     }
 }

@@ -89,7 +89,8 @@ pub async fn run_turns_controlled(
     }
     // A gated run resumed after its last candidate was produced judges that candidate (or
     // replays the decision recorded for it) instead of asking the model again.
-    let mut candidate = if control.is_some() && termination.is_gate() { checkpointed_candidate(&conversation) } else { None };
+    let mut candidate =
+        if control.is_some() && termination.is_gate() { checkpointed_candidate(&conversation) } else { None };
     let mut turn = 0;
 
     loop {
@@ -107,10 +108,18 @@ pub async fn run_turns_controlled(
                 }
                 let output_cap = termination.before_model_call().await?;
                 let tool_free = formatting || repaired || termination.tool_free();
-                let tools = if tool_free { Vec::new() } else { crate::tools::loading::visible_tools(inv, &conversation) };
-                let tool_choice = if tool_free { ToolChoice::None } else if turn == 1 { inv.tool_choice.clone() } else { ToolChoice::Auto };
+                let tools =
+                    if tool_free { Vec::new() } else { crate::tools::loading::visible_tools(inv, &conversation) };
+                let tool_choice = if tool_free {
+                    ToolChoice::None
+                } else if turn == 1 {
+                    inv.tool_choice.clone()
+                } else {
+                    ToolChoice::Auto
+                };
                 // With no tool the model may call, the call that answers can carry the format.
-                constrained = inv.response_format.is_structured() && (tools.is_empty() || tool_choice == ToolChoice::None);
+                constrained =
+                    inv.response_format.is_structured() && (tools.is_empty() || tool_choice == ToolChoice::None);
                 let shape = CallShape {
                     tools,
                     tool_choice,
@@ -120,7 +129,11 @@ pub async fn run_turns_controlled(
                 sink(RunEvent::TurnStarted { turn });
                 let reply = call_model(inv, &conversation, shape, buffer_text, sink, cancel).await?;
                 usage.add(reply.usage.unwrap_or_default());
-                sink(RunEvent::TurnCompleted { turn, usage: reply.usage.unwrap_or_default(), finish_reason: reply.finish.clone() });
+                sink(RunEvent::TurnCompleted {
+                    turn,
+                    usage: reply.usage.unwrap_or_default(),
+                    finish_reason: reply.finish.clone(),
+                });
 
                 let assistant = Message {
                     role: Role::Assistant,
@@ -141,7 +154,9 @@ pub async fn run_turns_controlled(
                         if cancel.is_cancelled() {
                             return Err(EngineError::Aborted);
                         }
-                        for result in crate::tools::execute(inv, hooks, base_turn + turn, &server, &conversation, sink).await? {
+                        for result in
+                            crate::tools::execute(inv, hooks, base_turn + turn, &server, &conversation, sink).await?
+                        {
                             Arc::make_mut(&mut conversation).push(result.clone());
                             sink(RunEvent::MessageAppended { message: result });
                         }
@@ -150,7 +165,14 @@ pub async fn run_turns_controlled(
                         return Err(EngineError::Aborted);
                     }
                     if !client.is_empty() {
-                        return Ok(outcome(None, crate::interaction::finish_reason(&client), client, usage, turn, &conversation[base_len..]));
+                        return Ok(outcome(
+                            None,
+                            crate::interaction::finish_reason(&client),
+                            client,
+                            usage,
+                            turn,
+                            &conversation[base_len..],
+                        ));
                     }
                     continue;
                 }
@@ -180,7 +202,14 @@ pub async fn run_turns_controlled(
                     }
                     continue;
                 }
-                return Ok(outcome(Some(content), FinishReason::Stop, Vec::new(), usage, turn, &conversation[base_len..]));
+                return Ok(outcome(
+                    Some(content),
+                    FinishReason::Stop,
+                    Vec::new(),
+                    usage,
+                    turn,
+                    &conversation[base_len..],
+                ));
             }
             Err(diagnostics) if !repaired => {
                 // Unconstrained: one tool-free formatting call under the provider's constraint.
@@ -228,7 +257,9 @@ async fn answer_pending_calls(
     let missing: Vec<ToolCall> = conversation[last]
         .tool_calls
         .iter()
-        .filter(|c| !inv.is_client_tool(&c.name) && !after.iter().any(|m| m.tool_call_id.as_deref() == Some(c.id.as_str())))
+        .filter(|c| {
+            !inv.is_client_tool(&c.name) && !after.iter().any(|m| m.tool_call_id.as_deref() == Some(c.id.as_str()))
+        })
         .cloned()
         .collect();
     if missing.is_empty() {
@@ -242,7 +273,14 @@ async fn answer_pending_calls(
     crate::tools::execute(inv, hooks, turn, &missing, &conversation[..=last], sink).await
 }
 
-fn outcome(content: Option<String>, finish_reason: FinishReason, client_tool_calls: Vec<ToolCall>, usage: Usage, turns: u32, added: &[Message]) -> RunOutcome {
+fn outcome(
+    content: Option<String>,
+    finish_reason: FinishReason,
+    client_tool_calls: Vec<ToolCall>,
+    usage: Usage,
+    turns: u32,
+    added: &[Message],
+) -> RunOutcome {
     RunOutcome { content, finish_reason, client_tool_calls, usage, turns, messages: added.to_vec() }
 }
 
@@ -309,7 +347,11 @@ async fn call_model(
                     slot.1 = name;
                 }
                 slot.2.push_str(&arguments);
-                sink(RunEvent::ToolPreparing { id: slot.0.clone(), name: slot.1.clone(), arguments_text: slot.2.clone() });
+                sink(RunEvent::ToolPreparing {
+                    id: slot.0.clone(),
+                    name: slot.1.clone(),
+                    arguments_text: slot.2.clone(),
+                });
             }
             ModelEvent::ToolCall(call) => reply.tool_calls.push(call),
             ModelEvent::Usage(u) => reply.usage = Some(u),

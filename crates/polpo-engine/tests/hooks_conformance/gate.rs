@@ -12,7 +12,10 @@ fn gate_pack(command: String, limits: Value) -> polpo_core::hooks::HookPack {
     for (k, v) in limits.as_object().unwrap() {
         gate[k] = v.clone();
     }
-    pack("quality", json!({"version": 1, "hooks": {"turn:stop": [{"id": "tests-pass", "onFailure": "continue", "terminationGate": gate}]}}))
+    pack(
+        "quality",
+        json!({"version": 1, "hooks": {"turn:stop": [{"id": "tests-pass", "onFailure": "continue", "terminationGate": gate}]}}),
+    )
 }
 
 /// A validator that accepts only answers containing `ACCEPT`, saving every envelope.
@@ -38,7 +41,9 @@ fn gate_states(events: &[RunEvent]) -> Vec<(GateState, u32, u32)> {
     events
         .iter()
         .filter_map(|e| match e {
-            RunEvent::TerminationGate { state, termination_attempt, correction_cycle, .. } => Some((*state, *termination_attempt, *correction_cycle)),
+            RunEvent::TerminationGate { state, termination_attempt, correction_cycle, .. } => {
+                Some((*state, *termination_attempt, *correction_cycle))
+            }
             _ => None,
         })
         .collect()
@@ -73,11 +78,23 @@ async fn a_gate_sends_the_agent_back_twice_and_the_client_only_sees_the_third_an
         ]
     );
     let envs = ws.envelopes("validator");
-    let seen_by_validator: Vec<(Value, Value, Value)> =
-        envs.iter().map(|e| (e["data"]["candidate"].clone(), e["data"]["terminationAttempt"].clone(), e["data"]["correctionCycle"].clone())).collect();
+    let seen_by_validator: Vec<(Value, Value, Value)> = envs
+        .iter()
+        .map(|e| {
+            (
+                e["data"]["candidate"].clone(),
+                e["data"]["terminationAttempt"].clone(),
+                e["data"]["correctionCycle"].clone(),
+            )
+        })
+        .collect();
     assert_eq!(
         seen_by_validator,
-        [(json!("first draft"), json!(1), json!(0)), (json!("second draft"), json!(2), json!(1)), (json!("final ACCEPT answer"), json!(3), json!(2))]
+        [
+            (json!("first draft"), json!(1), json!(0)),
+            (json!("second draft"), json!(2), json!(1)),
+            (json!("final ACCEPT answer"), json!(3), json!(2))
+        ]
     );
     let keys: std::collections::HashSet<_> = envs.iter().map(|e| e["idempotencyKey"].clone()).collect();
     assert_eq!(keys.len(), 3, "each validation has its own idempotency key");
@@ -128,7 +145,9 @@ async fn time_exhausted() {
 async fn tokens_exhausted_and_the_next_output_is_capped() {
     let ws = Workspace::new();
     let p = gate_pack(picky_validator(&ws), json!({"maxCycles": 10, "maxDurationMs": 600000, "maxTokens": 100}));
-    let llm = FakeLlm::start([Turn::text("a").usage(50, 10), Turn::text("b").usage(60, 10), Turn::text("ACCEPT")]).await.unwrap();
+    let llm = FakeLlm::start([Turn::text("a").usage(50, 10), Turn::text("b").usage(60, 10), Turn::text("ACCEPT")])
+        .await
+        .unwrap();
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "task").await;
     assert_eq!(seen.error_code(), "termination_gate_tokens_exhausted");
     assert_eq!(llm.requests()[0].body["max_tokens"], 100);
@@ -202,8 +221,11 @@ async fn several_gates_use_the_strictest_limits() {
     let ws = Workspace::new();
     let v = picky_validator(&ws);
     let loose = gate_pack(v.clone(), json!({"maxCycles": 10, "maxDurationMs": 600000}));
-    let strict = pack("strict", json!({"version": 1, "hooks": {"turn:stop": [{"terminationGate": {
-        "validator": {"type": "command", "command": v}, "maxCycles": 1, "maxDurationMs": 600000}}]}}));
+    let strict = pack(
+        "strict",
+        json!({"version": 1, "hooks": {"turn:stop": [{"terminationGate": {
+        "validator": {"type": "command", "command": v}, "maxCycles": 1, "maxDurationMs": 600000}}]}}),
+    );
     let llm = FakeLlm::start([Turn::text("a"), Turn::text("b"), Turn::text("c")]).await.unwrap();
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[loose, strict]))), "task").await;
     assert_eq!(seen.error_code(), "termination_gate_cycles_exhausted");
@@ -214,8 +236,11 @@ async fn several_gates_use_the_strictest_limits() {
 async fn a_gate_limited_to_loop_steps_does_not_apply_to_chat() {
     let ws = Workspace::new();
     let v = picky_validator(&ws);
-    let p = pack("quality", json!({"version": 1, "hooks": {"turn:stop": [{"matcher": {"steps": ["build"]}, "terminationGate": {
-        "validator": {"type": "command", "command": v}, "maxCycles": 1, "maxDurationMs": 600000}}]}}));
+    let p = pack(
+        "quality",
+        json!({"version": 1, "hooks": {"turn:stop": [{"matcher": {"steps": ["build"]}, "terminationGate": {
+        "validator": {"type": "command", "command": v}, "maxCycles": 1, "maxDurationMs": 600000}}]}}),
+    );
     let llm = FakeLlm::start([Turn::text("chat answer")]).await.unwrap();
     let seen = run(&invocation(&llm, &ws, Some(hooks(std::slice::from_ref(&p)))), "task").await;
     assert_eq!(seen.content(), "chat answer");
@@ -243,7 +268,13 @@ async fn the_kill_switch_blocks_an_agent_with_a_gate_before_any_inference() {
 async fn structured_output_is_formatted_after_acceptance() {
     let ws = Workspace::new();
     let p = gate_pack(picky_validator(&ws), json!({"maxCycles": 2, "maxDurationMs": 600000}));
-    let llm = FakeLlm::start([Turn::text("{\"tier\":\"gold\"}"), Turn::text("ACCEPT but not json"), Turn::text("{\"tier\":\"paid\"}")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::text("{\"tier\":\"gold\"}"),
+        Turn::text("ACCEPT but not json"),
+        Turn::text("{\"tier\":\"paid\"}"),
+    ])
+    .await
+    .unwrap();
     let mut inv = invocation(&llm, &ws, Some(hooks(&[p])));
     inv.response_format = polpo_engine::structured::ResponseFormat::from_wire(&json!({"type": "json_object"})).unwrap();
     let seen = run(&inv, "task").await;
@@ -255,8 +286,11 @@ async fn structured_output_is_formatted_after_acceptance() {
 #[tokio::test]
 async fn a_gate_whose_validator_cannot_run_blocks_before_inference() {
     let ws = Workspace::new();
-    let p = pack("quality", json!({"version": 1, "hooks": {"turn:stop": [{"terminationGate": {
-        "validator": {"type": "mcp_tool", "server": "ci", "tool": "check"}, "maxCycles": 1, "maxDurationMs": 60000}}]}}));
+    let p = pack(
+        "quality",
+        json!({"version": 1, "hooks": {"turn:stop": [{"terminationGate": {
+        "validator": {"type": "mcp_tool", "server": "ci", "tool": "check"}, "maxCycles": 1, "maxDurationMs": 60000}}]}}),
+    );
     let llm = FakeLlm::start([Turn::text("unvalidated")]).await.unwrap();
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "task").await;
     assert_eq!(seen.error_code(), "termination_gate_disabled");
@@ -298,7 +332,14 @@ async fn a_client_tool_handoff_is_not_a_successful_termination() {
     let p = gate_pack(picky_validator(&ws), json!({"maxCycles": 1, "maxDurationMs": 600000}));
     let llm = FakeLlm::start([Turn::tool_calls(vec![("ask_user", json!({"question": "which file?"}))])]).await.unwrap();
     let mut inv = invocation(&llm, &ws, Some(hooks(&[p])));
-    inv.client_tools = vec![polpo_core::tool::ToolSpec { name: "ask_user".into(), description: "ask".into(), parameters: json!({"type": "object"}) }.into()];
+    inv.client_tools = vec![
+        polpo_core::tool::ToolSpec {
+            name: "ask_user".into(),
+            description: "ask".into(),
+            parameters: json!({"type": "object"}),
+        }
+        .into(),
+    ];
     let seen = run(&inv, "task").await;
     let outcome = seen.result.as_ref().unwrap();
     assert_eq!(outcome.finish_reason, polpo_core::message::FinishReason::ToolCalls);

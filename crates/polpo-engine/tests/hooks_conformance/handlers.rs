@@ -35,14 +35,22 @@ async fn hook_server(reply: Value) -> (String, Received) {
 }
 
 fn http_pack(url: &str) -> HookPack {
-    pack("remote", json!({"version": 1, "hooks": {"tool:before": [{"matcher": {"tools": ["write"]}, "handler": {"type": "http", "url": url, "timeoutMs": 3000}}]}}))
+    pack(
+        "remote",
+        json!({"version": 1, "hooks": {"tool:before": [{"matcher": {"tools": ["write"]}, "handler": {"type": "http", "url": url, "timeoutMs": 3000}}]}}),
+    )
 }
 
 #[tokio::test]
 async fn an_http_hook_receives_the_envelope_with_its_idempotency_key_and_can_deny() {
     let ws = Workspace::new();
     let (url, received) = hook_server(json!({"decision": "deny", "reason": "remote policy"})).await;
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("write", json!({"path": "a.txt", "content": "x"}))]), Turn::text("done")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("write", json!({"path": "a.txt", "content": "x"}))]),
+        Turn::text("done"),
+    ])
+    .await
+    .unwrap();
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[http_pack(&url)]))), "write").await;
     assert!(!ws.file("a.txt").exists());
     assert!(seen.tool_results()[0].0.contains("remote policy"));
@@ -59,7 +67,12 @@ async fn loopback_http_needs_the_explicit_test_allowance() {
     let (url, received) = hook_server(json!({"decision": "allow"})).await;
     let mut h = hooks(&[http_pack(&url)]);
     h.runtime.allow_loopback_http = false;
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("write", json!({"path": "a.txt", "content": "x"}))]), Turn::text("done")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("write", json!({"path": "a.txt", "content": "x"}))]),
+        Turn::text("done"),
+    ])
+    .await
+    .unwrap();
     let seen = run(&invocation(&llm, &ws, Some(h)), "write").await;
     assert!(received.lock().unwrap().is_empty(), "the request was never sent");
     assert!(!ws.file("a.txt").exists(), "a failing hook fails closed");
@@ -70,8 +83,11 @@ async fn loopback_http_needs_the_explicit_test_allowance() {
 async fn an_http_validator_can_accept() {
     let ws = Workspace::new();
     let (url, received) = hook_server(json!({"decision": "accept"})).await;
-    let p = pack("quality", json!({"version": 1, "hooks": {"turn:stop": [{"terminationGate": {
-        "validator": {"type": "http", "url": url}, "maxCycles": 1, "maxDurationMs": 60000}}]}}));
+    let p = pack(
+        "quality",
+        json!({"version": 1, "hooks": {"turn:stop": [{"terminationGate": {
+        "validator": {"type": "http", "url": url}, "maxCycles": 1, "maxDurationMs": 60000}}]}}),
+    );
     let llm = FakeLlm::start([Turn::text("checked answer")]).await.unwrap();
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "task").await;
     assert_eq!(seen.content(), "checked answer");
@@ -101,7 +117,11 @@ impl Tool for CheckTotal {
     async fn call(&self, _ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
         let field = args["field"].as_str().unwrap_or_default();
         let candidate = args["hook"]["data"]["candidate"].as_str().unwrap_or_default();
-        let decision = if candidate.contains(field) { json!({"decision": "accept"}) } else { json!({"decision": "continue", "diagnostics": {"missing": field}}) };
+        let decision = if candidate.contains(field) {
+            json!({"decision": "accept"})
+        } else {
+            json!({"decision": "continue", "diagnostics": {"missing": field}})
+        };
         Ok(ToolOutput { text: decision.to_string(), details: Value::Null })
     }
 }
@@ -109,11 +129,15 @@ impl Tool for CheckTotal {
 #[tokio::test]
 async fn a_tool_of_the_agent_validates_through_the_same_policy() {
     let ws = Workspace::new();
-    let p = pack("quality", json!({"version": 1, "hooks": {"turn:stop": [{"terminationGate": {
-        "validator": {"type": "tool", "tool": "check_total", "input": {"field": "total"}}, "maxCycles": 2, "maxDurationMs": 60000}}]}}));
+    let p = pack(
+        "quality",
+        json!({"version": 1, "hooks": {"turn:stop": [{"terminationGate": {
+        "validator": {"type": "tool", "tool": "check_total", "input": {"field": "total"}}, "maxCycles": 2, "maxDurationMs": 60000}}]}}),
+    );
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(CheckTotal::new())];
     let llm = FakeLlm::start([Turn::text("sum is 4"), Turn::text("the total is 4")]).await.unwrap();
-    let seen = run(&invocation_with(&llm, &ws, Some(hooks(std::slice::from_ref(&p))), tools.clone(), None), "task").await;
+    let seen =
+        run(&invocation_with(&llm, &ws, Some(hooks(std::slice::from_ref(&p))), tools.clone(), None), "task").await;
     assert_eq!(seen.content(), "the total is 4");
     assert!(request_text(&llm, 1).contains("missing"));
 

@@ -54,7 +54,9 @@ impl Project {
         std::fs::write(fixture.root().join(".polpo/hooks/mark.sh"), script).unwrap();
         let project = polpo_project::load_project(dir.path()).unwrap();
         let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
-        let runtime = Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store).with_hook_runtime(HookRuntime::default());
+        let runtime =
+            Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store)
+                .with_hook_runtime(HookRuntime::default());
         Self { dir, runtime: Arc::new(runtime) }
     }
 
@@ -74,17 +76,28 @@ impl Project {
     }
 
     fn envelope(&self, id: &str) -> Value {
-        serde_json::from_slice(&std::fs::read(self.dir.path().join(format!(".polpo/hooks/envelope-{id}.json"))).unwrap()).unwrap()
+        serde_json::from_slice(
+            &std::fs::read(self.dir.path().join(format!(".polpo/hooks/envelope-{id}.json"))).unwrap(),
+        )
+        .unwrap()
     }
 }
 
 fn in_step(step: &str, loop_hooks: &[&str], step_hooks: &[&str]) -> Option<LoopContext> {
     let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect();
-    Some(LoopContext { loop_id: "release".into(), step: step.into(), loop_hooks: names(loop_hooks), step_hooks: names(step_hooks), ..Default::default() })
+    Some(LoopContext {
+        loop_id: "release".into(),
+        step: step.into(),
+        loop_hooks: names(loop_hooks),
+        step_hooks: names(step_hooks),
+        ..Default::default()
+    })
 }
 
 async fn ls_then_done(calls: usize) -> FakeLlm {
-    FakeLlm::start((0..calls).flat_map(|_| [Turn::tool_calls(vec![("ls", json!({"path": "."}))]), Turn::text("done")])).await.unwrap()
+    FakeLlm::start((0..calls).flat_map(|_| [Turn::tool_calls(vec![("ls", json!({"path": "."}))]), Turn::text("done")]))
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -137,7 +150,8 @@ async fn an_unknown_pack_in_a_loop_context_fails_before_any_model_call() {
     assert!(err.to_string().contains(".polpo/hooks/qualty.json"), "{err}");
     assert!(llm.requests().is_empty(), "no model call");
     assert!(p.fired().is_empty(), "no hook ran");
-    let sessions = p.runtime.store().sessions.list_sessions(&Default::default(), &PageRequest::default()).await.unwrap();
+    let sessions =
+        p.runtime.store().sessions.list_sessions(&Default::default(), &PageRequest::default()).await.unwrap();
     assert!(sessions.items.is_empty(), "no session was created");
 }
 

@@ -9,7 +9,10 @@ async fn feedback_buys_one_tool_free_recovery_call_then_the_run_ends() {
     let ws = Workspace::new();
     // Always unhappy: a naive loop would never end.
     let reviewer = ws.recording_script("review", r#"{"decision":"stop","feedback":"mention the deadline"}"#);
-    let p = pack("quality", json!({"version": 1, "hooks": {"turn:stop": [{"handler": {"type": "command", "command": reviewer}}]}}));
+    let p = pack(
+        "quality",
+        json!({"version": 1, "hooks": {"turn:stop": [{"handler": {"type": "command", "command": reviewer}}]}}),
+    );
     let llm = FakeLlm::start([
         Turn::tool_calls(vec![("bash", json!({"command": "echo ran >> log.txt"}))]),
         Turn::text("draft"),
@@ -35,7 +38,10 @@ async fn feedback_buys_one_tool_free_recovery_call_then_the_run_ends() {
 async fn continue_outside_a_gate_is_rejected() {
     let ws = Workspace::new();
     let h = ws.script("bad", r#"cat >/dev/null; echo '{"decision":"continue","diagnostics":{"x":1}}'"#);
-    let p = pack("quality", json!({"version": 1, "hooks": {"turn:stop": [{"handler": {"type": "command", "command": h}}]}}));
+    let p = pack(
+        "quality",
+        json!({"version": 1, "hooks": {"turn:stop": [{"handler": {"type": "command", "command": h}}]}}),
+    );
     let llm = FakeLlm::start([Turn::text("answer")]).await.unwrap();
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "task").await;
     assert_eq!(seen.error_code(), "hook_failed");
@@ -46,7 +52,10 @@ async fn continue_outside_a_gate_is_rejected() {
 async fn an_accepting_stop_hook_streams_the_answer_once() {
     let ws = Workspace::new();
     let h = ws.script("ok", r#"cat >/dev/null; echo '{"decision":"allow"}'"#);
-    let p = pack("quality", json!({"version": 1, "hooks": {"turn:stop": [{"handler": {"type": "command", "command": h}}]}}));
+    let p = pack(
+        "quality",
+        json!({"version": 1, "hooks": {"turn:stop": [{"handler": {"type": "command", "command": h}}]}}),
+    );
     let llm = FakeLlm::start([Turn::text("fine answer")]).await.unwrap();
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "task").await;
     assert_eq!(seen.content(), "fine answer");
@@ -57,7 +66,10 @@ async fn an_accepting_stop_hook_streams_the_answer_once() {
 async fn observe_only_stop_hooks_fire_and_the_answer_still_streams() {
     let ws = Workspace::new();
     let watcher = ws.recording_script("watch", r#"{"decision":"stop","feedback":"ignored"}"#);
-    let p = pack("audit", json!({"version": 1, "hooks": {"turn:stop": [{"observe": true, "handler": {"type": "command", "command": watcher}}]}}));
+    let p = pack(
+        "audit",
+        json!({"version": 1, "hooks": {"turn:stop": [{"observe": true, "handler": {"type": "command", "command": watcher}}]}}),
+    );
     let llm = FakeLlm::start([Turn::text("streamed answer")]).await.unwrap();
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "task").await;
     assert_eq!(seen.content(), "streamed answer");
@@ -70,7 +82,10 @@ async fn observe_only_stop_hooks_fire_and_the_answer_still_streams() {
 #[tokio::test]
 async fn a_prompt_hook_judges_with_one_bounded_tool_free_model_call() {
     let ws = Workspace::new();
-    let p = pack("quality", json!({"version": 1, "hooks": {"turn:stop": [{"handler": {"type": "prompt", "prompt": "Does the answer have a title?"}}]}}));
+    let p = pack(
+        "quality",
+        json!({"version": 1, "hooks": {"turn:stop": [{"handler": {"type": "prompt", "prompt": "Does the answer have a title?"}}]}}),
+    );
     let llm = FakeLlm::start([
         Turn::text("body only"),
         Turn::text(r#"{"decision":"stop","feedback":"add a title"}"#),

@@ -84,7 +84,14 @@ pub fn hooks(packs: &[HookPack]) -> InvocationHooks {
 
 pub fn hooks_in(packs: &[HookPack], mode: ExecutionMode, step: Option<&str>) -> InvocationHooks {
     let set = HookSet::resolve(packs.iter().map(|p| (Scope::Agent, p)));
-    let info = InvocationInfo { run_id: "run_test".into(), session_id: None, agent: "writer".into(), mode, loop_id: step.map(|_| "release".into()), step: step.map(String::from) };
+    let info = InvocationInfo {
+        run_id: "run_test".into(),
+        session_id: None,
+        agent: "writer".into(),
+        mode,
+        loop_id: step.map(|_| "release".into()),
+        step: step.map(String::from),
+    };
     InvocationHooks {
         set: Arc::new(set),
         info,
@@ -99,7 +106,9 @@ pub fn hooks_in(packs: &[HookPack], mode: ExecutionMode, step: Option<&str>) -> 
 /// A clock that moves forward by `step_ms` every time it is read.
 pub fn stepping_clock(step_ms: u64) -> Clock {
     let reads = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    Arc::new(move || std::time::Duration::from_millis(reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) * step_ms))
+    Arc::new(move || {
+        std::time::Duration::from_millis(reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst) * step_ms)
+    })
 }
 
 /// The agent under test: the built-in tools in `ws`, an optional policy ceiling, the fake LLM.
@@ -107,7 +116,13 @@ pub fn invocation(llm: &FakeLlm, ws: &Workspace, hooks: Option<InvocationHooks>)
     invocation_with(llm, ws, hooks, polpo_tools::tools::system_tools(), None)
 }
 
-pub fn invocation_with(llm: &FakeLlm, ws: &Workspace, hooks: Option<InvocationHooks>, tools: Vec<Arc<dyn Tool>>, allowed: Option<&[&str]>) -> Invocation {
+pub fn invocation_with(
+    llm: &FakeLlm,
+    ws: &Workspace,
+    hooks: Option<InvocationHooks>,
+    tools: Vec<Arc<dyn Tool>>,
+    allowed: Option<&[&str]>,
+) -> Invocation {
     let provider = OpenAiProvider::new(&ProviderConfig::new(WireApi::OpenAiChat, llm.base_url()), None).unwrap();
     let allowed: Option<Vec<String>> = allowed.map(|a| a.iter().map(|s| s.to_string()).collect());
     Invocation {
@@ -140,7 +155,10 @@ pub struct Observed {
 impl Observed {
     /// Everything streamed to the client as answer text.
     pub fn streamed_text(&self) -> String {
-        self.events.iter().filter_map(|e| if let RunEvent::TextDelta { text } = e { Some(text.as_str()) } else { None }).collect()
+        self.events
+            .iter()
+            .filter_map(|e| if let RunEvent::TextDelta { text } = e { Some(text.as_str()) } else { None })
+            .collect()
     }
 
     pub fn error_code(&self) -> &'static str {
@@ -166,7 +184,9 @@ impl Observed {
         self.events
             .iter()
             .filter_map(|e| match e {
-                RunEvent::HookCompleted { hook, decision, error, .. } => Some((hook.clone(), decision.clone().or(error.clone()).unwrap_or_default())),
+                RunEvent::HookCompleted { hook, decision, error, .. } => {
+                    Some((hook.clone(), decision.clone().or(error.clone()).unwrap_or_default()))
+                }
                 _ => None,
             })
             .collect()
@@ -176,7 +196,13 @@ impl Observed {
     pub fn tool_results(&self) -> Vec<(String, bool)> {
         self.events
             .iter()
-            .filter_map(|e| if let RunEvent::ToolCompleted { result, is_error, .. } = e { Some((result.clone(), *is_error)) } else { None })
+            .filter_map(|e| {
+                if let RunEvent::ToolCompleted { result, is_error, .. } = e {
+                    Some((result.clone(), *is_error))
+                } else {
+                    None
+                }
+            })
             .collect()
     }
 }
@@ -197,5 +223,8 @@ pub fn request_text(llm: &FakeLlm, n: usize) -> String {
 
 /// The tool names offered in request `n`.
 pub fn request_tools(llm: &FakeLlm, n: usize) -> Vec<String> {
-    llm.requests()[n].body["tools"].as_array().map(|t| t.iter().map(|t| t["function"]["name"].as_str().unwrap_or_default().to_string()).collect()).unwrap_or_default()
+    llm.requests()[n].body["tools"]
+        .as_array()
+        .map(|t| t.iter().map(|t| t["function"]["name"].as_str().unwrap_or_default().to_string()).collect())
+        .unwrap_or_default()
 }

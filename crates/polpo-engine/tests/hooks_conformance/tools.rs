@@ -10,14 +10,19 @@ fn cmd(command: String) -> serde_json::Value {
 }
 
 async fn write_then_done(path: &str) -> FakeLlm {
-    FakeLlm::start([Turn::tool_calls(vec![("write", json!({"path": path, "content": "hello"}))]), Turn::text("done")]).await.unwrap()
+    FakeLlm::start([Turn::tool_calls(vec![("write", json!({"path": path, "content": "hello"}))]), Turn::text("done")])
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
 async fn deny_refuses_the_call_and_tells_the_model_why() {
     let ws = Workspace::new();
     let guard = ws.recording_script("guard", r#"{"decision":"deny","reason":"writes need review"}"#);
-    let p = pack("policy", json!({"version": 1, "hooks": {"tool:before": [{"id": "guard", "matcher": {"tools": ["write"]}, "handler": cmd(guard)}]}}));
+    let p = pack(
+        "policy",
+        json!({"version": 1, "hooks": {"tool:before": [{"id": "guard", "matcher": {"tools": ["write"]}, "handler": cmd(guard)}]}}),
+    );
     let llm = write_then_done("a.txt").await;
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "write a").await;
     assert_eq!(seen.content(), "done");
@@ -36,7 +41,10 @@ async fn deny_refuses_the_call_and_tells_the_model_why() {
 async fn matchers_select_tools_by_exact_name_and_glob() {
     let ws = Workspace::new();
     let deny = ws.recording_script("deny", r#"{"decision":"deny"}"#);
-    let p = pack("policy", json!({"version": 1, "hooks": {"tool:before": [{"matcher": {"tools": ["read", "bash*"]}, "handler": cmd(deny)}]}}));
+    let p = pack(
+        "policy",
+        json!({"version": 1, "hooks": {"tool:before": [{"matcher": {"tools": ["read", "bash*"]}, "handler": cmd(deny)}]}}),
+    );
     let llm = write_then_done("a.txt").await;
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "write a").await;
     assert_eq!(seen.content(), "done");
@@ -60,7 +68,10 @@ async fn a_hook_cannot_widen_the_tool_policy() {
 #[tokio::test]
 async fn modify_rewrites_the_input_which_is_then_validated_and_run() {
     let ws = Workspace::new();
-    let redirect = ws.script("redirect", r#"cat >/dev/null; echo '{"decision":"modify","data":{"input":{"path":"safe/a.txt","content":"hello"}}}'"#);
+    let redirect = ws.script(
+        "redirect",
+        r#"cat >/dev/null; echo '{"decision":"modify","data":{"input":{"path":"safe/a.txt","content":"hello"}}}'"#,
+    );
     let p = pack("policy", json!({"version": 1, "hooks": {"tool:before": [{"handler": cmd(redirect)}]}}));
     let llm = write_then_done("a.txt").await;
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "write a").await;
@@ -83,9 +94,15 @@ async fn an_invalid_modified_input_is_refused_by_the_schema() {
 #[tokio::test]
 async fn modify_chains_and_the_next_hook_sees_the_new_input() {
     let ws = Workspace::new();
-    let first = ws.script("first", r#"cat >/dev/null; echo '{"decision":"modify","data":{"input":{"path":"b.txt","content":"hello"}}}'"#);
+    let first = ws.script(
+        "first",
+        r#"cat >/dev/null; echo '{"decision":"modify","data":{"input":{"path":"b.txt","content":"hello"}}}'"#,
+    );
     let second = ws.recording_script("second", r#"{"decision":"allow"}"#);
-    let p = pack("policy", json!({"version": 1, "hooks": {"tool:before": [{"priority": 1, "handler": cmd(first)}, {"priority": 2, "handler": cmd(second)}]}}));
+    let p = pack(
+        "policy",
+        json!({"version": 1, "hooks": {"tool:before": [{"priority": 1, "handler": cmd(first)}, {"priority": 2, "handler": cmd(second)}]}}),
+    );
     let llm = write_then_done("a.txt").await;
     run(&invocation(&llm, &ws, Some(hooks(&[p]))), "write a").await;
     assert_eq!(ws.envelopes("second")[0]["data"]["tool"]["input"]["path"], "b.txt");
@@ -98,14 +115,27 @@ async fn deny_wins_over_allow_and_order_follows_scope_then_priority() {
     let allow = ws.recording_script("allow", r#"{"decision":"allow"}"#);
     let deny = ws.recording_script("deny", r#"{"decision":"deny","reason":"step policy"}"#);
     let never = ws.recording_script("never", r#"{"decision":"allow"}"#);
-    let agent = pack("agent", json!({"version": 1, "hooks": {"tool:before": [{"id": "late", "priority": 500, "handler": cmd(never)}, {"id": "a", "priority": 1, "handler": cmd(allow)}]}}));
-    let project = pack("project", json!({"version": 1, "hooks": {"tool:before": [{"id": "p", "priority": 900, "handler": cmd(deny)}]}}));
+    let agent = pack(
+        "agent",
+        json!({"version": 1, "hooks": {"tool:before": [{"id": "late", "priority": 500, "handler": cmd(never)}, {"id": "a", "priority": 1, "handler": cmd(allow)}]}}),
+    );
+    let project = pack(
+        "project",
+        json!({"version": 1, "hooks": {"tool:before": [{"id": "p", "priority": 900, "handler": cmd(deny)}]}}),
+    );
     let mut h = hooks(&[]);
-    h.set = std::sync::Arc::new(polpo_core::hooks::HookSet::resolve([(polpo_core::hooks::Scope::Agent, &agent), (polpo_core::hooks::Scope::Project, &project)]));
+    h.set = std::sync::Arc::new(polpo_core::hooks::HookSet::resolve([
+        (polpo_core::hooks::Scope::Agent, &agent),
+        (polpo_core::hooks::Scope::Project, &project),
+    ]));
     let llm = write_then_done("a.txt").await;
     let seen = run(&invocation(&llm, &ws, Some(h)), "write a").await;
     assert!(!ws.file("a.txt").exists());
-    assert_eq!(seen.hooks_completed(), [("project/p".to_string(), "deny".to_string())], "project scope runs first and deny halts the chain");
+    assert_eq!(
+        seen.hooks_completed(),
+        [("project/p".to_string(), "deny".to_string())],
+        "project scope runs first and deny halts the chain"
+    );
 }
 
 #[tokio::test]
@@ -116,7 +146,11 @@ async fn ask_requires_approval_which_refuses_the_call_for_now() {
     let llm = write_then_done("a.txt").await;
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "write a").await;
     assert!(!ws.file("a.txt").exists());
-    assert!(seen.tool_results()[0].0.starts_with("Error: approval_required: needs a human"), "{:?}", seen.tool_results());
+    assert!(
+        seen.tool_results()[0].0.starts_with("Error: approval_required: needs a human"),
+        "{:?}",
+        seen.tool_results()
+    );
 }
 
 #[tokio::test]
@@ -124,7 +158,10 @@ async fn a_failing_hook_obeys_on_failure() {
     let ws = Workspace::new();
     let broken = ws.script("broken", "cat >/dev/null; echo oops >&2; exit 3");
     let strict = pack("strict", json!({"version": 1, "hooks": {"tool:before": [{"handler": cmd(broken.clone())}]}}));
-    let lenient = pack("lenient", json!({"version": 1, "hooks": {"tool:before": [{"onFailure": "continue", "handler": cmd(broken)}]}}));
+    let lenient = pack(
+        "lenient",
+        json!({"version": 1, "hooks": {"tool:before": [{"onFailure": "continue", "handler": cmd(broken)}]}}),
+    );
 
     let llm = write_then_done("a.txt").await;
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[strict]))), "write a").await;
@@ -152,9 +189,17 @@ async fn stop_on_a_tool_event_ends_the_run() {
 async fn tool_after_replaces_the_model_visible_result() {
     let ws = Workspace::new();
     std::fs::write(ws.file("secret.txt"), "password=hunter2").unwrap();
-    let redact = ws.script("redact", r#"cat >/dev/null; echo '{"decision":"modify","data":{"result":"[file contents withheld]"}}'"#);
-    let p = pack("policy", json!({"version": 1, "hooks": {"tool:after": [{"matcher": {"tools": ["read"]}, "handler": cmd(redact)}]}}));
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("read", json!({"path": "secret.txt"}))]), Turn::text("ok")]).await.unwrap();
+    let redact = ws.script(
+        "redact",
+        r#"cat >/dev/null; echo '{"decision":"modify","data":{"result":"[file contents withheld]"}}'"#,
+    );
+    let p = pack(
+        "policy",
+        json!({"version": 1, "hooks": {"tool:after": [{"matcher": {"tools": ["read"]}, "handler": cmd(redact)}]}}),
+    );
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("read", json!({"path": "secret.txt"}))]), Turn::text("ok")])
+        .await
+        .unwrap();
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "read it").await;
     assert_eq!(seen.tool_results()[0], ("[file contents withheld]".to_string(), false));
     assert!(!request_text(&llm, 1).contains("hunter2"), "the model never sees the raw result");
@@ -164,9 +209,12 @@ async fn tool_after_replaces_the_model_visible_result() {
 async fn observe_only_hooks_run_but_cannot_change_anything() {
     let ws = Workspace::new();
     let deny = ws.recording_script("audit", r#"{"decision":"deny","reason":"ignored"}"#);
-    let p = pack("audit", json!({"version": 1, "hooks": {
+    let p = pack(
+        "audit",
+        json!({"version": 1, "hooks": {
         "tool:before": [{"observe": true, "handler": cmd(deny.clone())}],
-        "tool:after": [{"id": "after", "observe": true, "handler": {"type": "command", "command": format!("{deny}"), "timeoutMs": 3000}}]}}));
+        "tool:after": [{"id": "after", "observe": true, "handler": {"type": "command", "command": format!("{deny}"), "timeoutMs": 3000}}]}}),
+    );
     let llm = write_then_done("a.txt").await;
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "write a").await;
     assert_eq!(seen.content(), "done");
@@ -198,7 +246,12 @@ async fn secrets_and_vault_values_never_reach_a_hook() {
     let p = pack("policy", json!({"version": 1, "hooks": {"tool:before": [{"handler": cmd(rec)}]}}));
     let mut h = hooks(&[p]);
     h.secrets = vec!["vault-s3cr3t-value".into()];
-    let llm = FakeLlm::start([Turn::tool_calls(vec![("write", json!({"path": "a.txt", "content": "key is vault-s3cr3t-value"}))]), Turn::text("done")]).await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("write", json!({"path": "a.txt", "content": "key is vault-s3cr3t-value"}))]),
+        Turn::text("done"),
+    ])
+    .await
+    .unwrap();
     run(&invocation(&llm, &ws, Some(h)), "write").await;
     let raw = std::fs::read_to_string(ws.path().join(".hooks/rec-0.json")).unwrap();
     assert!(!raw.contains("vault-s3cr3t-value"), "{raw}");

@@ -27,13 +27,7 @@ pub const MANIFEST: (&str, &str) = (".polpo/project.json", r#"{"schemaVersion": 
 pub fn located(problems: &[Problem]) -> Vec<(String, String, String)> {
     let mut v: Vec<_> = problems
         .iter()
-        .map(|p| {
-            (
-                p.code.clone(),
-                p.file.clone().unwrap_or_default(),
-                p.pointer.clone().unwrap_or_default(),
-            )
-        })
+        .map(|p| (p.code.clone(), p.file.clone().unwrap_or_default(), p.pointer.clone().unwrap_or_default()))
         .collect();
     v.sort();
     v
@@ -56,11 +50,7 @@ pub fn tree_fingerprint(root: &Path) -> Vec<(String, Vec<u8>)> {
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
-            let rel = path
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
+            let rel = path.strip_prefix(root).unwrap().to_string_lossy().into_owned();
             if path.is_dir() {
                 out.push((format!("{rel}/"), Vec::new()));
                 stack.push(path);

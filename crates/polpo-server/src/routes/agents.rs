@@ -16,14 +16,16 @@
 //! project loaded from disk and served; when it no longer loads, every touched file is put back
 //! and the runtime keeps the version it had.
 
-use crate::state::AppState;
 use crate::error::{ApiError, ErrorCode, RestError, ok};
+use crate::state::AppState;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use polpo_core::config::{AGENT_FILE, Agent, AgentConfig, Location, Project, check_confusable, check_id, codes, parse_checked};
+use polpo_core::config::{
+    AGENT_FILE, Agent, AgentConfig, Location, Project, check_confusable, check_id, codes, parse_checked,
+};
 use polpo_core::problem::Problem;
 use polpo_engine::Loaded;
 use polpo_project::paths::{AGENT_JSON, AGENTS_DIR, display};
@@ -100,7 +102,12 @@ enum ConfigEdit {
 /// `GET /agents`: every agent the runtime serves, `[{id, config, file}]`.
 pub async fn list(State(state): State<Arc<AppState>>) -> Json<Value> {
     let loaded = state.runtime.loaded();
-    let agents: Vec<Value> = loaded.project.agents.values().map(|a| json!({"id": a.id, "config": a.config, "file": a.source.file})).collect();
+    let agents: Vec<Value> = loaded
+        .project
+        .agents
+        .values()
+        .map(|a| json!({"id": a.id, "config": a.config, "file": a.source.file}))
+        .collect();
     ok(agents)
 }
 
@@ -126,13 +133,23 @@ pub async fn create(State(state): State<Arc<AppState>>, body: Bytes) -> Result<R
 }
 
 /// `PUT /agents/{id}`: replace the config (and the instructions when given).
-pub async fn replace(state: State<Arc<AppState>>, id: Path<String>, headers: HeaderMap, body: Bytes) -> Result<Response, AgentError> {
+pub async fn replace(
+    state: State<Arc<AppState>>,
+    id: Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, AgentError> {
     update(state, id, headers, body, ConfigEdit::Replace).await
 }
 
 /// `PATCH /agents/{id}`: merge the given config fields (a `null` removes one) and replace the
 /// instructions when given.
-pub async fn patch(state: State<Arc<AppState>>, id: Path<String>, headers: HeaderMap, body: Bytes) -> Result<Response, AgentError> {
+pub async fn patch(
+    state: State<Arc<AppState>>,
+    id: Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, AgentError> {
     update(state, id, headers, body, ConfigEdit::Merge).await
 }
 
@@ -144,8 +161,13 @@ async fn update(
     edit: fn(Value) -> ConfigEdit,
 ) -> Result<Response, AgentError> {
     let body = object(&body)?;
-    if let Some(other) = ["id", "name"].iter().find_map(|k| body.get(*k).and_then(Value::as_str)).filter(|other| *other != id) {
-        return Err(ApiError::invalid(format!("the body names agent `{other}` but the path names `{id}`; agents are renamed by creating a new one")).into());
+    if let Some(other) =
+        ["id", "name"].iter().find_map(|k| body.get(*k).and_then(Value::as_str)).filter(|other| *other != id)
+    {
+        return Err(ApiError::invalid(format!(
+            "the body names agent `{other}` but the path names `{id}`; agents are renamed by creating a new one"
+        ))
+        .into());
     }
     let base = base_of(&headers, body.get("revision"))?;
     let config = config_of(&body);
@@ -154,15 +176,26 @@ async fn update(
 }
 
 /// `DELETE /agents/{id}` (optionally `If-Match`) → `{removed: true}`.
-pub async fn delete(State(state): State<Arc<AppState>>, Path(id): Path<String>, headers: HeaderMap) -> Result<Json<Value>, AgentError> {
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, AgentError> {
     let base = base_of(&headers, None)?;
     edit(&state, move |edit, _| remove(edit, &id, base)).await?;
     Ok(ok(json!({"removed": true})))
 }
 
 /// Check, write, serve; returns the new revision and the response body.
-async fn save(state: &AppState, id: String, base: Base, change: ConfigEdit, instructions: Option<String>) -> Result<(Revision, Json<Value>), AgentError> {
-    let (agent, revision) = edit(state, move |edit, served| write(edit, served, &id, base, change, instructions)).await?;
+async fn save(
+    state: &AppState,
+    id: String,
+    base: Base,
+    change: ConfigEdit,
+    instructions: Option<String>,
+) -> Result<(Revision, Json<Value>), AgentError> {
+    let (agent, revision) =
+        edit(state, move |edit, served| write(edit, served, &id, base, change, instructions)).await?;
     let body = ok(view(&agent, &revision));
     Ok((revision, body))
 }
@@ -170,7 +203,10 @@ async fn save(state: &AppState, id: String, base: Base, change: ConfigEdit, inst
 /// Change the project's files as one edit of the state's [`polpo_project::ProjectEditor`]:
 /// `change` sees the project as served when the edit starts; the project it leaves on disk is
 /// served from the next request on, or every file is put back (`invalid_project`).
-pub(crate) async fn edit<T: Send + 'static>(state: &AppState, change: impl FnOnce(&mut Edit<'_>, &Project) -> Result<T, AgentError> + Send + 'static) -> Result<T, AgentError> {
+pub(crate) async fn edit<T: Send + 'static>(
+    state: &AppState,
+    change: impl FnOnce(&mut Edit<'_>, &Project) -> Result<T, AgentError> + Send + 'static,
+) -> Result<T, AgentError> {
     let (editor, runtime) = (state.editor.clone(), state.runtime.clone());
     blocking(move || {
         editor.edit(
@@ -184,9 +220,18 @@ pub(crate) async fn edit<T: Send + 'static>(state: &AppState, change: impl FnOnc
     .await
 }
 
-fn write(edit: &mut Edit<'_>, served: &Project, id: &str, base: Base, change: ConfigEdit, instructions: Option<String>) -> Result<(Agent, Revision), AgentError> {
-    check_id(id).map_err(|reason| ApiError::new(ErrorCode::InvalidValue, format!("invalid agent id `{id}`: {reason}")))?;
-    check_confusable(id, served.agents.keys().map(String::as_str)).map_err(|reason| ApiError::new(ErrorCode::IdConfusable, reason))?;
+fn write(
+    edit: &mut Edit<'_>,
+    served: &Project,
+    id: &str,
+    base: Base,
+    change: ConfigEdit,
+    instructions: Option<String>,
+) -> Result<(Agent, Revision), AgentError> {
+    check_id(id)
+        .map_err(|reason| ApiError::new(ErrorCode::InvalidValue, format!("invalid agent id `{id}`: {reason}")))?;
+    check_confusable(id, served.agents.keys().map(String::as_str))
+        .map_err(|reason| ApiError::new(ErrorCode::IdConfusable, reason))?;
     let current = match base {
         Base::Absent => None,
         _ => Some(read_agent(edit.root(), id)?),
@@ -205,7 +250,8 @@ fn write(edit: &mut Edit<'_>, served: &Project, id: &str, base: Base, change: Co
     let value = match (change, &current) {
         (ConfigEdit::Replace(v), _) => v,
         (ConfigEdit::Merge(patch), Some(snapshot)) => {
-            let mut v = serde_json::to_value(&snapshot.agent.config).map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+            let mut v = serde_json::to_value(&snapshot.agent.config)
+                .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
             merge_patch(&mut v, patch);
             v
         }
@@ -213,11 +259,17 @@ fn write(edit: &mut Edit<'_>, served: &Project, id: &str, base: Base, change: Co
     };
     let at = Location::file(display(&[AGENTS_DIR, id, AGENT_JSON]));
     if replaced && value.get("model").is_none_or(Value::is_null) {
-        let problem = at.problem(codes::INVALID_VALUE, "a whole agent config names its `model`; to change some fields only, use PATCH", "/model");
+        let problem = at.problem(
+            codes::INVALID_VALUE,
+            "a whole agent config names its `model`; to change some fields only, use PATCH",
+            "/model",
+        );
         return Err(AgentError::Problems { code: ErrorCode::InvalidConfig, problems: vec![problem] });
     }
-    let config: AgentConfig = parse_checked(&value, &AGENT_FILE, &at).map_err(|problems| AgentError::Problems { code: ErrorCode::InvalidConfig, problems })?;
-    let instructions = instructions.or_else(|| current.as_ref().map(|s| s.agent.instructions.clone())).unwrap_or_default();
+    let config: AgentConfig = parse_checked(&value, &AGENT_FILE, &at)
+        .map_err(|problems| AgentError::Problems { code: ErrorCode::InvalidConfig, problems })?;
+    let instructions =
+        instructions.or_else(|| current.as_ref().map(|s| s.agent.instructions.clone())).unwrap_or_default();
     let agent = Agent { id: id.to_owned(), config, instructions, source: at };
 
     let revision = write_agent(edit, id, &agent.config, &agent.instructions, expected.as_ref())?;
@@ -233,8 +285,12 @@ fn remove(edit: &mut Edit<'_>, id: &str, base: Base) -> Result<(), AgentError> {
 }
 
 /// Run file work off the async threads (writes fsync).
-pub(crate) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, AgentError> + Send + 'static) -> Result<T, AgentError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::new(ErrorCode::Internal, format!("agent file work failed: {e}")))?
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, AgentError> + Send + 'static,
+) -> Result<T, AgentError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("agent file work failed: {e}")))?
 }
 
 fn view(agent: &Agent, revision: &Revision) -> Value {
@@ -262,7 +318,12 @@ pub(crate) fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 fn config_of(body: &Map<String, Value>) -> Value {
     match body.get("config") {
         Some(c) => c.clone(),
-        None => Value::Object(body.iter().filter(|(k, _)| !NON_CONFIG_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect()),
+        None => Value::Object(
+            body.iter()
+                .filter(|(k, _)| !NON_CONFIG_KEYS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
     }
 }
 
@@ -320,7 +381,9 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::IF_MATCH, HeaderValue::from_static("W/\"abc\""));
         assert!(matches!(base_of(&h, None), Ok(Base::Revision(r)) if r.as_str() == "abc"));
-        assert!(matches!(base_of(&HeaderMap::new(), Some(&json!("def"))), Ok(Base::Revision(r)) if r.as_str() == "def"));
+        assert!(
+            matches!(base_of(&HeaderMap::new(), Some(&json!("def"))), Ok(Base::Revision(r)) if r.as_str() == "def")
+        );
         assert!(matches!(base_of(&HeaderMap::new(), None), Ok(Base::Current)));
     }
 }

@@ -48,7 +48,12 @@ const MAX_METADATA_KEY_CHARS: usize = 64;
 const MAX_METADATA_VALUE_CHARS: usize = 512;
 
 /// The handler.
-pub async fn completions(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn completions(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     handle(state, caller, headers, body).await.unwrap_or_else(IntoResponse::into_response)
 }
 
@@ -89,7 +94,8 @@ impl Answer {
     }
 
     fn body(&self) -> Value {
-        let mut body = self.completion().body(self.content.as_deref(), &self.finish_reason, &self.tool_calls, &self.usage);
+        let mut body =
+            self.completion().body(self.content.as_deref(), &self.finish_reason, &self.tool_calls, &self.usage);
         if !self.suggestions.is_empty() {
             body["polpo"] = json!({"suggestions": self.suggestions});
         }
@@ -125,7 +131,8 @@ struct Delivered {
 
 async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     let meter = Meter::start();
-    let request: ChatRequest = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("the body is not a valid chat completion request: {e}")))?;
+    let request: ChatRequest = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(format!("the body is not a valid chat completion request: {e}")))?;
     let mut input = chat_input(&state, &request, &headers)?;
     // Another client's session is answered as one that does not exist.
     if let Some(id) = input.session_id.as_deref().filter(|_| !caller.admin) {
@@ -133,12 +140,27 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
     }
     input.owner = caller.owner;
     if routes::loops::runs_a_loop(&state, &input, request.loop_name.as_deref()) {
-        return routes::loops::chat(state, input, request.loop_name, request.stream, headers.contains_key("idempotency-key")).await;
+        return routes::loops::chat(
+            state,
+            input,
+            request.loop_name,
+            request.stream,
+            headers.contains_key("idempotency-key"),
+        )
+        .await;
     }
 
     let claim = match headers.get("idempotency-key").map(|v| v.to_str().unwrap_or_default()) {
         None => None,
-        Some(key) => match idempotency::claim(state.runtime.store(), state.runtime.clock(), presented_key(&headers).unwrap_or(""), key, &body).await? {
+        Some(key) => match idempotency::claim(
+            state.runtime.store(),
+            state.runtime.clock(),
+            presented_key(&headers).unwrap_or(""),
+            key,
+            &body,
+        )
+        .await?
+        {
             Lookup::Replay(stored) => return replay(stored, request.stream),
             Lookup::Claimed(claim) => Some(claim),
         },
@@ -150,7 +172,10 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
             return Err(e.into());
         }
     };
-    let completion = Completion { id: format!("chatcmpl-{}", state.runtime.ids().next_id()), created: state.runtime.clock().now().timestamp() };
+    let completion = Completion {
+        id: format!("chatcmpl-{}", state.runtime.ids().next_id()),
+        created: state.runtime.clock().now().timestamp(),
+    };
     let ids = [("x-session-id", invoked.session_id().to_owned()), ("x-polpo-run-id", invoked.run_id().to_owned())];
     let (durable, run_id) = (invoked.mode() == DeliveryMode::Durable, invoked.run_id().to_owned());
     // Held while the client listens: a client that goes away cancels a turn that runs in its
@@ -160,13 +185,17 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
     let mut response = if request.stream {
         let (tx, rx) = unbounded_channel::<Event>();
         tokio::spawn(deliver(completion, invoked, claim, Some(tx), done_tx));
-        let events = futures::stream::unfold((rx, attachment), |(mut rx, attachment)| async move { rx.recv().await.map(|e| (Ok::<_, Infallible>(e), (rx, attachment))) });
+        let events = futures::stream::unfold((rx, attachment), |(mut rx, attachment)| async move {
+            rx.recv().await.map(|e| (Ok::<_, Infallible>(e), (rx, attachment)))
+        });
         with_pings(events).into_response()
     } else {
         tokio::spawn(deliver(completion, invoked, claim, None, done_tx));
         let delivered = done.await;
         drop(attachment);
-        let Ok(delivered) = delivered else { return Err(ApiError::new(ErrorCode::Internal, "the run follower stopped")) };
+        let Ok(delivered) = delivered else {
+            return Err(ApiError::new(ErrorCode::Internal, "the run follower stopped"));
+        };
         let mut response = match (delivered.answer, delivered.unremembered) {
             (Ok(_), Some(e)) => e.into_response(),
             (Ok(answer), None) => axum::Json(answer.body()).into_response(),
@@ -194,7 +223,13 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
 /// verdict, the `Idempotency-Key` settled, and `[DONE]` — except for a run this server handed
 /// over, whose stream ends with a `run_handed_over` error frame and no `[DONE]`, so no client
 /// takes the text so far for the whole answer.
-async fn deliver(completion: Completion, mut invoked: Invoked, claim: Option<Claim>, chunks: Option<UnboundedSender<Event>>, done: oneshot::Sender<Delivered>) {
+async fn deliver(
+    completion: Completion,
+    mut invoked: Invoked,
+    claim: Option<Claim>,
+    chunks: Option<UnboundedSender<Event>>,
+    done: oneshot::Sender<Delivered>,
+) {
     let send = |v: &Value, seq: Option<u64>| {
         if let Some(tx) = &chunks {
             let event = Event::default().data(v.to_string());
@@ -213,7 +248,13 @@ async fn deliver(completion: Completion, mut invoked: Invoked, claim: Option<Cla
                 }
             }
             Some(Progress::Finished(finished)) => break finished,
-            None => break Finished { result: Err(Failure { code: "internal".into(), message: "the run follower stopped".into() }), seq: None, overhead: None },
+            None => {
+                break Finished {
+                    result: Err(Failure { code: "internal".into(), message: "the run follower stopped".into() }),
+                    seq: None,
+                    overhead: None,
+                };
+            }
         }
     };
     let handed_over = finished.handed_over();
@@ -248,7 +289,13 @@ async fn deliver(completion: Completion, mut invoked: Invoked, claim: Option<Cla
 
 /// The end of a streamed answer: suggestions, then the final chunk (with the overhead of a
 /// turn that ran in the request).
-fn send_answer(completion: &Completion, answer: &Answer, overhead: Option<Overhead>, seq: Option<u64>, send: &impl Fn(&Value, Option<u64>)) {
+fn send_answer(
+    completion: &Completion,
+    answer: &Answer,
+    overhead: Option<Overhead>,
+    seq: Option<u64>,
+    send: &impl Fn(&Value, Option<u64>),
+) {
     if let Some(chunk) = answer.suggestions_chunk() {
         send(&chunk, seq);
     }
@@ -274,10 +321,16 @@ async fn settle(claim: Option<Claim>, how: Settlement) {
 
 /// Answer a repeated `Idempotency-Key` with the remembered response, in the shape asked for.
 fn replay(stored: Value, stream: bool) -> Result<Response, ApiError> {
-    let answer: Answer = serde_json::from_value(stored).map_err(|e| ApiError::new(ErrorCode::Internal, format!("a remembered response is unreadable: {e}")))?;
-    let ids = [("x-session-id", answer.session_id.clone()), ("x-polpo-run-id", answer.run_id.clone()), ("idempotent-replayed", "true".into())];
+    let answer: Answer = serde_json::from_value(stored)
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("a remembered response is unreadable: {e}")))?;
+    let ids = [
+        ("x-session-id", answer.session_id.clone()),
+        ("x-polpo-run-id", answer.run_id.clone()),
+        ("idempotent-replayed", "true".into()),
+    ];
     let mut response = if stream {
-        let mut events: Vec<Result<Event, Infallible>> = answer.chunks().iter().map(|c| Ok(Event::default().data(c.to_string()))).collect();
+        let mut events: Vec<Result<Event, Infallible>> =
+            answer.chunks().iter().map(|c| Ok(Event::default().data(c.to_string()))).collect();
         events.push(Ok(Event::default().data("[DONE]")));
         Sse::new(futures::stream::iter(events)).into_response()
     } else {
@@ -298,14 +351,26 @@ fn set_headers(headers: &mut HeaderMap, values: &[(&'static str, String)]) {
 /// The wire request in the runtime's terms, with every field checked.
 fn chat_input(state: &AppState, r: &ChatRequest, headers: &HeaderMap) -> Result<ChatInput, ApiError> {
     let agent = pick_agent(state, r)?;
-    let messages = r.messages.iter().cloned().map(|m| m.into_message()).collect::<Result<Vec<Message>, _>>().map_err(ApiError::invalid)?;
+    let messages = r
+        .messages
+        .iter()
+        .cloned()
+        .map(|m| m.into_message())
+        .collect::<Result<Vec<Message>, _>>()
+        .map_err(ApiError::invalid)?;
     if messages.is_empty() {
         return Err(ApiError::invalid("messages must contain at least one message"));
     }
     sampling(&r.extra)?;
     let mut input = ChatInput::new(agent, messages);
-    input.session_id = headers.get("x-session-id").and_then(|v| v.to_str().ok()).map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned);
-    input.client_tools = r.tools.iter().cloned().map(|t| t.into_spec()).collect::<Result<_, _>>().map_err(ApiError::invalid)?;
+    input.session_id = headers
+        .get("x-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned);
+    input.client_tools =
+        r.tools.iter().cloned().map(|t| t.into_spec()).collect::<Result<_, _>>().map_err(ApiError::invalid)?;
     input.tool_choice = tool_choice(r.tool_choice.as_ref())?;
     input.parallel_tool_calls = r.parallel_tool_calls.unwrap_or(false);
     input.response_format = match &r.response_format {
@@ -319,11 +384,19 @@ fn chat_input(state: &AppState, r: &ChatRequest, headers: &HeaderMap) -> Result<
     input.capabilities = capabilities(r.polpo.as_ref().map(|p| &p.capabilities));
     // `polpo.delivery.onDisconnect: "continue"`: the answer outlives this connection (the
     // engine runs it as a durable run when the project allows).
-    let on_disconnect = r.polpo.as_ref().and_then(|p| p.extra.get("delivery")).and_then(|d| d.get("onDisconnect")).and_then(Value::as_str);
+    let on_disconnect = r
+        .polpo
+        .as_ref()
+        .and_then(|p| p.extra.get("delivery"))
+        .and_then(|d| d.get("onDisconnect"))
+        .and_then(Value::as_str);
     input.outlive_caller = on_disconnect == Some("continue");
     // Parsed but not acted on yet: refused with a stable code rather than silently ignored.
     if r.polpo.as_ref().is_some_and(|p| !p.skills.is_empty()) {
-        return Err(ApiError::new(ErrorCode::FeatureUnavailable, "`polpo.skills` (activating Agent Skills) is not available in this runtime yet"));
+        return Err(ApiError::new(
+            ErrorCode::FeatureUnavailable,
+            "`polpo.skills` (activating Agent Skills) is not available in this runtime yet",
+        ));
     }
     Ok(input)
 }
@@ -343,7 +416,10 @@ fn pick_agent(state: &AppState, r: &ChatRequest) -> Result<String, ApiError> {
     let mut ids = loaded.project.agents.keys();
     match (ids.next(), ids.next()) {
         (Some(only), None) => Ok(only.clone()),
-        _ => Err(ApiError::new(ErrorCode::AgentRequired, "name the agent: `\"agent\": \"<id>\"` or `\"model\": \"agent/<id>\"` (see GET /v1/models)")),
+        _ => Err(ApiError::new(
+            ErrorCode::AgentRequired,
+            "name the agent: `\"agent\": \"<id>\"` or `\"model\": \"agent/<id>\"` (see GET /v1/models)",
+        )),
     }
 }
 
@@ -358,7 +434,11 @@ fn tool_choice(v: Option<&Value>) -> Result<ToolChoice, ApiError> {
         },
         Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
             Some(name) => ToolChoice::Tool(name.to_owned()),
-            None => return Err(ApiError::invalid("tool_choice must be a string or {\"type\":\"function\",\"function\":{\"name\":…}}")),
+            None => {
+                return Err(ApiError::invalid(
+                    "tool_choice must be a string or {\"type\":\"function\",\"function\":{\"name\":…}}",
+                ));
+            }
         },
     })
 }
@@ -374,11 +454,19 @@ fn capabilities(c: Option<&Map<String, Value>>) -> Capabilities {
 fn routing_labels(routing: Option<&Value>) -> Result<Vec<String>, ApiError> {
     use polpo_core::routing::{MAX_REQUEST_LABEL_CHARS, MAX_REQUEST_LABELS};
     let Some(routing) = routing.filter(|v| !v.is_null()) else { return Ok(Vec::new()) };
-    let labels = routing.get("labels").and_then(Value::as_array).filter(|_| routing.as_object().is_some_and(|o| o.len() == 1));
+    let labels =
+        routing.get("labels").and_then(Value::as_array).filter(|_| routing.as_object().is_some_and(|o| o.len() == 1));
     let labels: Option<Vec<String>> = labels.and_then(|l| l.iter().map(|v| v.as_str().map(str::to_owned)).collect());
     match labels {
-        Some(labels) if labels.len() <= MAX_REQUEST_LABELS && labels.iter().all(|l| !l.is_empty() && l.chars().count() <= MAX_REQUEST_LABEL_CHARS) => Ok(labels),
-        _ => Err(ApiError::invalid(format!("routing must be {{\"labels\": [...]}} with at most {MAX_REQUEST_LABELS} non-empty strings of at most {MAX_REQUEST_LABEL_CHARS} characters"))),
+        Some(labels)
+            if labels.len() <= MAX_REQUEST_LABELS
+                && labels.iter().all(|l| !l.is_empty() && l.chars().count() <= MAX_REQUEST_LABEL_CHARS) =>
+        {
+            Ok(labels)
+        }
+        _ => Err(ApiError::invalid(format!(
+            "routing must be {{\"labels\": [...]}} with at most {MAX_REQUEST_LABELS} non-empty strings of at most {MAX_REQUEST_LABEL_CHARS} characters"
+        ))),
     }
 }
 
@@ -389,7 +477,9 @@ pub const MAX_OUTPUT_TOKENS: u64 = 1_000_000;
 /// (`-1`, `1e30`, `"NaN"`) is `400 invalid_value` naming the field instead of silently ignored.
 /// `null` means "not given".
 fn sampling(extra: &Map<String, Value>) -> Result<(), ApiError> {
-    let invalid = |field: &str, expected: &str, got: &Value| ApiError::new(ErrorCode::InvalidValue, format!("`{field}` must be {expected} (got {got})"));
+    let invalid = |field: &str, expected: &str, got: &Value| {
+        ApiError::new(ErrorCode::InvalidValue, format!("`{field}` must be {expected} (got {got})"))
+    };
     for field in ["max_tokens", "max_completion_tokens"] {
         match extra.get(field) {
             None | Some(Value::Null) => {}
@@ -414,9 +504,12 @@ fn metadata(m: Option<&Map<String, Value>>) -> Result<Value, ApiError> {
         return Err(ApiError::invalid(format!("metadata has more than {MAX_METADATA_KEYS} keys")));
     }
     for (k, v) in m {
-        let ok = k.chars().count() <= MAX_METADATA_KEY_CHARS && v.as_str().is_some_and(|s| s.chars().count() <= MAX_METADATA_VALUE_CHARS);
+        let ok = k.chars().count() <= MAX_METADATA_KEY_CHARS
+            && v.as_str().is_some_and(|s| s.chars().count() <= MAX_METADATA_VALUE_CHARS);
         if !ok {
-            return Err(ApiError::invalid(format!("metadata.{k}: keys are at most {MAX_METADATA_KEY_CHARS} characters and values strings of at most {MAX_METADATA_VALUE_CHARS}")));
+            return Err(ApiError::invalid(format!(
+                "metadata.{k}: keys are at most {MAX_METADATA_KEY_CHARS} characters and values strings of at most {MAX_METADATA_VALUE_CHARS}"
+            )));
         }
     }
     Ok(Value::Object(m.clone()))

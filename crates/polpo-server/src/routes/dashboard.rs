@@ -9,7 +9,9 @@
 
 use crate::state::AppState;
 use axum::Router;
-use axum::http::header::{CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS};
+use axum::http::header::{
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, CONTENT_TYPE, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
+};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use std::sync::Arc;
@@ -23,8 +25,7 @@ pub const STYLE: &str = include_str!("../../dashboard/app.css");
 
 /// Same-origin script, style and API calls only; no inline code, no plugins, no framing,
 /// no form posts elsewhere.
-pub const CONTENT_SECURITY_POLICY_VALUE: &str =
-    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+pub const CONTENT_SECURITY_POLICY_VALUE: &str = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// The dashboard's routes; mounted outside authentication (they serve no data).
 pub fn router() -> Router<Arc<AppState>> {

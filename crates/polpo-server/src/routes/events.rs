@@ -11,10 +11,10 @@
 //! The feed carries every client's sessions and runs, so with several API keys only admin
 //! keys may open it (`403 forbidden` for a client key).
 
-use crate::state::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode, RestError};
 use crate::sse::with_pings;
+use crate::state::AppState;
 use axum::extract::{Extension, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAliveStream, Sse};
@@ -31,9 +31,18 @@ use std::sync::Arc;
 pub const MAX_FILTERS: usize = 32;
 
 /// The handler.
-pub async fn stream(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, headers: HeaderMap, Query(query): Query<Vec<(String, String)>>) -> Response {
+pub async fn stream(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Response {
     if !caller.admin {
-        return RestError(ApiError::new(ErrorCode::Forbidden, "the live event feed shows every client's activity: it needs an admin API key")).into_response();
+        return RestError(ApiError::new(
+            ErrorCode::Forbidden,
+            "the live event feed shows every client's activity: it needs an admin API key",
+        ))
+        .into_response();
     }
     match open(&state, &headers, &query) {
         Ok(sse) => sse.into_response(),
@@ -41,7 +50,11 @@ pub async fn stream(State(state): State<Arc<AppState>>, Extension(caller): Exten
     }
 }
 
-fn open(state: &AppState, headers: &HeaderMap, query: &[(String, String)]) -> Result<Sse<KeepAliveStream<impl Stream<Item = Result<Event, Infallible>> + use<>>>, ApiError> {
+fn open(
+    state: &AppState,
+    headers: &HeaderMap,
+    query: &[(String, String)],
+) -> Result<Sse<KeepAliveStream<impl Stream<Item = Result<Event, Infallible>> + use<>>>, ApiError> {
     let after = resume_point(headers, query)?;
     let filters = filters(query)?;
     let (backlog, subscription) = state.runtime.events().subscribe_after(after);
@@ -56,7 +69,11 @@ fn resume_point(headers: &HeaderMap, query: &[(String, String)]) -> Result<Optio
     let param = query.iter().find(|(k, _)| k == "after").map(|(_, v)| v.trim());
     match header.filter(|h| !h.is_empty()).or(param.filter(|p| !p.is_empty())) {
         None => Ok(None),
-        Some(id) => id.parse().map(Some).map_err(|_| ApiError::invalid(format!("`{id}` is not an event id: Last-Event-ID and `after` take the numeric `id:` of an event"))),
+        Some(id) => id.parse().map(Some).map_err(|_| {
+            ApiError::invalid(format!(
+                "`{id}` is not an event id: Last-Event-ID and `after` take the numeric `id:` of an event"
+            ))
+        }),
     }
 }
 
@@ -77,7 +94,11 @@ fn filters(query: &[(String, String)]) -> Result<Vec<String>, ApiError> {
 }
 
 /// The backlog, then live deliveries, as SSE events (filtered by name).
-fn feed(backlog: VecDeque<Delivery>, subscription: Subscription, filters: Vec<String>) -> impl Stream<Item = Result<Event, Infallible>> {
+fn feed(
+    backlog: VecDeque<Delivery>,
+    subscription: Subscription,
+    filters: Vec<String>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
     futures::stream::unfold((backlog, subscription, filters), |(mut backlog, mut sub, filters)| async move {
         loop {
             let delivery = match backlog.pop_front() {
@@ -100,7 +121,9 @@ fn frame(delivery: &Delivery, filters: &[String]) -> Option<Event> {
             }
             Some(Event::default().id(e.id.to_string()).event(e.event.as_str()).data(e.data.to_string()))
         }
-        Delivery::Lost(lost) => Some(Event::default().event(EVENTS_LOST).data(serde_json::to_string(lost).unwrap_or_default())),
+        Delivery::Lost(lost) => {
+            Some(Event::default().event(EVENTS_LOST).data(serde_json::to_string(lost).unwrap_or_default()))
+        }
     }
 }
 
@@ -126,7 +149,10 @@ mod tests {
 
     #[test]
     fn filters_may_be_comma_separated_or_repeated() {
-        assert_eq!(filters(&q(&[("filter", "session:*, run:*"), ("filter", "tool:completed")])).unwrap(), ["session:*", "run:*", "tool:completed"]);
+        assert_eq!(
+            filters(&q(&[("filter", "session:*, run:*"), ("filter", "tool:completed")])).unwrap(),
+            ["session:*", "run:*", "tool:completed"]
+        );
         assert!(filters(&q(&[("filter", &vec!["a"; 40].join(","))])).is_err());
     }
 }

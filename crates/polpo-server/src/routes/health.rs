@@ -1,7 +1,7 @@
 //! Liveness and what this host supports.
 
-use crate::state::AppState;
 use crate::error::ok;
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use polpo_core::hooks::capabilities::{HostHooks, capabilities};

@@ -59,8 +59,27 @@ pub struct Route {
     pub response: Body,
 }
 
-const fn op(method: &'static str, prefixes: &'static [&'static str], paths: &'static [&'static str], id: &'static str, tag: &'static str, summary: &'static str) -> Route {
-    Route { method, prefixes, paths, id, tag, summary, auth: true, query: &[], request: None, status: 200, response: Body::Raw("Object") }
+const fn op(
+    method: &'static str,
+    prefixes: &'static [&'static str],
+    paths: &'static [&'static str],
+    id: &'static str,
+    tag: &'static str,
+    summary: &'static str,
+) -> Route {
+    Route {
+        method,
+        prefixes,
+        paths,
+        id,
+        tag,
+        summary,
+        auth: true,
+        query: &[],
+        request: None,
+        status: 200,
+        response: Body::Raw("Object"),
+    }
 }
 
 impl Route {
@@ -198,16 +217,21 @@ fn operation(route: &Route, path: &str, canonical: bool) -> Value {
     let schema = |name: &str| json!({"$ref": format!("#/components/schemas/{name}")});
     let content = match route.response {
         Body::Raw(s) => json!({"application/json": {"schema": schema(s)}}),
-        Body::Envelope(s) => json!({"application/json": {"schema": {"type": "object", "required": ["ok", "data"], "properties": {"ok": {"const": true}, "data": schema(s)}}}}),
+        Body::Envelope(s) => {
+            json!({"application/json": {"schema": {"type": "object", "required": ["ok", "data"], "properties": {"ok": {"const": true}, "data": schema(s)}}}})
+        }
         Body::Sse => json!({"text/event-stream": {"schema": {"type": "string"}}}),
-        Body::JsonOrSse(s) => json!({"application/json": {"schema": schema(s)}, "text/event-stream": {"schema": {"type": "string"}}}),
+        Body::JsonOrSse(s) => {
+            json!({"application/json": {"schema": schema(s)}, "text/event-stream": {"schema": {"type": "string"}}})
+        }
         Body::Asset(media) => json!({media: {"schema": {"type": "string"}}}),
     };
     let error = if route.prefixes == V1 { "OpenAIError" } else { "RestError" };
     let mut responses = Map::new();
     responses.insert(route.status.to_string(), json!({"description": "success", "content": content}));
     responses.insert("default".into(), json!({"description": "error, with a stable snake_case code", "content": {"application/json": {"schema": schema(error)}}}));
-    let mut op = json!({"tags": [route.tag], "summary": route.summary, "parameters": parameters, "responses": responses});
+    let mut op =
+        json!({"tags": [route.tag], "summary": route.summary, "parameters": parameters, "responses": responses});
     if canonical {
         op["operationId"] = json!(route.id);
     } else {
@@ -297,7 +321,9 @@ mod tests {
             for m in METHODS {
                 let call = format!("{m}(");
                 let bytes = args.as_bytes();
-                let mut calls = args.match_indices(&call).filter(|(i, _)| *i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':'));
+                let mut calls = args.match_indices(&call).filter(|(i, _)| {
+                    *i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_' || bytes[i - 1] == b':')
+                });
                 if calls.next().is_some() {
                     out.push((m.to_owned(), path.to_owned()));
                 }
@@ -326,7 +352,11 @@ mod tests {
         for (file, text) in &files {
             for (method, path) in registered(text) {
                 seen += 1;
-                assert!(doc["paths"][&path][&method].is_object(), "{} registers {method} {path}, which has no row in routes::openapi::ROUTES", file.display());
+                assert!(
+                    doc["paths"][&path][&method].is_object(),
+                    "{} registers {method} {path}, which has no row in routes::openapi::ROUTES",
+                    file.display()
+                );
             }
         }
         assert!(seen >= 10, "the scan found only {seen} routes: is it still reading app.rs?");
@@ -335,7 +365,11 @@ mod tests {
     #[test]
     fn the_scan_reads_methods_and_paths() {
         let src = r#"Router::new().route("/a/{id}", get(routes::x::get).patch(routes::x::patch)).route("/b", post(f))"#;
-        assert_eq!(registered(src), [("get".into(), "/a/{id}".into()), ("patch".into(), "/a/{id}".into()), ("post".into(), "/b".into())] as [(String, String); 3]);
+        assert_eq!(
+            registered(src),
+            [("get".into(), "/a/{id}".into()), ("patch".into(), "/a/{id}".into()), ("post".into(), "/b".into())]
+                as [(String, String); 3]
+        );
     }
 
     #[test]

@@ -14,19 +14,19 @@
 //! A run belongs to whoever owns its session: with several API keys, another client key gets
 //! `404 run_not_found` on every run route; admin keys reach every run.
 
-use crate::state::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode, RestError, ok};
 use crate::sse::with_pings;
+use crate::state::AppState;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use polpo_core::message::{Content, ContentPart, Message};
-use polpo_store::Run;
 use polpo_engine::events::journal::{FRAME_EVENT, stream_frame};
 use polpo_engine::runs::{Queued, Reconcile, SteerMessage, SteerMode};
+use polpo_store::Run;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
@@ -60,8 +60,14 @@ async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<Option<Run
 }
 
 /// `GET /v1/runs/{id}`: the run (status, agent, session, last sequence number).
-pub async fn get_run(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>) -> Result<Response, RestError> {
-    let run = owned(&state, &caller, &id).await?.ok_or_else(|| ApiError::new(ErrorCode::RunNotFound, format!("no run `{id}`")))?;
+pub async fn get_run(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, RestError> {
+    let run = owned(&state, &caller, &id)
+        .await?
+        .ok_or_else(|| ApiError::new(ErrorCode::RunNotFound, format!("no run `{id}`")))?;
     Ok(ok(run).into_response())
 }
 
@@ -83,9 +89,12 @@ pub async fn events(
     Query(query): Query<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, RestError> {
-    let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::trim).filter(|s| !s.is_empty());
+    let last_event_id =
+        headers.get("last-event-id").and_then(|v| v.to_str().ok()).map(str::trim).filter(|s| !s.is_empty());
     let after = match last_event_id {
-        Some(v) => v.parse::<u64>().map_err(|_| ApiError::invalid("Last-Event-ID must be a run event sequence number"))?,
+        Some(v) => {
+            v.parse::<u64>().map_err(|_| ApiError::invalid("Last-Event-ID must be a run event sequence number"))?
+        }
         None => query.after.unwrap_or(0),
     };
     if owned(&state, &caller, &id).await?.is_none() {
@@ -94,7 +103,9 @@ pub async fn events(
     let frames = state.runs.events(&id, after).map(|e| {
         Ok::<_, Infallible>(match e {
             Ok(e) => Event::default().event(FRAME_EVENT).id(e.seq.to_string()).data(stream_frame(&e).to_string()),
-            Err(e) => Event::default().event("error").data(json!({"code": e.code(), "message": e.to_string()}).to_string()),
+            Err(e) => {
+                Event::default().event("error").data(json!({"code": e.code(), "message": e.to_string()}).to_string())
+            }
         })
     });
     Ok(with_pings(frames).into_response())
@@ -112,13 +123,20 @@ pub struct SteerBody {
 }
 
 /// `POST /v1/runs/{id}/steer`: add information to a running run, or queue a follow-up.
-pub async fn steer(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
+pub async fn steer(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, RestError> {
     owned(&state, &caller, &id).await?;
-    let body: SteerBody = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("steer body must be {{id, mode: steer|follow_up, content}}: {e}")))?;
+    let body: SteerBody = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::invalid(format!("steer body must be {{id, mode: steer|follow_up, content}}: {e}")))?;
     let message = steer_message(&body.content)?;
     let queued = state.runs.steer(&id, SteerMessage { id: body.id.clone(), mode: body.mode, message }).await?;
     let duplicate = queued == Queued::Duplicate;
-    Ok(ok(json!({"runId": id, "id": body.id, "mode": body.mode, "accepted": !duplicate, "duplicate": duplicate})).into_response())
+    Ok(ok(json!({"runId": id, "id": body.id, "mode": body.mode, "accepted": !duplicate, "duplicate": duplicate}))
+        .into_response())
 }
 
 /// `POST /v1/runs/{id}/abort` body (optional).
@@ -130,9 +148,18 @@ pub struct AbortBody {
 }
 
 /// `POST /v1/runs/{id}/abort`: cancel the run's model call and tools.
-pub async fn abort(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
+pub async fn abort(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, RestError> {
     owned(&state, &caller, &id).await?;
-    let body: AbortBody = if body.is_empty() { AbortBody::default() } else { serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("abort body must be {{reason?}}: {e}")))? };
+    let body: AbortBody = if body.is_empty() {
+        AbortBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("abort body must be {{reason?}}: {e}")))?
+    };
     state.runs.abort(&id, body.reason).await?;
     Ok(ok(json!({"runId": id, "status": "cancelling"})).into_response())
 }
@@ -151,9 +178,16 @@ pub struct ReconcileBody {
 
 /// `POST /v1/runs/{id}/reconcile`: decide an effect a crash left unconfirmed (`applied` or
 /// `not_applied`) and resume the paused run. The effect itself is never repeated here.
-pub async fn reconcile(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>, body: axum::body::Bytes) -> Result<Response, RestError> {
+pub async fn reconcile(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, RestError> {
     owned(&state, &caller, &id).await?;
-    let body: ReconcileBody = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("reconcile body must be {{key, outcome: applied|not_applied, result?}}: {e}")))?;
+    let body: ReconcileBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::invalid(format!("reconcile body must be {{key, outcome: applied|not_applied, result?}}: {e}"))
+    })?;
     let decision = match body.outcome.as_str() {
         "applied" => Reconcile::Applied { result: body.result },
         "not_applied" => Reconcile::NotApplied,
@@ -191,4 +225,3 @@ fn steer_message(content: &Value) -> Result<Message, ApiError> {
         _ => Err(ApiError::invalid("steering content must be a string, {text, attachments?} or content parts")),
     }
 }
-

@@ -6,19 +6,22 @@
 //! With several API keys, a client key sees only the sessions it created (any other is
 //! `404 session_not_found`, as if it did not exist); admin keys see every session.
 
-use crate::state::AppState;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode, RestError, ok};
+use crate::state::AppState;
 use axum::body::Bytes;
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use axum::extract::{Extension, Path, Query, State};
 use polpo_core::message::{Content, Message, Role, ToolCall};
 use polpo_engine::runtime::MAX_HISTORY_MESSAGES;
 use polpo_store::page::{DEFAULT_PAGE, MAX_PAGE};
-use polpo_store::{Cursor, MAX_MESSAGE_BYTES, MAX_TITLE_CHARS, PageRequest, Session, SessionFilter, SessionPatch, StoredMessage, TITLE_CHARS};
+use polpo_store::{
+    Cursor, MAX_MESSAGE_BYTES, MAX_TITLE_CHARS, PageRequest, Session, SessionFilter, SessionPatch, StoredMessage,
+    TITLE_CHARS,
+};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
@@ -55,7 +58,11 @@ pub fn router() -> Router<Arc<AppState>> {
 
 /// `GET /chat/sessions?agent=&user=&limit=&cursor=&metadata.<k>=<v>` →
 /// `{sessions, nextCursor}`; `nextCursor` is `null` on the last page.
-pub async fn list(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Query(query): Query<Vec<(String, String)>>) -> Result<Json<Value>, RestError> {
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, RestError> {
     let mut filter = SessionFilter { owner: caller.listing_owner(), ..SessionFilter::default() };
     let mut limit = DEFAULT_PAGE;
     let mut after = None;
@@ -64,11 +71,22 @@ pub async fn list(State(state): State<Arc<AppState>>, Extension(caller): Extensi
         match k.as_str() {
             "agent" => filter.agent = Some(v),
             "user" => filter.user = Some(v),
-            "limit" => limit = v.parse::<u32>().ok().filter(|n| (1..=MAX_PAGE).contains(n)).ok_or_else(|| ApiError::invalid(format!("limit must be 1..={MAX_PAGE}")))?,
+            "limit" => {
+                limit = v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=MAX_PAGE).contains(n))
+                    .ok_or_else(|| ApiError::invalid(format!("limit must be 1..={MAX_PAGE}")))?
+            }
             "cursor" => after = Some(Cursor::from_wire(v)).filter(|c| !c.as_str().is_empty()),
             _ => match k.strip_prefix("metadata.") {
                 Some(key) => metadata.push((key.to_owned(), v)),
-                None => return Err(ApiError::invalid(format!("unknown query parameter `{k}` (agent, user, limit, cursor, metadata.<key>)")).into()),
+                None => {
+                    return Err(ApiError::invalid(format!(
+                        "unknown query parameter `{k}` (agent, user, limit, cursor, metadata.<key>)"
+                    ))
+                    .into());
+                }
             },
         }
     }
@@ -91,7 +109,11 @@ pub async fn list(State(state): State<Arc<AppState>>, Extension(caller): Extensi
 }
 
 /// `GET /chat/sessions/{id}` and `…/{id}/messages` → `{session, messages}` (oldest first).
-pub async fn get_one(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
+pub async fn get_one(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, RestError> {
     let store = &state.runtime.store().sessions;
     let session = owned(&state, &caller, &id).await?;
     let mut messages: Vec<StoredMessage> = Vec::new();
@@ -108,8 +130,14 @@ pub async fn get_one(State(state): State<Arc<AppState>>, Extension(caller): Exte
 }
 
 /// `PATCH /chat/sessions/{id} {title?, metadata?, revision?}` → the session.
-pub async fn patch(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>, body: Bytes) -> Result<Json<Value>, RestError> {
-    let body: Map<String, Value> = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("the body must be a JSON object: {e}")))?;
+pub async fn patch(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, RestError> {
+    let body: Map<String, Value> =
+        serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("the body must be a JSON object: {e}")))?;
     let title = match body.get("title") {
         None | Some(Value::Null) => None,
         Some(Value::String(t)) if !t.trim().is_empty() => Some(t.trim().to_owned()),
@@ -125,12 +153,17 @@ pub async fn patch(State(state): State<Arc<AppState>>, Extension(caller): Extens
         Some(r) => Some(r.as_u64().ok_or_else(|| ApiError::invalid("`revision` must be the number a read returned"))?),
     };
     owned(&state, &caller, &id).await?;
-    let session = state.runtime.store().sessions.update_session(&id, SessionPatch { title, metadata }, revision).await?;
+    let session =
+        state.runtime.store().sessions.update_session(&id, SessionPatch { title, metadata }, revision).await?;
     Ok(ok(session))
 }
 
 /// `DELETE /chat/sessions/{id}` → `{removed: true}`; `404` when there was no such session.
-pub async fn delete(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, RestError> {
     owned(&state, &caller, &id).await?;
     if state.runtime.store().sessions.delete_session(&id).await? {
         Ok(ok(json!({"removed": true})))
@@ -173,19 +206,36 @@ struct ImportedToolCall {
 /// `POST /chat/sessions/import` → `201 {sessionId, imported}`: a new session of `agent` holding
 /// these messages, written in one store operation (all of it or nothing). A chat sent with
 /// `x-session-id: <sessionId>` then continues from the imported history.
-pub async fn import(State(state): State<Arc<AppState>>, Extension(caller): Extension<Caller>, body: Bytes) -> Result<impl IntoResponse, RestError> {
-    let request: ImportRequest = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("the body must be {{title?, agent, messages:[{{role, content, toolCalls?}}]}}: {e}")))?;
+pub async fn import(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    body: Bytes,
+) -> Result<impl IntoResponse, RestError> {
+    let request: ImportRequest = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::invalid(format!("the body must be {{title?, agent, messages:[{{role, content, toolCalls?}}]}}: {e}"))
+    })?;
     if state.runtime.loaded().agent(&request.agent).is_none() {
         return Err(ApiError::new(ErrorCode::AgentNotFound, format!("agent `{}` does not exist", request.agent)).into());
     }
     if request.messages.is_empty() || request.messages.len() > MAX_IMPORT_MESSAGES {
         return Err(ApiError::invalid(format!("messages must hold 1..={MAX_IMPORT_MESSAGES} messages")).into());
     }
-    let messages = request.messages.into_iter().enumerate().map(|(i, m)| imported(m).map_err(|e| ApiError::invalid(format!("messages[{i}]: {e}")))).collect::<Result<Vec<Message>, _>>()?;
+    let messages = request
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| imported(m).map_err(|e| ApiError::invalid(format!("messages[{i}]: {e}"))))
+        .collect::<Result<Vec<Message>, _>>()?;
     let title = match request.title.as_deref().map(str::trim) {
-        Some(t) if t.is_empty() || t.chars().count() > MAX_TITLE_CHARS => return Err(ApiError::invalid(format!("`title` must be 1..={MAX_TITLE_CHARS} characters")).into()),
+        Some(t) if t.is_empty() || t.chars().count() > MAX_TITLE_CHARS => {
+            return Err(ApiError::invalid(format!("`title` must be 1..={MAX_TITLE_CHARS} characters")).into());
+        }
         Some(t) => t.to_owned(),
-        None => messages.iter().find(|m| m.role == Role::User).map(|m| m.text_content().chars().take(TITLE_CHARS).collect()).unwrap_or_default(),
+        None => messages
+            .iter()
+            .find(|m| m.role == Role::User)
+            .map(|m| m.text_content().chars().take(TITLE_CHARS).collect())
+            .unwrap_or_default(),
     };
     let (now, ids) = (state.runtime.clock().now(), state.runtime.ids());
     let id = ids.next_id();
@@ -205,7 +255,18 @@ pub async fn import(State(state): State<Arc<AppState>>, Extension(caller): Exten
             usage: None,
         })
         .collect();
-    let session = Session { id: id.clone(), agent: request.agent, title, user: None, metadata: json!({}), owner: caller.owner, created_at: now, updated_at: now, message_count: count as u64, revision: 1 };
+    let session = Session {
+        id: id.clone(),
+        agent: request.agent,
+        title,
+        user: None,
+        metadata: json!({}),
+        owner: caller.owner,
+        created_at: now,
+        updated_at: now,
+        message_count: count as u64,
+        revision: 1,
+    };
     state.runtime.store().sessions.import_session(&session, &stored).await?;
     Ok((StatusCode::CREATED, ok(json!({"sessionId": id, "imported": count}))))
 }

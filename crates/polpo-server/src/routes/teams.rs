@@ -9,16 +9,18 @@
 //! members' `agent.json` (revision-checked), then removes the old file, and never overwrites
 //! another team.
 
-use crate::state::AppState;
 use crate::error::{ApiError, ErrorCode, ok};
 use crate::routes::agents::{AgentError, edit, object};
+use crate::state::AppState;
 use axum::body::Bytes;
-use axum::routing::{delete, get};
-use axum::{Json, Router};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use polpo_core::config::{Location, Project, TEAM_FILE, TeamConfig, check_confusable, check_id, fold_id, parse_checked};
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use polpo_core::config::{
+    Location, Project, TEAM_FILE, TeamConfig, check_confusable, check_id, fold_id, parse_checked,
+};
 use polpo_project::paths::{TEAMS_DIR, display};
 use polpo_project::teams::{delete_team, team_file, write_team};
 use polpo_project::{Edit, read_agent, write_agent};
@@ -44,7 +46,10 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Json<Value> {
 }
 
 /// `GET /agents/team?name=<id>`: one team; `404 team_not_found`.
-pub async fn get_one(State(state): State<Arc<AppState>>, Query(query): Query<BTreeMap<String, String>>) -> Result<Json<Value>, AgentError> {
+pub async fn get_one(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<BTreeMap<String, String>>,
+) -> Result<Json<Value>, AgentError> {
     let name = query.get("name").ok_or_else(|| ApiError::invalid("name the team: `?name=<team>`"))?;
     let loaded = state.runtime.loaded();
     if !loaded.project.teams.contains_key(name) {
@@ -74,12 +79,16 @@ pub async fn create(State(state): State<Arc<AppState>>, body: Bytes) -> Result<i
 /// `DELETE /agents/teams/{name}` → `{removed: true}`. `409 team_not_empty` (naming the members)
 /// while agents still name the team: deleting it would silently leave them pointing at nothing,
 /// so the members are moved or removed first, deliberately.
-pub async fn remove_team(State(state): State<Arc<AppState>>, Path(name): Path<String>) -> Result<Json<Value>, AgentError> {
+pub async fn remove_team(
+    State(state): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, AgentError> {
     edit(&state, move |edit, served| {
         existing(served, &name)?;
         let members: Vec<&str> = served.team_members(&name).map(|a| a.id.as_str()).collect();
         if !members.is_empty() {
-            let message = format!("team `{name}` still has members ({}); move or remove them first", members.join(", "));
+            let message =
+                format!("team `{name}` still has members ({}); move or remove them first", members.join(", "));
             return Err(ApiError::new(ErrorCode::TeamNotEmpty, message).into());
         }
         Ok(delete_team(edit, &name)?)
@@ -92,7 +101,12 @@ pub async fn remove_team(State(state): State<Arc<AppState>>, Path(name): Path<St
 /// an unknown `oldName`, `409 already_exists` when `name` is another team's.
 pub async fn rename(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Json<Value>, AgentError> {
     let body = object(&body)?;
-    let text = |k: &str| body.get(k).and_then(Value::as_str).map(str::to_owned).ok_or_else(|| ApiError::invalid(format!("the body needs `{k}` (a string)")));
+    let text = |k: &str| {
+        body.get(k)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| ApiError::invalid(format!("the body needs `{k}` (a string)")))
+    };
     let (old, new) = (text("oldName")?, text("name")?);
     let renamed = new.clone();
     edit(&state, move |edit, served| {
@@ -122,15 +136,18 @@ fn repoint(edit: &mut Edit<'_>, id: &str, team: &str) -> Result<(), AgentError> 
 
 /// The body (without `name`) as `teams/<name>.json`, checked like `polpo validate` does.
 fn checked(name: &str, body: Map<String, Value>) -> Result<TeamConfig, AgentError> {
-    check_id(name).map_err(|reason| ApiError::new(ErrorCode::InvalidValue, format!("invalid team name `{name}`: {reason}")))?;
+    check_id(name)
+        .map_err(|reason| ApiError::new(ErrorCode::InvalidValue, format!("invalid team name `{name}`: {reason}")))?;
     let at = Location::file(display(&[TEAMS_DIR, &format!("{name}.json")]));
-    parse_checked(&Value::Object(body), &TEAM_FILE, &at).map_err(|problems| AgentError::Problems { code: ErrorCode::InvalidConfig, problems })
+    parse_checked(&Value::Object(body), &TEAM_FILE, &at)
+        .map_err(|problems| AgentError::Problems { code: ErrorCode::InvalidConfig, problems })
 }
 
 /// A new team may be called `name`: `409 already_exists` when a served team other than
 /// `except` or a file on disk already has that id, `400 id_confusable` when it looks like one.
 fn ensure_free(edit: &Edit<'_>, served: &Project, name: &str, except: Option<&str>) -> Result<(), AgentError> {
-    check_id(name).map_err(|reason| ApiError::new(ErrorCode::InvalidValue, format!("invalid team name `{name}`: {reason}")))?;
+    check_id(name)
+        .map_err(|reason| ApiError::new(ErrorCode::InvalidValue, format!("invalid team name `{name}`: {reason}")))?;
     let others: Vec<&str> = served.teams.keys().map(String::as_str).filter(|id| Some(*id) != except).collect();
     check_confusable(name, others.iter().copied()).map_err(|reason| ApiError::new(ErrorCode::IdConfusable, reason))?;
     let taken = others.iter().any(|id| fold_id(id) == fold_id(name));

@@ -27,7 +27,11 @@ pub struct Server {
 pub fn default_project(dir: &std::path::Path) -> ProjectFixture {
     ProjectFixture::new(dir, json!({"storage": "file"}))
         .unwrap()
-        .agent("coder", json!({"model": "openai/fake-model", "allowedTools": ["read", "ls", "write"], "maxTurns": 4}), "You write code.")
+        .agent(
+            "coder",
+            json!({"model": "openai/fake-model", "allowedTools": ["read", "ls", "write"], "maxTurns": 4}),
+            "You write code.",
+        )
         .unwrap()
         .agent("writer", json!({"model": "openai/fake-model", "allowedTools": []}), "You write prose.")
         .unwrap()
@@ -48,7 +52,12 @@ impl Server {
     }
 
     /// Like [`Server::start_with`], with a last change to the server state (limits, origins).
-    pub async fn start_tweaked(llm: &FakeLlm, key: Option<&str>, write: impl FnOnce(&std::path::Path), tweak: impl FnOnce(&mut AppState)) -> Self {
+    pub async fn start_tweaked(
+        llm: &FakeLlm,
+        key: Option<&str>,
+        write: impl FnOnce(&std::path::Path),
+        tweak: impl FnOnce(&mut AppState),
+    ) -> Self {
         polpo_llm::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
         write(dir.path());
@@ -68,8 +77,10 @@ impl Server {
         // The backend the project asks for (`storage`, `databaseUrl`), file by default.
         let settings = project.settings().clone();
         let kind = StoreKind::parse(settings.storage().as_str()).unwrap();
-        let store = open_store(kind, dir.path(), settings.database_url.as_deref(), Arc::new(SystemClock)).await.unwrap();
-        let runtime = Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), env), store));
+        let store =
+            open_store(kind, dir.path(), settings.database_url.as_deref(), Arc::new(SystemClock)).await.unwrap();
+        let runtime =
+            Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), env), store));
         let (keys, _) = ApiKeys::load(key, &[]);
         let mut state = AppState::new(runtime, keys);
         tweak(&mut state);
@@ -77,7 +88,12 @@ impl Server {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let app = router(state.clone());
-        tokio::spawn(polpo_server::serve::run(listener, app, polpo_server::serve::Limits::default(), std::future::pending()));
+        tokio::spawn(polpo_server::serve::run(
+            listener,
+            app,
+            polpo_server::serve::Limits::default(),
+            std::future::pending(),
+        ));
         Self { dir, url, state, http: reqwest::Client::new() }
     }
 
@@ -91,7 +107,13 @@ impl Server {
     }
 
     /// Any method, with an optional JSON body, returning status, headers and body.
-    pub async fn send(&self, method: reqwest::Method, path: &str, headers: &[(&str, &str)], body: Option<Value>) -> Reply {
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> Reply {
         let mut req = self.http.request(method, format!("{}{path}", self.url));
         if let Some(body) = body {
             req = req.json(&body);
@@ -152,7 +174,11 @@ impl Reply {
 
     /// The `data:` payloads of an SSE body, `[DONE]` included.
     pub fn sse_data(&self) -> Vec<String> {
-        self.text.lines().filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:"))).map(str::to_owned).collect()
+        self.text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+            .map(str::to_owned)
+            .collect()
     }
 }
 

@@ -47,7 +47,9 @@ fn dependencies_first(batch: &[StoredTask]) -> Vec<&StoredTask> {
         let before = order.len();
         for t in batch {
             let inside = |d: &String| batch.iter().any(|o| o.task.id == *d);
-            if !placed.contains(t.task.id.as_str()) && t.task.depends_on.iter().all(|d| !inside(d) || placed.contains(d.as_str())) {
+            if !placed.contains(t.task.id.as_str())
+                && t.task.depends_on.iter().all(|d| !inside(d) || placed.contains(d.as_str()))
+            {
                 placed.insert(&t.task.id);
                 order.push(t);
             }
@@ -77,7 +79,8 @@ impl Inner {
     fn create_tasks(&self, batch: Vec<Task>) -> Result<Vec<StoredTask>, StoreError> {
         let now = self.now();
         let mut idx = self.index();
-        let deps: Vec<StoredTask> = work::outside_deps(&batch).iter().filter_map(|d| idx.tasks.get(d).cloned()).collect();
+        let deps: Vec<StoredTask> =
+            work::outside_deps(&batch).iter().filter_map(|d| idx.tasks.get(d).cloned()).collect();
         let stored = work::new_tasks(batch, &deps, |m| idx.missions.contains_key(m), now, self.ids())?;
         for t in &stored {
             if idx.tasks.contains_key(&t.task.id) {
@@ -118,9 +121,10 @@ impl Inner {
             .filter_map(|id| idx.tasks.get(id))
             .filter(|t| t.claim.as_ref().is_none_or(|c| c.expires_at <= now))
             .filter(|t| {
-                t.task.mission_id.as_ref().is_none_or(|m| {
-                    idx.missions.get(m).is_some_and(|m| m.mission.status == MissionStatus::Active)
-                })
+                t.task
+                    .mission_id
+                    .as_ref()
+                    .is_none_or(|m| idx.missions.get(m).is_some_and(|m| m.mission.status == MissionStatus::Active))
             })
             .cloned()
             .collect();
@@ -144,7 +148,10 @@ impl Inner {
         let deps_there = t.task.depends_on.iter().all(|d| idx.tasks.contains_key(d));
         let mission_there = t.task.mission_id.as_ref().is_none_or(|m| idx.missions.contains_key(m));
         if !deps_there || !mission_there {
-            return Err(StoreError::Invalid(format!("task `{}`: import its dependencies and mission first", t.task.id)));
+            return Err(StoreError::Invalid(format!(
+                "task `{}`: import its dependencies and mission first",
+                t.task.id
+            )));
         }
         work::check_title_free(&t.task, idx.tasks.values().map(|o| &o.task))?;
         self.write_work(TASKS, &t.task.id, t, true)?;
@@ -231,7 +238,11 @@ impl MissionStore for FileStore {
         Ok(self.inner.index().missions.get(id).cloned())
     }
 
-    async fn list_missions(&self, filter: &MissionFilter, page: &PageRequest) -> Result<Page<StoredMission>, StoreError> {
+    async fn list_missions(
+        &self,
+        filter: &MissionFilter,
+        page: &PageRequest,
+    ) -> Result<Page<StoredMission>, StoreError> {
         self.inner.index().missions.page(page, |m| filter.status.is_none_or(|s| s == m.mission.status))
     }
 

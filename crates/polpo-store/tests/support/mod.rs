@@ -86,9 +86,15 @@ impl TestStore {
 pub async fn open_at(kind: StoreKind, location: &Location, clock: Arc<dyn Clock>) -> Result<Store, StoreError> {
     let seams = Seams::from(clock);
     Ok(match (kind, location) {
-        (StoreKind::File, Location::Path(p)) => Store::from_backend(kind, FileStore::open(p, seams.clone()).await?, seams),
-        (StoreKind::Sqlite, Location::Path(p)) => Store::from_backend(kind, SqliteStore::open(p, seams.clone()).await?, seams),
-        (StoreKind::Postgres, Location::Schema(s)) => Store::from_backend(kind, pg_store(s, seams.clone()).await?, seams),
+        (StoreKind::File, Location::Path(p)) => {
+            Store::from_backend(kind, FileStore::open(p, seams.clone()).await?, seams)
+        }
+        (StoreKind::Sqlite, Location::Path(p)) => {
+            Store::from_backend(kind, SqliteStore::open(p, seams.clone()).await?, seams)
+        }
+        (StoreKind::Postgres, Location::Schema(s)) => {
+            Store::from_backend(kind, pg_store(s, seams.clone()).await?, seams)
+        }
         _ => unreachable!("location does not match backend"),
     })
 }

@@ -57,13 +57,20 @@ pub async fn tasks_round_trip_and_move_only_along_the_table(t: &TestStore) {
     full.created_at = start_time();
     full.updated_at = start_time();
     assert!(!created.task.id.is_empty(), "the store makes an id");
-    assert_eq!((created.task.clone(), created.revision, created.claim.clone()), (full, 1, None), "every field kept; times are the store's");
+    assert_eq!(
+        (created.task.clone(), created.revision, created.claim.clone()),
+        (full, 1, None),
+        "every field kept; times are the store's"
+    );
     assert_eq!(s.get_task(&created.task.id).await.unwrap(), Some(created.clone()));
     assert_eq!(s.get_task("missing").await.unwrap(), None);
 
     t.clock.advance(Span::seconds(1));
     let queued = step(t, &created, TaskEvent::Queue).await.unwrap();
-    assert_eq!((queued.task.status, queued.revision, queued.task.updated_at), (TaskStatus::Pending, 2, start_time() + Span::seconds(1)));
+    assert_eq!(
+        (queued.task.status, queued.revision, queued.task.updated_at),
+        (TaskStatus::Pending, 2, start_time() + Span::seconds(1))
+    );
     // A second writer still holding revision 1 loses, and nothing of its write lands.
     let mut stale = created.task.clone();
     stale.status = TaskStatus::Pending;
@@ -82,7 +89,8 @@ pub async fn tasks_round_trip_and_move_only_along_the_table(t: &TestStore) {
     assert_eq!(code(s.update_task(missing, 1).await), "not_found");
 
     // Two writers at the same revision: exactly one wins.
-    let assign = |agent: &str| transition(&queued.task, &TaskEvent::Assign { agent: Some(agent.into()) }, start_time()).unwrap();
+    let assign =
+        |agent: &str| transition(&queued.task, &TaskEvent::Assign { agent: Some(agent.into()) }, start_time()).unwrap();
     let (a, b) = tokio::join!(s.update_task(assign("a"), queued.revision), s.update_task(assign("b"), queued.revision));
     assert_eq!([a.is_ok(), b.is_ok()].iter().filter(|ok| **ok).count(), 1);
     let assigned = a.or(b).unwrap();
@@ -98,7 +106,11 @@ pub async fn tasks_round_trip_and_move_only_along_the_table(t: &TestStore) {
     assert_eq!(code(s.create_task(dependent.clone()).await), "invalid_input", "a dependency listed twice");
     dependent.depends_on = vec![created.task.id.clone()];
     assert_eq!(s.create_task(dependent.clone()).await.unwrap().task.id, "self-ref");
-    assert_eq!(code(s.create_task(Task { title: "other".into(), ..dependent.clone() }).await), "conflict", "a taken id");
+    assert_eq!(
+        code(s.create_task(Task { title: "other".into(), ..dependent.clone() }).await),
+        "conflict",
+        "a taken id"
+    );
     let mut running = task("Run");
     running.status = TaskStatus::InProgress;
     assert_eq!(code(s.create_task(running).await), "invalid_input", "new tasks start draft or pending");
@@ -113,7 +125,8 @@ pub async fn tasks_round_trip_and_move_only_along_the_table(t: &TestStore) {
     // `polpo db copy`'s side: the same task again is a no-op, a different one a conflict.
     assert_eq!(s.import_task(&failed).await.unwrap(), ImportOutcome::AlreadyPresent);
     assert_eq!(code(s.import_task(&StoredTask { revision: 99, ..failed.clone() }).await), "conflict");
-    let orphan = StoredTask { task: Task { id: "orphan".into(), depends_on: vec!["ghost".into()], ..task("orphan") }, ..failed };
+    let orphan =
+        StoredTask { task: Task { id: "orphan".into(), depends_on: vec!["ghost".into()], ..task("orphan") }, ..failed };
     assert_eq!(code(s.import_task(&orphan).await), "invalid_input", "dependencies are imported first");
 }
 
@@ -131,7 +144,8 @@ pub async fn a_batch_of_tasks_is_created_whole_or_not_at_all(t: &TestStore) {
     assert_eq!(created.iter().map(|x| x.task.id.as_str()).collect::<Vec<_>>(), ["deploy", "build", "docs"]);
     assert!(created.iter().all(|x| x.revision == 1 && x.task.created_at == start_time()));
 
-    let everything = || async { s.list_tasks(&TaskFilter::default(), &PageRequest::default()).await.unwrap().items.len() };
+    let everything =
+        || async { s.list_tasks(&TaskFilter::default(), &PageRequest::default()).await.unwrap().items.len() };
     let err = s.create_tasks(vec![linked("x", &["y"]), linked("y", &["z"]), linked("z", &["x"])]).await.unwrap_err();
     assert_eq!(err.code(), "invalid_input");
     assert!(err.to_string().contains("dependency_cycle"), "{err}");
@@ -144,7 +158,8 @@ pub async fn a_batch_of_tasks_is_created_whole_or_not_at_all(t: &TestStore) {
     assert_eq!(everything().await, 4, "a refused batch creates nothing");
     assert_eq!(s.get_task("fresh").await.unwrap(), None);
 
-    let mut ready: Vec<String> = s.claim_ready("w", Duration::from_secs(60), 10).await.unwrap().into_iter().map(|x| x.task.id).collect();
+    let mut ready: Vec<String> =
+        s.claim_ready("w", Duration::from_secs(60), 10).await.unwrap().into_iter().map(|x| x.task.id).collect();
     ready.sort();
     let mut expected = vec![stored.task.id.clone(), "docs".to_owned()];
     expected.sort();
@@ -188,7 +203,10 @@ pub async fn tasks_list_by_mission_and_status_page_by_page(t: &TestStore) {
         }
     }
     assert_eq!(seen, of_mission, "newest first, each task of the mission exactly once");
-    let drafts = s.list_tasks(&TaskFilter { status: Some(TaskStatus::Draft), ..Default::default() }, &PageRequest::default()).await.unwrap();
+    let drafts = s
+        .list_tasks(&TaskFilter { status: Some(TaskStatus::Draft), ..Default::default() }, &PageRequest::default())
+        .await
+        .unwrap();
     assert_eq!(drafts.items.iter().map(|x| x.task.title.as_str()).collect::<Vec<_>>(), ["t4"]);
     assert_eq!(s.list_tasks(&TaskFilter::default(), &PageRequest::default()).await.unwrap().items.len(), 9);
     let bogus = PageRequest::after(polpo_store::Cursor::from_wire("zz"), 3);
@@ -294,7 +312,10 @@ pub async fn missions_round_trip_and_move_only_along_their_table(t: &TestStore) 
     t.clock.advance(Span::seconds(1));
     let recurring = transition_mission(&created.mission, &MissionEvent::Recur, start_time()).unwrap();
     let stored = s.update_mission(recurring.clone(), 1).await.unwrap();
-    assert_eq!((stored.mission.status, stored.revision, stored.mission.updated_at), (MissionStatus::Recurring, 2, start_time() + Span::seconds(1)));
+    assert_eq!(
+        (stored.mission.status, stored.revision, stored.mission.updated_at),
+        (MissionStatus::Recurring, 2, start_time() + Span::seconds(1))
+    );
     assert_eq!(code(s.update_mission(recurring, 1).await), "conflict", "a stale revision is refused");
     let mut back = stored.mission.clone();
     back.status = MissionStatus::Draft;
@@ -309,10 +330,12 @@ pub async fn missions_round_trip_and_move_only_along_their_table(t: &TestStore) 
         t.clock.advance(Span::milliseconds(1));
         s.create_mission(mission(&format!("mission-{i}"))).await.unwrap();
     }
-    let active = s.list_missions(&MissionFilter { status: Some(MissionStatus::Active) }, &PageRequest::default()).await.unwrap();
+    let active =
+        s.list_missions(&MissionFilter { status: Some(MissionStatus::Active) }, &PageRequest::default()).await.unwrap();
     assert_eq!(active.items.iter().map(|m| m.mission.name.as_str()).collect::<Vec<_>>(), ["launch"]);
     let first = s.list_missions(&MissionFilter::default(), &PageRequest::first(4)).await.unwrap();
-    let rest = s.list_missions(&MissionFilter::default(), &PageRequest::after(first.next.clone().unwrap(), 4)).await.unwrap();
+    let rest =
+        s.list_missions(&MissionFilter::default(), &PageRequest::after(first.next.clone().unwrap(), 4)).await.unwrap();
     let names: Vec<_> = first.items.iter().chain(&rest.items).map(|m| m.mission.name.clone()).collect();
     assert_eq!(names, ["mission-4", "mission-3", "mission-2", "mission-1", "mission-0", "launch"]);
     assert_eq!(rest.next, None);
@@ -320,8 +343,11 @@ pub async fn missions_round_trip_and_move_only_along_their_table(t: &TestStore) 
 
 /// A mission, an active one's task claimed by a worker: what `everything_survives_a_reopen`
 /// reads back after reopening (the mission, then the task).
-pub async fn a_mission_with_a_claimed_task(t: &TestStore) -> (String, Vec<StoredTask>, Option<polpo_store::StoredMission>) {
-    let m = t.store.missions.create_mission(Mission { status: MissionStatus::Active, ..mission("kept") }).await.unwrap();
+pub async fn a_mission_with_a_claimed_task(
+    t: &TestStore,
+) -> (String, Vec<StoredTask>, Option<polpo_store::StoredMission>) {
+    let m =
+        t.store.missions.create_mission(Mission { status: MissionStatus::Active, ..mission("kept") }).await.unwrap();
     t.store.tasks.create_task(Task { mission_id: Some(m.mission.id.clone()), ..task("kept") }).await.unwrap();
     let claimed = t.store.tasks.claim_ready("w", Duration::from_secs(60), 10).await.unwrap();
     assert_eq!(claimed.len(), 1);

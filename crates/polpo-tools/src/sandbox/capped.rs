@@ -15,12 +15,7 @@ pub struct CappedOutput {
 impl CappedOutput {
     /// An empty buffer keeping at most `cap` bytes in all.
     pub fn new(cap: usize) -> Self {
-        Self {
-            head: Vec::new(),
-            tail: VecDeque::new(),
-            half_cap: cap / 2,
-            total: 0,
-        }
+        Self { head: Vec::new(), tail: VecDeque::new(), half_cap: cap / 2, total: 0 }
     }
 
     /// Appends a chunk, dropping the middle once the cap is reached.
@@ -57,11 +52,7 @@ impl CappedOutput {
         let tail = String::from_utf8_lossy(&tail_bytes);
         if self.is_truncated() {
             let kept = (self.head.len() + self.tail.len()) as u64;
-            format!(
-                "{head}\n... [{} bytes omitted; total output {} bytes] ...\n{tail}",
-                self.total - kept,
-                self.total
-            )
+            format!("{head}\n... [{} bytes omitted; total output {} bytes] ...\n{tail}", self.total - kept, self.total)
         } else {
             format!("{head}{tail}")
         }
@@ -92,9 +83,6 @@ mod tests {
         let text = out.render();
         assert!(text.starts_with("01234\n"), "{text}");
         assert!(text.ends_with("\nfghij"), "{text}");
-        assert!(
-            text.contains("10 bytes omitted; total output 20 bytes"),
-            "{text}"
-        );
+        assert!(text.contains("10 bytes omitted; total output 20 bytes"), "{text}");
     }
 }

@@ -66,9 +66,7 @@ impl Containment {
     fn flags(self) -> libc::c_int {
         match self {
             Containment::Namespaces => libc::CLONE_NEWPID | libc::CLONE_NEWNS,
-            Containment::UserNamespaces => {
-                libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS
-            }
+            Containment::UserNamespaces => libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS,
         }
     }
 }
@@ -123,15 +121,7 @@ impl ChildSetup {
                 mirror_child(pid);
             }
             // SAFETY: plain system call; SIGKILL when the intermediate process dies.
-            check(unsafe {
-                libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                )
-            })?;
+            check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) })?;
             if !self.hide.is_empty() {
                 make_mounts_private()?;
                 for dir in &self.hide {
@@ -160,16 +150,12 @@ impl ChildSetup {
         }
         if let Some(ruleset) = &self.landlock {
             // SAFETY: plain system call on a valid, open ruleset descriptor.
-            check_long(unsafe {
-                libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0)
-            })?;
+            check_long(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0) })?;
         }
         if let Some(ruleset) = self.net_landlock {
             // SAFETY: plain system call on a valid, open ruleset descriptor (kept open by the
             // process for its whole life).
-            check_long(unsafe {
-                libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0)
-            })?;
+            check_long(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0) })?;
         }
         close_inherited_on_exec();
         Ok(())
@@ -181,13 +167,7 @@ impl ChildSetup {
 fn close_inherited_on_exec() {
     // SAFETY: plain system calls on integers.
     unsafe {
-        if libc::syscall(
-            libc::SYS_close_range,
-            3,
-            libc::c_uint::MAX,
-            CLOSE_RANGE_CLOEXEC,
-        ) != 0
-        {
+        if libc::syscall(libc::SYS_close_range, 3, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) != 0 {
             for fd in 3..FALLBACK_FD_LIMIT {
                 libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
             }
@@ -281,19 +261,8 @@ fn drop_all_capabilities(last: libc::c_ulong) -> io::Result<()> {
         unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
     }
     // SAFETY: plain system call.
-    check(unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    })?;
-    let mut header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
+    check(unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong, 0, 0, 0) })?;
+    let mut header = CapHeader { version: CAPABILITY_VERSION_3, pid: 0 };
     let mut data = [CapData::default(); 2];
     // SAFETY: header and data are valid, correctly laid-out stack buffers for version 3.
     check_long(unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) })?;
@@ -306,19 +275,11 @@ fn drop_all_capabilities(last: libc::c_ulong) -> io::Result<()> {
 }
 
 fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret) }
 }
 
 fn check_long(ret: libc::c_long) -> io::Result<libc::c_long> {
-    if ret < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(ret)
-    }
+    if ret < 0 { Err(io::Error::last_os_error()) } else { Ok(ret) }
 }
 
 /// The Landlock ABI version of the running kernel, `None` when Landlock is missing or disabled.
@@ -339,31 +300,28 @@ pub(crate) fn landlock_abi() -> Option<i32> {
 /// contained run does first: `unshare`, make the mounts private, and hide a directory (the
 /// temp dir, in the probe's own mount namespace). Container runtimes often forbid these.
 pub(crate) fn probe_containment() -> Option<Containment> {
-    let probe_dir =
-        CString::new(std::env::temp_dir().into_os_string().into_encoded_bytes()).ok()?;
-    [Containment::Namespaces, Containment::UserNamespaces]
-        .into_iter()
-        .find(|&contain| {
-            let mut command = std::process::Command::new("sh");
-            command
-                .args(["-c", ":"])
-                .env_clear()
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null());
-            let flags = contain.flags();
-            let probe_dir = probe_dir.clone();
-            // SAFETY: the closure only issues system calls on an integer and on a C string
-            // built before the fork (async-signal-safe).
-            unsafe {
-                std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
-                    check(libc::unshare(flags))?;
-                    make_mounts_private()?;
-                    hide_directory(&probe_dir)
-                });
-            }
-            command.status().is_ok_and(|status| status.success())
-        })
+    let probe_dir = CString::new(std::env::temp_dir().into_os_string().into_encoded_bytes()).ok()?;
+    [Containment::Namespaces, Containment::UserNamespaces].into_iter().find(|&contain| {
+        let mut command = std::process::Command::new("sh");
+        command
+            .args(["-c", ":"])
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let flags = contain.flags();
+        let probe_dir = probe_dir.clone();
+        // SAFETY: the closure only issues system calls on an integer and on a C string
+        // built before the fork (async-signal-safe).
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                check(libc::unshare(flags))?;
+                make_mounts_private()?;
+                hide_directory(&probe_dir)
+            });
+        }
+        command.status().is_ok_and(|status| status.success())
+    })
 }
 
 /// Highest capability number of the running kernel.

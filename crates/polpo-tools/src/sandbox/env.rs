@@ -51,8 +51,7 @@ pub fn scrubbed_env(extra_allowed: &[String]) -> Vec<(String, String)> {
     std::env::vars_os()
         .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)))
         .filter(|(name, _)| {
-            BASE_ENV_ALLOW.contains(&name.as_str())
-                || extra_allowed.iter().any(|allowed| allowed == name)
+            BASE_ENV_ALLOW.contains(&name.as_str()) || extra_allowed.iter().any(|allowed| allowed == name)
         })
         .filter(|(name, _)| !is_secret_name(name))
         .collect()

@@ -18,8 +18,8 @@
 
 use super::SandboxError;
 use landlock::{
-    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, Scope,
 };
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -32,9 +32,7 @@ const REQUESTED_ABI: ABI = ABI::V6;
 /// System directories a command reads and executes from (missing ones are skipped). Not
 /// `/dev`: uid 0 owns the disk devices, so reading them needs no capability; only the devices
 /// below are granted.
-const SYSTEM_READ: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc", "/sys",
-];
+const SYSTEM_READ: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt", "/proc", "/sys"];
 /// Secrets in `/etc` that its owner, root, reads without any capability: password hashes,
 /// sudo rules, SSH host keys, TLS private keys. Never granted; under a root server only the
 /// world-readable rest of `/etc` is (see [`world_readable_etc`]), otherwise all the rest, the
@@ -52,13 +50,7 @@ const ETC_SECRETS: &[&str] = &[
 /// The devices a command may use (read and write). Not `/dev/tty`: a command has no
 /// controlling terminal (it leads its own session), and the server's terminal is not its to
 /// use (`TIOCSTI` would type into the user's shell).
-const DEVICES: &[&str] = &[
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/random",
-    "/dev/urandom",
-];
+const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
 /// Entries of `/etc` looked at, at most, when finding the world-readable ones; what lies past
 /// the budget is not granted.
 const ETC_WALK_BUDGET: usize = 50_000;
@@ -88,10 +80,7 @@ pub(crate) fn build_ruleset(policy: &FsPolicy<'_>) -> Result<Option<OwnedFd>, Sa
         .and_then(|r| r.scope(Scope::from_all(REQUESTED_ABI)))
         .and_then(Ruleset::create)
         .map_err(landlock_error)?;
-    let mut grants = Grants {
-        ruleset,
-        protected: policy.protected,
-    };
+    let mut grants = Grants { ruleset, protected: policy.protected };
     for dir in SYSTEM_READ {
         grants.grant(Path::new(dir), read)?;
     }
@@ -99,11 +88,7 @@ pub(crate) fn build_ruleset(policy: &FsPolicy<'_>) -> Result<Option<OwnedFd>, Sa
     if policy.etc_world_readable_only {
         grants.grant_exact(etc, AccessFs::ReadDir.into())?;
         for (path, whole) in world_readable_etc() {
-            let access = if *whole {
-                read
-            } else {
-                AccessFs::ReadDir.into()
-            };
+            let access = if *whole { read } else { AccessFs::ReadDir.into() };
             grants.grant(path, access)?;
         }
     } else {
@@ -122,10 +107,7 @@ pub(crate) fn build_ruleset(policy: &FsPolicy<'_>) -> Result<Option<OwnedFd>, Sa
         }
     }
     for device in DEVICES {
-        grants.grant(
-            Path::new(device),
-            read | AccessFs::WriteFile | AccessFs::IoctlDev,
-        )?;
+        grants.grant(Path::new(device), read | AccessFs::WriteFile | AccessFs::IoctlDev)?;
     }
     grants.grant(policy.scratch, all)?;
     for root in policy.writable {
@@ -183,15 +165,8 @@ impl Grants<'_> {
         let Ok(fd) = PathFd::new(path) else {
             return Ok(());
         };
-        let access = if path.is_dir() {
-            access
-        } else {
-            access & AccessFs::from_file(REQUESTED_ABI)
-        };
-        (&mut self.ruleset)
-            .add_rule(PathBeneath::new(fd, access))
-            .map(drop)
-            .map_err(landlock_error)
+        let access = if path.is_dir() { access } else { access & AccessFs::from_file(REQUESTED_ABI) };
+        (&mut self.ruleset).add_rule(PathBeneath::new(fd, access)).map(drop).map_err(landlock_error)
     }
 }
 
@@ -260,9 +235,7 @@ fn world_readable(path: &Path) -> bool {
 }
 
 fn children(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|entries| entries.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default()
+    std::fs::read_dir(dir).map(|entries| entries.flatten().map(|e| e.path()).collect()).unwrap_or_default()
 }
 
 fn landlock_error(e: landlock::RulesetError) -> SandboxError {

@@ -18,9 +18,6 @@ pub use env::{BASE_ENV_ALLOW, is_secret_name, scrubbed_env};
 pub use net_rules::{denied_connect_ports, deny_connect_ports};
 pub use paths::{PathRules, resolve_in_sandbox, resolve_real_path};
 pub use policy::{
-    Confinement, FORCE_UNAVAILABLE_ENV, ResourceLimits, SandboxNotice, SandboxPolicy,
-    SandboxSupport, sandbox_support,
+    Confinement, FORCE_UNAVAILABLE_ENV, ResourceLimits, SandboxNotice, SandboxPolicy, SandboxSupport, sandbox_support,
 };
-pub use process::{
-    CommandOutcome, CommandSpec, Isolation, Program, SandboxError, Termination, run_command,
-};
+pub use process::{CommandOutcome, CommandSpec, Isolation, Program, SandboxError, Termination, run_command};

@@ -15,9 +15,7 @@
 //! call of the process must be kept off it, whichever runtime or request started it.
 
 use super::SandboxError;
-use landlock::{
-    AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr,
-};
+use landlock::{AccessNet, CompatLevel, Compatible, NetPort, Ruleset, RulesetAttr, RulesetCreatedAttr};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::OnceLock;
 
@@ -41,9 +39,7 @@ pub fn deny_connect_ports(ports: &[u16]) -> Result<(), SandboxError> {
     if *set == wanted {
         Ok(())
     } else {
-        Err(SandboxError::Confine(std::io::Error::other(format!(
-            "the denied ports are already set to {set:?}"
-        ))))
+        Err(SandboxError::Confine(std::io::Error::other(format!("the denied ports are already set to {set:?}"))))
     }
 }
 
@@ -61,9 +57,7 @@ pub(crate) fn connect_ruleset() -> Result<Option<BorrowedFd<'static>>, SandboxEr
     }
     match RULESET.get_or_init(|| build(ports)) {
         Ok(fd) => Ok(Some(fd.as_fd())),
-        Err(message) => Err(SandboxError::Confine(std::io::Error::other(
-            message.clone(),
-        ))),
+        Err(message) => Err(SandboxError::Confine(std::io::Error::other(message.clone()))),
     }
 }
 
@@ -77,10 +71,7 @@ fn build(denied: &[u16]) -> Result<OwnedFd, String> {
         .and_then(Ruleset::create)
         .map_err(|e| e.to_string())?;
     for port in (0..=u16::MAX).filter(|port| !denied.contains(port)) {
-        ruleset = ruleset
-            .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
-            .map_err(|e| e.to_string())?;
+        ruleset = ruleset.add_rule(NetPort::new(port, AccessNet::ConnectTcp)).map_err(|e| e.to_string())?;
     }
-    Option::<OwnedFd>::from(ruleset)
-        .ok_or_else(|| "Landlock network rules are unavailable".to_owned())
+    Option::<OwnedFd>::from(ruleset).ok_or_else(|| "Landlock network rules are unavailable".to_owned())
 }

@@ -21,10 +21,7 @@ const MAX_SYMLINK_HOPS: usize = 40;
 /// allowed roots and outside its protected paths, or refuses it with `path_outside_sandbox`.
 pub fn resolve_in_sandbox(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolError> {
     if raw.is_empty() || raw.contains('\0') {
-        return Err(ToolError::new(
-            "invalid_arguments",
-            "path must be a non-empty string",
-        ));
+        return Err(ToolError::new("invalid_arguments", "path must be a non-empty string"));
     }
     let workspace = absolute(&ctx.workspace)?;
     let joined = workspace.join(raw);
@@ -33,10 +30,7 @@ pub fn resolve_in_sandbox(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolE
     if PathRules::of(ctx)?.permits(&resolved) {
         Ok(resolved)
     } else {
-        Err(ToolError::new(
-            "path_outside_sandbox",
-            format!("path {raw} resolves outside the allowed paths"),
-        ))
+        Err(ToolError::new("path_outside_sandbox", format!("path {raw} resolves outside the allowed paths")))
     }
 }
 
@@ -57,10 +51,7 @@ impl PathRules {
         } else {
             ctx.allowed_paths.iter().map(PathBuf::as_path).collect()
         };
-        Ok(Self {
-            roots: real_paths(roots)?,
-            protected: real_paths(ctx.protected_paths.iter().map(PathBuf::as_path))?,
-        })
+        Ok(Self { roots: real_paths(roots)?, protected: real_paths(ctx.protected_paths.iter().map(PathBuf::as_path))? })
     }
 
     /// True when the real path `path` lies under an allowed root and under no protected path.
@@ -90,22 +81,15 @@ fn real_paths<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Result<Vec<PathB
         .map(|path| {
             let path = absolute(path)?;
             resolve_real_path(&path).map_err(|e| {
-                ToolError::new(
-                    "invalid_path",
-                    format!("cannot resolve sandbox path {}: {e}", path.display()),
-                )
+                ToolError::new("invalid_path", format!("cannot resolve sandbox path {}: {e}", path.display()))
             })
         })
         .collect()
 }
 
 fn absolute(path: &Path) -> Result<PathBuf, ToolError> {
-    std::path::absolute(path).map_err(|e| {
-        ToolError::new(
-            "invalid_path",
-            format!("cannot make {} absolute: {e}", path.display()),
-        )
-    })
+    std::path::absolute(path)
+        .map_err(|e| ToolError::new("invalid_path", format!("cannot make {} absolute: {e}", path.display())))
 }
 
 /// Follows every symlink in the absolute `path`, applying `..` to resolved parents, and keeps

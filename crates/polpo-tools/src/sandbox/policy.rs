@@ -28,12 +28,7 @@ impl Default for ResourceLimits {
     /// 600 CPU seconds (the longest `bash` timeout), 8 GiB of address space (runtimes such as
     /// the JVM reserve far more than they use), 512 processes, 2 GiB files.
     fn default() -> Self {
-        Self {
-            cpu_seconds: 600,
-            memory_bytes: 8 << 30,
-            max_processes: 512,
-            file_size_bytes: 2 << 30,
-        }
+        Self { cpu_seconds: 600, memory_bytes: 8 << 30, max_processes: 512, file_size_bytes: 2 << 30 }
     }
 }
 
@@ -140,9 +135,7 @@ impl From<&SandboxSettings> for SandboxPolicy {
     /// The project's `settings.sandbox`, absent fields taking the defaults (MB become bytes).
     fn from(settings: &SandboxSettings) -> Self {
         let defaults = ResourceLimits::default();
-        let mb = |value: Option<u64>, default: u64| {
-            value.map_or(default, |mb| mb.saturating_mul(1 << 20))
-        };
+        let mb = |value: Option<u64>, default: u64| value.map_or(default, |mb| mb.saturating_mul(1 << 20));
         Self {
             limits: ResourceLimits {
                 cpu_seconds: settings.cpu_seconds.unwrap_or(defaults.cpu_seconds),
@@ -203,10 +196,7 @@ mod tests {
         let policy = SandboxPolicy::from(&settings);
         assert_eq!(policy.limits.memory_bytes, 256 << 20);
         assert_eq!(policy.limits.cpu_seconds, 0);
-        assert_eq!(
-            policy.limits.file_size_bytes,
-            ResourceLimits::default().file_size_bytes
-        );
+        assert_eq!(policy.limits.file_size_bytes, ResourceLimits::default().file_size_bytes);
         assert_eq!(policy.run_as.as_deref(), Some("nobody"));
         assert!(policy.allow_unconfined);
     }

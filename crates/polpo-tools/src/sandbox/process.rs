@@ -190,19 +190,12 @@ pub async fn run_command(spec: CommandSpec) -> Result<CommandOutcome, SandboxErr
     let mut command = build_command(&spec)?;
     let (setup, scratch, isolation) = prepare_child(&spec, &mut command)?;
     setup.install(&mut command);
-    let merged = if spec.merge_stderr {
-        Some(attach_merged_pipe(&mut command)?)
-    } else {
-        None
-    };
+    let merged = if spec.merge_stderr { Some(attach_merged_pipe(&mut command)?) } else { None };
     let mut child = command.spawn().map_err(SandboxError::Spawn)?;
     // Close our copies of the merged pipe's write end, so EOF arrives when the group is gone
     // (and the Landlock ruleset descriptor, which the child holds now).
     drop(command);
-    let pgid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .unwrap_or(0);
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok()).unwrap_or(0);
     let guard = GroupGuard { pgid };
 
     let stdin_task = spawn_stdin_writer(&mut child, spec.stdin.clone());
@@ -274,10 +267,7 @@ fn prepare_child(
         landlock: None,
         net_landlock: None,
     };
-    let mut isolation = Isolation {
-        filesystem: false,
-        contained: setup.contain.is_some(),
-    };
+    let mut isolation = Isolation { filesystem: false, contained: setup.contain.is_some() };
     let Some(confinement) = &spec.confinement else {
         return Ok((setup, None, isolation));
     };
@@ -292,11 +282,8 @@ fn prepare_child(
     // read-only tmpfs, wherever it lies — in a writable root (which can then be granted whole,
     // new top-level files included) or under a read-granted system directory. Without one (or
     // for a protected file), Landlock alone must leave it out of every grant (see `fs_rules`).
-    let (hidden, left_out): (Vec<PathBuf>, Vec<PathBuf>) = confinement
-        .protected
-        .iter()
-        .cloned()
-        .partition(|path| setup.contain.is_some() && path.is_dir());
+    let (hidden, left_out): (Vec<PathBuf>, Vec<PathBuf>) =
+        confinement.protected.iter().cloned().partition(|path| setup.contain.is_some() && path.is_dir());
     setup.hide = hidden
         .into_iter()
         .map(|path| CString::new(path.into_os_string().into_encoded_bytes()))
@@ -347,20 +334,12 @@ impl Scratch {
         use std::os::unix::fs::DirBuilderExt;
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let name = format!(
-            "polpo-sandbox-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = format!("polpo-sandbox-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
         let path = std::env::temp_dir().join(name);
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-            .map_err(SandboxError::Confine)?;
+        std::fs::DirBuilder::new().mode(0o700).create(&path).map_err(SandboxError::Confine)?;
         let scratch = Self(path);
         if let Some((uid, gid)) = owner {
-            std::os::unix::fs::chown(&scratch.0, Some(uid), Some(gid))
-                .map_err(SandboxError::Confine)?;
+            std::os::unix::fs::chown(&scratch.0, Some(uid), Some(gid)).map_err(SandboxError::Confine)?;
         }
         Ok(scratch)
     }
@@ -391,11 +370,7 @@ fn build_command(spec: &CommandSpec) -> Result<Command, SandboxError> {
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(if spec.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
+        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         // No `process_group`: the child calls `setsid` itself (see `confine`), which makes it
@@ -405,14 +380,11 @@ fn build_command(spec: &CommandSpec) -> Result<Command, SandboxError> {
 }
 
 /// Points stdout and stderr at one pipe and returns its read end.
-fn attach_merged_pipe(
-    command: &mut Command,
-) -> Result<tokio::net::unix::pipe::Receiver, SandboxError> {
+fn attach_merged_pipe(command: &mut Command) -> Result<tokio::net::unix::pipe::Receiver, SandboxError> {
     let (reader, writer) = std::io::pipe().map_err(SandboxError::Pipe)?;
     let writer_copy = writer.try_clone().map_err(SandboxError::Pipe)?;
     command.stdout(writer_copy).stderr(writer);
-    tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
-        .map_err(SandboxError::Pipe)
+    tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader)).map_err(SandboxError::Pipe)
 }
 
 fn spawn_stdin_writer(child: &mut Child, input: Option<Vec<u8>>) -> Option<JoinHandle<()>> {
@@ -444,8 +416,7 @@ async fn finish_within(task: JoinHandle<()>, deadline: Instant) {
 }
 
 fn lock(sink: &Mutex<CappedOutput>) -> std::sync::MutexGuard<'_, CappedOutput> {
-    sink.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn take(sink: &Mutex<CappedOutput>) -> CappedOutput {

@@ -2,8 +2,7 @@
 
 use crate::args::spec;
 use crate::sandbox::{
-    CommandSpec, Confinement, PathRules, Program, Termination, run_command, sandbox_support,
-    scrubbed_env,
+    CommandSpec, Confinement, PathRules, Program, Termination, run_command, sandbox_support, scrubbed_env,
 };
 use crate::{ToolContext, ToolError, ToolOutput};
 use polpo_core::tool::ToolEffect;
@@ -58,10 +57,7 @@ builtin_tool! {
 
 /// The body of [`BashTool`]: `args` already decoded.
 async fn bash(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
-    let timeout_ms = args
-        .timeout
-        .unwrap_or(DEFAULT_TIMEOUT_MS)
-        .clamp(1, MAX_TIMEOUT_MS);
+    let timeout_ms = args.timeout.unwrap_or(DEFAULT_TIMEOUT_MS).clamp(1, MAX_TIMEOUT_MS);
     if sandbox_support().landlock_abi.is_none() && !ctx.sandbox.allow_unconfined {
         return Err(ToolError::new(
             "sandbox_unavailable",
@@ -82,9 +78,7 @@ async fn bash(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
     run.merge_stderr = true;
     run.kill_grace = KILL_GRACE;
     run.cancel = ctx.cancel.child_token();
-    let outcome = run_command(run)
-        .await
-        .map_err(|e| ToolError::new(e.code(), e.to_string()))?;
+    let outcome = run_command(run).await.map_err(|e| ToolError::new(e.code(), e.to_string()))?;
     let output = outcome.stdout.render();
     let details = json!({
         "exitCode": outcome.exit_code(),
@@ -99,16 +93,9 @@ async fn bash(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
     match (outcome.termination, outcome.exit_code()) {
         (Termination::TimedOut, _) => Err(ToolError::new(
             "timeout",
-            format!(
-                "command timed out after {timeout_ms} ms and was killed. Output so far:\n{output}"
-            ),
+            format!("command timed out after {timeout_ms} ms and was killed. Output so far:\n{output}"),
         )),
-        (Termination::Cancelled, _) => {
-            Err(ToolError::new("cancelled", "command cancelled and killed"))
-        }
-        (_, code) => Ok(ToolOutput {
-            text: format!("Exit code: {}\n{output}", code.unwrap_or(-1)),
-            details,
-        }),
+        (Termination::Cancelled, _) => Err(ToolError::new("cancelled", "command cancelled and killed")),
+        (_, code) => Ok(ToolOutput { text: format!("Exit code: {}\n{output}", code.unwrap_or(-1)), details }),
     }
 }

@@ -59,40 +59,24 @@ async fn glob(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
     let workspace = real_workspace(ctx);
     tokio::task::spawn_blocking(move || {
         let mut found = Vec::new();
-        let stop = walk_files(
-            &base,
-            &rules,
-            Instant::now() + TIME_LIMIT,
-            &cancel,
-            |file| {
-                let relative = file.strip_prefix(&base).unwrap_or(file);
-                if matcher.is_match(relative) {
-                    found.push(display_path(&workspace, file));
-                }
-                found.len() < MAX_COLLECTED
-            },
-        )?;
+        let stop = walk_files(&base, &rules, Instant::now() + TIME_LIMIT, &cancel, |file| {
+            let relative = file.strip_prefix(&base).unwrap_or(file);
+            if matcher.is_match(relative) {
+                found.push(display_path(&workspace, file));
+            }
+            found.len() < MAX_COLLECTED
+        })?;
         found.sort();
         let total = found.len();
         found.truncate(MAX_RESULTS);
-        let mut text = if found.is_empty() {
-            "No files found".to_owned()
-        } else {
-            found.join("\n")
-        };
+        let mut text = if found.is_empty() { "No files found".to_owned() } else { found.join("\n") };
         if total > MAX_RESULTS {
-            text.push_str(&format!(
-                "\n... ({} more files; narrow the pattern)",
-                total - MAX_RESULTS
-            ));
+            text.push_str(&format!("\n... ({} more files; narrow the pattern)", total - MAX_RESULTS));
         }
         if stop == Some(Stop::Deadline) {
             text.push_str("\n(search stopped at the time limit; results may be incomplete)");
         }
-        Ok(ToolOutput {
-            text,
-            details: json!({"matches": total, "complete": stop.is_none()}),
-        })
+        Ok(ToolOutput { text, details: json!({"matches": total, "complete": stop.is_none()}) })
     })
     .await
     .map_err(|e| ToolError::new("internal", format!("glob task failed: {e}")))?

@@ -61,62 +61,37 @@ async fn grep(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
     let regex = regex::RegexBuilder::new(&args.pattern)
         .size_limit(REGEX_SIZE_LIMIT)
         .build()
-        .map_err(|e| {
-            ToolError::new(
-                "invalid_pattern",
-                format!("invalid regular expression: {e}"),
-            )
-        })?;
+        .map_err(|e| ToolError::new("invalid_pattern", format!("invalid regular expression: {e}")))?;
     let include = args
         .include
         .as_deref()
         .map(|glob| {
             globset::Glob::new(glob)
                 .map(|g| g.compile_matcher())
-                .map_err(|e| {
-                    ToolError::new("invalid_pattern", format!("invalid include glob: {e}"))
-                })
+                .map_err(|e| ToolError::new("invalid_pattern", format!("invalid include glob: {e}")))
         })
         .transpose()?;
     let cancel = ctx.cancel.clone();
     let workspace = real_workspace(ctx);
     tokio::task::spawn_blocking(move || {
         let mut lines = Vec::new();
-        let stop = walk_files(
-            &base,
-            &rules,
-            Instant::now() + TIME_LIMIT,
-            &cancel,
-            |file| {
-                let relative = file.strip_prefix(&base).unwrap_or(file);
-                let included = include.as_ref().is_none_or(|m| {
-                    m.is_match(relative)
-                        || file.file_name().is_some_and(|name| m.is_match(name))
-                });
-                if included {
-                    search_file(file, &regex, &display_path(&workspace, file), &mut lines);
-                }
-                lines.len() < MAX_LINES
-            },
-        )?;
-        let mut text = if lines.is_empty() {
-            "No matches found".to_owned()
-        } else {
-            lines.join("\n")
-        };
+        let stop = walk_files(&base, &rules, Instant::now() + TIME_LIMIT, &cancel, |file| {
+            let relative = file.strip_prefix(&base).unwrap_or(file);
+            let included = include
+                .as_ref()
+                .is_none_or(|m| m.is_match(relative) || file.file_name().is_some_and(|name| m.is_match(name)));
+            if included {
+                search_file(file, &regex, &display_path(&workspace, file), &mut lines);
+            }
+            lines.len() < MAX_LINES
+        })?;
+        let mut text = if lines.is_empty() { "No matches found".to_owned() } else { lines.join("\n") };
         match stop {
-            Some(Stop::Enough) => {
-                text.push_str(&format!("\n(results truncated at {MAX_LINES} lines)"))
-            }
-            Some(Stop::Deadline) => {
-                text.push_str("\n(search stopped at the time limit; results may be incomplete)")
-            }
+            Some(Stop::Enough) => text.push_str(&format!("\n(results truncated at {MAX_LINES} lines)")),
+            Some(Stop::Deadline) => text.push_str("\n(search stopped at the time limit; results may be incomplete)"),
             None => {}
         }
-        Ok(ToolOutput {
-            text,
-            details: json!({"matches": lines.len(), "complete": stop.is_none()}),
-        })
+        Ok(ToolOutput { text, details: json!({"matches": lines.len(), "complete": stop.is_none()}) })
     })
     .await
     .map_err(|e| ToolError::new("internal", format!("grep task failed: {e}")))?
@@ -129,10 +104,7 @@ fn search_file(path: &Path, regex: &regex::Regex, shown: &str, lines: &mut Vec<S
         return;
     };
     let mut content = Vec::new();
-    if file
-        .take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut content)
-        .is_err()
+    if file.take(MAX_FILE_BYTES + 1).read_to_end(&mut content).is_err()
         || content.len() as u64 > MAX_FILE_BYTES
         || content.iter().take(8192).any(|&b| b == 0)
     {

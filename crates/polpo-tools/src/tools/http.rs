@@ -58,15 +58,10 @@ fn parse_method(raw: Option<&str>) -> Result<Method, ToolError> {
 fn parse_headers(raw: &BTreeMap<String, String>) -> Result<HeaderMap, ToolError> {
     let mut headers = HeaderMap::new();
     for (name, value) in raw {
-        let name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
-            ToolError::new("invalid_arguments", format!("invalid header name {name:?}"))
-        })?;
-        let value = HeaderValue::from_str(value).map_err(|_| {
-            ToolError::new(
-                "invalid_arguments",
-                format!("invalid value for header {name}"),
-            )
-        })?;
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| ToolError::new("invalid_arguments", format!("invalid header name {name:?}")))?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| ToolError::new("invalid_arguments", format!("invalid value for header {name}")))?;
         headers.insert(name, value);
     }
     Ok(headers)
@@ -113,29 +108,14 @@ builtin_tool! {
 
 /// How one `http_fetch` call touches the world, from its arguments.
 fn http_fetch_effect(args: &serde_json::Value) -> ToolEffect {
-    let method = args
-        .get("method")
-        .and_then(|m| m.as_str())
-        .unwrap_or("GET")
-        .to_ascii_uppercase();
-    if matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS") {
-        ToolEffect::Read
-    } else {
-        ToolEffect::Write
-    }
+    let method = args.get("method").and_then(|m| m.as_str()).unwrap_or("GET").to_ascii_uppercase();
+    if matches!(method.as_str(), "GET" | "HEAD" | "OPTIONS") { ToolEffect::Read } else { ToolEffect::Write }
 }
 
 /// The body of [`HttpFetchTool`]: `args` already decoded.
 async fn http_fetch(ctx: &ToolContext, args: FetchArgs) -> Result<ToolOutput, ToolError> {
-    if args
-        .body
-        .as_ref()
-        .is_some_and(|b| b.len() > MAX_REQUEST_BODY)
-    {
-        return Err(ToolError::new(
-            "invalid_arguments",
-            "request body is larger than 1 MiB",
-        ));
+    if args.body.as_ref().is_some_and(|b| b.len() > MAX_REQUEST_BODY) {
+        return Err(ToolError::new("invalid_arguments", "request body is larger than 1 MiB"));
     }
     let request = OutboundRequest {
         method: parse_method(args.method.as_deref())?,
@@ -175,10 +155,7 @@ async fn http_fetch(ctx: &ToolContext, args: FetchArgs) -> Result<ToolOutput, To
 }
 
 /// Reads at most `limit` body bytes; `complete` is false when more was available.
-async fn read_prefix(
-    response: reqwest::Response,
-    limit: usize,
-) -> Result<(Vec<u8>, bool), ToolError> {
+async fn read_prefix(response: reqwest::Response, limit: usize) -> Result<(Vec<u8>, bool), ToolError> {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
@@ -220,43 +197,27 @@ builtin_tool! {
 async fn http_download(ctx: &ToolContext, args: DownloadArgs) -> Result<ToolOutput, ToolError> {
     let url = parse_url(&args.url)?;
     let path = resolve_in_sandbox(ctx, &args.path)?;
-    let request = OutboundRequest {
-        method: Method::GET,
-        url,
-        headers: HeaderMap::new(),
-        body: None,
-    };
+    let request = OutboundRequest { method: Method::GET, url, headers: HeaderMap::new(), body: None };
     let policy = NetworkPolicy::from_context(ctx);
     // A fresh name opened with O_EXCL: whatever already sits at a predictable name (a symlink
     // planted into `.polpo/`, say) is never followed by this unconfined write.
-    let nonce = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
+    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let partial = path.with_file_name(format!(
         ".{}.{}-{nonce}.polpo-download",
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default(),
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         std::process::id()
     ));
     let result = bounded(ctx, DOWNLOAD_TIMEOUT, async {
         let response = send_guarded(request, &policy).await?;
         let status = response.status();
         if !status.is_success() {
-            return Err(ToolError::new(
-                "http_status",
-                format!("server answered HTTP {}", status.as_u16()),
-            ));
+            return Err(ToolError::new("http_status", format!("server answered HTTP {}", status.as_u16())));
         }
         if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| io_error("create directory", parent, &e))?;
+            tokio::fs::create_dir_all(parent).await.map_err(|e| io_error("create directory", parent, &e))?;
         }
         let bytes = stream_to_file(response, &partial).await?;
-        tokio::fs::rename(&partial, &path)
-            .await
-            .map_err(|e| io_error("write", &path, &e))?;
+        tokio::fs::rename(&partial, &path).await.map_err(|e| io_error("write", &path, &e))?;
         Ok(bytes)
     })
     .await;
@@ -273,14 +234,8 @@ async fn http_download(ctx: &ToolContext, args: DownloadArgs) -> Result<ToolOutp
     }
 }
 
-async fn stream_to_file(
-    response: reqwest::Response,
-    path: &std::path::Path,
-) -> Result<u64, ToolError> {
-    if response
-        .content_length()
-        .is_some_and(|len| len > DOWNLOAD_MAX_BYTES)
-    {
+async fn stream_to_file(response: reqwest::Response, path: &std::path::Path) -> Result<u64, ToolError> {
+    if response.content_length().is_some_and(|len| len > DOWNLOAD_MAX_BYTES) {
         return Err(too_large());
     }
     let mut file = tokio::fs::OpenOptions::new()
@@ -297,22 +252,12 @@ async fn stream_to_file(
         if written > DOWNLOAD_MAX_BYTES {
             return Err(too_large());
         }
-        file.write_all(&chunk)
-            .await
-            .map_err(|e| io_error("write", path, &e))?;
+        file.write_all(&chunk).await.map_err(|e| io_error("write", path, &e))?;
     }
-    file.flush()
-        .await
-        .map_err(|e| io_error("write", path, &e))?;
+    file.flush().await.map_err(|e| io_error("write", path, &e))?;
     Ok(written)
 }
 
 fn too_large() -> ToolError {
-    ToolError::new(
-        "too_large",
-        format!(
-            "the download exceeds {} MiB",
-            DOWNLOAD_MAX_BYTES / (1024 * 1024)
-        ),
-    )
+    ToolError::new("too_large", format!("the download exceeds {} MiB", DOWNLOAD_MAX_BYTES / (1024 * 1024)))
 }

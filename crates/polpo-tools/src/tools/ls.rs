@@ -40,25 +40,15 @@ builtin_tool! {
 async fn ls(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
     let dir = resolve_in_sandbox(ctx, args.path.as_deref().unwrap_or("."))?;
     let rules = PathRules::of(ctx)?;
-    let mut reader = tokio::fs::read_dir(&dir)
-        .await
-        .map_err(|e| io_error("list", &dir, &e))?;
+    let mut reader = tokio::fs::read_dir(&dir).await.map_err(|e| io_error("list", &dir, &e))?;
     let mut entries = Vec::new();
-    while let Some(entry) = reader
-        .next_entry()
-        .await
-        .map_err(|e| io_error("list", &dir, &e))?
-    {
+    while let Some(entry) = reader.next_entry().await.map_err(|e| io_error("list", &dir, &e))? {
         if rules.is_protected(&entry.path()) {
             continue;
         }
         let mut name = entry.file_name().to_string_lossy().into_owned();
         // Follow symlinks for the suffix: a link to a directory is listed as one.
-        if tokio::fs::metadata(entry.path())
-            .await
-            .map(|m| m.is_dir())
-            .unwrap_or(false)
-        {
+        if tokio::fs::metadata(entry.path()).await.map(|m| m.is_dir()).unwrap_or(false) {
             name.push('/');
         }
         entries.push(name);
@@ -66,16 +56,9 @@ async fn ls(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
     entries.sort();
     let total = entries.len();
     entries.truncate(MAX_ENTRIES);
-    let mut text = if entries.is_empty() {
-        "(empty directory)".to_owned()
-    } else {
-        entries.join("\n")
-    };
+    let mut text = if entries.is_empty() { "(empty directory)".to_owned() } else { entries.join("\n") };
     if total > MAX_ENTRIES {
         text.push_str(&format!("\n... ({} more entries)", total - MAX_ENTRIES));
     }
-    Ok(ToolOutput {
-        text,
-        details: json!({"path": dir, "entries": total}),
-    })
+    Ok(ToolOutput { text, details: json!({"path": dir, "entries": total}) })
 }

@@ -16,9 +16,7 @@ use std::path::Path;
 const MAX_MEMORY_BYTES: usize = 256 * 1024;
 
 fn memory_path(ctx: &ToolContext) -> Result<&Path, ToolError> {
-    ctx.memory_file
-        .as_deref()
-        .ok_or_else(|| ToolError::new("memory_unavailable", "this agent has no memory file"))
+    ctx.memory_file.as_deref().ok_or_else(|| ToolError::new("memory_unavailable", "this agent has no memory file"))
 }
 
 /// The memory content; a missing file is empty memory.
@@ -33,10 +31,7 @@ async fn store(path: &Path, content: &str) -> Result<ToolOutput, ToolError> {
     if content.len() > MAX_MEMORY_BYTES {
         return Err(ToolError::new(
             "memory_too_large",
-            format!(
-                "memory would be {} bytes; the limit is {MAX_MEMORY_BYTES}",
-                content.len()
-            ),
+            format!("memory would be {} bytes; the limit is {MAX_MEMORY_BYTES}", content.len()),
         ));
     }
     write_file(path, content.as_bytes()).await?;
@@ -86,15 +81,8 @@ builtin_tool! {
 async fn memory_get(ctx: &ToolContext, _: NoArgs) -> Result<ToolOutput, ToolError> {
     let path = memory_path(ctx)?;
     let content = load(path).await?;
-    let text = if content.is_empty() {
-        "(memory is empty)".to_owned()
-    } else {
-        content.clone()
-    };
-    Ok(ToolOutput {
-        text,
-        details: json!({"path": path, "bytes": content.len()}),
-    })
+    let text = if content.is_empty() { "(memory is empty)".to_owned() } else { content.clone() };
+    Ok(ToolOutput { text, details: json!({"path": path, "bytes": content.len()}) })
 }
 
 builtin_tool! {

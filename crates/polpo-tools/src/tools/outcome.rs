@@ -71,29 +71,17 @@ builtin_tool! {
 /// The body of [`RegisterOutcomeTool`]: `args` already decoded.
 async fn register_outcome(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
     if args.label.trim().is_empty() {
-        return Err(ToolError::new(
-            "invalid_arguments",
-            "label must not be empty",
-        ));
+        return Err(ToolError::new("invalid_arguments", "label must not be empty"));
     }
     let mut outcome = json!({"type": args.kind, "label": args.label, "tags": args.tags});
     match args.kind {
         OutcomeType::File | OutcomeType::Media => {
-            let kind = if args.kind == OutcomeType::File {
-                "file"
-            } else {
-                "media"
-            };
+            let kind = if args.kind == OutcomeType::File { "file" } else { "media" };
             let raw = args.path.as_deref().ok_or_else(|| missing("path", kind))?;
             let path = resolve_in_sandbox(ctx, raw)?;
-            let meta = tokio::fs::metadata(&path)
-                .await
-                .map_err(|e| io_error("register", &path, &e))?;
+            let meta = tokio::fs::metadata(&path).await.map_err(|e| io_error("register", &path, &e))?;
             if !meta.is_file() {
-                return Err(ToolError::new(
-                    "not_a_file",
-                    format!("{} is not a file", path.display()),
-                ));
+                return Err(ToolError::new("not_a_file", format!("{} is not a file", path.display())));
             }
             outcome["path"] = json!(path);
             outcome["size"] = json!(meta.len());
@@ -110,30 +98,20 @@ async fn register_outcome(ctx: &ToolContext, args: Args) -> Result<ToolOutput, T
         }
         OutcomeType::Url => {
             let url = args.url.ok_or_else(|| missing("url", "url"))?;
-            reqwest::Url::parse(&url).map_err(|e| {
-                ToolError::new("invalid_arguments", format!("invalid url: {e}"))
-            })?;
+            reqwest::Url::parse(&url).map_err(|e| ToolError::new("invalid_arguments", format!("invalid url: {e}")))?;
             outcome["url"] = json!(url);
         }
-        OutcomeType::Json => {
-            outcome["data"] = args.data.ok_or_else(|| missing("data", "json"))?
-        }
+        OutcomeType::Json => outcome["data"] = args.data.ok_or_else(|| missing("data", "json"))?,
     }
     if let Some(mime) = args.mime_type {
         outcome["mimeType"] = json!(mime);
     }
     Ok(ToolOutput {
-        text: format!(
-            "Outcome registered: {}",
-            outcome["label"].as_str().unwrap_or_default()
-        ),
+        text: format!("Outcome registered: {}", outcome["label"].as_str().unwrap_or_default()),
         details: json!({"outcome": outcome}),
     })
 }
 
 fn missing(field: &str, kind: &str) -> ToolError {
-    ToolError::new(
-        "invalid_arguments",
-        format!("a {kind} outcome needs `{field}`"),
-    )
+    ToolError::new("invalid_arguments", format!("a {kind} outcome needs `{field}`"))
 }

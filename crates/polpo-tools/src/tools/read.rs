@@ -60,10 +60,7 @@ async fn read(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
     if remaining > 0 {
         text.push_str(&format!("\n... ({remaining} more lines)"));
     }
-    Ok(ToolOutput {
-        text,
-        details: json!({"path": path, "lines": page.rows.len(), "total": page.total}),
-    })
+    Ok(ToolOutput { text, details: json!({"path": path, "lines": page.rows.len(), "total": page.total}) })
 }
 
 struct Page {
@@ -76,10 +73,7 @@ struct Page {
 fn read_page(path: &Path, offset: usize, limit: usize) -> Result<Page, ToolError> {
     let file = std::fs::File::open(path).map_err(|e| io_error("read", path, &e))?;
     if file.metadata().map(|m| m.is_dir()).unwrap_or(false) {
-        return Err(ToolError::new(
-            "is_a_directory",
-            format!("{} is a directory; use ls", path.display()),
-        ));
+        return Err(ToolError::new("is_a_directory", format!("{} is a directory; use ls", path.display())));
     }
     let mut reader = std::io::BufReader::new(file);
     let mut rows = Vec::new();
@@ -89,8 +83,7 @@ fn read_page(path: &Path, offset: usize, limit: usize) -> Result<Page, ToolError
         let wanted = total + 1 >= offset && rows.len() < limit;
         line.clear();
         let cap = if wanted { MAX_LINE_BYTES } else { 0 };
-        let consumed = read_line_capped(&mut reader, &mut line, cap)
-            .map_err(|e| io_error("read", path, &e))?;
+        let consumed = read_line_capped(&mut reader, &mut line, cap).map_err(|e| io_error("read", path, &e))?;
         if consumed == 0 {
             break;
         }
@@ -106,11 +99,7 @@ fn read_page(path: &Path, offset: usize, limit: usize) -> Result<Page, ToolError
 
 /// Reads one line (without its `\n`) keeping at most `cap` bytes of it; returns the bytes
 /// consumed from the reader, 0 at end of file.
-fn read_line_capped(
-    reader: &mut impl BufRead,
-    out: &mut Vec<u8>,
-    cap: usize,
-) -> std::io::Result<usize> {
+fn read_line_capped(reader: &mut impl BufRead, out: &mut Vec<u8>, cap: usize) -> std::io::Result<usize> {
     let mut consumed = 0;
     loop {
         let buf = reader.fill_buf()?;

@@ -51,11 +51,7 @@ async fn write(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
 /// Writes `content` to `path`, creating missing parent directories first.
 pub(crate) async fn write_file(path: &Path, content: &[u8]) -> Result<(), ToolError> {
     if let Some(parent) = path.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| io_error("create directory", parent, &e))?;
+        tokio::fs::create_dir_all(parent).await.map_err(|e| io_error("create directory", parent, &e))?;
     }
-    tokio::fs::write(path, content)
-        .await
-        .map_err(|e| io_error("write", path, &e))
+    tokio::fs::write(path, content).await.map_err(|e| io_error("write", path, &e))
 }

@@ -20,26 +20,16 @@ pub fn dirs() -> Dirs {
     let outside = root.path().join("outside");
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
-    Dirs {
-        _root: root,
-        ws,
-        outside,
-    }
+    Dirs { _root: root, ws, outside }
 }
 
 pub fn ctx(ws: &Path) -> ToolContext {
     ToolContext::new(ws)
 }
 
-pub async fn call(
-    ctx: &ToolContext,
-    tool: &str,
-    args: serde_json::Value,
-) -> Result<ToolOutput, ToolError> {
+pub async fn call(ctx: &ToolContext, tool: &str, args: serde_json::Value) -> Result<ToolOutput, ToolError> {
     let registry = ToolRegistry::system_tools();
-    let tool = registry
-        .get(tool)
-        .unwrap_or_else(|| panic!("no tool {tool}"));
+    let tool = registry.get(tool).unwrap_or_else(|| panic!("no tool {tool}"));
     tool.call(ctx, args).await
 }
 
@@ -54,16 +44,8 @@ pub fn code(result: Result<ToolOutput, ToolError>) -> String {
 pub fn marker() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!(
-        "{}{}{}",
-        std::process::id(),
-        nanos,
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{}{}{}", std::process::id(), nanos, NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// Live (non-zombie) processes whose command line contains `marker`.
@@ -83,9 +65,7 @@ pub fn live_processes_with(marker: &str) -> Vec<u32> {
             continue;
         };
         // The state follows the parenthesised command name.
-        let state = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next());
+        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
         if state != Some('Z') && state != Some('X') {
             found.push(pid);
         }
@@ -108,14 +88,8 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// Asserts that no live process carries `marker`, allowing the kernel a moment to finish the
 /// kills already sent.
 pub fn assert_no_survivors(marker: &str) {
-    let gone = wait_until(Duration::from_secs(10), || {
-        live_processes_with(marker).is_empty()
-    });
-    assert!(
-        gone,
-        "processes survived: {:?}",
-        live_processes_with(marker)
-    );
+    let gone = wait_until(Duration::from_secs(10), || live_processes_with(marker).is_empty());
+    assert!(gone, "processes survived: {:?}", live_processes_with(marker));
 }
 
 /// Runs the `#[ignore]`d test `name` of the current test binary in a child process with `env`

@@ -18,7 +18,11 @@ fn hook(id: &str, event: HookEvent, observe: bool, on_failure: OnFailure) -> Hoo
         priority: 100,
         observe,
         matcher: Matcher::default(),
-        action: HookAction::Handler(Handler::Command { command: "x".into(), env: Default::default(), timeout_ms: None }),
+        action: HookAction::Handler(Handler::Command {
+            command: "x".into(),
+            env: Default::default(),
+            timeout_ms: None,
+        }),
         on_failure,
     }
 }
@@ -65,7 +69,10 @@ fn modify(v: Value) -> HookOutcome {
 #[test]
 fn row_no_hook_or_allow_or_defer_proceeds_with_the_input() {
     assert_eq!(fold_before(vec![]), ToolBeforeVerdict::Proceed { input: json!({"path": "a"}) });
-    assert_eq!(fold_before(vec![(before("a"), Ok(Decision::Allow)), (before("b"), Ok(Decision::Defer))]), ToolBeforeVerdict::Proceed { input: json!({"path": "a"}) });
+    assert_eq!(
+        fold_before(vec![(before("a"), Ok(Decision::Allow)), (before("b"), Ok(Decision::Defer))]),
+        ToolBeforeVerdict::Proceed { input: json!({"path": "a"}) }
+    );
 }
 
 #[test]
@@ -86,7 +93,10 @@ fn row_allow_after_deny_cannot_lift_it() {
 
 #[test]
 fn row_ask_without_deny_requires_approval_which_refuses_for_now() {
-    let v = fold_before(vec![(before("a"), Ok(Decision::Ask { reason: "risky".into() })), (before("b"), Ok(Decision::Allow))]);
+    let v = fold_before(vec![
+        (before("a"), Ok(Decision::Ask { reason: "risky".into() })),
+        (before("b"), Ok(Decision::Allow)),
+    ]);
     assert!(matches!(v, ToolBeforeVerdict::ApprovalRequired { .. }));
     let a = authorize(&ToolPolicy::unrestricted(), "bash", v);
     assert!(matches!(a, Authorization::Refuse { code: "approval_required", .. }));
@@ -98,7 +108,10 @@ fn row_modify_chains_and_the_last_input_is_executed() {
     f.apply(&before("a"), modify(json!({"path": "b"})));
     assert_eq!(f.input(), &json!({"path": "b"}), "the next hook sees the modified input");
     f.apply(&before("b"), modify(json!({"path": "c"})));
-    assert_eq!(authorize(&ToolPolicy::unrestricted(), "read", f.finish()), Authorization::Execute { input: json!({"path": "c"}) });
+    assert_eq!(
+        authorize(&ToolPolicy::unrestricted(), "read", f.finish()),
+        Authorization::Execute { input: json!({"path": "c"}) }
+    );
 }
 
 #[test]
@@ -110,22 +123,33 @@ fn row_modify_without_an_object_input_is_a_failure() {
 #[test]
 fn row_stop_ends_the_run() {
     let v = fold_before(vec![(before("a"), Ok(Decision::Stop { feedback: Some("enough".into()) }))]);
-    assert!(matches!(authorize(&ToolPolicy::unrestricted(), "x", v), Authorization::EndRun { code: "hook_stopped", .. }));
+    assert!(matches!(
+        authorize(&ToolPolicy::unrestricted(), "x", v),
+        Authorization::EndRun { code: "hook_stopped", .. }
+    ));
 }
 
 #[test]
 fn row_failure_obeys_on_failure() {
     let v = fold_before(vec![(before("a"), fail(FailureCause::Timeout))]);
-    assert!(matches!(v, ToolBeforeVerdict::Deny { code: "hook_failed", ref reason, .. } if reason.contains("hook_timeout")));
+    assert!(
+        matches!(v, ToolBeforeVerdict::Deny { code: "hook_failed", ref reason, .. } if reason.contains("hook_timeout"))
+    );
     let lenient = hook("a", HookEvent::ToolBefore, false, OnFailure::Continue);
-    assert_eq!(fold_before(vec![(lenient, fail(FailureCause::Timeout))]), ToolBeforeVerdict::Proceed { input: json!({"path": "a"}) });
+    assert_eq!(
+        fold_before(vec![(lenient, fail(FailureCause::Timeout))]),
+        ToolBeforeVerdict::Proceed { input: json!({"path": "a"}) }
+    );
 }
 
 #[test]
 fn row_continue_and_accept_are_rejected_outside_a_gate() {
     for d in [Decision::Continue { diagnostics: json!({"x": 1}) }, Decision::Accept] {
         let v = fold_before(vec![(before("a"), Ok(d))]);
-        assert!(matches!(v, ToolBeforeVerdict::Deny { code: "hook_failed", ref reason, .. } if reason.contains("hook_decision_not_allowed")), "{v:?}");
+        assert!(
+            matches!(v, ToolBeforeVerdict::Deny { code: "hook_failed", ref reason, .. } if reason.contains("hook_decision_not_allowed")),
+            "{v:?}"
+        );
     }
 }
 
@@ -139,7 +163,11 @@ fn row_policy_denied_tools_stay_denied_whatever_the_hooks_say() {
 #[test]
 fn row_observe_only_hooks_change_nothing() {
     let obs = hook("o", HookEvent::ToolBefore, true, OnFailure::Fail);
-    let v = fold_before(vec![(obs.clone(), deny("no")), (obs.clone(), modify(json!({"x": 1}))), (obs, fail(FailureCause::Timeout))]);
+    let v = fold_before(vec![
+        (obs.clone(), deny("no")),
+        (obs.clone(), modify(json!({"x": 1}))),
+        (obs, fail(FailureCause::Timeout)),
+    ]);
     assert_eq!(v, ToolBeforeVerdict::Proceed { input: json!({"path": "a"}) });
 }
 
@@ -176,7 +204,9 @@ fn stop_feedback_asks_for_recovery_and_continue_is_rejected_outside_a_gate() {
     assert_eq!(f.finish(), StopVerdict::Feedback { hook: "p/b".into(), feedback: "cite sources".into() });
     let mut f = StopFold::default();
     f.apply(&stop("c"), Ok(Decision::Continue { diagnostics: json!(1) }));
-    assert!(matches!(f.finish(), StopVerdict::Fail { ref reason, .. } if reason.contains("only valid inside a configured termination gate")));
+    assert!(
+        matches!(f.finish(), StopVerdict::Fail { ref reason, .. } if reason.contains("only valid inside a configured termination gate"))
+    );
     let mut f = StopFold::default();
     f.apply(&hook("d", HookEvent::TurnStop, false, OnFailure::Continue), fail(FailureCause::Timeout));
     assert_eq!(f.finish(), StopVerdict::Accept);
@@ -206,16 +236,33 @@ fn gate_accept_continue_and_stop_feedback() {
         GateVerdict::Continue { hook: "p/g".into(), diagnostics: json!({"feedback": "fix"}) }
     );
     let ordinary = hook("o", HookEvent::TurnStop, false, OnFailure::Fail);
-    assert!(matches!(fold_gate(vec![(ordinary, Ok(Decision::Stop { feedback: Some("more".into()) })), (gate("g"), Ok(Decision::Accept))]), GateVerdict::Continue { .. }));
+    assert!(matches!(
+        fold_gate(vec![
+            (ordinary, Ok(Decision::Stop { feedback: Some("more".into()) })),
+            (gate("g"), Ok(Decision::Accept))
+        ]),
+        GateVerdict::Continue { .. }
+    ));
 }
 
 #[test]
 fn gate_validators_fail_closed_even_with_on_failure_continue() {
-    for cause in [FailureCause::EmptyOutput, FailureCause::MissingDecision, FailureCause::InvalidFeedback, FailureCause::Timeout, FailureCause::HandlerError] {
+    for cause in [
+        FailureCause::EmptyOutput,
+        FailureCause::MissingDecision,
+        FailureCause::InvalidFeedback,
+        FailureCause::Timeout,
+        FailureCause::HandlerError,
+    ] {
         let v = fold_gate(vec![(gate("g"), fail(cause))]);
-        assert!(matches!(v, GateVerdict::Reject { ref reason, .. } if reason.starts_with(cause.code())), "{cause:?}: {v:?}");
+        assert!(
+            matches!(v, GateVerdict::Reject { ref reason, .. } if reason.starts_with(cause.code())),
+            "{cause:?}: {v:?}"
+        );
     }
-    for d in [Decision::Stop { feedback: None }, Decision::Allow, Decision::Defer, Decision::Deny { reason: "bad".into() }] {
+    for d in
+        [Decision::Stop { feedback: None }, Decision::Allow, Decision::Defer, Decision::Deny { reason: "bad".into() }]
+    {
         assert!(matches!(fold_gate(vec![(gate("g"), Ok(d.clone()))]), GateVerdict::Reject { .. }), "{d:?}");
     }
 }

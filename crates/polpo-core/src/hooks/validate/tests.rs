@@ -7,13 +7,40 @@ fn json_value() -> impl Strategy<Value = Value> {
         Just(Value::Null),
         any::<bool>().prop_map(Value::from),
         any::<i64>().prop_map(Value::from),
-        prop::sample::select(vec!["tool:before", "turn:stop", "command", "http", "https://127.0.0.1", "x", "", "*", "version", "hooks"]).prop_map(Value::from),
+        prop::sample::select(vec![
+            "tool:before",
+            "turn:stop",
+            "command",
+            "http",
+            "https://127.0.0.1",
+            "x",
+            "",
+            "*",
+            "version",
+            "hooks"
+        ])
+        .prop_map(Value::from),
     ];
     leaf.prop_recursive(4, 48, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
             prop::collection::btree_map(
-                prop::sample::select(vec!["version", "hooks", "tool:before", "turn:stop", "handler", "type", "command", "url", "terminationGate", "validator", "maxCycles", "matcher", "tools"]).prop_map(String::from),
+                prop::sample::select(vec![
+                    "version",
+                    "hooks",
+                    "tool:before",
+                    "turn:stop",
+                    "handler",
+                    "type",
+                    "command",
+                    "url",
+                    "terminationGate",
+                    "validator",
+                    "maxCycles",
+                    "matcher",
+                    "tools"
+                ])
+                .prop_map(String::from),
                 inner,
                 0..4
             )
@@ -72,7 +99,8 @@ fn a_complete_pack_is_accepted_in_order() {
 
 #[test]
 fn syntax_errors_have_a_line_and_column() {
-    let err = parse_pack("q", "{\n  \"version\": 1,,\n}", ".polpo/hooks/q.json", &ValidateOptions::default()).unwrap_err();
+    let err =
+        parse_pack("q", "{\n  \"version\": 1,,\n}", ".polpo/hooks/q.json", &ValidateOptions::default()).unwrap_err();
     assert_eq!(err[0].code, "invalid_json");
     assert_eq!(err[0].line, Some(2));
     assert_eq!(err[0].file.as_deref(), Some(".polpo/hooks/q.json"));
@@ -82,14 +110,30 @@ fn syntax_errors_have_a_line_and_column() {
 fn structure_problems_point_at_the_field() {
     assert_eq!(codes_at(json!({"hooks": {}})), [("missing_field".into(), "/version".into())]);
     assert_eq!(codes_at(json!({"version": 2, "hooks": {}})), [("unsupported_version".into(), "/version".into())]);
-    assert_eq!(codes_at(json!({"version": 1, "hooks": {"tool:around": []}})), [("unknown_event".into(), "/hooks/tool:around".into())]);
+    assert_eq!(
+        codes_at(json!({"version": 1, "hooks": {"tool:around": []}})),
+        [("unknown_event".into(), "/hooks/tool:around".into())]
+    );
     let cmd = json!({"type": "command", "command": "x"});
-    assert_eq!(codes_at(one_hook("tool:before", json!({"handler": cmd, "colour": 1}))), [("invalid_hook".into(), "/hooks/tool:before/0".into())]);
-    assert_eq!(codes_at(one_hook("tool:before", json!({"handler": {"type": "shell", "command": "x"}}))), [("invalid_hook".into(), "/hooks/tool:before/0".into())]);
-    assert_eq!(codes_at(one_hook("tool:before", json!({}))), [("missing_handler".into(), "/hooks/tool:before/0".into())]);
-    let dup = json!({"version": 1, "hooks": {"tool:before": [{"id": "a", "handler": cmd}, {"id": "a", "handler": cmd}]}});
+    assert_eq!(
+        codes_at(one_hook("tool:before", json!({"handler": cmd, "colour": 1}))),
+        [("invalid_hook".into(), "/hooks/tool:before/0".into())]
+    );
+    assert_eq!(
+        codes_at(one_hook("tool:before", json!({"handler": {"type": "shell", "command": "x"}}))),
+        [("invalid_hook".into(), "/hooks/tool:before/0".into())]
+    );
+    assert_eq!(
+        codes_at(one_hook("tool:before", json!({}))),
+        [("missing_handler".into(), "/hooks/tool:before/0".into())]
+    );
+    let dup =
+        json!({"version": 1, "hooks": {"tool:before": [{"id": "a", "handler": cmd}, {"id": "a", "handler": cmd}]}});
     assert_eq!(codes_at(dup), [("duplicate_hook_id".into(), "/hooks/tool:before/1/id".into())]);
-    assert_eq!(codes_at(one_hook("turn:stop", json!({"matcher": {"tools": ["bash"]}, "handler": cmd}))), [("matcher_not_applicable".into(), "/hooks/turn:stop/0/matcher/tools".into())]);
+    assert_eq!(
+        codes_at(one_hook("turn:stop", json!({"matcher": {"tools": ["bash"]}, "handler": cmd}))),
+        [("matcher_not_applicable".into(), "/hooks/turn:stop/0/matcher/tools".into())]
+    );
     assert_eq!(
         codes_at(one_hook("tool:before", json!({"matcher": {"steps": ["a"], "modes": ["chat"]}, "handler": cmd}))),
         [("matcher_never_matches".into(), "/hooks/tool:before/0/matcher".into())]
@@ -103,19 +147,37 @@ fn structure_problems_point_at_the_field() {
 #[test]
 fn inline_credentials_are_rejected_everywhere() {
     let cases = [
-        (json!({"type": "http", "url": "https://h.example.com/x", "headers": {"Authorization": "Bearer abc"}}), "/hooks/tool:before/0/handler/headers/Authorization"),
-        (json!({"type": "http", "url": "https://h.example.com/x", "headers": {"X-Api-Key": "abc"}}), "/hooks/tool:before/0/handler/headers/X-Api-Key"),
+        (
+            json!({"type": "http", "url": "https://h.example.com/x", "headers": {"Authorization": "Bearer abc"}}),
+            "/hooks/tool:before/0/handler/headers/Authorization",
+        ),
+        (
+            json!({"type": "http", "url": "https://h.example.com/x", "headers": {"X-Api-Key": "abc"}}),
+            "/hooks/tool:before/0/handler/headers/X-Api-Key",
+        ),
         (json!({"type": "http", "url": "https://h.example.com/x?token=abc"}), "/hooks/tool:before/0/handler/url"),
         (json!({"type": "http", "url": "https://user:pw@h.example.com/x"}), "/hooks/tool:before/0/handler/url"),
-        (json!({"type": "command", "command": "x", "env": {"GITHUB_TOKEN": "abc"}}), "/hooks/tool:before/0/handler/env/GITHUB_TOKEN"),
-        (json!({"type": "command", "command": "curl -H 'Authorization: Bearer x' https://h"}), "/hooks/tool:before/0/handler/command"),
-        (json!({"type": "tool", "tool": "t", "input": {"nested": {"password": "x"}}}), "/hooks/tool:before/0/handler/input/nested/password"),
+        (
+            json!({"type": "command", "command": "x", "env": {"GITHUB_TOKEN": "abc"}}),
+            "/hooks/tool:before/0/handler/env/GITHUB_TOKEN",
+        ),
+        (
+            json!({"type": "command", "command": "curl -H 'Authorization: Bearer x' https://h"}),
+            "/hooks/tool:before/0/handler/command",
+        ),
+        (
+            json!({"type": "tool", "tool": "t", "input": {"nested": {"password": "x"}}}),
+            "/hooks/tool:before/0/handler/input/nested/password",
+        ),
     ];
     for (handler, pointer) in cases {
         let got = codes_at(one_hook("tool:before", json!({"handler": handler})));
         assert_eq!(got, [("inline_secret".to_string(), pointer.to_string())], "{handler}");
     }
-    let ok = one_hook("tool:before", json!({"handler": {"type": "http", "url": "https://h.example.com/x", "connection": "audit", "headers": {"X-Request-Source": "polpo"}}}));
+    let ok = one_hook(
+        "tool:before",
+        json!({"handler": {"type": "http", "url": "https://h.example.com/x", "connection": "audit", "headers": {"X-Request-Source": "polpo"}}}),
+    );
     assert_eq!(check(ok), vec![]);
 }
 
@@ -128,7 +190,8 @@ fn http_hooks_must_use_public_https() {
     assert_eq!(codes_at(url("https://[::1]/x"))[0].0, "private_url");
     assert_eq!(codes_at(url("https://10.1.2.3/x"))[0].0, "private_url");
     assert_eq!(codes_at(url("http://127.0.0.1:8080/x"))[0].0, "insecure_url");
-    let (_, problems) = check_document("q", &url("http://127.0.0.1:8080/x"), &ValidateOptions { allow_loopback_http: true });
+    let (_, problems) =
+        check_document("q", &url("http://127.0.0.1:8080/x"), &ValidateOptions { allow_loopback_http: true });
     assert_eq!(problems, vec![], "the explicit test allowance admits local servers");
 }
 
@@ -137,23 +200,47 @@ fn gates_are_checked() {
     let gate = |g: Value| one_hook("turn:stop", json!({"terminationGate": g}));
     let cmd = json!({"type": "command", "command": "./check.sh"});
     assert_eq!(
-        codes_at(gate(json!({"validator": {"type": "prompt", "prompt": "ok?"}, "maxCycles": 2, "maxDurationMs": 1000}))),
+        codes_at(gate(
+            json!({"validator": {"type": "prompt", "prompt": "ok?"}, "maxCycles": 2, "maxDurationMs": 1000})
+        )),
         [("gate_validator_nondeterministic".into(), "/hooks/turn:stop/0/terminationGate/validator/type".into())]
     );
     assert_eq!(
-        codes_at(gate(json!({"validator": {"type": "verifier", "agent": "qa"}, "maxCycles": 2, "maxDurationMs": 1000})))[0].0,
+        codes_at(gate(
+            json!({"validator": {"type": "verifier", "agent": "qa"}, "maxCycles": 2, "maxDurationMs": 1000})
+        ))[0]
+            .0,
         "gate_validator_nondeterministic"
     );
-    assert_eq!(codes_at(gate(json!({"validator": cmd, "maxCycles": 0, "maxDurationMs": 1000})))[0].1, "/hooks/turn:stop/0/terminationGate/maxCycles");
-    assert_eq!(codes_at(gate(json!({"validator": cmd, "maxCycles": 21, "maxDurationMs": 1000})))[0].0, "gate_limit_out_of_range");
-    assert_eq!(codes_at(gate(json!({"validator": cmd, "maxCycles": 2, "maxDurationMs": 3_600_001})))[0].1, "/hooks/turn:stop/0/terminationGate/maxDurationMs");
-    assert_eq!(codes_at(gate(json!({"validator": cmd, "maxCycles": 2, "maxDurationMs": 1000, "maxTokens": 10_000_001})))[0].1, "/hooks/turn:stop/0/terminationGate/maxTokens");
+    assert_eq!(
+        codes_at(gate(json!({"validator": cmd, "maxCycles": 0, "maxDurationMs": 1000})))[0].1,
+        "/hooks/turn:stop/0/terminationGate/maxCycles"
+    );
+    assert_eq!(
+        codes_at(gate(json!({"validator": cmd, "maxCycles": 21, "maxDurationMs": 1000})))[0].0,
+        "gate_limit_out_of_range"
+    );
+    assert_eq!(
+        codes_at(gate(json!({"validator": cmd, "maxCycles": 2, "maxDurationMs": 3_600_001})))[0].1,
+        "/hooks/turn:stop/0/terminationGate/maxDurationMs"
+    );
+    assert_eq!(
+        codes_at(gate(json!({"validator": cmd, "maxCycles": 2, "maxDurationMs": 1000, "maxTokens": 10_000_001})))[0].1,
+        "/hooks/turn:stop/0/terminationGate/maxTokens"
+    );
     assert_eq!(codes_at(gate(json!({"validator": cmd, "maxCycles": 2})))[0].0, "invalid_hook", "limits are explicit");
-    let on_tool = one_hook("tool:after", json!({"terminationGate": {"validator": cmd, "maxCycles": 2, "maxDurationMs": 1000}}));
+    let on_tool =
+        one_hook("tool:after", json!({"terminationGate": {"validator": cmd, "maxCycles": 2, "maxDurationMs": 1000}}));
     assert_eq!(codes_at(on_tool)[0].0, "gate_event");
-    let observe = one_hook("turn:stop", json!({"observe": true, "terminationGate": {"validator": cmd, "maxCycles": 2, "maxDurationMs": 1000}}));
+    let observe = one_hook(
+        "turn:stop",
+        json!({"observe": true, "terminationGate": {"validator": cmd, "maxCycles": 2, "maxDurationMs": 1000}}),
+    );
     assert_eq!(codes_at(observe)[0].0, "gate_observe");
-    assert_eq!(check(gate(json!({"validator": cmd, "maxCycles": 20, "maxDurationMs": 3_600_000, "maxTokens": 10_000_000}))), vec![]);
+    assert_eq!(
+        check(gate(json!({"validator": cmd, "maxCycles": 20, "maxDurationMs": 3_600_000, "maxTokens": 10_000_000}))),
+        vec![]
+    );
 }
 
 #[test]

@@ -105,7 +105,8 @@ fn js_number(s: &str) -> Option<f64> {
         None => (unsigned, None),
     };
     let digits = mantissa.chars().filter(char::is_ascii_digit).count();
-    let mantissa_ok = digits > 0 && mantissa.chars().all(|c| c.is_ascii_digit() || c == '.') && mantissa.matches('.').count() <= 1;
+    let mantissa_ok =
+        digits > 0 && mantissa.chars().all(|c| c.is_ascii_digit() || c == '.') && mantissa.matches('.').count() <= 1;
     let exponent_ok = exponent.is_none_or(|e| {
         let e = e.strip_prefix(['+', '-']).unwrap_or(e);
         !e.is_empty() && e.chars().all(|c| c.is_ascii_digit())
@@ -233,11 +234,9 @@ impl<'a> Eval<'a> {
             self.step()?;
             let next = match here {
                 Value::Object(map) => map.get(segment),
-                Value::Array(items) => segment
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|i| i.to_string() == segment)
-                    .and_then(|i| items.get(i)),
+                Value::Array(items) => {
+                    segment.parse::<usize>().ok().filter(|i| i.to_string() == segment).and_then(|i| items.get(i))
+                }
                 _ => None,
             };
             match next {

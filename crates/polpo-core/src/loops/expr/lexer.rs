@@ -95,10 +95,8 @@ pub(crate) fn lex(source: &str) -> Result<Vec<Token>, ExprError> {
             '-' if at(1).is_some_and(|d| d.is_ascii_digit()) => number(&chars, i)?,
             d if d.is_ascii_digit() => number(&chars, i)?,
             a if a.is_ascii_alphabetic() || a == '_' => {
-                let len = chars[i..]
-                    .iter()
-                    .take_while(|c| c.is_ascii_alphanumeric() || **c == '_' || **c == '.')
-                    .count();
+                let len =
+                    chars[i..].iter().take_while(|c| c.is_ascii_alphanumeric() || **c == '_' || **c == '.').count();
                 let word: String = chars[i..i + len].iter().collect();
                 let tok = match word.as_str() {
                     "true" => Tok::True,
@@ -159,18 +157,10 @@ fn string(chars: &[char], start: usize) -> Result<(Tok, usize), ExprError> {
 /// A NUMBER token: optional `-`, a digit, then digits and dots; it must be one finite number.
 fn number(chars: &[char], start: usize) -> Result<(Tok, usize), ExprError> {
     let sign = usize::from(chars[start] == '-');
-    let len = sign
-        + chars[start + sign..]
-            .iter()
-            .take_while(|c| c.is_ascii_digit() || **c == '.')
-            .count();
+    let len = sign + chars[start + sign..].iter().take_while(|c| c.is_ascii_digit() || **c == '.').count();
     let text: String = chars[start..start + len].iter().collect();
     match text.parse::<f64>() {
         Ok(n) if n.is_finite() && text.matches('.').count() <= 1 => Ok((Tok::Number(n), len)),
-        _ => Err(ExprError::new(
-            ExprErrorCode::InvalidNumber,
-            start + 1,
-            format!("`{text}` is not a number"),
-        )),
+        _ => Err(ExprError::new(ExprErrorCode::InvalidNumber, start + 1, format!("`{text}` is not a number"))),
     }
 }

@@ -136,7 +136,11 @@ impl Parser {
 
     fn unary(&mut self) -> Result<Expr, ExprError> {
         let Some(token) = self.tokens.get(self.pos).cloned() else {
-            return Err(ExprError::new(ExprErrorCode::UnexpectedEnd, self.end, "the expression ends where a value is expected"));
+            return Err(ExprError::new(
+                ExprErrorCode::UnexpectedEnd,
+                self.end,
+                "the expression ends where a value is expected",
+            ));
         };
         self.pos += 1;
         let expr = match token.tok {

@@ -170,7 +170,14 @@ fn operand() -> impl Strategy<Value = Expr> {
 
 fn op() -> impl Strategy<Value = CmpOp> {
     prop::sample::select(vec![
-        CmpOp::StrictEq, CmpOp::StrictNe, CmpOp::Eq, CmpOp::Ne, CmpOp::Ge, CmpOp::Le, CmpOp::Gt, CmpOp::Lt,
+        CmpOp::StrictEq,
+        CmpOp::StrictNe,
+        CmpOp::Eq,
+        CmpOp::Ne,
+        CmpOp::Ge,
+        CmpOp::Le,
+        CmpOp::Gt,
+        CmpOp::Lt,
     ])
 }
 
