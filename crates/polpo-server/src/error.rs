@@ -399,11 +399,6 @@ pub fn ok<T: serde::Serialize>(data: T) -> Json<serde_json::Value> {
     Json(serde_json::json!({"ok": true, "data": data}))
 }
 
-/// The HTTP status for a code's text (see [`Code`] for one the table lacks).
-pub fn status_of(code: &str) -> StatusCode {
-    code.resolve().1
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,7 +415,7 @@ mod tests {
     fn provider_credential_failures_are_not_the_callers_401() {
         assert_eq!(ErrorCode::AuthFailed.status(), StatusCode::BAD_GATEWAY);
         assert_eq!(ErrorCode::Unauthorized.status(), StatusCode::UNAUTHORIZED);
-        assert_eq!(status_of("termination_gate_cycles_exhausted"), StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!("termination_gate_cycles_exhausted".resolve().1, StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(ApiError::new(ErrorCode::AgentNotFound, "x").kind(), "not_found_error");
     }
 

@@ -17,7 +17,7 @@
 //!   also those produced by the framework (unknown route, wrong method, a query or body that
 //!   does not parse, a body too large).
 
-use crate::error::{ApiError, for_path, status_of};
+use crate::error::{ApiError, ErrorCode, for_path};
 use crate::hosts::{ALLOWED_HOSTS_ENV, HostPolicy};
 use crate::state::AppState;
 use axum::body::Body;
@@ -48,7 +48,7 @@ pub async fn check_host(State(state): State<Arc<AppState>>, request: Request, ne
         ),
         _ => format!("host `{shown}` is not served: it is not in {ALLOWED_HOSTS_ENV}"),
     };
-    for_path(request.uri().path(), ApiError::new("host_not_allowed", message))
+    for_path(request.uri().path(), ApiError::new(ErrorCode::HostNotAllowed, message))
 }
 
 /// Whether the method changes state (and so must not come from a foreign page).
@@ -82,7 +82,7 @@ pub async fn check_origin(State(state): State<Arc<AppState>>, request: Request, 
         "requests from origin `{}` may not change anything here: add it to POLPO_CORS_ORIGINS to allow a web page there to call this server",
         origin.unwrap_or("(cross-site)")
     );
-    for_path(request.uri().path(), ApiError::new("origin_not_allowed", message))
+    for_path(request.uri().path(), ApiError::new(ErrorCode::OriginNotAllowed, message))
 }
 
 /// Whether a `Content-Type` value is JSON (`application/json`, parameters allowed).
@@ -113,20 +113,20 @@ pub async fn check_content_type(request: Request, next: Next) -> Response {
     }
     let given = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("none");
     let message = format!("request bodies must be JSON with `Content-Type: application/json` (got {given})");
-    for_path(request.uri().path(), ApiError::new("unsupported_media_type", message))
+    for_path(request.uri().path(), ApiError::new(ErrorCode::UnsupportedMediaType, message))
 }
 
 /// The stable code for a framework error of this status.
-fn code_for(status: StatusCode) -> &'static str {
+fn code_for(status: StatusCode) -> ErrorCode {
     match status.as_u16() {
-        404 => "route_not_found",
-        405 => "method_not_allowed",
-        408 => "request_timeout",
-        413 => "payload_too_large",
-        415 => "unsupported_media_type",
-        429 => "too_many_requests",
-        500..=599 => "internal",
-        _ => "invalid_request",
+        404 => ErrorCode::RouteNotFound,
+        405 => ErrorCode::MethodNotAllowed,
+        408 => ErrorCode::RequestTimeout,
+        413 => ErrorCode::PayloadTooLarge,
+        415 => ErrorCode::UnsupportedMediaType,
+        429 => ErrorCode::TooManyRequests,
+        500..=599 => ErrorCode::Internal,
+        _ => ErrorCode::InvalidRequest,
     }
 }
 
@@ -147,7 +147,7 @@ pub async fn json_errors(request: Request, next: Next) -> Response {
     let code = code_for(parts.status);
     let message = if text.is_empty() { parts.status.canonical_reason().unwrap_or("error").to_owned() } else { text };
     let mut error = ApiError::new(code, message);
-    if status_of(code) != parts.status {
+    if code.status() != parts.status {
         error.status = parts.status;
     }
     let (json_parts, json_body): (_, Body) = for_path(&path, error).into_parts();
