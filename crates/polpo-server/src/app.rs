@@ -82,6 +82,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             for_path(uri.path(), ApiError::new(ErrorCode::RouteNotFound, format!("no route {}", uri.path())))
         })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower_http::timeout::RequestBodyDeadlineLayer::new(state.body_deadline))
         .layer(middleware::from_fn(guard::check_content_type))
         .layer(cors(&state.cors_origins))
         .layer(middleware::from_fn_with_state(state.clone(), guard::check_origin))

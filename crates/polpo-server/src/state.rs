@@ -11,6 +11,10 @@ use polpo_project::ProjectEditor;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+/// Longest a request body may take to arrive, counted from the request's start: 20 MiB at a
+/// modest 350 KB/s, while a client trickling bytes to hold a connection is cut off.
+pub const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Everything a handler needs.
 pub struct AppState {
     /// The runtime (project, providers, store).
@@ -35,6 +39,9 @@ pub struct AppState {
     pub editor: Arc<ProjectEditor>,
     /// The Project Loop executor (its agent steps run through `runs`).
     pub loops: Arc<LoopExecutor>,
+    /// How long a request's whole body may take to arrive, from the request's start: the
+    /// header timeout does not cover a body trickled a byte at a time.
+    pub body_deadline: std::time::Duration,
 }
 
 impl AppState {
@@ -58,6 +65,7 @@ impl AppState {
             rate_limit,
             auth_failures,
             hosts,
+            body_deadline: BODY_DEADLINE,
             runs,
             editor,
             loops,

@@ -413,6 +413,33 @@ async fn one_address_cannot_take_every_connection() {
 }
 
 #[tokio::test]
+async fn a_body_that_never_finishes_arriving_is_cut_off() {
+    let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
+    let s = Server::start_tweaked(
+        &llm,
+        None,
+        |d| drop(default_project(d)),
+        |state| {
+            state.body_deadline = Duration::from_millis(300);
+        },
+    )
+    .await;
+    let url = s.url.clone();
+    tokio::task::spawn_blocking(move || {
+        // Headers promise 100 bytes; 10 arrive and the rest never does.
+        let answer = raw(
+            &url,
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"agent\": ",
+        );
+        assert!(answer.starts_with("HTTP/1.1 4"), "the request is answered with an error, not held open: {answer}");
+        assert!(answer.contains("\"error\""), "in the JSON envelope: {answer}");
+    })
+    .await
+    .unwrap();
+    assert!(llm.requests().is_empty());
+}
+
+#[tokio::test]
 async fn connections_beyond_the_cap_get_a_503_and_idle_ones_are_closed() {
     let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
     let s = Server::start(&llm).await;
