@@ -276,36 +276,49 @@ async fn a_follower_resumes_after_any_sequence_number(kind: StoreKind) {
 /// A run as a crashed process leaves it: created, checkpointed after an assistant message
 /// that asked for a `bash` call, no lease.
 async fn crashed_run(s: &Setup, command: &str) -> (String, String) {
+    let call =
+        ToolCall { id: "call_1".into(), name: "bash".into(), arguments: json!({"command": command}).to_string() };
+    let assistant =
+        Message { role: Role::Assistant, content: None, tool_calls: vec![call], tool_call_id: None, name: None };
+    let run = crashed_checkpoint(s, "coder", "Append a line", vec![assistant], None).await;
+    let key = effect_key(&run, 1, 0, &json!({"command": command}));
+    (run, key)
+}
+
+/// A run of `agent` asked `task`, as a crashed process leaves it: created, checkpointed with
+/// `produced` (and `gate`), no lease.
+async fn crashed_checkpoint(
+    s: &Setup,
+    agent: &str,
+    task: &str,
+    produced: Vec<Message>,
+    gate: Option<GateCheckpoint>,
+) -> String {
     let store = s.runs_store();
     let session = store
         .sessions
-        .create_session(polpo_store::NewSession { agent: "coder".into(), ..Default::default() })
+        .create_session(polpo_store::NewSession { agent: agent.into(), ..Default::default() })
         .await
         .unwrap();
     let run = store
         .runs
         .create_run(NewRun {
             id: Some(format!("chat-{}", uuid_like())),
-            agent: "coder".into(),
+            agent: agent.into(),
             session_id: Some(session.id.clone()),
         })
         .await
         .unwrap();
     let seq = store.runs.append_event(&run.id, "run.accepted", json!({})).await.unwrap();
-    let call =
-        ToolCall { id: "call_1".into(), name: "bash".into(), arguments: json!({"command": command}).to_string() };
-    let assistant =
-        Message { role: Role::Assistant, content: None, tool_calls: vec![call], tool_call_id: None, name: None };
     let spec = RunSpec {
-        agent: "coder".into(),
+        agent: agent.into(),
         session_id: session.id,
-        messages: vec![Message::user("Append a line")],
+        messages: vec![Message::user(task)],
         ..Default::default()
     };
-    let state = CheckpointState { spec, produced: vec![assistant], ..Default::default() };
+    let state = CheckpointState { spec, produced, gate, ..Default::default() };
     store.runs.put_checkpoint(&run.id, seq, serde_json::to_value(state).unwrap()).await.unwrap();
-    let key = effect_key(&run.id, 1, 0, &json!({"command": command}));
-    (run.id, key)
+    run.id
 }
 
 fn uuid_like() -> String {
@@ -497,31 +510,7 @@ fn sent_back(feedback: &str, cycle: u32) -> Option<GateDecision> {
 /// A `repairer` run as a crashed process leaves it: checkpointed with `produced` and `gate`,
 /// no lease.
 async fn crashed_gate_run(s: &Setup, produced: Vec<Message>, gate: GateCheckpoint) -> String {
-    let store = s.runs_store();
-    let session = store
-        .sessions
-        .create_session(polpo_store::NewSession { agent: "repairer".into(), ..Default::default() })
-        .await
-        .unwrap();
-    let run = store
-        .runs
-        .create_run(NewRun {
-            id: Some(format!("chat-{}", uuid_like())),
-            agent: "repairer".into(),
-            session_id: Some(session.id.clone()),
-        })
-        .await
-        .unwrap();
-    let seq = store.runs.append_event(&run.id, "run.accepted", json!({})).await.unwrap();
-    let spec = RunSpec {
-        agent: "repairer".into(),
-        session_id: session.id,
-        messages: vec![Message::user("Write the report")],
-        ..Default::default()
-    };
-    let state = CheckpointState { spec, produced, gate: Some(gate), ..Default::default() };
-    store.runs.put_checkpoint(&run.id, seq, serde_json::to_value(state).unwrap()).await.unwrap();
-    run.id
+    crashed_checkpoint(s, "repairer", "Write the report", produced, Some(gate)).await
 }
 
 fn answer(text: &str) -> Message {
