@@ -33,16 +33,20 @@ fn answer(reply: &support::Reply, stream: bool) -> String {
         .collect()
 }
 
+/// The model's script: it lists the folder, says who Ada is in prose, and (asked for the
+/// format) answers with the Person object.
+fn looks_then_describes_ada() -> [Turn; 3] {
+    [
+        Turn::tool_calls(vec![("ls", json!({"path": "."}))]),
+        Turn::text("Ada is 36."),
+        Turn::json(json!({"name": "Ada", "age": 36})),
+    ]
+}
+
 #[tokio::test]
 async fn a_json_schema_answer_after_a_tool_call_parses_streamed_or_not() {
     for stream in [false, true] {
-        let llm = FakeLlm::start([
-            Turn::tool_calls(vec![("ls", json!({"path": "."}))]),
-            Turn::text("Ada is 36."),
-            Turn::json(json!({"name": "Ada", "age": 36})),
-        ])
-        .await
-        .unwrap();
+        let llm = FakeLlm::start(looks_then_describes_ada()).await.unwrap();
         let s = Server::start(&llm).await;
         let r = s.post("/v1/chat/completions", &[], ask("coder", "Describe Ada", person_format(), stream)).await;
         assert_eq!(r.status, 200, "{}", r.text);
@@ -95,13 +99,7 @@ async fn a_schema_the_provider_refuses_is_a_clear_error_not_a_prose_answer() {
 #[tokio::test]
 async fn an_agent_on_claude_answers_through_the_forced_schema_tool_streamed_or_not() {
     for stream in [false, true] {
-        let llm = FakeLlm::start([
-            Turn::tool_calls(vec![("ls", json!({"path": "."}))]),
-            Turn::text("Ada is 36."),
-            Turn::json(json!({"name": "Ada", "age": 36})),
-        ])
-        .await
-        .unwrap();
+        let llm = FakeLlm::start(looks_then_describes_ada()).await.unwrap();
         let s = Server::start_with(&llm, None, |dir| {
             ProjectFixture::new(dir, json!({"storage": "file"}))
                 .unwrap()
