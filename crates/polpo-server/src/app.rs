@@ -139,7 +139,7 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
 /// client key that could edit it could grant itself `bash` on the whole disk.
 fn edits_project(method: &Method, path: &str) -> bool {
     let path = path.strip_prefix("/api").unwrap_or(path);
-    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) && path.starts_with("/v1/agents")
+    guard::changes_state(method) && path.starts_with("/v1/agents")
 }
 
 /// `429 too_many_requests` with `Retry-After`.

@@ -52,7 +52,7 @@ pub async fn check_host(State(state): State<Arc<AppState>>, request: Request, ne
 }
 
 /// Whether the method changes state (and so must not come from a foreign page).
-fn changes_state(method: &Method) -> bool {
+pub(crate) fn changes_state(method: &Method) -> bool {
     [Method::POST, Method::PUT, Method::PATCH, Method::DELETE].contains(method)
 }
 
