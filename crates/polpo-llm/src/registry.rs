@@ -71,9 +71,13 @@ impl Providers {
         if self.built.lock().unwrap_or_else(PoisonError::into_inner).contains_key(name) {
             return true;
         }
-        let config = self.configs.get(name).cloned().or_else(|| ProviderConfig::builtin(name, &*self.env));
-        config
+        self.config(name)
             .is_some_and(|c| c.api_key_env.as_deref().is_none_or(|var| (self.env)(var).is_some_and(|k| !k.is_empty())))
+    }
+
+    /// The configuration of provider `name`: the project's own entry, else the built-in one.
+    fn config(&self, name: &str) -> Option<ProviderConfig> {
+        self.configs.get(name).cloned().or_else(|| ProviderConfig::builtin(name, &*self.env))
     }
 
     /// The environment variable whose absence keeps `name` from being ready, so a caller can
@@ -82,8 +86,7 @@ impl Providers {
         if self.is_ready(name) {
             return None;
         }
-        let config = self.configs.get(name).cloned().or_else(|| ProviderConfig::builtin(name, &*self.env))?;
-        config.api_key_env
+        self.config(name)?.api_key_env
     }
 
     /// The provider called `name`.
@@ -92,13 +95,12 @@ impl Providers {
         if let Some(p) = built.get(name) {
             return Ok(p.clone());
         }
-        let config =
-            self.configs.get(name).cloned().or_else(|| ProviderConfig::builtin(name, &*self.env)).ok_or_else(|| {
-                LlmError::new(
-                    LlmErrorKind::ModelNotFound,
-                    format!("unknown provider `{name}`: configure it in settings.providers"),
-                )
-            })?;
+        let config = self.config(name).ok_or_else(|| {
+            LlmError::new(
+                LlmErrorKind::ModelNotFound,
+                format!("unknown provider `{name}`: configure it in settings.providers"),
+            )
+        })?;
         let key =
             config.api_key_env.as_deref().and_then(|var| (self.env)(var)).filter(|k| !k.is_empty()).map(ApiKey::new);
         let provider: Arc<dyn ModelProvider> = match config.api {
