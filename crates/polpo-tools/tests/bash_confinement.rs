@@ -356,12 +356,21 @@ fn an_unprivileged_server_gets_the_same_confinement() {
     if !nix::unistd::geteuid().is_root() {
         return; // Already unprivileged: the other tests are this check.
     }
+    use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
-    let output = Command::new(std::env::current_exe().unwrap())
+    // The test binary may sit under a folder `nobody` cannot enter (CI builds into
+    // `/root/.cache`): run a copy from a folder it can.
+    let copy = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(copy.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = copy.path().join("bash_confinement");
+    std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let output = Command::new(&exe)
         .args(["--skip", "an_unprivileged_server_gets_the_same_confinement"])
         .uid(65534)
         .gid(65534)
         .env("HOME", std::env::temp_dir())
+        .current_dir(copy.path())
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
