@@ -16,5 +16,6 @@ pub mod policy;
 pub mod problem;
 pub mod prompt;
 pub mod routing;
+pub mod schedules;
 pub mod tasks;
 pub mod tool;

@@ -5,7 +5,7 @@
 //! teams and for `polpo.json` next to `project.json`). Ids are compared after NFKC +
 //! lowercase (`case_collision`). The loader never stops at the first problem.
 
-use crate::paths::{self, AGENT_JSON, AGENTS_DIR, INSTRUCTIONS_MD, LOOPS_DIR, TEAMS_DIR};
+use crate::paths::{self, AGENT_JSON, AGENTS_DIR, INSTRUCTIONS_MD, LOOPS_DIR, SCHEDULES_DIR, TEAMS_DIR};
 use crate::read;
 use polpo_core::config::schema::{Field, Shape};
 use polpo_core::config::{
@@ -15,6 +15,7 @@ use polpo_core::config::{
 };
 use polpo_core::loops::{Loop, parse_loop};
 use polpo_core::problem::Problem;
+use polpo_core::schedules::{Schedule, parse_schedule, validate_schedules};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -46,6 +47,7 @@ fn load(root: &Path, known_tool: Option<&dyn Fn(&str) -> bool>) -> Result<Projec
     let agents = loader.agents();
     let teams = loader.teams();
     let loops = loader.loops();
+    let schedules = loader.schedules();
     let (hook_packs, broken_packs) = crate::hooks::load_hook_packs(root);
     let project = Project {
         root: root.to_path_buf(),
@@ -56,9 +58,11 @@ fn load(root: &Path, known_tool: Option<&dyn Fn(&str) -> bool>) -> Result<Projec
         teams,
         loops,
         hook_packs,
+        schedules,
     };
     let mut problems = loader.problems;
     problems.extend(validate_project(&project));
+    problems.extend(validate_schedules(&project));
     problems.extend(crate::hooks::check_hook_references(&project, &broken_packs));
     problems.extend(broken_packs);
     if let Some(known) = known_tool {
@@ -263,6 +267,26 @@ impl Loader {
             })
             .collect();
         self.unique(loops, |l| (&l.id, &l.source))
+    }
+
+    /// `schedules/<id>.json` files, v2 or legacy mission-shaped.
+    fn schedules(&mut self) -> BTreeMap<String, Schedule> {
+        let files = self.entries(SCHEDULES_DIR, false);
+        let schedules = files
+            .iter()
+            .filter(|n| n.ends_with(".json"))
+            .filter_map(|file| {
+                let (id, (config, timing, legacy), source) =
+                    self.named_file(SCHEDULES_DIR, file, "schedule", parse_schedule)?;
+                if let Some(named) = config.id.as_deref().filter(|named| *named != id) {
+                    let message = format!("`id` is `{named}` but the file name says `{id}`");
+                    self.problems.push(source.problem(codes::INVALID_VALUE, message, "/id"));
+                    return None;
+                }
+                Some(Schedule { id, config, timing, source, legacy })
+            })
+            .collect();
+        self.unique(schedules, |s| (&s.id, &s.source))
     }
 
     /// A `<dir>/<id>.json` file: its id (checked), its parsed content and where it is.

@@ -18,6 +18,8 @@ pub const AGENTS_DIR: &str = "agents";
 pub const TEAMS_DIR: &str = "teams";
 /// Project Loop files (`<id>.json`) live here.
 pub const LOOPS_DIR: &str = "loops";
+/// Schedules: `schedules/<id>.json`.
+pub const SCHEDULES_DIR: &str = "schedules";
 /// An agent's config inside its directory.
 pub const AGENT_JSON: &str = "agent.json";
 /// An agent's instructions inside its directory.

@@ -70,6 +70,8 @@ pub struct Project {
     /// Hook packs by name (`hooks/<name>.json`), read with the rest so that nothing derived
     /// from the project (the runtime's hook sets) reads files again.
     pub hook_packs: BTreeMap<String, HookPack>,
+    /// Schedules by id (`schedules/<id>.json`).
+    pub schedules: BTreeMap<String, crate::schedules::Schedule>,
 }
 
 impl Project {

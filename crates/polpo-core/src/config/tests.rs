@@ -187,6 +187,7 @@ fn project(agents: Vec<Agent>, settings: Value) -> Project {
         teams: Default::default(),
         loops: Default::default(),
         hook_packs: Default::default(),
+        schedules: Default::default(),
     }
 }
 

@@ -72,6 +72,7 @@ fn project(agents: &[(&str, Value)], loops: Vec<Loop>) -> Project {
         teams: Default::default(),
         loops: loops.into_iter().map(|l| (l.id.clone(), l)).collect(),
         hook_packs: Default::default(),
+        schedules: Default::default(),
     }
 }
 
