@@ -15,6 +15,7 @@ pub mod model;
 pub mod policy;
 pub mod problem;
 pub mod prompt;
+pub mod redact;
 pub mod routing;
 pub mod schedules;
 pub mod tasks;
