@@ -14,9 +14,11 @@ mod args;
 pub mod net;
 pub mod registry;
 pub mod sandbox;
+pub mod source;
 pub mod tools;
 
 pub use registry::{RegistryError, ToolRegistry};
+pub use source::ToolSource;
 
 /// Everything a tool call may use, fixed by the runtime before the call.
 #[derive(Debug, Clone)]

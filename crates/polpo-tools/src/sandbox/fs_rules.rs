@@ -62,6 +62,8 @@ pub(crate) struct FsPolicy<'a> {
     pub writable: &'a [PathBuf],
     /// Left out of every grant (only listable, as part of a granted directory's tree).
     pub protected: &'a [PathBuf],
+    /// Read and execute beneath these too, except under `protected`.
+    pub readable: &'a [PathBuf],
     /// A private scratch directory (TMPDIR and HOME of the process).
     pub scratch: &'a Path,
     /// Read only the world-readable entries of `/etc`: for a root server without `run_as`,
@@ -81,8 +83,8 @@ pub(crate) fn build_ruleset(policy: &FsPolicy<'_>) -> Result<Option<OwnedFd>, Sa
         .and_then(Ruleset::create)
         .map_err(landlock_error)?;
     let mut grants = Grants { ruleset, protected: policy.protected };
-    for dir in SYSTEM_READ {
-        grants.grant(Path::new(dir), read)?;
+    for dir in SYSTEM_READ.iter().map(Path::new).chain(policy.readable.iter().map(PathBuf::as_path)) {
+        grants.grant(dir, read)?;
     }
     let etc = Path::new("/etc");
     if policy.etc_world_readable_only {

@@ -12,6 +12,7 @@ mod net_rules;
 mod paths;
 mod policy;
 mod process;
+mod service;
 
 pub use capped::CappedOutput;
 pub use env::{BASE_ENV_ALLOW, is_secret_name, scrubbed_env};
@@ -21,3 +22,4 @@ pub use policy::{
     Confinement, FORCE_UNAVAILABLE_ENV, ResourceLimits, SandboxNotice, SandboxPolicy, SandboxSupport, sandbox_support,
 };
 pub use process::{CommandOutcome, CommandSpec, Isolation, Program, SandboxError, Termination, run_command};
+pub use service::{Service, spawn_service};

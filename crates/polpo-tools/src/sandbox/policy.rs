@@ -41,6 +41,9 @@ pub struct Confinement {
     pub writable: Vec<PathBuf>,
     /// Real paths it may neither read nor write even beneath `writable` (`.polpo/`).
     pub protected: Vec<PathBuf>,
+    /// Real paths it may read and execute besides the system directories (an MCP server's
+    /// own program, installed outside them); `bash` has none.
+    pub readable: Vec<PathBuf>,
     /// Resource limits.
     pub limits: ResourceLimits,
     /// Run as this user (name) instead of the server's; the workspace must be writable by it.

@@ -251,7 +251,7 @@ pub async fn run_command(spec: CommandSpec) -> Result<CommandOutcome, SandboxErr
 /// Decides what the child does before `exec`: always the PID namespace where the host allows
 /// it; for a confined spec also limits, identity, a private scratch directory (its `TMPDIR` and
 /// `HOME`) and the Landlock ruleset. Everything is computed here, before the fork.
-fn prepare_child(
+pub(super) fn prepare_child(
     spec: &CommandSpec,
     command: &mut Command,
 ) -> Result<(ChildSetup, Option<Scratch>, Isolation), SandboxError> {
@@ -293,6 +293,7 @@ fn prepare_child(
         setup.landlock = build_ruleset(&FsPolicy {
             writable: &confinement.writable,
             protected: &left_out,
+            readable: &confinement.readable,
             scratch: &scratch.0,
             etc_world_readable_only: setup.drop_capabilities,
         })?;
@@ -327,7 +328,7 @@ fn lookup_user(name: &str) -> Result<(nix::libc::uid_t, nix::libc::gid_t), Sandb
 
 /// A private temporary directory for one confined run, removed with everything in it when
 /// the run ends.
-struct Scratch(PathBuf);
+pub(super) struct Scratch(PathBuf);
 
 impl Scratch {
     fn create(owner: Option<(nix::libc::uid_t, nix::libc::gid_t)>) -> Result<Self, SandboxError> {
@@ -352,7 +353,7 @@ impl Drop for Scratch {
     }
 }
 
-fn build_command(spec: &CommandSpec) -> Result<Command, SandboxError> {
+pub(super) fn build_command(spec: &CommandSpec) -> Result<Command, SandboxError> {
     let mut command = match &spec.program {
         Program::Shell(line) => {
             let mut command = Command::new("sh");
@@ -396,7 +397,7 @@ fn spawn_stdin_writer(child: &mut Child, input: Option<Vec<u8>>) -> Option<JoinH
     }))
 }
 
-fn spawn_reader<R>(mut source: R, sink: Arc<Mutex<CappedOutput>>) -> JoinHandle<()>
+pub(super) fn spawn_reader<R>(mut source: R, sink: Arc<Mutex<CappedOutput>>) -> JoinHandle<()>
 where
     R: AsyncRead + Unpin + Send + 'static,
 {
@@ -453,7 +454,7 @@ fn live_members_in_proc(pgid: i32) -> Option<bool> {
     Some(live)
 }
 
-fn signal_group(pgid: i32, signal: Signal) {
+pub(super) fn signal_group(pgid: i32, signal: Signal) {
     if pgid > 0 {
         // ESRCH (group already gone) is the outcome we want.
         let _ = killpg(Pid::from_raw(pgid), signal);
@@ -461,7 +462,7 @@ fn signal_group(pgid: i32, signal: Signal) {
 }
 
 /// SIGTERM the group, reap the leader, wait up to `grace` for the rest, then SIGKILL.
-async fn terminate_group(pgid: i32, child: &mut Child, grace: Duration) {
+pub(super) async fn terminate_group(pgid: i32, child: &mut Child, grace: Duration) {
     if !group_alive(pgid) {
         let _ = child.wait().await;
         return;

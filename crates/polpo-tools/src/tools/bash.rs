@@ -69,6 +69,7 @@ async fn bash(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
     run.confinement = Some(Confinement {
         writable: rules.roots().to_vec(),
         protected: rules.protected().to_vec(),
+        readable: Vec::new(),
         limits: ctx.sandbox.limits,
         run_as: ctx.sandbox.run_as.clone(),
     });
