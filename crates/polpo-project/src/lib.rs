@@ -16,6 +16,7 @@ mod load;
 pub mod migrate;
 pub mod paths;
 mod read;
+pub mod skills;
 pub mod teams;
 
 pub use agents::{AgentSnapshot, Revision, delete_agent, read_agent, write_agent};
