@@ -46,6 +46,18 @@ pub struct ToolContext {
     pub private_network_allowlist: Vec<String>,
     /// How `bash` is confined (limits, user, whether it may run where Landlock is missing).
     pub sandbox: SandboxPolicy,
+    /// The Agent Skills `skill_list` and `skill_read` may reach; `None` when the agent has none.
+    /// Chosen by the runtime, so it is trusted; the file tools never reach skill files.
+    pub skills: Option<SkillAccess>,
+}
+
+/// Which installed skills one call may read, and where they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillAccess {
+    /// The project root (the folder holding `.polpo/skills/`).
+    pub root: PathBuf,
+    /// The skills assigned to the agent (the only ones listed and readable).
+    pub names: Vec<String>,
 }
 
 impl ToolContext {
@@ -63,6 +75,7 @@ impl ToolContext {
             allow_private_network: false,
             private_network_allowlist: Vec::new(),
             sandbox: SandboxPolicy::default(),
+            skills: None,
         }
     }
 }
