@@ -74,6 +74,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .merge(routes::sessions::router())
         .merge(routes::teams::router())
+        .merge(routes::skills::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     // Layers run outside in: the last added sees the request first.
     open.merge(routes::dashboard::router())
@@ -126,7 +127,7 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
             &path,
             ApiError::new(
                 ErrorCode::Forbidden,
-                "changing the project's agents and teams needs an admin key: client keys use agents, they do not edit them",
+                "changing the project's agents, teams and skills needs an admin key: client keys use agents, they do not edit them",
             ),
         );
     }
@@ -134,12 +135,12 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
     next.run(request).await
 }
 
-/// Whether a request changes `.polpo/` (agents and teams today; loops, skills and schedules as
-/// they land). Only admin keys may: an agent's config bounds its tools for every client, so a
+/// Whether a request changes `.polpo/` (agents, teams and skill assignments today; loops and
+/// schedules as they land). Only admin keys may: an agent's config bounds its tools for every client, so a
 /// client key that could edit it could grant itself `bash` on the whole disk.
 fn edits_project(method: &Method, path: &str) -> bool {
     let path = path.strip_prefix("/api").unwrap_or(path);
-    guard::changes_state(method) && path.starts_with("/v1/agents")
+    guard::changes_state(method) && (path.starts_with("/v1/agents") || path.starts_with("/v1/skills"))
 }
 
 /// `429 too_many_requests` with `Retry-After`.

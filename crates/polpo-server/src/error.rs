@@ -229,6 +229,24 @@ error_codes! {
     ModelProfileTooDeep = "model_profile_too_deep" => StatusCode::BAD_REQUEST,
     /// A hook pack that does not exist.
     UnknownHookPack = "unknown_hook_pack" => StatusCode::BAD_REQUEST,
+    /// `polpo.skills` names a skill the agent does not have.
+    SkillNotAssigned = "skill_not_assigned" => StatusCode::BAD_REQUEST,
+    /// No installed skill by that name.
+    SkillNotFound = "skill_not_found" => StatusCode::NOT_FOUND,
+    /// A skill bundle whose SKILL.md or name breaks the Agent Skills rules.
+    InvalidSkill = "invalid_skill" => StatusCode::BAD_REQUEST,
+    /// A skill bundle holding a symbolic link.
+    SkillSymlinkRefused = "skill_symlink_refused" => StatusCode::BAD_REQUEST,
+    /// A path that leaves a skill bundle.
+    PathOutsideBundle = "path_outside_bundle" => StatusCode::BAD_REQUEST,
+    /// A skill bundle over its size bounds.
+    SkillTooLarge = "skill_too_large" => StatusCode::BAD_REQUEST,
+    /// A skill file that is not text.
+    SkillFileNotText = "skill_file_not_text" => StatusCode::BAD_REQUEST,
+    /// A skill source that could not be fetched.
+    SkillSourceFailed = "skill_source_failed" => StatusCode::BAD_GATEWAY,
+    /// `.polpo/skills.lock.json` that does not read.
+    InvalidSkillsLock = "invalid_skills_lock" => StatusCode::INTERNAL_SERVER_ERROR,
     /// The project uses a legacy aggregate layout; `polpo migrate` first.
     LegacyLayout = "legacy_layout" => StatusCode::BAD_REQUEST,
     /// `.polpo/` already exists where a project was to be created.
@@ -345,6 +363,15 @@ impl From<polpo_engine::runs::RunError> for ApiError {
     }
 }
 
+impl From<polpo_project::skills::SkillError> for ApiError {
+    fn from(e: polpo_project::skills::SkillError) -> Self {
+        match e {
+            polpo_project::skills::SkillError::Project(e) => e.into(),
+            other => Self::new(other.code(), other.to_string()),
+        }
+    }
+}
+
 impl From<polpo_project::ProjectError> for ApiError {
     fn from(e: polpo_project::ProjectError) -> Self {
         // The REST API's name for "taken" is `already_exists`, shared with other resources.
@@ -405,10 +432,11 @@ mod tests {
     use polpo_core::hooks::GateExhaustion;
     use polpo_core::model::ModelProfileError;
     use polpo_engine::runs::RunError;
-    use polpo_engine::{ChatError, EngineError};
+    use polpo_engine::{ActivationError, ChatError, EngineError};
     use polpo_llm::{LlmError, LlmErrorKind, ResolveError};
     use polpo_loops::LoopError;
     use polpo_project::ProjectError;
+    use polpo_project::skills::SkillError;
     use polpo_store::StoreError;
 
     #[test]
@@ -433,6 +461,35 @@ mod tests {
     fn a_code_the_table_lacks_is_a_500_with_its_name_never_a_silent_400() {
         let e = ApiError::new("no_such_code", "x");
         assert_eq!((e.status, e.code.as_str()), (StatusCode::INTERNAL_SERVER_ERROR, "no_such_code"));
+    }
+
+    /// Every skill error (the skills routes answer with them; request activation wraps them).
+    fn skill_errors() -> Vec<SkillError> {
+        let errors = vec![
+            SkillError::invalid("s", "r"),
+            SkillError::Symlink("s".into()),
+            SkillError::PathOutsideBundle("p".into()),
+            SkillError::TooLarge("t".into()),
+            SkillError::NotFound("n".into()),
+            SkillError::NotText("n".into()),
+            SkillError::Source("s".into()),
+            SkillError::Lock("l".into()),
+            SkillError::Project(ProjectError::NothingToMigrate),
+        ];
+        for e in &errors {
+            match e {
+                SkillError::Invalid { .. }
+                | SkillError::Symlink(_)
+                | SkillError::PathOutsideBundle(_)
+                | SkillError::TooLarge(_)
+                | SkillError::NotFound(_)
+                | SkillError::NotText(_)
+                | SkillError::Source(_)
+                | SkillError::Lock(_)
+                | SkillError::Project(_) => {}
+            }
+        }
+        errors
     }
 
     /// One error of every variant of every library error the server answers with. Each list
@@ -610,7 +667,10 @@ mod tests {
             ChatError::SessionAgentMismatch { session: "s".into(), agent: "a".into() },
             ChatError::InvalidRequest("i".into()),
             ChatError::UnknownHookPack("h".into()),
+            ChatError::Skill(ActivationError::NotAssigned { agent: "a".into(), skill: "s".into() }),
+            ChatError::Skill(ActivationError::TooMany),
         ];
+        chat.extend(skill_errors().into_iter().map(|e| ChatError::Skill(ActivationError::Read(e))));
         chat.extend(profiles.map(|e| ChatError::Model(ResolveError::Profile(e))));
         chat.extend(kinds.map(|k| ChatError::Model(ResolveError::Model(llm(k)))));
         chat.extend(store().into_iter().map(ChatError::Store));
@@ -624,7 +684,8 @@ mod tests {
                 | ChatError::UnknownHookPack(_)
                 | ChatError::Model(_)
                 | ChatError::Store(_)
-                | ChatError::Engine(_) => {}
+                | ChatError::Engine(_)
+                | ChatError::Skill(_) => {}
             }
         }
         let runs = [
@@ -685,6 +746,7 @@ mod tests {
         all.extend(loops.into_iter().map(ApiError::from));
         all.extend(store().into_iter().map(ApiError::from));
         all.extend(chat.into_iter().map(ApiError::from));
+        all.extend(skill_errors().into_iter().map(ApiError::from));
         all.extend(runs.into_iter().map(ApiError::from));
         all
     }

@@ -10,4 +10,5 @@ pub mod models;
 pub mod openapi;
 pub mod runs;
 pub mod sessions;
+pub mod skills;
 pub mod teams;
