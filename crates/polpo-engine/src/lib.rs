@@ -39,6 +39,8 @@ pub use events::{EventSink, GateState, RunEvent};
 pub use hooks::LoopContext;
 pub use invocation::Invocation;
 pub use loaded::Loaded;
+/// `ChatError::Skill` carries it: why a request's `polpo.skills` was refused.
+pub use polpo_skills::ActivationError;
 pub use request::{ChatError, ChatInput, ChatOutput, DeliveryMode, Failure, Identity, RunAnswer, Surface};
 pub use runtime::{PreparedChat, Runtime};
 pub use turn::{RunControl, RunOutcome, run_turns, run_turns_controlled};

@@ -154,6 +154,9 @@ pub struct ChatInput {
     /// The agent runs as a node of a parallel loop branch, which has no durable checkpoint of
     /// its own yet: an agent with a termination gate is refused there before inference.
     pub parallel_branch: bool,
+    /// `polpo.skills`: assigned skills whose `SKILL.md` joins this request's prompt (only this
+    /// request's; an unassigned one is `skill_not_assigned`).
+    pub skills: Vec<String>,
 }
 
 impl ChatInput {
@@ -179,6 +182,7 @@ impl ChatInput {
             outlive_caller: false,
             capabilities: Capabilities::default(),
             parallel_branch: false,
+            skills: Vec::new(),
         }
     }
 }
@@ -229,6 +233,9 @@ pub enum ChatError {
     /// The turn loop failed.
     #[error("{0}")]
     Engine(#[from] EngineError),
+    /// `polpo.skills` named a skill the agent does not have, or its bundle does not read.
+    #[error("{}: {}", .0.code(), .0)]
+    Skill(#[from] polpo_skills::ActivationError),
 }
 
 impl ChatError {
@@ -243,6 +250,7 @@ impl ChatError {
             Self::Model(e) => e.code(),
             Self::Store(e) => e.code(),
             Self::Engine(e) => e.code(),
+            Self::Skill(e) => e.code(),
         }
     }
 }

@@ -186,6 +186,8 @@ pub struct Runtime {
     providers: RwLock<Arc<Providers>>,
     store: Store,
     tools: Arc<ToolSet>,
+    /// The system tools plus `skill_list` and `skill_read`, for agents with skills.
+    skilled_tools: Arc<ToolSet>,
     hook_runtime: HookRuntime,
     offline_model: Option<String>,
     bus: EventBus,
@@ -203,6 +205,9 @@ impl Runtime {
             providers: RwLock::new(Arc::new(providers)),
             store,
             tools: Arc::new(ToolSet::new(polpo_tools::tools::system_tools())),
+            skilled_tools: Arc::new(ToolSet::new(
+                polpo_tools::tools::system_tools().into_iter().chain(polpo_skills::skill_tools()).collect(),
+            )),
             hook_runtime: HookRuntime::from_env(),
             offline_model: None,
             bus,
@@ -240,6 +245,12 @@ impl Runtime {
     pub fn with_offline_model(mut self, id: impl Into<String>) -> Self {
         self.offline_model = Some(id.into());
         self
+    }
+
+    /// The built-in tools an invocation of `agent` starts from: with the skill tools when it
+    /// has skills assigned.
+    fn base_tools(&self, agent: &Agent) -> &Arc<ToolSet> {
+        if assigned_skills(agent).is_empty() { &self.tools } else { &self.skilled_tools }
     }
 
     /// Override how hooks run (tests let `http` hooks reach loopback).
@@ -568,14 +579,27 @@ impl Runtime {
         cancel: &CancellationToken,
     ) -> Result<Invocation, ChatError> {
         let c = &agent.config;
-        let ceiling = ToolPolicy::unrestricted().narrow(PolicyLayer::Agent, c.allowed_tools.as_deref());
+        let skills = assigned_skills(agent);
+        // The static allowlists of an agent with skills admit the skill tools without naming
+        // them; the request layer and grants below can still narrow them away.
+        let admit = |layer: Option<&[String]>| admit_skill_tools(layer, !skills.is_empty());
+        let ceiling =
+            ToolPolicy::unrestricted().narrow(PolicyLayer::Agent, admit(c.allowed_tools.as_deref()).as_deref());
         // The mode's layers: a loop node's are the loop's and the step's, never chat's.
         let moded = match &input.loop_context {
             Some(l) => ceiling
-                .narrow(PolicyLayer::Loop, l.allowed_tools.as_deref())
-                .narrow(PolicyLayer::Step, l.step_allowed_tools.as_deref()),
-            None => ceiling.narrow(PolicyLayer::Chat, c.chat.as_ref().and_then(|chat| chat.allowed_tools.as_deref())),
+                .narrow(PolicyLayer::Loop, admit(l.allowed_tools.as_deref()).as_deref())
+                .narrow(PolicyLayer::Step, admit(l.step_allowed_tools.as_deref()).as_deref()),
+            None => ceiling.narrow(
+                PolicyLayer::Chat,
+                admit(c.chat.as_ref().and_then(|chat| chat.allowed_tools.as_deref())).as_deref(),
+            ),
         };
+        let activated = polpo_skills::activation_prompt(&loaded.project.root, &agent.id, skills, &input.skills)?;
+        let mut system_prompt = polpo_core::prompt::system_prompt(agent);
+        if let Some(section) = activated {
+            system_prompt = format!("{}\n\n{section}", system_prompt.trim_end());
+        }
         let policy = moded.narrow(PolicyLayer::Request, input.allowed_tools.as_deref());
         let unknown = |problems: Vec<Problem>| {
             ChatError::UnknownHookPack(problems.into_iter().map(|p| p.message).collect::<Vec<_>>().join("; "))
@@ -600,10 +624,10 @@ impl Runtime {
             input.client_tools.iter().filter(|t| policy.allows(&t.name)).cloned().map(Arc::new).collect();
         Ok(Invocation {
             agent: agent.id.clone(),
-            system_prompt: polpo_core::prompt::system_prompt(agent),
+            system_prompt,
             provider,
             model: String::new(),
-            tools: self.tools.clone(),
+            tools: self.base_tools(agent).clone(),
             policy,
             client_tools,
             tool_choice: input.tool_choice.clone(),
@@ -643,8 +667,28 @@ fn tool_context(project: &Project, agent: &Agent, cancel: &CancellationToken) ->
     ctx.protected_paths = vec![polpo_dir.clone()];
     ctx.sandbox = project.settings().sandbox.as_ref().map(Into::into).unwrap_or_default();
     ctx.memory_file = Some(polpo_dir.join("memory").join(format!("{}.md", agent.id)));
+    let skills = assigned_skills(agent);
+    ctx.skills =
+        (!skills.is_empty()).then(|| polpo_tools::SkillAccess { root: project.root.clone(), names: skills.to_vec() });
     ctx.cancel = cancel.child_token();
     ctx
+}
+
+/// The skills assigned to `agent` (`skills` in its agent.json).
+fn assigned_skills(agent: &Agent) -> &[String] {
+    agent.config.skills.as_deref().unwrap_or_default()
+}
+
+/// A configured static allowlist, with `skill_list` and `skill_read` added when the agent has
+/// skills; an unconfigured layer stays unconfigured (it does not narrow).
+fn admit_skill_tools(layer: Option<&[String]>, has_skills: bool) -> Option<Vec<String>> {
+    layer.map(|patterns| {
+        let mut patterns = patterns.to_vec();
+        if has_skills {
+            patterns.extend(polpo_skills::SKILL_TOOLS.map(String::from));
+        }
+        patterns
+    })
 }
 
 /// Compile-time guard: the server spawns these futures, so they must stay `Send` (a closure

@@ -101,19 +101,19 @@ async fn errors_use_the_openai_envelope_with_stable_codes() {
 }
 
 #[tokio::test]
-async fn a_request_relying_on_a_feature_this_runtime_lacks_is_refused_not_ignored() {
+async fn a_request_naming_skills_or_loops_the_agent_lacks_is_refused_not_ignored() {
     let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
     let s = Server::start(&llm).await;
     let mut with_skills = ask("coder", "hi");
     with_skills["polpo"] = json!({"skills": ["frontend-design"]});
     let mut with_loop = ask("coder", "hi");
     with_loop["loop"] = json!("router-flow");
-    for (body, code) in [(with_skills, "feature_unavailable"), (with_loop, "loop_not_assigned")] {
+    for (body, code) in [(with_skills, "skill_not_assigned"), (with_loop, "loop_not_assigned")] {
         let r = s.post("/v1/chat/completions", &[], body.clone()).await;
         assert_eq!(r.status, 400, "{body}");
         assert_eq!(r.json()["error"]["code"], code, "{body}");
     }
-    assert!(llm.requests().is_empty(), "nothing ran as if the feature were there");
+    assert!(llm.requests().is_empty(), "nothing ran without what it asked for");
 }
 
 #[tokio::test]

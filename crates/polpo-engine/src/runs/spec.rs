@@ -79,6 +79,9 @@ pub struct RunSpec {
     /// with it again instead of routing (and paying a classifier) a second time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_profile: Option<String>,
+    /// `polpo.skills`, so a resumed run keeps the same activated skills.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<String>,
 }
 
 impl RunSpec {
@@ -103,6 +106,7 @@ impl RunSpec {
             model_profile: None,
             capabilities: input.capabilities,
             parallel_branch: input.parallel_branch,
+            skills: input.skills.clone(),
         }
     }
 
@@ -126,6 +130,7 @@ impl RunSpec {
         input.loop_context = self.loop_context.clone();
         input.capabilities = self.capabilities;
         input.parallel_branch = self.parallel_branch;
+        input.skills = self.skills.clone();
         input.run_id = Some(run_id.to_owned());
         Ok(input)
     }

@@ -391,13 +391,8 @@ fn chat_input(state: &AppState, r: &ChatRequest, headers: &HeaderMap) -> Result<
         .and_then(|d| d.get("onDisconnect"))
         .and_then(Value::as_str);
     input.outlive_caller = on_disconnect == Some("continue");
-    // Parsed but not acted on yet: refused with a stable code rather than silently ignored.
-    if r.polpo.as_ref().is_some_and(|p| !p.skills.is_empty()) {
-        return Err(ApiError::new(
-            ErrorCode::FeatureUnavailable,
-            "`polpo.skills` (activating Agent Skills) is not available in this runtime yet",
-        ));
-    }
+    // Checked against the agent's skills by the engine (`skill_not_assigned`).
+    input.skills = r.polpo.as_ref().map(|p| p.skills.clone()).unwrap_or_default();
     Ok(input)
 }
 

@@ -164,6 +164,10 @@ pub const ROUTES: &[Route] = &[
     op("post", BOTH, SESSIONS_IMPORT, "importSession", "sessions", "Import a conversation as a new session of `agent`; a chat with `x-session-id` continues from it.")
         .request("SessionImport")
         .returns(201, Body::Envelope("SessionImported")),
+    op("get", BOTH, &["/skills"], "listSkills", "skills", "Installed Agent Skills: `{name, description, assignedTo, lock}` each.").returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/skills/{name}"], "getSkill", "skills", "One skill with its SKILL.md (`content`), `files` and `hash`; 404 `skill_not_found`.").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/skills/{name}/assign"], "assignSkill", "skills", "Add the skill to `{agent}`'s `skills` (admin key; one project edit): `{skill, agent, changed}`.").request("Object").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/skills/{name}/unassign"], "unassignSkill", "skills", "Remove the skill from `{agent}`'s `skills` (admin key): `{skill, agent, changed}`.").request("Object").returns(200, Body::Envelope("Object")),
     op("get", BOTH, TEAMS, "listTeams", "agents", "Teams with their description and members.").returns(200, Body::Envelope("TeamList")),
     op("post", BOTH, TEAMS, "createTeam", "agents", "Create `.polpo/teams/<name>.json`; 409 `already_exists` when taken.").request("TeamInput").returns(201, Body::Envelope("Team")),
     op("get", BOTH, TEAM, "getTeam", "agents", "One team; 404 `team_not_found`.").query(&[("name", "the team")]).returns(200, Body::Envelope("Team")),
