@@ -62,12 +62,22 @@ pub enum LoopError {
     /// A human answer that does not match the step's `output.schema`.
     #[error("loop_human_output_invalid: {0}")]
     HumanOutputInvalid(String),
-    /// No suspended human step with that run id.
-    #[error("loop_run_not_found: no loop run `{0}` waits for a person")]
+    /// No loop run with that id (that the caller sees), or none of its steps waits for a
+    /// person when answering one.
+    #[error("loop_run_not_found: no loop run `{0}` here, or it does not wait for a person")]
     RunNotFound(String),
-    /// The run was cancelled (its caller went away).
+    /// The run was cancelled (its caller went away, or over REST).
     #[error("aborted: the loop run was aborted")]
     Aborted,
+    /// Cancelling (or answering) a run that already ended.
+    #[error("loop_run_finished: loop run `{0}` has already ended")]
+    RunFinished(String),
+    /// A stored loop run that does not read back as one.
+    #[error("loop_run_record_invalid: {0}")]
+    RunRecordInvalid(String),
+    /// The store refused a loop run's record.
+    #[error("{0}")]
+    Store(#[from] polpo_store::StoreError),
     /// The engine refused the request before anything ran.
     #[error("{0}")]
     Chat(#[from] ChatError),
@@ -93,6 +103,9 @@ impl LoopError {
             Self::HumanOutputInvalid(_) => "loop_human_output_invalid",
             Self::RunNotFound(_) => "loop_run_not_found",
             Self::Aborted => "aborted",
+            Self::RunFinished(_) => "loop_run_finished",
+            Self::RunRecordInvalid(_) => "loop_run_record_invalid",
+            Self::Store(e) => e.code(),
             Self::Chat(e) => e.code(),
         }
     }

@@ -4,6 +4,9 @@
 use crate::context::{self, REQUEST};
 use crate::error::LoopError;
 use crate::human::HumanDesk;
+use crate::record::{
+    AgentRun, Checkpoints, LoopRunRecord, LoopRunStatus, LoopState, PendingHuman, RunFailure, StoredRequest,
+};
 use crate::trace::{TraceEvent, TraceKind, TraceSink, TraceStatus, Tracer};
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -23,13 +26,13 @@ use polpo_engine::structured::ResponseFormat;
 use polpo_engine::tools::exec::DirectCallError;
 use polpo_engine::{ChatInput, LoopContext, RunEvent, Surface};
 use polpo_llm::ToolChoice;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use tokio_util::sync::CancellationToken;
 
 /// Step executions a run may make unless configured otherwise.
 pub const DEFAULT_STEP_BUDGET: u32 = 100;
@@ -94,6 +97,17 @@ impl LoopRequest {
         }
     }
 
+    /// The request stored run `record` was started with, which its resume continues.
+    pub fn from_record(record: &LoopRunRecord) -> Self {
+        let mut request =
+            Self::new(record.agent.clone(), Some(record.loop_id.clone()), record.request.messages.clone());
+        request.metadata = record.request.metadata.clone();
+        request.user.clone_from(&record.user);
+        request.owner.clone_from(&record.owner);
+        request.allowed_tools.clone_from(&record.request.allowed_tools);
+        request
+    }
+
     /// Refuse what a loop cannot honour, before any step runs.
     fn check(&self) -> Result<(), LoopError> {
         if self.response_format.is_structured() {
@@ -115,21 +129,6 @@ impl LoopRequest {
     }
 }
 
-/// A run's state as plain data: what a checkpoint after a step keeps.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LoopState {
-    /// The shared context bag (`request` and every step output).
-    pub context: Value,
-    /// The steps that were about to run or running when the run stopped (empty when it
-    /// completed): where a resume would start.
-    pub frontier: Vec<String>,
-    /// Completed iterations of each `while` step's latest entry.
-    pub while_iterations: BTreeMap<String, u32>,
-    /// Step executions so far (skips included), counted against the budget.
-    pub executed: u32,
-}
-
 /// How a run that started ended.
 #[derive(Debug)]
 pub struct LoopFinished {
@@ -147,15 +146,17 @@ pub struct LoopFinished {
 
 /// Runs Project Loops over a [`RunManager`].
 pub struct LoopExecutor {
-    runs: Arc<RunManager>,
+    pub(crate) runs: Arc<RunManager>,
     options: LoopOptions,
-    humans: HumanDesk,
+    pub(crate) humans: HumanDesk,
+    /// This process's runs in progress: cancelling one stops its walk.
+    pub(crate) active: Mutex<HashMap<String, CancellationToken>>,
 }
 
 impl LoopExecutor {
     /// An executor invoking agents through `runs`.
     pub fn new(runs: Arc<RunManager>, options: LoopOptions) -> Self {
-        Self { runs, options, humans: HumanDesk::default() }
+        Self { runs, options, humans: HumanDesk::default(), active: Mutex::default() }
     }
 
     /// The human steps waiting for a person.
@@ -194,7 +195,8 @@ impl LoopExecutor {
     }
 
     /// Run loop `loop_id` (`config`, from [`LoopExecutor::select`]) as run `run_id`,
-    /// reporting each trace event to `sink` as it happens.
+    /// reporting each trace event to `sink` as it happens. The run is stored (collection
+    /// `loop_runs`) when it starts, after each top-level step and when it ends.
     pub async fn run(
         &self,
         request: &LoopRequest,
@@ -203,9 +205,58 @@ impl LoopExecutor {
         config: &LoopConfig,
         sink: TraceSink<'_>,
     ) -> LoopFinished {
+        let context = json!({ REQUEST: {"metadata": request.metadata, "user": request.user} });
+        let state = LoopState { context, frontier: vec![config.start.clone()], ..LoopState::default() };
+        let record = LoopRunRecord {
+            id: run_id.to_owned(),
+            loop_id: loop_id.to_owned(),
+            agent: request.agent.clone(),
+            status: LoopRunStatus::Running,
+            owner: request.owner.clone(),
+            user: request.user.clone(),
+            request: StoredRequest {
+                messages: request.messages.clone(),
+                metadata: request.metadata.clone(),
+                allowed_tools: request.allowed_tools.clone(),
+            },
+            state,
+            trace: Vec::new(),
+            human: None,
+            output: None,
+            error: None,
+            agent_runs: Vec::new(),
+        };
+        self.drive(request, record, 0, config, sink).await
+    }
+
+    /// Continue stored run `record` (at `revision`) from its checkpoint: the steps before
+    /// its frontier are not run again.
+    pub async fn resume(
+        &self,
+        record: LoopRunRecord,
+        revision: u64,
+        config: &LoopConfig,
+        sink: TraceSink<'_>,
+    ) -> LoopFinished {
+        let request = LoopRequest::from_record(&record);
+        self.drive(&request, record, revision, config, sink).await
+    }
+
+    /// Walk `record`'s run from its frontier (`revision` 0: a new run, not stored yet).
+    async fn drive(
+        &self,
+        request: &LoopRequest,
+        record: LoopRunRecord,
+        revision: u64,
+        config: &LoopConfig,
+        sink: TraceSink<'_>,
+    ) -> LoopFinished {
         let runtime = self.runs.runtime().clone();
         let budget = runtime.loaded().project.settings().loop_step_budget.unwrap_or(self.options.step_budget);
+        let records = runtime.store().records.clone();
         let clock = move || runtime.clock().now().timestamp_millis();
+        let run_id = record.id.as_str();
+        let loop_id = record.loop_id.as_str();
         let run = Run {
             exec: self,
             budget,
@@ -214,20 +265,46 @@ impl LoopExecutor {
             run_id,
             loop_id,
             tracer: Tracer::new(loop_id, &clock, sink),
-            executed: AtomicU32::new(0),
+            executed: AtomicU32::new(record.state.executed),
             frontier: Mutex::default(),
-            while_iterations: Mutex::default(),
-            last: Mutex::default(),
+            while_iterations: Mutex::new(record.state.while_iterations.clone()),
+            last: Mutex::new(record.output.clone()),
+            checkpoints: Checkpoints::new(records, run_id, revision),
+            saved: Mutex::new(record.state.clone()),
+            agent_runs: Mutex::new(record.agent_runs.clone()),
         };
-        run.tracer.emit(
-            TraceEvent::new(TraceKind::LoopStart, None)
-                .status(TraceStatus::Started)
-                .data(json!({"runId": run_id, "agent": request.agent})),
-        );
-        let mut context = json!({ REQUEST: {"metadata": request.metadata, "user": request.user} });
-        let result = run.walk(&config.start, &mut context, false).await;
+        if revision == 0 {
+            run.tracer.emit(
+                TraceEvent::new(TraceKind::LoopStart, None)
+                    .status(TraceStatus::Started)
+                    .data(json!({"runId": run_id, "agent": request.agent})),
+            );
+        } else {
+            run.tracer.continue_after(record.trace.clone());
+            run.tracer.emit(
+                TraceEvent::new(TraceKind::LoopResume, None)
+                    .status(TraceStatus::Started)
+                    .data(json!({"runId": run_id, "frontier": record.state.frontier})),
+            );
+        }
+        let cancel = CancellationToken::new();
+        lock(&self.active).insert(run_id.to_owned(), cancel.clone());
+        let mut context = record.state.context.clone();
+        let walked = async {
+            // The first write creates the record, or claims a stored one for this process.
+            run.save(LoopRunStatus::Running, None, None).await?;
+            match record.state.frontier.first() {
+                Some(at) => run.walk(at, &mut context, false, true).await,
+                None => Ok(()),
+            }
+        };
+        let result = tokio::select! {
+            walked = walked => walked,
+            () = cancel.cancelled() => Err(LoopError::Aborted),
+        };
+        lock(&self.active).remove(run_id);
         self.humans.forget(run_id);
-        let last = run.last.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let last = lock(&run.last).clone();
         let result = match result {
             Ok(()) => {
                 run.tracer.emit(TraceEvent::new(TraceKind::LoopEnd, None).status(TraceStatus::Completed));
@@ -242,9 +319,21 @@ impl LoopExecutor {
         };
         let state = LoopState {
             context,
-            frontier: run.frontier.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect(),
-            while_iterations: run.while_iterations.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            frontier: lock(&run.frontier).iter().cloned().collect(),
+            while_iterations: lock(&run.while_iterations).clone(),
             executed: run.executed.load(Ordering::Relaxed),
+        };
+        *lock(&run.saved) = state.clone();
+        let (status, failure) = match &result {
+            Ok(_) => (LoopRunStatus::Completed, None),
+            Err(LoopError::Aborted) => (LoopRunStatus::Cancelled, None),
+            Err(e) => (LoopRunStatus::Failed, Some(RunFailure { code: e.code().to_owned(), message: e.to_string() })),
+        };
+        let result = match (run.save(status, None, failure).await, result) {
+            // A record changed elsewhere (cancelled over REST) keeps what was written there.
+            (Ok(()) | Err(LoopError::Aborted), result) => result,
+            (Err(e), Ok(_)) => Err(e),
+            (Err(_), failed) => failed,
         };
         LoopFinished {
             run_id: run_id.to_owned(),
@@ -254,6 +343,11 @@ impl LoopExecutor {
             state,
         }
     }
+}
+
+/// A mutex's data, whether or not a holder panicked.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One run in progress.
@@ -271,21 +365,69 @@ struct Run<'a> {
     frontier: Mutex<BTreeSet<String>>,
     while_iterations: Mutex<BTreeMap<String, u32>>,
     last: Mutex<Option<Value>>,
+    /// The run's record writer.
+    checkpoints: Checkpoints,
+    /// The state of the last checkpoint (what a resume would start from).
+    saved: Mutex<LoopState>,
+    /// The agent steps' invocations so far.
+    agent_runs: Mutex<Vec<AgentRun>>,
 }
 
 impl Run<'_> {
+    /// Store the run as it is: `status`, the last checkpoint's state, the trace so far.
+    async fn save(
+        &self,
+        status: LoopRunStatus,
+        human: Option<PendingHuman>,
+        error: Option<RunFailure>,
+    ) -> Result<(), LoopError> {
+        let record = LoopRunRecord {
+            id: self.run_id.to_owned(),
+            loop_id: self.loop_id.to_owned(),
+            agent: self.request.agent.clone(),
+            status,
+            owner: self.request.owner.clone(),
+            user: self.request.user.clone(),
+            request: StoredRequest {
+                messages: self.request.messages.clone(),
+                metadata: self.request.metadata.clone(),
+                allowed_tools: self.request.allowed_tools.clone(),
+            },
+            state: lock(&self.saved).clone(),
+            trace: self.tracer.snapshot(),
+            human,
+            output: lock(&self.last).clone(),
+            error,
+            agent_runs: lock(&self.agent_runs).clone(),
+        };
+        self.checkpoints.save(&record).await
+    }
+
+    /// The checkpoint after a top-level step: `context` as it is, `to` next.
+    async fn checkpoint(&self, context: &Value, to: &str) -> Result<(), LoopError> {
+        *lock(&self.saved) = LoopState {
+            context: context.clone(),
+            frontier: if to == END { Vec::new() } else { vec![to.to_owned()] },
+            while_iterations: lock(&self.while_iterations).clone(),
+            executed: self.executed.load(Ordering::Relaxed),
+        };
+        self.save(LoopRunStatus::Running, None, None).await
+    }
+
     /// Run from `start` along `next` until `end`, on `context`; `branch`: inside a parallel
-    /// branch (agents there have no durable checkpoint of their own).
+    /// branch (agents there have no durable checkpoint of their own); `top`: the run's own
+    /// path (not a branch or a `while` body), checkpointed after every step.
     fn walk<'s>(
         &'s self,
         start: &'s str,
         context: &'s mut Value,
         branch: bool,
+        top: bool,
     ) -> BoxFuture<'s, Result<(), LoopError>> {
         async move {
             let mut at = start.to_owned();
             while at != END {
-                self.frontier.lock().unwrap_or_else(|p| p.into_inner()).insert(at.clone());
+                lock(&self.frontier).insert(at.clone());
                 if self.executed.fetch_add(1, Ordering::Relaxed) >= self.budget {
                     return Err(LoopError::StepBudgetExceeded(self.budget));
                 }
@@ -302,7 +444,7 @@ impl Run<'_> {
                     }
                     _ => self.step(&at, step, context, branch).await?,
                 }
-                self.frontier.lock().unwrap_or_else(|p| p.into_inner()).remove(&at);
+                lock(&self.frontier).remove(&at);
                 let (to, transition) = next(step, context);
                 let mut event = TraceEvent::new(TraceKind::Transition, None);
                 event.from_step_key = Some(at.clone());
@@ -314,6 +456,9 @@ impl Run<'_> {
                     event.data = transition.label.as_ref().map(|label| json!({"label": label}));
                 }
                 self.tracer.emit(event);
+                if top && to != END {
+                    self.checkpoint(context, &to).await?;
+                }
                 at = to;
             }
             Ok(())
@@ -463,7 +608,7 @@ impl Run<'_> {
                 Value::String(content)
             };
             context::set(context, id, output.clone())?;
-            *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(output);
+            *lock(&self.last) = Some(output);
             let Some(stop) = step.stop_when.as_ref().filter(|stop| !holds(&stop.expression, context)) else {
                 return Ok(());
             };
@@ -487,6 +632,7 @@ impl Run<'_> {
 
     /// One invocation of an agent step through the engine entry, its tool calls traced.
     async fn invoke(&self, id: &str, input: ChatInput) -> Result<polpo_engine::RunAnswer, LoopError> {
+        let run_id = input.run_id.clone().unwrap_or_default();
         let mut invoked = self.exec.runs.invoke(input, Meter::start()).await?;
         // Held while the step runs: dropping the run (its caller went away) cancels the agent.
         let _attached = invoked.attachment();
@@ -497,7 +643,10 @@ impl Run<'_> {
                 None => return Err(LoopError::Aborted),
             }
         };
-        answer.map_err(|f| LoopError::StepFailed { step: id.to_owned(), code: f.code, message: f.message })
+        let answer =
+            answer.map_err(|f| LoopError::StepFailed { step: id.to_owned(), code: f.code, message: f.message })?;
+        lock(&self.agent_runs).push(AgentRun { step: id.to_owned(), run_id, session_id: answer.session_id.clone() });
+        Ok(answer)
     }
 
     /// An agent step's tool calls as `tool.call`/`tool.result` (name, call id and status; never
@@ -568,12 +717,14 @@ impl Run<'_> {
             .data(json!({"runId": self.run_id, "schema": schema}));
         request.human = Some(id.to_owned());
         self.tracer.emit(request);
+        // Stored as waiting: a restart resumes the run at this step, which waits again.
+        self.save(LoopRunStatus::AwaitingHuman, Some(PendingHuman { step: id.to_owned(), schema }), None).await?;
         let output = answer.await.map_err(|_| LoopError::Aborted)?;
         let mut result = TraceEvent::new(TraceKind::HumanResult, Some(id)).status(TraceStatus::Completed);
         result.human = Some(id.to_owned());
         self.tracer.emit(result);
         context::set(context, id, output.clone())?;
-        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(output);
+        *lock(&self.last) = Some(output);
         Ok(())
     }
 
@@ -591,7 +742,7 @@ impl Run<'_> {
             .iter()
             .zip(copies.iter_mut())
             .enumerate()
-            .map(|(i, (branch, copy))| self.walk(branch, copy, true).map(move |r| r.map(|()| i)))
+            .map(|(i, (branch, copy))| self.walk(branch, copy, true, false).map(move |r| r.map(|()| i)))
             .collect();
         let mut finished = Vec::with_capacity(need);
         while finished.len() < need {
@@ -618,7 +769,7 @@ impl Run<'_> {
         let max = step.max_iterations();
         let mut done = 0;
         let record = |done: u32| {
-            self.while_iterations.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_owned(), done);
+            lock(&self.while_iterations).insert(id.to_owned(), done);
         };
         record(0);
         while done < max {
@@ -631,7 +782,7 @@ impl Run<'_> {
                 break;
             }
             for body in step.body.as_slice() {
-                self.walk(body, context, branch).await?;
+                self.walk(body, context, branch, false).await?;
             }
             done += 1;
             record(done);

@@ -8,18 +8,24 @@
 //! and bounded by the run's step budget. Everything the run does is a [`TraceEvent`].
 //!
 //! A run's state is plain serde data ([`LoopState`]: context bag, frontier, while counters,
-//! steps executed), so a checkpoint after every step can be added without reshaping it.
+//! steps executed), stored as a [`LoopRunRecord`] (collection `loop_runs`) when the run starts,
+//! after every top-level step and when it ends; a server that starts resumes the runs a crash
+//! left running or waiting for a person from their last checkpoint.
 
 mod context;
+mod durable;
 mod error;
 mod executor;
 mod human;
+mod record;
 mod trace;
 
 pub use context::REQUEST;
+pub use durable::{LoopRunPage, StoredLoopRun};
 pub use error::LoopError;
-pub use executor::{
-    DEFAULT_STEP_BUDGET, LoopExecutor, LoopFinished, LoopOptions, LoopRequest, LoopState, MAX_PROJECTION_BYTES,
-};
+pub use executor::{DEFAULT_STEP_BUDGET, LoopExecutor, LoopFinished, LoopOptions, LoopRequest, MAX_PROJECTION_BYTES};
 pub use human::HumanDesk;
+pub use record::{
+    AgentRun, LOOP_RUNS, LoopRunRecord, LoopRunStatus, LoopState, PendingHuman, RunFailure, StoredRequest,
+};
 pub use trace::{TraceEvent, TraceKind, TraceSink, TraceStatus};

@@ -13,6 +13,9 @@ pub enum TraceKind {
     /// The run started.
     #[serde(rename = "loop.start")]
     LoopStart,
+    /// A stored run continues from its checkpoint (after a restart).
+    #[serde(rename = "loop.resume")]
+    LoopResume,
     /// A step started.
     #[serde(rename = "step.start")]
     StepStart,
@@ -171,6 +174,17 @@ impl<'a> Tracer<'a> {
         event.loop_id.clone_from(&self.loop_id);
         (self.sink)(&event);
         self.kept.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+    }
+
+    /// Continue a stored run's trace: `events` are kept and numbering goes on after them.
+    pub(crate) fn continue_after(&self, events: Vec<TraceEvent>) {
+        self.next.store(events.len() as u64 + 1, Ordering::Relaxed);
+        *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = events;
+    }
+
+    /// The events so far, for a checkpoint.
+    pub(crate) fn snapshot(&self) -> Vec<TraceEvent> {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Every event recorded, in order.

@@ -79,6 +79,10 @@ error_codes! {
     LoopNotFound = "loop_not_found" => StatusCode::NOT_FOUND,
     /// No loop run waits for a person under that id.
     LoopRunNotFound = "loop_run_not_found" => StatusCode::NOT_FOUND,
+    /// Cancelling a loop run that already ended.
+    LoopRunFinished = "loop_run_finished" => StatusCode::CONFLICT,
+    /// A stored loop run that does not read back as one.
+    LoopRunRecordInvalid = "loop_run_record_invalid" => StatusCode::INTERNAL_SERVER_ERROR,
     /// No such route.
     RouteNotFound = "route_not_found" => StatusCode::NOT_FOUND,
     /// The resource changed since it was read.
@@ -719,6 +723,9 @@ mod tests {
             LoopError::HumanOutputInvalid("h".into()),
             LoopError::RunNotFound("r".into()),
             LoopError::Aborted,
+            LoopError::RunFinished("r".into()),
+            LoopError::RunRecordInvalid("r".into()),
+            LoopError::Store(StoreError::Invalid("s".into())),
         ];
         for e in &loops {
             match e {
@@ -738,6 +745,9 @@ mod tests {
                 | LoopError::HumanOutputInvalid(_)
                 | LoopError::RunNotFound(_)
                 | LoopError::Aborted
+                | LoopError::RunFinished(_)
+                | LoopError::RunRecordInvalid(_)
+                | LoopError::Store(_)
                 // Its codes are the chat errors' (listed above).
                 | LoopError::Chat(_) => {}
             }

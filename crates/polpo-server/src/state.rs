@@ -57,6 +57,10 @@ impl AppState {
         let hosts = HostPolicy::for_server(!keys.is_empty());
         let editor = Arc::new(ProjectEditor::new(runtime.loaded().project.root.clone()));
         let loops = Arc::new(LoopExecutor::new(runs.clone(), LoopOptions::default()));
+        // Loop runs a crash left running or waiting for a person go on from their checkpoint.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            loops.spawn_recovery();
+        }
         Self {
             runtime,
             keys,

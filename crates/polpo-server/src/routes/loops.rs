@@ -5,12 +5,14 @@
 //! output, plus `loop_run_id` and the whole `loop_trace[]`; streamed, every trace event is a
 //! chunk with `loop_trace: [event]` as it happens, then the content, the final chunk and
 //! `[DONE]`. A failure after the loop started is an error envelope (or error chunk) that still
-//! carries the run id and the trace so far. Human steps wait in this process's memory: the
-//! request that runs the loop stays open until someone answers.
+//! carries the run id and the trace so far. The run is stored as it goes (`GET
+//! /api/v1/loop-runs/{id}`); a client that goes away cancels it. A human step is stored as
+//! `awaiting_human`: the request stays open until someone answers, and after a restart the
+//! resumed run waits for the answer again.
 
 use crate::auth::Caller;
 use crate::chunks::Completion;
-use crate::error::{ApiError, RestError, ok};
+use crate::error::{ApiError, ErrorCode, RestError, ok};
 use crate::sse::with_pings;
 use crate::state::AppState;
 use axum::extract::{Extension, Path, State};
@@ -72,10 +74,12 @@ pub async fn chat(
         id: format!("chatcmpl-{}", state.runtime.ids().next_id()),
         created: state.runtime.clock().now().timestamp(),
     };
+    // The run is a task of its own, stopped (and stored `cancelled`) when the client goes away.
+    let stop = StopOnDrop(state.clone(), run_id.clone());
     let mut response = if stream {
         let (tx, rx) = unbounded_channel::<Event>();
         let (c, id) = (completion.clone(), run_id.clone());
-        let running = tokio::spawn(async move {
+        tokio::spawn(async move {
             let send_data = |data: String| {
                 let _ = tx.send(Event::default().data(data));
             };
@@ -96,15 +100,16 @@ pub async fn chat(
             }
             send_data("[DONE]".into());
         });
-        // Held while the client listens: a client that goes away cancels the run (its agent
-        // steps, and a human step that would otherwise wait for nobody).
-        let attached = AbortOnDrop(running.abort_handle());
-        let events = futures::stream::unfold((rx, attached), |(mut rx, attached)| async move {
-            rx.recv().await.map(|e| (Ok::<_, Infallible>(e), (rx, attached)))
+        let events = futures::stream::unfold((rx, stop), |(mut rx, stop)| async move {
+            rx.recv().await.map(|e| (Ok::<_, Infallible>(e), (rx, stop)))
         });
         with_pings(events).into_response()
     } else {
-        let finished = state.loops.run(&request, &run_id, &loop_id, &config, &|_| {}).await;
+        let id = run_id.clone();
+        let running = tokio::spawn(async move { state.loops.run(&request, &id, &loop_id, &config, &|_| {}).await });
+        let finished =
+            running.await.map_err(|e| ApiError::new(ErrorCode::Internal, format!("the loop run task failed: {e}")))?;
+        drop(stop);
         answer(&completion, finished)
     };
     if let Ok(v) = HeaderValue::from_str(&run_id) {
@@ -113,12 +118,12 @@ pub async fn chat(
     Ok(response)
 }
 
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::AbortHandle);
+/// Stops a loop run when dropped (a no-op once it ended).
+struct StopOnDrop(Arc<AppState>, String);
 
-impl Drop for AbortOnDrop {
+impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        self.0.abort();
+        self.0.loops.stop(&self.1);
     }
 }
 

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod dashboard;
 pub mod events;
 pub mod health;
+pub mod loop_runs;
 pub mod loops;
 pub mod models;
 pub mod openapi;

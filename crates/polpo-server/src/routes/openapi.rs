@@ -136,6 +136,11 @@ pub const ROUTES: &[Route] = &[
     op("post", BOTH, &["/loop-runs/{id}/human"], "answerLoopHuman", "loops", "Answer a Project Loop run's waiting human step with `{output}` (valid against the step's `output.schema`); the run goes on. 404 `loop_run_not_found` when no step of that run waits.")
         .request("Object")
         .returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/loop-runs"], "listLoopRuns", "loops", "Stored Project Loop runs, newest first (`{loopRuns, nextCursor}`), without context and trace; a client key sees its own.")
+        .query(&[("status", "running, awaiting_human, awaiting_approval, completed, failed or cancelled"), ("limit", "1..=200, default 50"), ("cursor", "the previous page's `nextCursor`")])
+        .returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/loop-runs/{id}"], "getLoopRun", "loops", "A stored loop run: status, last checkpoint (context, frontier, while counters), trace, output or error, agent-step runs, revision.").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/loop-runs/{id}/cancel"], "cancelLoopRun", "loops", "Stop a loop run wherever it runs and store it `cancelled`; 409 `loop_run_finished` when it already ended.").returns(200, Body::Envelope("Object")),
     op("get", BOTH, AGENTS, "listAgents", "agents", "Agents the runtime serves.").returns(200, Body::Envelope("AgentSummaryList")),
     op("post", BOTH, AGENTS, "createAgent", "agents", "Create `.polpo/agents/<id>/agent.json` and `instructions.md`; 409 `already_exists` when taken.")
         .request("AgentInput")

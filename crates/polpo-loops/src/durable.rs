@@ -1,0 +1,198 @@
+//! Stored loop runs seen from outside a run: resuming what a crash left running when a server
+//! starts, reading and listing runs, and cancelling one.
+
+use crate::error::LoopError;
+use crate::executor::LoopExecutor;
+use crate::record::{LOOP_RUNS, LoopRunRecord, LoopRunStatus, RunFailure};
+use chrono::{DateTime, Utc};
+use polpo_store::{Cursor, PageRequest, StoreError};
+use serde::Serialize;
+use std::sync::Arc;
+
+/// Records a listing reads at most to fill one page of a filtered listing.
+const MAX_SCANNED: usize = 10_000;
+/// Records read per store page while scanning.
+const SCAN_PAGE: u32 = 200;
+/// Attempts of a compare-and-set write racing the run's own checkpoints.
+const CAS_ATTEMPTS: usize = 5;
+
+/// A stored run with the store's bookkeeping.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredLoopRun {
+    /// The run.
+    #[serde(flatten)]
+    pub record: LoopRunRecord,
+    /// Bumped by every write (each checkpoint).
+    pub revision: u64,
+    /// When it started.
+    pub created_at: DateTime<Utc>,
+    /// Its last checkpoint.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One page of a loop-run listing.
+#[derive(Debug, Clone)]
+pub struct LoopRunPage {
+    /// The runs, newest first.
+    pub runs: Vec<StoredLoopRun>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<Cursor>,
+}
+
+fn parse(stored: polpo_store::Record) -> Result<StoredLoopRun, LoopError> {
+    let record = serde_json::from_value(stored.value)
+        .map_err(|e| LoopError::RunRecordInvalid(format!("loop run `{}`: {e}", stored.id)))?;
+    Ok(StoredLoopRun {
+        record,
+        revision: stored.revision,
+        created_at: stored.created_at,
+        updated_at: stored.updated_at,
+    })
+}
+
+impl LoopExecutor {
+    /// Resume, in the background, the stored runs a stopped server left `running` or
+    /// `awaiting_human` (called once when a server starts).
+    pub fn spawn_recovery(self: &Arc<Self>) {
+        let exec = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = exec.recover().await {
+                tracing::error!(code = e.code(), "loop runs could not be recovered: {e}");
+            }
+        });
+    }
+
+    /// Resume every stored run left `running` or `awaiting_human` that this process does not
+    /// run, each from its last checkpoint; how many were resumed. A run whose loop is gone from
+    /// the project fails with `loop_not_found`.
+    pub async fn recover(self: &Arc<Self>) -> Result<usize, LoopError> {
+        let store = self.runs.runtime().store().records.clone();
+        let mut page = PageRequest::first(SCAN_PAGE);
+        let mut resumed = 0;
+        loop {
+            let found = store.list_records(LOOP_RUNS, &page).await?;
+            for stored in found.items {
+                let run = parse(stored)?;
+                let waiting = matches!(run.record.status, LoopRunStatus::Running | LoopRunStatus::AwaitingHuman);
+                if !waiting || self.is_active(&run.record.id) {
+                    continue;
+                }
+                let config =
+                    self.runs.runtime().loaded().project.loops.get(&run.record.loop_id).map(|l| l.config.clone());
+                let Some(config) = config else {
+                    let mut record = run.record;
+                    let error = LoopError::NotFound(record.loop_id.clone());
+                    record.status = LoopRunStatus::Failed;
+                    record.error = Some(RunFailure { code: error.code().to_owned(), message: error.to_string() });
+                    let value =
+                        serde_json::to_value(&record).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
+                    store.put_record(LOOP_RUNS, &record.id, value, Some(run.revision)).await?;
+                    continue;
+                };
+                resumed += 1;
+                let exec = self.clone();
+                tokio::spawn(async move {
+                    let finished = exec.resume(run.record, run.revision, &config, &|_| {}).await;
+                    if let Err(e) = finished.result {
+                        tracing::warn!(run = finished.run_id, code = e.code(), "resumed loop run ended: {e}");
+                    }
+                });
+            }
+            match found.next {
+                Some(cursor) => page = PageRequest::after(cursor, SCAN_PAGE),
+                None => return Ok(resumed),
+            }
+        }
+    }
+
+    /// Whether run `id` is in progress in this process.
+    pub fn is_active(&self, id: &str) -> bool {
+        self.active.lock().unwrap_or_else(|p| p.into_inner()).contains_key(id)
+    }
+
+    /// Stop run `id` if it is in progress here (its caller went away); it is stored
+    /// `cancelled`.
+    pub fn stop(&self, id: &str) {
+        if let Some(token) = self.active.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
+            token.cancel();
+        }
+    }
+
+    /// Stored run `id`, if API client `caller` sees it (`None`: one that sees every run).
+    pub async fn stored_run(&self, id: &str, caller: Option<&str>) -> Result<StoredLoopRun, LoopError> {
+        let store = &self.runs.runtime().store().records;
+        let found = match store.get_record(LOOP_RUNS, id).await {
+            Ok(found) => found,
+            // An id the store cannot hold is no run.
+            Err(StoreError::Invalid(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        found
+            .map(parse)
+            .transpose()?
+            .filter(|run| run.record.visible_to(caller))
+            .ok_or_else(|| LoopError::RunNotFound(id.to_owned()))
+    }
+
+    /// Runs `caller` sees, newest first, narrowed to `status`; `limit` per page.
+    pub async fn stored_runs(
+        &self,
+        caller: Option<&str>,
+        status: Option<LoopRunStatus>,
+        after: Option<Cursor>,
+        limit: u32,
+    ) -> Result<LoopRunPage, LoopError> {
+        let store = &self.runs.runtime().store().records;
+        let (mut runs, mut scanned, mut after) = (Vec::new(), 0, after);
+        // Each store page asks only for what is still missing and is consumed whole, so its
+        // cursor is exactly where the next listing resumes.
+        let next = loop {
+            let want = limit.saturating_sub(runs.len() as u32).max(1);
+            let page = store.list_records(LOOP_RUNS, &PageRequest { after, limit: want }).await?;
+            scanned += page.items.len();
+            for stored in page.items {
+                let run = parse(stored)?;
+                if run.record.visible_to(caller) && status.is_none_or(|s| s == run.record.status) {
+                    runs.push(run);
+                }
+            }
+            match page.next {
+                Some(c) if runs.len() < limit as usize && scanned < MAX_SCANNED => after = Some(c),
+                next => break next,
+            }
+        };
+        Ok(LoopRunPage { runs, next })
+    }
+
+    /// Cancel run `id`: stored `cancelled` (a compare-and-set, so a checkpoint racing it loses
+    /// and the run stops wherever it runs), and stopped here if it runs here.
+    pub async fn cancel(&self, id: &str, caller: Option<&str>) -> Result<StoredLoopRun, LoopError> {
+        let store = self.runs.runtime().store().records.clone();
+        for _ in 0..CAS_ATTEMPTS {
+            let run = self.stored_run(id, caller).await?;
+            if run.record.status.is_terminal() {
+                return Err(LoopError::RunFinished(id.to_owned()));
+            }
+            let mut record = run.record;
+            record.status = LoopRunStatus::Cancelled;
+            record.human = None;
+            let value = serde_json::to_value(&record).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
+            match store.put_record(LOOP_RUNS, id, value, Some(run.revision)).await {
+                Ok(written) => {
+                    self.stop(id);
+                    self.humans.forget(id);
+                    return Ok(StoredLoopRun {
+                        record,
+                        revision: written.revision,
+                        created_at: written.created_at,
+                        updated_at: written.updated_at,
+                    });
+                }
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(LoopError::Store(StoreError::Conflict(format!("loop run `{id}` kept changing; try again"))))
+    }
+}

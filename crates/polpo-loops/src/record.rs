@@ -1,0 +1,182 @@
+//! Durable loop runs: a [`LoopRunRecord`] in the store's `loop_runs` collection, written when
+//! the run starts, after every top-level step (its checkpoint) and when it ends, each write a
+//! compare-and-set on the record's revision. A server that starts finds the runs a crash left
+//! `running` or `awaiting_human` there and resumes them from their checkpoint.
+
+use crate::error::LoopError;
+use crate::trace::TraceEvent;
+use polpo_core::message::Message;
+use polpo_store::{RecordStore, StoreError};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// The store collection loop runs are kept in.
+pub const LOOP_RUNS: &str = "loop_runs";
+
+/// A run's state as plain data: what a checkpoint after a step keeps.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoopState {
+    /// The shared context bag (`request` and every step output).
+    pub context: Value,
+    /// Where a resume starts: the next top-level step at a checkpoint; the steps that were
+    /// running when a run stopped; empty when it completed.
+    pub frontier: Vec<String>,
+    /// Completed iterations of each `while` step's latest entry.
+    pub while_iterations: BTreeMap<String, u32>,
+    /// Step executions so far (skips included), counted against the budget.
+    pub executed: u32,
+}
+
+/// Where a loop run is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoopRunStatus {
+    /// Steps are running (or a crash left it so: the next server start resumes it).
+    Running,
+    /// A human step waits for `POST …/loop-runs/{id}/human`.
+    AwaitingHuman,
+    /// An approval gate waits for a reviewer.
+    AwaitingApproval,
+    /// It reached `end`.
+    Completed,
+    /// A step failed; `error` says why.
+    Failed,
+    /// Cancelled by its caller or over REST.
+    Cancelled,
+}
+
+impl LoopRunStatus {
+    /// Whether the run is over (nothing resumes it).
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+
+    /// The wire name (`awaiting_human` …), for query filters.
+    pub fn parse(name: &str) -> Option<Self> {
+        serde_json::from_value(Value::String(name.to_owned())).ok()
+    }
+}
+
+/// What the run was asked, kept so a resumed run sees the same request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredRequest {
+    /// The conversation agent steps see.
+    pub messages: Vec<Message>,
+    /// `request.metadata`.
+    pub metadata: Value,
+    /// The request layer of the tool policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_tools: Option<Vec<String>>,
+}
+
+/// A human step the run waits on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingHuman {
+    /// The step.
+    pub step: String,
+    /// Its `output.schema`, which the answer must match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+}
+
+/// An agent step's engine invocation, so its session and run can be looked up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentRun {
+    /// The step.
+    pub step: String,
+    /// The engine run id it was invoked with.
+    pub run_id: String,
+    /// The session the step's conversation is stored in.
+    pub session_id: String,
+}
+
+/// Why a run failed: the stable code and the sentence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunFailure {
+    /// Stable snake_case code.
+    pub code: String,
+    /// Human sentence.
+    pub message: String,
+}
+
+/// A loop run as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoopRunRecord {
+    /// `looprun-<id>`.
+    pub id: String,
+    /// The loop.
+    #[serde(rename = "loop")]
+    pub loop_id: String,
+    /// The agent whose loop it is.
+    pub agent: String,
+    /// Where it is.
+    pub status: LoopRunStatus,
+    /// The API client it belongs to (`None`: local mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// The end user (`request.user`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// What it was asked.
+    pub request: StoredRequest,
+    /// The last checkpoint: context, the frontier a resume starts from, counters.
+    pub state: LoopState,
+    /// The trace so far.
+    pub trace: Vec<TraceEvent>,
+    /// The human step it waits on (`awaiting_human`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub human: Option<PendingHuman>,
+    /// The last agent or human output (a completed run's answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<Value>,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunFailure>,
+    /// The agent steps' invocations, in order.
+    #[serde(default)]
+    pub agent_runs: Vec<AgentRun>,
+}
+
+impl LoopRunRecord {
+    /// Whether API client `caller` sees this run (`None`: one that sees every run).
+    pub fn visible_to(&self, caller: Option<&str>) -> bool {
+        caller.is_none_or(|c| self.owner.as_deref() == Some(c))
+    }
+}
+
+/// A run's record writer: every write expects the revision the previous one made, so a
+/// change from elsewhere (a cancel, another server resuming it) stops this writer.
+pub(crate) struct Checkpoints {
+    store: Arc<dyn RecordStore>,
+    id: String,
+    revision: tokio::sync::Mutex<u64>,
+}
+
+impl Checkpoints {
+    /// The writer of run `id`, whose record is at `revision` (0: not written yet).
+    pub(crate) fn new(store: Arc<dyn RecordStore>, id: &str, revision: u64) -> Self {
+        Self { store, id: id.to_owned(), revision: tokio::sync::Mutex::new(revision) }
+    }
+
+    /// Write `record` over the revision this writer last wrote; a conflict means the run was
+    /// taken out of this writer's hands (`aborted`).
+    pub(crate) async fn save(&self, record: &LoopRunRecord) -> Result<(), LoopError> {
+        let mut revision = self.revision.lock().await;
+        let value = serde_json::to_value(record).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
+        match self.store.put_record(LOOP_RUNS, &self.id, value, Some(*revision)).await {
+            Ok(written) => {
+                *revision = written.revision;
+                Ok(())
+            }
+            Err(StoreError::Conflict(_)) => Err(LoopError::Aborted),
+            Err(e) => Err(LoopError::Store(e)),
+        }
+    }
+}

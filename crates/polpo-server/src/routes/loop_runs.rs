@@ -1,0 +1,84 @@
+//! Stored Project Loop runs (inventory §3.2, §6.6): `GET /api/v1/loop-runs` (newest first, a
+//! cursor page, `?status=`), `GET /api/v1/loop-runs/{id}` (status, checkpoint, trace) and
+//! `POST /api/v1/loop-runs/{id}/cancel`. A client key sees its own runs; an admin key all.
+
+use crate::auth::Caller;
+use crate::error::{ApiError, RestError, ok};
+use crate::state::AppState;
+use axum::Json;
+use axum::extract::{Extension, Path, Query, State};
+use polpo_loops::LoopRunStatus;
+use polpo_store::Cursor;
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Runs per page unless `limit` says.
+const DEFAULT_PAGE: u32 = 50;
+/// Largest `limit`.
+const MAX_PAGE: u32 = 200;
+
+/// The client a caller's view is narrowed to (`None`: sees every run).
+fn viewer(caller: &Caller) -> Option<&str> {
+    if caller.admin { None } else { Some(caller.owner.as_deref().unwrap_or_default()) }
+}
+
+/// `GET /api/v1/loop-runs?status=&limit=&cursor=`: `{loopRuns, nextCursor}`, each run without
+/// its context and trace (read one run for those).
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, RestError> {
+    let (mut status, mut limit, mut after) = (None, DEFAULT_PAGE, None);
+    for (k, v) in query {
+        match k.as_str() {
+            "status" => status = Some(LoopRunStatus::parse(&v).ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "unknown status `{v}` (running, awaiting_human, awaiting_approval, completed, failed, cancelled)"
+                ))
+            })?),
+            "limit" => {
+                limit = v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=MAX_PAGE).contains(n))
+                    .ok_or_else(|| ApiError::invalid(format!("limit must be 1..={MAX_PAGE}")))?
+            }
+            "cursor" => after = Some(Cursor::from_wire(v)).filter(|c| !c.as_str().is_empty()),
+            _ => return Err(ApiError::invalid(format!("unknown query parameter `{k}` (status, limit, cursor)")).into()),
+        }
+    }
+    let page = state.loops.stored_runs(viewer(&caller), status, after, limit).await.map_err(ApiError::from)?;
+    let runs: Vec<Value> = page
+        .runs
+        .iter()
+        .map(|run| {
+            let r = &run.record;
+            json!({"id": r.id, "loop": r.loop_id, "agent": r.agent, "status": r.status, "user": r.user,
+                "frontier": r.state.frontier, "error": r.error, "revision": run.revision,
+                "createdAt": run.created_at, "updatedAt": run.updated_at})
+        })
+        .collect();
+    Ok(ok(json!({"loopRuns": runs, "nextCursor": page.next.as_ref().map(Cursor::as_str)})))
+}
+
+/// `GET /api/v1/loop-runs/{id}`: the stored run whole.
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, RestError> {
+    let run = state.loops.stored_run(&id, viewer(&caller)).await.map_err(ApiError::from)?;
+    Ok(ok(run))
+}
+
+/// `POST /api/v1/loop-runs/{id}/cancel`: the run stops (wherever it runs) and is stored
+/// `cancelled`; 409 `loop_run_finished` when it already ended.
+pub async fn cancel(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, RestError> {
+    let run = state.loops.cancel(&id, viewer(&caller)).await.map_err(ApiError::from)?;
+    Ok(ok(run))
+}
