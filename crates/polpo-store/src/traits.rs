@@ -224,6 +224,17 @@ pub trait TaskStore: Send + Sync {
     /// oldest.
     async fn claim_ready(&self, worker: &str, lease: Duration, limit: u32) -> Result<Vec<StoredTask>, StoreError>;
 
+    /// Hold task `id` for `worker` until `lease` from now, whatever its status: renews the
+    /// worker's own claim (the revision stays, so the holder's next update still applies), or
+    /// takes a lapsed or absent one (the revision moves, so a previous holder that comes back
+    /// cannot write). A live claim of another worker is a `conflict`. How a worker keeps a
+    /// running task, and how another takes over a task whose worker died.
+    async fn hold_task(&self, id: &str, worker: &str, lease: Duration) -> Result<StoredTask, StoreError>;
+
+    /// Give up `worker`'s claim on task `id`, so another worker may take it at once. Nothing
+    /// happens when `worker` does not hold it.
+    async fn release_task(&self, id: &str, worker: &str) -> Result<(), StoreError>;
+
     /// Write a task verbatim (revision, claim, times), the target side of `polpo db copy`:
     /// its dependencies and mission must already be there. An identical task already there
     /// is `AlreadyPresent`; a different one is a `conflict`.

@@ -155,6 +155,30 @@ pub(crate) fn updated_task(
     Ok(StoredTask { task: next, revision: current.revision + 1, claim: current.claim.clone() })
 }
 
+/// The task after `worker` holds it until `until`: its own claim renewed (same revision), or
+/// a lapsed or absent claim taken (the revision moves); another worker's live claim is a
+/// `conflict`.
+pub(crate) fn held_task(
+    current: &StoredTask,
+    worker: &str,
+    until: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<StoredTask, StoreError> {
+    let mut next = current.clone();
+    match &current.claim {
+        Some(c) if c.worker == worker => {}
+        Some(c) if c.expires_at > now => {
+            return Err(StoreError::Conflict(format!(
+                "task `{}` is claimed by `{}` until {}",
+                current.task.id, c.worker, c.expires_at
+            )));
+        }
+        _ => next.revision += 1,
+    }
+    next.claim = Some(TaskClaim { worker: worker.to_owned(), expires_at: until });
+    Ok(next)
+}
+
 /// Titles are unique among the tasks that are not `done` or `failed` (missions refer to
 /// tasks by title): a `conflict` when `task` would share its title with another such task.
 pub(crate) fn check_title_free<'a>(task: &Task, others: impl IntoIterator<Item = &'a Task>) -> Result<(), StoreError> {

@@ -633,5 +633,6 @@ conformance!(
     a_batch_of_tasks_is_created_whole_or_not_at_all,
     ready_tasks_are_claimed_once_in_priority_order,
     concurrent_claimers_never_get_the_same_task,
+    a_running_task_is_held_renewed_and_taken_over_once_its_claim_lapses,
     missions_round_trip_and_move_only_along_their_table,
 );

@@ -139,6 +139,28 @@ impl Inner {
         Ok(ready)
     }
 
+    fn hold_task(&self, id: &str, worker: &str, lease: Duration) -> Result<StoredTask, StoreError> {
+        let ttl = model::lease_ttl(lease)?;
+        let now = self.now();
+        let mut idx = self.index();
+        let current = idx.tasks.get(id).ok_or_else(|| StoreError::not_found("task", id))?;
+        let next = work::held_task(current, worker, now + ttl, now)?;
+        self.write_work(TASKS, id, &next, false)?;
+        idx.tasks.insert(id.to_owned(), next.clone());
+        Ok(next)
+    }
+
+    fn release_task(&self, id: &str, worker: &str) -> Result<(), StoreError> {
+        let mut idx = self.index();
+        let Some(current) = idx.tasks.get(id).filter(|t| t.claim.as_ref().is_some_and(|c| c.worker == worker)) else {
+            return Ok(());
+        };
+        let next = StoredTask { claim: None, ..current.clone() };
+        self.write_work(TASKS, id, &next, false)?;
+        idx.tasks.insert(id.to_owned(), next);
+        Ok(())
+    }
+
     fn import_task(&self, t: &StoredTask) -> Result<ImportOutcome, StoreError> {
         work::check_task_import(t)?;
         let mut idx = self.index();
@@ -220,6 +242,16 @@ impl TaskStore for FileStore {
     async fn claim_ready(&self, worker: &str, lease: Duration, limit: u32) -> Result<Vec<StoredTask>, StoreError> {
         let worker = worker.to_owned();
         self.blocking(move |s| s.claim_ready(&worker, lease, limit)).await
+    }
+
+    async fn hold_task(&self, id: &str, worker: &str, lease: Duration) -> Result<StoredTask, StoreError> {
+        let (id, worker) = (id.to_owned(), worker.to_owned());
+        self.blocking(move |s| s.hold_task(&id, &worker, lease)).await
+    }
+
+    async fn release_task(&self, id: &str, worker: &str) -> Result<(), StoreError> {
+        let (id, worker) = (id.to_owned(), worker.to_owned());
+        self.blocking(move |s| s.release_task(&id, &worker)).await
     }
 
     async fn import_task(&self, task: &StoredTask) -> Result<ImportOutcome, StoreError> {

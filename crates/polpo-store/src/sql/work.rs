@@ -195,6 +195,42 @@ macro_rules! sql_work {
                     Ok(claimed)
                 }
 
+                async fn hold_task(&self, id: &str, worker: &str, lease: Duration) -> Result<StoredTask, StoreError> {
+                    let ttl = model::lease_ttl(lease)?;
+                    let now = self.now();
+                    let mut tx = self.tx().await?;
+                    let current = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE tasks SET revision = revision WHERE id = $1 RETURNING {TASK_COLUMNS}"
+                    )))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .as_ref()
+                    .map(task_from_row)
+                    .transpose()?
+                    .ok_or_else(|| StoreError::not_found("task", id))?;
+                    let next = work::held_task(&current, worker, now + ttl, now)?;
+                    let claim = next.claim.as_ref().map(|c| c.expires_at.timestamp_millis());
+                    sqlx::query("UPDATE tasks SET claimed_by = $2, claim_expires_at = $3, revision = $4 WHERE id = $1")
+                        .bind(id)
+                        .bind(worker)
+                        .bind(claim)
+                        .bind(to_db(next.revision))
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(next)
+                }
+
+                async fn release_task(&self, id: &str, worker: &str) -> Result<(), StoreError> {
+                    sqlx::query("UPDATE tasks SET claimed_by = NULL, claim_expires_at = NULL WHERE id = $1 AND claimed_by = $2")
+                        .bind(id)
+                        .bind(worker)
+                        .execute(&self.pool)
+                        .await?;
+                    Ok(())
+                }
+
                 async fn import_task(&self, stored: &StoredTask) -> Result<ImportOutcome, StoreError> {
                     work::check_task_import(stored)?;
                     let t = &stored.task;

@@ -249,6 +249,37 @@ pub async fn ready_tasks_are_claimed_once_in_priority_order(t: &TestStore) {
     assert_eq!(code(s.claim_ready("w3", Duration::ZERO, 1).await), "invalid_input");
 }
 
+pub async fn a_running_task_is_held_renewed_and_taken_over_once_its_claim_lapses(t: &TestStore) {
+    let s = &t.store.tasks;
+    let lease = Duration::from_secs(60);
+    s.create_task(task("long job")).await.unwrap();
+    let mut held = s.claim_ready("w1", lease, 1).await.unwrap().remove(0);
+    for e in [TaskEvent::Assign { agent: None }, TaskEvent::Start] {
+        held = step(t, &held, e).await.unwrap();
+    }
+    t.clock.advance(Span::seconds(30));
+    let renewed = s.hold_task(&held.task.id, "w1", lease).await.unwrap();
+    assert_eq!(renewed.revision, held.revision, "renewing its own claim does not stop the holder's next write");
+    assert_eq!(renewed.claim.as_ref().unwrap().expires_at, start_time() + Span::seconds(90));
+    assert_eq!(code(s.hold_task(&held.task.id, "w2", lease).await), "conflict", "a live claim is the holder's");
+
+    t.clock.advance(Span::seconds(61));
+    let taken = s.hold_task(&held.task.id, "w2", lease).await.unwrap();
+    assert_eq!(taken.claim.as_ref().unwrap().worker, "w2");
+    assert_eq!(taken.revision, held.revision + 1, "a takeover moves the revision");
+    assert_eq!(code(step(t, &held, TaskEvent::Submit).await), "conflict", "the old holder can no longer write");
+    assert_eq!(code(s.hold_task(&held.task.id, "w1", lease).await), "conflict");
+
+    s.release_task(&held.task.id, "w1").await.unwrap();
+    assert_eq!(s.get_task(&held.task.id).await.unwrap().unwrap().claim, taken.claim, "only the holder releases");
+    s.release_task(&held.task.id, "w2").await.unwrap();
+    let released = s.get_task(&held.task.id).await.unwrap().unwrap();
+    assert_eq!(released.claim, None);
+    assert_eq!(s.hold_task(&held.task.id, "w1", lease).await.unwrap().claim.unwrap().worker, "w1");
+    assert_eq!(code(s.hold_task("missing", "w1", lease).await), "not_found");
+    assert_eq!(code(s.hold_task(&held.task.id, "w1", Duration::ZERO).await), "invalid_input");
+}
+
 pub async fn concurrent_claimers_never_get_the_same_task(t: &TestStore) {
     let mut all = HashSet::new();
     for i in 0..40 {
