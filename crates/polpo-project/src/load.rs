@@ -16,8 +16,9 @@ use polpo_core::config::{
 use polpo_core::loops::{Loop, parse_loop};
 use polpo_core::problem::Problem;
 use polpo_core::schedules::{Schedule, parse_schedule, validate_schedules};
+use polpo_loop_ts::Positions;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Team of legacy `{agent, teamName}` entries that name none.
@@ -42,7 +43,7 @@ fn load(root: &Path, known_tool: Option<&dyn Fn(&str) -> bool>) -> Result<Projec
             format!("no {} folder in {}", paths::POLPO_DIR, root.display()),
         )]);
     }
-    let mut loader = Loader { dot, problems: Vec::new(), legacy: false };
+    let mut loader = Loader { dot, problems: Vec::new(), legacy: false, ts_positions: BTreeMap::new() };
     let (manifest, manifest_source) = loader.manifest();
     let agents = loader.agents();
     let teams = loader.teams();
@@ -68,6 +69,14 @@ fn load(root: &Path, known_tool: Option<&dyn Fn(&str) -> bool>) -> Result<Projec
     if let Some(known) = known_tool {
         problems.extend(polpo_core::loops::unknown_loop_tools(&project, known));
     }
+    // A problem in a `.ts` loop's JSON is shown at the line of the source that wrote it.
+    let problems: Vec<Problem> = problems
+        .into_iter()
+        .map(|p| match p.file.as_ref().and_then(|f| loader.ts_positions.get(f)) {
+            Some(positions) => positions.locate(p),
+            None => p,
+        })
+        .collect();
     if problems.is_empty() { Ok(project) } else { Err(problems) }
 }
 
@@ -75,6 +84,8 @@ struct Loader {
     dot: PathBuf,
     problems: Vec<Problem>,
     legacy: bool,
+    /// Source positions of each `.ts` loop, by file, to locate later problems in it.
+    ts_positions: BTreeMap<String, Positions>,
 }
 
 impl Loader {
@@ -255,18 +266,44 @@ impl Loader {
         Some(Team { id, config, source })
     }
 
-    /// `loops/<id>.json` files (other files there, such as `.ts` sources, are not read).
+    /// `loops/<id>.json` files, and `loops/<id>.ts` static TypeScript loops compiled to the
+    /// same JSON by polpo-loop-ts (other files there are not read). One id with both files is
+    /// `loop_source_conflict`.
     fn loops(&mut self) -> BTreeMap<String, Loop> {
         let files = self.entries(LOOPS_DIR, false);
-        let loops = files
-            .iter()
-            .filter(|n| n.ends_with(".json"))
-            .filter_map(|file| {
-                let (id, config, source) = self.named_file(LOOPS_DIR, file, "loop", parse_loop)?;
-                Some(Loop { id, config, source })
-            })
-            .collect();
+        let json: BTreeSet<&str> = files.iter().filter_map(|n| n.strip_suffix(".json")).collect();
+        let mut loops = Vec::new();
+        for file in &files {
+            let found = if file.ends_with(".json") {
+                self.named_file(LOOPS_DIR, file, "loop", parse_loop).map(|(id, config, source)| Loop {
+                    id,
+                    config,
+                    source,
+                })
+            } else if let Some(id) = file.strip_suffix(".ts").filter(|id| json.contains(id)) {
+                let message = format!("both loops/{id}.json and loops/{id}.ts define loop `{id}`; keep one");
+                let at = Location::file(paths::display(&[LOOPS_DIR, file]));
+                self.problems.push(at.problem(polpo_loop_ts::codes::SOURCE_CONFLICT, message, ""));
+                None
+            } else if file.ends_with(".ts") {
+                self.ts_loop(file)
+            } else {
+                None
+            };
+            loops.extend(found);
+        }
         self.unique(loops, |l| (&l.id, &l.source))
+    }
+
+    /// A `loops/<id>.ts` file: compiled without running it, then checked like a `.json` loop;
+    /// its source positions are kept to locate the problems found later.
+    fn ts_loop(&mut self, file: &str) -> Option<Loop> {
+        let (id, at) = self.file_id(LOOPS_DIR, file, "loop")?;
+        let source = self.keep(read::text(&self.dot.join(LOOPS_DIR).join(file), &at.file))?;
+        let compiled = self.keep(polpo_loop_ts::compile(&source, &at.file))?;
+        let config = compiled.config(&at);
+        self.ts_positions.insert(at.file.clone(), compiled.positions);
+        Some(Loop { id, config: self.keep(config)?, source: at })
     }
 
     /// `schedules/<id>.json` files, v2 or legacy mission-shaped.
@@ -297,15 +334,21 @@ impl Loader {
         what: &str,
         parse: impl FnOnce(&Value, &Location) -> Result<T, Vec<Problem>>,
     ) -> Option<(String, T, Location)> {
-        let id = file.strip_suffix(".json").unwrap_or(file);
+        let (id, at) = self.file_id(dir, file, what)?;
+        let value = self.keep(read::json(&self.dot.join(dir).join(file), &at.file))?;
+        let config = self.keep(parse(&value, &at))?;
+        Some((id, config, at))
+    }
+
+    /// A `<dir>/<id>.<ext>` file's id (checked) and location.
+    fn file_id(&mut self, dir: &str, file: &str, what: &str) -> Option<(String, Location)> {
+        let id = file.rsplit_once('.').map_or(file, |(stem, _)| stem);
         let at = Location::file(paths::display(&[dir, file]));
         if let Err(reason) = check_id(id) {
             self.problems.push(at.problem(codes::INVALID_VALUE, format!("{what} file name: {reason}"), ""));
             return None;
         }
-        let value = self.keep(read::json(&self.dot.join(dir).join(file), &at.file))?;
-        let config = self.keep(parse(&value, &at))?;
-        Some((id.to_string(), config, at))
+        Some((id.to_owned(), at))
     }
 
     fn legacy_team(&mut self, mut value: Value, at: Location) -> Option<Team> {
