@@ -71,10 +71,16 @@ pub enum EventKind {
     HookCompleted,
     /// The termination gate changed state (journal).
     TerminationGate,
+    /// A schedule's occurrence started its invocation (bus).
+    ScheduleFired,
+    /// A schedule's occurrence was later than its grace and not caught up (bus).
+    ScheduleMissed,
+    /// A schedule's invocation could not start or ended with an error (bus).
+    ScheduleFailed,
 }
 
 /// (kind, journal name, bus name): the one table of event names.
-const NAMES: [(EventKind, Option<&str>, Option<&str>); 26] = [
+const NAMES: [(EventKind, Option<&str>, Option<&str>); 29] = [
     (EventKind::SessionCreated, None, Some("session:created")),
     (EventKind::MessageAdded, None, Some("message:added")),
     (EventKind::ModelRouted, None, Some("model:routed")),
@@ -101,6 +107,9 @@ const NAMES: [(EventKind, Option<&str>, Option<&str>); 26] = [
     (EventKind::HookStarted, Some("hook.started"), None),
     (EventKind::HookCompleted, Some("hook.completed"), None),
     (EventKind::TerminationGate, Some("termination_gate"), None),
+    (EventKind::ScheduleFired, None, Some("schedule:fired")),
+    (EventKind::ScheduleMissed, None, Some("schedule:missed")),
+    (EventKind::ScheduleFailed, None, Some("schedule:failed")),
 ];
 
 impl EventKind {

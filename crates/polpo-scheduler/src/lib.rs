@@ -1,0 +1,18 @@
+//! The scheduler that `polpo serve` runs: it fires the project's schedules
+//! (`.polpo/schedules/<id>.json`, checked by `polpo-core::schedules`) at the store's time.
+//!
+//! Exactly once across servers: an occurrence is claimed by creating its schedule-run record
+//! `(schedule id, scheduled_for)` in the store's `RecordStore` with "create only" semantics
+//! (a unique key on SQLite and PostgreSQL, an exclusive create on the file store), so of all
+//! the servers sharing one store, one creates it and fires; the others see a conflict and
+//! move on. Each fire is an invocation through `RunManager::invoke` with surface `schedule`,
+//! and its record follows it: `running` with the run id, then `succeeded` or `failed`.
+//! At most once, strictly: a server that dies between the claim and the start leaves a
+//! `claimed` record and that occurrence does not fire.
+
+mod fire;
+pub mod record;
+pub mod scheduler;
+
+pub use record::{RunError, RunState, ScheduleRun};
+pub use scheduler::{Pass, Scheduler, SchedulerError};

@@ -1,0 +1,353 @@
+//! The scheduler: passes over the project's active schedules at the store's time, claiming
+//! each due occurrence by creating its schedule-run record (a create that fails when the
+//! record exists, on every backend: the claim), then firing it.
+
+use crate::fire;
+use crate::record::{
+    CURSORS, Cursor, MAX_KEY_LEN, RunError, RunState, ScheduleRun, escape, occurrence_id, runs_collection, trigger_id,
+};
+use chrono::{DateTime, Duration, SecondsFormat, Utc};
+use polpo_core::schedules::Schedule;
+use polpo_core::schedules::plan::{Due, plan_due};
+use polpo_engine::events::EventKind;
+use polpo_engine::runs::{Progress, RunManager};
+use polpo_store::{Page, PageRequest, Record, RunStatus, Store, StoreError};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// A claim whose invocation never started (its server died in between) stops counting
+/// towards `maxConcurrency` after this long.
+const STALE_CLAIM: Duration = Duration::minutes(5);
+/// Newest schedule-runs looked at when counting running invocations.
+const CONCURRENCY_WINDOW: u32 = 100;
+
+/// Why a scheduler call failed, each with a stable code.
+#[derive(Debug, thiserror::Error)]
+pub enum SchedulerError {
+    /// No schedule by that id in the loaded project.
+    #[error("schedule `{0}` not found")]
+    NotFound(String),
+    /// A bad argument (an idempotency key too long or empty).
+    #[error("{0}")]
+    Invalid(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl SchedulerError {
+    /// Stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "schedule_not_found",
+            Self::Invalid(_) => "invalid_input",
+            Self::Store(e) => e.code(),
+        }
+    }
+}
+
+/// What one pass did, for logs and tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Pass {
+    /// Occurrences this server claimed and started.
+    pub fired: usize,
+    /// Occurrences this server recorded `missed` (plus the unrecorded ones counted).
+    pub missed: usize,
+    /// Occurrences this server claimed but could not start, or skipped at `maxConcurrency`.
+    pub failed: usize,
+}
+
+/// Fires the schedules of the runtime's loaded project (reloads included: each pass reads
+/// the project in force).
+pub struct Scheduler {
+    runs: Arc<RunManager>,
+    followers: TaskTracker,
+}
+
+impl Scheduler {
+    /// A scheduler firing through `runs`, with the time and store of its runtime.
+    pub fn new(runs: Arc<RunManager>) -> Arc<Self> {
+        Arc::new(Self { runs, followers: TaskTracker::new() })
+    }
+
+    fn store(&self) -> &Store {
+        self.runs.runtime().store()
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.runs.runtime().clock().now()
+    }
+
+    fn publish(&self, kind: EventKind, data: Value) {
+        if let Some(name) = kind.bus_name() {
+            self.runs.runtime().events().publish(name, data);
+        }
+    }
+
+    /// Pass over every active schedule every `every` until `stop`; a failing pass is logged
+    /// and the next one goes on.
+    pub async fn run(self: Arc<Self>, every: std::time::Duration, stop: CancellationToken) {
+        loop {
+            if let Err(e) = self.tick().await {
+                eprintln!("warning: scheduler pass failed: {} ({e})", e.code());
+            }
+            tokio::select! {
+                () = stop.cancelled() => break,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+
+    /// One pass at the store's time now: each active schedule's occurrences since its cursor
+    /// are fired or recorded `missed`, by whichever server claims them first.
+    pub async fn tick(self: &Arc<Self>) -> Result<Pass, SchedulerError> {
+        let now = self.now();
+        let loaded = self.runs.runtime().loaded();
+        let mut pass = Pass::default();
+        for schedule in loaded.project.schedules.values().filter(|s| s.config.is_active()) {
+            self.pass_over(schedule, now, &mut pass).await?;
+        }
+        Ok(pass)
+    }
+
+    async fn pass_over(
+        self: &Arc<Self>,
+        schedule: &Schedule,
+        now: DateTime<Utc>,
+        pass: &mut Pass,
+    ) -> Result<(), SchedulerError> {
+        let records = &self.store().records;
+        let cursor_id = escape(&schedule.id);
+        let Some(record) = records.get_record(CURSORS, &cursor_id).await? else {
+            // First sight: occurrences from now on; none before the schedule was known.
+            let first = serde_json::to_value(Cursor { after: now }).unwrap_or_default();
+            return match records.put_record(CURSORS, &cursor_id, first, Some(0)).await {
+                Ok(_) | Err(StoreError::Conflict(_)) => Ok(()),
+                Err(e) => Err(e.into()),
+            };
+        };
+        let cursor: Cursor = serde_json::from_value(record.value.clone())
+            .map_err(|e| StoreError::Invalid(format!("schedule cursor `{cursor_id}`: {e}")))?;
+        let plan = plan_due(&schedule.timing, &schedule.config.policy(), cursor.after, now);
+        for due in plan.due {
+            match due {
+                Due::Missed(at) => {
+                    if self
+                        .claim(schedule, &occurrence_id(at), missed(schedule, at, self.runs.owner()))
+                        .await?
+                        .is_some()
+                    {
+                        self.publish(EventKind::ScheduleMissed, event(schedule, at, json!({"count": 1})));
+                        pass.missed += 1;
+                    }
+                }
+                Due::Fire(at) => match self.fire(schedule, at, occurrence_id(at), None).await? {
+                    Some(run) if run.status == RunState::Running => pass.fired += 1,
+                    Some(_) => pass.failed += 1,
+                    None => {}
+                },
+            }
+        }
+        if plan.unrecorded > 0 {
+            self.publish(EventKind::ScheduleMissed, event(schedule, plan.cursor, json!({"count": plan.unrecorded})));
+            pass.missed += plan.unrecorded;
+        }
+        if plan.cursor > cursor.after {
+            let value = serde_json::to_value(Cursor { after: plan.cursor }).unwrap_or_default();
+            // Another server moving the cursor first is fine: the claims decide who fires.
+            match records.put_record(CURSORS, &cursor_id, value, Some(record.revision)).await {
+                Ok(_) | Err(StoreError::Conflict(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Create the schedule-run record `id` if nobody has: `None` when another server (or an
+    /// earlier trigger with the same key) already did.
+    async fn claim(&self, schedule: &Schedule, id: &str, run: ScheduleRun) -> Result<Option<Record>, SchedulerError> {
+        let value = serde_json::to_value(&run).unwrap_or_default();
+        match self.store().records.put_record(&runs_collection(&schedule.id), id, value, Some(0)).await {
+            Ok(record) => Ok(Some(record)),
+            Err(StoreError::Conflict(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn update(&self, schedule: &Schedule, record: &Record, run: &ScheduleRun) -> Result<Record, StoreError> {
+        let value = serde_json::to_value(run).unwrap_or_default();
+        self.store().records.put_record(&runs_collection(&schedule.id), &record.id, value, Some(record.revision)).await
+    }
+
+    /// Claim and fire one occurrence; `None` when it was claimed elsewhere.
+    async fn fire(
+        self: &Arc<Self>,
+        schedule: &Schedule,
+        at: DateTime<Utc>,
+        id: String,
+        key: Option<String>,
+    ) -> Result<Option<ScheduleRun>, SchedulerError> {
+        let busy = self.running(schedule).await? >= schedule.config.policy().max_concurrency() as usize;
+        let mut run = ScheduleRun {
+            schedule_id: schedule.id.clone(),
+            scheduled_for: at,
+            fired_at: None,
+            status: if busy { RunState::Skipped } else { RunState::Claimed },
+            run_id: None,
+            error: busy.then(|| RunError {
+                code: "max_concurrency".into(),
+                message: format!(
+                    "{} invocations of this schedule were running",
+                    schedule.config.policy().max_concurrency()
+                ),
+            }),
+            claimed_by: self.runs.owner().to_owned(),
+            idempotency_key: key,
+        };
+        let Some(record) = self.claim(schedule, &id, run.clone()).await? else { return Ok(None) };
+        if busy {
+            self.publish(EventKind::ScheduleFailed, event(schedule, at, json!({"error": run.error})));
+            return Ok(Some(run));
+        }
+        run.fired_at = Some(self.now());
+        let request_id = format!("{}/{id}", runs_collection(&schedule.id));
+        match fire::start(&self.runs, schedule, at, request_id).await {
+            Err(error) => {
+                run.status = RunState::Failed;
+                run.error = Some(error);
+                self.update(schedule, &record, &run).await?;
+                self.publish(EventKind::ScheduleFailed, event(schedule, at, json!({"error": run.error})));
+            }
+            Ok(mut invoked) => {
+                run.status = RunState::Running;
+                run.run_id = Some(invoked.run_id().to_owned());
+                let record = self.update(schedule, &record, &run).await?;
+                self.publish(EventKind::ScheduleFired, event(schedule, at, json!({"runId": run.run_id})));
+                let (this, schedule, mut done) = (self.clone(), schedule.clone(), run.clone());
+                self.followers.spawn(async move {
+                    let mut result = None;
+                    while let Some(progress) = invoked.next().await {
+                        if let Progress::Finished(finished) = progress {
+                            result = Some(finished.result);
+                        }
+                    }
+                    let failure = match result {
+                        Some(Ok(_)) => None,
+                        Some(Err(f)) => Some(RunError { code: f.code, message: f.message }),
+                        None => Some(RunError {
+                            code: "internal".into(),
+                            message: "the run ended without a verdict".into(),
+                        }),
+                    };
+                    done.status = RunState::Succeeded;
+                    if let Some(error) = failure {
+                        done.status = RunState::Failed;
+                        done.error = Some(error);
+                        this.publish(
+                            EventKind::ScheduleFailed,
+                            event(&schedule, at, json!({"runId": done.run_id, "error": done.error})),
+                        );
+                    }
+                    if let Err(e) = this.update(&schedule, &record, &done).await {
+                        eprintln!("warning: schedule `{}` run record not updated: {e}", schedule.id);
+                    }
+                });
+            }
+        }
+        Ok(Some(run))
+    }
+
+    /// Invocations of `schedule` still running, on any server: its newest claims whose run
+    /// has not ended (a claim that never started counts until it is stale).
+    async fn running(&self, schedule: &Schedule) -> Result<usize, SchedulerError> {
+        let page = self
+            .store()
+            .records
+            .list_records(&runs_collection(&schedule.id), &PageRequest::first(CONCURRENCY_WINDOW))
+            .await?;
+        let now = self.now();
+        let mut count = 0;
+        for run in page.items.iter().filter_map(|r| serde_json::from_value::<ScheduleRun>(r.value.clone()).ok()) {
+            let live = match (run.status, &run.run_id) {
+                (RunState::Claimed, _) => now - run.fired_at.unwrap_or(run.scheduled_for) < STALE_CLAIM,
+                (RunState::Running, Some(id)) => self
+                    .store()
+                    .runs
+                    .get_run(id)
+                    .await?
+                    .is_some_and(|r| matches!(r.status, RunStatus::Running | RunStatus::Paused)),
+                _ => false,
+            };
+            count += usize::from(live);
+        }
+        Ok(count)
+    }
+
+    /// Fire `schedule_id` now, once per `key`: a second trigger with the same key fires
+    /// nothing and answers the first one's record.
+    pub async fn trigger(self: &Arc<Self>, schedule_id: &str, key: &str) -> Result<ScheduleRun, SchedulerError> {
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return Err(SchedulerError::Invalid(format!("an idempotency key must be 1-{MAX_KEY_LEN} bytes")));
+        }
+        let loaded = self.runs.runtime().loaded();
+        let schedule = loaded
+            .project
+            .schedules
+            .get(schedule_id)
+            .ok_or_else(|| SchedulerError::NotFound(schedule_id.to_owned()))?;
+        let id = trigger_id(key);
+        if let Some(run) = self.fire(schedule, self.now(), id.clone(), Some(key.to_owned())).await? {
+            return Ok(run);
+        }
+        let record = self
+            .store()
+            .records
+            .get_record(&runs_collection(schedule_id), &id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound { kind: "schedule run", id: id.clone() })?;
+        Ok(parse_run(&record)?)
+    }
+
+    /// A schedule's runs, newest first, one page at a time.
+    pub async fn runs(&self, schedule_id: &str, page: &PageRequest) -> Result<Page<ScheduleRun>, SchedulerError> {
+        let records = self.store().records.list_records(&runs_collection(schedule_id), page).await?;
+        let items = records.items.iter().map(parse_run).collect::<Result<Vec<_>, _>>()?;
+        Ok(Page { items, next: records.next })
+    }
+
+    /// Wait until every invocation this scheduler started has finished and its record is
+    /// updated (tests, and a clean stop).
+    pub async fn settled(&self) {
+        self.followers.close();
+        self.followers.wait().await;
+        self.followers.reopen();
+    }
+}
+
+fn parse_run(record: &Record) -> Result<ScheduleRun, StoreError> {
+    serde_json::from_value(record.value.clone())
+        .map_err(|e| StoreError::Invalid(format!("schedule run `{}`: {e}", record.id)))
+}
+
+fn missed(schedule: &Schedule, at: DateTime<Utc>, owner: &str) -> ScheduleRun {
+    ScheduleRun {
+        schedule_id: schedule.id.clone(),
+        scheduled_for: at,
+        fired_at: None,
+        status: RunState::Missed,
+        run_id: None,
+        error: None,
+        claimed_by: owner.to_owned(),
+        idempotency_key: None,
+    }
+}
+
+fn event(schedule: &Schedule, at: DateTime<Utc>, extra: Value) -> Value {
+    let mut data = json!({"scheduleId": schedule.id, "scheduledFor": at.to_rfc3339_opts(SecondsFormat::Millis, true)});
+    if let (Value::Object(d), Value::Object(e)) = (&mut data, extra) {
+        d.extend(e);
+    }
+    data
+}
