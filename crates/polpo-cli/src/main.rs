@@ -58,6 +58,9 @@ enum Command {
     Run(commands::run::Args),
     /// Follow, steer, abort or reconcile a durable run on a running server.
     Runs(commands::runs::Args),
+    /// Store, list or remove encrypted credentials (`.polpo/vault.enc`); values never on argv.
+    #[command(subcommand)]
+    Vault(commands::vault::Command),
     /// Print a shell completion script.
     Completions(commands::completions::Args),
 }
@@ -77,6 +80,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => commands::serve::run(global, args, false),
         Command::Run(args) => commands::run::run(global, args),
         Command::Runs(args) => commands::runs::run(global, args),
+        Command::Vault(command) => commands::vault::run(global, command),
         Command::Completions(args) => commands::completions::run(args, &mut Cli::command()),
     }
 }

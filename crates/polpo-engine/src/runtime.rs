@@ -26,6 +26,7 @@ use polpo_core::message::{Message, Role};
 use polpo_core::model::ModelSelection;
 use polpo_core::policy::{PolicyLayer, ToolPolicy};
 use polpo_core::problem::Problem;
+use polpo_core::redact::Redactor;
 use polpo_llm::{ModelProvider, Providers, ResolveError};
 use polpo_store::{Clock, IdGen, NewMessage, NewSession, Session, Store};
 use polpo_tools::{Tool, ToolContext};
@@ -191,6 +192,7 @@ pub struct Runtime {
     hook_runtime: HookRuntime,
     offline_model: Option<String>,
     bus: EventBus,
+    redactor: Redactor,
 }
 
 impl Runtime {
@@ -211,6 +213,7 @@ impl Runtime {
             hook_runtime: HookRuntime::from_env(),
             offline_model: None,
             bus,
+            redactor: Redactor::new(),
         }
     }
 
@@ -251,6 +254,18 @@ impl Runtime {
     /// has skills assigned.
     fn base_tools(&self, agent: &Agent) -> &Arc<ToolSet> {
         if assigned_skills(agent).is_empty() { &self.tools } else { &self.skilled_tools }
+    }
+
+    /// Cut the values of `redactor` (filled from the vault) out of hook envelopes and tool
+    /// results; the list may change while the runtime serves (a vault write refills it).
+    pub fn with_redactor(mut self, redactor: Redactor) -> Self {
+        self.redactor = redactor;
+        self
+    }
+
+    /// The redaction list this runtime applies.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
     }
 
     /// Override how hooks run (tests let `http` hooks reach loopback).
@@ -481,6 +496,7 @@ impl Runtime {
             metadata: input.metadata,
             surface: input.surface,
         };
+        invocation.tool_context.invocation = serde_json::to_value(&identity).unwrap_or_default();
         PreparedChat {
             runtime: self.clone(),
             invocation,
@@ -612,7 +628,7 @@ impl Runtime {
                 info: invocation_info(run_id, &agent.id, input.loop_context.as_ref()),
                 runtime: self.hook_runtime,
                 clock: system_clock(),
-                secrets: Vec::new(),
+                secrets: self.redactor.secrets().to_vec(),
                 parallel_branch: input.parallel_branch,
             }),
         };
@@ -639,7 +655,10 @@ impl Runtime {
                 .or(c.reasoning)
                 .or(loaded.project.settings().reasoning)
                 .map(|r| r.as_str().to_owned()),
-            tool_context: tool_context(&loaded.project, agent, cancel),
+            tool_context: ToolContext {
+                redactor: self.redactor.clone(),
+                ..tool_context(&loaded.project, agent, cancel)
+            },
             hooks,
             tool_loading: c.tool_loading.as_ref().map_or(ToolLoadingMode::Auto, |t| t.mode),
             interactions,
@@ -671,6 +690,7 @@ fn tool_context(project: &Project, agent: &Agent, cancel: &CancellationToken) ->
     ctx.skills =
         (!skills.is_empty()).then(|| polpo_tools::SkillAccess { root: project.root.clone(), names: skills.to_vec() });
     ctx.cancel = cancel.child_token();
+    ctx.agent = agent.id.clone();
     ctx
 }
 

@@ -261,6 +261,20 @@ error_codes! {
     TargetExists = "target_exists" => StatusCode::BAD_REQUEST,
     /// Nothing to migrate.
     NothingToMigrate = "nothing_to_migrate" => StatusCode::BAD_REQUEST,
+    /// No vault key on this server (`POLPO_VAULT_KEY` or `~/.polpo/vault.key`).
+    VaultKeyMissing = "vault_key_missing" => StatusCode::SERVICE_UNAVAILABLE,
+    /// The configured vault key is not 32 bytes of hex.
+    VaultKeyInvalid = "vault_key_invalid" => StatusCode::SERVICE_UNAVAILABLE,
+    /// The vault file does not decrypt with the server's key.
+    VaultUnreadable = "vault_unreadable" => StatusCode::INTERNAL_SERVER_ERROR,
+    /// Reading or writing the vault file failed.
+    VaultIo = "vault_io" => StatusCode::INTERNAL_SERVER_ERROR,
+    /// A vault entry that fails its type's rules.
+    VaultEntryInvalid = "vault_entry_invalid" => StatusCode::BAD_REQUEST,
+    /// No such vault entry.
+    VaultEntryNotFound = "vault_entry_not_found" => StatusCode::NOT_FOUND,
+    /// A malformed or dangling `${vault:service:key}` reference.
+    VaultReferenceInvalid = "vault_reference_invalid" => StatusCode::BAD_REQUEST,
 }
 
 impl ErrorCode {
@@ -376,6 +390,21 @@ impl From<polpo_project::skills::SkillError> for ApiError {
     }
 }
 
+impl From<polpo_vault::VaultError> for ApiError {
+    fn from(e: polpo_vault::VaultError) -> Self {
+        Self::new(e.code(), e.to_string())
+    }
+}
+
+impl From<polpo_project::skills::SkillError> for ApiError {
+    fn from(e: polpo_project::skills::SkillError) -> Self {
+        match e {
+            polpo_project::skills::SkillError::Project(e) => e.into(),
+            other => Self::new(other.code(), other.to_string()),
+        }
+    }
+}
+
 impl From<polpo_project::ProjectError> for ApiError {
     fn from(e: polpo_project::ProjectError) -> Self {
         // The REST API's name for "taken" is `already_exists`, shared with other resources.
@@ -442,6 +471,7 @@ mod tests {
     use polpo_project::ProjectError;
     use polpo_project::skills::SkillError;
     use polpo_store::StoreError;
+    use polpo_vault::VaultError;
 
     #[test]
     fn provider_credential_failures_are_not_the_callers_401() {
@@ -752,7 +782,28 @@ mod tests {
                 | LoopError::Chat(_) => {}
             }
         }
+        let vault = [
+            VaultError::KeyMissing,
+            VaultError::KeyInvalid,
+            VaultError::Unreadable("u".into()),
+            VaultError::Io("i".into()),
+            VaultError::InvalidEntry("e".into()),
+            VaultError::NotFound { agent: "a".into(), service: "s".into() },
+            VaultError::Reference("r".into()),
+        ];
+        for e in &vault {
+            match e {
+                VaultError::KeyMissing
+                | VaultError::KeyInvalid
+                | VaultError::Unreadable(_)
+                | VaultError::Io(_)
+                | VaultError::InvalidEntry(_)
+                | VaultError::NotFound { .. }
+                | VaultError::Reference(_) => {}
+            }
+        }
         let mut all: Vec<ApiError> = project.into_iter().map(ApiError::from).collect();
+        all.extend(vault.into_iter().map(ApiError::from));
         all.extend(loops.into_iter().map(ApiError::from));
         all.extend(store().into_iter().map(ApiError::from));
         all.extend(chat.into_iter().map(ApiError::from));

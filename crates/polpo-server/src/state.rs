@@ -8,6 +8,7 @@ use polpo_engine::Runtime;
 use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_loops::{LoopExecutor, LoopOptions};
 use polpo_project::ProjectEditor;
+use polpo_vault::{KeySources, Vault, VaultError};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -42,6 +43,10 @@ pub struct AppState {
     /// How long a request's whole body may take to arrive, from the request's start: the
     /// header timeout does not cover a body trickled a byte at a time.
     pub body_deadline: std::time::Duration,
+    /// The project's vault, opened with the key of this process (`POLPO_VAULT_KEY` or
+    /// `~/.polpo/vault.key`) and feeding the runtime's redaction list; the error when there
+    /// is no usable key, which the vault routes answer with (`503 vault_key_missing`).
+    pub vault: Result<Vault, VaultError>,
 }
 
 impl AppState {
@@ -57,6 +62,8 @@ impl AppState {
         let hosts = HostPolicy::for_server(!keys.is_empty());
         let editor = Arc::new(ProjectEditor::new(runtime.loaded().project.root.clone()));
         let loops = Arc::new(LoopExecutor::new(runs.clone(), LoopOptions::default()));
+        let polpo_dir = runtime.loaded().project.root.join(".polpo");
+        let vault = KeySources::from_env().load().map(|key| Vault::open(&polpo_dir, key, runtime.redactor().clone()));
         // Loop runs a crash left running or waiting for a person go on from their checkpoint.
         if tokio::runtime::Handle::try_current().is_ok() {
             loops.spawn_recovery();
@@ -73,6 +80,7 @@ impl AppState {
             runs,
             editor,
             loops,
+            vault,
         }
     }
 }

@@ -5,6 +5,7 @@
 //! decides *how* it runs safely: file tools stay inside the allowed paths, processes run in
 //! their own process group with bounded time and output and a scrubbed environment.
 
+use polpo_core::redact::Redactor;
 use polpo_core::tool::{ToolEffect, ToolSpec};
 use sandbox::SandboxPolicy;
 use std::path::PathBuf;
@@ -46,6 +47,15 @@ pub struct ToolContext {
     pub private_network_allowlist: Vec<String>,
     /// How `bash` is confined (limits, user, whether it may run where Landlock is missing).
     pub sandbox: SandboxPolicy,
+    /// Secret values (the vault's) cut out of every result before the model, the session,
+    /// events or hooks see it.
+    pub redactor: Redactor,
+    /// The agent the call runs for (custom tools resolve its Connections and vault entries).
+    pub agent: String,
+    /// Who invoked the agent (`requestId`, `runId`, `sessionId`, `user`, `metadata`,
+    /// `surface`), as custom tools' `ctx.invocation` and `serverBindings` read it; `null`
+    /// outside an invocation.
+    pub invocation: serde_json::Value,
     /// The Agent Skills `skill_list` and `skill_read` may reach; `None` when the agent has none.
     /// Chosen by the runtime, so it is trusted; the file tools never reach skill files.
     pub skills: Option<SkillAccess>,
@@ -75,6 +85,9 @@ impl ToolContext {
             allow_private_network: false,
             private_network_allowlist: Vec::new(),
             sandbox: SandboxPolicy::default(),
+            redactor: Redactor::new(),
+            agent: String::new(),
+            invocation: serde_json::Value::Null,
             skills: None,
         }
     }

@@ -16,6 +16,7 @@ pub mod runs;
 pub mod runtime;
 pub mod serve;
 pub mod validate;
+pub mod vault;
 
 use anyhow::Context as _;
 use polpo_core::config::Project;

@@ -3,9 +3,11 @@
 
 use anyhow::Context as _;
 use polpo_core::config::Project;
+use polpo_core::redact::Redactor;
 use polpo_engine::{Loaded, Runtime};
 use polpo_llm::Providers;
 use polpo_store::{StoreKind, SystemClock, open_store};
+use polpo_vault::{KeySources, Vault};
 use std::sync::Arc;
 
 /// The runtime for `project`. When this binary can run the offline model and it is
@@ -19,11 +21,24 @@ pub async fn open(project: Project) -> anyhow::Result<Arc<Runtime>> {
     let store = open_store(kind, &root, database_url.as_deref(), Arc::new(SystemClock))
         .await
         .context("cannot open the project store")?;
-    let mut runtime = Runtime::new(loaded, providers, store);
+    let mut runtime = Runtime::new(loaded, providers, store).with_redactor(vault_redactor(&root));
     if let Some(model) = super::providers::installed_local_default() {
         runtime = runtime.with_offline_model(model);
     }
     Ok(Arc::new(runtime))
+}
+
+/// The redaction list, filled from the project's vault when this process has its key (no key:
+/// no vault values can be read either, so there is nothing to hide).
+fn vault_redactor(root: &std::path::Path) -> Redactor {
+    let redactor = Redactor::new();
+    if let Ok(key) = KeySources::from_env().load() {
+        let vault = Vault::open(&root.join(".polpo"), key, redactor.clone());
+        if let Err(e) = vault.refresh() {
+            eprintln!("warning: the vault cannot be read, its values are not redacted: {e}");
+        }
+    }
+    redactor
 }
 
 /// Everything the runtime serves that is derived from the project: its resolved hooks and its

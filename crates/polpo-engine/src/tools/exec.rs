@@ -199,6 +199,10 @@ async fn run_gated(
         _ = inv.tool_context.cancel.cancelled() => Err("aborted: the run was aborted".into()),
         r = crate::meter::external(tool.call(&inv.tool_context, arguments.clone())) => r.map(|o| o.text).map_err(|e| e.to_string()),
     };
+    // A tool may print a credential it was given (a custom tool echoing its headers): the
+    // vault's values are cut before the model, the session, events or hooks see the result.
+    let redactor = &inv.tool_context.redactor;
+    let result = result.map(|text| redactor.redact_text(&text)).map_err(|e: String| redactor.redact_text(&e));
     Ok(Gated::Ran { input: arguments, result })
 }
 

@@ -13,3 +13,4 @@ pub mod runs;
 pub mod sessions;
 pub mod skills;
 pub mod teams;
+pub mod vault;
