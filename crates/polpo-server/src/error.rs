@@ -396,15 +396,6 @@ impl From<polpo_vault::VaultError> for ApiError {
     }
 }
 
-impl From<polpo_project::skills::SkillError> for ApiError {
-    fn from(e: polpo_project::skills::SkillError) -> Self {
-        match e {
-            polpo_project::skills::SkillError::Project(e) => e.into(),
-            other => Self::new(other.code(), other.to_string()),
-        }
-    }
-}
-
 impl From<polpo_project::ProjectError> for ApiError {
     fn from(e: polpo_project::ProjectError) -> Self {
         // The REST API's name for "taken" is `already_exists`, shared with other resources.
