@@ -44,6 +44,9 @@ enum Command {
     /// Validate hook packs or show hook capabilities.
     #[command(subcommand)]
     Hooks(commands::hooks::Command),
+    /// Install, list, assign, update or remove Agent Skills (`.polpo/skills/`).
+    #[command(subcommand)]
+    Skills(commands::skills::Command),
     /// Hash an API key for `apiKeys` in project.json.
     #[command(subcommand)]
     Keys(commands::keys::Command),
@@ -73,6 +76,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Migrate(args) => commands::migrate::run(global, args),
         Command::Db(command) => commands::db::run(global, command),
         Command::Loops(command) => commands::loops::run(global, command),
+        Command::Skills(command) => commands::skills::run(global, command),
         Command::Hooks(command) => commands::hooks::run(global, command),
         Command::Keys(command) => commands::keys::run(command),
         Command::Models(command) => commands::models::run(command),

@@ -348,7 +348,7 @@ fn validate_warns_about_fields_nothing_acts_on_yet_and_still_succeeds() {
         &[
             (
                 ".polpo/agents/assistant/agent.json",
-                r#"{"model": "openai/gpt-4o-mini", "skills": ["frontend-design"], "mcpServers": {"fs": {"type": "stdio", "command": "mcp-fs"}}, "assignedLoops": ["flow"], "executionRouter": {"mode": "auto", "allowedLoops": ["flow"]}}"#,
+                r#"{"model": "openai/gpt-4o-mini", "mcpServers": {"fs": {"type": "stdio", "command": "mcp-fs"}}, "assignedLoops": ["flow"], "executionRouter": {"mode": "auto", "allowedLoops": ["flow"]}}"#,
             ),
             (".polpo/loops/flow.json", r#"{"start": "a", "steps": {"a": {"systemPrompt": "hi"}}}"#),
         ],
@@ -369,8 +369,7 @@ fn validate_warns_about_fields_nothing_acts_on_yet_and_still_succeeds() {
         located,
         vec![
             (file.clone(), "/executionRouter".to_owned()),
-            (file.clone(), "/mcpServers".to_owned()),
-            (file, "/skills".to_owned())
+            (file, "/mcpServers".to_owned()),
         ]
     );
     let router = report["warnings"].as_array().unwrap().iter().find(|w| w["pointer"] == "/executionRouter").unwrap();

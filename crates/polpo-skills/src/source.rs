@@ -131,8 +131,9 @@ pub fn pick(checkout: &Checkout, wanted: &[String]) -> Result<Vec<Found>, SkillE
     Ok(found)
 }
 
-/// Fetch again the bundle `name` that `entry` records, for `update`.
-pub fn refetch(name: &str, entry: &LockEntry) -> Result<(Checkout, Found), SkillError> {
+/// Fetch again the bundle `name` that `entry` records, for `update`: its lock entry as it
+/// would be now, and the bundle.
+pub fn refetch(name: &str, entry: &LockEntry) -> Result<(LockEntry, Found), SkillError> {
     let source = if Path::new(&entry.source).is_absolute() {
         Source::parse(&entry.source, Path::new("/"))?
     } else {
@@ -150,7 +151,8 @@ pub fn refetch(name: &str, entry: &LockEntry) -> Result<(Checkout, Found), Skill
             bundle.meta.name
         )));
     }
-    Ok((checkout, Found { path: entry.path.clone(), bundle }))
+    let found = Found { path: entry.path.clone(), bundle };
+    Ok((found.lock_entry(&source, &checkout), found))
 }
 
 /// Run `git` with `args` (in `dir`), never prompting, killed after [`GIT_TIMEOUT`]; its

@@ -15,6 +15,7 @@ pub mod run;
 pub mod runs;
 pub mod runtime;
 pub mod serve;
+pub mod skills;
 pub mod validate;
 pub mod vault;
 

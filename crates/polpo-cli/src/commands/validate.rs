@@ -16,7 +16,12 @@ pub struct Args {
 pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let root = global.root()?;
     let mut warnings = Vec::new();
-    let result = super::loops::load_checking_tools(&root).inspect(|project| {
+    // Skill bundles against the lock file, and assignments against the bundles: errors.
+    let checked = super::loops::load_checking_tools(&root).and_then(|project| {
+        let problems = polpo_project::skills::check(&root, &project);
+        if problems.is_empty() { Ok(project) } else { Err(problems) }
+    });
+    let result = checked.inspect(|project| {
         // Warnings (hooks that can never fire for their agent, routes an agent may not take)
         // never fail validation.
         warnings = super::hooks::agent_warnings(project);

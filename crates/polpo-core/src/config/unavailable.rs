@@ -11,7 +11,6 @@ use crate::problem::Problem;
 
 /// `(field, what it needs)` for every agent field parsed but not acted on yet.
 const UNAVAILABLE_AGENT_FIELDS: &[(&str, &str)] = &[
-    ("skills", "Agent Skills"),
     ("mcpServers", "an MCP client"),
     // `assignedLoops` and `defaultLoop` act: a chat runs the named or default loop.
     ("executionRouter", "the execution router (automatic loop selection)"),
