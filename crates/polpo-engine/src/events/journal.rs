@@ -71,6 +71,48 @@ pub enum EventKind {
     HookCompleted,
     /// The termination gate changed state (journal).
     TerminationGate,
+    /// A task was created (bus).
+    TaskCreated,
+    /// A task changed status or phase (bus).
+    TaskTransition,
+    /// A failed task was queued again (bus).
+    TaskRetry,
+    /// A failed assessment sent the task back to its agent with a fix prompt (bus).
+    TaskFix,
+    /// A failed task has no retry left (bus).
+    TaskMaxRetries,
+    /// A task ran past its `maxDuration` and was stopped (bus).
+    TaskTimeout,
+    /// A task whose worker died was taken over (bus).
+    TaskRecovered,
+    /// An assessment began (bus).
+    AssessmentStarted,
+    /// One check of an assessment began (bus).
+    AssessmentCheckStarted,
+    /// One check of an assessment finished (bus).
+    AssessmentCheckComplete,
+    /// An assessment finished (bus).
+    AssessmentComplete,
+    /// The orchestrator loop started (bus).
+    OrchestratorStarted,
+    /// One pass of the orchestrator loop (bus).
+    OrchestratorTick,
+    /// Pending tasks can never become ready (bus).
+    OrchestratorDeadlock,
+    /// A mission was created (bus).
+    MissionSaved,
+    /// A mission started (bus).
+    MissionExecuted,
+    /// A mission finished, completed or failed (bus).
+    MissionCompleted,
+    /// A paused mission went on (bus).
+    MissionResumed,
+    /// A mission reached a checkpoint and paused (bus).
+    CheckpointReached,
+    /// A mission's delay started (bus).
+    DelayStarted,
+    /// A mission's delay ran out and the mission went on (bus).
+    DelayExpired,
     /// A schedule's occurrence started its invocation (bus).
     ScheduleFired,
     /// A schedule's occurrence was later than its grace and not caught up (bus).
@@ -80,7 +122,7 @@ pub enum EventKind {
 }
 
 /// (kind, journal name, bus name): the one table of event names.
-const NAMES: [(EventKind, Option<&str>, Option<&str>); 29] = [
+const NAMES: [(EventKind, Option<&str>, Option<&str>); 50] = [
     (EventKind::SessionCreated, None, Some("session:created")),
     (EventKind::MessageAdded, None, Some("message:added")),
     (EventKind::ModelRouted, None, Some("model:routed")),
@@ -107,6 +149,27 @@ const NAMES: [(EventKind, Option<&str>, Option<&str>); 29] = [
     (EventKind::HookStarted, Some("hook.started"), None),
     (EventKind::HookCompleted, Some("hook.completed"), None),
     (EventKind::TerminationGate, Some("termination_gate"), None),
+    (EventKind::TaskCreated, None, Some("task:created")),
+    (EventKind::TaskTransition, None, Some("task:transition")),
+    (EventKind::TaskRetry, None, Some("task:retry")),
+    (EventKind::TaskFix, None, Some("task:fix")),
+    (EventKind::TaskMaxRetries, None, Some("task:maxRetries")),
+    (EventKind::TaskTimeout, None, Some("task:timeout")),
+    (EventKind::TaskRecovered, None, Some("task:recovered")),
+    (EventKind::AssessmentStarted, None, Some("assessment:started")),
+    (EventKind::AssessmentCheckStarted, None, Some("assessment:check:started")),
+    (EventKind::AssessmentCheckComplete, None, Some("assessment:check:complete")),
+    (EventKind::AssessmentComplete, None, Some("assessment:complete")),
+    (EventKind::OrchestratorStarted, None, Some("orchestrator:started")),
+    (EventKind::OrchestratorTick, None, Some("orchestrator:tick")),
+    (EventKind::OrchestratorDeadlock, None, Some("orchestrator:deadlock")),
+    (EventKind::MissionSaved, None, Some("mission:saved")),
+    (EventKind::MissionExecuted, None, Some("mission:executed")),
+    (EventKind::MissionCompleted, None, Some("mission:completed")),
+    (EventKind::MissionResumed, None, Some("mission:resumed")),
+    (EventKind::CheckpointReached, None, Some("checkpoint:reached")),
+    (EventKind::DelayStarted, None, Some("delay:started")),
+    (EventKind::DelayExpired, None, Some("delay:expired")),
     (EventKind::ScheduleFired, None, Some("schedule:fired")),
     (EventKind::ScheduleMissed, None, Some("schedule:missed")),
     (EventKind::ScheduleFailed, None, Some("schedule:failed")),

@@ -147,6 +147,26 @@ impl RunManager {
         Ok(Invoked { run_id, session_id, mode, progress, attached: Some(cancel.drop_guard()) })
     }
 
+    /// The verdict of durable run `run_id`, started earlier by this process or by one that
+    /// died (whose run recovery resumes): its journal followed to the end. How a surface that
+    /// lost its invocation to a restart (a task) learns how the run it started ended, without
+    /// starting it again.
+    pub async fn verdict(self: &Arc<Self>, run_id: &str) -> Finished {
+        let (tx, mut rx) = unbounded_channel();
+        self.clone().follow(run_id.to_owned(), tx).await;
+        let mut finished = None;
+        while let Ok(progress) = rx.try_recv() {
+            if let Progress::Finished(f) = progress {
+                finished = Some(f);
+            }
+        }
+        finished.unwrap_or(Finished {
+            result: Err(Failure { code: "internal".into(), message: "the run ended without a verdict".into() }),
+            seq: None,
+            overhead: None,
+        })
+    }
+
     /// Follow durable run `run_id`'s journal to its verdict, reporting what a client renders.
     async fn follow(self: Arc<Self>, run_id: String, tx: UnboundedSender<Progress>) {
         let mut journal = Box::pin(self.events(&run_id, 0));

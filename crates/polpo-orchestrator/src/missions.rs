@@ -1,0 +1,323 @@
+//! Missions (inventory §5.3) on the orchestrator's side: a mission's plan (`data.tasks`)
+//! becomes its tasks when it is executed; each pass of the loop moves active missions along —
+//! a checkpoint whose `afterTasks` are all settled pauses the mission until someone resumes
+//! it, a delay pauses it and resumes it by itself once its ISO-8601 duration has passed (the
+//! timer is stored, so it survives restarts), and a mission whose tasks are all settled
+//! finishes, completed or failed by the core's rule. What a mission has reached is kept in
+//! its `data.progress` (`checkpoints` reached, `delays` with `startedAt` and `expired`), written
+//! with the status change in one compare-and-set.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use polpo_core::tasks::{Mission, MissionEvent, MissionStatus, Task, TaskStatus, transition_mission};
+use polpo_engine::events::EventKind;
+use polpo_store::{IdGen, MissionFilter, PageRequest, StoredMission, StoredTask, TaskFilter};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::context::Ctx;
+use crate::error::OrchestratorError;
+
+/// Turn a mission's plan (`data.tasks`: objects with the task fields, `dependsOn` naming
+/// other tasks of the plan by title) into its tasks: ids from `ids`, `pending`, grouped under
+/// the mission's name.
+pub fn plan_tasks(mission: &Mission, ids: &dyn IdGen, now: DateTime<Utc>) -> Result<Vec<Task>, OrchestratorError> {
+    let plan = mission.data.get("tasks").and_then(Value::as_array).filter(|t| !t.is_empty()).ok_or_else(|| {
+        OrchestratorError::Invalid(format!("mission `{}` has no tasks in its plan (`data.tasks`)", mission.name))
+    })?;
+    let mut by_title = HashMap::new();
+    for (i, item) in plan.iter().enumerate() {
+        let title = item.get("title").and_then(Value::as_str).ok_or_else(|| {
+            OrchestratorError::Invalid(format!("mission `{}`: data.tasks[{i}] has no title", mission.name))
+        })?;
+        if by_title.insert(title.to_owned(), ids.next_id()).is_some() {
+            return Err(OrchestratorError::Invalid(format!(
+                "mission `{}`: two tasks are titled `{title}`",
+                mission.name
+            )));
+        }
+    }
+    plan.iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let mut obj = item.as_object().cloned().unwrap_or_default();
+            let title = obj.get("title").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let deps = obj.remove("dependsOn").unwrap_or(json!([]));
+            let deps: Vec<String> = serde_json::from_value::<Vec<String>>(deps)
+                .map_err(|e| OrchestratorError::Invalid(format!("data.tasks[{i}].dependsOn: {e}")))?
+                .iter()
+                .map(|d| {
+                    by_title.get(d).cloned().ok_or_else(|| {
+                        OrchestratorError::Invalid(format!("data.tasks[{i}] depends on `{d}`, not a task of the plan"))
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+            obj.insert("id".into(), json!(by_title[&title]));
+            obj.insert("dependsOn".into(), json!(deps));
+            obj.insert("status".into(), json!("pending"));
+            obj.insert("missionId".into(), json!(mission.id));
+            obj.insert("group".into(), json!(mission.name));
+            obj.entry("description").or_insert_with(|| json!(title));
+            obj.insert("createdAt".into(), json!(now));
+            obj.insert("updatedAt".into(), json!(now));
+            serde_json::from_value(Value::Object(obj))
+                .map_err(|e| OrchestratorError::Invalid(format!("mission `{}`: data.tasks[{i}]: {e}", mission.name)))
+        })
+        .collect()
+}
+
+/// Every task of mission `id`.
+pub(crate) async fn tasks_of(ctx: &Ctx, id: &str) -> Result<Vec<StoredTask>, OrchestratorError> {
+    let filter = TaskFilter { mission_id: Some(id.to_owned()), ..Default::default() };
+    all_tasks(ctx, &filter).await
+}
+
+/// Every task the filter selects, page by page.
+pub(crate) async fn all_tasks(ctx: &Ctx, filter: &TaskFilter) -> Result<Vec<StoredTask>, OrchestratorError> {
+    let mut out = Vec::new();
+    let mut page = PageRequest::first(1000);
+    loop {
+        let got = ctx.store().tasks.list_tasks(filter, &page).await?;
+        out.extend(got.items);
+        match got.next {
+            Some(cursor) => page = PageRequest::after(cursor, 1000),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Every mission in `status`.
+pub(crate) async fn missions_in(ctx: &Ctx, status: MissionStatus) -> Result<Vec<StoredMission>, OrchestratorError> {
+    let filter = MissionFilter { status: Some(status) };
+    let mut out = Vec::new();
+    let mut page = PageRequest::first(1000);
+    loop {
+        let got = ctx.store().missions.list_missions(&filter, &page).await?;
+        out.extend(got.items);
+        match got.next {
+            Some(cursor) => page = PageRequest::after(cursor, 1000),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// A task nobody works on any more in a terminal status: a `failed` task still held by a
+/// worker may be about to be retried.
+fn settled(t: &StoredTask, now: DateTime<Utc>) -> bool {
+    t.task.status.is_terminal() && t.claim.as_ref().is_none_or(|c| c.expires_at <= now)
+}
+
+/// Whether every task titled in `titles` is settled.
+fn all_settled(tasks: &[StoredTask], titles: &[String], now: DateTime<Utc>) -> bool {
+    titles.iter().all(|title| tasks.iter().filter(|t| &t.task.title == title).all(|t| settled(t, now)))
+}
+
+fn progress(m: &Mission) -> Value {
+    m.data.get("progress").cloned().unwrap_or_else(|| json!({"checkpoints": [], "delays": {}}))
+}
+
+fn set_progress(m: &mut Mission, p: Value) {
+    if !m.data.is_object() {
+        m.data = json!({});
+    }
+    if let Some(obj) = m.data.as_object_mut() {
+        obj.insert("progress".into(), p);
+    }
+}
+
+/// Store `mission` after `event`, with `progress`.
+async fn moved(
+    ctx: &Ctx,
+    held: &StoredMission,
+    event: MissionEvent,
+    progress: Option<Value>,
+) -> Result<StoredMission, OrchestratorError> {
+    let mut next = transition_mission(&held.mission, &event, ctx.now())?;
+    if let Some(p) = progress {
+        set_progress(&mut next, p);
+    }
+    Ok(ctx.store().missions.update_mission(next, held.revision).await?)
+}
+
+/// Create the plan's tasks (once) and make the mission active.
+pub(crate) async fn execute(ctx: &Ctx, id: &str) -> Result<StoredMission, OrchestratorError> {
+    let held = get(ctx, id).await?;
+    if held.mission.schedule.is_some() {
+        return Err(OrchestratorError::Unavailable(
+            "mission schedules need the scheduler, which is not built yet; execute the mission by hand".into(),
+        ));
+    }
+    if tasks_of(ctx, id).await?.is_empty() {
+        let tasks = plan_tasks(&held.mission, ctx.runs.runtime().ids().as_ref(), ctx.now())?;
+        for t in ctx.store().tasks.create_tasks(tasks).await? {
+            ctx.emit(EventKind::TaskCreated, json!({"taskId": t.task.id, "title": t.task.title, "missionId": id}));
+        }
+    }
+    let stored = moved(ctx, &held, MissionEvent::Execute, None).await?;
+    ctx.emit(EventKind::MissionExecuted, json!({"missionId": id, "name": stored.mission.name}));
+    Ok(stored)
+}
+
+/// The mission, or `not_found`.
+pub(crate) async fn get(ctx: &Ctx, id: &str) -> Result<StoredMission, OrchestratorError> {
+    ctx.store().missions.get_mission(id).await?.ok_or_else(|| OrchestratorError::NotFound(format!("no mission `{id}`")))
+}
+
+/// Pause, resume (optionally re-queueing failed tasks) or cancel mission `id`.
+pub(crate) async fn control(ctx: &Ctx, id: &str, event: MissionEvent) -> Result<StoredMission, OrchestratorError> {
+    let held = get(ctx, id).await?;
+    let stored = moved(ctx, &held, event.clone(), None).await?;
+    if event == MissionEvent::Resume {
+        ctx.emit(EventKind::MissionResumed, json!({"missionId": id}));
+    }
+    Ok(stored)
+}
+
+/// One pass over the active and paused missions: checkpoints, delays, finishing.
+pub(crate) async fn advance(ctx: &Ctx) -> Result<(), OrchestratorError> {
+    let now = ctx.now();
+    for held in missions_in(ctx, MissionStatus::Paused).await? {
+        let mut p = progress(&held.mission);
+        let mut expired = Vec::new();
+        for delay in &held.mission.delays {
+            let state = &p["delays"][&delay.name];
+            let started = state.get("startedAt").and_then(|s| serde_json::from_value::<DateTime<Utc>>(s.clone()).ok());
+            if let (Some(started), false) = (started, state["expired"].as_bool().unwrap_or(false))
+                && delay.expires_at(started).is_ok_and(|at| at <= now)
+            {
+                expired.push(delay.name.clone());
+            }
+        }
+        if expired.is_empty() {
+            continue;
+        }
+        for name in &expired {
+            p["delays"][name]["expired"] = json!(true);
+        }
+        moved(ctx, &held, MissionEvent::Resume, Some(p)).await?;
+        for name in expired {
+            ctx.emit(EventKind::DelayExpired, json!({"missionId": held.mission.id, "delay": name}));
+        }
+    }
+    for held in missions_in(ctx, MissionStatus::Active).await? {
+        advance_active(ctx, held, now).await?;
+    }
+    Ok(())
+}
+
+async fn advance_active(ctx: &Ctx, held: StoredMission, now: DateTime<Utc>) -> Result<(), OrchestratorError> {
+    let m = &held.mission;
+    let tasks = tasks_of(ctx, &m.id).await?;
+    let mut p = progress(m);
+    let reached: Vec<String> = serde_json::from_value(p["checkpoints"].clone()).unwrap_or_default();
+    if let Some(cp) =
+        m.checkpoints.iter().find(|c| !reached.contains(&c.name) && all_settled(&tasks, &c.after_tasks, now))
+    {
+        let mut names = reached.clone();
+        names.push(cp.name.clone());
+        p["checkpoints"] = json!(names);
+        moved(ctx, &held, MissionEvent::Pause, Some(p)).await?;
+        ctx.emit(
+            EventKind::CheckpointReached,
+            json!({"missionId": m.id, "checkpoint": cp.name, "message": cp.message, "blocksTasks": cp.blocks_tasks}),
+        );
+        return Ok(());
+    }
+    if let Some(delay) =
+        m.delays.iter().find(|d| p["delays"].get(&d.name).is_none() && all_settled(&tasks, &d.after_tasks, now))
+    {
+        p["delays"][&delay.name] = json!({"startedAt": now, "expired": false});
+        moved(ctx, &held, MissionEvent::Pause, Some(p)).await?;
+        ctx.emit(
+            EventKind::DelayStarted,
+            json!({"missionId": m.id, "delay": delay.name, "duration": delay.duration, "blocksTasks": delay.blocks_tasks}),
+        );
+        return Ok(());
+    }
+    if tasks.is_empty() || !tasks.iter().all(|t| settled(t, now)) {
+        return Ok(());
+    }
+    let report = report_of(m, &tasks);
+    let event = MissionEvent::Finish {
+        all_passed: report.all_passed,
+        avg_score: report.avg_score,
+        default_threshold: ctx.options.quality_threshold,
+    };
+    let stored = moved(ctx, &held, event, None).await?;
+    ctx.emit(
+        EventKind::MissionCompleted,
+        json!({"missionId": m.id, "status": stored.mission.status, "allPassed": report.all_passed, "avgScore": report.avg_score}),
+    );
+    Ok(())
+}
+
+/// A mission's outcome (`MissionReport`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MissionReport {
+    /// The mission.
+    pub mission_id: String,
+    /// Its name, the `group` of its tasks.
+    pub group: String,
+    /// Its status now.
+    pub status: MissionStatus,
+    /// Every task is `done`.
+    pub all_passed: bool,
+    /// Sum of the tasks' run times, in milliseconds.
+    pub total_duration: u64,
+    /// Each task.
+    pub tasks: Vec<ReportTask>,
+    /// Mean of the tasks' assessment scores, when any was scored.
+    pub avg_score: Option<f64>,
+}
+
+/// One task in a [`MissionReport`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReportTask {
+    /// Its title.
+    pub title: String,
+    /// Its status.
+    pub status: TaskStatus,
+    /// Its last run's time, in milliseconds.
+    pub duration: u64,
+    /// Its last assessment's score.
+    pub score: Option<f64>,
+    /// Retries used.
+    pub retries: u32,
+}
+
+fn report_of(m: &Mission, tasks: &[StoredTask]) -> MissionReport {
+    let rows: Vec<ReportTask> = tasks
+        .iter()
+        .map(|t| {
+            let result = t.task.result.as_ref();
+            ReportTask {
+                title: t.task.title.clone(),
+                status: t.task.status,
+                duration: result.map_or(0, |r| r.duration),
+                score: result.and_then(|r| r.assessment.as_ref()).and_then(|a| a["globalScore"].as_f64()),
+                retries: t.task.retries,
+            }
+        })
+        .collect();
+    let scores: Vec<f64> = rows.iter().filter_map(|r| r.score).collect();
+    MissionReport {
+        mission_id: m.id.clone(),
+        group: m.name.clone(),
+        status: m.status,
+        all_passed: rows.iter().all(|r| r.status == TaskStatus::Done),
+        total_duration: rows.iter().map(|r| r.duration).sum(),
+        avg_score: (!scores.is_empty()).then(|| scores.iter().sum::<f64>() / scores.len() as f64),
+        tasks: rows,
+    }
+}
+
+/// The report of mission `id`.
+pub(crate) async fn report(ctx: &Ctx, id: &str) -> Result<MissionReport, OrchestratorError> {
+    let held = get(ctx, id).await?;
+    let mut tasks = tasks_of(ctx, id).await?;
+    tasks.sort_by(|a, b| a.task.created_at.cmp(&b.task.created_at).then(a.task.id.cmp(&b.task.id)));
+    Ok(report_of(&held.mission, &tasks))
+}

@@ -1,0 +1,300 @@
+//! The loop and the operations people call (through the REST API and the CLI): each pass
+//! moves missions along, takes over tasks whose worker died, claims ready tasks up to the
+//! free slots and drives each in a task of its own, and reports a deadlock when pending
+//! tasks can never become ready.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use polpo_core::tasks::{FailReason, Mission, MissionEvent, MissionStatus, Task, TaskEvent, TaskStatus, deadlocked};
+use polpo_engine::events::EventKind;
+use polpo_engine::runs::RunManager;
+use polpo_store::{StoredMission, StoredTask, TaskFilter};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::Ctx;
+pub use crate::context::OrchestratorOptions;
+use crate::drive::{apply, drive};
+use crate::error::OrchestratorError;
+use crate::missions::{self, MissionReport};
+
+/// The orchestrator of one process. Cheap to share (`Arc`); [`Orchestrator::spawn`] runs its
+/// loop, the other methods are the operations on tasks and missions.
+pub struct Orchestrator {
+    ctx: Arc<Ctx>,
+    /// The tasks driven here now, each with the token that kills it.
+    active: Mutex<HashMap<String, CancellationToken>>,
+}
+
+impl Orchestrator {
+    /// An orchestrator whose agent runs go through `runs`; its worker id is the run manager's
+    /// lease owner (unique to the process).
+    pub fn new(runs: Arc<RunManager>, options: OrchestratorOptions) -> Arc<Self> {
+        let worker = runs.owner().to_owned();
+        Arc::new(Self {
+            ctx: Arc::new(Ctx { runs, worker, options, wake: tokio::sync::Notify::new() }),
+            active: Mutex::default(),
+        })
+    }
+
+    fn active(&self) -> MutexGuard<'_, HashMap<String, CancellationToken>> {
+        self.active.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Run the loop for as long as the orchestrator lives: a pass now, then one whenever
+    /// something changes (a task ends, the API creates or moves work) or the poll passes.
+    pub fn spawn(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(self);
+        let ctx = self.ctx.clone();
+        ctx.emit(EventKind::OrchestratorStarted, json!({"worker": ctx.worker}));
+        tokio::spawn(async move {
+            loop {
+                let Some(me) = weak.upgrade() else { return };
+                if let Err(e) = me.tick().await {
+                    tracing::warn!(code = e.code(), "orchestrator pass failed: {e}");
+                }
+                drop(me);
+                let _ = tokio::time::timeout(ctx.options.poll, ctx.wake.notified()).await;
+            }
+        })
+    }
+
+    /// Wake the loop now (work was created or changed).
+    pub fn wake(&self) {
+        self.ctx.wake.notify_one();
+    }
+
+    /// Tasks run at once by this worker.
+    fn slots(&self) -> usize {
+        let settings = self.ctx.runs.runtime().loaded().project.settings().max_concurrency;
+        settings.map_or(self.ctx.options.max_concurrency, |n| n.max(1) as usize)
+    }
+
+    /// One pass of the loop.
+    pub async fn tick(self: &Arc<Self>) -> Result<(), OrchestratorError> {
+        missions::advance(&self.ctx).await?;
+        let mut started = self.take_over_orphans().await?;
+        let free = self.slots().saturating_sub(self.active().len());
+        if free > 0 {
+            let limit = u32::try_from(free.min(100)).unwrap_or(100);
+            let claimed = self.ctx.store().tasks.claim_ready(&self.ctx.worker, self.ctx.options.lease, limit).await?;
+            started += claimed.len();
+            for held in claimed {
+                self.start(held);
+            }
+        }
+        if started == 0 && self.active().is_empty() {
+            self.check_deadlock().await?;
+        }
+        self.ctx.emit(EventKind::OrchestratorTick, json!({"running": self.active().len(), "started": started}));
+        Ok(())
+    }
+
+    fn start(self: &Arc<Self>, held: StoredTask) {
+        let kill = CancellationToken::new();
+        let id = held.task.id.clone();
+        self.active().insert(id.clone(), kill.clone());
+        let me = self.clone();
+        tokio::spawn(async move {
+            drive(me.ctx.clone(), held, kill).await;
+            me.active().remove(&id);
+            me.wake();
+        });
+    }
+
+    /// Take over the assigned, running and reviewed tasks whose worker's claim lapsed (it
+    /// died) or that nobody holds (approved tasks): they go on here.
+    async fn take_over_orphans(self: &Arc<Self>) -> Result<usize, OrchestratorError> {
+        let now = self.ctx.now();
+        let mut taken = 0;
+        for status in [TaskStatus::Assigned, TaskStatus::InProgress, TaskStatus::Review] {
+            let filter = TaskFilter { status: Some(status), ..Default::default() };
+            for t in missions::all_tasks(&self.ctx, &filter).await? {
+                let lapsed = t.claim.as_ref().is_none_or(|c| c.expires_at <= now);
+                if !lapsed || self.active().contains_key(&t.task.id) || self.active().len() >= self.slots() {
+                    continue;
+                }
+                let Ok(held) =
+                    self.ctx.store().tasks.hold_task(&t.task.id, &self.ctx.worker, self.ctx.options.lease).await
+                else {
+                    continue; // another worker was faster
+                };
+                self.ctx.emit(EventKind::TaskRecovered, json!({"taskId": held.task.id, "status": held.task.status}));
+                taken += 1;
+                self.start(held);
+            }
+        }
+        Ok(taken)
+    }
+
+    /// Pending tasks that can never become ready (a dependency failed) are failed with the
+    /// reason, after an `orchestrator:deadlock` event. Tasks of missions that are not active
+    /// wait for their mission; a paused mission may still release work, so nothing is failed
+    /// while one exists. (The reference's LLM deadlock resolver is not built.)
+    async fn check_deadlock(&self) -> Result<(), OrchestratorError> {
+        let ctx = &self.ctx;
+        let active: Vec<String> =
+            missions::missions_in(ctx, MissionStatus::Active).await?.into_iter().map(|m| m.mission.id).collect();
+        let paused = !missions::missions_in(ctx, MissionStatus::Paused).await?.is_empty();
+        let all = missions::all_tasks(ctx, &TaskFilter::default()).await?;
+        let live: Vec<&StoredTask> =
+            all.iter().filter(|t| t.task.mission_id.as_ref().is_none_or(|m| active.contains(m))).collect();
+        let tasks: Vec<Task> = live.iter().map(|t| t.task.clone()).collect();
+        if !deadlocked(&tasks, paused) {
+            return Ok(());
+        }
+        let stuck: Vec<&&StoredTask> = live.iter().filter(|t| t.task.status == TaskStatus::Pending).collect();
+        ctx.emit(
+            EventKind::OrchestratorDeadlock,
+            json!({"taskIds": stuck.iter().map(|t| t.task.id.clone()).collect::<Vec<_>>(), "reason": "dependencies that can never be done"}),
+        );
+        for t in stuck {
+            let mut next = (*t).clone();
+            let reason = "deadlock: a dependency failed, so this task can never become ready";
+            next.task.result =
+                Some(polpo_core::tasks::TaskResult { exit_code: 1, stderr: reason.into(), ..empty_result() });
+            if let Err(e) = apply(ctx, &next, TaskEvent::Fail { reason: FailReason::Deadlock }).await {
+                tracing::warn!(task = %t.task.id, code = e.code(), "deadlocked task could not be failed: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Create a task (a draft, or pending and run as soon as it is ready).
+    pub async fn create_task(&self, task: Task) -> Result<StoredTask, OrchestratorError> {
+        if let Some(agent) = &task.assign_to
+            && !self.ctx.runs.runtime().loaded().project.agents.contains_key(agent)
+        {
+            return Err(OrchestratorError::Invalid(format!("assignTo names no agent of the project: `{agent}`")));
+        }
+        let stored = self.ctx.store().tasks.create_task(task).await?;
+        self.ctx.emit(EventKind::TaskCreated, json!({"taskId": stored.task.id, "title": stored.task.title}));
+        self.wake();
+        Ok(stored)
+    }
+
+    /// The task, or `not_found`.
+    pub async fn task(&self, id: &str) -> Result<StoredTask, OrchestratorError> {
+        self.ctx.store().tasks.get_task(id).await?.ok_or_else(|| OrchestratorError::NotFound(format!("no task `{id}`")))
+    }
+
+    /// Apply a person's `event` to task `id`: the task is held for the write (a task another
+    /// worker is driving is a `conflict`), then released and the loop woken.
+    async fn by_hand(&self, id: &str, event: TaskEvent) -> Result<StoredTask, OrchestratorError> {
+        let store = self.ctx.store();
+        let held = store.tasks.hold_task(id, &self.ctx.worker, self.ctx.options.lease).await?;
+        let moved = apply(&self.ctx, &held, event).await;
+        store.tasks.release_task(id, &self.ctx.worker).await?;
+        self.wake();
+        moved
+    }
+
+    /// `draft → pending`.
+    pub async fn queue(&self, id: &str) -> Result<StoredTask, OrchestratorError> {
+        self.by_hand(id, TaskEvent::Queue).await
+    }
+
+    /// `failed → pending`, whatever its retries (a person asked).
+    pub async fn retry(&self, id: &str) -> Result<StoredTask, OrchestratorError> {
+        self.by_hand(id, TaskEvent::Retry { manual: true }).await
+    }
+
+    /// Approve a task that waits for approval: it runs again.
+    pub async fn approve(&self, id: &str) -> Result<StoredTask, OrchestratorError> {
+        self.by_hand(id, TaskEvent::Approve).await
+    }
+
+    /// Reject a task that waits for approval: it fails.
+    pub async fn reject(&self, id: &str) -> Result<StoredTask, OrchestratorError> {
+        self.by_hand(id, TaskEvent::Reject).await
+    }
+
+    /// Stop a task: its run is aborted and it fails (`forced`). A task driven here is stopped
+    /// by its driver; otherwise it is failed directly (a task driven by another live worker
+    /// is a `conflict`).
+    pub async fn kill(&self, id: &str) -> Result<(), OrchestratorError> {
+        let token = self.active().get(id).cloned();
+        match token {
+            Some(token) => {
+                token.cancel();
+                Ok(())
+            }
+            None => self.by_hand(id, TaskEvent::Fail { reason: FailReason::Forced }).await.map(drop),
+        }
+    }
+
+    /// Create a mission (draft). Quality gates and schedules are refused until they are built.
+    pub async fn create_mission(&self, mission: Mission) -> Result<StoredMission, OrchestratorError> {
+        if !mission.quality_gates.is_empty() {
+            return Err(OrchestratorError::Unavailable("mission quality gates are not built yet".into()));
+        }
+        if mission.schedule.is_some() {
+            return Err(OrchestratorError::Unavailable(
+                "mission schedules need the scheduler, which is not built yet".into(),
+            ));
+        }
+        missions::plan_tasks(&mission, self.ctx.runs.runtime().ids().as_ref(), self.ctx.now())?;
+        let stored = self.ctx.store().missions.create_mission(mission).await?;
+        self.ctx.emit(EventKind::MissionSaved, json!({"missionId": stored.mission.id, "name": stored.mission.name}));
+        Ok(stored)
+    }
+
+    /// The mission, or `not_found`.
+    pub async fn mission(&self, id: &str) -> Result<StoredMission, OrchestratorError> {
+        missions::get(&self.ctx, id).await
+    }
+
+    /// Start a mission: its plan becomes tasks, it becomes active.
+    pub async fn execute_mission(&self, id: &str) -> Result<StoredMission, OrchestratorError> {
+        let stored = missions::execute(&self.ctx, id).await?;
+        self.wake();
+        Ok(stored)
+    }
+
+    /// Pause an active mission (its running tasks finish; no new one starts).
+    pub async fn pause_mission(&self, id: &str) -> Result<StoredMission, OrchestratorError> {
+        missions::control(&self.ctx, id, MissionEvent::Pause).await
+    }
+
+    /// Resume a paused mission; `retry_failed` also queues its failed tasks again.
+    pub async fn resume_mission(&self, id: &str, retry_failed: bool) -> Result<StoredMission, OrchestratorError> {
+        let stored = missions::control(&self.ctx, id, MissionEvent::Resume).await?;
+        if retry_failed {
+            for t in missions::tasks_of(&self.ctx, id).await? {
+                if t.task.status == TaskStatus::Failed {
+                    self.retry(&t.task.id).await?;
+                }
+            }
+        }
+        self.wake();
+        Ok(stored)
+    }
+
+    /// Cancel a mission; its running tasks are killed.
+    pub async fn abort_mission(&self, id: &str) -> Result<StoredMission, OrchestratorError> {
+        let stored = missions::control(&self.ctx, id, MissionEvent::Cancel).await?;
+        for t in missions::tasks_of(&self.ctx, id).await? {
+            if matches!(t.task.status, TaskStatus::InProgress | TaskStatus::Review) {
+                let _ = self.kill(&t.task.id).await;
+            }
+        }
+        Ok(stored)
+    }
+
+    /// The mission's report.
+    pub async fn mission_report(&self, id: &str) -> Result<MissionReport, OrchestratorError> {
+        missions::report(&self.ctx, id).await
+    }
+}
+
+fn empty_result() -> polpo_core::tasks::TaskResult {
+    polpo_core::tasks::TaskResult {
+        exit_code: 0,
+        stdout: String::new(),
+        stderr: String::new(),
+        duration: 0,
+        assessment: None,
+        assessment_history: Vec::new(),
+    }
+}
