@@ -1,4 +1,5 @@
-//! `polpo loops list|validate|show NAME|run AGENT LOOP`: the project's `.polpo/loops/*.json`.
+//! `polpo loops list|validate|show NAME|run AGENT LOOP|compile FILE.ts`: the project's
+//! `.polpo/loops/*.json` and static `*.ts` loops.
 //!
 //! Loops are loaded and validated with the whole project; `list`, `validate` and `show` look
 //! at them alone. `run` executes one in this process (the same executor `polpo serve` runs for
@@ -15,6 +16,8 @@ use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_loops::{LoopExecutor, LoopOptions, LoopRequest, TraceEvent, TraceKind};
 use std::process::ExitCode;
 
+mod compile;
+
 /// `polpo loops` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -30,6 +33,15 @@ pub enum Command {
     Show {
         /// The loop id (its file name without `.json`).
         name: String,
+    },
+    /// Compile a static TypeScript loop (the `@polpo-ai/core/loop-code` DSL) to its canonical
+    /// JSON without running it; problems are printed with file:line:column (exit 1).
+    Compile {
+        /// The `.ts` file.
+        file: std::path::PathBuf,
+        /// Write the JSON to this file (atomically) instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<std::path::PathBuf>,
     },
     /// Run a loop for an agent (it must be in the agent's `assignedLoops`), printing the trace
     /// live; the last output goes to stdout at the end.
@@ -52,6 +64,7 @@ pub enum Command {
 pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
     let command = match command {
         Command::Validate => return validate(global),
+        Command::Compile { file, out } => return compile::run(&file, out.as_deref()),
         Command::Run { agent, loop_id, input, metadata } => {
             return run_loop(global, agent, loop_id, input.as_deref(), metadata.as_deref());
         }
@@ -81,7 +94,7 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
                 anyhow::bail!("loop_not_found: no loop `{name}` (loops: {})", known.join(", "))
             }
         },
-        Command::Validate | Command::Run { .. } => Ok(ExitCode::SUCCESS),
+        Command::Validate | Command::Compile { .. } | Command::Run { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 
