@@ -80,6 +80,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .merge(routes::sessions::router())
         .merge(routes::teams::router())
+        .merge(routes::tasks::router())
+        .merge(routes::missions::router())
         .merge(routes::vault::router())
         .merge(routes::skills::router())
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));

@@ -255,6 +255,14 @@ error_codes! {
     LegacyLayout = "legacy_layout" => StatusCode::BAD_REQUEST,
     /// `.polpo/` already exists where a project was to be created.
     ProjectExists = "project_exists" => StatusCode::BAD_REQUEST,
+    /// An automatic retry of a task with no retries left.
+    RetriesExhausted = "retries_exhausted" => StatusCode::CONFLICT,
+    /// A fix round of a task with none left.
+    FixAttemptsExhausted = "fix_attempts_exhausted" => StatusCode::CONFLICT,
+    /// A clarifying question of a task with no answer rounds left.
+    QuestionRoundsExhausted = "question_rounds_exhausted" => StatusCode::CONFLICT,
+    /// An automatic re-execution of a task with side effects: a person approves it.
+    SideEffectsNeedApproval = "side_effects_need_approval" => StatusCode::CONFLICT,
     /// A migration backup already exists.
     BackupExists = "backup_exists" => StatusCode::BAD_REQUEST,
     /// A file a migration would write already exists.
@@ -406,6 +414,12 @@ impl From<polpo_project::ProjectError> for ApiError {
     }
 }
 
+impl From<polpo_orchestrator::OrchestratorError> for ApiError {
+    fn from(e: polpo_orchestrator::OrchestratorError) -> Self {
+        Self::new(e.code(), e.to_string())
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut body = error_body(&self.message, self.kind(), &self.code);
@@ -459,6 +473,7 @@ mod tests {
     use polpo_engine::{ActivationError, ChatError, EngineError};
     use polpo_llm::{LlmError, LlmErrorKind, ResolveError};
     use polpo_loops::LoopError;
+    use polpo_orchestrator::OrchestratorError;
     use polpo_project::ProjectError;
     use polpo_project::skills::SkillError;
     use polpo_store::StoreError;
@@ -800,6 +815,47 @@ mod tests {
         all.extend(chat.into_iter().map(ApiError::from));
         all.extend(skill_errors().into_iter().map(ApiError::from));
         all.extend(runs.into_iter().map(ApiError::from));
+        all.extend(orchestrator().into_iter().map(ApiError::from));
+        all
+    }
+
+    /// Every orchestrator error, the core's transition errors included.
+    fn orchestrator() -> Vec<OrchestratorError> {
+        use polpo_core::tasks::{MissionStatus, MissionTransitionError, TaskStatus, TransitionError};
+        let transitions = [
+            TransitionError::InvalidTransition { from: TaskStatus::Done, event: "e" },
+            TransitionError::RetriesExhausted { max: 1 },
+            TransitionError::FixAttemptsExhausted { max: 1 },
+            TransitionError::QuestionRoundsExhausted { max: 1 },
+            TransitionError::SideEffectsNeedApproval,
+        ];
+        for e in &transitions {
+            match e {
+                TransitionError::InvalidTransition { .. }
+                | TransitionError::RetriesExhausted { .. }
+                | TransitionError::FixAttemptsExhausted { .. }
+                | TransitionError::QuestionRoundsExhausted { .. }
+                | TransitionError::SideEffectsNeedApproval => {}
+            }
+        }
+        let mut all = vec![
+            OrchestratorError::NotFound("t".into()),
+            OrchestratorError::Invalid("i".into()),
+            OrchestratorError::Unavailable("u".into()),
+            OrchestratorError::MissionTransition(MissionTransitionError { from: MissionStatus::Draft, event: "e" }),
+            OrchestratorError::Store(StoreError::Invalid("i".into())),
+        ];
+        for e in &all {
+            match e {
+                OrchestratorError::NotFound(_)
+                | OrchestratorError::Invalid(_)
+                | OrchestratorError::Unavailable(_)
+                | OrchestratorError::Transition(_)
+                | OrchestratorError::MissionTransition(_)
+                | OrchestratorError::Store(_) => {}
+            }
+        }
+        all.extend(transitions.into_iter().map(OrchestratorError::Transition));
         all
     }
 

@@ -7,6 +7,7 @@ use crate::ratelimit::{AUTH_FAILURES_PER_MINUTE, RateLimit};
 use polpo_engine::Runtime;
 use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_loops::{LoopExecutor, LoopOptions};
+use polpo_orchestrator::{Orchestrator, OrchestratorOptions};
 use polpo_project::ProjectEditor;
 use polpo_vault::{KeySources, Vault, VaultError};
 use std::net::IpAddr;
@@ -40,6 +41,8 @@ pub struct AppState {
     pub editor: Arc<ProjectEditor>,
     /// The Project Loop executor (its agent steps run through `runs`).
     pub loops: Arc<LoopExecutor>,
+    /// The task orchestrator (its tasks run through `runs`); `polpo serve` runs its loop.
+    pub orchestrator: Arc<Orchestrator>,
     /// How long a request's whole body may take to arrive, from the request's start: the
     /// header timeout does not cover a body trickled a byte at a time.
     pub body_deadline: std::time::Duration,
@@ -62,6 +65,7 @@ impl AppState {
         let hosts = HostPolicy::for_server(!keys.is_empty());
         let editor = Arc::new(ProjectEditor::new(runtime.loaded().project.root.clone()));
         let loops = Arc::new(LoopExecutor::new(runs.clone(), LoopOptions::default()));
+        let orchestrator = Orchestrator::new(runs.clone(), OrchestratorOptions::from_env());
         let polpo_dir = runtime.loaded().project.root.join(".polpo");
         let vault = KeySources::from_env().load().map(|key| Vault::open(&polpo_dir, key, runtime.redactor().clone()));
         // Loop runs a crash left running or waiting for a person go on from their checkpoint.
@@ -80,6 +84,7 @@ impl AppState {
             runs,
             editor,
             loops,
+            orchestrator,
             vault,
         }
     }

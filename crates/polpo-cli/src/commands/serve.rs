@@ -92,6 +92,8 @@ async fn serve(
         state.cors_origins = origins.split(',').map(|o| o.trim().to_owned()).filter(|o| !o.is_empty()).collect();
     }
     let state = Arc::new(state);
+    // The task orchestrator claims and runs ready tasks for as long as the server serves.
+    let _orchestrator = state.orchestrator.spawn();
     let runs = state.runs.clone();
     // On the signal, durable runs are handed over (checkpointed, leases released) while the
     // server stops accepting and drains; their event streams end once handed over.

@@ -187,6 +187,27 @@ pub const ROUTES: &[Route] = &[
     op("post", BOTH, VAULT_ENTRIES, "setVaultEntry", "vault", "Add or replace `{agent, service, type, label?, credentials}` (admin key); answers the metadata only.").request("Object").returns(201, Body::Envelope("Object")),
     op("patch", BOTH, VAULT_ENTRY, "patchVaultEntry", "vault", "Change an entry's type or label and merge credentials (admin key); 404 `vault_entry_not_found`.").request("Object").returns(200, Body::Envelope("Object")),
     op("delete", BOTH, VAULT_ENTRY, "deleteVaultEntry", "vault", "Remove an entry (admin key): `{removed}`.").returns(200, Body::Envelope("Removed")),
+    op("get", BOTH, &["/tasks"], "listTasks", "tasks", "Tasks, newest first (`{tasks, nextCursor}`).")
+        .query(&[("status", "draft, pending, awaiting_approval, assigned, in_progress, review, done or failed"), ("missionId", "only this mission's tasks"), ("limit", "1..=1000"), ("cursor", "the previous page's `nextCursor`")])
+        .returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/tasks"], "createTask", "tasks", "Create a task `{title, description, assignTo, dependsOn?, expectations?, metrics?, maxRetries?, retryPolicy?, maxDuration?, sideEffects?, draft?}`; pending tasks run as soon as their dependencies are done. 409 `conflict` when an unfinished task has the title.").request("Object").returns(201, Body::Envelope("Object")),
+    op("get", BOTH, &["/tasks/{id}"], "getTask", "tasks", "A task with its result and assessment; 404 `not_found`.").returns(200, Body::Envelope("Object")),
+    op("patch", BOTH, &["/tasks/{id}"], "patchTask", "tasks", "Edit a task that is not running (description, assignTo, expectations, metrics, maxRetries, maxDuration, priority, sideEffects, deadline).").request("Object").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/tasks/{id}/queue"], "queueTask", "tasks", "draft → pending (`{queued, task}`); 409 `invalid_transition` otherwise.").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/tasks/{id}/retry"], "retryTask", "tasks", "failed → pending (`{retried, task}`).").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/tasks/{id}/kill"], "killTask", "tasks", "Abort the task's run and fail it (`{killed}`).").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/tasks/{id}/approve"], "approveTask", "tasks", "A task awaiting approval runs again (`{approved, task}`).").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/tasks/{id}/reject"], "rejectTask", "tasks", "A task awaiting approval fails (`{rejected, task}`).").returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/missions"], "listMissions", "missions", "Missions, newest first (`{missions, nextCursor}`).")
+        .query(&[("status", "draft, scheduled, recurring, active, paused, completed, failed or cancelled"), ("limit", "1..=1000"), ("cursor", "the previous page's `nextCursor`")])
+        .returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/missions"], "createMission", "missions", "Create a draft mission `{name, data: {tasks: [{title, description, assignTo, dependsOn: [titles]…}], checkpoints?, delays?}, qualityThreshold?}`; quality gates and schedules are `feature_unavailable`.").request("Object").returns(201, Body::Envelope("Object")),
+    op("get", BOTH, &["/missions/{id}"], "getMission", "missions", "A mission with its progress (`data.progress`).").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/missions/{id}/execute"], "executeMission", "missions", "Create the plan's tasks and make the mission active.").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/missions/{id}/pause"], "pauseMission", "missions", "Pause an active mission: no new task starts.").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/missions/{id}/resume"], "resumeMission", "missions", "Resume a paused mission (`{retryFailed?}` queues its failed tasks again).").request("Object").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/missions/{id}/abort"], "abortMission", "missions", "Cancel a mission; its running tasks are killed.").returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/missions/{id}/report"], "missionReport", "missions", "The MissionReport: each task's status, duration and score, allPassed, avgScore.").returns(200, Body::Envelope("Object")),
     op("get", ROOT, &["/", "/dashboard"], "dashboard", "dashboard", "The web dashboard page; it holds no data (it calls this API with the key the user enters), so it needs no key.")
         .open()
         .returns(200, Body::Asset("text/html")),

@@ -1,0 +1,244 @@
+//! Tasks and missions through the real `polpo serve`, the model replaced by the strict fake
+//! at the HTTP boundary: a mission's two dependent tasks run in order and the mission
+//! completes; a task whose checks keep failing gets its fix prompts, is retried, then fails;
+//! a task whose server is SIGKILLed mid-run is taken over after the restart and completes
+//! with its one run. `task_throughput` (ignored; run by hand) measures tasks per second.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use support::ServerProcess;
+
+fn project(dir: &Path) {
+    ProjectFixture::new(dir, json!({"storage": "file"}))
+        .unwrap()
+        .agent(
+            "builder",
+            json!({"model": "openai/fake-model", "allowedTools": ["bash", "read"], "maxTurns": 10}),
+            "You build things.",
+        )
+        .unwrap();
+}
+
+fn env(llm: &FakeLlm) -> Vec<(&'static str, String)> {
+    vec![
+        ("OPENAI_BASE_URL", llm.base_url()),
+        ("OPENAI_API_KEY", "sk-upstream".into()),
+        ("POLPO_RUN_LEASE_MS", "1000".into()),
+        ("POLPO_TASK_LEASE_MS", "1000".into()),
+    ]
+}
+
+fn start(dir: &Path, env: &[(&'static str, String)]) -> ServerProcess {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    ServerProcess::start("serve", dir, &[], &env)
+}
+
+async fn call(method: reqwest::Method, url: String, body: Option<Value>) -> (u16, Value) {
+    let mut request = reqwest::Client::new().request(method, url);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+async fn get(url: String) -> Value {
+    let (status, body) = call(reqwest::Method::GET, url, None).await;
+    assert_eq!(status, 200, "{body}");
+    body["data"].clone()
+}
+
+/// Read `url` until `done` holds for its data (each read is a real request; no sleeps).
+async fn until(url: String, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            let data = get(url.clone()).await;
+            if done(&data) {
+                return data;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+/// The text of the user messages of a model request.
+fn user_text(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mission_of_two_dependent_tasks_runs_them_in_order_and_completes() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("bash", json!({"command": "echo ok > built.txt"}))]),
+        Turn::text("Built."),
+        Turn::text("Deployed."),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let server = start(dir.path(), &env(&llm));
+    let plan = json!({"name": "release", "data": {"tasks": [
+        {"title": "Deploy", "description": "Deploy what was built.", "assignTo": "builder", "dependsOn": ["Build"]},
+        {"title": "Build", "description": "Build it.", "assignTo": "builder",
+         "expectations": [{"type": "test", "command": "test -f built.txt"}, {"type": "file_exists", "paths": ["built.txt"]}]}
+    ]}});
+    let (status, created) = call(reqwest::Method::POST, format!("{}/api/v1/missions", server.url), Some(plan)).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["data"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["data"]["status"], "draft");
+    let (status, executed) =
+        call(reqwest::Method::POST, format!("{}/api/v1/missions/{id}/execute", server.url), None).await;
+    assert_eq!(status, 200, "{executed}");
+
+    let mission =
+        until(format!("{}/api/v1/missions/{id}", server.url), "the mission to finish", |m| m["status"] != "active")
+            .await;
+    assert_eq!(mission["status"], "completed", "{mission}");
+    let report = get(format!("{}/api/v1/missions/{id}/report", server.url)).await;
+    assert_eq!(report["allPassed"], true, "{report}");
+    let statuses: Vec<(&str, &str)> = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["title"].as_str().unwrap(), t["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(statuses, [("Deploy", "done"), ("Build", "done")]);
+
+    // Build's two model calls came before Deploy's one: the dependency held.
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(user_text(&requests[0].body).contains("Task: Build"), "{}", user_text(&requests[0].body));
+    assert!(user_text(&requests[2].body).contains("Task: Deploy"), "{}", user_text(&requests[2].body));
+    let tasks = get(format!("{}/api/v1/tasks?missionId={id}", server.url)).await;
+    let build = tasks["tasks"].as_array().unwrap().iter().find(|t| t["title"] == "Build").unwrap().clone();
+    let checks = &build["result"]["assessment"]["checks"];
+    assert_eq!(checks[0]["passed"], true, "{checks}");
+    assert_eq!(checks[1]["passed"], true, "{checks}");
+    assert_eq!(build["group"], "release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_checks_keep_failing_is_fixed_then_retried_then_failed() {
+    polpo_llm::install_crypto_provider();
+    // Each attempt answers without doing the work: 1 + 2 fix rounds, then one retry of the same.
+    let llm = FakeLlm::start((0..6).map(|i| Turn::text(format!("Done, attempt {i}.")))).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let server = start(dir.path(), &env(&llm));
+    let task = json!({"title": "Write the report", "description": "Write report.txt.", "assignTo": "builder",
+        "maxRetries": 1, "expectations": [{"type": "test", "command": "test -f report.txt"}]});
+    let (status, created) = call(reqwest::Method::POST, format!("{}/api/v1/tasks", server.url), Some(task)).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["data"]["id"].as_str().unwrap().to_owned();
+
+    let url = format!("{}/api/v1/tasks/{id}", server.url);
+    let failed = until(url, "the task to fail for good", |t| {
+        t["status"] == "failed" && t["retries"] == 1 && t["fixAttempts"] == 2
+    })
+    .await;
+    let result = &failed["result"];
+    assert_eq!(result["assessment"]["passed"], false, "{result}");
+    assert_eq!(result["assessmentHistory"].as_array().unwrap().len(), 5, "six assessments in all");
+    assert!(result["assessment"]["checks"][0]["message"].as_str().unwrap().contains("exited 1"), "{result}");
+
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 6, "three attempts per try, two tries");
+    let fixes: Vec<bool> = requests.iter().map(|r| user_text(&r.body).contains("did not pass its checks")).collect();
+    assert_eq!(fixes, [false, true, true, false, true, true], "a fix prompt after each failed check, fresh on retry");
+    assert!(user_text(&requests[1].body).contains("test -f report.txt"), "the fix prompt says what failed");
+
+    // Retrying by hand is still possible; an unknown task is a 404.
+    let (status, body) = call(reqwest::Method::POST, format!("{}/api/v1/tasks/nope/retry", server.url), None).await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("not_found")), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_server_is_killed_mid_run_completes_once_after_the_restart() {
+    polpo_llm::install_crypto_provider();
+    let llm =
+        FakeLlm::start([Turn::text("lost with the process").stall_after(1), Turn::text("Done after the restart.")])
+            .await
+            .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let env = env(&llm);
+    let first = start(dir.path(), &env);
+    let task = json!({"title": "Survive", "description": "Finish even if the server dies.", "assignTo": "builder"});
+    let (status, created) = call(reqwest::Method::POST, format!("{}/api/v1/tasks", first.url), Some(task)).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["data"]["id"].as_str().unwrap().to_owned();
+    // The model is answering the task's run (and hangs): kill the server now.
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while llm.requests().is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the task's run reaches the model");
+    let running = get(format!("{}/api/v1/tasks/{id}", first.url)).await;
+    assert_eq!(running["status"], "in_progress");
+    drop(first); // SIGKILL
+
+    let second = start(dir.path(), &env);
+    let done = until(format!("{}/api/v1/tasks/{id}", second.url), "the task to finish", |t| {
+        t["status"].as_str() != Some("in_progress")
+    })
+    .await;
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(done["result"]["stdout"], "Done after the restart.");
+    assert_eq!(done["retries"], 0);
+    assert_eq!(llm.requests().len(), 2, "the resumed run asked once more; no second run was started");
+    let run = get(format!("{}/v1/runs/task-{id}-r0-f0", second.url)).await;
+    assert_eq!(run["status"], "completed", "{run}");
+}
+
+/// `cargo test -p polpo-cli --test tasks_serve -- --ignored --nocapture`: 200 independent
+/// tasks through `polpo serve` on the file store, each one zero-latency model call and one
+/// `script` check; prints tasks per second from the first creation to the last `done`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark; run by hand"]
+async fn task_throughput() {
+    const TASKS: usize = 200;
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start_repeating([Turn::text("ok")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let server = start(dir.path(), &env(&llm));
+    let started = Instant::now();
+    for i in 0..TASKS {
+        let task = json!({"title": format!("job {i}"), "description": "Answer ok.", "assignTo": "builder",
+            "expectations": [{"type": "script", "command": "true"}]});
+        let (status, body) = call(reqwest::Method::POST, format!("{}/api/v1/tasks", server.url), Some(task)).await;
+        assert_eq!(status, 201, "{body}");
+    }
+    let created = started.elapsed();
+    until(format!("{}/api/v1/tasks?status=done&limit=1000", server.url), "every task done", |d| {
+        d["tasks"].as_array().is_some_and(|t| t.len() == TASKS)
+    })
+    .await;
+    let took = started.elapsed();
+    println!(
+        "{TASKS} tasks: created in {:.2} s, all done in {:.2} s: {:.1} tasks/s, {:.1} ms per task",
+        created.as_secs_f64(),
+        took.as_secs_f64(),
+        TASKS as f64 / took.as_secs_f64(),
+        took.as_secs_f64() * 1000.0 / TASKS as f64
+    );
+}

@@ -1,0 +1,129 @@
+//! Missions (inventory §3.2): `/api/v1/missions…`. Create (a draft with its plan in
+//! `data.tasks`), list newest first with a cursor, read, and the controls `execute`, `pause`,
+//! `resume {retryFailed}`, `abort`, and the `report`.
+
+use crate::error::{ApiError, RestError, ok};
+use crate::routes::tasks::{object, page_of};
+use crate::state::AppState;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use polpo_core::tasks::{Mission, MissionStatus};
+use polpo_store::{Cursor, MissionFilter};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// Every mission route, under `/api/v1` and its `/v1` twin.
+pub fn router() -> Router<Arc<AppState>> {
+    let mut router = Router::new();
+    for prefix in ["/api/v1", "/v1"] {
+        router = router
+            .route(&format!("{prefix}/missions"), get(list).post(create))
+            .route(&format!("{prefix}/missions/{{id}}"), get(get_one))
+            .route(&format!("{prefix}/missions/{{id}}/execute"), post(execute))
+            .route(&format!("{prefix}/missions/{{id}}/pause"), post(pause))
+            .route(&format!("{prefix}/missions/{{id}}/resume"), post(resume))
+            .route(&format!("{prefix}/missions/{{id}}/abort"), post(abort))
+            .route(&format!("{prefix}/missions/{{id}}/report"), get(report));
+    }
+    router
+}
+
+/// `GET /api/v1/missions?status=&limit=&cursor=` → `{missions, nextCursor}`.
+async fn list(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<Vec<(String, String)>>,
+) -> Result<Json<Value>, RestError> {
+    let mut filter = MissionFilter::default();
+    for (k, v) in &query {
+        match k.as_str() {
+            "status" => {
+                filter.status =
+                    Some(MissionStatus::parse(v).ok_or_else(|| ApiError::invalid(format!("unknown status `{v}`")))?);
+            }
+            "limit" | "cursor" => {}
+            _ => return Err(ApiError::invalid(format!("unknown query parameter `{k}` (status, limit, cursor)")).into()),
+        }
+    }
+    let page = state.runtime.store().missions.list_missions(&filter, &page_of(&query)?).await?;
+    let missions: Vec<&Mission> = page.items.iter().map(|m| &m.mission).collect();
+    Ok(ok(json!({"missions": missions, "nextCursor": page.next.as_ref().map(Cursor::as_str)})))
+}
+
+/// `POST /api/v1/missions {name, data: {tasks, checkpoints?, delays?} (object or JSON
+/// string), prompt?, deadline?, qualityThreshold?, user?}` → 201 the mission (draft).
+/// Checkpoints and delays may also be given at the top level.
+async fn create(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Result<impl IntoResponse, RestError> {
+    let mut body = object(&body)?;
+    let mut data = match body.remove("data") {
+        Some(Value::String(s)) => {
+            serde_json::from_str(&s).map_err(|e| ApiError::invalid(format!("`data` is not JSON: {e}")))?
+        }
+        Some(v @ Value::Object(_)) => v,
+        _ => return Err(ApiError::invalid("`data` must be the plan, an object (or its JSON text) with `tasks`").into()),
+    };
+    for key in ["checkpoints", "delays", "qualityGates"] {
+        if let Some(v) = data.as_object_mut().and_then(|d| d.remove(key)) {
+            body.entry(key).or_insert(v);
+        }
+    }
+    for fixed in ["id", "status", "executionCount", "createdAt", "updatedAt"] {
+        if body.contains_key(fixed) {
+            return Err(ApiError::invalid(format!("`{fixed}` is set by the server")).into());
+        }
+    }
+    let now = state.runtime.clock().now();
+    body.insert("id".into(), json!(""));
+    body.insert("data".into(), data);
+    body.insert("status".into(), json!("draft"));
+    body.insert("createdAt".into(), json!(now));
+    body.insert("updatedAt".into(), json!(now));
+    let mission: Mission = serde_json::from_value(Value::Object(body)).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let stored = state.orchestrator.create_mission(mission).await?;
+    Ok((StatusCode::CREATED, ok(stored.mission)))
+}
+
+/// `GET /api/v1/missions/{{id}}` → the mission.
+async fn get_one(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
+    Ok(ok(state.orchestrator.mission(&id).await?.mission))
+}
+
+/// `POST /api/v1/missions/{{id}}/execute` → the mission, active; its plan's tasks are created.
+async fn execute(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
+    Ok(ok(state.orchestrator.execute_mission(&id).await?.mission))
+}
+
+/// `POST /api/v1/missions/{{id}}/pause` → the mission, paused.
+async fn pause(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
+    Ok(ok(state.orchestrator.pause_mission(&id).await?.mission))
+}
+
+/// `POST /api/v1/missions/{{id}}/resume {retryFailed?}` → the mission, active again.
+async fn resume(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, RestError> {
+    let retry_failed = if body.is_empty() {
+        false
+    } else {
+        match object(&body)?.get("retryFailed") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(ApiError::invalid("`retryFailed` must be a boolean").into()),
+        }
+    };
+    Ok(ok(state.orchestrator.resume_mission(&id, retry_failed).await?.mission))
+}
+
+/// `POST /api/v1/missions/{{id}}/abort` → the mission, cancelled; its running tasks are killed.
+async fn abort(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
+    Ok(ok(state.orchestrator.abort_mission(&id).await?.mission))
+}
+
+/// `GET /api/v1/missions/{{id}}/report` → the `MissionReport`.
+async fn report(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
+    Ok(ok(state.orchestrator.mission_report(&id).await?))
+}
