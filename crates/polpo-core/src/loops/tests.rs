@@ -110,7 +110,11 @@ fn the_readme_router_flow_parses_validates_and_round_trips() {
     let warnings = located(&loop_warnings(&p));
     assert_eq!(
         warnings,
-        want(&[("deprecated_field", "/steps/answer/tools"), ("deprecated_field", "/steps/classify/tools")])
+        want(&[
+            ("deprecated_field", "/steps/answer/tools"),
+            ("deprecated_field", "/steps/classify/tools"),
+            ("feature_unavailable", "/steps/classify/skills")
+        ])
     );
     assert!(matches!(p.loops["router-flow"].config.steps["human_review"].body, StepBody::Human(_)));
 }

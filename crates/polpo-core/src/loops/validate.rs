@@ -477,6 +477,15 @@ pub fn loop_warnings(project: &Project) -> Vec<Problem> {
                     &format!("{}/tools", pointer_push("/steps", id)),
                 ));
             }
+            // A step runs with its agent's skills; its own list is not applied yet, and must
+            // not look as if it were.
+            if let StepBody::Agent(AgentStep { skills: Some(_), .. }) = &step.body {
+                out.push(lp.source.problem(
+                    crate::config::codes::FEATURE_UNAVAILABLE,
+                    "`skills` on a step is kept but has no effect yet: the step runs with its agent's skills",
+                    &format!("{}/skills", pointer_push("/steps", id)),
+                ));
+            }
         }
     }
     out
