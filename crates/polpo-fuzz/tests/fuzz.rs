@@ -493,6 +493,98 @@ fn loop_definitions() {
     });
 }
 
+/// Static TypeScript loops are source text from users: any input compiles to a loop object or
+/// to problems located inside the text, never a panic or a stack overflow; a compiled loop,
+/// written back as `export default <its JSON>`, compiles to itself.
+#[test]
+fn loop_typescript() {
+    use polpo_loop_ts::{codes, compile, line_column};
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../polpo-loop-ts/tests/fixtures");
+    let mut seeds: Vec<Vec<u8>> =
+        ["router-flow.ts", "governed.ts"].iter().map(|f| std::fs::read(format!("{fixtures}/{f}")).unwrap()).collect();
+    seeds.extend(
+        [
+            "export default { start: process.env.START, steps: { ...base } };",
+            "import x from \"node:fs\";\nexport default defineProjectLoop({ start: `${x}`, get steps() { return {} } });",
+            "export default [[[[{ a: -1, [b]: import(\"./e.js\"), c() {} }]]]] as const satisfies X;",
+        ]
+        .map(|s| s.as_bytes().to_vec()),
+    );
+    let words = [
+        "defineProjectLoop(",
+        "agentStep(",
+        "toolStep(",
+        "whileStep(",
+        "when(",
+        "otherwise(",
+        "bash(",
+        "toolAction(",
+        "requireTool(",
+        "import { agentStep } from \"@polpo-ai/core/loop-code\";\n",
+        "export default ",
+        "process.env",
+        "${",
+        "`",
+        "...",
+        "=>",
+        "get ",
+        "as const",
+        "satisfies",
+        "undefined",
+        "null",
+        "1e999",
+        "0x1f",
+        "10n",
+        "-",
+        "!",
+        "/",
+        "//",
+        "/*",
+        "*/",
+        "\\u{D800}",
+        "\\",
+        ":",
+        ",",
+        "[",
+        "]",
+        "{",
+        "}",
+        "(",
+        ")",
+    ];
+    fuzz("loop_typescript", inputs(seeds, &words), &|bytes| {
+        let source = String::from_utf8_lossy(bytes);
+        let file = ".polpo/loops/fuzz.ts";
+        match compile(&source, file) {
+            Err(problems) if problems.is_empty() => Err("refused with no problem named".into()),
+            Err(problems) => {
+                let end = line_column(&source, source.len());
+                match problems.iter().find(|p| {
+                    !p.code.starts_with("loop_ts_")
+                        || p.file.as_deref() != Some(file)
+                        || p.line.zip(p.column).is_some_and(|at| at > end || at.0 == 0 || at.1 == 0)
+                }) {
+                    Some(p) => Err(format!("a problem without its code, file or a position inside the text: {p:?}")),
+                    None => Ok(()),
+                }
+            }
+            Ok(compiled) if !compiled.value.is_object() => Err(format!("compiled to {}", compiled.value)),
+            Ok(compiled) => match compile(&format!("export default {}", compiled.value), file) {
+                Ok(again) if again.value == compiled.value => Ok(()),
+                // The JSON can outgrow the bounds its source met (helpers add fields and nesting).
+                Err(problems)
+                    if problems
+                        .iter()
+                        .all(|p| p.code == codes::TOO_LARGE || p.message.contains("operators and keywords")) =>
+                {
+                    Ok(())
+                }
+                other => Err(format!("{} compiles to {other:?}", compiled.value)),
+            },
+        }
+    });
+}
+
 fn hook_pack_seed() -> Value {
     json!({"hooks": {
         "tool:before": [
