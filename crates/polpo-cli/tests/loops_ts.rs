@@ -82,3 +82,17 @@ fn validate_and_loops_show_read_ts_loops_of_the_project() {
     // Tool names are checked against the built-in tools, and shown at the `.ts` line too.
     assert!(all.contains(".polpo/loops/router-flow.ts:32:7:/steps/audit/tool: unknown_tool"), "{all}");
 }
+
+#[test]
+fn polpo_dev_reloads_when_a_ts_loop_changes_and_reports_its_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(run(dir.path(), &["create", "demo", "--yes"]).status.success());
+    let root = dir.path().join("demo");
+    let mut server = support::ServerProcess::start("dev", &root, &[], &[("OPENAI_API_KEY", "sk")]);
+    let flow = root.join(".polpo/loops/flow.ts");
+    std::fs::write(&flow, "export default { start: process.env.START, steps: {} };\n").unwrap();
+    server.wait_for(".polpo/loops/flow.ts:1:25: loop_ts_unsupported");
+    server.wait_for("still serving the previous version");
+    std::fs::write(&flow, "export default { start: \"a\", steps: { a: { systemPrompt: \"hi\" } } };\n").unwrap();
+    server.wait_for("reloaded the project");
+}

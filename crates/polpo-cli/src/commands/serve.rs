@@ -94,6 +94,8 @@ async fn serve(
     let state = Arc::new(state);
     // The task orchestrator claims and runs ready tasks for as long as the server serves.
     let _orchestrator = state.orchestrator.spawn();
+    // Schedules fire from now on, each occurrence once across the servers sharing the store.
+    let _scheduler = state.scheduler.spawn(polpo_scheduler::PASS_EVERY);
     let runs = state.runs.clone();
     // On the signal, durable runs are handed over (checkpointed, leases released) while the
     // server stops accepting and drains; their event streams end once handed over.
@@ -181,7 +183,7 @@ fn fingerprint(root: &Path) -> Fingerprint {
                 if matches!(top.as_deref(), Some("agents" | "teams" | "hooks" | "loops")) {
                     stack.push(path);
                 }
-            } else if path.extension().is_some_and(|e| e == "json" || e == "md") {
+            } else if path.extension().is_some_and(|e| e == "json" || e == "md" || e == "ts") {
                 out.push((path, meta.len(), meta.modified().ok()));
             }
         }
