@@ -15,4 +15,4 @@ pub mod record;
 pub mod scheduler;
 
 pub use record::{RunError, RunState, ScheduleRun};
-pub use scheduler::{Pass, Scheduler, SchedulerError};
+pub use scheduler::{PASS_EVERY, Pass, Scheduler, SchedulerError};

@@ -14,9 +14,12 @@ use polpo_engine::runs::{Progress, RunManager};
 use polpo_store::{Page, PageRequest, Record, RunStatus, Store, StoreError};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
+/// How often `polpo serve` passes over the schedules: an every-second cron fires within half a
+/// second of its occurrence.
+pub const PASS_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 /// A claim whose invocation never started (its server died in between) stops counting
 /// towards `maxConcurrency` after this long.
 const STALE_CLAIM: Duration = Duration::minutes(5);
@@ -84,6 +87,13 @@ impl Scheduler {
         if let Some(name) = kind.bus_name() {
             self.runs.runtime().events().publish(name, data);
         }
+    }
+
+    /// Run [`Scheduler::run`] in a task of its own until the returned guard is dropped.
+    pub fn spawn(self: &Arc<Self>, every: std::time::Duration) -> DropGuard {
+        let stop = CancellationToken::new();
+        tokio::spawn(self.clone().run(every, stop.clone()));
+        stop.drop_guard()
     }
 
     /// Pass over every active schedule every `every` until `stop`; a failing pass is logged

@@ -52,6 +52,24 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/loop-runs/{id}/human", post(routes::loops::human))
         .route("/v1/loop-runs", get(routes::loop_runs::list))
         .route("/api/v1/loop-runs", get(routes::loop_runs::list))
+        .route("/api/v1/schedules", get(routes::schedules::list).post(routes::schedules::unavailable))
+        .route(
+            "/api/v1/schedules/{id}",
+            get(routes::schedules::get).patch(routes::schedules::unavailable).delete(routes::schedules::unavailable),
+        )
+        .route("/api/v1/schedules/{id}/pause", post(routes::schedules::pause))
+        .route("/api/v1/schedules/{id}/resume", post(routes::schedules::resume))
+        .route("/api/v1/schedules/{id}/trigger", post(routes::schedules::trigger))
+        .route("/api/v1/schedules/{id}/runs", get(routes::schedules::runs))
+        .route("/v1/schedules", get(routes::schedules::list).post(routes::schedules::unavailable))
+        .route(
+            "/v1/schedules/{id}",
+            get(routes::schedules::get).patch(routes::schedules::unavailable).delete(routes::schedules::unavailable),
+        )
+        .route("/v1/schedules/{id}/pause", post(routes::schedules::pause))
+        .route("/v1/schedules/{id}/resume", post(routes::schedules::resume))
+        .route("/v1/schedules/{id}/trigger", post(routes::schedules::trigger))
+        .route("/v1/schedules/{id}/runs", get(routes::schedules::runs))
         .route("/v1/loop-runs/{id}", get(routes::loop_runs::get))
         .route("/api/v1/loop-runs/{id}", get(routes::loop_runs::get))
         .route("/v1/loop-runs/{id}/cancel", post(routes::loop_runs::cancel))

@@ -77,6 +77,8 @@ error_codes! {
     NotFound = "not_found" => StatusCode::NOT_FOUND,
     /// No such Project Loop.
     LoopNotFound = "loop_not_found" => StatusCode::NOT_FOUND,
+    /// No such schedule in the served project.
+    ScheduleNotFound = "schedule_not_found" => StatusCode::NOT_FOUND,
     /// No loop run waits for a person under that id.
     LoopRunNotFound = "loop_run_not_found" => StatusCode::NOT_FOUND,
     /// Cancelling a loop run that already ended.
@@ -379,6 +381,12 @@ impl From<polpo_engine::ChatError> for ApiError {
 
 impl From<polpo_store::StoreError> for ApiError {
     fn from(e: polpo_store::StoreError) -> Self {
+        Self::new(e.code(), e.to_string())
+    }
+}
+
+impl From<polpo_scheduler::SchedulerError> for ApiError {
+    fn from(e: polpo_scheduler::SchedulerError) -> Self {
         Self::new(e.code(), e.to_string())
     }
 }
@@ -816,6 +824,19 @@ mod tests {
         all.extend(skill_errors().into_iter().map(ApiError::from));
         all.extend(runs.into_iter().map(ApiError::from));
         all.extend(orchestrator().into_iter().map(ApiError::from));
+        let schedules = [
+            polpo_scheduler::SchedulerError::NotFound("s".into()),
+            polpo_scheduler::SchedulerError::Invalid("i".into()),
+            polpo_scheduler::SchedulerError::Store(StoreError::Invalid("s".into())),
+        ];
+        for e in &schedules {
+            match e {
+                polpo_scheduler::SchedulerError::NotFound(_)
+                | polpo_scheduler::SchedulerError::Invalid(_)
+                | polpo_scheduler::SchedulerError::Store(_) => {}
+            }
+        }
+        all.extend(schedules.into_iter().map(ApiError::from));
         all
     }
 

@@ -10,6 +10,7 @@ use polpo_loops::{LoopExecutor, LoopOptions};
 use polpo_orchestrator::{Orchestrator, OrchestratorOptions};
 use polpo_project::ProjectEditor;
 use polpo_vault::{KeySources, Vault, VaultError};
+use polpo_scheduler::Scheduler;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -43,6 +44,9 @@ pub struct AppState {
     pub loops: Arc<LoopExecutor>,
     /// The task orchestrator (its tasks run through `runs`); `polpo serve` runs its loop.
     pub orchestrator: Arc<Orchestrator>,
+    /// The scheduler of the project's schedules (its fires run through `runs`); `polpo serve`
+    /// runs its passes, the schedule routes trigger and list through it.
+    pub scheduler: Arc<Scheduler>,
     /// How long a request's whole body may take to arrive, from the request's start: the
     /// header timeout does not cover a body trickled a byte at a time.
     pub body_deadline: std::time::Duration,
@@ -68,6 +72,7 @@ impl AppState {
         let orchestrator = Orchestrator::new(runs.clone(), OrchestratorOptions::from_env());
         let polpo_dir = runtime.loaded().project.root.join(".polpo");
         let vault = KeySources::from_env().load().map(|key| Vault::open(&polpo_dir, key, runtime.redactor().clone()));
+        let scheduler = Scheduler::new(runs.clone());
         // Loop runs a crash left running or waiting for a person go on from their checkpoint.
         if tokio::runtime::Handle::try_current().is_ok() {
             loops.spawn_recovery();
@@ -86,6 +91,7 @@ impl AppState {
             loops,
             orchestrator,
             vault,
+            scheduler,
         }
     }
 }

@@ -94,6 +94,8 @@ async fn serve(
     let state = Arc::new(state);
     // The task orchestrator claims and runs ready tasks for as long as the server serves.
     let _orchestrator = state.orchestrator.spawn();
+    // Schedules fire from now on, each occurrence once across the servers sharing the store.
+    let _scheduler = state.scheduler.spawn(polpo_scheduler::PASS_EVERY);
     let runs = state.runs.clone();
     // On the signal, durable runs are handed over (checkpointed, leases released) while the
     // server stops accepting and drains; their event streams end once handed over.

@@ -11,6 +11,7 @@ pub mod missions;
 pub mod models;
 pub mod openapi;
 pub mod runs;
+pub mod schedules;
 pub mod sessions;
 pub mod skills;
 pub mod tasks;

@@ -143,6 +143,17 @@ pub const ROUTES: &[Route] = &[
         .returns(200, Body::Envelope("Object")),
     op("get", BOTH, &["/loop-runs/{id}"], "getLoopRun", "loops", "A stored loop run: status, last checkpoint (context, frontier, while counters), trace, output or error, agent-step runs, revision.").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/loop-runs/{id}/cancel"], "cancelLoopRun", "loops", "Stop a loop run wherever it runs and store it `cancelled`; 409 `loop_run_finished` when it already ended.").returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/schedules"], "listSchedules", "schedules", "The project's schedules with status, revision and next occurrences (in each schedule's time zone).").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/schedules"], "createSchedule", "schedules", "Not built yet: 400 `feature_unavailable` (edit `.polpo/schedules/<id>.json`).").returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/schedules/{id}"], "getSchedule", "schedules", "A schedule; 404 `schedule_not_found`.").returns(200, Body::Envelope("Object")),
+    op("patch", BOTH, &["/schedules/{id}"], "patchSchedule", "schedules", "Not built yet: 400 `feature_unavailable`.").returns(200, Body::Envelope("Object")),
+    op("delete", BOTH, &["/schedules/{id}"], "deleteSchedule", "schedules", "Not built yet: 400 `feature_unavailable`.").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/schedules/{id}/pause"], "pauseSchedule", "schedules", "Write `status: paused` and the next revision to the schedule's file; `{expectedRevision}` other than the file's is 409 `conflict`.").request("Object").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/schedules/{id}/resume"], "resumeSchedule", "schedules", "Write `status: active`, as pause.").request("Object").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/schedules/{id}/trigger"], "triggerSchedule", "schedules", "Fire now, once per `{idempotencyKey}`: the same key answers the first trigger's schedule-run.").request("Object").returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/schedules/{id}/runs"], "listScheduleRuns", "schedules", "The schedule's runs newest first (`{runs, nextCursor}`): scheduledFor, firedAt, status, runId, error.")
+        .query(&[("limit", "1..=1000, default 50"), ("cursor", "the previous page's `nextCursor`")])
+        .returns(200, Body::Envelope("Object")),
     op("get", BOTH, AGENTS, "listAgents", "agents", "Agents the runtime serves.").returns(200, Body::Envelope("AgentSummaryList")),
     op("post", BOTH, AGENTS, "createAgent", "agents", "Create `.polpo/agents/<id>/agent.json` and `instructions.md`; 409 `already_exists` when taken.")
         .request("AgentInput")
