@@ -116,7 +116,7 @@ async fn a_client_key_sees_only_its_own_sessions_and_runs_and_an_admin_sees_all(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn only_admin_keys_edit_agents_and_teams() {
+async fn only_admin_keys_edit_agents_teams_and_skill_assignments() {
     let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
     let s = keyed(&llm).await;
     let (a, root) = (bearer("key-a"), bearer("root"));
@@ -134,6 +134,8 @@ async fn only_admin_keys_edit_agents_and_teams() {
         s.put("/api/v1/agents/writer", &[(a.0, &a.1)], json!({"config": {"model": "openai/gpt-4o-mini"}})).await,
         s.delete("/api/v1/agents/writer", &[(a.0, &a.1)]).await,
         s.post("/api/v1/agents/teams", &[(a.0, &a.1)], json!({"name": "crew"})).await,
+        // Assigning a skill grants its tools: the same edit rights.
+        s.post("/api/v1/skills/frontend-design/assign", &[(a.0, &a.1)], json!({"agent": "writer"})).await,
     ];
     for r in attempts {
         assert_eq!(
