@@ -1,0 +1,205 @@
+//! One call of a custom tool: bindings and Connections resolved by the host, then the
+//! entrypoint run in the sandbox as a process that reads one JSON request on stdin
+//! (`{name, params, invocation, bindings, connections: {slot: {headers}}}`) and writes one JSON
+//! answer on stdout (`{ok: true, result}` or `{ok: false, error}`).
+
+use crate::manifest::ToolDir;
+use crate::{CustomToolError, strip};
+use polpo_connections::Connections;
+use polpo_core::tool::{ToolEffect, ToolSpec};
+use polpo_tools::sandbox::{CommandSpec, Confinement, PathRules, Program, Termination, run_command, scrubbed_env};
+use polpo_tools::{Tool, ToolContext, ToolError, ToolOutput};
+use serde_json::{Map, Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Oldest Node major version the bridge runs on.
+pub const MIN_NODE_MAJOR: u32 = 20;
+/// Output bytes read from a tool process.
+const OUTPUT_CAP: usize = 1024 * 1024;
+/// The bridge sources, written beside the compiled tool.
+const BRIDGE: &str = include_str!("bridge.mjs");
+const TOOLS_MODULE: &str = include_str!("tools.mjs");
+const TYPEBOX_MODULE: &str = include_str!("typebox.mjs");
+
+/// The JS runtime found on this machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsRuntime {
+    /// The `node` executable.
+    pub node: PathBuf,
+    /// Its major version.
+    pub major: u32,
+}
+
+impl JsRuntime {
+    /// `node` from `POLPO_NODE` or `PATH`, at least version 20; otherwise
+    /// `custom_tool_runtime_unavailable` (reported when tools are validated, never a crash).
+    pub fn detect() -> Result<Self, CustomToolError> {
+        let unavailable = |m: String| CustomToolError::RuntimeUnavailable(m);
+        let node = std::env::var_os("POLPO_NODE")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("PATH")
+                    .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("node")).find(|p| p.is_file()))
+            })
+            .ok_or_else(|| unavailable("no `node` (≥ 20) on PATH for JavaScript and TypeScript tools".into()))?;
+        let output = std::process::Command::new(&node)
+            .arg("--version")
+            .output()
+            .map_err(|e| unavailable(format!("{} cannot run: {e}", node.display())))?;
+        let version = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        let major = version.trim_start_matches('v').split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
+        if major < MIN_NODE_MAJOR {
+            return Err(unavailable(format!(
+                "{} is {version}; custom tools need Node ≥ {MIN_NODE_MAJOR}",
+                node.display()
+            )));
+        }
+        Ok(Self { node, major })
+    }
+}
+
+/// A custom tool as the runtime registers it.
+pub struct CustomTool {
+    tool: ToolDir,
+    spec: ToolSpec,
+    connections: Arc<Connections>,
+    runtime: Result<JsRuntime, CustomToolError>,
+}
+
+impl CustomTool {
+    /// The tool of `tool`, authenticating through `connections`, its JS entrypoints run by
+    /// `runtime` (its error, when there is none, is what a call answers).
+    pub fn new(tool: ToolDir, connections: Arc<Connections>, runtime: Result<JsRuntime, CustomToolError>) -> Self {
+        let manifest = &tool.manifest;
+        let spec = ToolSpec {
+            name: manifest.name.clone(),
+            description: manifest.description.clone(),
+            parameters: manifest.parameters.clone(),
+        };
+        Self { tool, spec, connections, runtime }
+    }
+
+    /// Everything a call needs before any tool code runs: the runtime (for JS), the compiled
+    /// source, the bindings and the Connection headers. Also what `polpo tools validate` checks.
+    pub fn check(&self) -> Result<(), CustomToolError> {
+        if self.tool.is_javascript() {
+            self.runtime.as_ref().map_err(Clone::clone)?;
+            let out = tempfile::tempdir().map_err(|e| CustomToolError::Io(e.to_string()))?;
+            strip::compile_tree(&self.tool.dir, &self.tool.entrypoint, out.path())?;
+        }
+        Ok(())
+    }
+
+    /// One call: `params` already validated against `parameters`.
+    pub async fn invoke(&self, ctx: &ToolContext, params: Value) -> Result<String, CustomToolError> {
+        let bindings = self.tool.bindings(&ctx.invocation)?;
+        let user = ctx.invocation.get("user").and_then(Value::as_str);
+        let mut slots = Map::new();
+        for (name, slot) in &self.tool.manifest.connections {
+            let fail = |e: polpo_connections::ConnectionError| CustomToolError::Failed(format!("slot `{name}`: {e}"));
+            let connection = self.connections.select(slot, &ctx.agent, user).map_err(fail)?;
+            let headers: Map<String, Value> = self
+                .connections
+                .headers_of(&connection, &ctx.agent)
+                .await
+                .map_err(fail)?
+                .into_iter()
+                .map(|(k, v)| (k, Value::String(v)))
+                .collect();
+            slots.insert(name.clone(), json!({"headers": headers}));
+        }
+        let request = json!({
+            "name": self.spec.name,
+            "params": params,
+            "invocation": ctx.invocation,
+            "bindings": bindings,
+            "connections": slots,
+        });
+        let scratch =
+            tempfile::Builder::new().prefix("polpo-tool-").tempdir().map_err(|e| CustomToolError::Io(e.to_string()))?;
+        let program = if self.tool.is_javascript() {
+            let runtime = self.runtime.as_ref().map_err(Clone::clone)?;
+            let entry = strip::compile_tree(&self.tool.dir, &self.tool.entrypoint, scratch.path())?;
+            let entry = entry.strip_prefix(scratch.path()).unwrap_or(&entry).display().to_string();
+            let write = |name: &str, text: &str| {
+                std::fs::write(scratch.path().join(name), text).map_err(|e| CustomToolError::Io(e.to_string()))
+            };
+            write("__polpo_bridge.mjs", &BRIDGE.replace("./__ENTRY__", &format!("./{entry}")))?;
+            write(strip::BRIDGED[0].1, TOOLS_MODULE)?;
+            write(strip::BRIDGED[1].1, TYPEBOX_MODULE)?;
+            // Without the Wasm trap handler V8 reserves no 10 GiB guard regions, so `fetch` (whose
+            // HTTP parser is Wasm) works under the sandbox's address-space limit.
+            let flags = ["--no-warnings", "--disable-wasm-trap-handler", "__polpo_bridge.mjs"];
+            std::iter::once(runtime.node.display().to_string()).chain(flags.map(String::from)).collect()
+        } else {
+            vec![self.tool.entrypoint.display().to_string()]
+        };
+        self.run(ctx, program, scratch.path(), request).await
+    }
+
+    /// Run `argv` in `cwd`, confined like `bash`, with `request` on stdin.
+    async fn run(
+        &self,
+        ctx: &ToolContext,
+        argv: Vec<String>,
+        cwd: &Path,
+        request: Value,
+    ) -> Result<String, CustomToolError> {
+        let rules = PathRules::of(ctx).map_err(|e| CustomToolError::Failed(e.to_string()))?;
+        let timeout_ms = self.tool.timeout_ms();
+        let mut run = CommandSpec::new(Program::Argv(argv), cwd);
+        run.confinement = Some(Confinement {
+            writable: vec![cwd.to_path_buf()],
+            protected: rules.protected().to_vec(),
+            readable: vec![self.tool.dir.clone()],
+            limits: ctx.sandbox.limits,
+            run_as: ctx.sandbox.run_as.clone(),
+        });
+        run.env = scrubbed_env(&ctx.env_allow);
+        run.stdin = Some(serde_json::to_vec(&request).map_err(|e| CustomToolError::Failed(e.to_string()))?);
+        run.timeout = Duration::from_millis(timeout_ms);
+        run.output_cap = OUTPUT_CAP;
+        run.kill_grace = Duration::from_millis(500);
+        run.cancel = ctx.cancel.child_token();
+        let outcome = run_command(run).await.map_err(|e| CustomToolError::Failed(e.to_string()))?;
+        match outcome.termination {
+            Termination::TimedOut => return Err(CustomToolError::Failed(format!("timed out after {timeout_ms} ms"))),
+            Termination::Cancelled => return Err(CustomToolError::Failed("cancelled".into())),
+            _ => {}
+        }
+        let stdout = outcome.stdout.render();
+        let answer: Value = serde_json::from_str(stdout.trim()).map_err(|_| {
+            let stderr = outcome.stderr.render();
+            let tail: String = stderr.chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect();
+            CustomToolError::Failed(format!("the tool answered no JSON (exit {:?}): {tail}", outcome.exit_code()))
+        })?;
+        match (answer.get("ok").and_then(Value::as_bool), answer.get("result"), answer.get("error")) {
+            (Some(true), Some(Value::String(result)), _) => Ok(result.clone()),
+            (Some(true), Some(other), _) => Ok(other.to_string()),
+            (_, _, Some(error)) => {
+                Err(CustomToolError::Failed(error.as_str().map_or_else(|| error.to_string(), str::to_owned)))
+            }
+            _ => Err(CustomToolError::Failed("the tool's answer is not {ok, result} or {ok: false, error}".into())),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for CustomTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn effect(&self) -> ToolEffect {
+        self.tool.effect
+    }
+
+    async fn call(&self, ctx: &ToolContext, args: Value) -> Result<ToolOutput, ToolError> {
+        match self.invoke(ctx, args).await {
+            Ok(text) => Ok(ToolOutput { text, details: json!({"customTool": self.spec.name}) }),
+            Err(e) => Err(ToolError::new(e.code(), e.to_string())),
+        }
+    }
+}

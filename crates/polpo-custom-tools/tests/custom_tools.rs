@@ -1,0 +1,179 @@
+//! The seed's custom tools run for real: manifest + TypeScript entrypoint, types stripped in
+//! Rust, run under Node in the sandbox; bindings come from the invocation, headers from a
+//! Connection whose secret is in the vault; a local site API stands in for the real one.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use polpo_connections::Connections;
+use polpo_core::redact::Redactor;
+use polpo_custom_tools::{CustomTool, CustomToolError, JsRuntime, ToolDir};
+use polpo_tools::net::NetworkPolicy;
+use polpo_tools::{Tool, ToolContext};
+use polpo_vault::{Entry, Vault, VaultKey};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SECRET: &str = "site-secret-7a6b5c4d3e";
+const TENANT: &str = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f";
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn tool(name: &str, connections: Arc<Connections>) -> CustomTool {
+    CustomTool::new(ToolDir::load(&fixture(name)).unwrap(), connections, JsRuntime::detect())
+}
+
+fn no_connections(dir: &Path) -> Arc<Connections> {
+    Arc::new(Connections::new(dir, Err(polpo_vault::VaultError::KeyMissing), NetworkPolicy::default()))
+}
+
+fn context(workspace: &Path, invocation: Value) -> ToolContext {
+    let mut ctx = ToolContext::new(workspace);
+    ctx.agent = "publisher".into();
+    ctx.invocation = invocation;
+    ctx
+}
+
+#[tokio::test]
+async fn site_context_get_sees_no_parameters_and_gets_the_tenant_from_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let tool = tool("site_context_get", no_connections(dir.path()));
+    assert_eq!(tool.spec().parameters, json!({"type": "object", "properties": {}, "additionalProperties": false}));
+    assert!(!tool.spec().parameters.to_string().contains("tenantId"), "bindings never reach the model's schema");
+    let invocation = json!({"requestId": "r", "runId": "u", "user": "ext-42", "metadata": {"tenantId": TENANT, "grant": "site"}, "surface": "chat"});
+    let out = tool.call(&context(dir.path(), invocation), json!({})).await.unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&out.text).unwrap(), json!({"tenantId": TENANT}));
+
+    for metadata in [json!({"grant": "site"}), json!({"tenantId": "not-a-uuid", "grant": "site"})] {
+        let invocation = json!({"user": "ext-42", "metadata": metadata});
+        let err = tool.call(&context(dir.path(), invocation), json!({})).await.unwrap_err();
+        assert_eq!(err.code, "tool_binding_invalid", "{err}");
+        assert!(!err.message.contains("not-a-uuid"), "a binding value is never echoed: {err}");
+    }
+}
+
+/// A site API that answers `published: <body>` and keeps the `authorization` header it got.
+async fn site_api() -> (String, Arc<Mutex<String>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(String::new()));
+    let keep = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = vec![0u8; 4096];
+            loop {
+                let n = socket.read(&mut buf).await.unwrap();
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_string();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let length = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse::<usize>().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if body.len() >= length || n == 0 {
+                        let auth =
+                            head.lines().find(|l| l.to_ascii_lowercase().starts_with("authorization:")).unwrap_or("");
+                        *keep.lock().unwrap() = auth.to_string();
+                        let reply = format!("published: {body}");
+                        let response = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
+                            reply.len()
+                        );
+                        socket.write_all(response.as_bytes()).await.unwrap();
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    (url, seen)
+}
+
+/// A project folder whose vault holds the site secret and whose Connection `site` uses it.
+pub fn site_connection(root: &Path) -> Arc<Connections> {
+    let polpo = root.join(".polpo");
+    std::fs::create_dir_all(polpo.join("connections")).unwrap();
+    let vault = Vault::open(&polpo, VaultKey::generate(), Redactor::new());
+    let credentials = BTreeMap::from([("key".to_string(), SECRET.to_string())]);
+    vault
+        .set(Entry { agent: "*".into(), service: "site".into(), kind: "api_key".into(), label: None, credentials })
+        .unwrap();
+    let doc = json!({"provider": "sitoinchat", "scopes": ["site:read", "site:write"], "auth": {"type": "bearer", "token": "${vault:site:key}"}});
+    std::fs::write(polpo.join("connections/site.json"), doc.to_string()).unwrap();
+    Arc::new(Connections::new(&polpo, Ok(vault), NetworkPolicy::default()))
+}
+
+#[tokio::test]
+async fn site_publish_gets_its_headers_from_a_connection_whose_secret_is_in_the_vault() {
+    let dir = tempfile::tempdir().unwrap();
+    let tool = tool("site_publish", site_connection(dir.path()));
+    let (url, seen) = site_api().await;
+    let invocation = json!({"user": "ext-42", "metadata": {"siteApi": url}});
+    let out = tool.call(&context(dir.path(), invocation), json!({"message": "v2"})).await.unwrap();
+    assert_eq!(out.text, r#"published: {"message":"v2"}"#);
+    assert_eq!(
+        seen.lock().unwrap().to_ascii_lowercase(),
+        format!("authorization: bearer {SECRET}").to_ascii_lowercase()
+    );
+    assert!(!tool.spec().parameters.to_string().contains("siteApi"), "the slot is not a parameter");
+
+    let keyless = CustomTool::new(
+        ToolDir::load(&fixture("site_publish")).unwrap(),
+        no_connections(dir.path()),
+        JsRuntime::detect(),
+    );
+    let err = keyless.call(&context(dir.path(), json!({})), json!({"message": "v2"})).await.unwrap_err();
+    assert!(err.message.contains("connection_missing"), "{err}");
+}
+
+fn write_tool(root: &Path, name: &str, source: &str) -> PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = json!({"name": name, "description": "d", "parameters": {"type": "object"}});
+    std::fs::write(dir.join("tool.json"), manifest.to_string()).unwrap();
+    std::fs::write(dir.join("index.ts"), source).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn typescript_is_stripped_and_unsafe_imports_are_refused_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let typed = write_tool(
+        dir.path(),
+        "typed",
+        "import { defineTool } from \"@polpo-ai/tools\";\ntype N = number;\nenum Mode { A = 1 }\nconst twice = (x: N): N => x * 2;\nexport default defineTool({ name: \"typed\", async execute(ctx: unknown, p: { n: N }) { return String(twice(p.n) + Mode.A); } });\n",
+    );
+    let tool = CustomTool::new(ToolDir::load(&typed).unwrap(), no_connections(dir.path()), JsRuntime::detect());
+    assert_eq!(tool.call(&context(dir.path(), json!({})), json!({"n": 20})).await.unwrap().text, "41");
+
+    for (name, source) in [
+        ("fsuser", "import fs from \"node:fs\";\nexport default {};\n"),
+        ("dynamic", "const m = \"./x\";\nexport default await import(m);\n"),
+        ("escape", "import x from \"../outside.ts\";\nexport default x;\n"),
+    ] {
+        let d = write_tool(dir.path(), name, source);
+        std::fs::write(dir.path().join("outside.ts"), "export default 1;\n").unwrap();
+        let tool = CustomTool::new(ToolDir::load(&d).unwrap(), no_connections(dir.path()), JsRuntime::detect());
+        let err = tool.check().unwrap_err();
+        assert_eq!(err.code(), "custom_tool_source_invalid", "{name}: {err}");
+    }
+
+    let missing = CustomTool::new(
+        ToolDir::load(&typed).unwrap(),
+        no_connections(dir.path()),
+        Err(CustomToolError::RuntimeUnavailable("no node".into())),
+    );
+    assert_eq!(missing.check().unwrap_err().code(), "custom_tool_runtime_unavailable");
+    let err = missing.call(&context(dir.path(), json!({})), json!({"n": 1})).await.unwrap_err();
+    assert_eq!(err.code, "custom_tool_runtime_unavailable");
+}
