@@ -61,6 +61,9 @@ enum Command {
     Run(commands::run::Args),
     /// Follow, steer, abort or reconcile a durable run on a running server.
     Runs(commands::runs::Args),
+    /// The project's schedules and their next occurrences (`list`, `show`, `next <id>`).
+    #[command(subcommand)]
+    Schedules(commands::schedules::Command),
     /// Store, list or remove encrypted credentials (`.polpo/vault.enc`); values never on argv.
     #[command(subcommand)]
     Vault(commands::vault::Command),
@@ -84,6 +87,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => commands::serve::run(global, args, false),
         Command::Run(args) => commands::run::run(global, args),
         Command::Runs(args) => commands::runs::run(global, args),
+        Command::Schedules(command) => commands::schedules::run(global, command),
         Command::Vault(command) => commands::vault::run(global, command),
         Command::Completions(args) => commands::completions::run(args, &mut Cli::command()),
     }

@@ -14,6 +14,7 @@ pub mod providers;
 pub mod run;
 pub mod runs;
 pub mod runtime;
+pub mod schedules;
 pub mod serve;
 pub mod skills;
 pub mod validate;

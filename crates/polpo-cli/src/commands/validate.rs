@@ -29,6 +29,8 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
         // Fields kept for compatibility that nothing acts on yet must not look as if they work.
         warnings.extend(polpo_core::config::unavailable_agent_fields(project));
         warnings.extend(polpo_core::loops::loop_warnings(project));
+        // Mission-shaped schedule files are read as v2 for a compatibility window.
+        warnings.extend(polpo_core::schedules::schedule_warnings(project));
         // A project whose agents may run `bash` on a host that cannot confine it should know.
         warnings.extend(
             polpo_tools::sandbox::sandbox_support()

@@ -1,0 +1,105 @@
+//! `polpo schedules list|show|next`: the project's schedules as loaded from
+//! `.polpo/schedules/`, with their next occurrences in each schedule's time zone, computed
+//! from the files without a server. Triggering, pausing and listing runs go through a running
+//! server's `/api/v1/schedules` (the REST API; these commands do not do it yet).
+
+use super::{Global, print_json};
+use polpo_core::schedules::{Schedule, TimingConfig};
+use polpo_store::{Clock, SystemClock};
+use std::process::ExitCode;
+
+/// Largest `--count` of `next`.
+const MAX_COUNT: usize = 1000;
+
+/// `polpo schedules` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Every schedule: id, status, timing and next occurrence.
+    List {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One schedule's definition and its next occurrences.
+    Show {
+        /// The schedule id (its file name).
+        id: String,
+    },
+    /// The next occurrences of a schedule, one per line (its time zone, then UTC).
+    Next {
+        /// The schedule id.
+        id: String,
+        /// How many (1..=1000).
+        #[arg(long, default_value_t = 5)]
+        count: usize,
+    },
+}
+
+/// Run a `polpo schedules` subcommand on the project.
+pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
+    let project = global.load()?;
+    let now = SystemClock.now();
+    let find =
+        |id: &str| project.schedules.get(id).ok_or_else(|| anyhow::anyhow!("schedule_not_found: no schedule `{id}`"));
+    match command {
+        Command::List { json } => {
+            if json {
+                let rows: Vec<_> = project.schedules.values().map(|s| summary(s, now)).collect();
+                return print_json(&rows);
+            }
+            if project.schedules.is_empty() {
+                println!("(no schedules)");
+            }
+            for s in project.schedules.values() {
+                let next = next_occurrences(s, now, 1).into_iter().next().unwrap_or_else(|| "never".into());
+                let status = if s.config.is_active() { "active" } else { "paused" };
+                println!(
+                    "{}\t{status}\t{}\t{}\tnext {next}",
+                    s.id,
+                    timing(&s.config.timing),
+                    s.config.invocation.surface()
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Show { id } => {
+            let s = find(&id)?;
+            print_json(&serde_json::json!({"id": s.id, "file": s.source.file, "definition": s.config,
+                "next": next_occurrences(s, now, 5)}))
+        }
+        Command::Next { id, count } => {
+            if !(1..=MAX_COUNT).contains(&count) {
+                anyhow::bail!("invalid_value: --count must be 1..={MAX_COUNT}");
+            }
+            for line in next_occurrences(find(&id)?, now, count) {
+                println!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn summary(s: &Schedule, now: chrono::DateTime<chrono::Utc>) -> serde_json::Value {
+    serde_json::json!({"id": s.id, "status": if s.config.is_active() { "active" } else { "paused" },
+        "timing": s.config.timing, "surface": s.config.invocation.surface(),
+        "next": next_occurrences(s, now, 1).into_iter().next(), "legacy": s.legacy})
+}
+
+/// `2026-03-29T09:00:00+02:00 (07:00:00Z)`: in the schedule's zone, then UTC.
+fn next_occurrences(s: &Schedule, now: chrono::DateTime<chrono::Utc>, count: usize) -> Vec<String> {
+    s.timing
+        .preview(now, count)
+        .iter()
+        .map(|t| format!("{} ({})", t.with_timezone(&s.timing.zone()).to_rfc3339(), t.format("%Y-%m-%dT%H:%M:%SZ")))
+        .collect()
+}
+
+fn timing(t: &TimingConfig) -> String {
+    match t {
+        TimingConfig::Cron { expression, timezone, .. } => {
+            format!("cron '{expression}' {}", timezone.as_deref().unwrap_or("UTC"))
+        }
+        TimingConfig::Once { at, .. } => format!("once {at}"),
+        TimingConfig::Interval { every, .. } => format!("every {every}"),
+    }
+}
