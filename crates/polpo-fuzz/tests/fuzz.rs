@@ -585,6 +585,29 @@ fn loop_typescript() {
     });
 }
 
+/// `SKILL.md` of a bundle from anywhere (`polpo skills add owner/repo`): its front matter gives a
+/// valid name and description or a located `invalid_skill`, never a panic.
+#[test]
+fn skill_front_matter() {
+    let seeds = vec![
+        b"---\nname: frontend-design\ndescription: Build polished pages.\nlicense: MIT\n---\n# Body\n".to_vec(),
+        b"---\nname: 'pdf-tools'\ndescription: >\n  Read\n  PDFs.\nmetadata:\n  k: v\n---\n".to_vec(),
+    ];
+    let words = ["---", "name:", "description:", "|", ">", "'", "\"", "\n", "  ", "-", "--", "\u{feff}", "a-b"];
+    fuzz("skill_front_matter", inputs(seeds, &words), &|bytes| {
+        let text = String::from_utf8_lossy(bytes);
+        match polpo_project::skills::parse_skill_md(&text, "skills/x/SKILL.md") {
+            Ok(meta) if polpo_project::skills::check_name(&meta.name).is_err() => Err(format!("accepted {meta:?}")),
+            Ok(meta) if meta.description.is_empty() || meta.description.chars().count() > 1024 => {
+                Err(format!("accepted description {:?}", meta.description))
+            }
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == "invalid_skill" && e.to_string().contains("skills/x/SKILL.md") => Ok(()),
+            Err(e) => Err(format!("unlocated or miscoded: {}: {e}", e.code())),
+        }
+    });
+}
+
 fn hook_pack_seed() -> Value {
     json!({"hooks": {
         "tool:before": [

@@ -16,4 +16,4 @@ pub use installed::{
     remove, set_assigned, skill_dir,
 };
 pub use lock::{LOCK_FILE, LockEntry, SkillsLock, read_lock};
-pub use meta::{SKILL_MD, SkillMeta, check_name};
+pub use meta::{SKILL_MD, SkillMeta, check_name, parse_skill_md};
