@@ -452,13 +452,13 @@ fn capabilities_list_only_runnable_handlers_and_validate_refuses_the_others_with
             "lab",
             json!({"version": 1, "hooks": {"tool:before": [
                 {"handler": {"type": "command", "command": "true"}},
-                {"handler": {"type": "mcp_tool", "server": "lab", "tool": "check"}},
+                {"handler": {"type": "http", "url": "https://hooks.example.com/a", "connection": "audit"}},
                 {"handler": {"type": "verifier", "agent": "ghost"}}
             ]}}),
         )
         .unwrap();
     let caps: Value = serde_json::from_str(&ok(polpo(dir.path(), &["hooks", "capabilities", "--json"], &[]))).unwrap();
-    assert_eq!(caps["handlers"], json!(["command", "http", "tool", "prompt", "verifier"]));
+    assert_eq!(caps["handlers"], json!(["command", "http", "tool", "mcp_tool", "prompt", "verifier"]));
     let out = polpo(dir.path(), &["validate", "--json"], &[]);
     assert_eq!(out.status.code(), Some(1));
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();

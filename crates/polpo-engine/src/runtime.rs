@@ -29,11 +29,11 @@ use polpo_core::problem::Problem;
 use polpo_core::redact::Redactor;
 use polpo_llm::{ModelProvider, Providers, ResolveError};
 use polpo_store::{Clock, IdGen, NewMessage, NewSession, Session, Store};
-use polpo_tools::{Tool, ToolContext};
+use polpo_tools::{Tool, ToolContext, ToolSource};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -181,6 +181,9 @@ async fn suggestions(
     }
 }
 
+/// An agent's run-time tools as last seen, and the tool set compiled with them.
+type AgentTools = (Vec<Arc<dyn Tool>>, Arc<ToolSet>);
+
 /// The runtime: one per server or CLI process.
 pub struct Runtime {
     loaded: RwLock<Arc<Loaded>>,
@@ -189,6 +192,11 @@ pub struct Runtime {
     tools: Arc<ToolSet>,
     /// The system tools plus `skill_list` and `skill_read`, for agents with skills.
     skilled_tools: Arc<ToolSet>,
+    /// Where an agent's run-time tools come from (its MCP servers), when anywhere.
+    tool_source: Option<Arc<dyn ToolSource>>,
+    /// Per agent, the run-time tools last seen and the tool set compiled with them, so
+    /// schemas are compiled again only when a server's listing changes.
+    agent_tools: Mutex<HashMap<String, AgentTools>>,
     hook_runtime: HookRuntime,
     offline_model: Option<String>,
     bus: EventBus,
@@ -210,6 +218,8 @@ impl Runtime {
             skilled_tools: Arc::new(ToolSet::new(
                 polpo_tools::tools::system_tools().into_iter().chain(polpo_skills::skill_tools()).collect(),
             )),
+            tool_source: None,
+            agent_tools: Mutex::default(),
             hook_runtime: HookRuntime::from_env(),
             offline_model: None,
             bus,
@@ -250,10 +260,33 @@ impl Runtime {
         self
     }
 
-    /// The built-in tools an invocation of `agent` starts from: with the skill tools when it
-    /// has skills assigned.
-    fn base_tools(&self, agent: &Agent) -> &Arc<ToolSet> {
-        if assigned_skills(agent).is_empty() { &self.tools } else { &self.skilled_tools }
+    /// Add each agent's run-time tools from `source` (its MCP servers) to the built-in ones;
+    /// they run under the same policy, hooks and schema checks.
+    pub fn with_tool_source(mut self, source: Arc<dyn ToolSource>) -> Self {
+        self.tool_source = Some(source);
+        self
+    }
+
+    /// The tools of `agent` for one invocation running in `ctx`: the built-in ones, plus
+    /// what the tool source has for it.
+    async fn agent_tool_set(&self, agent: &Agent, ctx: &ToolContext) -> Arc<ToolSet> {
+        let base = self.base_tools(agent);
+        let Some(source) = &self.tool_source else { return base.clone() };
+        let extra = source.tools_for(agent, ctx).await;
+        if extra.is_empty() {
+            return base.clone();
+        }
+        let mut cache = self.agent_tools.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((seen, set)) = cache.get(&agent.id)
+            && seen.len() == extra.len()
+            && seen.iter().zip(&extra).all(|(a, b)| Arc::ptr_eq(a, b))
+        {
+            return set.clone();
+        }
+        let builtin = base.specs().filter_map(|s| base.get(&s.name).cloned());
+        let set = Arc::new(ToolSet::new(builtin.chain(extra.iter().cloned()).collect()));
+        cache.insert(agent.id.clone(), (extra, set.clone()));
+        set
     }
 
     /// Cut the values of `redactor` (filled from the vault) out of hook envelopes and tool
@@ -266,6 +299,12 @@ impl Runtime {
     /// The redaction list this runtime applies.
     pub fn redactor(&self) -> &Redactor {
         &self.redactor
+    }
+
+    /// The built-in tools an invocation of `agent` starts from: with the skill tools when it
+    /// has skills assigned.
+    fn base_tools(&self, agent: &Agent) -> &Arc<ToolSet> {
+        if assigned_skills(agent).is_empty() { &self.tools } else { &self.skilled_tools }
     }
 
     /// Override how hooks run (tests let `http` hooks reach loopback).
@@ -389,6 +428,7 @@ impl Runtime {
         let run_id = input.run_id.take().unwrap_or_else(|| format!("chat-{}", self.ids().next_id()));
         let provider = self.provider_for_input(&loaded, agent, &input)?;
         let mut invocation = self.invocation(&loaded, agent, provider, &input, &run_id, cancel)?;
+        invocation.tools = self.agent_tool_set(agent, &invocation.tool_context).await;
         // Checked before the session is created, so a refused request leaves nothing behind.
         invocation.check()?;
         let (session, history, new_messages) = self.prepare_session(&input, &run_id).await?;
@@ -436,7 +476,8 @@ impl Runtime {
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
         let provider = self.provider_for_input(&loaded, agent, input)?;
         let run_id = input.run_id.clone().unwrap_or_default();
-        let invocation = self.invocation(&loaded, agent, provider, input, &run_id, cancel)?;
+        let mut invocation = self.invocation(&loaded, agent, provider, input, &run_id, cancel)?;
+        invocation.tools = self.agent_tool_set(agent, &invocation.tool_context).await;
         Ok(crate::tools::exec::call_direct(&invocation, name, arguments, sink).await)
     }
 
@@ -461,6 +502,7 @@ impl Runtime {
         let session_id = input.session_id.clone().unwrap_or_default();
         let cancel = CancellationToken::new();
         let mut invocation = self.invocation(&loaded, agent, provider, &input, &run_id, &cancel)?;
+        invocation.tools = self.agent_tool_set(agent, &invocation.tool_context).await;
         let session =
             self.store.sessions.get_session(&session_id).await?.ok_or(ChatError::SessionNotFound(session_id))?;
         if let Some(hooks) = &mut invocation.hooks {
@@ -672,8 +714,9 @@ impl Runtime {
 }
 
 /// Where the agent's tools run: the project's work dir, confined to `allowedPaths`, with the
-/// agent's memory file, cancelled with the request.
-fn tool_context(project: &Project, agent: &Agent, cancel: &CancellationToken) -> ToolContext {
+/// agent's memory file, cancelled with the request. Public for the tools started outside a
+/// request under the same confinement (`polpo mcp list` connecting an agent's MCP servers).
+pub fn tool_context(project: &Project, agent: &Agent, cancel: &CancellationToken) -> ToolContext {
     let workspace: PathBuf = match project.settings().work_dir.as_deref() {
         Some(dir) => project.root.join(dir),
         None => project.root.clone(),

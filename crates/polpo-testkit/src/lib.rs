@@ -16,6 +16,7 @@
 //! ```
 
 mod anthropic;
+pub mod mcp_demo;
 mod openai;
 pub mod pg;
 mod project;

@@ -2,7 +2,7 @@
 //!
 //! The reference system defines them and a project may carry them, so refusing them would break
 //! compatible projects; ignoring them silently would let a user believe, say, that an agent
-//! has its MCP servers. `polpo validate` therefore warns about each one present, with the file
+//! has its memory. `polpo validate` therefore warns about each one present, with the file
 //! and JSON pointer, naming what would act on it. The list shrinks as the capabilities land.
 
 use super::codes;
@@ -11,7 +11,6 @@ use crate::problem::Problem;
 
 /// `(field, what it needs)` for every agent field parsed but not acted on yet.
 const UNAVAILABLE_AGENT_FIELDS: &[(&str, &str)] = &[
-    ("mcpServers", "an MCP client"),
     // `assignedLoops` and `defaultLoop` act: a chat runs the named or default loop.
     ("executionRouter", "the execution router (automatic loop selection)"),
     ("loops", "Project Loops"),

@@ -11,15 +11,13 @@ use serde_json::{Value, json};
 
 /// Handler kinds this runtime executes. The capabilities payload lists exactly these, and a pack
 /// using another kind is refused when the project loads, so nothing is accepted that would fail
-/// every matching call at run time. `mcp_tool` joins when the MCP client lands.
-pub const RUNNABLE_HANDLERS: [&str; 5] = ["command", "http", "tool", "prompt", "verifier"];
+/// every matching call at run time. `mcp_tool` calls `mcp__<server>__<tool>` of the agent's
+/// MCP servers through the same tool gates as `tool`.
+pub const RUNNABLE_HANDLERS: [&str; 6] = ["command", "http", "tool", "mcp_tool", "prompt", "verifier"];
 
 /// Why this runtime cannot run `handler`, if it cannot.
 pub fn unavailable(handler: &Handler) -> Option<String> {
     match handler {
-        Handler::McpTool { server, .. } => Some(format!(
-            "mcp_tool handlers need an MCP client, which this runtime does not have yet (server `{server}`)"
-        )),
         Handler::Http { connection: Some(name), .. } => {
             Some(format!("connection `{name}` cannot be resolved: project Connections are not available yet"))
         }
@@ -105,15 +103,15 @@ mod tests {
     #[test]
     fn lists_only_handlers_this_runtime_runs() {
         let c = capabilities(HostHooks { hooks_enabled: true, managed: false });
-        assert!(!c["handlers"].to_string().contains("mcp_tool"), "{c}");
-        assert_eq!(c["terminationGate"]["validators"], json!(["command", "http", "tool"]));
+        assert!(c["handlers"].to_string().contains("mcp_tool"), "{c}");
+        assert_eq!(c["terminationGate"]["validators"], json!(["command", "http", "tool", "mcp_tool"]));
     }
 
     #[test]
-    fn a_pack_with_an_mcp_tool_handler_is_located_as_unrunnable() {
+    fn a_pack_with_a_connection_backed_http_handler_is_located_as_unrunnable() {
         let doc = json!({"version": 1, "hooks": {"tool:before": [
-            {"handler": {"type": "command", "command": "true"}},
-            {"handler": {"type": "mcp_tool", "server": "lab", "tool": "check"}}
+            {"handler": {"type": "mcp_tool", "server": "lab", "tool": "check"}},
+            {"handler": {"type": "http", "url": "https://hooks.example.com/a", "connection": "audit"}}
         ]}});
         let (pack, problems) = crate::hooks::validate::check_document("p", &doc, &Default::default());
         assert!(problems.is_empty(), "{problems:?}");

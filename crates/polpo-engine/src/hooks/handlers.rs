@@ -29,6 +29,10 @@ pub(super) async fn run(
             http::run(runtime, url, headers, envelope, body, timeout).await
         }
         Handler::Tool { tool, input, .. } => with_timeout(timeout, run_tool(inv, tool, input, envelope)).await,
+        Handler::McpTool { server, tool, input, .. } => {
+            let name = format!("mcp__{server}__{tool}");
+            with_timeout(timeout, run_tool(inv, &name, input, envelope)).await
+        }
         Handler::Prompt { prompt, model, .. } => {
             with_timeout(timeout, run_prompt(inv, prompt, model.as_deref(), &body)).await
         }
@@ -39,7 +43,7 @@ pub(super) async fn run(
                 format!("verifier agent `{agent}` was not resolved for this invocation"),
             )),
         },
-        Handler::Http { connection: Some(_), .. } | Handler::McpTool { .. } => Err(HookFailure::new(
+        Handler::Http { connection: Some(_), .. } => Err(HookFailure::new(
             FailureCause::Unavailable,
             unavailable(handler).unwrap_or_else(|| "this handler cannot run here".into()),
         )),

@@ -289,7 +289,7 @@ async fn a_gate_whose_validator_cannot_run_blocks_before_inference() {
     let p = pack(
         "quality",
         json!({"version": 1, "hooks": {"turn:stop": [{"terminationGate": {
-        "validator": {"type": "mcp_tool", "server": "ci", "tool": "check"}, "maxCycles": 1, "maxDurationMs": 60000}}]}}),
+        "validator": {"type": "http", "url": "https://hooks.example.com/check", "connection": "ci"}, "maxCycles": 1, "maxDurationMs": 60000}}]}}),
     );
     let llm = FakeLlm::start([Turn::text("unvalidated")]).await.unwrap();
     let seen = run(&invocation(&llm, &ws, Some(hooks(&[p]))), "task").await;
