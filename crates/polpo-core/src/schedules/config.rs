@@ -301,7 +301,8 @@ const POLICY: Shape = Shape::Object(&[&[
     Field::optional("catchUp", Shape::Enum(CatchUp::NAMES)),
     Field::optional("catchUpLimit", Shape::Integer { min: 1, max: MAX_CATCH_UP_LIMIT as i64 }),
     Field::optional("misfireGraceSeconds", Shape::Integer { min: 0, max: 7 * 24 * 3600 }),
-    Field::optional("maxConcurrency", Shape::Integer { min: 1, max: 1000 }),
+    // The scheduler counts running invocations among a schedule's newest 100 runs.
+    Field::optional("maxConcurrency", Shape::Integer { min: 1, max: 100 }),
 ]]);
 
 /// The top level of a v2 file; `timing` and `invocation` are checked by their kind.

@@ -1,0 +1,63 @@
+//! What the scheduler costs per fire: one pass that fires 200 due occurrences of an
+//! every-second schedule (claim record, durable run start through `RunManager::invoke`,
+//! record update), on SQLite and PostgreSQL, the model being the scripted fake. Ignored by
+//! default; `cargo test -p polpo-scheduler --test bench_fire -- --ignored --nocapture`.
+//! Prints figures, asserts only that every occurrence fired.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use chrono::{DateTime, Duration, Utc};
+use polpo_engine::runs::{RunManager, RunOptions};
+use polpo_engine::{Loaded, Runtime};
+use polpo_llm::Providers;
+use polpo_scheduler::Scheduler;
+use polpo_store::{ManualClock, StoreKind, open_store};
+use polpo_testkit::pg::PgSchema;
+use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const FIRES: i64 = 200;
+
+async fn measure(kind: StoreKind, url: Option<String>, llm: &FakeLlm) -> std::time::Duration {
+    let dir = tempfile::tempdir().unwrap();
+    ProjectFixture::new(dir.path(), json!({}))
+        .unwrap()
+        .agent("reporter", json!({"model": "openai/fake-model"}), "Report.")
+        .unwrap();
+    std::fs::create_dir_all(dir.path().join(".polpo/schedules")).unwrap();
+    let schedule = json!({
+        "timing": {"kind": "cron", "expression": "* * * * * *"},
+        "invocation": {"surface": "agent", "agentName": "reporter", "input": {"prompt": "Report."}},
+        "policy": {"misfireGraceSeconds": 3600, "maxConcurrency": 100}
+    });
+    std::fs::write(dir.path().join(".polpo/schedules/tick.json"), schedule.to_string()).unwrap();
+    let project = polpo_project::load_project(dir.path()).unwrap();
+    let start: DateTime<Utc> = "2026-01-01T00:00:00Z".parse().unwrap();
+    let clock = Arc::new(ManualClock::new(start));
+    let store = open_store(kind, dir.path(), url.as_deref(), clock.clone()).await.unwrap();
+    let runtime =
+        Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store));
+    let scheduler = Scheduler::new(RunManager::new(runtime, RunOptions::default()));
+    scheduler.tick().await.unwrap();
+    clock.advance(Duration::seconds(FIRES));
+    let began = std::time::Instant::now();
+    let pass = scheduler.tick().await.unwrap();
+    let took = began.elapsed();
+    assert_eq!(pass.fired + pass.failed, FIRES as usize);
+    scheduler.settled().await;
+    took / FIRES as u32
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark"]
+async fn cost_per_fire() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start_repeating([Turn::text("reported")]).await.unwrap();
+    let sqlite = measure(StoreKind::Sqlite, None, &llm).await;
+    let schema = PgSchema::create().await.unwrap();
+    let postgres = measure(StoreKind::Postgres, Some(schema.url()), &llm).await;
+    schema.drop_schema().await.unwrap();
+    println!("scheduler cost per fire (claim + durable run start + record): sqlite {sqlite:?}, postgres {postgres:?}");
+}
