@@ -47,6 +47,9 @@ enum Command {
     /// Install, list, assign, update or remove Agent Skills (`.polpo/skills/`).
     #[command(subcommand)]
     Skills(commands::skills::Command),
+    /// Show agents' MCP servers and tools, or serve the agents over MCP (stdio).
+    #[command(subcommand)]
+    Mcp(commands::mcp::Command),
     /// Hash an API key for `apiKeys` in project.json.
     #[command(subcommand)]
     Keys(commands::keys::Command),
@@ -81,6 +84,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Loops(command) => commands::loops::run(global, command),
         Command::Skills(command) => commands::skills::run(global, command),
         Command::Hooks(command) => commands::hooks::run(global, command),
+        Command::Mcp(command) => commands::mcp::run(global, command),
         Command::Keys(command) => commands::keys::run(command),
         Command::Models(command) => commands::models::run(command),
         Command::Dev(args) => commands::serve::run(global, args, true),

@@ -102,6 +102,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(routes::missions::router())
         .merge(routes::vault::router())
         .merge(routes::skills::router())
+        .merge(routes::mcp::router(&state))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     // Layers run outside in: the last added sees the request first.
     open.merge(routes::dashboard::router())

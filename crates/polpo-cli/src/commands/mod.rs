@@ -8,6 +8,7 @@ pub mod db;
 pub mod hooks;
 pub mod keys;
 pub mod loops;
+pub mod mcp;
 pub mod migrate;
 pub mod models;
 pub mod providers;

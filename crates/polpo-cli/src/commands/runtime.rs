@@ -6,9 +6,14 @@ use polpo_core::config::Project;
 use polpo_core::redact::Redactor;
 use polpo_engine::{Loaded, Runtime};
 use polpo_llm::Providers;
+use polpo_mcp::McpClients;
 use polpo_store::{StoreKind, SystemClock, open_store};
 use polpo_vault::{KeySources, Vault};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
+
+/// The MCP connections of this process: one set, shared by every invocation of every agent,
+/// and stopped (stdio servers included) when the command ends.
+pub static MCP: LazyLock<Arc<McpClients>> = LazyLock::new(|| Arc::new(McpClients::new()));
 
 /// The runtime for `project`. When this binary can run the offline model and it is
 /// installed, agents whose providers have no API key use it instead of failing.
@@ -21,7 +26,8 @@ pub async fn open(project: Project) -> anyhow::Result<Arc<Runtime>> {
     let store = open_store(kind, &root, database_url.as_deref(), Arc::new(SystemClock))
         .await
         .context("cannot open the project store")?;
-    let mut runtime = Runtime::new(loaded, providers, store).with_redactor(vault_redactor(&root));
+    let mut runtime =
+        Runtime::new(loaded, providers, store).with_tool_source(MCP.clone()).with_redactor(vault_redactor(&root));
     if let Some(model) = super::providers::installed_local_default() {
         runtime = runtime.with_offline_model(model);
     }

@@ -111,6 +111,7 @@ async fn serve(
     let limits = Limits::configured(max_connections, state.keys.is_empty());
     polpo_server::serve::run(listener, router(state), limits, stopped).await;
     handover.await.context("the hand-over of running runs failed")?;
+    super::runtime::MCP.shutdown().await;
     eprintln!("polpo stopped");
     Ok(ExitCode::SUCCESS)
 }

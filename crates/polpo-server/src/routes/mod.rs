@@ -7,6 +7,7 @@ pub mod events;
 pub mod health;
 pub mod loop_runs;
 pub mod loops;
+pub mod mcp;
 pub mod missions;
 pub mod models;
 pub mod openapi;

@@ -123,6 +123,7 @@ pub const ROUTES: &[Route] = &[
     op("get", V1, &["/models"], "listModels", "chat", "Agents (as `agent/<id>` and `<id>`) and model profiles, as OpenAI models.").returns(200, Body::Raw("ModelList")),
     op("get", BOTH, &["/hooks/capabilities"], "hookCapabilities", "system", "The runtime hooks contract this host implements.").returns(200, Body::Raw("Object")),
     op("get", BOTH, &["/openapi.json"], "openapi", "system", "This document.").returns(200, Body::Raw("Object")),
+    op("post", ROOT, &["/mcp"], "mcp", "mcp", "MCP (streamable HTTP, JSON-RPC): each agent is a tool `ask_<agent>` taking `prompt` and an optional `sessionId`.").request("Object").returns(200, Body::Raw("Object")),
     op("get", BOTH, &["/events"], "events", "events", "SSE: live runtime events (session, run, tool, task) with ids; `Last-Event-ID` (or `?after=`) resumes.")
         .query(&[("after", "resume after this event id"), ("filter", "event-name globs, comma-separated or repeated")])
         .returns(200, Body::Sse),

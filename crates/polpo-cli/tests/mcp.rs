@@ -1,0 +1,230 @@
+//! MCP end to end: agents using a real stdio MCP server (the testkit's `polpo-mcp-demo`, written
+//! with rmcp's server side) through `polpo serve`, `polpo mcp list`, and an rmcp client asking
+//! Polpo's agents on `/mcp`. The model is the testkit's strict fake; everything else is real.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use support::ServerProcess;
+
+/// `assistant` may use the demo server's tools; `narrow` lists the same server but its policy
+/// excludes `mcp__demo__*`.
+fn project(dir: &Path) {
+    let demo = polpo_testkit::mcp_demo::demo_bin().unwrap();
+    let servers = json!({"demo": {"type": "stdio", "command": demo.to_str().unwrap()}});
+    ProjectFixture::new(dir, json!({"storage": "file"}))
+        .unwrap()
+        .agent(
+            "assistant",
+            json!({"model": "openai/gpt-4o-mini", "allowedTools": ["read", "mcp__demo__*"], "mcpServers": servers}),
+            "You use the demo tools.",
+        )
+        .unwrap()
+        .agent(
+            "narrow",
+            json!({"model": "openai/gpt-4o-mini", "allowedTools": ["read"], "mcpServers": servers}),
+            "You read files.",
+        )
+        .unwrap();
+}
+
+async fn chat(url: &str, agent: &str, text: &str, session: Option<&str>) -> (Value, String) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&json!({"agent": agent, "messages": [{"role": "user", "content": text}]}));
+    if let Some(id) = session {
+        request = request.header("x-session-id", id);
+    }
+    let response = request.send().await.unwrap();
+    let session = response.headers()["x-session-id"].to_str().unwrap().to_owned();
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    (body, session)
+}
+
+fn offered_tools(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The content of the last tool message the model was sent.
+fn last_tool_result(request: &Value) -> String {
+    let messages = request["messages"].as_array().unwrap();
+    let tool = messages.iter().rev().find(|m| m["role"] == "tool").expect("a tool result");
+    tool["content"].as_str().unwrap().to_owned()
+}
+
+fn instance_in(result: &str) -> u128 {
+    result.rsplit("(instance ").next().unwrap().trim_end_matches(')').parse().unwrap()
+}
+
+/// The host pids of the running processes of program `exe` that descend from `root`.
+fn descendants_running(root: u32, exe: &Path) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut family = vec![root as i32];
+    let mut i = 0;
+    while i < family.len() {
+        let parent = family[i];
+        family.extend(parents.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
+        i += 1;
+    }
+    family
+        .into_iter()
+        .filter(|pid| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| e == exe) && !dead(*pid))
+        .collect()
+}
+
+/// True once `pid` no longer runs (gone, or a zombie its parent has not reaped yet).
+fn dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_calls_its_stdio_mcp_server_and_a_killed_server_is_restarted_on_the_next_call() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("mcp__demo__echo", json!({"text": "hello"}))]),
+        Turn::text("The server said hello."),
+        Turn::tool_calls(vec![("mcp__demo__echo", json!({"text": "again"}))]),
+        Turn::text("It answered again."),
+        Turn::text("I can only read files."),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let base = llm.base_url();
+    let server = ServerProcess::start(
+        "serve",
+        dir.path(),
+        &[],
+        &[("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk-upstream")],
+    );
+
+    let (body, session) = chat(&server.url, "assistant", "Echo hello", None).await;
+    assert_eq!(body["choices"][0]["message"]["content"], "The server said hello.");
+    let requests = llm.requests();
+    let tools = offered_tools(&requests[0].body);
+    assert!(tools.contains(&"mcp__demo__echo".to_owned()) && tools.contains(&"mcp__demo__add".to_owned()), "{tools:?}");
+    let first = last_tool_result(&requests[1].body);
+    assert!(first.starts_with("echo: hello (instance "), "{first}");
+
+    // The server dies between two turns of the session: the next call starts it again.
+    let demo = std::fs::canonicalize(polpo_testkit::mcp_demo::demo_bin().unwrap()).unwrap();
+    let running = descendants_running(server.child.id(), &demo);
+    assert_eq!(running.len(), 1, "one shared demo server runs: {running:?}");
+    nix_kill(running[0]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !dead(running[0]) {
+        assert!(Instant::now() < deadline, "pid {} survived SIGKILL", running[0]);
+        std::thread::yield_now();
+    }
+    let (body, _) = chat(&server.url, "assistant", "Echo again", Some(&session)).await;
+    assert_eq!(body["choices"][0]["message"]["content"], "It answered again.");
+    let second = last_tool_result(&llm.requests()[3].body);
+    assert!(second.starts_with("echo: again (instance "), "{second}");
+    assert_ne!(instance_in(&second), instance_in(&first), "a new server process answered");
+    assert_eq!(descendants_running(server.child.id(), &demo).len(), 1, "the dead one was replaced, not duplicated");
+
+    // Same server, but a policy without `mcp__demo__*`: the model is never offered its tools.
+    let (body, _) = chat(&server.url, "narrow", "Echo something", None).await;
+    assert_eq!(body["choices"][0]["message"]["content"], "I can only read files.");
+    let tools = offered_tools(&llm.requests()[4].body);
+    assert!(!tools.iter().any(|t| t.starts_with("mcp__")), "{tools:?}");
+}
+
+fn nix_kill(pid: i32) {
+    let status = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn mcp_list_connects_and_shows_each_agents_servers_and_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let out = support::polpo(&["mcp", "list", "--agent", "assistant", "--project", dir.path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("assistant  demo  stdio  connected"), "{stdout}");
+    assert!(stdout.contains("tools: mcp__demo__echo, mcp__demo__add"), "{stdout}");
+    assert!(!stdout.contains("narrow"), "--agent shows one agent: {stdout}");
+
+    // A server that cannot start is reported, and the command fails.
+    let agent = dir.path().join(".polpo/agents/narrow/agent.json");
+    let mut config: Value = serde_json::from_str(&std::fs::read_to_string(&agent).unwrap()).unwrap();
+    config["mcpServers"] = json!({"gone": {"type": "stdio", "command": "/nonexistent/mcp-server"}});
+    std::fs::write(&agent, config.to_string()).unwrap();
+    let out = support::polpo(&["mcp", "list", "--json", "--project", dir.path().to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gone = rows.as_array().unwrap().iter().find(|r| r["server"] == "gone").unwrap();
+    assert_eq!(gone["status"], "error");
+    assert!(
+        gone["error"].as_str().unwrap().contains("mcp_server_unavailable")
+            || gone["error"].as_str().unwrap().contains("spawn_failed"),
+        "{gone}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_rmcp_client_lists_polpos_agents_on_mcp_and_gets_an_answer() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([Turn::text("Hello from the assistant.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let base = llm.base_url();
+    let server = ServerProcess::start(
+        "serve",
+        dir.path(),
+        &[],
+        &[("POLPO_API_KEY", "sk-polpo-mcp"), ("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk-upstream")],
+    );
+    let url = format!("{}/mcp", server.url);
+
+    // Without the key the endpoint refuses, like every other route.
+    let refused = ().serve(StreamableHttpClientTransport::from_uri(url.clone())).await;
+    assert!(refused.is_err(), "connected without an API key");
+
+    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header("sk-polpo-mcp");
+    let client = ().serve(StreamableHttpClientTransport::from_config(config)).await.unwrap();
+    let tools = client.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, ["ask_assistant", "ask_narrow"]);
+    let mut args = serde_json::Map::new();
+    args.insert("prompt".into(), json!("Say hello"));
+    let result = client.call_tool(CallToolRequestParams::new("ask_assistant").with_arguments(args)).await.unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let answer = result.structured_content.unwrap();
+    assert_eq!(answer["answer"], "Hello from the assistant.");
+    assert!(answer["sessionId"].as_str().is_some_and(|s| !s.is_empty()), "{answer}");
+    assert_eq!(llm.requests()[0].body["messages"].as_array().unwrap().last().unwrap()["content"], "Say hello");
+    client.cancel().await.unwrap();
+}
