@@ -67,6 +67,12 @@ enum Command {
     /// The project's schedules and their next occurrences (`list`, `show`, `next <id>`).
     #[command(subcommand)]
     Schedules(commands::schedules::Command),
+    /// List or test the project's Connections (`.polpo/connections/`).
+    #[command(subcommand)]
+    Connections(commands::connections::Command),
+    /// List, validate or run the project's custom tools (`.polpo/tools/`).
+    #[command(subcommand)]
+    Tools(commands::tools::Command),
     /// Store, list or remove encrypted credentials (`.polpo/vault.enc`); values never on argv.
     #[command(subcommand)]
     Vault(commands::vault::Command),
@@ -93,6 +99,8 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Runs(args) => commands::runs::run(global, args),
         Command::Schedules(command) => commands::schedules::run(global, command),
         Command::Vault(command) => commands::vault::run(global, command),
+        Command::Connections(command) => commands::connections::run(global, command),
+        Command::Tools(command) => commands::tools::run(global, command),
         Command::Completions(args) => commands::completions::run(args, &mut Cli::command()),
     }
 }

@@ -289,6 +289,18 @@ impl Runtime {
         set
     }
 
+    /// Add the project's custom tools (`.polpo/tools/`) to the built-in ones of every agent;
+    /// like them, an agent reaches one only through its tool policy, hooks and schema checks.
+    pub fn with_custom_tools(mut self, custom: Vec<Arc<dyn Tool>>) -> Self {
+        let extend = |set: &ToolSet| {
+            let builtin = set.specs().filter_map(|s| set.get(&s.name).cloned());
+            Arc::new(ToolSet::new(builtin.chain(custom.iter().cloned()).collect()))
+        };
+        self.tools = extend(&self.tools);
+        self.skilled_tools = extend(&self.skilled_tools);
+        self
+    }
+
     /// Cut the values of `redactor` (filled from the vault) out of hook envelopes and tool
     /// results; the list may change while the runtime serves (a vault write refills it).
     pub fn with_redactor(mut self, redactor: Redactor) -> Self {

@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod completions;
+pub mod connections;
 pub mod create;
 pub mod db;
 pub mod hooks;
@@ -17,6 +18,7 @@ pub mod runs;
 pub mod runtime;
 pub mod schedules;
 pub mod serve;
+pub mod tools;
 pub mod skills;
 pub mod validate;
 pub mod vault;

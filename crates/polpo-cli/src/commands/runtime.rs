@@ -8,6 +8,7 @@ use polpo_engine::{Loaded, Runtime};
 use polpo_llm::Providers;
 use polpo_mcp::McpClients;
 use polpo_store::{StoreKind, SystemClock, open_store};
+use polpo_tools::Tool;
 use polpo_vault::{KeySources, Vault};
 use std::sync::{Arc, LazyLock};
 
@@ -26,8 +27,12 @@ pub async fn open(project: Project) -> anyhow::Result<Arc<Runtime>> {
     let store = open_store(kind, &root, database_url.as_deref(), Arc::new(SystemClock))
         .await
         .context("cannot open the project store")?;
-    let mut runtime =
-        Runtime::new(loaded, providers, store).with_tool_source(MCP.clone()).with_redactor(vault_redactor(&root));
+    let redactor = vault_redactor(&root);
+    let custom = super::tools::project_tools(&root, &redactor)?.into_iter().map(|t| t as Arc<dyn Tool>).collect();
+    let mut runtime = Runtime::new(loaded, providers, store)
+        .with_tool_source(MCP.clone())
+        .with_redactor(redactor)
+        .with_custom_tools(custom);
     if let Some(model) = super::providers::installed_local_default() {
         runtime = runtime.with_offline_model(model);
     }

@@ -1,0 +1,182 @@
+//! The seed's custom tools through `polpo serve`: the model calls `site_publish`, whose
+//! headers come from a Connection whose secret is in the vault; a site API that echoes the
+//! `Authorization` header it got puts the secret into the tool's result, and the secret then
+//! appears nowhere: not in what the model is sent, the session API, the run's events, the
+//! server's output or the hook envelopes. `site_context_get` gets its tenant from metadata.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use serde_json::{Value, json};
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use support::ServerProcess;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const SECRET: &str = "site-secret-7a6b5c4d3e2f";
+const TENANT: &str = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f";
+
+fn copy_fixture(name: &str, root: &Path) {
+    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../polpo-custom-tools/tests/fixtures").join(name);
+    let to = root.join(".polpo/tools").join(name);
+    std::fs::create_dir_all(&to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// A site API answering `published by <the Authorization header it got>`.
+async fn echoing_site_api() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut buf = vec![0u8; 4096];
+            loop {
+                let n = socket.read(&mut buf).await.unwrap();
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request).to_string();
+                let Some((head, body)) = text.split_once("\r\n\r\n") else { continue };
+                let length = head
+                    .lines()
+                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(0);
+                if body.len() >= length || n == 0 {
+                    let auth =
+                        head.lines().find(|l| l.to_ascii_lowercase().starts_with("authorization:")).unwrap_or("");
+                    let reply = format!("published by {auth}");
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
+                        reply.len()
+                    );
+                    socket.write_all(response.as_bytes()).await.unwrap();
+                    break;
+                }
+            }
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connection_secret_reaches_the_site_api_and_nothing_else() {
+    let (dir, outside) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let envelopes = outside.path().join("envelopes.jsonl");
+    let record = format!("cat >> '{}'; echo '{{\"decision\":\"allow\"}}'", envelopes.display());
+    ProjectFixture::new(dir.path(), json!({"storage": "file"}))
+        .unwrap()
+        .agent(
+            "publisher",
+            json!({"model": "openai/gpt-4o-mini", "allowedTools": ["site_publish", "site_context_get"], "hooks": ["audit"]}),
+            "You publish sites.",
+        )
+        .unwrap()
+        .hook_pack("audit", json!({"version": 1, "hooks": {
+            "tool:before": [{"handler": {"type": "command", "command": record}}],
+            "tool:after": [{"handler": {"type": "command", "command": record}}]
+        }}))
+        .unwrap();
+    copy_fixture("site_publish", dir.path());
+    copy_fixture("site_context_get", dir.path());
+    let connection = json!({"provider": "sitoinchat", "scopes": ["site:read", "site:write"], "auth": {"type": "bearer", "token": "${vault:site:key}"}});
+    std::fs::create_dir_all(dir.path().join(".polpo/connections")).unwrap();
+    std::fs::write(dir.path().join(".polpo/connections/site.json"), connection.to_string()).unwrap();
+    let key = "cd".repeat(32);
+    let mut set = Command::new(env!("CARGO_BIN_EXE_polpo"))
+        .arg("--project")
+        .arg(dir.path())
+        .args(["vault", "set", "site"])
+        .env("POLPO_VAULT_KEY", &key)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    set.stdin.take().unwrap().write_all(SECRET.as_bytes()).unwrap();
+    assert!(set.wait().unwrap().success());
+    let validate = Command::new(env!("CARGO_BIN_EXE_polpo"))
+        .arg("--project")
+        .arg(dir.path())
+        .args(["tools", "validate"])
+        .output()
+        .unwrap();
+    assert!(validate.status.success(), "{}", String::from_utf8_lossy(&validate.stdout));
+
+    let site = echoing_site_api().await;
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("site_context_get", json!({})), ("site_publish", json!({"message": "v2"}))]),
+        Turn::text("Published."),
+    ])
+    .await
+    .unwrap();
+    let base = llm.base_url();
+    let mut server = ServerProcess::start(
+        "serve",
+        dir.path(),
+        &[],
+        &[("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk"), ("POLPO_VAULT_KEY", &key)],
+    );
+    polpo_llm::install_crypto_provider();
+    let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{}/v1/chat/completions", server.url))
+        .json(&json!({"agent": "publisher", "user": "ext-42", "metadata": {"tenantId": TENANT, "grant": "site", "siteApi": site},
+                      "messages": [{"role": "user", "content": "publish"}]}))
+        .send()
+        .await
+        .unwrap();
+    let session_id = r.headers().get("x-session-id").unwrap().to_str().unwrap().to_owned();
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "Published.", "{body}");
+
+    let model_saw = llm.requests()[1].body.to_string();
+    assert!(
+        model_saw.contains(&format!("{{\\\"tenantId\\\":\\\"{TENANT}\\\"}}")),
+        "the tenant came from metadata: {model_saw}"
+    );
+    assert!(model_saw.contains("published by authorization: Bearer [REDACTED]"), "{model_saw}");
+    let tools_offered = llm.requests()[0].body["tools"].to_string();
+    assert!(tools_offered.contains("site_context_get") && !tools_offered.contains("tenantId"), "{tools_offered}");
+
+    let session = http
+        .get(format!("{}/api/v1/sessions/{session_id}/messages", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(session.contains("[REDACTED]"), "{session}");
+    // The live feed replays what this runtime emitted: sessions, messages, runs, tool calls.
+    let mut feed = http.get(format!("{}/api/v1/events?after=0", server.url)).send().await.unwrap();
+    let mut events = String::new();
+    while !events.contains("Published.") {
+        match tokio::time::timeout(std::time::Duration::from_secs(10), feed.chunk()).await {
+            Ok(Ok(Some(chunk))) => events.push_str(&String::from_utf8_lossy(&chunk)),
+            _ => break,
+        }
+    }
+    drop(feed);
+    assert!(events.contains("site_publish") && events.contains("[REDACTED]"), "{events}");
+    let hooks = std::fs::read_to_string(&envelopes).unwrap();
+    assert!(hooks.contains("site_publish"), "the hooks saw the call: {hooks}");
+    server.child.kill().unwrap();
+    while let Ok(line) = server.lines.recv_timeout(std::time::Duration::from_secs(5)) {
+        server.seen.push(line);
+    }
+    let logs = server.seen.join("\n");
+    for (what, text) in [
+        ("model", &model_saw),
+        ("session API", &session),
+        ("run events", &events),
+        ("hook envelopes", &hooks),
+        ("server output", &logs),
+    ] {
+        assert!(!text.contains(SECRET), "the secret leaked into the {what}: {text}");
+    }
+}
