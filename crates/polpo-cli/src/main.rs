@@ -64,6 +64,10 @@ enum Command {
     Run(commands::run::Args),
     /// Follow, steer, abort or reconcile a durable run on a running server.
     Runs(commands::runs::Args),
+    /// Add, list, show, retry or kill tasks on a running server.
+    Tasks(commands::tasks::TasksArgs),
+    /// Create, run, pause, resume or report missions on a running server.
+    Missions(commands::tasks::MissionsArgs),
     /// The project's schedules and their next occurrences (`list`, `show`, `next <id>`).
     #[command(subcommand)]
     Schedules(commands::schedules::Command),
@@ -97,6 +101,8 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => commands::serve::run(global, args, false),
         Command::Run(args) => commands::run::run(global, args),
         Command::Runs(args) => commands::runs::run(global, args),
+        Command::Tasks(args) => commands::tasks::run_tasks(global, args),
+        Command::Missions(args) => commands::tasks::run_missions(global, args),
         Command::Schedules(command) => commands::schedules::run(global, command),
         Command::Vault(command) => commands::vault::run(global, command),
         Command::Connections(command) => commands::connections::run(global, command),

@@ -132,6 +132,19 @@ async fn a_mission_of_two_dependent_tasks_runs_them_in_order_and_completes() {
     assert_eq!(checks[0]["passed"], true, "{checks}");
     assert_eq!(checks[1]["passed"], true, "{checks}");
     assert_eq!(build["group"], "release");
+
+    // The same from the terminal.
+    let out = support::polpo(&["missions", "report", &id, "--url", &server.url]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("allPassed true") && text.contains("Build") && text.contains("Deploy"), "{text}");
+    let out = support::polpo(&["tasks", "list", "--mission", &id, "--status", "done", "--url", &server.url])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2, "{}", String::from_utf8_lossy(&out.stdout));
+    let out = support::polpo(&["tasks", "retry", "nope", "--url", &server.url]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not_found"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

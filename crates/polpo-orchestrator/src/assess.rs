@@ -13,7 +13,7 @@ use polpo_tools::sandbox::{CommandSpec, Program, run_command, scrubbed_env};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::context::Ctx;
+use crate::context::{Ctx, round2};
 use crate::review::{Review, review};
 
 /// One check's verdict.
@@ -203,9 +203,4 @@ fn tail(s: &str, max: usize) -> &str {
         start += 1;
     }
     &s[start..]
-}
-
-/// Rounded to two decimals, like the reference's `globalScore`.
-pub(crate) fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
 }

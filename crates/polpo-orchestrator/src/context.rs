@@ -112,3 +112,8 @@ fn handed_over() -> polpo_engine::Failure {
         message: "the server is stopping; the run goes on elsewhere".into(),
     }
 }
+
+/// Rounded to two decimals, like the reference's `globalScore`.
+pub(crate) fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}

@@ -15,8 +15,7 @@ use polpo_engine::{ChatInput, Surface};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::assess::round2;
-use crate::context::{Ctx, run_to_end};
+use crate::context::{Ctx, round2, run_to_end};
 
 /// Independent reviewers per review.
 const REVIEWERS: usize = 3;

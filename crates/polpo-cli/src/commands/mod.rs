@@ -13,6 +13,7 @@ pub mod mcp;
 pub mod migrate;
 pub mod models;
 pub mod providers;
+pub mod remote;
 pub mod run;
 pub mod runs;
 pub mod runtime;
@@ -20,6 +21,7 @@ pub mod schedules;
 pub mod serve;
 pub mod tools;
 pub mod skills;
+pub mod tasks;
 pub mod validate;
 pub mod vault;
 

@@ -10,6 +10,7 @@
 //! reconciliation, 1 when it failed or was cancelled.
 
 use super::Global;
+use super::remote::{Client, ServerError};
 use anyhow::Context as _;
 use polpo_engine::events::JournalEvent;
 use polpo_llm::{SseDecoder, SseEvent};
@@ -109,16 +110,7 @@ const STREAM_SILENCE: Duration = Duration::from_secs(60);
 
 /// Run a `polpo runs` subcommand against the server.
 pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
-    let url = match args.url {
-        Some(url) => url.trim_end_matches('/').to_owned(),
-        None => format!("http://127.0.0.1:{}", default_port(global)),
-    };
-    polpo_llm::install_crypto_provider();
-    let client = Client {
-        http: reqwest::Client::new(),
-        url,
-        key: std::env::var("POLPO_API_KEY").ok().filter(|k| !k.is_empty()),
-    };
+    let client = Client::connect(global, args.url);
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
     runtime.block_on(async {
@@ -136,88 +128,6 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
             Command::Reconcile { id, outcome, key, result } => reconcile(&client, &id, outcome, key, result).await,
         }
     })
-}
-
-/// The project's `settings.port` when the project loads, else the default port.
-fn default_port(global: &Global) -> u16 {
-    let project = global.root().ok().and_then(|root| polpo_project::load_project(&root).ok());
-    project.map_or(polpo_core::config::settings::DEFAULT_PORT, |p| p.settings().port())
-}
-
-/// An error the server answered with, or `server_unreachable`.
-#[derive(Debug)]
-struct ServerError {
-    code: String,
-    message: String,
-}
-
-impl std::fmt::Display for ServerError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
-    }
-}
-
-impl std::error::Error for ServerError {}
-
-impl ServerError {
-    fn unreachable(url: &str, e: impl std::fmt::Display) -> Self {
-        Self {
-            code: "server_unreachable".into(),
-            message: format!(
-                "cannot reach the polpo server at {url} (start it with `polpo serve`, or pass --url): {e}"
-            ),
-        }
-    }
-
-    /// The error in a failed response: `{ok:false, error, code}` (run routes) or
-    /// `{error:{message, code}}` (OpenAI envelope, e.g. a missing API key).
-    async fn from_response(response: reqwest::Response) -> Self {
-        let status = response.status();
-        let body: Value = response.json().await.unwrap_or_default();
-        let text = |v: &Value| v.as_str().map(str::to_owned);
-        let code = text(&body["code"])
-            .or_else(|| text(&body["error"]["code"]))
-            .unwrap_or_else(|| format!("http_{}", status.as_u16()));
-        let message =
-            text(&body["error"]).or_else(|| text(&body["error"]["message"])).unwrap_or_else(|| status.to_string());
-        // Some messages already start with their code (`run_not_found: no run …`).
-        let message = message.strip_prefix(&format!("{code}: ")).map(str::to_owned).unwrap_or(message);
-        Self { code, message }
-    }
-}
-
-/// The server and its credentials.
-struct Client {
-    http: reqwest::Client,
-    url: String,
-    key: Option<String>,
-}
-
-impl Client {
-    fn request(&self, method: Method, path: &str) -> reqwest::RequestBuilder {
-        let request = self.http.request(method, format!("{}{path}", self.url));
-        match &self.key {
-            Some(key) => request.bearer_auth(key),
-            None => request,
-        }
-    }
-
-    /// Send a request; a success status, or the server's error.
-    async fn send(&self, request: reqwest::RequestBuilder) -> Result<reqwest::Response, ServerError> {
-        let response = request.send().await.map_err(|e| ServerError::unreachable(&self.url, e))?;
-        if response.status().is_success() { Ok(response) } else { Err(ServerError::from_response(response).await) }
-    }
-
-    /// A JSON route: its `data`.
-    async fn call(&self, method: Method, path: &str, body: Option<Value>) -> Result<Value, ServerError> {
-        let mut request = self.request(method, path);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let mut reply: Value =
-            self.send(request).await?.json().await.map_err(|e| ServerError::unreachable(&self.url, e))?;
-        Ok(reply["data"].take())
-    }
 }
 
 async fn get(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCode> {

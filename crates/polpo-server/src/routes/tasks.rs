@@ -94,7 +94,7 @@ async fn create(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> 
         Some(_) => return Err(ApiError::invalid("`draft` must be a boolean").into()),
     };
     for field in ["title", "description"] {
-        if !body.get(field).and_then(Value::as_str).is_some_and(|s| !s.trim().is_empty()) {
+        if body.get(field).and_then(Value::as_str).is_none_or(|s| s.trim().is_empty()) {
             return Err(ApiError::invalid(format!("`{field}` must be a non-empty string")).into());
         }
     }

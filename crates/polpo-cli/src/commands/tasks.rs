@@ -1,0 +1,277 @@
+//! `polpo tasks add|list|show|retry|kill|approve|reject` and `polpo missions
+//! create|list|show|execute|pause|resume|abort|report`: the tasks and missions of a running
+//! server, over its REST API (`/api/v1/tasks…`, `/api/v1/missions…`; see `remote.rs` for the
+//! address and key). `--json` prints what the server answered.
+
+use super::Global;
+use super::remote::Client;
+use anyhow::Context as _;
+use reqwest::Method;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Options of `polpo tasks`.
+#[derive(Debug, clap::Args)]
+pub struct TasksArgs {
+    /// The server (default: `http://127.0.0.1:<settings.port or 3890>`).
+    #[arg(long, global = true, value_name = "URL")]
+    url: Option<String>,
+    #[command(subcommand)]
+    command: TaskCommand,
+}
+
+/// `polpo tasks` subcommands.
+#[derive(Debug, clap::Subcommand)]
+enum TaskCommand {
+    /// Create a task; it runs as soon as its dependencies are done (unless `--draft`).
+    Add {
+        /// Short unique title.
+        title: String,
+        /// What the agent is asked to do.
+        #[arg(long, short)]
+        description: String,
+        /// The agent that runs it.
+        #[arg(long, short)]
+        agent: String,
+        /// A task id that must be done first (repeatable).
+        #[arg(long = "depends-on", value_name = "ID")]
+        depends_on: Vec<String>,
+        /// A `test` check: a shell command in the project root that must exit 0 (repeatable).
+        #[arg(long = "test", value_name = "COMMAND")]
+        tests: Vec<String>,
+        /// Automatic retries after a failure.
+        #[arg(long)]
+        max_retries: Option<u32>,
+        /// Create it as a draft (`polpo tasks` cannot queue it yet: use the REST `queue` action).
+        #[arg(long)]
+        draft: bool,
+        /// Print the server's answer as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tasks, newest first.
+    List {
+        /// Only this status (pending, in_progress, done, failed …).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this mission's tasks.
+        #[arg(long)]
+        mission: Option<String>,
+        /// Print the server's answer as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One task with its result and assessment.
+    Show {
+        /// The task id.
+        id: String,
+        /// Print the server's answer as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Queue a failed task again.
+    Retry {
+        /// The task id.
+        id: String,
+    },
+    /// Abort a task's run and fail it.
+    Kill {
+        /// The task id.
+        id: String,
+    },
+}
+
+/// Options of `polpo missions`.
+#[derive(Debug, clap::Args)]
+pub struct MissionsArgs {
+    /// The server (default: `http://127.0.0.1:<settings.port or 3890>`).
+    #[arg(long, global = true, value_name = "URL")]
+    url: Option<String>,
+    #[command(subcommand)]
+    command: MissionCommand,
+}
+
+/// `polpo missions` subcommands.
+#[derive(Debug, clap::Subcommand)]
+enum MissionCommand {
+    /// Create a draft mission from a plan file (`{tasks: [{title, description, assignTo,
+    /// dependsOn: [titles]}], checkpoints?, delays?}`).
+    Create {
+        /// The mission's name (also its tasks' group).
+        name: String,
+        /// The plan, a JSON file.
+        #[arg(long, value_name = "FILE")]
+        plan: PathBuf,
+    },
+    /// Missions, newest first.
+    List {
+        /// Print the server's answer as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One mission with its progress.
+    Show {
+        /// The mission id.
+        id: String,
+    },
+    /// Start a mission: its plan becomes tasks.
+    Execute {
+        /// The mission id.
+        id: String,
+    },
+    /// Pause an active mission.
+    Pause {
+        /// The mission id.
+        id: String,
+    },
+    /// Resume a paused mission (after a checkpoint).
+    Resume {
+        /// The mission id.
+        id: String,
+        /// Queue its failed tasks again.
+        #[arg(long)]
+        retry_failed: bool,
+    },
+    /// Cancel a mission; its running tasks are killed.
+    Abort {
+        /// The mission id.
+        id: String,
+    },
+    /// Each task's status, duration and score.
+    Report {
+        /// The mission id.
+        id: String,
+        /// Print the server's answer as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn block_on(work: impl Future<Output = anyhow::Result<ExitCode>>) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(work)
+}
+
+/// One line per task: id, status, title, agent.
+fn task_line(t: &Value) -> String {
+    let s = |k: &str| t[k].as_str().unwrap_or("-").to_owned();
+    format!("{}  {:<17} {}  ({})", s("id"), s("status"), s("title"), s("assignTo"))
+}
+
+/// Run a `polpo tasks` subcommand against the server.
+pub fn run_tasks(global: &Global, args: TasksArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(global, args.url);
+    block_on(async move {
+        let (data, json) = match args.command {
+            TaskCommand::Add { title, description, agent, depends_on, tests, max_retries, draft, json } => {
+                let expectations: Vec<Value> = tests.iter().map(|c| json!({"type": "test", "command": c})).collect();
+                let mut body = json!({"title": title, "description": description, "assignTo": agent,
+                    "dependsOn": depends_on, "expectations": expectations, "draft": draft});
+                if let Some(n) = max_retries {
+                    body["maxRetries"] = json!(n);
+                }
+                (client.call(Method::POST, "/api/v1/tasks", Some(body)).await?, json)
+            }
+            TaskCommand::List { status, mission, json } => {
+                let mut query = vec![("limit", "1000".to_owned())];
+                query.extend(status.map(|s| ("status", s)));
+                query.extend(mission.map(|m| ("missionId", m)));
+                let q: Vec<String> = query.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let data = client.call(Method::GET, &format!("/api/v1/tasks?{}", q.join("&")), None).await?;
+                if !json {
+                    for t in data["tasks"].as_array().into_iter().flatten() {
+                        println!("{}", task_line(t));
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
+                (data, true)
+            }
+            TaskCommand::Show { id, json } => {
+                (client.call(Method::GET, &format!("/api/v1/tasks/{id}"), None).await?, json)
+            }
+            TaskCommand::Retry { id } => {
+                (client.call(Method::POST, &format!("/api/v1/tasks/{id}/retry"), None).await?, false)
+            }
+            TaskCommand::Kill { id } => {
+                client.call(Method::POST, &format!("/api/v1/tasks/{id}/kill"), None).await?;
+                println!("task {id} killed");
+                return Ok(ExitCode::SUCCESS);
+            }
+        };
+        if json {
+            return super::print_json(&data);
+        }
+        let task = if data["task"].is_object() { &data["task"] } else { &data };
+        println!("{}", task_line(task));
+        if let Some(a) = task["result"]["assessment"].as_object() {
+            println!("assessment: {}", if a["passed"] == true { "passed" } else { "failed" });
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Run a `polpo missions` subcommand against the server.
+pub fn run_missions(global: &Global, args: MissionsArgs) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(global, args.url);
+    block_on(async move {
+        let path = |id: &str, action: &str| format!("/api/v1/missions/{id}/{action}");
+        let data = match args.command {
+            MissionCommand::Create { name, plan } => {
+                let text = std::fs::read_to_string(&plan).with_context(|| format!("cannot read {}", plan.display()))?;
+                let data: Value =
+                    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", plan.display()))?;
+                client.call(Method::POST, "/api/v1/missions", Some(json!({"name": name, "data": data}))).await?
+            }
+            MissionCommand::List { json } => {
+                let data = client.call(Method::GET, "/api/v1/missions?limit=1000", None).await?;
+                if json {
+                    return super::print_json(&data);
+                }
+                for m in data["missions"].as_array().into_iter().flatten() {
+                    println!(
+                        "{}  {:<10} {}",
+                        m["id"].as_str().unwrap_or("-"),
+                        m["status"].as_str().unwrap_or("-"),
+                        m["name"].as_str().unwrap_or("-")
+                    );
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            MissionCommand::Show { id } => client.call(Method::GET, &format!("/api/v1/missions/{id}"), None).await?,
+            MissionCommand::Execute { id } => client.call(Method::POST, &path(&id, "execute"), None).await?,
+            MissionCommand::Pause { id } => client.call(Method::POST, &path(&id, "pause"), None).await?,
+            MissionCommand::Resume { id, retry_failed } => {
+                client.call(Method::POST, &path(&id, "resume"), Some(json!({"retryFailed": retry_failed}))).await?
+            }
+            MissionCommand::Abort { id } => client.call(Method::POST, &path(&id, "abort"), None).await?,
+            MissionCommand::Report { id, json } => {
+                let report = client.call(Method::GET, &path(&id, "report"), None).await?;
+                if json {
+                    return super::print_json(&report);
+                }
+                for t in report["tasks"].as_array().into_iter().flatten() {
+                    let score = t["score"].as_f64().map_or("-".to_owned(), |s| format!("{s:.2}"));
+                    println!(
+                        "{:<10} {:>8} ms  score {score:>5}  {}",
+                        t["status"].as_str().unwrap_or("-"),
+                        t["duration"],
+                        t["title"].as_str().unwrap_or("-")
+                    );
+                }
+                println!("allPassed {}  avgScore {}", report["allPassed"], report["avgScore"]);
+                return Ok(ExitCode::SUCCESS);
+            }
+        };
+        println!(
+            "{}  {}  {}",
+            data["id"].as_str().unwrap_or("-"),
+            data["status"].as_str().unwrap_or("-"),
+            data["name"].as_str().unwrap_or("-")
+        );
+        Ok(ExitCode::SUCCESS)
+    })
+}
