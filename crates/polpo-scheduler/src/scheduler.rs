@@ -141,6 +141,7 @@ impl Scheduler {
         let cursor: Cursor = serde_json::from_value(record.value.clone())
             .map_err(|e| StoreError::Invalid(format!("schedule cursor `{cursor_id}`: {e}")))?;
         let plan = plan_due(&schedule.timing, &schedule.config.policy(), cursor.after, now);
+        let mut running = None;
         for due in plan.due {
             match due {
                 Due::Missed(at) => {
@@ -153,11 +154,23 @@ impl Scheduler {
                         pass.missed += 1;
                     }
                 }
-                Due::Fire(at) => match self.fire(schedule, at, occurrence_id(at), None).await? {
-                    Some(run) if run.status == RunState::Running => pass.fired += 1,
-                    Some(_) => pass.failed += 1,
-                    None => {}
-                },
+                Due::Fire(at) => {
+                    // Counted once per pass (a store lookup per recent run), then kept up to date
+                    // with this pass's own fires.
+                    let count = match running {
+                        Some(n) => n,
+                        None => self.running(schedule).await?,
+                    };
+                    running = Some(count);
+                    match self.fire(schedule, at, occurrence_id(at), None, count).await? {
+                        Some(run) if run.status == RunState::Running => {
+                            pass.fired += 1;
+                            running = Some(count + 1);
+                        }
+                        Some(_) => pass.failed += 1,
+                        None => {}
+                    }
+                }
             }
         }
         if plan.unrecorded > 0 {
@@ -198,8 +211,9 @@ impl Scheduler {
         at: DateTime<Utc>,
         id: String,
         key: Option<String>,
+        running: usize,
     ) -> Result<Option<ScheduleRun>, SchedulerError> {
-        let busy = self.running(schedule).await? >= schedule.config.policy().max_concurrency() as usize;
+        let busy = running >= schedule.config.policy().max_concurrency() as usize;
         let mut run = ScheduleRun {
             schedule_id: schedule.id.clone(),
             scheduled_for: at,
@@ -308,7 +322,8 @@ impl Scheduler {
             .get(schedule_id)
             .ok_or_else(|| SchedulerError::NotFound(schedule_id.to_owned()))?;
         let id = trigger_id(key);
-        if let Some(run) = self.fire(schedule, self.now(), id.clone(), Some(key.to_owned())).await? {
+        let running = self.running(schedule).await?;
+        if let Some(run) = self.fire(schedule, self.now(), id.clone(), Some(key.to_owned()), running).await? {
             return Ok(run);
         }
         let record = self

@@ -1,4 +1,4 @@
-//! What the scheduler costs per fire: one pass that fires 200 due occurrences of an
+//! What the scheduler costs per fire: one pass that fires 100 due occurrences of an
 //! every-second schedule (claim record, durable run start through `RunManager::invoke`,
 //! record update), on SQLite and PostgreSQL, the model being the scripted fake. Ignored by
 //! default; `cargo test -p polpo-scheduler --test bench_fire -- --ignored --nocapture`.
@@ -18,7 +18,7 @@ use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-const FIRES: i64 = 200;
+const FIRES: i64 = 100;
 
 async fn measure(kind: StoreKind, url: Option<String>, llm: &FakeLlm) -> std::time::Duration {
     let dir = tempfile::tempdir().unwrap();
@@ -45,7 +45,7 @@ async fn measure(kind: StoreKind, url: Option<String>, llm: &FakeLlm) -> std::ti
     let began = std::time::Instant::now();
     let pass = scheduler.tick().await.unwrap();
     let took = began.elapsed();
-    assert_eq!(pass.fired + pass.failed, FIRES as usize);
+    assert_eq!(pass.fired, FIRES as usize, "every occurrence fired (maxConcurrency 100)");
     scheduler.settled().await;
     took / FIRES as u32
 }
