@@ -148,6 +148,41 @@ async fn a_mission_of_two_dependent_tasks_runs_them_in_order_and_completes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_pauses_the_mission_until_resumed_and_a_delay_resumes_it_by_itself() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([Turn::text("A done."), Turn::text("B done."), Turn::text("C done.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let server = start(dir.path(), &env(&llm));
+    let task = |title: &str, after: &[&str]| json!({"title": title, "description": title, "assignTo": "builder", "dependsOn": after});
+    let plan = json!({"name": "flow", "data": {
+        "tasks": [task("A", &[]), task("B", &["A"]), task("C", &["B"])],
+        "checkpoints": [{"name": "sign-off", "afterTasks": ["A"], "blocksTasks": ["B"]}],
+        "delays": [{"name": "cool-down", "afterTasks": ["B"], "blocksTasks": ["C"], "duration": "PT1S"}]
+    }});
+    let (status, created) = call(reqwest::Method::POST, format!("{}/api/v1/missions", server.url), Some(plan)).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["data"]["id"].as_str().unwrap().to_owned();
+    call(reqwest::Method::POST, format!("{}/api/v1/missions/{id}/execute", server.url), None).await;
+    let url = format!("{}/api/v1/missions/{id}", server.url);
+
+    let paused = until(url.clone(), "the checkpoint", |m| m["status"] == "paused").await;
+    assert_eq!(paused["data"]["progress"]["checkpoints"], json!(["sign-off"]), "{paused}");
+    let tasks = get(format!("{}/api/v1/tasks?missionId={id}&status=pending", server.url)).await;
+    assert_eq!(tasks["tasks"].as_array().unwrap().len(), 2, "B and C wait: {tasks}");
+    assert_eq!(llm.requests().len(), 1, "only A ran before the checkpoint");
+
+    let (status, resumed) = call(reqwest::Method::POST, format!("{url}/resume"), Some(json!({}))).await;
+    assert_eq!(status, 200, "{resumed}");
+    let done =
+        until(url.clone(), "the mission to finish", |m| m["status"] == "completed" || m["status"] == "failed").await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let delay = &done["data"]["progress"]["delays"]["cool-down"];
+    assert_eq!(delay["expired"], true, "the delay ran out and resumed the mission: {done}");
+    assert_eq!(llm.requests().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_whose_checks_keep_failing_is_fixed_then_retried_then_failed() {
     polpo_llm::install_crypto_provider();
     // Each attempt answers without doing the work: 1 + 2 fix rounds, then one retry of the same.

@@ -102,10 +102,23 @@ pub(crate) async fn missions_in(ctx: &Ctx, status: MissionStatus) -> Result<Vec<
     }
 }
 
-/// A task nobody works on any more in a terminal status: a `failed` task still held by a
-/// worker may be about to be retried.
+/// A task that will not change by itself any more: `done`, or `failed` and no longer held (a
+/// `failed` task still held by a worker may be about to be retried).
 fn settled(t: &StoredTask, now: DateTime<Utc>) -> bool {
-    t.task.status.is_terminal() && t.claim.as_ref().is_none_or(|c| c.expires_at <= now)
+    t.task.status == TaskStatus::Done
+        || (t.task.status == TaskStatus::Failed && t.claim.as_ref().is_none_or(|c| c.expires_at <= now))
+}
+
+/// Whether a task of mission `id` just claimed may start: the mission is moved along first
+/// (a checkpoint or delay reached by the task's dependencies pauses it), then it must still
+/// be active.
+pub(crate) async fn may_start(ctx: &Ctx, id: &str) -> Result<bool, OrchestratorError> {
+    let held = get(ctx, id).await?;
+    if held.mission.status != MissionStatus::Active {
+        return Ok(false);
+    }
+    advance_active(ctx, held, ctx.now()).await?;
+    Ok(get(ctx, id).await?.mission.status == MissionStatus::Active)
 }
 
 /// Whether every task titled in `titles` is settled.

@@ -79,8 +79,14 @@ impl Orchestrator {
         if free > 0 {
             let limit = u32::try_from(free.min(100)).unwrap_or(100);
             let claimed = self.ctx.store().tasks.claim_ready(&self.ctx.worker, self.ctx.options.lease, limit).await?;
-            started += claimed.len();
             for held in claimed {
+                if let Some(mission) = &held.task.mission_id
+                    && !missions::may_start(&self.ctx, mission).await?
+                {
+                    self.ctx.store().tasks.release_task(&held.task.id, &self.ctx.worker).await?;
+                    continue;
+                }
+                started += 1;
                 self.start(held);
             }
         }
