@@ -55,11 +55,18 @@ async fn loop_run(url: &str, id: &str) -> Value {
     response.json::<Value>().await.unwrap()["data"].clone()
 }
 
-/// The stored run once `done` holds for it (polled, bounded by [`EVENTUALLY`]).
+/// The stored run once `done` holds for it (polled, bounded by [`EVENTUALLY`]); a streamed
+/// chat's run id arrives before the run's first write, so `404` only means "not yet".
 async fn until(url: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
     tokio::time::timeout(EVENTUALLY, async {
         loop {
-            let run = loop_run(url, id).await;
+            let response = reqwest::get(format!("{url}/api/v1/loop-runs/{id}")).await.unwrap();
+            if response.status() == 404 {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            assert_eq!(response.status(), 200);
+            let run = response.json::<Value>().await.unwrap()["data"].clone();
             if done(&run) {
                 return run;
             }
@@ -157,4 +164,109 @@ async fn file_store_loop_run_survives_sigkill_at_a_human_step() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_loop_run_survives_sigkill_at_a_human_step() {
     on_postgres(killed_while_a_human_step_waits_the_run_resumes_without_rerunning_the_tool).await;
+}
+
+/// A loop whose second `bash` step needs a person's approval before its tool runs.
+fn gated_project(dir: &Path, settings: Value) {
+    let flow = json!({
+        "name": "gated-build",
+        "start": "prepare",
+        "policies": [{"id": "review-build", "hook": "tool:before", "effect": "approval", "when": "step.name == 'build'", "message": "a person reviews the build"}],
+        "steps": {
+            "prepare": {"type": "tool", "tool": "bash", "input": {"command": "echo prepare >> log.txt"}, "next": "build"},
+            "build": {"type": "tool", "tool": "bash", "input": {"command": "echo build >> log.txt"}, "next": "end"}
+        }
+    });
+    ProjectFixture::new(dir, settings)
+        .unwrap()
+        .agent(
+            "builder",
+            json!({"model": "openai/fake-model", "allowedTools": ["bash"], "assignedLoops": ["gated-build"]}),
+            "You build things.",
+        )
+        .unwrap()
+        .project_loop("gated-build", flow)
+        .unwrap();
+}
+
+/// Run the gated loop: it stops at the approval gate (202 `loop_approval_required`).
+async fn start_gated(url: &str) -> String {
+    let body = json!({"agent": "builder", "loop": "gated-build", "messages": [{"role": "user", "content": "Build"}]});
+    let response = reqwest::Client::new().post(format!("{url}/v1/chat/completions")).json(&body).send().await.unwrap();
+    assert_eq!(response.status(), 202);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "loop_approval_required", "{body}");
+    body["loop_run_id"].as_str().unwrap().to_owned()
+}
+
+async fn approved_after_a_restart_the_run_resumes_past_the_gate_and_a_rejected_one_ends(settings: Value) {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    gated_project(dir.path(), settings);
+    let base = llm.base_url();
+    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream")];
+    let log = dir.path().join("log.txt");
+    let client = reqwest::Client::new();
+
+    let first = ServerProcess::start("serve", dir.path(), &[], &env);
+    let id = start_gated(&first.url).await;
+    let stopped = loop_run(&first.url, &id).await;
+    assert_eq!(stopped["status"], "awaiting_approval");
+    assert_eq!(stopped["state"]["frontier"], json!(["build"]));
+    let approval = stopped["approvalRequestId"].as_str().unwrap().to_owned();
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "prepare\n", "the gated tool did not run");
+    let early = client.post(format!("{}/api/v1/loop-runs/{id}/resume", first.url)).send().await.unwrap();
+    assert_eq!(early.status(), 409, "nothing resumes before a reviewer approves");
+    drop(first); // SIGKILL
+
+    let second = ServerProcess::start("serve", dir.path(), &[], &env);
+    let pending: Value =
+        reqwest::get(format!("{}/api/v1/approvals?status=pending", second.url)).await.unwrap().json().await.unwrap();
+    let pending = pending["data"]["approvals"].as_array().unwrap();
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0]["id"].as_str(), pending[0]["loopRunId"].as_str()),
+        (Some(approval.as_str()), Some(id.as_str()))
+    );
+    assert_eq!(pending[0]["gate"]["id"], "review-build");
+    let approved = client
+        .post(format!("{}/api/v1/approvals/{approval}/approve", second.url))
+        .json(&json!({"note": "looks fine"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approved.status(), 200);
+    assert_eq!(approved.json::<Value>().await.unwrap()["data"]["resolvedBy"], "local");
+    let resumed = client.post(format!("{}/api/v1/loop-runs/{id}/resume", second.url)).send().await.unwrap();
+    assert_eq!(resumed.status(), 202);
+    let done = until(&second.url, &id, |r| r["status"] == "completed" || r["status"] == "failed").await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "prepare\nbuild\n", "steps before the gate ran once");
+    let trace = types(&done);
+    assert!(trace.contains(&"policy.result".to_owned()) && trace.contains(&"loop.resume".to_owned()), "{trace:?}");
+
+    // A rejected gate ends the run; a rejection needs feedback.
+    let other = start_gated(&second.url).await;
+    let reject = format!("{}/api/v1/loop-runs/{other}/reject", second.url);
+    let bare = client.post(&reject).json(&json!({})).send().await.unwrap();
+    assert_eq!(bare.status(), 400);
+    let rejected = client.post(&reject).json(&json!({"feedback": "not today"})).send().await.unwrap();
+    assert_eq!(rejected.status(), 200);
+    let ended = loop_run(&second.url, &other).await;
+    assert_eq!(ended["status"], "approval_rejected");
+    assert_eq!(ended["error"]["code"], "approval_rejected");
+    let after = client.post(format!("{}/api/v1/loop-runs/{other}/resume", second.url)).send().await.unwrap();
+    assert_eq!(after.status(), 409);
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "prepare\nbuild\nprepare\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_store_approval_survives_a_restart_and_resume_skips_completed_steps() {
+    approved_after_a_restart_the_run_resumes_past_the_gate_and_a_rejected_one_ends(json!({"storage": "file"})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_approval_survives_a_restart_and_resume_skips_completed_steps() {
+    on_postgres(approved_after_a_restart_the_run_resumes_past_the_gate_and_a_rejected_one_ends).await;
 }

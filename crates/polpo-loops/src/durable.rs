@@ -5,7 +5,7 @@ use crate::error::LoopError;
 use crate::executor::LoopExecutor;
 use crate::record::{LOOP_RUNS, LoopRunRecord, LoopRunStatus, RunFailure};
 use chrono::{DateTime, Utc};
-use polpo_store::{Cursor, PageRequest, StoreError};
+use polpo_store::{Cursor, PageRequest, RecordStore, StoreError};
 use serde::Serialize;
 use std::sync::Arc;
 
@@ -15,6 +15,50 @@ const MAX_SCANNED: usize = 10_000;
 const SCAN_PAGE: u32 = 200;
 /// Attempts of a compare-and-set write racing the run's own checkpoints.
 const CAS_ATTEMPTS: usize = 5;
+
+/// Up to `limit` records of `collection` that `keep` keeps, newest first, after `after`, and
+/// the cursor of the next page (at most [`MAX_SCANNED`] records are read per call). Each store
+/// page asks only for what is still missing and is consumed whole, so its cursor is exactly
+/// where the next listing resumes.
+pub(crate) async fn scan<T>(
+    store: &dyn RecordStore,
+    collection: &str,
+    mut after: Option<Cursor>,
+    limit: u32,
+    parse: fn(polpo_store::Record) -> Result<T, LoopError>,
+    keep: impl Fn(&T) -> bool,
+) -> Result<(Vec<T>, Option<Cursor>), LoopError> {
+    let (mut found, mut scanned) = (Vec::new(), 0);
+    let next = loop {
+        let want = limit.saturating_sub(found.len() as u32).max(1);
+        let page = store.list_records(collection, &PageRequest { after, limit: want }).await?;
+        scanned += page.items.len();
+        for stored in page.items {
+            let item = parse(stored)?;
+            if keep(&item) {
+                found.push(item);
+            }
+        }
+        match page.next {
+            Some(c) if found.len() < limit as usize && scanned < MAX_SCANNED => after = Some(c),
+            next => break next,
+        }
+    };
+    Ok((found, next))
+}
+
+/// Record `id` of `collection`, or `None` (also for an id the store cannot hold).
+pub(crate) async fn get_record(
+    store: &dyn RecordStore,
+    collection: &str,
+    id: &str,
+) -> Result<Option<polpo_store::Record>, LoopError> {
+    match store.get_record(collection, id).await {
+        Ok(found) => Ok(found),
+        Err(StoreError::Invalid(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
 
 /// A stored run with the store's bookkeeping.
 #[derive(Debug, Clone, Serialize)]
@@ -122,13 +166,8 @@ impl LoopExecutor {
     /// Stored run `id`, if API client `caller` sees it (`None`: one that sees every run).
     pub async fn stored_run(&self, id: &str, caller: Option<&str>) -> Result<StoredLoopRun, LoopError> {
         let store = &self.runs.runtime().store().records;
-        let found = match store.get_record(LOOP_RUNS, id).await {
-            Ok(found) => found,
-            // An id the store cannot hold is no run.
-            Err(StoreError::Invalid(_)) => None,
-            Err(e) => return Err(e.into()),
-        };
-        found
+        get_record(store.as_ref(), LOOP_RUNS, id)
+            .await?
             .map(parse)
             .transpose()?
             .filter(|run| run.record.visible_to(caller))
@@ -143,25 +182,9 @@ impl LoopExecutor {
         after: Option<Cursor>,
         limit: u32,
     ) -> Result<LoopRunPage, LoopError> {
-        let store = &self.runs.runtime().store().records;
-        let (mut runs, mut scanned, mut after) = (Vec::new(), 0, after);
-        // Each store page asks only for what is still missing and is consumed whole, so its
-        // cursor is exactly where the next listing resumes.
-        let next = loop {
-            let want = limit.saturating_sub(runs.len() as u32).max(1);
-            let page = store.list_records(LOOP_RUNS, &PageRequest { after, limit: want }).await?;
-            scanned += page.items.len();
-            for stored in page.items {
-                let run = parse(stored)?;
-                if run.record.visible_to(caller) && status.is_none_or(|s| s == run.record.status) {
-                    runs.push(run);
-                }
-            }
-            match page.next {
-                Some(c) if runs.len() < limit as usize && scanned < MAX_SCANNED => after = Some(c),
-                next => break next,
-            }
-        };
+        let store = self.runs.runtime().store().records.clone();
+        let keep = |run: &StoredLoopRun| run.record.visible_to(caller) && status.is_none_or(|s| s == run.record.status);
+        let (runs, next) = scan(store.as_ref(), LOOP_RUNS, after, limit, parse, keep).await?;
         Ok(LoopRunPage { runs, next })
     }
 

@@ -75,6 +75,37 @@ pub enum LoopError {
     /// A stored loop run that does not read back as one.
     #[error("loop_run_record_invalid: {0}")]
     RunRecordInvalid(String),
+    /// A permission denied the action (a matching `deny`, or an allow-list nothing matched).
+    #[error("loop_permission_denied: {0}")]
+    PermissionDenied(String),
+    /// A policy denied the action.
+    #[error("loop_policy_denied: {0}")]
+    PolicyDenied(String),
+    /// A hook action failed (its `onError` is not `continue`).
+    #[error("loop_hook_failed: {0}")]
+    HookFailed(String),
+    /// A gate needs a reviewer (raised inside a run; the run answers [`LoopError::AwaitingApproval`]).
+    #[error("loop_approval_required: {message}")]
+    ApprovalRequired {
+        /// The gate.
+        gate: polpo_core::loops::governance::Gate,
+        /// The rule's message.
+        message: String,
+    },
+    /// The run stopped at an approval gate, stored `awaiting_approval` with request `approval`.
+    #[error("loop_approval_required: {message} (approval request `{approval}`)")]
+    AwaitingApproval {
+        /// The approval request's id.
+        approval: String,
+        /// The rule's message.
+        message: String,
+    },
+    /// No approval request with that id (that the caller sees).
+    #[error("approval_not_found: no approval request `{0}`")]
+    ApprovalNotFound(String),
+    /// Approving, rejecting or resuming something not in the state that allows it.
+    #[error("loop_run_not_resumable: {0}")]
+    NotResumable(String),
     /// The store refused a loop run's record.
     #[error("{0}")]
     Store(#[from] polpo_store::StoreError),
@@ -106,6 +137,12 @@ impl LoopError {
             Self::RunFinished(_) => "loop_run_finished",
             Self::RunRecordInvalid(_) => "loop_run_record_invalid",
             Self::Store(e) => e.code(),
+            Self::PermissionDenied(_) => "loop_permission_denied",
+            Self::PolicyDenied(_) => "loop_policy_denied",
+            Self::HookFailed(_) => "loop_hook_failed",
+            Self::ApprovalRequired { .. } | Self::AwaitingApproval { .. } => "loop_approval_required",
+            Self::ApprovalNotFound(_) => "approval_not_found",
+            Self::NotResumable(_) => "loop_run_not_resumable",
             Self::Chat(e) => e.code(),
         }
     }

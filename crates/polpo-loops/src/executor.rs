@@ -5,7 +5,8 @@ use crate::context::{self, REQUEST};
 use crate::error::LoopError;
 use crate::human::HumanDesk;
 use crate::record::{
-    AgentRun, Checkpoints, LoopRunRecord, LoopRunStatus, LoopState, PendingHuman, RunFailure, StoredRequest,
+    APPROVALS, AgentRun, ApprovalRecord, ApprovalStatus, ApprovedGate, Checkpoints, LoopRunRecord, LoopRunStatus,
+    LoopState, PendingHuman, RunFailure, StoredRequest,
 };
 use crate::trace::{TraceEvent, TraceKind, TraceSink, TraceStatus, Tracer};
 use futures::FutureExt;
@@ -13,9 +14,11 @@ use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use polpo_core::loops::config::{
     AgentStep, HumanStep, Join, JoinMode, LoopConfig, Next, ParallelStep, ToolChoice as StepToolChoice, ToolChoiceMode,
-    ToolStep, Transition, WhileStep,
+    Transition, WhileStep,
 };
+use polpo_core::loops::config::{LifecycleHook, OnError};
 use polpo_core::loops::expr::holds;
+use polpo_core::loops::governance::{self, Gate, Point, RuleKind, Verdict};
 use polpo_core::loops::{Step, StepBody};
 use polpo_core::message::Message;
 use polpo_core::tool::ToolSpec;
@@ -225,6 +228,8 @@ impl LoopExecutor {
             output: None,
             error: None,
             agent_runs: Vec::new(),
+            approval_request_id: None,
+            approved_gates: Vec::new(),
         };
         self.drive(request, record, 0, config, sink).await
     }
@@ -272,6 +277,8 @@ impl LoopExecutor {
             checkpoints: Checkpoints::new(records, run_id, revision),
             saved: Mutex::new(record.state.clone()),
             agent_runs: Mutex::new(record.agent_runs.clone()),
+            approved: record.approved_gates.clone(),
+            approval_request: Mutex::new(record.approval_request_id.clone()),
         };
         if revision == 0 {
             run.tracer.emit(
@@ -293,16 +300,19 @@ impl LoopExecutor {
         let walked = async {
             // The first write creates the record, or claims a stored one for this process.
             run.save(LoopRunStatus::Running, None, None).await?;
-            match record.state.frontier.first() {
-                Some(at) => run.walk(at, &mut context, false, true).await,
-                None => Ok(()),
+            let nowhere = At { step: None, tool: None, payload: json!({}) };
+            if revision == 0 {
+                run.govern(LifecycleHook::LoopStart, &nowhere, &mut context).await?;
             }
+            if let Some(at) = record.state.frontier.first() {
+                run.walk(at, &mut context, false, true).await?;
+            }
+            run.govern(LifecycleHook::LoopEnd, &nowhere, &mut context).await
         };
         let result = tokio::select! {
             walked = walked => walked,
             () = cancel.cancelled() => Err(LoopError::Aborted),
         };
-        lock(&self.active).remove(run_id);
         self.humans.forget(run_id);
         let last = lock(&run.last).clone();
         let result = match result {
@@ -323,11 +333,27 @@ impl LoopExecutor {
             while_iterations: lock(&run.while_iterations).clone(),
             executed: run.executed.load(Ordering::Relaxed),
         };
-        *lock(&run.saved) = state.clone();
         let (status, failure) = match &result {
             Ok(_) => (LoopRunStatus::Completed, None),
             Err(LoopError::Aborted) => (LoopRunStatus::Cancelled, None),
+            // The run stops at its last checkpoint: the approved resume starts there.
+            Err(LoopError::ApprovalRequired { .. }) => (LoopRunStatus::AwaitingApproval, None),
             Err(e) => (LoopRunStatus::Failed, Some(RunFailure { code: e.code().to_owned(), message: e.to_string() })),
+        };
+        let result = match result {
+            Err(LoopError::ApprovalRequired { gate, message }) => {
+                match run.request_approval_record(&gate, &message).await {
+                    Ok(approval) => {
+                        *lock(&run.approval_request) = Some(approval.clone());
+                        Err(LoopError::AwaitingApproval { approval, message })
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            other => {
+                *lock(&run.saved) = state.clone();
+                other
+            }
         };
         let result = match (run.save(status, None, failure).await, result) {
             // A record changed elsewhere (cancelled over REST) keeps what was written there.
@@ -335,6 +361,8 @@ impl LoopExecutor {
             (Err(e), Ok(_)) => Err(e),
             (Err(_), failed) => failed,
         };
+        // Active until stored: a recovery scan never takes over a run this process still writes.
+        lock(&self.active).remove(run_id);
         LoopFinished {
             run_id: run_id.to_owned(),
             loop_id: loop_id.to_owned(),
@@ -371,9 +399,44 @@ struct Run<'a> {
     saved: Mutex<LoopState>,
     /// The agent steps' invocations so far.
     agent_runs: Mutex<Vec<AgentRun>>,
+    /// Approval gates a reviewer approved (a resumed run passes them).
+    approved: Vec<ApprovedGate>,
+    /// The approval request the run last waited on.
+    approval_request: Mutex<Option<String>>,
+}
+
+/// Where a lifecycle point is: the step (id and definition), the tool and its resolved
+/// input, and the rest of the payload (`output`, `transition`).
+struct At<'a> {
+    step: Option<(&'a str, &'a Step)>,
+    tool: Option<(&'a str, &'a Value)>,
+    payload: Value,
 }
 
 impl Run<'_> {
+    /// The approval request of a gate this run stopped at, stored pending (collection
+    /// `approvals`) with what a reviewer needs: the rule, the point, the message, the context
+    /// of the last checkpoint. Its id.
+    async fn request_approval_record(&self, gate: &Gate, message: &str) -> Result<String, LoopError> {
+        let runtime = self.exec.runs.runtime();
+        let approval = ApprovalRecord {
+            id: format!("approval-{}", runtime.ids().next_id()),
+            loop_run_id: self.run_id.to_owned(),
+            loop_id: self.loop_id.to_owned(),
+            agent: self.request.agent.clone(),
+            owner: self.request.owner.clone(),
+            status: ApprovalStatus::Pending,
+            gate: gate.clone(),
+            message: message.to_owned(),
+            context: lock(&self.saved).context.clone(),
+            resolved_by: None,
+            note: None,
+        };
+        let value = serde_json::to_value(&approval).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
+        runtime.store().records.put_record(APPROVALS, &approval.id, value, Some(0)).await?;
+        Ok(approval.id)
+    }
+
     /// Store the run as it is: `status`, the last checkpoint's state, the trace so far.
     async fn save(
         &self,
@@ -399,6 +462,8 @@ impl Run<'_> {
             output: lock(&self.last).clone(),
             error,
             agent_runs: lock(&self.agent_runs).clone(),
+            approval_request_id: lock(&self.approval_request).clone(),
+            approved_gates: self.approved.clone(),
         };
         self.checkpoints.save(&record).await
     }
@@ -456,6 +521,9 @@ impl Run<'_> {
                     event.data = transition.label.as_ref().map(|label| json!({"label": label}));
                 }
                 self.tracer.emit(event);
+                let moving =
+                    At { step: Some((&at, step)), tool: None, payload: json!({"transition": {"from": at, "to": to}}) };
+                self.govern(LifecycleHook::LoopTransition, &moving, context).await?;
                 if top && to != END {
                     self.checkpoint(context, &to).await?;
                 }
@@ -485,15 +553,30 @@ impl Run<'_> {
             _ => None,
         };
         self.tracer.emit(start);
-        let done = match &step.body {
-            StepBody::Agent(agent) => match projection.transpose() {
-                Ok(projection) => self.agent(id, agent, projection, context, branch).await,
-                Err(e) => Err(e),
+        let at = At { step: Some((id, step)), tool: None, payload: json!({}) };
+        let done = match self.govern(LifecycleHook::StepBefore, &at, context).await {
+            Err(e) => Err(e),
+            Ok(()) => match &step.body {
+                StepBody::Agent(agent) => match projection.transpose() {
+                    Ok(projection) => self.agent(id, step, agent, projection, context, branch).await,
+                    Err(e) => Err(e),
+                },
+                StepBody::Tool(tool) => {
+                    let template = tool.input.clone().unwrap_or_else(|| json!({}));
+                    self.call(id, Some(step), &alias, &tool.tool, &template, context, None).await
+                }
+                StepBody::Human(human) => self.human(id, human, context).await,
+                StepBody::Parallel(parallel) => self.parallel(parallel, context).await,
+                StepBody::While(w) => self.repeat(id, w, context, branch).await,
             },
-            StepBody::Tool(tool) => self.tool(id, &alias, tool, context).await,
-            StepBody::Human(human) => self.human(id, human, context).await,
-            StepBody::Parallel(parallel) => self.parallel(parallel, context).await,
-            StepBody::While(w) => self.repeat(id, w, context, branch).await,
+        };
+        let done = match done {
+            Ok(()) => {
+                let output = context::get(context, &alias).cloned().unwrap_or(Value::Null);
+                let at = At { step: Some((id, step)), tool: None, payload: json!({"output": output}) };
+                self.govern(LifecycleHook::StepAfter, &at, context).await
+            }
+            failed => failed,
         };
         let mut end = TraceEvent::new(TraceKind::StepEnd, Some(id));
         end.step = Some(alias);
@@ -530,6 +613,7 @@ impl Run<'_> {
     async fn agent(
         &self,
         id: &str,
+        node: &Step,
         step: &AgentStep,
         projection: Option<Value>,
         context: &mut Value,
@@ -595,6 +679,8 @@ impl Run<'_> {
             .unwrap_or(1);
         let mut used = 0;
         loop {
+            let at = At { step: Some((id, node)), tool: None, payload: json!({}) };
+            self.govern(LifecycleHook::ModelBefore, &at, context).await?;
             let answer = self.invoke(id, input.clone()).await?;
             used += answer.turns;
             let content = answer.content.unwrap_or_default();
@@ -672,25 +758,48 @@ impl Run<'_> {
         self.tracer.emit(traced);
     }
 
-    async fn tool(&self, id: &str, alias: &str, step: &ToolStep, context: &mut Value) -> Result<(), LoopError> {
+    /// Call `tool` with `template`'s bindings resolved, its output saved at `alias`, traced:
+    /// a tool step's (`hook: None`; `tool:before`/`tool:after` govern it) or a hook action's at
+    /// point `hook` (`data.kind: "hook"`).
+    #[allow(clippy::too_many_arguments)] // the one call path of tool steps and hook actions
+    async fn call(
+        &self,
+        id: &str,
+        step: Option<&Step>,
+        alias: &str,
+        tool: &str,
+        template: &Value,
+        context: &mut Value,
+        hook: Option<LifecycleHook>,
+    ) -> Result<(), LoopError> {
         let mut paths = Vec::new();
-        let template = step.input.clone().unwrap_or_else(|| json!({}));
-        let arguments = context::resolve(&template, context, &mut paths)?;
+        let arguments = context::resolve(template, context, &mut paths)?;
         context::writable(alias)?;
+        let facts = |mut data: Value| {
+            if let Some(hook) = hook {
+                data["kind"] = json!("hook");
+                data["hook"] = json!(hook.as_str());
+            }
+            data
+        };
+        if hook.is_none() {
+            let at = At { step: step.map(|s| (id, s)), tool: Some((tool, &arguments)), payload: json!({}) };
+            self.govern(LifecycleHook::ToolBefore, &at, context).await?;
+        }
         let mut call = TraceEvent::new(TraceKind::ToolCall, Some(id))
             .status(TraceStatus::Started)
-            .data(json!({"bindings": paths}));
+            .data(facts(json!({"bindings": paths})));
         call.step = Some(alias.to_owned());
-        call.tool = Some(step.tool.clone());
+        call.tool = Some(tool.to_owned());
         self.tracer.emit(call);
         let input = self.chat_input(LoopContext::default(), id, Vec::new());
         let runtime = self.exec.runs.runtime();
         let cancel = tokio_util::sync::CancellationToken::new();
         let _cancel_on_drop = cancel.clone().drop_guard();
-        let called = runtime.call_tool(&input, &step.tool, arguments, &cancel, &|_| {}).await?;
-        let mut result = TraceEvent::new(TraceKind::ToolResult, Some(id));
+        let called = runtime.call_tool(&input, tool, arguments.clone(), &cancel, &|_| {}).await?;
+        let mut result = TraceEvent::new(TraceKind::ToolResult, Some(id)).data(facts(json!({})));
         result.step = Some(alias.to_owned());
-        result.tool = Some(step.tool.clone());
+        result.tool = Some(tool.to_owned());
         let outcome = match called {
             Ok(text) => Ok(serde_json::from_str(&text).unwrap_or(Value::String(text))),
             Err(DirectCallError::InvalidInput(e)) => Err(LoopError::ToolInputInvalid(e)),
@@ -699,7 +808,16 @@ impl Run<'_> {
         match outcome {
             Ok(output) => {
                 self.tracer.emit(result.status(TraceStatus::Completed));
-                context::set(context, alias, output)
+                context::set(context, alias, output.clone())?;
+                if hook.is_none() {
+                    let at = At {
+                        step: step.map(|s| (id, s)),
+                        tool: Some((tool, &arguments)),
+                        payload: json!({"output": output}),
+                    };
+                    self.govern(LifecycleHook::ToolAfter, &at, context).await?;
+                }
+                Ok(())
             }
             Err(e) => {
                 result.error = Some(e.to_string());
@@ -707,6 +825,87 @@ impl Run<'_> {
                 Err(e)
             }
         }
+    }
+
+    /// Permissions, then policies, then hook actions at lifecycle point `hook` (inventory
+    /// §6.4), each rule reported as `permission.result`/`policy.result`. A matching deny (or an
+    /// allow-list nothing matched) fails the run; a matching approval not yet approved stops it
+    /// `awaiting_approval`; a failing hook action fails it unless its `onError` is `continue`.
+    fn govern<'s>(
+        &'s self,
+        hook: LifecycleHook,
+        at: &'s At<'s>,
+        context: &'s mut Value,
+    ) -> BoxFuture<'s, Result<(), LoopError>> {
+        async move {
+            let actions = self.config.hooks.as_ref().and_then(|h| h.get(hook.as_str())).map(Vec::as_slice);
+            if self.config.permissions.is_none() && self.config.policies.is_none() && actions.is_none() {
+                return Ok(());
+            }
+            let mut scope = context.clone();
+            scope["loop"] = json!({"name": self.loop_id});
+            if let Some((id, step)) = at.step {
+                scope["step"] = json!({"name": id, "type": step.body.type_name()});
+            }
+            if let Some((name, input)) = at.tool {
+                scope["tool"] = json!({"name": name, "input": input});
+            }
+            for (key, value) in at.payload.as_object().into_iter().flatten() {
+                scope[key] = value.clone();
+            }
+            let point = Point {
+                hook,
+                loop_name: self.loop_id,
+                step: at.step.map(|(id, _)| id),
+                step_type: at.step.map(|(_, s)| s.body.type_name()),
+                tool: at.tool.map(|(name, _)| name),
+            };
+            let (results, verdict) = governance::evaluate(self.config, &point, &scope, &|gate| {
+                self.approved.iter().any(|a| a.gate == *gate)
+            });
+            for result in results {
+                let kind = match result.kind {
+                    RuleKind::Permission => TraceKind::PermissionResult,
+                    RuleKind::Policy => TraceKind::PolicyResult,
+                };
+                let status = if result.matched { TraceStatus::Completed } else { TraceStatus::Skipped };
+                let event = TraceEvent::new(kind, point.step).status(status);
+                self.tracer.emit(event.data(serde_json::to_value(&result).unwrap_or_default()));
+            }
+            match verdict {
+                Verdict::Proceed => {}
+                Verdict::Deny { kind: RuleKind::Permission, message, .. } => {
+                    return Err(LoopError::PermissionDenied(message));
+                }
+                Verdict::Deny { kind: RuleKind::Policy, message, .. } => return Err(LoopError::PolicyDenied(message)),
+                Verdict::Approval { gate, message } => {
+                    let event = TraceEvent::new(TraceKind::ApprovalRequired, point.step).status(TraceStatus::Started);
+                    self.tracer.emit(event.data(json!({"gate": gate, "message": message})));
+                    return Err(LoopError::ApprovalRequired { gate, message });
+                }
+            }
+            for action in actions.unwrap_or_default() {
+                if action.when.as_deref().is_some_and(|w| !holds(w, &scope)) {
+                    continue;
+                }
+                let template = action.input.clone().unwrap_or_else(|| json!({}));
+                let alias = action.save_as.clone().unwrap_or_else(|| action.tool.clone());
+                let id = point.step.unwrap_or(hook.as_str());
+                let ran = self.call(id, None, &alias, &action.tool, &template, context, Some(hook)).await;
+                match (ran, action.on_error) {
+                    (Ok(()), _) | (Err(_), Some(OnError::Continue)) => {}
+                    (Err(e), _) => {
+                        return Err(LoopError::HookFailed(format!(
+                            "loop hook `{}` action `{}` failed: {e}",
+                            hook.as_str(),
+                            action.tool
+                        )));
+                    }
+                }
+            }
+            Ok(())
+        }
+        .boxed()
     }
 
     async fn human(&self, id: &str, step: &HumanStep, context: &mut Value) -> Result<(), LoopError> {

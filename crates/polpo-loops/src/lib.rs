@@ -12,6 +12,7 @@
 //! after every top-level step and when it ends; a server that starts resumes the runs a crash
 //! left running or waiting for a person from their last checkpoint.
 
+mod approvals;
 mod context;
 mod durable;
 mod error;
@@ -20,12 +21,14 @@ mod human;
 mod record;
 mod trace;
 
+pub use approvals::{Decision, StoredApproval};
 pub use context::REQUEST;
 pub use durable::{LoopRunPage, StoredLoopRun};
 pub use error::LoopError;
 pub use executor::{DEFAULT_STEP_BUDGET, LoopExecutor, LoopFinished, LoopOptions, LoopRequest, MAX_PROJECTION_BYTES};
 pub use human::HumanDesk;
 pub use record::{
-    AgentRun, LOOP_RUNS, LoopRunRecord, LoopRunStatus, LoopState, PendingHuman, RunFailure, StoredRequest,
+    APPROVALS, AgentRun, ApprovalRecord, ApprovalStatus, ApprovedGate, LOOP_RUNS, LoopRunRecord, LoopRunStatus,
+    LoopState, PendingHuman, RunFailure, StoredRequest,
 };
 pub use trace::{TraceEvent, TraceKind, TraceSink, TraceStatus};

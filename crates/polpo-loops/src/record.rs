@@ -5,6 +5,7 @@
 
 use crate::error::LoopError;
 use crate::trace::TraceEvent;
+use polpo_core::loops::governance::Gate;
 use polpo_core::message::Message;
 use polpo_store::{RecordStore, StoreError};
 use serde::{Deserialize, Serialize};
@@ -46,12 +47,16 @@ pub enum LoopRunStatus {
     Failed,
     /// Cancelled by its caller or over REST.
     Cancelled,
+    /// A reviewer approved the gate; `POST …/resume` continues it.
+    ApprovalApproved,
+    /// A reviewer rejected the gate: the run is over.
+    ApprovalRejected,
 }
 
 impl LoopRunStatus {
     /// Whether the run is over (nothing resumes it).
     pub fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled | Self::ApprovalRejected)
     }
 
     /// The wire name (`awaiting_human` …), for query filters.
@@ -142,6 +147,72 @@ pub struct LoopRunRecord {
     /// The agent steps' invocations, in order.
     #[serde(default)]
     pub agent_runs: Vec<AgentRun>,
+    /// The approval request the run waits on (or last waited on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_request_id: Option<String>,
+    /// Gates reviewers approved: a resume passes them instead of asking again.
+    #[serde(default)]
+    pub approved_gates: Vec<ApprovedGate>,
+}
+
+/// The store collection approval requests are kept in.
+pub const APPROVALS: &str = "approvals";
+
+/// Where an approval request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    /// Waiting for a reviewer.
+    Pending,
+    /// Approved: the run may resume past the gate.
+    Approved,
+    /// Rejected: the run ended `approval_rejected`.
+    Rejected,
+}
+
+/// An approval request: which gate of which run, and what the reviewer saw and decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRecord {
+    /// `approval-<id>`.
+    pub id: String,
+    /// The loop run stopped at the gate.
+    pub loop_run_id: String,
+    /// Its loop.
+    #[serde(rename = "loop")]
+    pub loop_id: String,
+    /// Its agent.
+    pub agent: String,
+    /// The API client the run belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    /// Where it is.
+    pub status: ApprovalStatus,
+    /// The rule and the point that asked.
+    pub gate: Gate,
+    /// The rule's message.
+    pub message: String,
+    /// The run's context at its last checkpoint.
+    pub context: Value,
+    /// The reviewer (the key id, or `local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_by: Option<String>,
+    /// The reviewer's note (a rejection's feedback).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// A gate a reviewer approved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovedGate {
+    /// The gate.
+    #[serde(flatten)]
+    pub gate: Gate,
+    /// The approval request that approved it.
+    pub approval_request_id: String,
+    /// The reviewer.
+    pub resolved_by: String,
 }
 
 impl LoopRunRecord {

@@ -16,6 +16,15 @@ pub enum TraceKind {
     /// A stored run continues from its checkpoint (after a restart).
     #[serde(rename = "loop.resume")]
     LoopResume,
+    /// A permission was evaluated at a lifecycle point (matched: `completed`, else `skipped`).
+    #[serde(rename = "permission.result")]
+    PermissionResult,
+    /// A policy was evaluated at a lifecycle point.
+    #[serde(rename = "policy.result")]
+    PolicyResult,
+    /// A gate needs a reviewer: the run stops `awaiting_approval`.
+    #[serde(rename = "approval.required")]
+    ApprovalRequired,
     /// A step started.
     #[serde(rename = "step.start")]
     StepStart,

@@ -533,3 +533,96 @@ async fn bench_ten_tool_steps() {
     let per_step = started.elapsed() / (runs * 10);
     println!("10-step tool-only loop: {per_step:?} per step (the read tool included)");
 }
+
+/// A loop whose one step writes `out.txt`, with these governance fields.
+fn governed(governance: Value) -> Value {
+    let mut config = json!({"start": "save", "steps": {
+        "save": {"type": "tool", "tool": "write", "input": {"path": "out.txt", "content": "saved"}}
+    }});
+    for (k, v) in governance.as_object().unwrap() {
+        config[k] = v.clone();
+    }
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_matching_deny_and_an_allow_list_that_names_nothing_here_stop_the_tool_before_it_runs() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let cases = [
+        (
+            json!({"permissions": [
+                {"id": "reads-ok", "resource": "tool", "effect": "deny", "match": {"tool": "read"}},
+                {"id": "no-writes", "resource": "tool", "effect": "deny", "match": {"tool": "wr*"}, "message": "writes are off"}
+            ]}),
+            "loop_permission_denied",
+            vec![("reads-ok", false), ("no-writes", true)],
+        ),
+        (
+            json!({"permissions": [{"id": "only-read", "resource": "tool", "effect": "allow", "match": {"tool": "read"}}]}),
+            "loop_permission_denied",
+            vec![("only-read", false)],
+        ),
+        (
+            json!({"policies": [{"id": "no-out", "effect": "deny", "when": "tool.input.path == 'out.txt'"}]}),
+            "loop_policy_denied",
+            vec![("no-out", true)],
+        ),
+    ];
+    for (governance, want, results) in cases {
+        let (dir, exec) = executor(&llm, json!({}), &[("flow", governed(governance))], 100).await;
+        let finished = run(&exec, &request(json!({}))).await;
+        assert_eq!(code(&finished), want, "{:?}", finished.result);
+        assert!(!dir.path().join("out.txt").exists(), "the tool did not run");
+        let seen: Vec<(String, bool)> = finished
+            .trace
+            .iter()
+            .filter(|e| matches!(e.kind, TraceKind::PermissionResult | TraceKind::PolicyResult))
+            .map(|e| {
+                let data = e.data.as_ref().unwrap();
+                (data["id"].as_str().unwrap().to_owned(), data["matched"].as_bool().unwrap())
+            })
+            .collect();
+        let results: Vec<(String, bool)> = results.into_iter().map(|(id, m)| (id.to_owned(), m)).collect();
+        assert_eq!(seen, results);
+    }
+    // The same allow-list lets the tool it names run.
+    let allow = json!({"permissions": [{"id": "only-write", "resource": "tool", "effect": "allow", "match": {"tool": "write"}}]});
+    let (dir, exec) = executor(&llm, json!({}), &[("flow", governed(allow))], 100).await;
+    assert_eq!(code(&run(&exec, &request(json!({}))).await), "ok");
+    assert_eq!(std::fs::read_to_string(dir.path().join("out.txt")).unwrap(), "saved");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hook_actions_save_their_output_and_a_failure_fails_closed_unless_on_error_continue() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let audit = json!({"tool": "write", "input": {"path": "audit.txt", "content": "started"}, "saveAs": "audit.start"});
+    let probe = |on_error: Value| {
+        let mut action = json!({"tool": "read", "input": {"path": "missing.txt"}, "saveAs": "probe"});
+        if !on_error.is_null() {
+            action["onError"] = on_error;
+        }
+        governed(json!({"hooks": {"loop:start": [audit.clone()], "step:before": [action]}}))
+    };
+
+    let (dir, exec) = executor(&llm, json!({}), &[("flow", probe(json!("continue")))], 100).await;
+    let finished = run(&exec, &request(json!({}))).await;
+    assert_eq!(code(&finished), "ok", "{:?}", finished.result);
+    assert_eq!(std::fs::read_to_string(dir.path().join("audit.txt")).unwrap(), "started");
+    assert!(finished.state.context["audit"]["start"].is_string(), "the hook's output is saved at saveAs");
+    assert_eq!(std::fs::read_to_string(dir.path().join("out.txt")).unwrap(), "saved");
+    let failed = finished
+        .trace
+        .iter()
+        .find(|e| e.kind == TraceKind::ToolResult && e.tool.as_deref() == Some("read"))
+        .expect("the failed hook call is traced");
+    assert_eq!(failed.status, Some(polpo_loops::TraceStatus::Failed));
+    assert_eq!(failed.data.as_ref().unwrap()["kind"], "hook");
+    assert_eq!(failed.data.as_ref().unwrap()["hook"], "step:before");
+
+    for on_error in [json!("fail"), Value::Null] {
+        let (dir, exec) = executor(&llm, json!({}), &[("flow", probe(on_error))], 100).await;
+        let finished = run(&exec, &request(json!({}))).await;
+        assert_eq!(code(&finished), "loop_hook_failed", "{:?}", finished.result);
+        assert!(!dir.path().join("out.txt").exists(), "the step after the failed hook did not run");
+    }
+}

@@ -85,6 +85,18 @@ error_codes! {
     LoopRunFinished = "loop_run_finished" => StatusCode::CONFLICT,
     /// A stored loop run that does not read back as one.
     LoopRunRecordInvalid = "loop_run_record_invalid" => StatusCode::INTERNAL_SERVER_ERROR,
+    /// No such approval request.
+    ApprovalNotFound = "approval_not_found" => StatusCode::NOT_FOUND,
+    /// Approving, rejecting or resuming a loop run (or approval) not in a state that allows it.
+    LoopRunNotResumable = "loop_run_not_resumable" => StatusCode::CONFLICT,
+    /// A loop permission denied the action.
+    LoopPermissionDenied = "loop_permission_denied" => StatusCode::FORBIDDEN,
+    /// A loop policy denied the action.
+    LoopPolicyDenied = "loop_policy_denied" => StatusCode::FORBIDDEN,
+    /// A loop hook action failed.
+    LoopHookFailed = "loop_hook_failed" => StatusCode::UNPROCESSABLE_ENTITY,
+    /// A loop run stopped at an approval gate (stored `awaiting_approval`).
+    LoopApprovalRequired = "loop_approval_required" => StatusCode::ACCEPTED,
     /// No such route.
     RouteNotFound = "route_not_found" => StatusCode::NOT_FOUND,
     /// The resource changed since it was read.
@@ -770,6 +782,12 @@ mod tests {
             LoopError::RunFinished("r".into()),
             LoopError::RunRecordInvalid("r".into()),
             LoopError::Store(StoreError::Invalid("s".into())),
+            LoopError::PermissionDenied("p".into()),
+            LoopError::PolicyDenied("p".into()),
+            LoopError::HookFailed("h".into()),
+            LoopError::AwaitingApproval { approval: "a".into(), message: "m".into() },
+            LoopError::ApprovalNotFound("a".into()),
+            LoopError::NotResumable("r".into()),
         ];
         for e in &loops {
             match e {
@@ -792,6 +810,13 @@ mod tests {
                 | LoopError::RunFinished(_)
                 | LoopError::RunRecordInvalid(_)
                 | LoopError::Store(_)
+                | LoopError::PermissionDenied(_)
+                | LoopError::PolicyDenied(_)
+                | LoopError::HookFailed(_)
+                | LoopError::ApprovalRequired { .. }
+                | LoopError::AwaitingApproval { .. }
+                | LoopError::ApprovalNotFound(_)
+                | LoopError::NotResumable(_)
                 // Its codes are the chat errors' (listed above).
                 | LoopError::Chat(_) => {}
             }

@@ -3,12 +3,14 @@
 //!
 //! This module holds what can be decided from data: the canonical `ProjectLoopConfig` shape
 //! ([`config`]), the rules a loop must satisfy before anything runs it ([`validate`]), and the
-//! safe expression language of its guards ([`expr`]). Reading the files is `polpo-project`'s
+//! safe expression language of its guards ([`expr`]), and what its permissions and policies
+//! decide at a lifecycle point ([`governance`]). Reading the files is `polpo-project`'s
 //! job; running a loop is the executor's.
 
 pub mod codes;
 pub mod config;
 pub mod expr;
+pub mod governance;
 #[cfg(test)]
 mod tests;
 pub mod validate;

@@ -18,8 +18,34 @@ const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 200;
 
 /// The client a caller's view is narrowed to (`None`: sees every run).
-fn viewer(caller: &Caller) -> Option<&str> {
+pub(crate) fn viewer(caller: &Caller) -> Option<&str> {
     if caller.admin { None } else { Some(caller.owner.as_deref().unwrap_or_default()) }
+}
+
+/// A listing's `status` (one of `statuses`, read by `parse`), `limit` and `cursor`.
+pub(crate) fn listing<S>(
+    query: Vec<(String, String)>,
+    statuses: &str,
+    parse: impl Fn(&str) -> Option<S>,
+) -> Result<(Option<S>, u32, Option<Cursor>), ApiError> {
+    let (mut status, mut limit, mut after) = (None, DEFAULT_PAGE, None);
+    for (k, v) in query {
+        match k.as_str() {
+            "status" => {
+                status = Some(parse(&v).ok_or_else(|| ApiError::invalid(format!("unknown status `{v}` ({statuses})")))?)
+            }
+            "limit" => {
+                limit = v
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| (1..=MAX_PAGE).contains(n))
+                    .ok_or_else(|| ApiError::invalid(format!("limit must be 1..={MAX_PAGE}")))?
+            }
+            "cursor" => after = Some(Cursor::from_wire(v)).filter(|c| !c.as_str().is_empty()),
+            _ => return Err(ApiError::invalid(format!("unknown query parameter `{k}` (status, limit, cursor)"))),
+        }
+    }
+    Ok((status, limit, after))
 }
 
 /// `GET /api/v1/loop-runs?status=&limit=&cursor=`: `{loopRuns, nextCursor}`, each run without
@@ -29,25 +55,8 @@ pub async fn list(
     Extension(caller): Extension<Caller>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Json<Value>, RestError> {
-    let (mut status, mut limit, mut after) = (None, DEFAULT_PAGE, None);
-    for (k, v) in query {
-        match k.as_str() {
-            "status" => status = Some(LoopRunStatus::parse(&v).ok_or_else(|| {
-                ApiError::invalid(format!(
-                    "unknown status `{v}` (running, awaiting_human, awaiting_approval, completed, failed, cancelled)"
-                ))
-            })?),
-            "limit" => {
-                limit = v
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|n| (1..=MAX_PAGE).contains(n))
-                    .ok_or_else(|| ApiError::invalid(format!("limit must be 1..={MAX_PAGE}")))?
-            }
-            "cursor" => after = Some(Cursor::from_wire(v)).filter(|c| !c.as_str().is_empty()),
-            _ => return Err(ApiError::invalid(format!("unknown query parameter `{k}` (status, limit, cursor)")).into()),
-        }
-    }
+    let statuses = "running, awaiting_human, awaiting_approval, approval_approved, approval_rejected, completed, failed, cancelled";
+    let (status, limit, after) = listing(query, statuses, LoopRunStatus::parse)?;
     let page = state.loops.stored_runs(viewer(&caller), status, after, limit).await.map_err(ApiError::from)?;
     let runs: Vec<Value> = page
         .runs

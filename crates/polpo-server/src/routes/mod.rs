@@ -1,6 +1,7 @@
 //! One module per group of routes; each handler translates HTTP into one runtime call.
 
 pub mod agents;
+pub mod approvals;
 pub mod chat;
 pub mod dashboard;
 pub mod events;

@@ -140,7 +140,7 @@ pub const ROUTES: &[Route] = &[
         .request("Object")
         .returns(200, Body::Envelope("Object")),
     op("get", BOTH, &["/loop-runs"], "listLoopRuns", "loops", "Stored Project Loop runs, newest first (`{loopRuns, nextCursor}`), without context and trace; a client key sees its own.")
-        .query(&[("status", "running, awaiting_human, awaiting_approval, completed, failed or cancelled"), ("limit", "1..=200, default 50"), ("cursor", "the previous page's `nextCursor`")])
+        .query(&[("status", "running, awaiting_human, awaiting_approval, approval_approved, approval_rejected, completed, failed or cancelled"), ("limit", "1..=200, default 50"), ("cursor", "the previous page's `nextCursor`")])
         .returns(200, Body::Envelope("Object")),
     op("get", BOTH, &["/loop-runs/{id}"], "getLoopRun", "loops", "A stored loop run: status, last checkpoint (context, frontier, while counters), trace, output or error, agent-step runs, revision.").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/loop-runs/{id}/cancel"], "cancelLoopRun", "loops", "Stop a loop run wherever it runs and store it `cancelled`; 409 `loop_run_finished` when it already ended.").returns(200, Body::Envelope("Object")),
@@ -155,6 +155,15 @@ pub const ROUTES: &[Route] = &[
     op("get", BOTH, &["/schedules/{id}/runs"], "listScheduleRuns", "schedules", "The schedule's runs newest first (`{runs, nextCursor}`): scheduledFor, firedAt, status, runId, error.")
         .query(&[("limit", "1..=1000, default 50"), ("cursor", "the previous page's `nextCursor`")])
         .returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/loop-runs/{id}/approve"], "approveLoopRun", "approvals", "Approve the gate the run waits on (`{note?}`; the reviewer is the key): the run becomes `approval_approved`.").request("Object").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/loop-runs/{id}/reject"], "rejectLoopRun", "approvals", "Reject the gate the run waits on (`{feedback}` required): the run ends `approval_rejected`.").request("Object").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/loop-runs/{id}/resume"], "resumeLoopRun", "approvals", "Continue an `approval_approved` run from its last checkpoint past the approved gate; completed steps are not run again (202).").returns(202, Body::Envelope("Object")),
+    op("get", BOTH, &["/approvals"], "listApprovals", "approvals", "Approval requests of loop gates, newest first (`{approvals, nextCursor}`).")
+        .query(&[("status", "pending, approved or rejected"), ("limit", "1..=200, default 50"), ("cursor", "the previous page's `nextCursor`")])
+        .returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/approvals/{id}"], "getApproval", "approvals", "An approval request: run, gate (rule, point, step), message, context, decision.").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/approvals/{id}/approve"], "approveApproval", "approvals", "Approve (`{note?}`); the run becomes `approval_approved`, ready for `POST /loop-runs/{id}/resume`.").request("Object").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/approvals/{id}/reject"], "rejectApproval", "approvals", "Reject (`{feedback}` required); the run ends `approval_rejected`.").request("Object").returns(200, Body::Envelope("Object")),
     op("get", BOTH, AGENTS, "listAgents", "agents", "Agents the runtime serves.").returns(200, Body::Envelope("AgentSummaryList")),
     op("post", BOTH, AGENTS, "createAgent", "agents", "Create `.polpo/agents/<id>/agent.json` and `instructions.md`; 409 `already_exists` when taken.")
         .request("AgentInput")
