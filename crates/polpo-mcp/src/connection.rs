@@ -3,10 +3,11 @@
 //! session), so one failure costs one call, not the rest of the server's life.
 
 use crate::spec::ServerSpec;
+use crate::tool::{Listing, Remote};
 use polpo_tools::sandbox::{
     CommandSpec, Confinement, PathRules, Program, Service, sandbox_support, scrubbed_env, spawn_service,
 };
-use polpo_tools::{Tool, ToolContext, ToolError};
+use polpo_tools::{ToolContext, ToolError};
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
 use rmcp::service::{Peer, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -14,7 +15,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{RoleClient, ServiceExt};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::Mutex;
 
@@ -26,14 +27,6 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const STDERR_CAP: usize = 4 * 1024;
 /// Time a stopped stdio server gets between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_secs(2);
-
-/// What a server offered when it was last listed.
-pub(crate) struct Listing {
-    /// Its tools, ready for an agent's tool set.
-    pub tools: Vec<Arc<dyn Tool>>,
-    /// Tools left out, each with why (bad name, schema too large or invalid, …).
-    pub skipped: Vec<String>,
-}
 
 /// A live link to the server.
 struct Live {
@@ -63,6 +56,8 @@ pub(crate) struct Connection {
     /// How to reach it.
     pub spec: ServerSpec,
     state: Mutex<State>,
+    /// This connection, for the tools it lists (they call back through it).
+    me: Weak<Connection>,
 }
 
 /// What `polpo mcp list` shows of a connection.
@@ -76,11 +71,11 @@ pub(crate) struct Snapshot {
 
 impl Connection {
     pub fn new(name: String, spec: ServerSpec) -> Arc<Self> {
-        Arc::new(Self { name, spec, state: Mutex::new(State::default()) })
+        Arc::new_cyclic(|me| Self { name, spec, state: Mutex::new(State::default()), me: me.clone() })
     }
 
     /// The server's tools: the listing kept from an earlier connection, else connect now.
-    pub async fn listing(self: &Arc<Self>, ctx: &ToolContext) -> Result<Arc<Listing>, ToolError> {
+    pub async fn listing(&self, ctx: &ToolContext) -> Result<Arc<Listing>, ToolError> {
         let mut state = self.state.lock().await;
         if let Some(listing) = &state.listing {
             return Ok(listing.clone());
@@ -92,8 +87,8 @@ impl Connection {
     /// Call `tool` with `arguments`. A link found broken before the call is connected again
     /// first; one that breaks during it is dropped (the next call reconnects) and the call is
     /// sent once more only when the request never left (the transport refused it).
-    pub async fn call(
-        self: &Arc<Self>,
+    pub async fn call_tool(
+        &self,
         ctx: &ToolContext,
         tool: &str,
         arguments: JsonObject,
@@ -133,7 +128,7 @@ impl Connection {
     }
 
     /// A usable peer: the live one, or a new connection when there is none or it broke.
-    async fn peer(self: &Arc<Self>, ctx: &ToolContext) -> Result<Peer<RoleClient>, ToolError> {
+    async fn peer(&self, ctx: &ToolContext) -> Result<Peer<RoleClient>, ToolError> {
         let mut state = self.state.lock().await;
         match &state.live {
             Some(live) if !live.is_broken() => Ok(live.client.peer().clone()),
@@ -149,7 +144,7 @@ impl Connection {
     }
 
     /// Replace the link (and its process) with a new one and list the tools again.
-    async fn reconnect(self: &Arc<Self>, state: &mut State, ctx: &ToolContext) -> Result<(), ToolError> {
+    async fn reconnect(&self, state: &mut State, ctx: &ToolContext) -> Result<(), ToolError> {
         if let Some(old) = state.live.take() {
             stop(old).await;
         }
@@ -171,13 +166,14 @@ impl Connection {
         Ok(())
     }
 
-    async fn connect(self: &Arc<Self>, ctx: &ToolContext) -> Result<(Live, Listing), ToolError> {
+    async fn connect(&self, ctx: &ToolContext) -> Result<(Live, Listing), ToolError> {
         let live = match &self.spec {
             ServerSpec::Stdio { command, args, env } => self.start_stdio(ctx, command, args, env).await?,
             ServerSpec::Http { url, headers } => Live { client: self.open_http(url, headers).await?, process: None },
         };
         let listed = live.client.peer().list_all_tools().await.map_err(|e| unavailable(&self.name, &e.to_string()))?;
-        Ok((live, crate::tool::listing(self, listed)))
+        let me: Weak<dyn Remote> = self.me.clone();
+        Ok((live, crate::tool::listing(&self.name, me, listed)))
     }
 
     /// Start the program in the `bash` sandbox and speak MCP over its stdin and stdout.
@@ -313,6 +309,13 @@ async fn stop(live: Live) {
     let _ = tokio::time::timeout(Duration::from_secs(2), client.cancel()).await;
     if let Some(process) = process {
         process.stop().await;
+    }
+}
+
+#[async_trait::async_trait]
+impl Remote for Connection {
+    async fn call(&self, ctx: &ToolContext, tool: &str, arguments: JsonObject) -> Result<CallToolResult, ToolError> {
+        self.call_tool(ctx, tool, arguments).await
     }
 }
 

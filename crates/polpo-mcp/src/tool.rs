@@ -1,10 +1,9 @@
 //! A remote MCP tool as a Polpo [`Tool`]: its listing checked and bounded before the model
 //! sees it, its results bounded before the model reads them.
 
-use crate::connection::{Connection, Listing};
 use polpo_core::tool::{ToolEffect, ToolSpec};
 use polpo_tools::{Tool, ToolContext, ToolError, ToolOutput};
-use rmcp::model::CallToolResult;
+use rmcp::model::{CallToolResult, JsonObject};
 use serde_json::{Value, json};
 use std::sync::{Arc, Weak};
 
@@ -25,24 +24,41 @@ pub fn tool_name(server: &str, tool: &str) -> String {
     format!("mcp__{server}__{tool}")
 }
 
+/// Where a tool's calls go: its server's connection, which keeps the link alive.
+#[async_trait::async_trait]
+pub(crate) trait Remote: Send + Sync {
+    /// Call `tool` on the server.
+    async fn call(&self, ctx: &ToolContext, tool: &str, arguments: JsonObject) -> Result<CallToolResult, ToolError>;
+}
+
+/// What a server offered when it was last listed.
+pub(crate) struct Listing {
+    /// Its tools, ready for an agent's tool set.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// Tools left out, each with why (bad name, schema too large or invalid, …).
+    pub skipped: Vec<String>,
+}
+
 /// One tool of one server.
 pub(crate) struct McpTool {
     spec: ToolSpec,
     effect: ToolEffect,
     /// The name on the server.
     remote: String,
+    /// The server's name in `mcpServers`.
+    server: String,
     /// Weak: the connection owns its listing, which holds this tool.
-    connection: Weak<Connection>,
+    connection: Weak<dyn Remote>,
 }
 
 /// The tools of `listed` that pass the checks, and a sentence for each one that does not.
-pub(crate) fn listing(connection: &Arc<Connection>, listed: Vec<rmcp::model::Tool>) -> Listing {
+pub(crate) fn listing(server: &str, connection: Weak<dyn Remote>, listed: Vec<rmcp::model::Tool>) -> Listing {
     let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
     let mut skipped = Vec::new();
     let total = listed.len();
     for tool in listed.into_iter().take(MAX_TOOLS_PER_SERVER) {
         let remote = tool.name.to_string();
-        match McpTool::checked(connection, tool) {
+        match McpTool::checked(server, connection.clone(), tool) {
             Ok(found) => tools.push(Arc::new(found)),
             Err(why) => skipped.push(format!("{remote}: {why}")),
         }
@@ -51,15 +67,15 @@ pub(crate) fn listing(connection: &Arc<Connection>, listed: Vec<rmcp::model::Too
         skipped.push(format!("{} more tools past the first {MAX_TOOLS_PER_SERVER}", total - MAX_TOOLS_PER_SERVER));
     }
     for why in &skipped {
-        tracing::warn!(server = %connection.name, tool = %why, "MCP tool left out");
+        tracing::warn!(%server, tool = %why, "MCP tool left out");
     }
     Listing { tools, skipped }
 }
 
 impl McpTool {
-    fn checked(connection: &Arc<Connection>, tool: rmcp::model::Tool) -> Result<Self, String> {
+    fn checked(server: &str, connection: Weak<dyn Remote>, tool: rmcp::model::Tool) -> Result<Self, String> {
         let remote = tool.name.to_string();
-        let name = tool_name(&connection.name, &remote);
+        let name = tool_name(server, &remote);
         if remote.is_empty() || !remote.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
             return Err("the name must be letters, digits, `_` or `-`".into());
         }
@@ -89,7 +105,8 @@ impl McpTool {
             spec: ToolSpec { name, description, parameters },
             effect,
             remote,
-            connection: Arc::downgrade(connection),
+            server: server.to_owned(),
+            connection,
         })
     }
 }
@@ -119,10 +136,7 @@ impl Tool for McpTool {
         if result.is_error == Some(true) {
             return Err(ToolError::new("mcp_tool_error", text));
         }
-        Ok(ToolOutput {
-            text,
-            details: json!({"server": connection.name, "tool": self.remote, "truncated": truncated}),
-        })
+        Ok(ToolOutput { text, details: json!({"server": self.server, "tool": self.remote, "truncated": truncated}) })
     }
 }
 

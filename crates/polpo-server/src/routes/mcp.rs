@@ -13,6 +13,9 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use std::sync::Arc;
 
+/// Largest JSON-RPC request accepted on `/mcp` (a prompt is at most 256 KB).
+const MAX_MCP_BODY_BYTES: usize = 4 * 1024 * 1024;
+
 /// The `/mcp` endpoint. Stateless (every request stands alone, so it survives a restart and
 /// needs no session affinity) and answering in plain JSON where it can. `Host` and `Origin`
 /// are checked by the server's own guards, before this service sees the request.
@@ -21,7 +24,7 @@ pub fn router(state: &Arc<AppState>) -> Router<Arc<AppState>> {
     let mut config = StreamableHttpServerConfig::default().disable_allowed_hosts();
     config.legacy_session_mode = false;
     config.json_response = true;
-    config.max_request_body_bytes = crate::app::MAX_BODY_BYTES;
+    config.max_request_body_bytes = MAX_MCP_BODY_BYTES;
     let service = StreamableHttpService::new(
         move || Ok(PolpoMcpServer::new(runs.clone())),
         Arc::new(LocalSessionManager::default()),
