@@ -64,6 +64,8 @@ enum Command {
     Run(commands::run::Args),
     /// Follow, steer, abort or reconcile a durable run on a running server.
     Runs(commands::runs::Args),
+    /// List, approve or reject the approval gates of loop runs, and resume approved runs.
+    Approvals(commands::approvals::Args),
     /// Add, list, show, retry or kill tasks on a running server.
     Tasks(commands::tasks::TasksArgs),
     /// Create, run, pause, resume or report missions on a running server.
@@ -101,6 +103,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Serve(args) => commands::serve::run(global, args, false),
         Command::Run(args) => commands::run::run(global, args),
         Command::Runs(args) => commands::runs::run(global, args),
+        Command::Approvals(args) => commands::approvals::run(global, args),
         Command::Tasks(args) => commands::tasks::run_tasks(global, args),
         Command::Missions(args) => commands::tasks::run_missions(global, args),
         Command::Schedules(command) => commands::schedules::run(global, command),

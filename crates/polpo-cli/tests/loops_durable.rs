@@ -230,16 +230,23 @@ async fn approved_after_a_restart_the_run_resumes_past_the_gate_and_a_rejected_o
         (Some(approval.as_str()), Some(id.as_str()))
     );
     assert_eq!(pending[0]["gate"]["id"], "review-build");
-    let approved = client
-        .post(format!("{}/api/v1/approvals/{approval}/approve", second.url))
-        .json(&json!({"note": "looks fine"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(approved.status(), 200);
-    assert_eq!(approved.json::<Value>().await.unwrap()["data"]["resolvedBy"], "local");
-    let resumed = client.post(format!("{}/api/v1/loop-runs/{id}/resume", second.url)).send().await.unwrap();
-    assert_eq!(resumed.status(), 202);
+    // A reviewer at a terminal: `polpo approvals list`, `approve`, `resume`.
+    let cli = |args: &[&str]| {
+        let mut cmd = support::polpo(&["approvals", "--url", second.url.as_str()]);
+        let out = cmd.args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let listed = cli(&["list", "--status", "pending"]);
+    assert!(listed.starts_with(&format!("{approval}\tpending\t{id}\treview-build")), "{listed}");
+    cli(&["approve", &approval, "--note", "looks fine"]);
+    let decided: Value =
+        reqwest::get(format!("{}/api/v1/approvals/{approval}", second.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        (decided["data"]["status"].as_str(), decided["data"]["resolvedBy"].as_str()),
+        (Some("approved"), Some("local"))
+    );
+    cli(&["resume", &id]);
     let done = until(&second.url, &id, |r| r["status"] == "completed" || r["status"] == "failed").await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "prepare\nbuild\n", "steps before the gate ran once");

@@ -2,6 +2,7 @@
 //! `run(&Global, Args) -> anyhow::Result<ExitCode>`; shared helpers live here.
 
 pub mod agents;
+pub mod approvals;
 pub mod completions;
 pub mod connections;
 pub mod create;
