@@ -9,8 +9,8 @@ use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_loops::{LoopExecutor, LoopOptions};
 use polpo_orchestrator::{Orchestrator, OrchestratorOptions};
 use polpo_project::ProjectEditor;
-use polpo_vault::{KeySources, Vault, VaultError};
 use polpo_scheduler::Scheduler;
+use polpo_vault::{KeySources, Vault, VaultError};
 use std::net::IpAddr;
 use std::sync::Arc;
 
