@@ -1,17 +1,21 @@
 //! `polpo schedules list|next` on a real project folder: next occurrences in the schedule's
-//! time zone and in UTC, and the error for an unknown schedule.
+//! time zone and in UTC, and the error for an unknown schedule; `trigger|pause|runs` against a
+//! real `polpo serve`.
 
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
+use polpo_testkit::{FakeLlm, Turn};
+use serde_json::Value;
 use std::process::{Command, Output, Stdio};
+use support::ServerProcess;
 
 fn polpo(cwd: &std::path::Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_polpo")).args(args).current_dir(cwd).stdin(Stdio::null()).output().unwrap()
 }
 
-#[test]
-fn next_lists_occurrences_in_the_zone_and_in_utc() {
-    let dir = tempfile::tempdir().unwrap();
+fn write_project(dir: &std::path::Path) {
     let files = [
         (".polpo/project.json", r#"{"schemaVersion": 2}"#),
         (".polpo/agents/reporter/agent.json", r#"{"model": "openai/gpt-4o-mini"}"#),
@@ -23,10 +27,16 @@ fn next_lists_occurrences_in_the_zone_and_in_utc() {
         ),
     ];
     for (path, text) in files {
-        let path = dir.path().join(path);
+        let path = dir.join(path);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
     }
+}
+
+#[test]
+fn next_lists_occurrences_in_the_zone_and_in_utc() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project(dir.path());
     let out = polpo(dir.path(), &["schedules", "next", "daily", "--count", "3"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<String> = String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect();
@@ -43,4 +53,42 @@ fn next_lists_occurrences_in_the_zone_and_in_utc() {
     let missing = polpo(dir.path(), &["schedules", "next", "ghost"]);
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("schedule_not_found"));
+}
+
+fn json_of(out: &Output) -> Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn trigger_pause_and_runs_go_through_the_server() {
+    let llm = FakeLlm::start([Turn::text("Reported.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_project(dir.path());
+    std::fs::write(dir.path().join(".polpo/agents/reporter/agent.json"), r#"{"model": "openai/fake-model"}"#).unwrap();
+    let base = llm.base_url();
+    let server = ServerProcess::start(
+        "serve",
+        dir.path(),
+        &[],
+        &[("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream")],
+    );
+    let url = server.url.clone();
+    let cli = |args: &[&str]| {
+        let mut all: Vec<&str> = vec!["schedules"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--url", &url]);
+        support::polpo(&all).current_dir(dir.path()).stdin(Stdio::null()).output().unwrap()
+    };
+    let first = json_of(&cli(&["trigger", "daily", "--key", "k1"]));
+    let again = json_of(&cli(&["trigger", "daily", "--key", "k1"]));
+    assert_eq!(first["runId"], again["runId"], "one key, one run");
+    let runs = json_of(&cli(&["runs", "daily"]));
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 1);
+
+    let stale = cli(&["pause", "daily", "--revision", "3"]);
+    assert!(!stale.status.success());
+    assert!(String::from_utf8_lossy(&stale.stderr).contains("conflict"), "{}", String::from_utf8_lossy(&stale.stderr));
+    let paused = json_of(&cli(&["pause", "daily", "--revision", "0"]));
+    assert_eq!((paused["status"].as_str(), paused["revision"].as_u64()), (Some("paused"), Some(1)));
 }

@@ -1,11 +1,15 @@
 //! `polpo schedules list|show|next`: the project's schedules as loaded from
 //! `.polpo/schedules/`, with their next occurrences in each schedule's time zone, computed
-//! from the files without a server. Triggering, pausing and listing runs go through a running
-//! server's `/api/v1/schedules` (the REST API; these commands do not do it yet).
+//! from the files without a server. `trigger|pause|resume|runs` ask a running server
+//! (`/api/v1/schedules`, `--url`, key from `POLPO_API_KEY`); a server error prints its code.
 
+use super::remote::Client;
 use super::{Global, print_json};
+use anyhow::Context as _;
 use polpo_core::schedules::{Schedule, TimingConfig};
 use polpo_store::{Clock, SystemClock};
+use reqwest::Method;
+use serde_json::json;
 use std::process::ExitCode;
 
 /// Largest `--count` of `next`.
@@ -33,10 +37,98 @@ pub enum Command {
         #[arg(long, default_value_t = 5)]
         count: usize,
     },
+    /// Fire it now on the running server; the same `--key` never fires twice.
+    Trigger {
+        /// The schedule id.
+        id: String,
+        /// Idempotency key (default: a new one, so each call fires).
+        #[arg(long, value_name = "K")]
+        key: Option<String>,
+        /// The server (default: `http://127.0.0.1:<settings.port or 3890>`).
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
+    /// Stop firing it (writes `status: paused` to its file through the server).
+    Pause {
+        /// The schedule id.
+        id: String,
+        /// The revision you read; the server answers `conflict` when the file moved on.
+        #[arg(long, value_name = "N")]
+        revision: Option<u64>,
+        /// The server.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
+    /// Fire it again (writes `status: active`).
+    Resume {
+        /// The schedule id.
+        id: String,
+        /// The revision you read.
+        #[arg(long, value_name = "N")]
+        revision: Option<u64>,
+        /// The server.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
+    /// Its runs, newest first, as JSON (`{runs, nextCursor}`).
+    Runs {
+        /// The schedule id.
+        id: String,
+        /// Page size (1..=1000).
+        #[arg(long, default_value_t = 25)]
+        limit: u32,
+        /// The previous page's `nextCursor`.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// The server.
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
 }
 
 /// Run a `polpo schedules` subcommand on the project.
 pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
+    let (client, method, path, body) = match command {
+        Command::Trigger { id, key, url } => (
+            Client::connect(global, url),
+            Method::POST,
+            format!("/api/v1/schedules/{id}/trigger"),
+            json!({"idempotencyKey": key}),
+        ),
+        Command::Pause { id, revision, url } => (
+            Client::connect(global, url),
+            Method::POST,
+            format!("/api/v1/schedules/{id}/pause"),
+            json!({"expectedRevision": revision}),
+        ),
+        Command::Resume { id, revision, url } => (
+            Client::connect(global, url),
+            Method::POST,
+            format!("/api/v1/schedules/{id}/resume"),
+            json!({"expectedRevision": revision}),
+        ),
+        Command::Runs { id, limit, cursor, url } => {
+            let cursor = cursor.map(|c| format!("&cursor={c}")).unwrap_or_default();
+            (
+                Client::connect(global, url),
+                Method::GET,
+                format!("/api/v1/schedules/{id}/runs?limit={limit}{cursor}"),
+                json!(null),
+            )
+        }
+        local => return run_local(global, local),
+    };
+    let body = (!body.is_null()).then_some(body);
+    let data = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?
+        .block_on(client.call(method, &path, body))?;
+    print_json(&data)
+}
+
+/// The subcommands answered from the project's files.
+fn run_local(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
     let project = global.load()?;
     let now = SystemClock.now();
     let find =
@@ -75,6 +167,9 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
                 println!("{line}");
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Trigger { .. } | Command::Pause { .. } | Command::Resume { .. } | Command::Runs { .. } => {
+            anyhow::bail!("internal: a server command reached the local ones")
         }
     }
 }
