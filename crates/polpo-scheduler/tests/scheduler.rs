@@ -140,3 +140,22 @@ async fn downtime_is_caught_up_by_the_policy_and_the_rest_is_missed() {
     assert_eq!(by_state(all_runs(&s, "one").await), BTreeMap::from([("Missed".into(), 9), ("Succeeded".into(), 1)]));
     assert_eq!(by_state(all_runs(&s, "skip").await), BTreeMap::from([("Missed".into(), 10)]));
 }
+
+#[tokio::test]
+async fn an_occurrence_beyond_max_concurrency_is_skipped_and_recorded() {
+    polpo_llm::install_crypto_provider();
+    // The first run's model stream stalls: it is still running when the next second comes.
+    let llm = FakeLlm::start([Turn::text("still thinking").stall_after(1)]).await.unwrap();
+    let dir = project(&[("busy", schedule("* * * * * *", json!({"maxConcurrency": 1})))]);
+    let clock = Arc::new(ManualClock::new(start()));
+    let s = server(&dir, StoreKind::Sqlite, None, &clock, &llm).await;
+    s.tick().await.unwrap();
+    clock.advance(Duration::seconds(1));
+    assert_eq!(s.tick().await.unwrap().fired, 1);
+    clock.advance(Duration::seconds(1));
+    let pass = s.tick().await.unwrap();
+    assert_eq!((pass.fired, pass.failed), (0, 1));
+    let newest = &all_runs(&s, "busy").await[0];
+    assert_eq!(newest.status, RunState::Skipped);
+    assert_eq!(newest.error.as_ref().map(|e| e.code.as_str()), Some("max_concurrency"));
+}
