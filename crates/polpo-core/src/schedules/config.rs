@@ -6,7 +6,7 @@
 //! pointer; only a clean document is deserialized and its timing checked ([`Timing`]).
 
 use super::codes as schedule_codes;
-use super::timing::Timing;
+use super::timing::{Timing, TimingConfig};
 use crate::config::codes;
 use crate::config::enums::string_enum;
 use crate::config::parse::{Location, parse_checked};
@@ -45,42 +45,6 @@ string_enum! {
         /// Each fires, up to `catchUpLimit` (the latest ones); the rest are `missed`.
         All = "all",
     }
-}
-
-/// When it fires (`timing`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
-pub enum TimingConfig {
-    /// A cron expression (5 fields, or 6 with seconds first) in a time zone (UTC when absent).
-    Cron {
-        /// The expression.
-        expression: String,
-        /// IANA zone name.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        timezone: Option<String>,
-        /// No occurrence after this ISO-8601 instant.
-        #[serde(default, rename = "endAt", skip_serializing_if = "Option::is_none")]
-        end_at: Option<String>,
-    },
-    /// Once, at an ISO-8601 instant (wall-clock in `timezone` when it has no offset).
-    Once {
-        /// The instant.
-        at: String,
-        /// IANA zone name.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        timezone: Option<String>,
-    },
-    /// Every ISO-8601 duration (`PT15M`), from `startAt` (the Unix epoch when absent).
-    Interval {
-        /// The period.
-        every: String,
-        /// The first occurrence.
-        #[serde(default, rename = "startAt", skip_serializing_if = "Option::is_none")]
-        start_at: Option<String>,
-        /// No occurrence after this ISO-8601 instant.
-        #[serde(default, rename = "endAt", skip_serializing_if = "Option::is_none")]
-        end_at: Option<String>,
-    },
 }
 
 /// What a fire does (`invocation`), by `surface`.

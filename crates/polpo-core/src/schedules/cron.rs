@@ -2,7 +2,7 @@
 //! leading `second`, and the `@hourly`-style macros.
 //!
 //! This file knows wall-clock (naive) times only: which local times match. Turning a local
-//! time into an instant in a time zone, with its DST gaps and folds, is [`super::timing`]'s job.
+//! time into an instant in a time zone, with its DST gaps and folds, is the job of the `timing` module beside this one.
 
 use chrono::{Datelike, Duration, NaiveDate, NaiveDateTime, NaiveTime, Timelike};
 

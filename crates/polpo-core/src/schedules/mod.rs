@@ -15,10 +15,8 @@ mod tests;
 pub mod timing;
 pub mod validate;
 
-pub use config::{
-    CatchUp, Invocation, Schedule, ScheduleConfig, SchedulePolicy, ScheduleStatus, TimingConfig, parse_schedule,
-};
+pub use config::{CatchUp, Invocation, Schedule, ScheduleConfig, SchedulePolicy, ScheduleStatus, parse_schedule};
 pub use cron::{Cron, CronError};
 pub use plan::{Due, plan_due};
-pub use timing::Timing;
+pub use timing::{Timing, TimingConfig};
 pub use validate::{schedule_warnings, validate_schedules};

@@ -1,8 +1,8 @@
 #![allow(clippy::unwrap_used)]
 
-use super::config::{ScheduleConfig, SchedulePolicy, TimingConfig};
+use super::config::{ScheduleConfig, SchedulePolicy};
 use super::plan::{Due, plan_due};
-use super::timing::Timing;
+use super::timing::{Timing, TimingConfig};
 use super::{CatchUp, parse_schedule};
 use crate::config::Location;
 use chrono::{DateTime, Utc};

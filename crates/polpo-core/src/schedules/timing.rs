@@ -10,16 +10,52 @@
 //!   keeps firing every 15 real minutes through the repeated hour.
 
 use super::codes;
-use super::config::TimingConfig;
 use super::cron::Cron;
 use crate::problem::Problem;
 use crate::tasks::duration::parse_duration;
 use chrono::{DateTime, Duration, FixedOffset, LocalResult, NaiveDateTime, Offset, TimeZone, Utc};
 use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
 
 /// The largest jump of a zone's UTC offset that the search below accounts for around `after`
 /// (DST moves clocks by one hour, a few zones by two).
 const OFFSET_MARGIN_HOURS: i64 = 3;
+
+/// When it fires (`timing`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum TimingConfig {
+    /// A cron expression (5 fields, or 6 with seconds first) in a time zone (UTC when absent).
+    Cron {
+        /// The expression.
+        expression: String,
+        /// IANA zone name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timezone: Option<String>,
+        /// No occurrence after this ISO-8601 instant.
+        #[serde(default, rename = "endAt", skip_serializing_if = "Option::is_none")]
+        end_at: Option<String>,
+    },
+    /// Once, at an ISO-8601 instant (wall-clock in `timezone` when it has no offset).
+    Once {
+        /// The instant.
+        at: String,
+        /// IANA zone name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timezone: Option<String>,
+    },
+    /// Every ISO-8601 duration (`PT15M`), from `startAt` (the Unix epoch when absent).
+    Interval {
+        /// The period.
+        every: String,
+        /// The first occurrence.
+        #[serde(default, rename = "startAt", skip_serializing_if = "Option::is_none")]
+        start_at: Option<String>,
+        /// No occurrence after this ISO-8601 instant.
+        #[serde(default, rename = "endAt", skip_serializing_if = "Option::is_none")]
+        end_at: Option<String>,
+    },
+}
 
 /// A schedule's timing, checked and ready to compute occurrences.
 #[derive(Debug, Clone, PartialEq)]
