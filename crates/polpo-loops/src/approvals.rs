@@ -7,6 +7,7 @@ use crate::durable::{StoredLoopRun, get_record, scan};
 use crate::error::LoopError;
 use crate::executor::LoopExecutor;
 use crate::record::{APPROVALS, ApprovalRecord, ApprovalStatus, ApprovedGate, LOOP_RUNS, LoopRunStatus, RunFailure};
+use polpo_engine::events::EventKind;
 use polpo_store::Cursor;
 use serde::Serialize;
 use std::sync::Arc;
@@ -127,6 +128,7 @@ impl LoopExecutor {
         // The approval first, by compare-and-set: of two reviewers racing, one wins.
         let written = store.put_record(APPROVALS, id, to_value(&approval)?, Some(stored.revision)).await?;
         store.put_record(LOOP_RUNS, &record.id, to_value(&record)?, Some(run.revision)).await?;
+        approval.announce(self.runs.runtime().events(), EventKind::ApprovalResolved);
         Ok(StoredApproval {
             approval,
             revision: written.revision,

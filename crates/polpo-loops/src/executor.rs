@@ -22,6 +22,7 @@ use polpo_core::loops::governance::{self, Gate, Point, RuleKind, Verdict};
 use polpo_core::loops::{Step, StepBody};
 use polpo_core::message::Message;
 use polpo_core::tool::ToolSpec;
+use polpo_engine::events::EventKind;
 use polpo_engine::interaction::Capabilities;
 use polpo_engine::meter::Meter;
 use polpo_engine::runs::{Progress, RunManager};
@@ -434,6 +435,7 @@ impl Run<'_> {
         };
         let value = serde_json::to_value(&approval).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
         runtime.store().records.put_record(APPROVALS, &approval.id, value, Some(0)).await?;
+        approval.announce(runtime.events(), EventKind::ApprovalRequested);
         Ok(approval.id)
     }
 

@@ -7,9 +7,11 @@ use crate::error::LoopError;
 use crate::trace::TraceEvent;
 use polpo_core::loops::governance::Gate;
 use polpo_core::message::Message;
+use polpo_engine::events::EventKind;
+use polpo_engine::events::bus::EventBus;
 use polpo_store::{RecordStore, StoreError};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -200,6 +202,30 @@ pub struct ApprovalRecord {
     /// The reviewer's note (a rejection's feedback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+impl ApprovalRecord {
+    /// Tell the live bus (`/api/v1/events`) that this request was raised
+    /// (`approval:requested`) or decided (`approval:resolved`), so a dashboard or a reviewer's
+    /// client learns of it without polling. The run's context stays out: it may hold secrets.
+    pub fn announce(&self, events: &EventBus, kind: EventKind) {
+        if let Some(name) = kind.bus_name() {
+            events.publish(
+                name,
+                json!({
+                    "approvalId": self.id,
+                    "type": "loop",
+                    "status": self.status,
+                    "loopRunId": self.loop_run_id,
+                    "loop": self.loop_id,
+                    "agent": self.agent,
+                    "gate": self.gate,
+                    "message": self.message,
+                    "resolvedBy": self.resolved_by,
+                }),
+            );
+        }
+    }
 }
 
 /// A gate a reviewer approved.

@@ -147,3 +147,52 @@ async fn the_events_stream_needs_the_api_key() {
     assert_eq!(r.json()["code"], "unauthorized");
     s.stream("/api/v1/events", &[("authorization", "Bearer sekret-key")]).await;
 }
+
+/// A reviewer's dashboard learns of an approval gate and of its decision from the live bus.
+#[tokio::test]
+async fn an_approval_gate_is_announced_and_its_decision_too() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let flow = json!({
+        "name": "gated-build",
+        "start": "build",
+        "policies": [{"id": "review-build", "hook": "tool:before", "effect": "approval", "when": "step.name == 'build'", "message": "a person reviews the build"}],
+        "steps": {"build": {"type": "tool", "tool": "bash", "input": {"command": "echo build >> log.txt"}, "next": "end"}}
+    });
+    let s = Server::start_with(&llm, None, |d| {
+        polpo_testkit::ProjectFixture::new(d, json!({"storage": "file"}))
+            .unwrap()
+            .agent(
+                "builder",
+                json!({"model": "openai/fake-model", "allowedTools": ["bash"], "assignedLoops": ["gated-build"]}),
+                "You build.",
+            )
+            .unwrap()
+            .project_loop("gated-build", flow)
+            .unwrap();
+    })
+    .await;
+    let mut live = s.stream("/api/v1/events?filter=approval:*", &[]).await;
+
+    let body = json!({"agent": "builder", "loop": "gated-build", "messages": [{"role": "user", "content": "Build"}]});
+    let r = s.post("/v1/chat/completions", &[], body).await;
+    assert_eq!(r.status, 202, "{}", r.text);
+    let run = r.json()["loop_run_id"].as_str().unwrap().to_owned();
+
+    let requested = live.until(EVENTUALLY, |f| f.name() == "approval:requested").await;
+    assert_eq!(names(&requested), ["approval:requested"]);
+    let asked = requested[0].json();
+    assert_eq!(asked["loopRunId"], run.as_str());
+    assert_eq!(asked["status"], "pending");
+    assert_eq!(asked["gate"]["id"], "review-build");
+    assert_eq!(asked["message"], "a person reviews the build");
+    let approval = asked["approvalId"].as_str().unwrap().to_owned();
+
+    let r = s.post(&format!("/api/v1/approvals/{approval}/approve"), &[], json!({"note": "fine"})).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let resolved = live.until(EVENTUALLY, |f| f.name() == "approval:resolved").await;
+    assert_eq!(names(&resolved), ["approval:resolved"]);
+    assert_eq!(resolved[0].json()["approvalId"], approval.as_str());
+    assert_eq!(resolved[0].json()["status"], "approved");
+    assert_eq!(resolved[0].json()["resolvedBy"], "local");
+    assert!(!s.dir.path().join("log.txt").exists(), "approving alone runs nothing before a resume");
+}

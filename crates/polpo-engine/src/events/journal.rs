@@ -119,10 +119,14 @@ pub enum EventKind {
     ScheduleMissed,
     /// A schedule's invocation could not start or ended with an error (bus).
     ScheduleFailed,
+    /// A run stopped at an approval gate and asks a person to decide (bus).
+    ApprovalRequested,
+    /// A person approved or rejected an approval request (bus).
+    ApprovalResolved,
 }
 
 /// (kind, journal name, bus name): the one table of event names.
-const NAMES: [(EventKind, Option<&str>, Option<&str>); 50] = [
+const NAMES: [(EventKind, Option<&str>, Option<&str>); 52] = [
     (EventKind::SessionCreated, None, Some("session:created")),
     (EventKind::MessageAdded, None, Some("message:added")),
     (EventKind::ModelRouted, None, Some("model:routed")),
@@ -173,6 +177,8 @@ const NAMES: [(EventKind, Option<&str>, Option<&str>); 50] = [
     (EventKind::ScheduleFired, None, Some("schedule:fired")),
     (EventKind::ScheduleMissed, None, Some("schedule:missed")),
     (EventKind::ScheduleFailed, None, Some("schedule:failed")),
+    (EventKind::ApprovalRequested, None, Some("approval:requested")),
+    (EventKind::ApprovalResolved, None, Some("approval:resolved")),
 ];
 
 impl EventKind {
