@@ -228,3 +228,41 @@ async fn an_rmcp_client_lists_polpos_agents_on_mcp_and_gets_an_answer() {
     assert_eq!(llm.requests()[0].body["messages"].as_array().unwrap().last().unwrap()["content"], "Say hello");
     client.cancel().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_uses_another_polpos_agents_through_a_streamable_http_mcp_server() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("mcp__peer__ask_assistant", json!({"prompt": "What is 2+2?"}))]),
+        Turn::text("4"),
+        Turn::text("The peer says 4."),
+    ])
+    .await
+    .unwrap();
+    let base = llm.base_url();
+    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream")];
+    let peer_dir = tempfile::tempdir().unwrap();
+    project(peer_dir.path());
+    let mut peer_env = env.to_vec();
+    peer_env.push(("POLPO_API_KEY", "sk-peer"));
+    let peer = ServerProcess::start("serve", peer_dir.path(), &[], &peer_env);
+
+    let dir = tempfile::tempdir().unwrap();
+    let servers = json!({"peer": {"type": "http", "url": format!("{}/mcp", peer.url), "headers": {"Authorization": "Bearer sk-peer"}}});
+    ProjectFixture::new(dir.path(), json!({"storage": "file"}))
+        .unwrap()
+        .agent(
+            "caller",
+            json!({"model": "openai/gpt-4o-mini", "allowedTools": ["mcp__peer__*"], "mcpServers": servers}),
+            "You ask your peer.",
+        )
+        .unwrap();
+    let server = ServerProcess::start("serve", dir.path(), &[], &env);
+    let (body, _) = chat(&server.url, "caller", "Ask the peer", None).await;
+    assert_eq!(body["choices"][0]["message"]["content"], "The peer says 4.");
+    let requests = llm.requests();
+    let tools = offered_tools(&requests[0].body);
+    assert_eq!(tools, ["mcp__peer__ask_assistant", "mcp__peer__ask_narrow"]);
+    assert_eq!(requests[1].body["messages"].as_array().unwrap().last().unwrap()["content"], "What is 2+2?");
+    assert_eq!(last_tool_result(&requests[2].body), "4");
+}
