@@ -50,6 +50,8 @@ fn next_lists_occurrences_in_the_zone_and_in_utc() {
     let list = polpo(dir.path(), &["schedules", "list"]);
     let text = String::from_utf8(list.stdout).unwrap();
     assert!(text.starts_with("daily\tactive\tcron '0 9 * * *' Europe/Rome\tagent\tnext "), "{text}");
+    let validate = String::from_utf8(polpo(dir.path(), &["validate"]).stdout).unwrap();
+    assert!(validate.contains("schedule daily: next 20"), "{validate}");
     let missing = polpo(dir.path(), &["schedules", "next", "ghost"]);
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("schedule_not_found"));

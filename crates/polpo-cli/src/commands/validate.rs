@@ -54,6 +54,12 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
     match result {
         Ok(project) => {
             println!("ok: {}", summary(&project));
+            // Each active schedule's next occurrence, in its own time zone.
+            let now = polpo_store::Clock::now(&polpo_store::SystemClock);
+            for s in project.schedules.values().filter(|s| s.config.is_active()) {
+                let next = s.timing.next_after(now).map(|t| t.with_timezone(&s.timing.zone()).to_rfc3339());
+                println!("schedule {}: next {}", s.id, next.as_deref().unwrap_or("never"));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(problems) => {
