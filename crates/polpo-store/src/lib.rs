@@ -50,7 +50,7 @@ use std::sync::Arc;
 pub use clock::{Clock, IdGen, ManualClock, Seams, SequentialIds, SystemClock, UuidV7Ids};
 pub use copy::{CopyReport, copy_store};
 pub use error::StoreError;
-pub use file::FileStore;
+pub use file::{FileStore, SESSION_CACHE};
 pub use model::*;
 pub use page::{Cursor, Page, PageRequest};
 pub use sql::{PgStore, SqliteStore};

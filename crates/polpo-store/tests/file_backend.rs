@@ -310,3 +310,35 @@ async fn lists_page_through_the_sorted_session_index_and_its_journal() {
     assert_eq!(listed(&store, 7, &SessionFilter::default()).await, ids(None));
     assert_eq!(listed(&store, 13, &only_b).await, ids(Some("b")));
 }
+
+#[tokio::test]
+async fn a_bounded_session_cache_drops_idle_sessions_without_changing_what_they_read() {
+    use polpo_store::SessionStore;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join(".polpo");
+    let store = FileStore::open_with_cache(&dir, Arc::new(SystemClock), 2).await.unwrap();
+    let mut appended = Vec::new();
+    for i in 0..5 {
+        let s = store.create_session(NewSession { agent: "coder".into(), ..Default::default() }).await.unwrap();
+        let turn =
+            vec![NewMessage::new(Message::user(format!("question {i}"))), NewMessage::new(Message::assistant("ok"))];
+        appended.push(store.append_messages(&s.id, turn, None).await.unwrap().session);
+    }
+    // The first session left the cache when the third came in: its header was written then.
+    let header: Value = serde_json::from_slice(
+        &std::fs::read(dir.join("sessions").join(&appended[0].id).join("session.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(header["messageCount"], json!(2), "{header}");
+    for (i, s) in appended.iter().enumerate() {
+        let read = store.get_session(&s.id).await.unwrap().unwrap();
+        assert_eq!((read.revision, read.message_count, &read.title), (s.revision, 2, &s.title));
+        // The revision a client saw before the session was dropped still writes.
+        let more = vec![NewMessage::new(Message::user(format!("and {i}?")))];
+        let after = store.append_messages(&s.id, more, Some(s.revision)).await.unwrap();
+        assert_eq!(after.messages[0].seq, 3);
+        let page = store.list_messages(&s.id, &PageRequest::default()).await.unwrap();
+        let texts: Vec<String> = page.items.iter().map(|m| m.message.text_content()).collect();
+        assert_eq!(texts, [format!("question {i}"), "ok".into(), format!("and {i}?")]);
+    }
+}

@@ -15,7 +15,8 @@
 //! (sessions) or reconciled from the journal when it is next read (counts, title, times; a
 //! session's revision moves by one per reconciled message, so it never goes back). The other
 //! files are the truth for the rest. Sessions are read when first used, not at open: a cache
-//! keeps the ones in use (header, journal offsets, lock), and `.index/sessions.log` (see
+//! keeps the ones in use (header, journal offsets, lock), at most [`SESSION_CACHE`] idle ones
+//! (least recently used dropped first, a lagging header written durably as it goes), and `.index/sessions.log` (see
 //! `order.rs`) orders them for listing. An in-memory index of runs, leases and effects (loaded
 //! at open, reconciled with the journals) makes their lookups and listings cheap; journals are
 //! read from disk. The index mutex is held only to look up and update entries: session writes hold
@@ -28,6 +29,7 @@ mod journal;
 mod lock;
 mod order;
 mod ordered;
+mod recency;
 mod records;
 mod runs;
 mod sessions;
@@ -56,6 +58,8 @@ struct Inner {
     dir: PathBuf,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGen>,
+    /// How many sessions the cache keeps before dropping idle ones (see [`SESSION_CACHE`]).
+    session_cache: usize,
     index: Mutex<Index>,
     /// The listing order of sessions; its own lock, so a create's fsync of its key holds up
     /// no other operation. Never taken while holding `index`.
@@ -65,8 +69,10 @@ struct Inner {
 
 #[derive(Debug, Default)]
 struct Index {
-    /// The sessions read so far (see [`Inner::load_session`]).
+    /// The sessions in the cache (see [`Inner::load_session`]).
     sessions: HashMap<String, Session>,
+    /// When each cached session was last used, for dropping the least recent.
+    recency: recency::Recency,
     runs: ordered::Ordered<Run>,
     leases: HashMap<String, Lease>,
     effects: HashMap<String, Effect>,
@@ -90,14 +96,30 @@ struct Index {
     missions: ordered::Ordered<crate::work::StoredMission>,
 }
 
+/// How many sessions the file store keeps in memory by default: enough for every chat a
+/// server is serving at once, few enough that memory stays flat however many chats it has
+/// served. Sessions in use are never dropped, so the cache may run over while they are.
+pub const SESSION_CACHE: usize = 4096;
+
 impl FileStore {
     /// Open (creating if needed) the store in `data_dir` (a project's `.polpo/`), taking the
     /// process lock and repairing journals torn by a crash. Times and new ids come from `seams`
     /// (a plain clock: UUID v7 ids).
     pub async fn open(data_dir: &Path, seams: impl Into<Seams>) -> Result<Self, StoreError> {
+        Self::open_with_cache(data_dir, seams, SESSION_CACHE).await
+    }
+
+    /// [`FileStore::open`] keeping at most `session_cache` idle sessions in memory (at least
+    /// one), for hosts that want a smaller or larger cache than [`SESSION_CACHE`].
+    pub async fn open_with_cache(
+        data_dir: &Path,
+        seams: impl Into<Seams>,
+        session_cache: usize,
+    ) -> Result<Self, StoreError> {
         let dir = data_dir.to_owned();
         let seams = seams.into();
-        let inner = tokio::task::spawn_blocking(move || Inner::open(dir, seams)).await.map_err(join_error)??;
+        let cache = session_cache.max(1);
+        let inner = tokio::task::spawn_blocking(move || Inner::open(dir, seams, cache)).await.map_err(join_error)??;
         Ok(FileStore { inner: Arc::new(inner) })
     }
 
@@ -120,7 +142,7 @@ const EFFECTS: &str = "effects";
 const RECORDS: &str = "records";
 
 impl Inner {
-    fn open(dir: PathBuf, Seams { clock, ids }: Seams) -> Result<Self, StoreError> {
+    fn open(dir: PathBuf, Seams { clock, ids }: Seams, session_cache: usize) -> Result<Self, StoreError> {
         fsio::create_dir_durable(&dir)?;
         let lock = lock::StoreLock::acquire(&dir)?;
         for sub in [SESSIONS, RUNS, EFFECTS, RECORDS, work::TASKS, work::MISSIONS] {
@@ -128,7 +150,7 @@ impl Inner {
         }
         let order = order::SessionOrder::open(&dir, &dir.join(SESSIONS))?;
         let index = Index::load(&dir)?;
-        Ok(Inner { dir, clock, ids, index: Mutex::new(index), order: Mutex::new(order), _lock: lock })
+        Ok(Inner { dir, clock, ids, session_cache, index: Mutex::new(index), order: Mutex::new(order), _lock: lock })
     }
 
     fn index(&self) -> MutexGuard<'_, Index> {
@@ -145,6 +167,7 @@ impl Inner {
     /// session that is not in the cache.
     fn load_session(&self, idx: &mut Index, id: &str) -> Result<bool, StoreError> {
         if idx.sessions.contains_key(id) {
+            idx.recency.touch(id);
             return Ok(true);
         }
         if idx.session_locks.contains_key(id) || crate::model::validate_id("session", id).is_err() {
@@ -172,7 +195,36 @@ impl Inner {
         idx.messages.insert(id.to_owned(), journal);
         idx.session_locks.insert(id.to_owned(), SessionLock::default());
         idx.sessions.insert(id.to_owned(), session);
+        self.cached(idx, id);
         Ok(true)
+    }
+
+    /// Note that session `id` just entered the cache, and drop the least recently used idle
+    /// sessions beyond [`Inner::session_cache`]. A session is idle when nobody holds or waits
+    /// for its write lock: its only handle is the cache's, and taking another needs the index
+    /// lock we hold, so nobody can start writing it while it goes. A dropped session whose
+    /// header lags its journal gets the header written first (atomically, fsynced), so its next
+    /// read sees the same counts and revision; if that write fails the session stays cached.
+    fn cached(&self, idx: &mut Index, id: &str) {
+        idx.recency.touch(id);
+        let excess = idx.sessions.len().saturating_sub(self.session_cache);
+        if excess == 0 {
+            return;
+        }
+        let idle = |id: &str| idx.session_locks.get(id).is_some_and(|l| Arc::strong_count(l) == 1);
+        let victims: Vec<String> = idx.recency.oldest_first().filter(|id| idle(id)).take(excess).map(owned).collect();
+        for victim in victims {
+            if idx.stale_headers.contains(&victim)
+                && let Some(session) = idx.sessions.get(&victim)
+            {
+                if let Err(e) = fsio::write_json(&self.session_dir(&victim).join("session.json"), session) {
+                    tracing::warn!(session = %victim, error = %e, "could not write a session header; kept in the cache");
+                    continue;
+                }
+                idx.stale_headers.remove(&victim);
+            }
+            idx.forget_session(&victim);
+        }
     }
 
     /// Session `id`'s header, read on first use (see [`Inner::load_session`]).
@@ -248,6 +300,15 @@ type SessionLock = Arc<tokio::sync::Mutex<()>>;
 type SessionGuard = tokio::sync::OwnedMutexGuard<()>;
 
 impl Index {
+    /// Drop session `id` from the cache (its files stay as they are).
+    fn forget_session(&mut self, id: &str) -> Option<Session> {
+        self.recency.forget(id);
+        self.messages.remove(id);
+        self.session_locks.remove(id);
+        self.stale_headers.remove(id);
+        self.sessions.remove(id)
+    }
+
     /// Read every run, lease and effect (sessions are read when first used), cutting torn
     /// journal tails and reconciling run headers with their journals.
     fn load(dir: &Path) -> Result<Index, StoreError> {

@@ -56,6 +56,7 @@ impl Inner {
         let mut idx = self.index();
         idx.messages.insert(session.id.clone(), journal);
         idx.sessions.insert(session.id.clone(), session.clone());
+        self.cached(&mut idx, &session.id);
         drop(idx);
         drop(guard);
         Ok(())
@@ -182,13 +183,7 @@ impl Inner {
         // Without session.json the directory is never read as a session, so a crash mid-delete is safe.
         let head = dir.join("session.json");
         std::fs::remove_file(&head).map_err(|e| StoreError::io(&head, e))?;
-        let removed = {
-            let mut idx = self.index();
-            idx.messages.remove(id);
-            idx.session_locks.remove(id);
-            idx.stale_headers.remove(id);
-            idx.sessions.remove(id)
-        };
+        let removed = self.index().forget_session(id);
         fsio::sync_dir(&dir)?;
         if let Some(session) = removed {
             self.order().remove(&session)?;
