@@ -182,7 +182,9 @@ async fn suggestions(
 }
 
 /// An agent's run-time tools as last seen, and the tool set compiled with them.
-type AgentTools = (Vec<Arc<dyn Tool>>, Arc<ToolSet>);
+/// An agent's cached tool set: the built-in set it was built on, the run-time tools it added,
+/// and the result.
+type AgentTools = (Arc<ToolSet>, Vec<Arc<dyn Tool>>, Arc<ToolSet>);
 
 /// The runtime: one per server or CLI process.
 pub struct Runtime {
@@ -194,8 +196,9 @@ pub struct Runtime {
     skilled_tools: Arc<ToolSet>,
     /// Where an agent's run-time tools come from (its MCP servers), when anywhere.
     tool_source: Option<Arc<dyn ToolSource>>,
-    /// Per agent, the run-time tools last seen and the tool set compiled with them, so
-    /// schemas are compiled again only when a server's listing changes.
+    /// Per agent, the built-in set and run-time tools last seen and the tool set compiled
+    /// with them, so schemas are compiled again only when either changes (a server's listing,
+    /// or the agent gaining or losing skills on a reload).
     agent_tools: Mutex<HashMap<String, AgentTools>>,
     hook_runtime: HookRuntime,
     offline_model: Option<String>,
@@ -277,7 +280,8 @@ impl Runtime {
             return base.clone();
         }
         let mut cache = self.agent_tools.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((seen, set)) = cache.get(&agent.id)
+        if let Some((seen_base, seen, set)) = cache.get(&agent.id)
+            && Arc::ptr_eq(seen_base, base)
             && seen.len() == extra.len()
             && seen.iter().zip(&extra).all(|(a, b)| Arc::ptr_eq(a, b))
         {
@@ -285,7 +289,7 @@ impl Runtime {
         }
         let builtin = base.specs().filter_map(|s| base.get(&s.name).cloned());
         let set = Arc::new(ToolSet::new(builtin.chain(extra.iter().cloned()).collect()));
-        cache.insert(agent.id.clone(), (extra, set.clone()));
+        cache.insert(agent.id.clone(), (base.clone(), extra, set.clone()));
         set
     }
 
