@@ -246,7 +246,18 @@ async fn approved_after_a_restart_the_run_resumes_past_the_gate_and_a_rejected_o
         (decided["data"]["status"].as_str(), decided["data"]["resolvedBy"].as_str()),
         (Some("approved"), Some("local"))
     );
-    cli(&["resume", &id]);
+    // `polpo loops runs` shows it approved; `polpo loops resume` (the same as `approvals resume`) goes on.
+    let loops_cli = |args: &[&str]| {
+        let mut cmd = support::polpo(&["loops"]);
+        let out = cmd.args(args).args(["--url", second.url.as_str()]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let approved = loops_cli(&["runs", "--status", "approval_approved"]);
+    assert!(approved.starts_with(&format!("{id}\tapproval_approved\tgated-build\tbuilder\t")), "{approved}");
+    assert_eq!(approved.lines().count(), 1, "{approved}");
+    assert_eq!(loops_cli(&["runs", "--status", "running"]), "", "no other run is listed");
+    loops_cli(&["resume", &id]);
     let done = until(&second.url, &id, |r| r["status"] == "completed" || r["status"] == "failed").await;
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "prepare\nbuild\n", "steps before the gate ran once");
@@ -266,6 +277,10 @@ async fn approved_after_a_restart_the_run_resumes_past_the_gate_and_a_rejected_o
     let after = client.post(format!("{}/api/v1/loop-runs/{other}/resume", second.url)).send().await.unwrap();
     assert_eq!(after.status(), 409);
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "prepare\nbuild\nprepare\n");
+    let all = loops_cli(&["runs"]);
+    assert!(all.starts_with(&format!("{other}\tapproval_rejected\t")), "newest first: {all}");
+    assert!(all.lines().next().unwrap().ends_with("\tapproval_rejected"), "the error code: {all}");
+    assert!(all.lines().nth(1).unwrap().starts_with(&format!("{id}\tcompleted\t")), "{all}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -53,6 +53,14 @@ enum Command {
     },
 }
 
+/// Ask the server to resume approved loop run `run` from its last checkpoint (`polpo approvals
+/// resume` and `polpo loops resume`).
+pub async fn resume(client: &Client, run: &str) -> Result<(), super::remote::ServerError> {
+    client.call(Method::POST, &format!("/api/v1/loop-runs/{run}/resume"), None).await?;
+    println!("loop run {run} is resuming");
+    Ok(())
+}
+
 /// Run a `polpo approvals` subcommand against the server.
 pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let client = Client::connect(global, args.url);
@@ -79,10 +87,7 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
                 let done = client.call(Method::POST, &path, Some(json!({"feedback": feedback}))).await?;
                 println!("{id} rejected; loop run {} ended approval_rejected", done["loopRunId"]);
             }
-            Command::Resume { run } => {
-                client.call(Method::POST, &format!("/api/v1/loop-runs/{run}/resume"), None).await?;
-                println!("loop run {run} is resuming");
-            }
+            Command::Resume { run } => resume(&client, &run).await?,
         }
         Ok(ExitCode::SUCCESS)
     })

@@ -4,8 +4,10 @@
 //! Loops are loaded and validated with the whole project; `list`, `validate` and `show` look
 //! at them alone. `run` executes one in this process (the same executor `polpo serve` runs for
 //! a chat with `loop`), printing each `loop_trace` event as a JSON line as it happens; a human
-//! step reads its answer as one JSON line from stdin.
+//! step reads its answer as one JSON line from stdin. `runs` and `resume` ask the running
+//! server (`--url`, `POLPO_API_KEY`) about its stored loop runs.
 
+use super::remote::{Client, ServerError};
 use super::{Global, print_json, sorted};
 use anyhow::Context as _;
 use polpo_core::config::Project;
@@ -14,6 +16,7 @@ use polpo_core::message::Message;
 use polpo_core::problem::Problem;
 use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_loops::{LoopExecutor, LoopOptions, LoopRequest, TraceEvent, TraceKind};
+use reqwest::Method;
 use std::process::ExitCode;
 
 mod compile;
@@ -58,6 +61,25 @@ pub enum Command {
         #[arg(long, value_name = "JSON")]
         metadata: Option<String>,
     },
+    /// The running server's loop runs, newest first, one per line: id, status, loop, agent,
+    /// last update, error code.
+    Runs {
+        /// Only runs in this status (`running`, `awaiting_approval`, `completed`, …).
+        #[arg(long)]
+        status: Option<String>,
+        /// The server (default: `http://127.0.0.1:<settings.port or 3890>`).
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
+    /// Resume an approved loop run on the running server from its last checkpoint, past the
+    /// approved gate (the same as `polpo approvals resume`).
+    Resume {
+        /// The loop run (`looprun-…`).
+        run: String,
+        /// The server (default: `http://127.0.0.1:<settings.port or 3890>`).
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
 }
 
 /// Run a loops subcommand.
@@ -67,6 +89,10 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Compile { file, out } => return compile::run(&file, out.as_deref()),
         Command::Run { agent, loop_id, input, metadata } => {
             return run_loop(global, agent, loop_id, input.as_deref(), metadata.as_deref());
+        }
+        Command::Runs { status, url } => return remote(global, url, |c| async move { list_runs(&c, status).await }),
+        Command::Resume { run, url } => {
+            return remote(global, url, |c| async move { super::approvals::resume(&c, &run).await });
         }
         other => other,
     };
@@ -94,7 +120,49 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
                 anyhow::bail!("loop_not_found: no loop `{name}` (loops: {})", known.join(", "))
             }
         },
-        Command::Validate | Command::Compile { .. } | Command::Run { .. } => Ok(ExitCode::SUCCESS),
+        Command::Validate
+        | Command::Compile { .. }
+        | Command::Run { .. }
+        | Command::Runs { .. }
+        | Command::Resume { .. } => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Run `call` against the server at `url` (default: this project's port).
+fn remote<F: std::future::Future<Output = Result<(), ServerError>>>(
+    global: &Global,
+    url: Option<String>,
+    call: impl FnOnce(Client) -> F,
+) -> anyhow::Result<ExitCode> {
+    let client = Client::connect(global, url);
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the async runtime")?;
+    runtime.block_on(call(client))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `polpo loops runs`: every page of `GET /api/v1/loop-runs`, one run per line.
+async fn list_runs(client: &Client, status: Option<String>) -> Result<(), ServerError> {
+    let mut cursor: Option<String> = None;
+    loop {
+        // The query escaped by `Url`, whatever the status or cursor holds.
+        let mut url = reqwest::Url::parse(&format!("{}/api/v1/loop-runs", client.url))
+            .map_err(|e| ServerError::unreachable(&client.url, e))?;
+        url.query_pairs_mut()
+            .append_pair("limit", "200")
+            .extend_pairs(status.iter().map(|s| ("status", s)))
+            .extend_pairs(cursor.take().iter().map(|c| ("cursor", c)));
+        let path = format!("{}?{}", url.path(), url.query().unwrap_or_default());
+        let page = client.call(Method::GET, &path, None).await?;
+        for r in page["loopRuns"].as_array().into_iter().flatten() {
+            let text = |v: &serde_json::Value| v.as_str().unwrap_or("-").to_owned();
+            let (id, state, name, agent) = (text(&r["id"]), text(&r["status"]), text(&r["loop"]), text(&r["agent"]));
+            println!("{id}\t{state}\t{name}\t{agent}\t{}\t{}", text(&r["updatedAt"]), text(&r["error"]["code"]));
+        }
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => return Ok(()),
+        }
     }
 }
 
