@@ -266,3 +266,93 @@ async fn an_agent_uses_another_polpos_agents_through_a_streamable_http_mcp_serve
     assert_eq!(requests[1].body["messages"].as_array().unwrap().last().unwrap()["content"], "What is 2+2?");
     assert_eq!(last_tool_result(&requests[2].body), "4");
 }
+
+/// A value that must reach the demo server's environment and nothing a client of Polpo sees.
+const MCP_SECRET: &str = "mcp-secret-5f3a9c1e7b";
+
+/// Agent `keeper` starts the demo server with `DEMO_TOKEN` taken from its vault entry `demo`.
+fn vault_project(dir: &Path, key: &str, reference: &str) {
+    let demo = polpo_testkit::mcp_demo::demo_bin().unwrap();
+    let servers =
+        json!({"demo": {"type": "stdio", "command": demo.to_str().unwrap(), "env": {"DEMO_TOKEN": reference}}});
+    ProjectFixture::new(dir, json!({"storage": "file"}))
+        .unwrap()
+        .agent(
+            "keeper",
+            json!({"model": "openai/gpt-4o-mini", "allowedTools": ["mcp__demo__*"], "mcpServers": servers}),
+            "You check the demo server.",
+        )
+        .unwrap();
+    let vault = polpo_vault::Vault::open(
+        &dir.join(".polpo"),
+        polpo_vault::VaultKey::from_hex(key).unwrap(),
+        polpo_core::redact::Redactor::new(),
+    );
+    let credentials = std::collections::BTreeMap::from([("token".to_owned(), MCP_SECRET.to_owned())]);
+    let entry = polpo_vault::Entry {
+        agent: "keeper".into(),
+        service: "demo".into(),
+        kind: "custom".into(),
+        label: None,
+        credentials,
+    };
+    vault.set(entry).unwrap();
+}
+
+/// `polpo mcp list --json` for the project with this environment, as its rows.
+fn mcp_list_rows(dir: &Path, home: &Path, key: Option<&str>) -> Value {
+    let mut cmd = support::polpo(&["mcp", "list", "--json", "--project", dir.to_str().unwrap()]);
+    cmd.env("HOME", home).env_remove("POLPO_VAULT_KEY");
+    if let Some(key) = key {
+        cmd.env("POLPO_VAULT_KEY", key);
+    }
+    let out = cmd.output().unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vault_secret_reaches_the_stdio_server_env_and_never_the_session_api() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("mcp__demo__env", json!({"name": "DEMO_TOKEN"}))]),
+        Turn::text("The token is there."),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let key = "ab".repeat(32);
+    vault_project(dir.path(), &key, "${vault:demo:token}");
+    let base = llm.base_url();
+    let home_dir = home.path().to_str().unwrap();
+    let server = ServerProcess::start(
+        "serve",
+        dir.path(),
+        &[],
+        &[("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_VAULT_KEY", &key), ("HOME", home_dir)],
+    );
+    let (body, session) = chat(&server.url, "keeper", "Is the token set?", None).await;
+    assert_eq!(body["choices"][0]["message"]["content"], "The token is there.");
+    let result = last_tool_result(&llm.requests()[1].body);
+    assert_eq!(result, format!("DEMO_TOKEN is set ({} bytes)", MCP_SECRET.len()), "the server got the vault value");
+
+    let http = reqwest::Client::new();
+    for path in [format!("/api/v1/sessions/{session}"), format!("/api/v1/sessions/{session}/messages")] {
+        let response = http.get(format!("{}{path}", server.url)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let text = response.text().await.unwrap();
+        assert!(text.contains("DEMO_TOKEN"), "{path} shows the session: {text}");
+        assert!(!text.contains(MCP_SECRET), "{path} leaks the secret: {text}");
+    }
+    assert!(llm.requests().iter().all(|r| !r.body.to_string().contains(MCP_SECRET)), "the model never saw it");
+    drop(server);
+
+    // Without the vault key, or naming a credential the entry lacks, the server reports why.
+    let rows = mcp_list_rows(dir.path(), home.path(), None);
+    assert_eq!(rows[0]["status"], "error", "{rows}");
+    assert!(rows[0]["error"].as_str().unwrap().contains("vault_key_missing"), "{rows}");
+    vault_project(dir.path(), &key, "${vault:demo:missing}");
+    let rows = mcp_list_rows(dir.path(), home.path(), Some(&key));
+    assert!(rows[0]["error"].as_str().unwrap().contains("vault_reference_invalid"), "{rows}");
+    assert!(!rows.to_string().contains(MCP_SECRET), "{rows}");
+}

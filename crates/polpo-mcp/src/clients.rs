@@ -1,18 +1,24 @@
 //! Every MCP server of the project, shared: two invocations, or two agents, naming the same
 //! server with the same settings use one connection (and one stdio process).
 
-use crate::connection::Connection;
+use crate::connection::{Connection, Secrets};
 use crate::spec::ServerSpec;
 use polpo_core::config::project::Agent;
 use polpo_tools::{Tool, ToolContext, ToolSource};
+use polpo_vault::{Vault, VaultError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The project's MCP connections; the runtime's [`ToolSource`].
 #[derive(Default)]
 pub struct McpClients {
-    connections: Mutex<HashMap<(String, ServerSpec), Arc<Connection>>>,
+    connections: Mutex<HashMap<ConnectionKey, Arc<Connection>>>,
+    /// The project's vault; none set means this process has no vault key.
+    vault: Mutex<Option<Result<Vault, VaultError>>>,
 }
+
+/// Server name, spec, and — for a spec naming vault secrets — the agent they are read for.
+type ConnectionKey = (String, ServerSpec, Option<String>);
 
 /// One server of an agent, as `polpo mcp list` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +45,12 @@ impl McpClients {
         Self::default()
     }
 
+    /// The vault that fills `${vault:…}` references in `mcpServers` (or why there is none, the
+    /// error each such server then reports), for connections made from now on.
+    pub fn use_vault(&self, vault: Result<Vault, VaultError>) {
+        *self.vault.lock().unwrap_or_else(PoisonError::into_inner) = Some(vault);
+    }
+
     /// The agent's servers that can be connected, each with its shared connection, and the
     /// entries that cannot, each with why.
     fn servers_of(&self, agent: &Agent) -> Vec<(String, Result<Arc<Connection>, String>)> {
@@ -47,18 +59,27 @@ impl McpClients {
             .map(|(name, server)| {
                 let found = check_name(name)
                     .and_then(|()| ServerSpec::from_config(name, server).map_err(|e| e.to_string()))
-                    .map(|spec| self.connection(name, spec));
+                    .map(|spec| self.connection(name, spec, &agent.id));
                 (name.clone(), found)
             })
             .collect()
     }
 
-    fn connection(&self, name: &str, spec: ServerSpec) -> Arc<Connection> {
+    /// The shared connection for `spec`; one per agent when it names vault secrets, since each
+    /// agent's own entries come first.
+    fn connection(&self, name: &str, spec: ServerSpec, agent: &str) -> Arc<Connection> {
+        let secrets = spec.uses_vault().then(|| Secrets {
+            vault: self
+                .vault
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+                .unwrap_or(Err(VaultError::KeyMissing)),
+            agent: agent.to_owned(),
+        });
+        let key = (name.to_owned(), spec.clone(), secrets.as_ref().map(|s| s.agent.clone()));
         let mut connections = self.connections.lock().unwrap_or_else(PoisonError::into_inner);
-        connections
-            .entry((name.to_owned(), spec.clone()))
-            .or_insert_with(|| Connection::new(name.to_owned(), spec))
-            .clone()
+        connections.entry(key).or_insert_with(|| Connection::new(name.to_owned(), spec, secrets)).clone()
     }
 
     /// The agent's servers, connecting those not connected yet when `connect` is set.

@@ -8,6 +8,7 @@ use polpo_tools::sandbox::{
     CommandSpec, Confinement, PathRules, Program, Service, sandbox_support, scrubbed_env, spawn_service,
 };
 use polpo_tools::{ToolContext, ToolError};
+use polpo_vault::{Vault, VaultError};
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
 use rmcp::service::{Peer, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -49,12 +50,22 @@ struct State {
     connects: u32,
 }
 
+/// Where a connection's `${vault:…}` references are filled from: the project's vault (or why
+/// this process has none) and the agent whose own entries come before the project-wide ones.
+#[derive(Debug, Clone)]
+pub(crate) struct Secrets {
+    pub vault: Result<Vault, VaultError>,
+    pub agent: String,
+}
+
 /// A server shared by every agent and invocation that names it with the same settings.
 pub(crate) struct Connection {
     /// The name in `mcpServers` (the `<server>` of `mcp__<server>__<tool>`).
     pub name: String,
     /// How to reach it.
     pub spec: ServerSpec,
+    /// Set when `spec` names vault secrets; they are filled at each connection attempt.
+    secrets: Option<Secrets>,
     state: Mutex<State>,
     /// This connection, for the tools it lists (they call back through it).
     me: Weak<Connection>,
@@ -70,8 +81,8 @@ pub(crate) struct Snapshot {
 }
 
 impl Connection {
-    pub fn new(name: String, spec: ServerSpec) -> Arc<Self> {
-        Arc::new_cyclic(|me| Self { name, spec, state: Mutex::new(State::default()), me: me.clone() })
+    pub fn new(name: String, spec: ServerSpec, secrets: Option<Secrets>) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self { name, spec, secrets, state: Mutex::new(State::default()), me: me.clone() })
     }
 
     /// The server's tools: the listing kept from an earlier connection, else connect now.
@@ -167,13 +178,27 @@ impl Connection {
     }
 
     async fn connect(&self, ctx: &ToolContext) -> Result<(Live, Listing), ToolError> {
-        let live = match &self.spec {
+        let live = match &self.filled_spec()? {
             ServerSpec::Stdio { command, args, env } => self.start_stdio(ctx, command, args, env).await?,
             ServerSpec::Http { url, headers } => Live { client: self.open_http(url, headers).await?, process: None },
         };
         let listed = live.client.peer().list_all_tools().await.map_err(|e| unavailable(&self.name, &e.to_string()))?;
         let me: Weak<dyn Remote> = self.me.clone();
         Ok((live, crate::tool::listing(&self.name, me, listed)))
+    }
+
+    /// The spec with its vault secrets filled in, made afresh for each connection attempt (so an
+    /// edited vault entry is used from the next reconnect) and dropped once connected.
+    fn filled_spec(&self) -> Result<ServerSpec, ToolError> {
+        let Some(Secrets { vault, agent }) = &self.secrets else { return Ok(self.spec.clone()) };
+        let fill = |text: &str| vault.as_ref().map_err(Clone::clone).and_then(|v| v.interpolate(agent, text));
+        // The vault's errors name the reference, never a value.
+        self.spec.with_secrets(fill).map_err(|e| {
+            ToolError::new(
+                e.code(),
+                format!("MCP server `{}` cannot fill its `${{vault:…}}` references: {e}", self.name),
+            )
+        })
     }
 
     /// Start the program in the `bash` sandbox and speak MCP over its stdin and stdout.

@@ -4,6 +4,9 @@ use polpo_core::config::agent::McpServer;
 use polpo_core::config::enums::McpTransport;
 use std::collections::BTreeMap;
 
+/// How a secret is named in an `mcpServers` value: `${vault:service:key}`.
+const VAULT_REFERENCE: &str = "${vault:";
+
 /// How to reach one MCP server.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ServerSpec {
@@ -29,7 +32,7 @@ pub enum ServerSpec {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct SpecError {
-    /// `feature_unavailable` (legacy SSE, vault references) or `invalid_mcp_server`.
+    /// `feature_unavailable` (legacy SSE) or `invalid_mcp_server`.
     pub code: &'static str,
     /// A sentence naming the server.
     pub message: String,
@@ -40,15 +43,6 @@ impl ServerSpec {
     pub fn from_config(name: &str, server: &McpServer) -> Result<Self, SpecError> {
         let invalid =
             |what: &str| SpecError { code: "invalid_mcp_server", message: format!("MCP server `{name}`: {what}") };
-        let values = server.env.iter().chain(server.headers.iter()).flat_map(|m| m.values());
-        if values.into_iter().any(|v| v.contains("${vault:")) {
-            return Err(SpecError {
-                code: "feature_unavailable",
-                message: format!(
-                    "MCP server `{name}` uses a `${{vault:…}}` reference, which needs the vault, which this runtime does not have yet"
-                ),
-            });
-        }
         match server.transport {
             McpTransport::Stdio => {
                 let command = server.command.clone().filter(|c| !c.trim().is_empty());
@@ -72,6 +66,33 @@ impl ServerSpec {
                 ),
             }),
         }
+    }
+
+    /// Whether any argument, environment value, URL or header holds a `${vault:…}` reference,
+    /// so the connection depends on the agent whose vault entries fill it.
+    pub fn uses_vault(&self) -> bool {
+        let has = |v: &String| v.contains(VAULT_REFERENCE);
+        match self {
+            Self::Stdio { args, env, .. } => args.iter().chain(env.values()).any(has),
+            Self::Http { url, headers } => has(url) || headers.values().any(has),
+        }
+    }
+
+    /// The spec with every `${vault:…}` reference replaced through `fill` (the vault's
+    /// interpolation for one agent). Called only when connecting, so values live no longer than
+    /// the connection attempt and never in the spec `polpo mcp list` shows.
+    pub fn with_secrets<E>(&self, fill: impl Fn(&str) -> Result<String, E>) -> Result<Self, E> {
+        let map = |m: &BTreeMap<String, String>| {
+            m.iter().map(|(k, v)| Ok((k.clone(), fill(v)?))).collect::<Result<BTreeMap<_, _>, E>>()
+        };
+        Ok(match self {
+            Self::Stdio { command, args, env } => Self::Stdio {
+                command: command.clone(),
+                args: args.iter().map(|a| fill(a)).collect::<Result<_, E>>()?,
+                env: map(env)?,
+            },
+            Self::Http { url, headers } => Self::Http { url: fill(url)?, headers: map(headers)? },
+        })
     }
 
     /// What `polpo mcp list` shows of it: the program or the URL, never env or header values.
@@ -114,11 +135,23 @@ mod tests {
     fn what_cannot_be_connected_is_refused_with_a_code() {
         let code = |entry| spec(entry).err().map(|e| e.code);
         assert_eq!(code(json!({"type": "sse", "url": "https://mcp.test/sse"})), Some("feature_unavailable"));
-        assert_eq!(
-            code(json!({"type": "stdio", "env": {"T": "${vault:gh:token}"}, "command": "gh"})),
-            Some("feature_unavailable")
-        );
         assert_eq!(code(json!({"type": "stdio"})), Some("invalid_mcp_server"));
         assert_eq!(code(json!({"type": "http", "url": "file:///etc/passwd"})), Some("invalid_mcp_server"));
+    }
+
+    #[test]
+    fn vault_references_stay_unresolved_until_connect_time() {
+        let entry = json!({"type": "stdio", "command": "gh", "args": ["--token=${vault:gh:token}"], "env": {"T": "${vault:gh:token}", "A": "1"}});
+        let stdio = spec(entry).unwrap_or_else(|e| panic!("{e}"));
+        assert!(stdio.uses_vault());
+        assert_eq!(stdio.target(), "gh --token=${vault:gh:token}", "the listing never shows a value");
+        let filled = stdio.with_secrets(|v| Ok::<_, ()>(v.replace("${vault:gh:token}", "s3cret")));
+        let ServerSpec::Stdio { args, env, .. } = filled.unwrap_or_else(|()| panic!("filled")) else { panic!("stdio") };
+        assert_eq!((args[0].as_str(), env["T"].as_str(), env["A"].as_str()), ("--token=s3cret", "s3cret", "1"));
+        let http = spec(
+            json!({"type": "http", "url": "https://mcp.test/mcp", "headers": {"Authorization": "Bearer ${vault:api:key}"}}),
+        );
+        assert!(http.is_ok_and(|s| s.uses_vault()));
+        assert!(!spec(json!({"type": "stdio", "command": "srv"})).is_ok_and(|s| s.uses_vault()));
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! Tools: `echo` (`{text}` → `echo: <text> (instance N)`, N telling which process answered, so
 //! a test sees a restarted server; not the pid, which is 1 in the sandbox's PID namespace) and
-//! `add` (`{a, b}` → the sum, read-only).
+//! `add` (`{a, b}` → the sum, read-only), and `env` (`{name}` → whether that environment
+//! variable is set and its length in bytes, never its value: tests of secrets handed to a server).
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
@@ -40,7 +41,9 @@ impl ServerHandler for DemoServer {
             {"name": "echo", "description": "Echo the text back.",
              "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
             {"name": "add", "description": "Add two numbers.", "annotations": {"readOnlyHint": true},
-             "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}}
+             "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}},
+            {"name": "env", "description": "Whether an environment variable is set, and its length.", "annotations": {"readOnlyHint": true},
+             "inputSchema": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}}
         ]);
         let tools = serde_json::from_value(tools).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         Ok(ListToolsResult::with_all_items(tools))
@@ -60,6 +63,13 @@ impl ServerHandler for DemoServer {
             "add" => {
                 let n = |k: &str| args.get(k).and_then(Value::as_f64).unwrap_or_default();
                 (n("a") + n("b")).to_string()
+            }
+            "env" => {
+                let name = args.get("name").and_then(Value::as_str).unwrap_or_default();
+                match std::env::var_os(name) {
+                    Some(value) => format!("{name} is set ({} bytes)", value.len()),
+                    None => format!("{name} is not set"),
+                }
             }
             other => return Err(ErrorData::invalid_params(format!("no tool `{other}`"), None)),
         };

@@ -40,15 +40,15 @@ pub async fn open(project: Project) -> anyhow::Result<Arc<Runtime>> {
 }
 
 /// The redaction list, filled from the project's vault when this process has its key (no key:
-/// no vault values can be read either, so there is nothing to hide).
+/// no vault values can be read either, so there is nothing to hide). The same vault fills the
+/// `${vault:…}` references of agents' `mcpServers` when they connect.
 fn vault_redactor(root: &std::path::Path) -> Redactor {
     let redactor = Redactor::new();
-    if let Ok(key) = KeySources::from_env().load() {
-        let vault = Vault::open(&root.join(".polpo"), key, redactor.clone());
-        if let Err(e) = vault.refresh() {
-            eprintln!("warning: the vault cannot be read, its values are not redacted: {e}");
-        }
+    let vault = KeySources::from_env().load().map(|key| Vault::open(&root.join(".polpo"), key, redactor.clone()));
+    if let Ok(Err(e)) = vault.as_ref().map(Vault::refresh) {
+        eprintln!("warning: the vault cannot be read, its values are not redacted: {e}");
     }
+    MCP.use_vault(vault);
     redactor
 }
 
