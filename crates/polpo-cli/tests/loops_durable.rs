@@ -292,3 +292,76 @@ async fn file_store_approval_survives_a_restart_and_resume_skips_completed_steps
 async fn postgres_approval_survives_a_restart_and_resume_skips_completed_steps() {
     on_postgres(approved_after_a_restart_the_run_resumes_past_the_gate_and_a_rejected_one_ends).await;
 }
+
+/// A loop whose gate lapses one second after it is raised (rejected on timeout by default).
+fn timed_gate_project(dir: &Path, settings: Value) {
+    let flow = json!({
+        "name": "gated-build",
+        "start": "prepare",
+        "policies": [{"id": "review-build", "hook": "tool:before", "effect": "approval", "when": "step.name == 'build'",
+            "message": "a person reviews the build", "timeout": "PT1S"}],
+        "steps": {
+            "prepare": {"type": "tool", "tool": "bash", "input": {"command": "echo prepare >> log.txt"}, "next": "build"},
+            "build": {"type": "tool", "tool": "bash", "input": {"command": "echo build >> log.txt"}, "next": "end"}
+        }
+    });
+    ProjectFixture::new(dir, settings)
+        .unwrap()
+        .agent(
+            "builder",
+            json!({"model": "openai/fake-model", "allowedTools": ["bash"], "assignedLoops": ["gated-build"]}),
+            "You build things.",
+        )
+        .unwrap()
+        .project_loop("gated-build", flow)
+        .unwrap();
+}
+
+async fn an_approval_that_times_out_while_the_server_is_down_is_rejected_when_it_starts(settings: Value) {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    timed_gate_project(dir.path(), settings);
+    let base = llm.base_url();
+    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream")];
+
+    let first = ServerProcess::start("serve", dir.path(), &[], &env);
+    let id = start_gated(&first.url).await;
+    let stopped = loop_run(&first.url, &id).await;
+    let approval_id = stopped["approvalRequestId"].as_str().unwrap().to_owned();
+    let approval: Value =
+        reqwest::get(format!("{}/api/v1/approvals/{approval_id}", first.url)).await.unwrap().json().await.unwrap();
+    let approval = &approval["data"];
+    assert_eq!((approval["status"].as_str(), approval["timeout"].as_str()), (Some("pending"), Some("PT1S")));
+    let deadline: chrono::DateTime<chrono::Utc> = approval["deadline"].as_str().unwrap().parse().unwrap();
+    drop(first); // SIGKILL, before the deadline can have been enforced by this server
+
+    // The deadline passes while no server is up (this waits on the wall clock the test is
+    // about, not on another process).
+    let left = (deadline - chrono::Utc::now()).to_std().unwrap_or_default();
+    tokio::time::sleep(left + Duration::from_millis(50)).await;
+
+    let second = ServerProcess::start("serve", dir.path(), &[], &env);
+    let ended = until(&second.url, &id, |r| r["status"] != "awaiting_approval").await;
+    assert_eq!(ended["status"], "approval_rejected", "{ended}");
+    assert_eq!(ended["error"]["code"], "approval_rejected");
+    let message = ended["error"]["message"].as_str().unwrap();
+    assert!(message.contains("timed out"), "{message}");
+    let decided: Value =
+        reqwest::get(format!("{}/api/v1/approvals/{approval_id}", second.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        (decided["data"]["status"].as_str(), decided["data"]["resolvedBy"].as_str()),
+        (Some("rejected"), Some("timeout"))
+    );
+    assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "prepare\n", "the gated step never ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_store_approval_timeout_rejects_after_a_restart() {
+    an_approval_that_times_out_while_the_server_is_down_is_rejected_when_it_starts(json!({"storage": "file"})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_approval_timeout_rejects_after_a_restart() {
+    on_postgres(an_approval_that_times_out_while_the_server_is_down_is_rejected_when_it_starts).await;
+}

@@ -1,16 +1,29 @@
 //! Approval requests of loop gates (collection `approvals`): reading and listing them,
 //! approving or rejecting one (the run becomes `approval_approved` with the gate among its
 //! `approvedGates`, or ends `approval_rejected`), and resuming an approved run from its last
-//! checkpoint — the steps before the gate are not run again.
+//! checkpoint — the steps before the gate are not run again. A request whose rule has a
+//! `timeout` is decided by the server (`timeoutAction`) once its deadline passes, also when
+//! it passed while no server ran.
 
 use crate::durable::{StoredLoopRun, get_record, scan};
 use crate::error::LoopError;
 use crate::executor::LoopExecutor;
 use crate::record::{APPROVALS, ApprovalRecord, ApprovalStatus, ApprovedGate, LOOP_RUNS, LoopRunStatus, RunFailure};
+use chrono::{DateTime, Utc};
+use polpo_core::loops::config::TimeoutAction;
 use polpo_engine::events::EventKind;
 use polpo_store::Cursor;
 use serde::Serialize;
 use std::sync::Arc;
+
+/// The reviewer recorded on an approval the server decided because its time ran out.
+pub const TIMEOUT_REVIEWER: &str = "timeout";
+
+/// Approvals one page of the timeout pass reads.
+const TIMEOUT_PAGE: u32 = 200;
+
+/// How long the timeout enforcer waits before trying again after the store failed.
+const TIMEOUT_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A reviewer's decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,5 +178,68 @@ impl LoopExecutor {
             }
         });
         Ok(run)
+    }
+
+    /// Decide every pending approval whose deadline has passed (by the store's clock) as its
+    /// rule's `timeoutAction` says — a rejection ends the run `approval_rejected` with a note
+    /// that it timed out, an approval resumes the run — and return the earliest deadline
+    /// still ahead.
+    pub async fn expire_approvals(self: &Arc<Self>) -> Result<Option<DateTime<Utc>>, LoopError> {
+        let store = self.runs.runtime().store().records.clone();
+        let now = self.runs.runtime().clock().now();
+        let (mut after, mut next) = (None, None::<DateTime<Utc>>);
+        loop {
+            let waiting = |a: &StoredApproval| a.approval.status == ApprovalStatus::Pending;
+            let (page, cursor) = scan(store.as_ref(), APPROVALS, after, TIMEOUT_PAGE, parse, waiting).await?;
+            for approval in page.into_iter().map(|a| a.approval) {
+                let Some(deadline) = approval.deadline else { continue };
+                if deadline > now {
+                    next = Some(next.map_or(deadline, |n| n.min(deadline)));
+                    continue;
+                }
+                let within = approval.timeout.as_deref().unwrap_or("its timeout");
+                let approve = approval.timeout_action == Some(TimeoutAction::Approve);
+                let decision = if approve {
+                    Decision::Approve(Some(format!("approved when it timed out: nobody answered within {within}")))
+                } else {
+                    Decision::Reject(format!("timed out: nobody answered within {within}"))
+                };
+                // A reviewer or a cancel that got there first wins; the pass goes on.
+                let decided = match self.resolve(&approval.id, None, TIMEOUT_REVIEWER, decision).await {
+                    Ok(_) if approve => self.resume_approved(&approval.loop_run_id, None).await.map(|_| ()),
+                    other => other.map(|_| ()),
+                };
+                if let Err(e) = decided {
+                    tracing::warn!(approval = approval.id, code = e.code(), "timed-out approval not decided: {e}");
+                }
+            }
+            match cursor {
+                Some(c) => after = Some(c),
+                None => return Ok(next),
+            }
+        }
+    }
+
+    /// The server's timeout enforcer: a pass at once (deadlines that ran out while no server
+    /// was up), then one when the earliest pending deadline comes or a new one is requested.
+    pub async fn enforce_approval_timeouts(self: Arc<Self>) {
+        loop {
+            let wait = match self.expire_approvals().await {
+                Ok(next) => next.map(|at| (at - self.runs.runtime().clock().now()).to_std().unwrap_or_default()),
+                Err(e) => {
+                    tracing::error!(code = e.code(), "approval timeouts could not be checked: {e}");
+                    Some(TIMEOUT_RETRY)
+                }
+            };
+            match wait {
+                Some(wait) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => {}
+                        () = self.approval_deadlines.notified() => {}
+                    }
+                }
+                None => self.approval_deadlines.notified().await,
+            }
+        }
     }
 }

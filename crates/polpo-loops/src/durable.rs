@@ -97,8 +97,9 @@ fn parse(stored: polpo_store::Record) -> Result<StoredLoopRun, LoopError> {
 
 impl LoopExecutor {
     /// Resume, in the background, the stored runs a stopped server left `running` or
-    /// `awaiting_human` (called once when a server starts).
+    /// `awaiting_human`, and start enforcing approval timeouts (called once when a server starts).
     pub fn spawn_recovery(self: &Arc<Self>) {
+        tokio::spawn(self.clone().enforce_approval_timeouts());
         let exec = self.clone();
         tokio::spawn(async move {
             if let Err(e) = exec.recover().await {

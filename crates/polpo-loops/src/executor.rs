@@ -155,12 +155,21 @@ pub struct LoopExecutor {
     pub(crate) humans: HumanDesk,
     /// This process's runs in progress: cancelling one stops its walk.
     pub(crate) active: Mutex<HashMap<String, CancellationToken>>,
+    /// Signalled when an approval with a deadline is requested, so the timeout enforcer
+    /// ([`LoopExecutor::enforce_approval_timeouts`]) looks again.
+    pub(crate) approval_deadlines: tokio::sync::Notify,
 }
 
 impl LoopExecutor {
     /// An executor invoking agents through `runs`.
     pub fn new(runs: Arc<RunManager>, options: LoopOptions) -> Self {
-        Self { runs, options, humans: HumanDesk::default(), active: Mutex::default() }
+        Self {
+            runs,
+            options,
+            humans: HumanDesk::default(),
+            active: Mutex::default(),
+            approval_deadlines: tokio::sync::Notify::new(),
+        }
     }
 
     /// The human steps waiting for a person.
@@ -420,6 +429,10 @@ impl Run<'_> {
     /// of the last checkpoint. Its id.
     async fn request_approval_record(&self, gate: &Gate, message: &str) -> Result<String, LoopError> {
         let runtime = self.exec.runs.runtime();
+        let limit = governance::gate_timeout(self.config, gate);
+        let deadline = limit.and_then(|(timeout, _)| {
+            chrono::Duration::from_std(timeout).ok().map(|timeout| runtime.clock().now() + timeout)
+        });
         let approval = ApprovalRecord {
             id: format!("approval-{}", runtime.ids().next_id()),
             loop_run_id: self.run_id.to_owned(),
@@ -432,10 +445,16 @@ impl Run<'_> {
             context: lock(&self.saved).context.clone(),
             resolved_by: None,
             note: None,
+            timeout: limit.map(|(timeout, _)| polpo_core::tasks::format_duration(timeout)),
+            deadline,
+            timeout_action: limit.map(|(_, action)| action),
         };
         let value = serde_json::to_value(&approval).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
         runtime.store().records.put_record(APPROVALS, &approval.id, value, Some(0)).await?;
         approval.announce(runtime.events(), EventKind::ApprovalRequested);
+        if deadline.is_some() {
+            self.exec.approval_deadlines.notify_one();
+        }
         Ok(approval.id)
     }
 

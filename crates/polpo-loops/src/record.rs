@@ -5,6 +5,7 @@
 
 use crate::error::LoopError;
 use crate::trace::TraceEvent;
+use polpo_core::loops::config::TimeoutAction;
 use polpo_core::loops::governance::Gate;
 use polpo_core::message::Message;
 use polpo_engine::events::EventKind;
@@ -202,6 +203,15 @@ pub struct ApprovalRecord {
     /// The reviewer's note (a rejection's feedback).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The rule's `timeout`, as written (`PT30M`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// When the server decides `timeout_action` if nobody has answered (store clock).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<chrono::DateTime<chrono::Utc>>,
+    /// What the server decides then (`reject` by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_action: Option<TimeoutAction>,
 }
 
 impl ApprovalRecord {

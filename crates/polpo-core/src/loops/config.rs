@@ -78,6 +78,16 @@ string_enum! {
 }
 
 string_enum! {
+    /// What the server decides for an approval nobody answered before its `timeout`.
+    TimeoutAction {
+        /// End the run `approval_rejected` (the default).
+        Reject = "reject",
+        /// Let the run go past the gate.
+        Approve = "approve",
+    }
+}
+
+string_enum! {
     /// What a permission is about.
     PermissionResource {
         /// The loop itself.
@@ -560,6 +570,13 @@ pub struct Permission {
     /// Shown when it denies or asks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// An approval's ISO-8601 time limit (`PT30M`); unanswered by then, the server decides
+    /// `timeout_action`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// What a timed-out approval becomes (default `reject`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_action: Option<TimeoutAction>,
 }
 
 /// `match` of a permission: names per resource.
@@ -603,6 +620,13 @@ pub struct Policy {
     /// Shown when it denies or asks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// An approval's ISO-8601 time limit (`PT30M`); unanswered by then, the server decides
+    /// `timeout_action`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// What a timed-out approval becomes (default `reject`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_action: Option<TimeoutAction>,
 }
 
 // ---- shapes ----
@@ -736,6 +760,8 @@ static PERMISSION: Shape = Shape::Object(&[&[
     ),
     Field::optional("when", Shape::String),
     Field::optional("message", Shape::String),
+    Field::optional("timeout", Shape::String),
+    Field::optional("timeoutAction", Shape::Enum(TimeoutAction::NAMES)),
 ]]);
 
 static POLICY: Shape = Shape::Object(&[&[
@@ -745,6 +771,8 @@ static POLICY: Shape = Shape::Object(&[&[
     Field::required("effect", Shape::Enum(Effect::NAMES)),
     Field::required("when", Shape::String),
     Field::optional("message", Shape::String),
+    Field::optional("timeout", Shape::String),
+    Field::optional("timeoutAction", Shape::Enum(TimeoutAction::NAMES)),
 ]]);
 
 /// The shape of a loop file; each step is checked against its type's shape separately.

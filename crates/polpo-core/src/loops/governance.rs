@@ -8,7 +8,9 @@
 //! matching nothing, so `allow` lists block instead).
 
 use crate::hooks::matcher::glob_matches;
-use crate::loops::config::{Effect, LifecycleHook, LoopConfig, Names, Permission, PermissionResource, Policy};
+use crate::loops::config::{
+    Effect, LifecycleHook, LoopConfig, Names, Permission, PermissionResource, Policy, TimeoutAction,
+};
 use crate::loops::expr::holds;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -129,6 +131,31 @@ pub fn evaluate(
     (results, verdict)
 }
 
+/// A rule's id in traces and gates: its `id`, else `permission-<i>`/`policy-<i>`.
+fn rule_id(id: Option<&String>, kind: RuleKind, index: usize) -> String {
+    id.cloned().unwrap_or_else(|| format!("{}-{index}", kind_name(kind)))
+}
+
+/// The time limit of the rule behind `gate` and what it decides when it runs out (`None`: the
+/// approval waits for a person however long it takes).
+pub fn gate_timeout(config: &LoopConfig, gate: &Gate) -> Option<(std::time::Duration, TimeoutAction)> {
+    let rules: Vec<(Option<&String>, Option<&str>, Option<TimeoutAction>)> = match gate.kind {
+        RuleKind::Permission => config
+            .permissions
+            .iter()
+            .flatten()
+            .map(|p| (p.id.as_ref(), p.timeout.as_deref(), p.timeout_action))
+            .collect(),
+        RuleKind::Policy => {
+            config.policies.iter().flatten().map(|p| (p.id.as_ref(), p.timeout.as_deref(), p.timeout_action)).collect()
+        }
+    };
+    let (_, timeout, action) =
+        rules.into_iter().enumerate().find(|(i, (id, _, _))| rule_id(*id, gate.kind, *i) == gate.id)?.1;
+    let timeout = crate::tasks::parse_duration(timeout?).ok()?;
+    Some((timeout, action.unwrap_or(TimeoutAction::Reject)))
+}
+
 /// One relevant item, evaluated.
 struct Item<'a> {
     id: String,
@@ -148,7 +175,7 @@ impl<'a> Item<'a> {
             && names_match(m.human.as_ref(), point.step.filter(|_| point.step_type == Some("human")))
             && names_match(m.hook.as_ref(), Some(point.hook.as_str()));
         Self {
-            id: p.id.clone().unwrap_or_else(|| format!("permission-{index}")),
+            id: rule_id(p.id.as_ref(), RuleKind::Permission, index),
             effect: p.effect,
             resource: Some(p.resource),
             action: p.action.as_deref(),
@@ -159,7 +186,7 @@ impl<'a> Item<'a> {
 
     fn policy(index: usize, p: &'a Policy, scope: &Value) -> Self {
         Self {
-            id: p.id.clone().unwrap_or_else(|| format!("policy-{index}")),
+            id: rule_id(p.id.as_ref(), RuleKind::Policy, index),
             effect: p.effect,
             resource: None,
             action: None,

@@ -3,6 +3,8 @@
 use super::*;
 use crate::config::{Agent, Layout, Location, Project};
 use crate::problem::Problem;
+use config::{LifecycleHook, TimeoutAction};
+use governance::{Gate, RuleKind, gate_timeout};
 use serde_json::{Value, json};
 
 /// The README's `router-flow`, with built-in tool names in place of `clone_repository`.
@@ -364,4 +366,40 @@ fn agents_must_assign_existing_loops_and_step_models_must_resolve() {
         "{got:?}"
     );
     assert_eq!(got.len(), 2, "{got:?}");
+}
+
+#[test]
+fn an_approval_timeout_is_an_iso_duration_on_an_approval_rule_and_its_gate_finds_it() {
+    let value = json!({
+        "start": "a",
+        "permissions": [
+            {"resource": "tool", "effect": "approval", "timeout": "soon"},
+            {"id": "p1", "resource": "tool", "effect": "deny", "timeout": "PT1S"}
+        ],
+        "policies": [
+            {"effect": "approval", "when": "true", "timeout": "PT1M", "timeoutAction": "approve"},
+            {"id": "later", "effect": "approval", "when": "true", "timeout": "P1Y"},
+            {"id": "plain", "effect": "approval", "when": "true"}
+        ],
+        "steps": {"a": {"type": "tool", "tool": "read", "input": {}}}
+    });
+    let bad_action = json!({"start": "a", "policies": [{"effect": "approval", "when": "true", "timeoutAction": "later"}],
+        "steps": {"a": {"type": "tool", "tool": "read", "input": {}}}});
+    assert_eq!(problems_of(bad_action), want(&[("invalid_value", "/policies/0/timeoutAction")]));
+    assert_eq!(
+        problems_of(value.clone()),
+        want(&[
+            ("invalid_duration", "/permissions/0/timeout"),
+            ("invalid_duration", "/policies/1/timeout"),
+            ("invalid_value", "/permissions/1/timeout"),
+        ])
+    );
+    let config = parse_loop(&value, &file("flow")).unwrap();
+    let gate = |kind, id: &str| Gate { kind, id: id.to_owned(), hook: LifecycleHook::ToolBefore, step: None };
+    assert_eq!(
+        gate_timeout(&config, &gate(RuleKind::Policy, "policy-0")),
+        Some((std::time::Duration::from_secs(60), TimeoutAction::Approve))
+    );
+    assert_eq!(gate_timeout(&config, &gate(RuleKind::Policy, "plain")), None);
+    assert_eq!(gate_timeout(&config, &gate(RuleKind::Permission, "policy-0")), None, "kinds are apart");
 }

@@ -9,7 +9,8 @@
 
 use super::codes;
 use super::config::{
-    AgentStep, END, Join, LifecycleHook, Loop, LoopConfig, Names, Next, Step, StepBody, ToolChoice, ToolChoiceMode,
+    AgentStep, END, Effect, Join, LifecycleHook, Loop, LoopConfig, Names, Next, Step, StepBody, ToolChoice,
+    ToolChoiceMode,
 };
 use super::expr;
 use crate::config::codes::{INVALID_REFERENCE, INVALID_VALUE};
@@ -311,6 +312,7 @@ fn check_governance(config: &LoopConfig, out: &mut Vec<Problem>) {
     }
     for (i, permission) in config.permissions.iter().flatten().enumerate() {
         check_expression(permission.when.as_deref(), &format!("/permissions/{i}/when"), out);
+        check_timeout(permission.timeout.as_deref(), permission.effect, &format!("/permissions/{i}"), out);
         let Some(matches) = &permission.matches else { continue };
         for (pointer, step) in matches.step.iter().flat_map(|s| named(s, format!("/permissions/{i}/match/step"))) {
             if !config.steps.contains_key(step) {
@@ -340,6 +342,20 @@ fn check_governance(config: &LoopConfig, out: &mut Vec<Problem>) {
     }
     for (i, policy) in config.policies.iter().flatten().enumerate() {
         check_expression(Some(&policy.when), &format!("/policies/{i}/when"), out);
+        check_timeout(policy.timeout.as_deref(), policy.effect, &format!("/policies/{i}"), out);
+    }
+}
+
+/// A rule's `timeout`: an ISO-8601 duration, and only on an `approval` rule (nothing else waits).
+fn check_timeout(timeout: Option<&str>, effect: Effect, rule: &str, out: &mut Vec<Problem>) {
+    let Some(timeout) = timeout else { return };
+    if let Err(e) = crate::tasks::parse_duration(timeout) {
+        out.push(Problem::new(e.code(), e.to_string()).at(format!("{rule}/timeout")));
+    } else if effect != Effect::Approval {
+        out.push(
+            Problem::new(INVALID_VALUE, "`timeout` applies only to a rule with `effect: \"approval\"`")
+                .at(format!("{rule}/timeout")),
+        );
     }
 }
 
