@@ -247,8 +247,11 @@ async fn an_agent_uses_another_polpos_agents_through_a_streamable_http_mcp_serve
     peer_env.push(("POLPO_API_KEY", "sk-peer"));
     let peer = ServerProcess::start("serve", peer_dir.path(), &[], &peer_env);
 
+    // The caller's header names the peer's key in its vault (a project-wide entry).
     let dir = tempfile::tempdir().unwrap();
-    let servers = json!({"peer": {"type": "http", "url": format!("{}/mcp", peer.url), "headers": {"Authorization": "Bearer sk-peer"}}});
+    let vault_key = "ef".repeat(32);
+    store_secret(dir.path(), &vault_key, "*", "peer", "key", "sk-peer");
+    let servers = json!({"peer": {"type": "http", "url": format!("{}/mcp", peer.url), "headers": {"Authorization": "Bearer ${vault:peer:key}"}}});
     ProjectFixture::new(dir.path(), json!({"storage": "file"}))
         .unwrap()
         .agent(
@@ -257,7 +260,9 @@ async fn an_agent_uses_another_polpos_agents_through_a_streamable_http_mcp_serve
             "You ask your peer.",
         )
         .unwrap();
-    let server = ServerProcess::start("serve", dir.path(), &[], &env);
+    let mut caller_env = env.to_vec();
+    caller_env.push(("POLPO_VAULT_KEY", &vault_key));
+    let server = ServerProcess::start("serve", dir.path(), &[], &caller_env);
     let (body, _) = chat(&server.url, "caller", "Ask the peer", None).await;
     assert_eq!(body["choices"][0]["message"]["content"], "The peer says 4.");
     let requests = llm.requests();
@@ -283,15 +288,20 @@ fn vault_project(dir: &Path, key: &str, reference: &str) {
             "You check the demo server.",
         )
         .unwrap();
+    store_secret(dir, key, "keeper", "demo", "token", MCP_SECRET);
+}
+
+/// Credential `credential` of vault entry `service` (a `custom` one) for `agent`, set to `value`.
+fn store_secret(dir: &Path, key: &str, agent: &str, service: &str, credential: &str, value: &str) {
     let vault = polpo_vault::Vault::open(
         &dir.join(".polpo"),
         polpo_vault::VaultKey::from_hex(key).unwrap(),
         polpo_core::redact::Redactor::new(),
     );
-    let credentials = std::collections::BTreeMap::from([("token".to_owned(), MCP_SECRET.to_owned())]);
+    let credentials = std::collections::BTreeMap::from([(credential.to_owned(), value.to_owned())]);
     let entry = polpo_vault::Entry {
-        agent: "keeper".into(),
-        service: "demo".into(),
+        agent: agent.into(),
+        service: service.into(),
         kind: "custom".into(),
         label: None,
         credentials,
