@@ -1,5 +1,7 @@
-//! Open-to-ready and one page of 20 sessions with 100,000 sessions stored, per backend: the
-//! figures behind "start-up and listing do not grow with the store" (README, Performance).
+//! Open-to-ready and one page of 20 sessions with 100,000 sessions stored, per backend, and for
+//! the file store the same with 100,000 runs (each with its event journal) and 100,000 records
+//! stored beside them: the figures behind "start-up and listing do not grow with the store"
+//! (README, Performance).
 //! A benchmark, not a test: it asserts the page's contents, nothing about speed. Run it with
 //! `cargo test --release -p polpo-store --test bench_open -- --ignored --nocapture`.
 //!
@@ -17,11 +19,17 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use polpo_core::message::Message;
-use polpo_store::{Cursor, NewMessage, NewSession, PageRequest, Session, SessionFilter, StoreKind, StoredMessage};
+use polpo_store::{
+    Cursor, NewMessage, NewRun, NewRunEvent, NewSession, PageRequest, Record, Run, RunEvent, Session, SessionFilter,
+    StoreKind, StoredMessage,
+};
 use sqlx::{AssertSqlSafe, Connection};
 use support::{Location, TestStore};
 
 const SESSIONS: i64 = 100_000;
+/// Runs and records the file store holds beside its sessions in the second measure.
+const RUNS_AND_RECORDS: i64 = 100_000;
+const COLLECTION: &str = "bench";
 const PAGE: u32 = 20;
 
 fn copy_id(i: i64) -> String {
@@ -62,6 +70,52 @@ fn copy_files(polpo: &Path, template: &Session) {
         std::fs::write(dir.join("messages.jsonl"), lines).unwrap();
     }
     std::fs::remove_dir_all(polpo.join(".index")).unwrap();
+}
+
+/// One run with two events and one record, made by the store itself: the templates the file
+/// copies are cloned from.
+async fn run_and_record_templates(t: &TestStore) -> (Run, Record) {
+    let new = NewRun { agent: "bench".into(), ..Default::default() };
+    let run = t.store.runs.create_run(new).await.unwrap();
+    let events = vec![
+        NewRunEvent::new("run.started", serde_json::json!({"agent": "bench"})),
+        NewRunEvent::new("run.completed", serde_json::json!({"text": "lorem ipsum ".repeat(10)})),
+    ];
+    t.store.runs.append_events(&run.id, events).await.unwrap();
+    let value = serde_json::json!({"title": "review the trip plan", "status": "open"});
+    let record = t.store.records.put_record(COLLECTION, "template", value, None).await.unwrap();
+    (t.store.runs.get_run(&run.id).await.unwrap().unwrap(), record)
+}
+
+/// File store: `RUNS_AND_RECORDS` run directories (`run.json` + `events.jsonl`) and as many
+/// record files, with the bytes the store writes, each copy with its own id and creation time.
+fn copy_run_and_record_files(polpo: &Path, run: &Run, record: &Record) {
+    let runs = polpo.join("runs");
+    let journal = std::fs::read_to_string(runs.join(&run.id).join("events.jsonl")).unwrap();
+    let events: Vec<RunEvent> = journal.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let records = polpo.join("records").join(COLLECTION);
+    for i in 1..=RUNS_AND_RECORDS {
+        let id = copy_id(i);
+        let at = run.created_at + chrono::Duration::milliseconds(i);
+        let dir = runs.join(&id);
+        std::fs::create_dir(&dir).unwrap();
+        let copy = Run { id: id.clone(), created_at: at, updated_at: at, ..run.clone() };
+        std::fs::write(dir.join("run.json"), pretty(&copy)).unwrap();
+        let mut lines = Vec::new();
+        for e in &events {
+            serde_json::to_writer(&mut lines, &RunEvent { run_id: id.clone(), ..e.clone() }).unwrap();
+            lines.push(b'\n');
+        }
+        std::fs::write(dir.join("events.jsonl"), lines).unwrap();
+        let copy = Record { id: id.clone(), created_at: at, updated_at: at, ..record.clone() };
+        std::fs::write(records.join(format!("{id}.json")), pretty(&copy)).unwrap();
+    }
+}
+
+fn pretty<T: serde::Serialize>(value: &T) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec_pretty(value).unwrap();
+    bytes.push(b'\n');
+    bytes
 }
 
 /// SQL stores: the statements that clone the template's rows `SESSIONS` times (`$1` is the
@@ -162,6 +216,34 @@ async fn measure(kind: StoreKind) {
     println!("  page of {PAGE} from the middle, first  {}", ms(first));
     println!("  next page of {PAGE} (by cursor)       {}", ms(second));
     println!("  get one session                    {}", ms(get));
+    if kind == StoreKind::File {
+        measure_runs_and_records(t).await;
+    } else {
+        t.finish().await;
+    }
+}
+
+/// The file store again with `RUNS_AND_RECORDS` runs and records added beside its sessions.
+async fn measure_runs_and_records(t: TestStore) {
+    let (run, record) = run_and_record_templates(&t).await;
+    let Location::Path(polpo) = &t.location else { unreachable!("the file store lives in a directory") };
+    let started = Instant::now();
+    copy_run_and_record_files(polpo, &run, &record);
+    let filled = started.elapsed();
+    let (t, open) = t.reopen_timed().await;
+    let middle = copy_id(RUNS_AND_RECORDS / 2);
+    let started = Instant::now();
+    let got = t.store.runs.get_run(&middle).await.unwrap().unwrap();
+    let get_run = started.elapsed();
+    assert_eq!((got.last_seq, got.agent.as_str()), (2, "bench"));
+    let started = Instant::now();
+    let page = t.store.records.list_records(COLLECTION, &PageRequest::first(PAGE)).await.unwrap();
+    let records_page = started.elapsed();
+    assert_eq!(page.items.first().map(|r| r.id.clone()), Some(copy_id(RUNS_AND_RECORDS)), "newest record first");
+    println!("File + {RUNS_AND_RECORDS} runs and {RUNS_AND_RECORDS} records (filled in {:.1} s)", filled.as_secs_f64());
+    println!("  open to ready                      {}", ms(open));
+    println!("  get one run                        {}", ms(get_run));
+    println!("  first page of {PAGE} records          {}", ms(records_page));
     t.finish().await;
 }
 
