@@ -342,3 +342,22 @@ async fn a_bounded_session_cache_drops_idle_sessions_without_changing_what_they_
         assert_eq!(texts, [format!("question {i}"), "ok".into(), format!("and {i}?")]);
     }
 }
+
+#[tokio::test]
+async fn record_collections_read_on_first_use_after_a_reopen_show_every_record() {
+    let root = tempfile::tempdir().unwrap();
+    let store = open(root.path()).await;
+    for (collection, id) in [("notes", "a"), ("notes", "b"), ("approvals", "x"), ("scratch", "gone")] {
+        store.records.put_record(collection, id, json!({"id": id}), None).await.unwrap();
+    }
+    assert!(store.records.delete_record("scratch", "gone", None).await.unwrap());
+    drop(store);
+    let store = open(root.path()).await;
+    let notes = store.records.list_records("notes", &PageRequest::default()).await.unwrap();
+    assert_eq!(notes.items.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["b", "a"]);
+    let x = store.records.get_record("approvals", "x").await.unwrap().unwrap();
+    assert_eq!(x.value, json!({"id": "x"}));
+    assert_eq!(store.records.put_record("approvals", "x", json!({"ok": true}), Some(1)).await.unwrap().revision, 2);
+    assert_eq!(store.records.collections().await.unwrap(), ["approvals", "notes"]);
+    assert!(store.records.get_record("../notes", "a").await.unwrap().is_none());
+}

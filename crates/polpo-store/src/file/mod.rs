@@ -17,7 +17,8 @@
 //! files are the truth for the rest. Sessions are read when first used, not at open: a cache
 //! keeps the ones in use (header, journal offsets, lock), at most [`SESSION_CACHE`] idle ones
 //! (least recently used dropped first, a lagging header written durably as it goes), and `.index/sessions.log` (see
-//! `order.rs`) orders them for listing. An in-memory index of runs, leases and effects (loaded
+//! `order.rs`) orders them for listing. A record collection is read whole on its first use.
+//! An in-memory index of runs, leases and effects (loaded
 //! at open, reconciled with the journals) makes their lookups and listings cheap; journals are
 //! read from disk. The index mutex is held only to look up and update entries: session writes hold
 //! a per-session lock across their fsyncs, so one session's writes stay ordered and different
@@ -88,8 +89,11 @@ struct Index {
     events: HashMap<String, Journal>,
     /// One append lock per run (made on its first append), held across its journal fsync.
     run_locks: HashMap<String, SessionLock>,
-    /// Records by collection, then id.
+    /// Records by collection, then id, for the collections read so far.
     records: BTreeMap<String, ordered::Ordered<Record>>,
+    /// Record collections on disk not read yet: each is read whole on its first use, so open
+    /// does not grow with the number of records. Only these names are ever read from disk.
+    unread_collections: HashSet<String>,
     /// Tasks by id.
     tasks: ordered::Ordered<crate::work::StoredTask>,
     /// Missions by id.
@@ -309,7 +313,8 @@ impl Index {
         self.sessions.remove(id)
     }
 
-    /// Read every run, lease and effect (sessions are read when first used), cutting torn
+    /// Read every run, lease and effect (sessions and record collections are read when first
+    /// used), cutting torn
     /// journal tails and reconciling run headers with their journals.
     fn load(dir: &Path) -> Result<Index, StoreError> {
         let mut index = Index::default();
@@ -328,10 +333,8 @@ impl Index {
             index.runs.insert(run.id.clone(), run);
         }
         for collection in subdirs(&dir.join(RECORDS))? {
-            for path in json_files(&collection)? {
-                if let Some(record) = fsio::read_json::<Record>(&path)? {
-                    index.records.entry(record.collection.clone()).or_default().insert(record.id.clone(), record);
-                }
+            if let Some(name) = collection.file_name().and_then(|n| n.to_str()) {
+                index.unread_collections.insert(name.to_owned());
             }
         }
         work::load(dir, &mut index)?;

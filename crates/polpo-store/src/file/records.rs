@@ -1,10 +1,11 @@
-//! Revisioned records in the file backend, one JSON file each.
+//! Revisioned records in the file backend, one JSON file each, a collection read on first use.
 
 use std::path::PathBuf;
 
 use async_trait::async_trait;
 use serde_json::Value;
 
+use super::ordered::Ordered;
 use super::{FileStore, Index, Inner, RECORDS, fsio, owned};
 use crate::error::StoreError;
 use crate::model::{self, ImportOutcome, Record};
@@ -14,6 +15,25 @@ use crate::traits::RecordStore;
 impl Inner {
     fn record_path(&self, collection: &str, id: &str) -> PathBuf {
         self.dir.join(RECORDS).join(collection).join(format!("{id}.json"))
+    }
+
+    /// Read `collection`'s records on its first use (collections are not read at open); a name
+    /// not found on disk at open is never read, so no untrusted name reaches the file system.
+    fn load_collection(&self, idx: &mut Index, collection: &str) -> Result<(), StoreError> {
+        if !idx.unread_collections.contains(collection) {
+            return Ok(());
+        }
+        let mut loaded = Ordered::default();
+        for path in super::json_files(&self.dir.join(RECORDS).join(collection))? {
+            if let Some(record) = fsio::read_json::<Record>(&path)? {
+                loaded.insert(record.id.clone(), record);
+            }
+        }
+        idx.unread_collections.remove(collection);
+        if !loaded.is_empty() {
+            idx.records.insert(collection.to_owned(), loaded);
+        }
+        Ok(())
     }
 
     fn write_record(&self, idx: &mut Index, record: Record) -> Result<Record, StoreError> {
@@ -36,6 +56,7 @@ impl Inner {
         model::check_record_write(collection, id, &value)?;
         let now = self.now();
         let mut idx = self.index();
+        self.load_collection(&mut idx, collection)?;
         let current = idx.records.get(collection).and_then(|c| c.get(id));
         let next = model::next_record(current, collection, id, value, expected, now)?;
         self.write_record(&mut idx, next)
@@ -43,6 +64,7 @@ impl Inner {
 
     fn delete_record(&self, collection: &str, id: &str, expected: Option<u64>) -> Result<bool, StoreError> {
         let mut idx = self.index();
+        self.load_collection(&mut idx, collection)?;
         let Some(current) = idx.records.get(collection).and_then(|c| c.get(id)) else { return Ok(false) };
         model::check_revision("record", &format!("{collection}/{id}"), expected, current.revision)?;
         let path = self.record_path(collection, id);
@@ -60,6 +82,7 @@ impl Inner {
     fn import_record(&self, record: &Record) -> Result<ImportOutcome, StoreError> {
         model::check_record_write(&record.collection, &record.id, &record.value)?;
         let mut idx = self.index();
+        self.load_collection(&mut idx, &record.collection)?;
         if let Some(existing) = idx.records.get(&record.collection).and_then(|c| c.get(&record.id)) {
             return model::same_import("record", &record.id, existing, record);
         }
@@ -82,13 +105,23 @@ impl RecordStore for FileStore {
     }
 
     async fn get_record(&self, collection: &str, id: &str) -> Result<Option<Record>, StoreError> {
-        Ok(self.inner.index().records.get(collection).and_then(|c| c.get(id)).cloned())
+        let (collection, id) = (owned(collection), owned(id));
+        self.blocking(move |s| {
+            let mut idx = s.index();
+            s.load_collection(&mut idx, &collection)?;
+            Ok(idx.records.get(&collection).and_then(|c| c.get(&id)).cloned())
+        })
+        .await
     }
 
     async fn list_records(&self, collection: &str, page: &PageRequest) -> Result<Page<Record>, StoreError> {
-        let idx = self.inner.index();
-        let empty = super::ordered::Ordered::default();
-        idx.records.get(collection).unwrap_or(&empty).page(page, |_| true)
+        let (collection, page) = (owned(collection), page.clone());
+        self.blocking(move |s| {
+            let mut idx = s.index();
+            s.load_collection(&mut idx, &collection)?;
+            idx.records.get(&collection).unwrap_or(&Ordered::default()).page(&page, |_| true)
+        })
+        .await
     }
 
     async fn delete_record(
@@ -102,7 +135,15 @@ impl RecordStore for FileStore {
     }
 
     async fn collections(&self) -> Result<Vec<String>, StoreError> {
-        Ok(self.inner.index().records.keys().cloned().collect())
+        self.blocking(|s| {
+            let mut idx = s.index();
+            let unread: Vec<String> = idx.unread_collections.iter().cloned().collect();
+            for collection in unread {
+                s.load_collection(&mut idx, &collection)?;
+            }
+            Ok(idx.records.keys().cloned().collect())
+        })
+        .await
     }
 
     async fn import_record(&self, record: &Record) -> Result<ImportOutcome, StoreError> {
