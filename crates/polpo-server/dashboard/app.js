@@ -12,9 +12,12 @@ const state = { agents: [], chat: { agent: '', session: null, run: null, durable
 
 // ---- DOM and HTTP helpers -------------------------------------------------------------------
 
-/** An element with properties and children (nested arrays flattened); strings become text nodes. */
+/** An element with properties (`dataset` fills data-* attributes) and children (nested arrays
+ * flattened); strings become text nodes. */
 function el(tag, props, ...children) {
-  const node = Object.assign(document.createElement(tag), props || {});
+  const { dataset, ...rest } = props || {};
+  const node = Object.assign(document.createElement(tag), rest);
+  Object.assign(node.dataset, dataset || {});
   for (const c of children.flat(Infinity)) if (c != null && c !== false) node.append(c instanceof Node ? c : String(c));
   return node;
 }
@@ -155,8 +158,9 @@ async function loadAgents(selected) {
 }
 
 async function showAgent(id) {
-  const a = await data('/api/v1/agents/{id}', { id });
+  const [a, skills] = await Promise.all([data('/api/v1/agents/{id}', { id }), data('/api/v1/skills')]);
   const c = a.config || {};
+  const mine = skills.filter((s) => (s.assignedTo || []).includes(id));
   $('agent-detail').replaceChildren(
     el('h2', {}, a.id),
     facts([
@@ -165,6 +169,7 @@ async function showAgent(id) {
       ['Tools', names(c.allowedTools)],
       ['Chat tools', c.chat && c.chat.allowedTools && names(c.chat.allowedTools)],
       ['Hooks', c.hooks && names(c.hooks)],
+      ['Skills', names(mine.map((s) => s.name + (s.description ? ` (${s.description})` : '')))],
       ['Max turns', c.maxTurns],
       ['File', a.file],
       ['Revision', a.revision],
@@ -402,6 +407,51 @@ $('run-form').addEventListener('submit', (e) => {
   else location.hash = next;
 });
 
+// ---- Approvals, loop runs, schedules --------------------------------------------------------
+
+/** A rows list, or one muted row saying it is empty. */
+function fill(list, rows, empty) {
+  list.replaceChildren(...(rows.length ? rows : [el('li', { className: 'muted' }, empty)]));
+}
+
+/** Approve (then resume the run past its gate) or reject with the reviewer's feedback. */
+async function decide(approval, approve) {
+  const params = { id: approval.id };
+  if (approve) {
+    await request('POST', '/api/v1/approvals/{id}/approve', { params, body: {} });
+    await request('POST', '/api/v1/loop-runs/{id}/resume', { params: { id: approval.loopRunId }, body: {} });
+  } else {
+    const feedback = prompt(`Why is ${approval.id} rejected? (sent to the run as feedback)`);
+    if (!feedback || !feedback.trim()) return;
+    await request('POST', '/api/v1/approvals/{id}/reject', { params, body: { feedback } });
+  }
+  await loadApprovals();
+}
+
+async function loadApprovals() {
+  const { approvals } = await data('/api/v1/approvals', {}, { status: 'pending', limit: 100 });
+  fill($('approval-list'), approvals.map((a) => el('li', { className: 'approval', dataset: { id: a.id } },
+    el('strong', {}, a.message), ' ',
+    el('span', { className: 'muted' }, `${a.id} · loop ${a.loop} · agent ${a.agent} · run ${a.loopRunId} · gate ${(a.gate && a.gate.id) || '?'}`),
+    el('div', {},
+      el('button', { type: 'button', className: 'approve', onclick: guard(() => decide(a, true)) }, 'Approve'), ' ',
+      el('button', { type: 'button', className: 'reject', onclick: guard(() => decide(a, false)) }, 'Reject')))), 'No pending approvals.');
+  const { loopRuns } = await data('/api/v1/loop-runs', {}, { limit: 100 });
+  fill($('loop-run-list'), loopRuns.map((r) => el('li', { className: 'loop-run', dataset: { id: r.id, status: r.status } },
+    el('strong', {}, r.status), ' ', r.id,
+    el('div', { className: 'muted' }, `loop ${r.loop} · agent ${r.agent} · updated ${r.updatedAt || ''}` + (r.error ? ` · ${r.error.code || ''}: ${r.error.message || ''}` : '')))), 'No loop runs yet.');
+}
+
+async function loadSchedules() {
+  const schedules = await data('/api/v1/schedules');
+  fill($('schedule-list'), schedules.map((s) => el('li', { className: 'schedule', dataset: { id: s.id } },
+    el('strong', {}, s.name || s.id), ' ', el('span', { className: 'muted' }, s.status),
+    s.description && el('div', {}, s.description),
+    el('div', { className: 'muted' }, s.nextOccurrenceAt ? 'next: ' + s.nextOccurrences.join(', ') : 'not firing (paused)'))), 'No schedules: add one under .polpo/schedules/.');
+}
+
+$('approvals-refresh').addEventListener('click', guard(loadApprovals));
+
 // ---- Views ----------------------------------------------------------------------------------
 
 const views = {
@@ -410,6 +460,8 @@ const views = {
   chat: async () => { if (!state.agents.length) await loadAgents(); chatIds(); $('chat-input').focus(); },
   events: async () => { if (!state.events) connectEvents(); },
   runs: loadRun,
+  approvals: loadApprovals,
+  schedules: loadSchedules,
 };
 
 /** `#view/argument` picks the view and what it shows (an agent, a session or a run id). */

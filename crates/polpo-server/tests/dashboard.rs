@@ -93,6 +93,10 @@ fn every_api_path_the_script_calls_is_a_documented_route() {
         "/api/v1/chat/sessions/{id}",
         "/api/v1/events",
         "/api/v1/runs/{id}/events",
+        "/api/v1/approvals/{id}/approve",
+        "/api/v1/approvals/{id}/reject",
+        "/api/v1/loop-runs/{id}/resume",
+        "/api/v1/schedules",
     ] {
         assert!(called.contains(expected), "the scan missed {expected}: found {called:?}");
     }
