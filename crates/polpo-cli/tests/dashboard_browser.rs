@@ -1,8 +1,9 @@
 //! The web dashboard in a real headless Chromium, driven over WebDriver (chromedriver), against
 //! the real `polpo serve`: a governed loop stops at its approval gate, the reviewer opens the
-//! dashboard's Approvals view, sees the pending approval, clicks Approve, and the approval is
-//! gone while the loop run is listed and, resumed past the gate, completes. The agent view lists
-//! the agent's skills and the Schedules view a schedule's next fire time.
+//! dashboard's Approvals view (typing the server's API key when the page asks), sees the pending
+//! approval, clicks Approve, and the approval is gone while the loop run is listed and, resumed
+//! past the gate, completes; a second run is rejected with feedback typed into the prompt. The
+//! agent view lists the agent's skills and the Schedules view a schedule's next fire time.
 //!
 //! Skips with a printed reason when `chromium` is not installed, unless `POLPO_REQUIRE_BROWSER`
 //! is set (scripts/test installs the browser and sets it, so CI never skips).
@@ -126,10 +127,20 @@ impl Browser {
         self.command("/execute/sync", json!({"script": script, "args": args})).await
     }
 
-    async fn click(&self, css: &str) {
+    /// The WebDriver id of the first element matching `css`.
+    async fn find(&self, css: &str) -> String {
         let found = self.command("/element", json!({"using": "css selector", "value": css})).await;
-        let element = found[ELEMENT].as_str().unwrap_or_else(|| panic!("no element {css}: {found}")).to_owned();
+        found[ELEMENT].as_str().unwrap_or_else(|| panic!("no element {css}: {found}")).to_owned()
+    }
+
+    async fn click(&self, css: &str) {
+        let element = self.find(css).await;
         self.command(&format!("/element/{element}/click"), json!({})).await;
+    }
+
+    async fn type_into(&self, css: &str, text: &str) {
+        let element = self.find(css).await;
+        self.command(&format!("/element/{element}/value"), json!({"text": text})).await;
     }
 
     /// Polls `script` until it returns `true` (bounded by [`EVENTUALLY`]); `refresh` is
@@ -174,27 +185,41 @@ fn which(tool: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
+/// Run the governed loop over the API: it stops at its gate (202); the loop run's id.
+async fn start_governed(api: &reqwest::Client, url: &str) -> String {
+    let body = json!({"agent": "releaser", "loop": "ship", "messages": [{"role": "user", "content": "Ship it"}]});
+    let r = api.post(format!("{url}/v1/chat/completions")).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 202);
+    r.json::<Value>().await.unwrap()["loop_run_id"].as_str().unwrap().to_owned()
+}
+
+/// Script: the loop run `arguments[0]` is listed with status `arguments[1]`.
+const RUN_LISTED: &str = "return [...document.querySelectorAll('#loop-run-list li.loop-run')].some((li) => li.dataset.id === arguments[0] && li.dataset.status === arguments[1])";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reviewer_approves_a_gated_loop_run_in_the_dashboard_then_sees_skills_and_schedules() {
+async fn a_reviewer_approves_and_rejects_gated_loop_runs_in_the_dashboard_then_sees_skills_and_schedules() {
     polpo_llm::install_crypto_provider();
     let Some(browser) = Browser::start().await else { return };
     let llm = FakeLlm::start([]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     governed_project(dir.path());
     let base = llm.base_url();
-    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream")];
+    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_API_KEY", "sk-review")];
     let server = ServerProcess::start("serve", dir.path(), &[], &env);
+    let mut auth = reqwest::header::HeaderMap::new();
+    auth.insert("authorization", "Bearer sk-review".parse().unwrap());
+    let api = reqwest::Client::builder().default_headers(auth).build().unwrap();
 
-    let body = json!({"agent": "releaser", "loop": "ship", "messages": [{"role": "user", "content": "Ship it"}]});
-    let r =
-        reqwest::Client::new().post(format!("{}/v1/chat/completions", server.url)).json(&body).send().await.unwrap();
-    assert_eq!(r.status(), 202);
-    let run = r.json::<Value>().await.unwrap()["loop_run_id"].as_str().unwrap().to_owned();
+    let run = start_governed(&api, &server.url).await;
     let pending: Value =
-        reqwest::get(format!("{}/api/v1/approvals?status=pending", server.url)).await.unwrap().json().await.unwrap();
+        api.get(format!("{}/api/v1/approvals?status=pending", server.url)).send().await.unwrap().json().await.unwrap();
     let approval = pending["data"]["approvals"][0]["id"].as_str().unwrap().to_owned();
 
+    // The server wants a key: the page asks for one, then lists the pending approval.
     browser.open(&format!("{}/#approvals", server.url)).await;
+    browser.until("the API key form", "return !document.querySelector('#key-form').hidden", json!([]), None).await;
+    browser.type_into("#key-input", "sk-review").await;
+    browser.click("#key-form button").await;
     let row = "return [...document.querySelectorAll('#approval-list li.approval')].some((li) => li.dataset.id === arguments[0] && li.textContent.includes('a person signs off the release'))";
     browser.until("the pending approval", row, json!([approval]), None).await;
     assert!(!dir.path().join("log.txt").exists(), "the gated step waits for the reviewer");
@@ -202,13 +227,29 @@ async fn a_reviewer_approves_a_gated_loop_run_in_the_dashboard_then_sees_skills_
     browser.click("#approval-list li.approval button.approve").await;
     let gone = "return document.querySelector('#approval-list li.approval') === null && document.querySelector('#approval-list').textContent.includes('No pending approvals')";
     browser.until("no pending approval", gone, json!([]), None).await;
-    let completed = "return [...document.querySelectorAll('#loop-run-list li.loop-run')].some((li) => li.dataset.id === arguments[0] && li.dataset.status === 'completed')";
-    browser.until("the loop run completed", completed, json!([run]), Some("#approvals-refresh")).await;
+    browser.until("the loop run completed", RUN_LISTED, json!([run, "completed"]), Some("#approvals-refresh")).await;
     assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "shipped\n");
-
     let decided: Value =
-        reqwest::get(format!("{}/api/v1/approvals/{approval}", server.url)).await.unwrap().json().await.unwrap();
+        api.get(format!("{}/api/v1/approvals/{approval}", server.url)).send().await.unwrap().json().await.unwrap();
     assert_eq!(decided["data"]["status"], "approved");
+
+    // Reject asks why; the run ends `approval_rejected` and its tool never runs.
+    let other = start_governed(&api, &server.url).await;
+    browser.click("#approvals-refresh").await;
+    browser
+        .until(
+            "the second pending approval",
+            "return document.querySelector('#approval-list li.approval button.reject') !== null",
+            json!([]),
+            None,
+        )
+        .await;
+    browser.click("#approval-list li.approval button.reject").await;
+    browser.command("/alert/text", json!({"text": "not on a leap day"})).await;
+    browser.command("/alert/accept", json!({})).await;
+    browser.until("the loop run rejected", RUN_LISTED, json!([other, "approval_rejected"]), None).await;
+    browser.until("no pending approval", gone, json!([]), None).await;
+    assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "shipped\n");
 
     // The agent's skills and the schedules with their next fire times.
     browser.open(&format!("{}/#agents/releaser", server.url)).await;
