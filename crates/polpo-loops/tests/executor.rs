@@ -7,7 +7,7 @@
 use polpo_core::message::Message;
 use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_engine::structured::ResponseFormat;
-use polpo_engine::{Loaded, Runtime};
+use polpo_engine::{ChatInput, Loaded, LoopContext, Runtime, Surface};
 use polpo_llm::Providers;
 use polpo_loops::{LoopExecutor, LoopFinished, LoopOptions, LoopRequest, TraceEvent, TraceKind};
 use polpo_store::{StoreKind, SystemClock, open_store};
@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tempfile::TempDir;
+use tokio_util::sync::CancellationToken;
 
 /// A project whose agent `bot` has `loops` assigned (the first is its default), run by an
 /// executor with `budget` step executions.
@@ -33,7 +34,21 @@ async fn executor_with(
     packs: &[(&str, Value)],
     budget: u32,
 ) -> (TempDir, LoopExecutor) {
+    let (dir, runtime) = runtime_with(llm, settings, agent, loops, packs).await;
+    let runs = RunManager::new(runtime, RunOptions { lease_ttl: Duration::from_secs(5) });
+    (dir, LoopExecutor::new(runs, LoopOptions { step_budget: budget }))
+}
+
+/// The runtime of [`executor_with`]'s project, on the store `settings.storage` names (file by default).
+async fn runtime_with(
+    llm: &FakeLlm,
+    settings: Value,
+    agent: Value,
+    loops: &[(&str, Value)],
+    packs: &[(&str, Value)],
+) -> (TempDir, Arc<Runtime>) {
     polpo_llm::install_crypto_provider();
+    let kind = StoreKind::parse(settings["storage"].as_str().unwrap_or("file")).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut agent = agent;
     agent["model"] = json!("openai/fake-model");
@@ -47,10 +62,9 @@ async fn executor_with(
         fixture = fixture.hook_pack(name, pack.clone()).unwrap();
     }
     let project = polpo_project::load_project(dir.path()).unwrap();
-    let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
+    let store = open_store(kind, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
     let runtime = Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store);
-    let runs = RunManager::new(Arc::new(runtime), RunOptions { lease_ttl: Duration::from_secs(5) });
-    (dir, LoopExecutor::new(runs, LoopOptions { step_budget: budget }))
+    (dir, Arc::new(runtime))
 }
 
 fn request(metadata: Value) -> LoopRequest {
@@ -513,25 +527,67 @@ async fn a_loop_refuses_what_it_cannot_honour_before_any_step() {
     }
 }
 
-/// `cargo test --release -p polpo-loops --test executor -- --ignored --nocapture bench`
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "benchmark"]
-async fn bench_ten_tool_steps() {
+/// A loop of `STEPS` tool steps (`read`, no model) run `RUNS` times on `storage`: loop steps
+/// per second, and the executor's own cost per step — the loop's time per step minus the same
+/// `read` called as often straight through `Runtime::call_tool` (so what is left is the graph
+/// walk, bindings, governance, trace and the per-step checkpoint write, fsync included).
+async fn bench_tool_steps(storage: &str) {
+    const STEPS: u32 = 10;
+    const RUNS: u32 = 200;
     let llm = FakeLlm::start([]).await.unwrap();
-    let steps: serde_json::Map<String, Value> = (0..10)
-        .map(|i| (format!("s{i}"), json!({"type": "tool", "tool": "read", "input": {"path": "f.txt"}, "saveAs": format!("r{i}"), "next": if i < 9 { format!("s{}", i + 1) } else { "end".into() }})))
+    let steps: serde_json::Map<String, Value> = (0..STEPS)
+        .map(|i| {
+            let next = if i + 1 < STEPS { format!("s{}", i + 1) } else { "end".into() };
+            let step = json!({"type": "tool", "tool": "read", "input": {"path": "f.txt"}, "saveAs": format!("r{i}"), "next": next});
+            (format!("s{i}"), step)
+        })
         .collect();
-    let (dir, exec) = executor(&llm, json!({}), &[("bench", json!({"start": "s0", "steps": steps}))], 100).await;
+    let settings = json!({"storage": storage, "chatExecution": "inline"});
+    let (dir, runtime) =
+        runtime_with(&llm, settings, json!({}), &[("bench", json!({"start": "s0", "steps": steps}))], &[]).await;
+    let runs = RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) });
+    let exec = LoopExecutor::new(runs, LoopOptions { step_budget: 100 });
     std::fs::write(dir.path().join("f.txt"), "data").unwrap();
     let req = request(json!({}));
-    let runs = 200;
-    run(&exec, &req).await;
+    assert_eq!(code(&run(&exec, &req).await), "ok", "warm-up");
     let started = std::time::Instant::now();
-    for _ in 0..runs {
+    for _ in 0..RUNS {
         assert_eq!(code(&run(&exec, &req).await), "ok");
     }
-    let per_step = started.elapsed() / (runs * 10);
-    println!("10-step tool-only loop: {per_step:?} per step (the read tool included)");
+    let looped = started.elapsed();
+
+    let mut input = ChatInput::new("bot", Vec::new());
+    input.surface = Surface::Loop;
+    input.loop_context = Some(LoopContext { loop_id: "bench".into(), step: "s0".into(), ..LoopContext::default() });
+    let cancel = CancellationToken::new();
+    let started = std::time::Instant::now();
+    for _ in 0..RUNS * STEPS {
+        let read = runtime.call_tool(&input, "read", json!({"path": "f.txt"}), &cancel, &|_| {}).await.unwrap();
+        assert!(read.unwrap().contains("data"), "the direct call reads the file");
+    }
+    let direct = started.elapsed();
+
+    let per_step = looped / (RUNS * STEPS);
+    let tool = direct / (RUNS * STEPS);
+    println!(
+        "{storage}: {STEPS}-step tool-only loop x {RUNS}: {:.0} steps/s, {per_step:?} per step; `read` alone {tool:?}; executor's own cost {:?} per step",
+        f64::from(RUNS * STEPS) / looped.as_secs_f64(),
+        per_step.saturating_sub(tool)
+    );
+}
+
+/// `cargo test -p polpo-loops --test executor -- --ignored --nocapture bench`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark"]
+async fn bench_tool_steps_file_store() {
+    bench_tool_steps("file").await;
+}
+
+/// As [`bench_tool_steps_file_store`], on SQLite (there is no in-memory store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark"]
+async fn bench_tool_steps_sqlite() {
+    bench_tool_steps("sqlite").await;
 }
 
 /// A loop whose one step writes `out.txt`, with these governance fields.
