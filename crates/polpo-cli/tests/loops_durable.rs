@@ -168,10 +168,17 @@ async fn postgres_loop_run_survives_sigkill_at_a_human_step() {
 
 /// A loop whose second `bash` step needs a person's approval before its tool runs.
 fn gated_project(dir: &Path, settings: Value) {
+    gated_project_with(dir, settings, json!({}));
+}
+
+/// [`gated_project`] with these extra fields on its approval policy (e.g. a `timeout`).
+fn gated_project_with(dir: &Path, settings: Value, extra: Value) {
+    let mut policy = json!({"id": "review-build", "hook": "tool:before", "effect": "approval", "when": "step.name == 'build'", "message": "a person reviews the build"});
+    policy.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
     let flow = json!({
         "name": "gated-build",
         "start": "prepare",
-        "policies": [{"id": "review-build", "hook": "tool:before", "effect": "approval", "when": "step.name == 'build'", "message": "a person reviews the build"}],
+        "policies": [policy],
         "steps": {
             "prepare": {"type": "tool", "tool": "bash", "input": {"command": "echo prepare >> log.txt"}, "next": "build"},
             "build": {"type": "tool", "tool": "bash", "input": {"command": "echo build >> log.txt"}, "next": "end"}
@@ -293,35 +300,12 @@ async fn postgres_approval_survives_a_restart_and_resume_skips_completed_steps()
     on_postgres(approved_after_a_restart_the_run_resumes_past_the_gate_and_a_rejected_one_ends).await;
 }
 
-/// A loop whose gate lapses one second after it is raised (rejected on timeout by default).
-fn timed_gate_project(dir: &Path, settings: Value) {
-    let flow = json!({
-        "name": "gated-build",
-        "start": "prepare",
-        "policies": [{"id": "review-build", "hook": "tool:before", "effect": "approval", "when": "step.name == 'build'",
-            "message": "a person reviews the build", "timeout": "PT1S"}],
-        "steps": {
-            "prepare": {"type": "tool", "tool": "bash", "input": {"command": "echo prepare >> log.txt"}, "next": "build"},
-            "build": {"type": "tool", "tool": "bash", "input": {"command": "echo build >> log.txt"}, "next": "end"}
-        }
-    });
-    ProjectFixture::new(dir, settings)
-        .unwrap()
-        .agent(
-            "builder",
-            json!({"model": "openai/fake-model", "allowedTools": ["bash"], "assignedLoops": ["gated-build"]}),
-            "You build things.",
-        )
-        .unwrap()
-        .project_loop("gated-build", flow)
-        .unwrap();
-}
-
 async fn an_approval_that_times_out_while_the_server_is_down_is_rejected_when_it_starts(settings: Value) {
     polpo_llm::install_crypto_provider();
     let llm = FakeLlm::start([]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
-    timed_gate_project(dir.path(), settings);
+    // The gate lapses one second after it is raised (rejected on timeout by default).
+    gated_project_with(dir.path(), settings, json!({"timeout": "PT1S"}));
     let base = llm.base_url();
     let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream")];
 
