@@ -112,10 +112,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .merge(routes::sessions::router())
         .merge(routes::teams::router())
+        .merge(routes::skills::router())
         .merge(routes::tasks::router())
         .merge(routes::missions::router())
         .merge(routes::vault::router())
-        .merge(routes::skills::router())
         .merge(routes::mcp::router(&state))
         .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
     // Layers run outside in: the last added sees the request first.
@@ -178,8 +178,8 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
 }
 
 /// Whether a request changes `.polpo/` (agents, teams and skill assignments today; loops and
-/// schedules as they land). Only admin keys may: an agent's config bounds its tools for every client, so a
-/// client key that could edit it could grant itself `bash` on the whole disk.
+/// schedules as they land). Only admin keys may: an agent's config bounds its tools for every
+/// client, so a client key that could edit it could grant itself `bash` on the whole disk.
 fn edits_project(method: &Method, path: &str) -> bool {
     let path = path.strip_prefix("/api").unwrap_or(path);
     guard::changes_state(method) && (path.starts_with("/v1/agents") || path.starts_with("/v1/skills"))

@@ -47,6 +47,9 @@ pub struct ToolContext {
     pub private_network_allowlist: Vec<String>,
     /// How `bash` is confined (limits, user, whether it may run where Landlock is missing).
     pub sandbox: SandboxPolicy,
+    /// The Agent Skills `skill_list` and `skill_read` may reach; `None` when the agent has none.
+    /// Chosen by the runtime, so it is trusted; the file tools never reach skill files.
+    pub skills: Option<SkillAccess>,
     /// Secret values (the vault's) cut out of every result before the model, the session,
     /// events or hooks see it.
     pub redactor: Redactor,
@@ -56,9 +59,6 @@ pub struct ToolContext {
     /// `surface`), as custom tools' `ctx.invocation` and `serverBindings` read it; `null`
     /// outside an invocation.
     pub invocation: serde_json::Value,
-    /// The Agent Skills `skill_list` and `skill_read` may reach; `None` when the agent has none.
-    /// Chosen by the runtime, so it is trusted; the file tools never reach skill files.
-    pub skills: Option<SkillAccess>,
 }
 
 /// Which installed skills one call may read, and where they are.
@@ -72,8 +72,8 @@ pub struct SkillAccess {
 
 impl ToolContext {
     /// A context confined to `workspace`, with no protected paths, no memory file, the default
-    /// environment allow-list, the private network closed, the default `bash` sandbox policy
-    /// and a fresh cancellation token.
+    /// environment allow-list, the private network closed, the default `bash` sandbox policy,
+    /// no skills, a fresh cancellation token, an empty redaction list and no invocation.
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
         Self {
             workspace: workspace.into(),
@@ -85,10 +85,10 @@ impl ToolContext {
             allow_private_network: false,
             private_network_allowlist: Vec::new(),
             sandbox: SandboxPolicy::default(),
+            skills: None,
             redactor: Redactor::new(),
             agent: String::new(),
             invocation: serde_json::Value::Null,
-            skills: None,
         }
     }
 }

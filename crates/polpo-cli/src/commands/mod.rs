@@ -20,9 +20,9 @@ pub mod runs;
 pub mod runtime;
 pub mod schedules;
 pub mod serve;
-pub mod tools;
 pub mod skills;
 pub mod tasks;
+pub mod tools;
 pub mod validate;
 pub mod vault;
 
