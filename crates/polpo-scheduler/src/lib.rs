@@ -7,8 +7,10 @@
 //! the servers sharing one store, one creates it and fires; the others see a conflict and
 //! move on. Each fire is an invocation through `RunManager::invoke` with surface `schedule`,
 //! and its record follows it: `running` with the run id, then `succeeded` or `failed`.
-//! At most once, strictly: a server that dies between the claim and the start leaves a
-//! `claimed` record and that occurrence does not fire.
+//! A claim is leased (`CLAIM_LEASE`): a server that dies between the claim and the start
+//! leaves a `claimed` record that another server's pass takes over by compare-and-set once the
+//! lease lapses. The durable run id is derived from the occurrence, so a run the dead server
+//! already started is followed, never started twice.
 
 mod fire;
 pub mod record;

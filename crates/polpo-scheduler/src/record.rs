@@ -58,8 +58,12 @@ pub struct ScheduleRun {
     /// Why it failed or was skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
-    /// The lease owner id of the server that claimed it.
+    /// The lease owner id of the server that claimed it (or took it over).
     pub claimed_by: String,
+    /// Until when the claimer holds a `claimed` record: past it, another server takes the
+    /// occurrence over (its claimer died before starting it). Absent on older records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_until: Option<DateTime<Utc>>,
     /// The key of a manual trigger.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idempotency_key: Option<String>,
@@ -93,6 +97,13 @@ pub fn runs_collection(schedule_id: &str) -> String {
 /// The record id of an occurrence: its instant, so two servers name it alike.
 pub fn occurrence_id(at: DateTime<Utc>) -> String {
     format!("at-{}", at.to_rfc3339_opts(SecondsFormat::Millis, true).replace(':', "-"))
+}
+
+/// The durable run id of schedule-run record `record_id`: named by the occurrence, so a server
+/// taking a lapsed claim over finds the run its claimer already started instead of starting a
+/// second one.
+pub fn run_id(schedule_id: &str, record_id: &str) -> String {
+    format!("schedule-{}-{record_id}", escape(schedule_id))
 }
 
 /// The record id of a manual trigger: its key.

@@ -2,9 +2,10 @@
 //! each due occurrence by creating its schedule-run record (a create that fails when the
 //! record exists, on every backend: the claim), then firing it.
 
-use crate::fire;
+use crate::fire::{self, Fired};
 use crate::record::{
-    CURSORS, Cursor, MAX_KEY_LEN, RunError, RunState, ScheduleRun, escape, occurrence_id, runs_collection, trigger_id,
+    CURSORS, Cursor, MAX_KEY_LEN, RunError, RunState, ScheduleRun, escape, occurrence_id, run_id, runs_collection,
+    trigger_id,
 };
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use polpo_core::schedules::Schedule;
@@ -20,9 +21,10 @@ use tokio_util::task::TaskTracker;
 /// How often `polpo serve` passes over the schedules: an every-second cron fires within half a
 /// second of its occurrence.
 pub const PASS_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
-/// A claim whose invocation never started (its server died in between) stops counting
-/// towards `maxConcurrency` after this long.
-const STALE_CLAIM: Duration = Duration::minutes(5);
+/// How long a claim is held before its invocation must have started: past it (its server died
+/// in between), the claim stops counting towards `maxConcurrency` and another server takes
+/// the occurrence over.
+const CLAIM_LEASE: Duration = Duration::minutes(5);
 /// Newest schedule-runs looked at when counting running invocations.
 const CONCURRENCY_WINDOW: u32 = 100;
 
@@ -140,6 +142,7 @@ impl Scheduler {
         };
         let cursor: Cursor = serde_json::from_value(record.value.clone())
             .map_err(|e| StoreError::Invalid(format!("schedule cursor `{cursor_id}`: {e}")))?;
+        self.take_over(schedule, now, pass).await?;
         let plan = plan_due(&schedule.timing, &schedule.config.policy(), cursor.after, now);
         let mut running = None;
         for due in plan.due {
@@ -214,7 +217,7 @@ impl Scheduler {
         running: usize,
     ) -> Result<Option<ScheduleRun>, SchedulerError> {
         let busy = running >= schedule.config.policy().max_concurrency() as usize;
-        let mut run = ScheduleRun {
+        let run = ScheduleRun {
             schedule_id: schedule.id.clone(),
             scheduled_for: at,
             fired_at: None,
@@ -228,6 +231,7 @@ impl Scheduler {
                 ),
             }),
             claimed_by: self.runs.owner().to_owned(),
+            lease_until: (!busy).then(|| self.now() + CLAIM_LEASE),
             idempotency_key: key,
         };
         let Some(record) = self.claim(schedule, &id, run.clone()).await? else { return Ok(None) };
@@ -235,26 +239,84 @@ impl Scheduler {
             self.publish(EventKind::ScheduleFailed, event(schedule, at, json!({"error": run.error})));
             return Ok(Some(run));
         }
+        Ok(Some(self.start(schedule, &record, run).await?))
+    }
+
+    /// Take over the claims of `schedule` whose lease lapsed (their claimer died before
+    /// starting them), each by a compare-and-set on its revision so one server wins, and fire
+    /// them. Looks at the newest claims only: an older one is long past its grace.
+    async fn take_over(
+        self: &Arc<Self>,
+        schedule: &Schedule,
+        now: DateTime<Utc>,
+        pass: &mut Pass,
+    ) -> Result<(), SchedulerError> {
+        let page = self
+            .store()
+            .records
+            .list_records(&runs_collection(&schedule.id), &PageRequest::first(CONCURRENCY_WINDOW))
+            .await?;
+        for record in &page.items {
+            let Ok(mut run) = serde_json::from_value::<ScheduleRun>(record.value.clone()) else { continue };
+            if run.status != RunState::Claimed || claim_held(&run, now) {
+                continue;
+            }
+            run.claimed_by = self.runs.owner().to_owned();
+            run.lease_until = Some(now + CLAIM_LEASE);
+            let record = match self.update(schedule, record, &run).await {
+                Ok(record) => record,
+                Err(StoreError::Conflict(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            match self.start(schedule, &record, run).await?.status {
+                RunState::Running => pass.fired += 1,
+                _ => pass.failed += 1,
+            }
+        }
+        Ok(())
+    }
+
+    /// Start (or follow, when its claimer already started it) the invocation of the claimed
+    /// schedule-run `record`, and keep the record up to date with it.
+    async fn start(
+        self: &Arc<Self>,
+        schedule: &Schedule,
+        record: &Record,
+        mut run: ScheduleRun,
+    ) -> Result<ScheduleRun, SchedulerError> {
+        let (at, id) = (run.scheduled_for, record.id.clone());
         run.fired_at = Some(self.now());
         let request_id = format!("{}/{id}", runs_collection(&schedule.id));
-        match fire::start(&self.runs, schedule, at, request_id).await {
+        let derived = run_id(&schedule.id, &id);
+        match fire::start(&self.runs, schedule, at, request_id, &derived).await {
             Err(error) => {
                 run.status = RunState::Failed;
                 run.error = Some(error);
-                self.update(schedule, &record, &run).await?;
+                self.update(schedule, record, &run).await?;
                 self.publish(EventKind::ScheduleFailed, event(schedule, at, json!({"error": run.error})));
             }
-            Ok(mut invoked) => {
+            Ok(fired) => {
                 run.status = RunState::Running;
-                run.run_id = Some(invoked.run_id().to_owned());
-                let record = self.update(schedule, &record, &run).await?;
+                run.run_id = Some(match &fired {
+                    Fired::New(invoked) => invoked.run_id().to_owned(),
+                    Fired::Started => derived,
+                });
+                let record = self.update(schedule, record, &run).await?;
                 self.publish(EventKind::ScheduleFired, event(schedule, at, json!({"runId": run.run_id})));
                 let (this, schedule, mut done) = (self.clone(), schedule.clone(), run.clone());
                 self.followers.spawn(async move {
                     let mut result = None;
-                    while let Some(progress) = invoked.next().await {
-                        if let Progress::Finished(finished) = progress {
-                            result = Some(finished.result);
+                    match fired {
+                        Fired::New(mut invoked) => {
+                            while let Some(progress) = invoked.next().await {
+                                if let Progress::Finished(finished) = progress {
+                                    result = Some(finished.result);
+                                }
+                            }
+                        }
+                        Fired::Started => {
+                            let id = done.run_id.clone().unwrap_or_default();
+                            result = Some(this.runs.verdict(&id).await.result);
                         }
                     }
                     let failure = match result {
@@ -280,11 +342,11 @@ impl Scheduler {
                 });
             }
         }
-        Ok(Some(run))
+        Ok(run)
     }
 
     /// Invocations of `schedule` still running, on any server: its newest claims whose run
-    /// has not ended (a claim that never started counts until it is stale).
+    /// has not ended (a claim that never started counts until its lease lapses).
     async fn running(&self, schedule: &Schedule) -> Result<usize, SchedulerError> {
         let page = self
             .store()
@@ -295,7 +357,7 @@ impl Scheduler {
         let mut count = 0;
         for run in page.items.iter().filter_map(|r| serde_json::from_value::<ScheduleRun>(r.value.clone()).ok()) {
             let live = match (run.status, &run.run_id) {
-                (RunState::Claimed, _) => now - run.fired_at.unwrap_or(run.scheduled_for) < STALE_CLAIM,
+                (RunState::Claimed, _) => claim_held(&run, now),
                 (RunState::Running, Some(id)) => self
                     .store()
                     .runs
@@ -356,6 +418,12 @@ fn parse_run(record: &Record) -> Result<ScheduleRun, StoreError> {
         .map_err(|e| StoreError::Invalid(format!("schedule run `{}`: {e}", record.id)))
 }
 
+/// Whether a `claimed` record's claimer still holds it at `now` (records written before leases
+/// existed hold for one lease from their occurrence).
+fn claim_held(run: &ScheduleRun, now: DateTime<Utc>) -> bool {
+    now < run.lease_until.unwrap_or(run.scheduled_for + CLAIM_LEASE)
+}
+
 fn missed(schedule: &Schedule, at: DateTime<Utc>, owner: &str) -> ScheduleRun {
     ScheduleRun {
         schedule_id: schedule.id.clone(),
@@ -365,6 +433,7 @@ fn missed(schedule: &Schedule, at: DateTime<Utc>, owner: &str) -> ScheduleRun {
         run_id: None,
         error: None,
         claimed_by: owner.to_owned(),
+        lease_until: None,
         idempotency_key: None,
     }
 }
