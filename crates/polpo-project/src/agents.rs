@@ -35,7 +35,7 @@ impl Revision {
         &self.0
     }
 
-    fn of(agent_json: &[u8], instructions: &[u8]) -> Self {
+    pub(crate) fn of(agent_json: &[u8], instructions: &[u8]) -> Self {
         let mut hash = Sha256::new();
         hash.update((agent_json.len() as u64).to_be_bytes());
         hash.update(agent_json);
@@ -100,7 +100,7 @@ fn expect_revision(root: &Path, id: &str, dir: &Path, expected: Option<&Revision
         (Some(_), None) => Err(ProjectError::AgentExists(id.to_string())),
         (None, Some(_)) => Err(ProjectError::AgentNotFound(id.to_string())),
         (Some(files), Some(rev)) if files.revision() == *rev => Ok(()),
-        (Some(_), Some(_)) => Err(ProjectError::Conflict(id.to_string())),
+        (Some(_), Some(_)) => Err(ProjectError::Conflict(format!("agent `{id}`"))),
     }
 }
 

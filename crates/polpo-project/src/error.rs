@@ -35,8 +35,18 @@ pub enum ProjectError {
         reason: String,
     },
     /// The files changed since the caller read them (a hand edit or another writer).
-    #[error("agent `{0}` changed on disk since it was read; reload and retry")]
+    /// Holds what changed (``agent `coder` ``, ``loop `triage` ``).
+    #[error("{0} changed on disk since it was read; reload and retry")]
     Conflict(String),
+    /// No loop with this id.
+    #[error("loop `{0}` does not exist")]
+    LoopNotFound(String),
+    /// A loop with this id already exists.
+    #[error("loop `{0}` already exists")]
+    LoopExists(String),
+    /// The loop is defined by `loops/<id>.ts`, which only its source changes.
+    #[error("loop `{0}` is compiled from loops/{0}.ts; edit that file instead")]
+    LoopReadOnly(String),
     /// Agent and team writes need the directory layout.
     #[error("the project uses a legacy aggregate file (agents.json, teams.json); run `polpo migrate` first")]
     LegacyLayout,
@@ -64,6 +74,9 @@ impl ProjectError {
             Self::AgentExists(_) => "agent_exists",
             Self::InvalidId { .. } => "invalid_value",
             Self::Conflict(_) => "conflict",
+            Self::LoopNotFound(_) => "loop_not_found",
+            Self::LoopExists(_) => "loop_exists",
+            Self::LoopReadOnly(_) => "loop_read_only",
             Self::LegacyLayout => "legacy_layout",
             Self::ProjectExists(_) => "project_exists",
             Self::BackupExists(_) => "backup_exists",

@@ -13,6 +13,7 @@ mod error;
 pub mod fsx;
 pub mod hooks;
 mod load;
+pub mod loops;
 pub mod migrate;
 pub mod paths;
 mod read;

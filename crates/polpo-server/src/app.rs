@@ -94,6 +94,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/events", get(routes::events::stream))
         .route("/api/v1/openapi.json", get(routes::openapi::openapi))
         .route("/v1/openapi.json", get(routes::openapi::openapi))
+        .route("/api/v1/loops", get(routes::loops::list).post(routes::loops::create))
+        .route("/v1/loops", get(routes::loops::list).post(routes::loops::create))
+        .route("/api/v1/loops/{id}", get(routes::loops::get).put(routes::loops::replace).delete(routes::loops::delete))
+        .route("/v1/loops/{id}", get(routes::loops::get).put(routes::loops::replace).delete(routes::loops::delete))
         .route("/api/v1/agents", get(routes::agents::list).post(routes::agents::create))
         .route("/v1/agents", get(routes::agents::list).post(routes::agents::create))
         .route(
@@ -169,7 +173,7 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
             &path,
             ApiError::new(
                 ErrorCode::Forbidden,
-                "changing the project's agents, teams and skills needs an admin key: client keys use agents, they do not edit them",
+                "changing the project's agents, teams, skills and loops needs an admin key: client keys use agents, they do not edit them",
             ),
         );
     }
@@ -177,12 +181,16 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
     next.run(request).await
 }
 
-/// Whether a request changes `.polpo/` (agents, teams and skill assignments today; loops and
+/// Whether a request changes `.polpo/` (agents, teams, skill assignments and loops today;
 /// schedules as they land). Only admin keys may: an agent's config bounds its tools for every
 /// client, so a client key that could edit it could grant itself `bash` on the whole disk.
 fn edits_project(method: &Method, path: &str) -> bool {
     let path = path.strip_prefix("/api").unwrap_or(path);
-    guard::changes_state(method) && (path.starts_with("/v1/agents") || path.starts_with("/v1/skills"))
+    guard::changes_state(method)
+        && (path.starts_with("/v1/agents")
+            || path.starts_with("/v1/skills")
+            || path == "/v1/loops"
+            || path.starts_with("/v1/loops/"))
 }
 
 /// `429 too_many_requests` with `Retry-After`.

@@ -107,6 +107,10 @@ error_codes! {
     SessionAgentMismatch = "session_agent_mismatch" => StatusCode::CONFLICT,
     /// The request with this `Idempotency-Key` is still running.
     IdempotencyInProgress = "idempotency_in_progress" => StatusCode::CONFLICT,
+    /// A loop compiled from `loops/<id>.ts`: only its source changes it.
+    LoopReadOnly = "loop_read_only" => StatusCode::CONFLICT,
+    /// A loop an agent still names in `assignedLoops` or `defaultLoop`.
+    LoopInUse = "loop_in_use" => StatusCode::CONFLICT,
     /// The id is taken.
     AlreadyExists = "already_exists" => StatusCode::CONFLICT,
     /// Another process holds the run's lease.
@@ -428,7 +432,9 @@ impl From<polpo_project::ProjectError> for ApiError {
     fn from(e: polpo_project::ProjectError) -> Self {
         // The REST API's name for "taken" is `already_exists`, shared with other resources.
         match e {
-            polpo_project::ProjectError::AgentExists(_) => Self::new(ErrorCode::AlreadyExists, e.to_string()),
+            polpo_project::ProjectError::AgentExists(_) | polpo_project::ProjectError::LoopExists(_) => {
+                Self::new(ErrorCode::AlreadyExists, e.to_string())
+            }
             _ => Self::new(e.code(), e.to_string()),
         }
     }
@@ -564,6 +570,9 @@ mod tests {
             ProjectError::AgentExists("a".into()),
             ProjectError::InvalidId { id: "a".into(), reason: "r".into() },
             ProjectError::Conflict("a".into()),
+            ProjectError::LoopNotFound("l".into()),
+            ProjectError::LoopExists("l".into()),
+            ProjectError::LoopReadOnly("l".into()),
             ProjectError::LegacyLayout,
             ProjectError::ProjectExists("p".into()),
             ProjectError::BackupExists("p".into()),
@@ -578,6 +587,9 @@ mod tests {
                 | ProjectError::AgentExists(_)
                 | ProjectError::InvalidId { .. }
                 | ProjectError::Conflict(_)
+                | ProjectError::LoopNotFound(_)
+                | ProjectError::LoopExists(_)
+                | ProjectError::LoopReadOnly(_)
                 | ProjectError::LegacyLayout
                 | ProjectError::ProjectExists(_)
                 | ProjectError::BackupExists(_)

@@ -244,7 +244,7 @@ fn write(
     if let (Some(expected), Some(snapshot)) = (&expected, &current)
         && *expected != snapshot.revision
     {
-        return Err(ProjectError::Conflict(id.to_owned()).into());
+        return Err(ProjectError::Conflict(format!("agent `{id}`")).into());
     }
     let replaced = matches!(change, ConfigEdit::Replace(_));
     let value = match (change, &current) {

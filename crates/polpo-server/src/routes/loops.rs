@@ -9,19 +9,33 @@
 //! /api/v1/loop-runs/{id}`); a client that goes away cancels it. A human step is stored as
 //! `awaiting_human`: the request stays open until someone answers, and after a restart the
 //! resumed run waits for the answer again.
+//!
+//! `/api/v1/loops` lists, reads, creates, replaces and deletes the `.polpo/loops/<id>.json`
+//! definitions, each change one project edit like an agent's ([`super::agents`]): checked
+//! against the loop schema, written, the whole project reloaded and served, or every file put
+//! back. Reads return a `revision` (a hash of the file) that a change presents back as
+//! `expectedRevision`. `.ts` loops are listed and read but only their source changes them.
 
 use crate::auth::Caller;
 use crate::chunks::Completion;
 use crate::error::{ApiError, ErrorCode, RestError, ok};
+use crate::routes::agents::{AgentError, blocking, edit, object};
 use crate::sse::with_pings;
 use crate::state::AppState;
-use axum::extract::{Extension, Path, State};
-use axum::http::HeaderValue;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
+use polpo_core::config::Location;
+use polpo_core::loops::{LoopConfig, parse_loop};
 use polpo_core::message::{FinishReason, Usage};
 use polpo_engine::{ChatInput, RunEvent};
 use polpo_loops::{LoopError, LoopFinished, LoopRequest, TraceEvent};
+use polpo_project::loops::{LoopSource, delete_loop, read_loop_file, write_loop};
+use polpo_project::paths::{LOOPS_DIR, display};
+use polpo_project::{ProjectError, Revision};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
@@ -176,4 +190,139 @@ pub async fn human(
     let owner = if caller.admin { None } else { Some(caller.owner.as_deref().unwrap_or_default()) };
     state.loops.humans().answer(&id, owner, body.output).map_err(ApiError::from)?;
     Ok(ok(json!({"loopRunId": id, "accepted": true})).into_response())
+}
+
+/// `GET /api/v1/loops`: every loop the runtime serves, `[{id, name, label, description, source,
+/// revision}]` (`source` `json` or `ts`; a `ts` loop is read-only here).
+pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<Value>, AgentError> {
+    let project = state.runtime.loaded().project.clone();
+    let loops = blocking(move || {
+        let mut rows = Vec::new();
+        for l in project.loops.values() {
+            let Some(file) = read_loop_file(&project.root, &l.id)? else { continue };
+            rows.push(json!({"id": l.id, "name": l.config.name, "label": l.config.label,
+                "description": l.config.description, "source": file.source.as_str(), "revision": file.revision.as_str()}));
+        }
+        Ok(rows)
+    })
+    .await?;
+    Ok(ok(loops))
+}
+
+/// `GET /api/v1/loops/{id}`: `{id, config, source, revision, file}`, the config as served.
+pub async fn get(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, AgentError> {
+    let project = state.runtime.loaded().project.clone();
+    let found = project.loops.get(&id).cloned().ok_or_else(|| ProjectError::LoopNotFound(id.clone()))?;
+    let file = blocking(move || Ok(read_loop_file(&project.root, &id)?)).await?;
+    let file = file.ok_or_else(|| ProjectError::LoopNotFound(found.id.clone()))?;
+    Ok(ok(view(&found.id, &found.config, file.source, &file.revision)))
+}
+
+/// `POST /api/v1/loops` with the canonical loop config (its `name` is the id) → `201`;
+/// `409 already_exists` when the id is taken.
+pub async fn create(State(state): State<Arc<AppState>>, body: Bytes) -> Result<Response, AgentError> {
+    let body = object(&body)?;
+    let id = body.get("name").and_then(Value::as_str).map(str::to_owned);
+    let id = id.ok_or_else(|| ApiError::invalid("the loop config needs its `name` (the loop's id)"))?;
+    let (config, revision) = save(&state, id.clone(), Value::Object(body), None).await?;
+    Ok((StatusCode::CREATED, ok(view(&id, &config, LoopSource::Json, &revision))).into_response())
+}
+
+/// `PUT /api/v1/loops/{id}` with the whole new config (or `{config}`) and `expectedRevision`
+/// from a read: `409 conflict` when the file changed since; without it, the file as it is now
+/// is replaced.
+pub async fn replace(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Json<Value>, AgentError> {
+    let mut body = object(&body)?;
+    let expected = match body.remove("expectedRevision") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(Revision::new(s)),
+        Some(_) => return Err(ApiError::invalid("`expectedRevision` must be the string a read returned").into()),
+    };
+    let config = match body.remove("config") {
+        Some(config) => config,
+        None => Value::Object(body),
+    };
+    if let Some(other) = config.get("name").and_then(Value::as_str).filter(|other| *other != id) {
+        return Err(ApiError::invalid(format!(
+            "the config names loop `{other}` but the path names `{id}`; loops are renamed by creating a new one"
+        ))
+        .into());
+    }
+    let (config, revision) = save(&state, id.clone(), config, Some(expected)).await?;
+    Ok(ok(view(&id, &config, LoopSource::Json, &revision)))
+}
+
+/// `DELETE /api/v1/loops/{id}` (optionally `?expectedRevision=`) → `{removed: true, id}`;
+/// `409 loop_in_use` while an agent names it in `assignedLoops` or `defaultLoop`.
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    Query(query): Query<DeleteQuery>,
+) -> Result<Json<Value>, AgentError> {
+    let removed = id.clone();
+    edit(&state, move |edit, served| {
+        if let Some(agent) = served.agents.values().find(|a| {
+            a.config.assigned_loops.iter().flatten().any(|l| *l == id) || a.config.default_loop.as_deref() == Some(&id)
+        }) {
+            return Err(ApiError::new(
+                ErrorCode::LoopInUse,
+                format!(
+                    "agent `{}` uses loop `{id}`; remove it from the agent's assignedLoops/defaultLoop first",
+                    agent.id
+                ),
+            )
+            .into());
+        }
+        let expected = match query.expected_revision {
+            Some(r) => Revision::new(r),
+            None => current_revision(edit.root(), &id)?,
+        };
+        Ok(delete_loop(edit, &id, &expected)?)
+    })
+    .await?;
+    Ok(ok(json!({"removed": true, "id": removed})))
+}
+
+/// The query of `DELETE /loops/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteQuery {
+    expected_revision: Option<String>,
+}
+
+/// Check the config (`400 invalid_config` with pointers, nothing written), then write it as
+/// one project edit. `expected`: `None` creates; `Some(None)` replaces the file as it is now.
+async fn save(
+    state: &AppState,
+    id: String,
+    value: Value,
+    expected: Option<Option<Revision>>,
+) -> Result<(LoopConfig, Revision), AgentError> {
+    let at = Location::file(display(&[LOOPS_DIR, &format!("{id}.json")]));
+    let config = parse_loop(&value, &at)
+        .map_err(|problems| AgentError::Problems { code: ErrorCode::InvalidConfig, problems })?;
+    edit(state, move |edit, _| {
+        let expected = match expected {
+            None => None,
+            Some(Some(r)) => Some(r),
+            Some(None) => Some(current_revision(edit.root(), &id)?),
+        };
+        let revision = write_loop(edit, &id, &config, expected.as_ref())?;
+        Ok((config, revision))
+    })
+    .await
+}
+
+/// The revision of loop `id` as it is on disk now (`404 loop_not_found` without one).
+fn current_revision(root: &std::path::Path, id: &str) -> Result<Revision, ProjectError> {
+    Ok(read_loop_file(root, id)?.ok_or_else(|| ProjectError::LoopNotFound(id.to_owned()))?.revision)
+}
+
+fn view(id: &str, config: &LoopConfig, source: LoopSource, revision: &Revision) -> Value {
+    let file = display(&[LOOPS_DIR, &format!("{id}.{}", source.as_str())]);
+    json!({"id": id, "config": config, "source": source.as_str(), "revision": revision.as_str(), "file": file})
 }

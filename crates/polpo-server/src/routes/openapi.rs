@@ -144,6 +144,15 @@ pub const ROUTES: &[Route] = &[
         .returns(200, Body::Envelope("Object")),
     op("get", BOTH, &["/loop-runs/{id}"], "getLoopRun", "loops", "A stored loop run: status, last checkpoint (context, frontier, while counters), trace, output or error, agent-step runs, revision.").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/loop-runs/{id}/cancel"], "cancelLoopRun", "loops", "Stop a loop run wherever it runs and store it `cancelled`; 409 `loop_run_finished` when it already ended.").returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/loops"], "listLoops", "loops", "The served loops: `[{id, name, label, description, source: json|ts, revision}]`.").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/loops"], "createLoop", "loops", "Create `.polpo/loops/<name>.json` from the canonical config (admin key); 400 `invalid_config` with JSON pointers, 409 `already_exists`.")
+        .request("Object")
+        .returns(201, Body::Envelope("Object")),
+    op("get", BOTH, &["/loops/{id}"], "getLoop", "loops", "A loop's canonical config, source and revision; 404 `loop_not_found`.").returns(200, Body::Envelope("Object")),
+    op("put", BOTH, &["/loops/{id}"], "replaceLoop", "loops", "Replace a JSON loop's config (admin key); send `expectedRevision` to get 409 `conflict` instead of overwriting a concurrent edit; 409 `loop_read_only` for a `.ts` loop.")
+        .request("Object")
+        .returns(200, Body::Envelope("Object")),
+    op("delete", BOTH, &["/loops/{id}"], "deleteLoop", "loops", "Delete a JSON loop (admin key; `?expectedRevision=`); 409 `loop_in_use` while an agent assigns it.").returns(200, Body::Envelope("Removed")),
     op("get", BOTH, &["/schedules"], "listSchedules", "schedules", "The project's schedules with status, revision and next occurrences (in each schedule's time zone).").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/schedules"], "createSchedule", "schedules", "Not built yet: 400 `feature_unavailable` (edit `.polpo/schedules/<id>.json`).").returns(200, Body::Envelope("Object")),
     op("get", BOTH, &["/schedules/{id}"], "getSchedule", "schedules", "A schedule; 404 `schedule_not_found`.").returns(200, Body::Envelope("Object")),
