@@ -217,6 +217,36 @@ async fn a_task_whose_checks_keep_failing_is_fixed_then_retried_then_failed() {
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")), "{body}");
 }
 
+/// A task's check commands come from whoever may create tasks (a client key too): they run
+/// confined like `bash` — the project writable, `.polpo/` seen empty, nothing outside writable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_check_command_is_confined_like_bash() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start((0..6).map(|i| Turn::text(format!("Done, attempt {i}.")))).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let outside = tempfile::tempdir().unwrap();
+    let escape = outside.path().join("escape.txt");
+    let server = start(dir.path(), &env(&llm));
+    let checks = json!([
+        {"type": "script", "command": "echo ok > inside.txt"},
+        {"type": "script", "command": "test -n \"$(ls -A .polpo)\""},
+        {"type": "script", "command": format!("echo x > {}", escape.display())},
+    ]);
+    let task = json!({"title": "Probe", "description": "Answer.", "assignTo": "builder", "maxRetries": 0,
+        "expectations": checks});
+    let (status, created) = call(reqwest::Method::POST, format!("{}/api/v1/tasks", server.url), Some(task)).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["data"]["id"].as_str().unwrap().to_owned();
+    let url = format!("{}/api/v1/tasks/{id}", server.url);
+    let failed = until(url, "the task to fail", |t| t["status"] == "failed").await;
+    let checks = &failed["result"]["assessment"]["checks"];
+    let passed: Vec<&Value> = (0..3).map(|i| &checks[i]["passed"]).collect();
+    assert_eq!(passed, [true, false, false], "{checks}");
+    assert!(dir.path().join("inside.txt").exists(), "the project stays writable");
+    assert!(!escape.exists(), "nothing outside the project is writable");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_task_whose_server_is_killed_mid_run_completes_once_after_the_restart() {
     polpo_llm::install_crypto_provider();

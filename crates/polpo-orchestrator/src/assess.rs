@@ -9,7 +9,10 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use polpo_core::tasks::{ExpectationType, Task, TaskExpectation};
 use polpo_engine::events::EventKind;
-use polpo_tools::sandbox::{CommandSpec, Program, run_command, scrubbed_env};
+use polpo_tools::ToolContext;
+use polpo_tools::sandbox::{
+    CommandSpec, Confinement, PathRules, Program, SandboxPolicy, run_command, sandbox_support, scrubbed_env,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -182,10 +185,14 @@ fn inside(root: &Path, path: &str) -> Option<std::path::PathBuf> {
     plain.then(|| root.join(p))
 }
 
-/// Run a check command (`sh -c`) in the project root, contained (own process group, bounded
-/// output, timeout, scrubbed environment): its exit code and output.
+/// Run a check command (`sh -c`) in the project root, confined like `bash` (Landlock: the
+/// project writable, `.polpo/` closed; own process group, limits, bounded output, timeout,
+/// scrubbed environment): its exit code and output. A task's checks come from whoever may
+/// create tasks — a client key, not only the project's owner — so they get no more than an
+/// agent's `bash` would.
 async fn command(ctx: &Ctx, cmd: &str, root: &Path) -> Result<(i32, String), String> {
     let mut spec = CommandSpec::new(Program::Shell(cmd.to_owned()), root);
+    spec.confinement = Some(confinement(ctx, root)?);
     spec.env = scrubbed_env(&[]);
     spec.timeout = ctx.options.check_timeout;
     spec.merge_stderr = true;
@@ -195,6 +202,27 @@ async fn command(ctx: &Ctx, cmd: &str, root: &Path) -> Result<(i32, String), Str
         Some(code) => Ok((code, out)),
         None => Err(format!("the command did not exit normally ({:?})", outcome.termination)),
     }
+}
+
+/// The confinement of a check command in `root`: the project's `settings.sandbox` limits and
+/// user, `root` writable and the project's `.polpo/` closed; refused where Landlock is missing
+/// unless the project allows running unconfined, as for `bash`.
+fn confinement(ctx: &Ctx, root: &Path) -> Result<Confinement, String> {
+    let loaded = ctx.runs.runtime().loaded();
+    let policy: SandboxPolicy = loaded.project.settings().sandbox.as_ref().map(Into::into).unwrap_or_default();
+    if sandbox_support().landlock_abi.is_none() && !policy.allow_unconfined {
+        return Err("sandbox_unavailable: this host has no Landlock file-system sandbox".into());
+    }
+    let mut tools = ToolContext::new(root);
+    tools.protected_paths = vec![loaded.project.root.join(".polpo")];
+    let rules = PathRules::of(&tools).map_err(|e| e.to_string())?;
+    Ok(Confinement {
+        writable: rules.roots().to_vec(),
+        protected: rules.protected().to_vec(),
+        readable: Vec::new(),
+        limits: policy.limits,
+        run_as: policy.run_as,
+    })
 }
 
 fn tail(s: &str, max: usize) -> &str {
