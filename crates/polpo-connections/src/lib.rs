@@ -23,8 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// The folder under `.polpo/` holding Connection files.
-pub const CONNECTIONS_DIR: &str = "connections";
+pub use polpo_project::paths::CONNECTIONS_DIR;
 /// Largest Connection file read.
 const MAX_FILE_BYTES: u64 = 64 * 1024;
 /// Largest token endpoint answer read.

@@ -204,6 +204,7 @@ pub struct Runtime {
     offline_model: Option<String>,
     bus: EventBus,
     redactor: Redactor,
+    connections: Option<Arc<polpo_connections::Connections>>,
 }
 
 impl Runtime {
@@ -227,6 +228,7 @@ impl Runtime {
             offline_model: None,
             bus,
             redactor: Redactor::new(),
+            connections: None,
         }
     }
 
@@ -309,6 +311,13 @@ impl Runtime {
     /// results; the list may change while the runtime serves (a vault write refills it).
     pub fn with_redactor(mut self, redactor: Redactor) -> Self {
         self.redactor = redactor;
+        self
+    }
+
+    /// The project's Connections: `http` hook handlers with `connection` get their auth headers
+    /// from here, resolved right before each call.
+    pub fn with_connections(mut self, connections: Arc<polpo_connections::Connections>) -> Self {
+        self.connections = Some(connections);
         self
     }
 
@@ -688,6 +697,7 @@ impl Runtime {
                 clock: system_clock(),
                 secrets: self.redactor.secrets().to_vec(),
                 parallel_branch: input.parallel_branch,
+                connections: self.connections.clone(),
             }),
         };
         let interactions = Interactions::resolve(c.chat.as_ref(), input.capabilities, &policy);

@@ -18,6 +18,7 @@ pub(crate) fn load_hook_packs(root: &Path) -> (BTreeMap<String, HookPack>, Vec<P
     let mut packs = BTreeMap::new();
     let mut problems = Vec::new();
     let dir = root.join(".polpo").join("hooks");
+    let connections = crate::paths::polpo_dir(root).join(crate::paths::CONNECTIONS_DIR);
     let Ok(entries) = std::fs::read_dir(&dir) else { return (packs, problems) };
     let mut files: Vec<_> = entries
         .filter_map(Result::ok)
@@ -39,8 +40,9 @@ pub(crate) fn load_hook_packs(root: &Path) -> (BTreeMap<String, HookPack>, Vec<P
             Ok(pack) => {
                 // Valid by the contract but not runnable here: refused now rather than failing
                 // every matching call later.
+                let known = |id: &str| connections.join(format!("{id}.json")).is_file();
                 problems.extend(
-                    polpo_core::hooks::capabilities::unrunnable_hooks(&pack)
+                    polpo_core::hooks::capabilities::unrunnable_hooks(&pack, &known)
                         .into_iter()
                         .map(|p| p.in_file(file.clone())),
                 );

@@ -18,6 +18,9 @@ pub const AGENTS_DIR: &str = "agents";
 pub const TEAMS_DIR: &str = "teams";
 /// Project Loop files (`<id>.json`) live here.
 pub const LOOPS_DIR: &str = "loops";
+/// Connections: `connections/<id>.json` (read by `polpo-connections`; hook packs naming an
+/// unknown one are refused at load).
+pub const CONNECTIONS_DIR: &str = "connections";
 /// Schedules: `schedules/<id>.json`.
 pub const SCHEDULES_DIR: &str = "schedules";
 /// An agent's config inside its directory.

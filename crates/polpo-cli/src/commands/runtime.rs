@@ -29,8 +29,10 @@ pub async fn open(project: Project) -> anyhow::Result<Arc<Runtime>> {
         .context("cannot open the project store")?;
     let redactor = vault_redactor(&root);
     let custom = super::tools::project_tools(&root, &redactor)?.into_iter().map(|t| t as Arc<dyn Tool>).collect();
+    let connections = Arc::new(super::connections::project_connections(&root, &redactor));
     let mut runtime = Runtime::new(loaded, providers, store)
         .with_tool_source(MCP.clone())
+        .with_connections(connections)
         .with_redactor(redactor)
         .with_custom_tools(custom);
     if let Some(model) = super::providers::installed_local_default() {

@@ -15,23 +15,25 @@ use serde_json::{Value, json};
 /// MCP servers through the same tool gates as `tool`.
 pub const RUNNABLE_HANDLERS: [&str; 6] = ["command", "http", "tool", "mcp_tool", "prompt", "verifier"];
 
-/// Why this runtime cannot run `handler`, if it cannot.
-pub fn unavailable(handler: &Handler) -> Option<String> {
+/// Why this runtime cannot run `handler`, if it cannot: an `http` handler authenticating
+/// through a Connection that `known_connection` does not know would fail every call, so it is
+/// refused up front rather than called unauthenticated.
+pub fn unavailable(handler: &Handler, known_connection: &dyn Fn(&str) -> bool) -> Option<String> {
     match handler {
-        Handler::Http { connection: Some(name), .. } => {
-            Some(format!("connection `{name}` cannot be resolved: project Connections are not available yet"))
+        Handler::Http { connection: Some(id), .. } if !known_connection(id) => {
+            Some(format!("connection `{id}` is not a project Connection (.polpo/connections/{id}.json)"))
         }
         _ => None,
     }
 }
 
 /// One `hook_handler_unavailable` problem, at the handler's JSON pointer, per hook of `pack`
-/// whose handler this runtime cannot run.
-pub fn unrunnable_hooks(pack: &HookPack) -> Vec<Problem> {
+/// whose handler this runtime cannot run, given the project's Connections (`known_connection`).
+pub fn unrunnable_hooks(pack: &HookPack, known_connection: &dyn Fn(&str) -> bool) -> Vec<Problem> {
     pack.hooks
         .iter()
         .filter_map(|hook| {
-            let why = unavailable(hook.action.handler())?;
+            let why = unavailable(hook.action.handler(), known_connection)?;
             Some(Problem::new("hook_handler_unavailable", why).at(hook.handler_pointer()))
         })
         .collect()
@@ -55,6 +57,8 @@ pub fn capabilities(host: HostHooks) -> Value {
         "events": HookEvent::ALL.iter().map(|e| e.as_str()).collect::<Vec<_>>(),
         "decisions": ["allow", "deny", "ask", "defer", "modify", "stop", "continue", "accept"],
         "handlers": RUNNABLE_HANDLERS,
+        // `http` handlers may name a project Connection whose auth headers are added per call.
+        "httpConnections": true,
         "terminationGate": {
             "supported": true,
             "validators": RUNNABLE_HANDLERS.iter().filter(|k| !matches!(**k, "prompt" | "verifier")).collect::<Vec<_>>(),
@@ -104,18 +108,19 @@ mod tests {
     fn lists_only_handlers_this_runtime_runs() {
         let c = capabilities(HostHooks { hooks_enabled: true, managed: false });
         assert!(c["handlers"].to_string().contains("mcp_tool"), "{c}");
+        assert_eq!(c["httpConnections"], true);
         assert_eq!(c["terminationGate"]["validators"], json!(["command", "http", "tool", "mcp_tool"]));
     }
 
     #[test]
-    fn a_pack_with_a_connection_backed_http_handler_is_located_as_unrunnable() {
+    fn an_http_handler_naming_an_unknown_connection_is_located_as_unrunnable() {
         let doc = json!({"version": 1, "hooks": {"tool:before": [
-            {"handler": {"type": "mcp_tool", "server": "lab", "tool": "check"}},
+            {"handler": {"type": "http", "url": "https://hooks.example.com/a", "connection": "known"}},
             {"handler": {"type": "http", "url": "https://hooks.example.com/a", "connection": "audit"}}
         ]}});
         let (pack, problems) = crate::hooks::validate::check_document("p", &doc, &Default::default());
         assert!(problems.is_empty(), "{problems:?}");
-        let found = unrunnable_hooks(&pack);
+        let found = unrunnable_hooks(&pack, &|id| id == "known");
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].code, "hook_handler_unavailable");
         assert_eq!(found[0].pointer.as_deref(), Some("/hooks/tool:before/1/handler"));

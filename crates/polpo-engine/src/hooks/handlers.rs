@@ -25,8 +25,12 @@ pub(super) async fn run(
         .map_err(|e| HookFailure::new(FailureCause::HandlerError, format!("cannot encode the envelope: {e}")))?;
     match handler {
         Handler::Command { command, env, .. } => command::run(&inv.tool_context, command, env, body, timeout).await,
-        Handler::Http { url, connection: None, headers, .. } => {
-            http::run(runtime, url, headers, envelope, body, timeout).await
+        Handler::Http { url, connection, headers, .. } => {
+            let auth = match connection {
+                Some(id) => connection_headers(inv, id).await?,
+                None => Vec::new(),
+            };
+            http::run(runtime, url, headers, auth, envelope, body, timeout).await
         }
         Handler::Tool { tool, input, .. } => with_timeout(timeout, run_tool(inv, tool, input, envelope)).await,
         Handler::McpTool { server, tool, input, .. } => {
@@ -43,17 +47,26 @@ pub(super) async fn run(
                 format!("verifier agent `{agent}` was not resolved for this invocation"),
             )),
         },
-        Handler::Http { connection: Some(_), .. } => Err(HookFailure::new(
-            FailureCause::Unavailable,
-            unavailable(handler).unwrap_or_else(|| "this handler cannot run here".into()),
-        )),
     }
+}
+
+/// The auth headers of Connection `id` for the invocation's agent, resolved now (secrets from
+/// the vault, OAuth2 tokens refreshed). Anything that cannot be resolved fails the hook.
+async fn connection_headers(inv: &Invocation, id: &str) -> Result<Vec<(String, String)>, HookFailure> {
+    let connections = inv.hooks.as_ref().and_then(|h| h.connections.as_ref()).ok_or_else(|| {
+        HookFailure::new(FailureCause::Unavailable, format!("connection `{id}`: this host has no project Connections"))
+    })?;
+    connections
+        .headers(id, &inv.agent)
+        .await
+        .map_err(|e| HookFailure::new(FailureCause::HandlerError, format!("connection `{id}`: {e}")))
 }
 
 /// Why `handler` cannot run in this runtime, if it cannot. A termination gate whose validator
 /// cannot run blocks the invocation before inference instead of failing after it.
-pub(super) fn unavailable(handler: &Handler) -> Option<String> {
-    polpo_core::hooks::capabilities::unavailable(handler)
+pub(super) fn unavailable(hooks: &super::InvocationHooks, handler: &Handler) -> Option<String> {
+    let known = |id: &str| hooks.connections.as_ref().is_some_and(|c| c.get(id).is_ok());
+    polpo_core::hooks::capabilities::unavailable(handler, &known)
 }
 
 async fn with_timeout(timeout: Duration, work: impl std::future::Future<Output = HookOutcome>) -> HookOutcome {

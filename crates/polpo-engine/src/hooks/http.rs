@@ -3,8 +3,8 @@
 //! Requests go through the tools' SSRF guard (every hop resolved and checked, connections
 //! pinned to the checked addresses), so a pack cannot point hooks at internal services even
 //! through DNS. The only exception is the explicit test allowance for `http://127.0.0.1`.
-//! Handlers that authenticate through a Connection never get here until Connections exist
-//! (see `handlers::unavailable`): they are refused rather than called unauthenticated.
+//! Handlers that authenticate through a Connection get its headers (`auth`), resolved by the
+//! caller right before this request and never written into the envelope.
 
 use super::HookRuntime;
 use polpo_core::hooks::limits::MAX_OUTPUT_BYTES;
@@ -20,6 +20,7 @@ pub(super) async fn run(
     runtime: &HookRuntime,
     url: &str,
     headers: &BTreeMap<String, String>,
+    auth: Vec<(String, String)>,
     envelope: &Envelope,
     body: Vec<u8>,
     timeout: Duration,
@@ -40,10 +41,13 @@ pub(super) async fn run(
     };
     let mut map = HeaderMap::new();
     map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    for (name, value) in headers {
-        let (Ok(n), Ok(v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) else {
+    for (name, value) in
+        headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).chain(auth.iter().map(|(n, v)| (n.as_str(), v.as_str())))
+    {
+        let (Ok(n), Ok(mut v)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value)) else {
             return Err(fail(FailureCause::HandlerError, format!("invalid header `{name}`")));
         };
+        v.set_sensitive(true);
         map.insert(n, v);
     }
     for (name, value) in

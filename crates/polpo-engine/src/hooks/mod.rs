@@ -110,11 +110,14 @@ pub struct InvocationHooks {
     pub parallel_branch: bool,
     /// The project agents named by `verifier` handlers in `set`, resolved by id.
     pub verifiers: std::collections::BTreeMap<String, Arc<VerifierAgent>>,
+    /// The project's Connections, through which `http` handlers with `connection`
+    /// authenticate; `None` when the host has none (such handlers then fail, fail-closed).
+    pub connections: Option<Arc<polpo_connections::Connections>>,
 }
 
 impl InvocationHooks {
-    /// Hooks for `info` with the system clock, the environment's kill switch, no secrets and no
-    /// verifier agents.
+    /// Hooks for `info` with the system clock, the environment's kill switch, no secrets, no
+    /// verifier agents and no Connections.
     pub fn new(set: Arc<HookSet>, info: InvocationInfo) -> Self {
         Self {
             set,
@@ -124,6 +127,7 @@ impl InvocationHooks {
             secrets: Vec::new(),
             parallel_branch: false,
             verifiers: Default::default(),
+            connections: None,
         }
     }
 

@@ -72,7 +72,7 @@ impl<'a> Termination<'a> {
                 .into_iter()
                 .filter_map(|s| s.hook.gate().map(|g| (s.hook.qualified_id(), g)));
             for (id, gate) in gates {
-                if let Some(why) = handlers::unavailable(&gate.validator) {
+                if let Some(why) = handlers::unavailable(hooks, &gate.validator) {
                     return Err(EngineError::TerminationGateDisabled(format!(
                         "the validator of gate {id} cannot run: {why}; refusing to run without validation"
                     )));

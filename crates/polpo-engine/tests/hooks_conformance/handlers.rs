@@ -6,24 +6,28 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
+use polpo_connections::Connections;
 use polpo_core::hooks::HookPack;
+use polpo_core::redact::Redactor;
 use polpo_core::tool::{ToolEffect, ToolSpec};
 use polpo_testkit::{FakeLlm, Turn};
+use polpo_tools::net::NetworkPolicy;
 use polpo_tools::{Tool, ToolContext, ToolError, ToolOutput};
+use polpo_vault::{Entry, Vault, VaultError, VaultKey};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-type Received = Arc<Mutex<Vec<(Option<String>, Value)>>>;
+type Received = Arc<Mutex<Vec<(HeaderMap, Value)>>>;
 
-/// A hook endpoint on 127.0.0.1:0 that records (Idempotency-Key, envelope) and answers `reply`.
+/// A hook endpoint on 127.0.0.1:0 that records (request headers, envelope) and answers `reply`.
 async fn hook_server(reply: Value) -> (String, Received) {
     let received: Received = Arc::default();
     let app = Router::new()
         .route(
             "/hook",
             post(|State((rec, reply)): State<(Received, Value)>, headers: HeaderMap, body: axum::Json<Value>| async move {
-                let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(String::from);
-                rec.lock().unwrap().push((key, body.0));
+                rec.lock().unwrap().push((headers, body.0));
                 axum::Json(reply)
             }),
         )
@@ -56,9 +60,76 @@ async fn an_http_hook_receives_the_envelope_with_its_idempotency_key_and_can_den
     assert!(seen.tool_results()[0].0.contains("remote policy"));
     let got = received.lock().unwrap().clone();
     assert_eq!(got.len(), 1);
-    let (key, envelope) = &got[0];
-    assert_eq!(key.as_deref(), envelope["idempotencyKey"].as_str());
+    let (headers, envelope) = &got[0];
+    assert_eq!(headers.get("idempotency-key").and_then(|v| v.to_str().ok()), envelope["idempotencyKey"].as_str());
     assert_eq!(envelope["data"]["tool"]["name"], "write");
+}
+
+const SECRET: &str = "hook-secret-6f1d";
+
+/// Connection `audit` of a project in `ws`: a bearer token read from the vault.
+fn audit_connection(ws: &Workspace) -> Arc<Connections> {
+    let polpo = ws.file(".polpo");
+    std::fs::create_dir_all(polpo.join("connections")).unwrap();
+    let vault = Vault::open(&polpo, VaultKey::generate(), Redactor::new());
+    let credentials = BTreeMap::from([("key".to_string(), SECRET.to_string())]);
+    vault
+        .set(Entry { agent: "*".into(), service: "audit".into(), kind: "api_key".into(), label: None, credentials })
+        .unwrap();
+    let doc = json!({"provider": "audit", "auth": {"type": "bearer", "token": "${vault:audit:key}"}});
+    std::fs::write(polpo.join("connections/audit.json"), doc.to_string()).unwrap();
+    Arc::new(Connections::new(&polpo, Ok(vault), NetworkPolicy::default()))
+}
+
+fn connection_pack(url: &str) -> HookPack {
+    pack(
+        "remote",
+        json!({"version": 1, "hooks": {"tool:before": [{"matcher": {"tools": ["write"]}, "handler": {"type": "http", "url": url, "connection": "audit", "timeoutMs": 3000}}]}}),
+    )
+}
+
+#[tokio::test]
+async fn an_http_hook_with_a_connection_sends_its_vault_bearer_and_never_the_secret_in_the_envelope() {
+    let ws = Workspace::new();
+    let (url, received) = hook_server(json!({"decision": "allow"})).await;
+    let mut h = hooks(&[connection_pack(&url)]);
+    h.connections = Some(audit_connection(&ws));
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("write", json!({"path": "a.txt", "content": "x"}))]),
+        Turn::text("done"),
+    ])
+    .await
+    .unwrap();
+    let seen = run(&invocation(&llm, &ws, Some(h)), "write").await;
+    assert!(ws.file("a.txt").exists(), "the hook allowed the write");
+    let got = received.lock().unwrap().clone();
+    assert_eq!(got.len(), 1);
+    let (headers, envelope) = &got[0];
+    assert_eq!(headers.get("authorization").and_then(|v| v.to_str().ok()), Some(format!("Bearer {SECRET}").as_str()));
+    assert!(!envelope.to_string().contains(SECRET), "{envelope}");
+    assert!(!format!("{:?}", seen.tool_results()).contains(SECRET));
+}
+
+#[tokio::test]
+async fn an_http_hook_whose_connection_cannot_be_resolved_fails_closed() {
+    let ws = Workspace::new();
+    let (url, received) = hook_server(json!({"decision": "allow"})).await;
+    let mut h = hooks(&[connection_pack(&url)]);
+    let polpo = ws.file(".polpo");
+    std::fs::create_dir_all(polpo.join("connections")).unwrap();
+    let doc = json!({"provider": "audit", "auth": {"type": "bearer", "token": "${vault:audit:key}"}});
+    std::fs::write(polpo.join("connections/audit.json"), doc.to_string()).unwrap();
+    h.connections = Some(Arc::new(Connections::new(&polpo, Err(VaultError::KeyMissing), NetworkPolicy::default())));
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("write", json!({"path": "a.txt", "content": "x"}))]),
+        Turn::text("done"),
+    ])
+    .await
+    .unwrap();
+    let seen = run(&invocation(&llm, &ws, Some(h)), "write").await;
+    assert!(received.lock().unwrap().is_empty(), "never called unauthenticated");
+    assert!(!ws.file("a.txt").exists(), "a failing hook fails closed");
+    assert!(seen.tool_results()[0].0.contains("hook_failed"));
 }
 
 #[tokio::test]

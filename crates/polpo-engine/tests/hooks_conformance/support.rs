@@ -100,6 +100,7 @@ pub fn hooks_in(packs: &[HookPack], mode: ExecutionMode, step: Option<&str>) -> 
         secrets: Vec::new(),
         parallel_branch: false,
         verifiers: Default::default(),
+        connections: None,
     }
 }
 
