@@ -470,4 +470,11 @@ fn capabilities_list_only_runnable_handlers_and_validate_refuses_the_others_with
         .collect();
     assert!(found.contains(&("hook_handler_unavailable".into(), "/hooks/tool:before/1/handler".into())), "{report}");
     assert!(found.contains(&("invalid_reference".into(), "/hooks/tool:before/2/handler/agent".into())), "{report}");
+    // Once `audit` is a project Connection the handler is runnable.
+    std::fs::create_dir_all(dir.path().join(".polpo/connections")).unwrap();
+    let audit = json!({"provider": "audit", "auth": {"type": "bearer", "token": "${vault:audit:key}"}});
+    std::fs::write(dir.path().join(".polpo/connections/audit.json"), audit.to_string()).unwrap();
+    let out = polpo(dir.path(), &["validate", "--json"], &[]);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!report.to_string().contains("hook_handler_unavailable"), "{report}");
 }
