@@ -168,12 +168,12 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
     {
         return too_many(&path, wait, "rate limit reached for this API key");
     }
-    if !caller.admin && edits_project(request.method(), &path) {
+    if !caller.admin && needs_admin(request.method(), &path) {
         return for_path(
             &path,
             ApiError::new(
                 ErrorCode::Forbidden,
-                "changing the project's agents, teams, skills and loops needs an admin key: client keys use agents, they do not edit them",
+                "changing the project's agents, teams, skills, loops or schedules, and deciding approvals, needs an admin key: client keys use agents, they do not configure or govern them",
             ),
         );
     }
@@ -181,16 +181,22 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
     next.run(request).await
 }
 
-/// Whether a request changes `.polpo/` (agents, teams, skill assignments and loops today;
-/// schedules as they land). Only admin keys may: an agent's config bounds its tools for every
-/// client, so a client key that could edit it could grant itself `bash` on the whole disk.
-fn edits_project(method: &Method, path: &str) -> bool {
+/// Whether a request needs an admin key: it changes `.polpo/` (agents, teams, skill
+/// assignments, loops, schedules' pause/resume and their fires) or decides an approval. An
+/// agent's config bounds its tools for every client, so a client key that could edit it could
+/// grant itself `bash` on the whole disk; and a client that could approve its own loop run's
+/// gate would make the gate meaningless.
+fn needs_admin(method: &Method, path: &str) -> bool {
     let path = path.strip_prefix("/api").unwrap_or(path);
+    let decides_approval = path.starts_with("/v1/approvals/")
+        || (path.starts_with("/v1/loop-runs/") && (path.ends_with("/approve") || path.ends_with("/reject")));
     guard::changes_state(method)
         && (path.starts_with("/v1/agents")
             || path.starts_with("/v1/skills")
             || path == "/v1/loops"
-            || path.starts_with("/v1/loops/"))
+            || path.starts_with("/v1/loops/")
+            || path.starts_with("/v1/schedules/")
+            || decides_approval)
 }
 
 /// `429 too_many_requests` with `Retry-After`.

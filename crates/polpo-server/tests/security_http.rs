@@ -116,7 +116,7 @@ async fn a_client_key_sees_only_its_own_sessions_and_runs_and_an_admin_sees_all(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn only_admin_keys_edit_agents_teams_and_skill_assignments() {
+async fn only_admin_keys_edit_agents_teams_skills_and_schedules_and_decide_approvals() {
     let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
     let s = keyed(&llm).await;
     let (a, root) = (bearer("key-a"), bearer("root"));
@@ -136,6 +136,13 @@ async fn only_admin_keys_edit_agents_teams_and_skill_assignments() {
         s.post("/api/v1/agents/teams", &[(a.0, &a.1)], json!({"name": "crew"})).await,
         // Assigning a skill grants its tools: the same edit rights.
         s.post("/api/v1/skills/frontend-design/assign", &[(a.0, &a.1)], json!({"agent": "writer"})).await,
+        // Pausing a schedule rewrites its file; firing one runs its agent on the admin's terms.
+        s.post("/api/v1/schedules/nightly/pause", &[(a.0, &a.1)], json!({"expectedRevision": 1})).await,
+        s.post("/api/v1/schedules/nightly/trigger", &[(a.0, &a.1)], json!({"idempotencyKey": "k"})).await,
+        // A client must not approve a gate, its own loop run's included.
+        s.post("/api/v1/approvals/some-approval/approve", &[(a.0, &a.1)], json!({})).await,
+        s.post("/v1/loop-runs/some-run/approve", &[(a.0, &a.1)], json!({})).await,
+        s.post("/api/v1/loop-runs/some-run/reject", &[(a.0, &a.1)], json!({"feedback": "no"})).await,
     ];
     for r in attempts {
         assert_eq!(
