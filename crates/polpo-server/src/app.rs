@@ -173,7 +173,7 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
             &path,
             ApiError::new(
                 ErrorCode::Forbidden,
-                "changing the project's agents, teams, skills, loops or schedules, and deciding approvals, needs an admin key: client keys use agents, they do not configure or govern them",
+                "changing the project's agents, teams, skills, loops or schedules, deciding approvals and operating tasks and missions need an admin key: client keys use agents, they do not configure or govern them",
             ),
         );
     }
@@ -182,7 +182,8 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
 }
 
 /// Whether a request needs an admin key: it changes `.polpo/` (agents, teams, skill
-/// assignments, loops, schedules' pause/resume and their fires) or decides an approval. An
+/// assignments, loops, schedules' pause/resume and their fires), decides an approval, or
+/// reaches tasks and missions (kept for the whole project, not per client). An
 /// agent's config bounds its tools for every client, so a client key that could edit it could
 /// grant itself `bash` on the whole disk; and a client that could approve its own loop run's
 /// gate would make the gate meaningless.
@@ -190,13 +191,16 @@ fn needs_admin(method: &Method, path: &str) -> bool {
     let path = path.strip_prefix("/api").unwrap_or(path);
     let decides_approval = path.starts_with("/v1/approvals/")
         || (path.starts_with("/v1/loop-runs/") && (path.ends_with("/approve") || path.ends_with("/reject")));
-    guard::changes_state(method)
-        && (path.starts_with("/v1/agents")
-            || path.starts_with("/v1/skills")
-            || path == "/v1/loops"
-            || path.starts_with("/v1/loops/")
-            || path.starts_with("/v1/schedules/")
-            || decides_approval)
+    // Tasks and missions are not stored per client yet: one client would read another's.
+    let operates_tasks = ["/v1/tasks", "/v1/missions"].iter().any(|p| path == *p || path.starts_with(&format!("{p}/")));
+    operates_tasks
+        || guard::changes_state(method)
+            && (path.starts_with("/v1/agents")
+                || path.starts_with("/v1/skills")
+                || path == "/v1/loops"
+                || path.starts_with("/v1/loops/")
+                || path.starts_with("/v1/schedules/")
+                || decides_approval)
 }
 
 /// `429 too_many_requests` with `Retry-After`.

@@ -116,7 +116,7 @@ async fn a_client_key_sees_only_its_own_sessions_and_runs_and_an_admin_sees_all(
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn only_admin_keys_edit_agents_teams_skills_and_schedules_and_decide_approvals() {
+async fn only_admin_keys_edit_the_project_decide_approvals_and_operate_tasks() {
     let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
     let s = keyed(&llm).await;
     let (a, root) = (bearer("key-a"), bearer("root"));
@@ -143,6 +143,10 @@ async fn only_admin_keys_edit_agents_teams_skills_and_schedules_and_decide_appro
         s.post("/api/v1/approvals/some-approval/approve", &[(a.0, &a.1)], json!({})).await,
         s.post("/v1/loop-runs/some-run/approve", &[(a.0, &a.1)], json!({})).await,
         s.post("/api/v1/loop-runs/some-run/reject", &[(a.0, &a.1)], json!({"feedback": "no"})).await,
+        // Tasks and missions are the project's, not a client's: a client would read others'.
+        s.post("/api/v1/tasks", &[(a.0, &a.1)], json!({"title": "t", "description": "d", "assignTo": "writer"})).await,
+        s.get("/api/v1/tasks", &[(a.0, &a.1)]).await,
+        s.get("/v1/missions/m1", &[(a.0, &a.1)]).await,
     ];
     for r in attempts {
         assert_eq!(
