@@ -55,14 +55,18 @@ async fn loop_run(url: &str, id: &str) -> Value {
     response.json::<Value>().await.unwrap()["data"].clone()
 }
 
-/// The stored run once `done` holds for it (polled, bounded by [`EVENTUALLY`]); a streamed
-/// chat's run id arrives before the run's first write, so `404` only means "not yet".
+/// The stored run once `done` holds for it (polled every 10 ms — a tight loop of requests from
+/// several tests at once starved the servers on 2 cores —, bounded by [`EVENTUALLY`], and the
+/// last state seen shown when it never holds); a streamed chat's run id arrives before the
+/// run's first write, so `404` only means "not yet".
 async fn until(url: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
-    tokio::time::timeout(EVENTUALLY, async {
+    let last = std::sync::Mutex::new(Value::Null);
+    let polled = tokio::time::timeout(EVENTUALLY, async {
+        let mut every = tokio::time::interval(Duration::from_millis(10));
         loop {
+            every.tick().await;
             let response = reqwest::get(format!("{url}/api/v1/loop-runs/{id}")).await.unwrap();
             if response.status() == 404 {
-                tokio::task::yield_now().await;
                 continue;
             }
             assert_eq!(response.status(), 200);
@@ -70,11 +74,13 @@ async fn until(url: &str, id: &str, done: impl Fn(&Value) -> bool) -> Value {
             if done(&run) {
                 return run;
             }
-            tokio::task::yield_now().await;
+            *last.lock().unwrap() = run;
         }
     })
-    .await
-    .expect("the loop run reaches the expected state")
+    .await;
+    polled.unwrap_or_else(|_| {
+        panic!("the loop run never reached the expected state; last seen: {}", last.lock().unwrap())
+    })
 }
 
 fn types(run: &Value) -> Vec<String> {
