@@ -85,8 +85,15 @@ pub(crate) async fn run_to_end(
     runs: &Arc<RunManager>,
     input: polpo_engine::ChatInput,
 ) -> Result<(String, Result<polpo_engine::RunAnswer, polpo_engine::Failure>), polpo_engine::ChatError> {
+    let invoked = runs.invoke(input, polpo_engine::meter::Meter::start()).await?;
+    Ok(follow_to_end(invoked).await)
+}
+
+/// Listen to `invoked` to its end: the run id and the answer, or why there is none.
+pub(crate) async fn follow_to_end(
+    mut invoked: polpo_engine::runs::Invoked,
+) -> (String, Result<polpo_engine::RunAnswer, polpo_engine::Failure>) {
     use polpo_engine::runs::Progress;
-    let mut invoked = runs.invoke(input, polpo_engine::meter::Meter::start()).await?;
     let run_id = invoked.run_id().to_owned();
     // Held while the run executes: a run that does not outlive us ends with us.
     let _attached = invoked.attachment();
@@ -94,10 +101,10 @@ pub(crate) async fn run_to_end(
         match invoked.next().await {
             Some(Progress::Event(..)) => {}
             Some(Progress::Finished(finished)) if finished.handed_over() => {
-                return Ok((run_id, Err(handed_over())));
+                return (run_id, Err(handed_over()));
             }
-            Some(Progress::Finished(finished)) => return Ok((run_id, finished.result)),
-            None => return Ok((run_id, Err(handed_over()))),
+            Some(Progress::Finished(finished)) => return (run_id, finished.result),
+            None => return (run_id, Err(handed_over())),
         }
     }
 }

@@ -10,13 +10,14 @@ use std::sync::Arc;
 use polpo_core::message::Message;
 use polpo_core::tasks::{FailReason, Phase, Task, TaskEvent, TaskResult, TaskStatus, transition};
 use polpo_engine::events::EventKind;
-use polpo_engine::{ChatInput, DeliveryMode, Failure, RunAnswer, Surface};
+use polpo_engine::meter::Meter;
+use polpo_engine::{ChatInput, Failure, RunAnswer, Surface};
 use polpo_store::StoredTask;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::assess::{AssessmentResult, assess};
-use crate::context::{Ctx, HANDED_OVER, run_to_end};
+use crate::context::{Ctx, HANDED_OVER, follow_to_end};
 use crate::error::OrchestratorError;
 
 /// Why driving stopped early.
@@ -215,20 +216,16 @@ async fn run_agent(ctx: &Arc<Ctx>, task: &Task) -> Result<(Result<RunAnswer, Fai
     if task.phase == Some(Phase::Fix) {
         input.session_id = task.session_id.clone();
     }
-    let durable = ctx.runs.runtime().delivery_mode(&input) == DeliveryMode::Durable;
     let id = run_id(task);
     let run = async {
-        if durable && ctx.runs.get(&id).await.ok().flatten().is_some() {
+        let invoked = match ctx.runs.invoke_once(input, &id, Meter::start()).await {
+            Ok(invoked) => invoked,
+            Err(e) => return Err(Failure { code: e.code().into(), message: e.to_string() }),
+        };
+        if invoked.followed() {
             ctx.emit(EventKind::TaskRecovered, json!({"taskId": task.id, "runId": id}));
-            return ctx.runs.verdict(&id).await.result;
         }
-        if durable {
-            input.run_id = Some(id.clone());
-        }
-        match run_to_end(&ctx.runs, input).await {
-            Ok((_, result)) => result,
-            Err(e) => Err(Failure { code: e.code().into(), message: e.to_string() }),
-        }
+        follow_to_end(invoked).await.1
     };
     let result = if task.max_duration > 0 {
         match tokio::time::timeout(std::time::Duration::from_millis(task.max_duration), run).await {

@@ -8,29 +8,21 @@ use polpo_core::schedules::Schedule;
 use polpo_core::schedules::config::{AgentInput, Invocation};
 use polpo_engine::meter::Meter;
 use polpo_engine::runs::{Invoked, RunManager};
-use polpo_engine::{ChatInput, DeliveryMode, Surface};
+use polpo_engine::{ChatInput, Surface};
 use serde_json::json;
 use std::sync::Arc;
 
-/// How an occurrence's invocation got going.
-pub(crate) enum Fired {
-    /// Started now.
-    New(Invoked),
-    /// Its durable run `run_id` was started already (by a claimer that died): followed, not
-    /// started again.
-    Started,
-}
-
 /// Start `schedule`'s invocation for the occurrence `scheduled_for`; `request_id` names the
 /// claim, so the run can be traced back to its schedule-run record, and `run_id` is the
-/// occurrence's durable run id (a run by that id already there is followed instead).
+/// occurrence's durable run id (a run by that id already there is followed instead:
+/// [`Invoked::followed`]).
 pub(crate) async fn start(
     runs: &Arc<RunManager>,
     schedule: &Schedule,
     scheduled_for: DateTime<Utc>,
     request_id: String,
     run_id: &str,
-) -> Result<Fired, RunError> {
+) -> Result<Invoked, RunError> {
     let input = match &schedule.config.invocation {
         Invocation::Agent { agent_name, input, session, execution } => {
             if let Some(execution) = execution.as_ref().filter(|e| e.as_object().is_some_and(|m| !m.is_empty())) {
@@ -52,7 +44,7 @@ pub(crate) async fn start(
         }
         other => return Err(unavailable(&format!("schedules with surface `{}`", other.surface()))),
     };
-    let mut input = ChatInput {
+    let input = ChatInput {
         surface: Surface::Schedule,
         outlive_caller: true,
         request_id: Some(request_id),
@@ -62,17 +54,8 @@ pub(crate) async fn start(
         }),
         ..input
     };
-    if runs.runtime().delivery_mode(&input) == DeliveryMode::Durable {
-        let existing =
-            runs.get(run_id).await.map_err(|e| RunError { code: e.code().into(), message: e.to_string() })?;
-        if existing.is_some() {
-            return Ok(Fired::Started);
-        }
-        input.run_id = Some(run_id.to_owned());
-    }
-    runs.invoke(input, Meter::start())
+    runs.invoke_once(input, run_id, Meter::start())
         .await
-        .map(Fired::New)
         .map_err(|e| RunError { code: e.code().to_owned(), message: e.to_string() })
 }
 

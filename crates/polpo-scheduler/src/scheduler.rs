@@ -2,7 +2,7 @@
 //! each due occurrence by creating its schedule-run record (a create that fails when the
 //! record exists, on every backend: the claim), then firing it.
 
-use crate::fire::{self, Fired};
+use crate::fire;
 use crate::record::{
     CURSORS, Cursor, MAX_KEY_LEN, RunError, RunState, ScheduleRun, escape, occurrence_id, run_id, runs_collection,
     trigger_id,
@@ -287,36 +287,24 @@ impl Scheduler {
         let (at, id) = (run.scheduled_for, record.id.clone());
         run.fired_at = Some(self.now());
         let request_id = format!("{}/{id}", runs_collection(&schedule.id));
-        let derived = run_id(&schedule.id, &id);
-        match fire::start(&self.runs, schedule, at, request_id, &derived).await {
+        match fire::start(&self.runs, schedule, at, request_id, &run_id(&schedule.id, &id)).await {
             Err(error) => {
                 run.status = RunState::Failed;
                 run.error = Some(error);
                 self.update(schedule, record, &run).await?;
                 self.publish(EventKind::ScheduleFailed, event(schedule, at, json!({"error": run.error})));
             }
-            Ok(fired) => {
+            Ok(mut fired) => {
                 run.status = RunState::Running;
-                run.run_id = Some(match &fired {
-                    Fired::New(invoked) => invoked.run_id().to_owned(),
-                    Fired::Started => derived,
-                });
+                run.run_id = Some(fired.run_id().to_owned());
                 let record = self.update(schedule, record, &run).await?;
                 self.publish(EventKind::ScheduleFired, event(schedule, at, json!({"runId": run.run_id})));
                 let (this, schedule, mut done) = (self.clone(), schedule.clone(), run.clone());
                 self.followers.spawn(async move {
                     let mut result = None;
-                    match fired {
-                        Fired::New(mut invoked) => {
-                            while let Some(progress) = invoked.next().await {
-                                if let Progress::Finished(finished) = progress {
-                                    result = Some(finished.result);
-                                }
-                            }
-                        }
-                        Fired::Started => {
-                            let id = done.run_id.clone().unwrap_or_default();
-                            result = Some(this.runs.verdict(&id).await.result);
+                    while let Some(progress) = fired.next().await {
+                        if let Progress::Finished(finished) = progress {
+                            result = Some(finished.result);
                         }
                     }
                     let failure = match result {

@@ -66,6 +66,7 @@ pub struct Invoked {
     mode: DeliveryMode,
     progress: UnboundedReceiver<Progress>,
     attached: Option<DropGuard>,
+    followed: bool,
 }
 
 impl Invoked {
@@ -88,6 +89,12 @@ impl Invoked {
     /// its caller. `None` for a durable run (and once taken).
     pub fn attachment(&mut self) -> Option<DropGuard> {
         self.attached.take()
+    }
+
+    /// True when this invocation follows a durable run started earlier under the same run id
+    /// ([`RunManager::invoke_once`]) instead of starting it.
+    pub fn followed(&self) -> bool {
+        self.followed
     }
 
     /// The next progress; `None` after [`Progress::Finished`].
@@ -125,6 +132,7 @@ impl RunManager {
                 mode,
                 progress,
                 attached: None,
+                followed: false,
             });
         }
         let cancel = CancellationToken::new();
@@ -144,27 +152,38 @@ impl RunManager {
             drop(registered);
             let _ = tx.send(Progress::Finished(Finished { result, seq: None, overhead: Some(meter.read()) }));
         });
-        Ok(Invoked { run_id, session_id, mode, progress, attached: Some(cancel.drop_guard()) })
+        Ok(Invoked { run_id, session_id, mode, progress, attached: Some(cancel.drop_guard()), followed: false })
     }
 
-    /// The verdict of durable run `run_id`, started earlier by this process or by one that
-    /// died (whose run recovery resumes): its journal followed to the end. How a surface that
-    /// lost its invocation to a restart (a task) learns how the run it started ended, without
-    /// starting it again.
-    pub async fn verdict(self: &Arc<Self>, run_id: &str) -> Finished {
-        let (tx, mut rx) = unbounded_channel();
-        self.clone().follow(run_id.to_owned(), tx).await;
-        let mut finished = None;
-        while let Ok(progress) = rx.try_recv() {
-            if let Progress::Finished(f) = progress {
-                finished = Some(f);
-            }
+    /// [`Self::invoke`] for a surface that derives the run id from what it runs (a task's
+    /// attempt, a schedule's occurrence) and may come back to it after a restart, its claim
+    /// taken over: delivered durably, the run is started once under `run_id`, and a run by
+    /// that id already there is followed to its verdict instead of started again
+    /// ([`Invoked::followed`]). Delivered otherwise, nothing outlives a process, and the
+    /// input runs under an id of its own.
+    pub async fn invoke_once(
+        self: &Arc<Self>,
+        mut input: ChatInput,
+        run_id: &str,
+        meter: Meter,
+    ) -> Result<Invoked, ChatError> {
+        if self.runtime.delivery_mode(&input) != DeliveryMode::Durable {
+            return self.invoke(input, meter).await;
         }
-        finished.unwrap_or(Finished {
-            result: Err(Failure { code: "internal".into(), message: "the run ended without a verdict".into() }),
-            seq: None,
-            overhead: None,
-        })
+        if let Some(run) = self.get(run_id).await? {
+            let (tx, progress) = unbounded_channel();
+            tokio::spawn(self.clone().follow(run.id.clone(), tx));
+            return Ok(Invoked {
+                run_id: run.id,
+                session_id: run.session_id.unwrap_or_default(),
+                mode: DeliveryMode::Durable,
+                progress,
+                attached: None,
+                followed: true,
+            });
+        }
+        input.run_id = Some(run_id.to_owned());
+        self.invoke(input, meter).await
     }
 
     /// Follow durable run `run_id`'s journal to its verdict, reporting what a client renders.
