@@ -14,6 +14,7 @@
 //! | [`RecordStore`] | revisioned JSON records per collection (approvals, schedules …) |
 //! | [`TaskStore`] | tasks: created with their dependencies, moved by compare-and-set, claimed by workers |
 //! | [`MissionStore`] | missions, moved by compare-and-set |
+//! | [`MemoryItemStore`] | typed memory items with a full-text index, and their derived vectors |
 //!
 //! Every list is keyset-paginated ([`PageRequest`] → [`Page`] with an opaque [`Cursor`]);
 //! every place two writers can meet takes an `expected_revision` and answers `conflict`.
@@ -38,6 +39,7 @@ pub mod clock;
 pub mod copy;
 pub mod error;
 pub mod file;
+pub mod memory;
 pub mod model;
 pub mod page;
 pub mod sql;
@@ -51,6 +53,9 @@ pub use clock::{Clock, IdGen, ManualClock, Seams, SequentialIds, SystemClock, Uu
 pub use copy::{CopyReport, copy_store};
 pub use error::StoreError;
 pub use file::{FileStore, SESSION_CACHE};
+pub use memory::{
+    MemoryFilter, MemoryItem, MemoryItemPatch, MemoryItemStore, MemoryScope, NewMemoryItem, ScopeKind, ScoredItem,
+};
 pub use model::*;
 pub use page::{Cursor, Page, PageRequest};
 pub use sql::{PgStore, SqliteStore};
@@ -108,6 +113,8 @@ pub struct Store {
     pub tasks: Arc<dyn TaskStore>,
     /// Missions.
     pub missions: Arc<dyn MissionStore>,
+    /// Typed memory items and their vectors.
+    pub memory: Arc<dyn MemoryItemStore>,
     seams: Seams,
 }
 
@@ -121,7 +128,7 @@ impl Store {
     /// Bundle one backend that implements every store trait, opened with `seams`.
     pub fn from_backend<B>(kind: StoreKind, backend: B, seams: Seams) -> Self
     where
-        B: SessionStore + RunStore + EffectLedger + RecordStore + TaskStore + MissionStore + 'static,
+        B: SessionStore + RunStore + EffectLedger + RecordStore + TaskStore + MissionStore + MemoryItemStore + 'static,
     {
         let backend = Arc::new(backend);
         Store {
@@ -131,7 +138,8 @@ impl Store {
             effects: backend.clone(),
             records: backend.clone(),
             tasks: backend.clone(),
-            missions: backend,
+            missions: backend.clone(),
+            memory: backend,
             seams,
         }
     }

@@ -5,6 +5,7 @@
 // Test helpers outside `#[test]` functions may panic: a failed setup is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod memory_suite;
 mod support;
 mod work_suite;
 
@@ -19,6 +20,7 @@ use polpo_store::{
 };
 use serde_json::json;
 use support::TestStore;
+use memory_suite::*;
 use work_suite::*;
 
 fn code<T: std::fmt::Debug>(r: Result<T, StoreError>) -> &'static str {
@@ -635,4 +637,8 @@ conformance!(
     concurrent_claimers_never_get_the_same_task,
     a_running_task_is_held_renewed_and_taken_over_once_its_claim_lapses,
     missions_round_trip_and_move_only_along_their_table,
+    memory_items_round_trip_with_revisions,
+    memory_pages_are_stable_while_items_are_added,
+    memory_lexical_search_ranks_matches_from_the_index,
+    memory_vectors_are_compared_only_within_their_identity,
 );

@@ -28,6 +28,7 @@ mod effects;
 mod fsio;
 mod journal;
 mod lock;
+mod memory;
 mod order;
 mod ordered;
 mod recency;
@@ -65,6 +66,8 @@ struct Inner {
     /// The listing order of sessions; its own lock, so a create's fsync of its key holds up
     /// no other operation. Never taken while holding `index`.
     order: Mutex<order::SessionOrder>,
+    /// Typed memory items, read on their first use (see `memory.rs`).
+    memory: memory::MemoryFiles,
     _lock: lock::StoreLock,
 }
 
@@ -154,7 +157,7 @@ impl Inner {
         }
         let order = order::SessionOrder::open(&dir, &dir.join(SESSIONS))?;
         let index = Index::load(&dir)?;
-        Ok(Inner { dir, clock, ids, session_cache, index: Mutex::new(index), order: Mutex::new(order), _lock: lock })
+        Ok(Inner { dir, clock, ids, session_cache, index: Mutex::new(index), order: Mutex::new(order), memory: memory::MemoryFiles::default(), _lock: lock })
     }
 
     fn index(&self) -> MutexGuard<'_, Index> {

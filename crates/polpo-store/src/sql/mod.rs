@@ -9,6 +9,7 @@
 //! and the migration SQL.
 
 mod effects;
+mod memory;
 mod postgres;
 mod records;
 mod runs;
@@ -267,6 +268,7 @@ macro_rules! sql_store_impl {
         crate::sql::records::sql_records!($store, $row);
         crate::sql::effects::sql_effects!($store, $row);
         crate::sql::work::sql_work!($store, $row);
+        crate::sql::memory::sql_memory!($store, $row);
     };
 }
 use sql_store_impl;

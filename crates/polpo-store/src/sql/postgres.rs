@@ -21,6 +21,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "records", include_str!("../../migrations/postgres/0002_records.sql")),
     (3, "session_owner", include_str!("../../migrations/postgres/0003_session_owner.sql")),
     (4, "tasks", include_str!("../../migrations/postgres/0004_tasks.sql")),
+    (5, "memory_items", include_str!("../../migrations/postgres/0005_memory_items.sql")),
 ];
 
 /// The oldest running run without a live lease. `FOR UPDATE … SKIP LOCKED` lets concurrent

@@ -22,6 +22,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "records", include_str!("../../migrations/sqlite/0002_records.sql")),
     (3, "session_owner", include_str!("../../migrations/sqlite/0003_session_owner.sql")),
     (4, "tasks", include_str!("../../migrations/sqlite/0004_tasks.sql")),
+    (5, "memory_items", include_str!("../../migrations/sqlite/0005_memory_items.sql")),
 ];
 
 /// The oldest running run without a live lease. SQLite has one writer at a time (the
