@@ -7,7 +7,7 @@ use crate::manifest::ToolDir;
 use crate::{CustomToolError, strip};
 use polpo_connections::Connections;
 use polpo_core::tool::{ToolEffect, ToolSpec};
-use polpo_tools::sandbox::{CommandSpec, Confinement, PathRules, Program, Termination, run_command, scrubbed_env};
+use polpo_tools::sandbox::{CommandSpec, Confinement, Program, Termination, run_command, scrubbed_env};
 use polpo_tools::{Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
@@ -147,16 +147,13 @@ impl CustomTool {
         cwd: &Path,
         request: Value,
     ) -> Result<String, CustomToolError> {
-        let rules = PathRules::of(ctx).map_err(|e| CustomToolError::Failed(e.to_string()))?;
+        let mut confinement =
+            Confinement::of(ctx, vec![self.tool.dir.clone()]).map_err(|e| CustomToolError::Failed(e.to_string()))?;
+        // It writes only its scratch directory, not the agent's workspace.
+        confinement.writable = vec![cwd.to_path_buf()];
         let timeout_ms = self.tool.timeout_ms();
         let mut run = CommandSpec::new(Program::Argv(argv), cwd);
-        run.confinement = Some(Confinement {
-            writable: vec![cwd.to_path_buf()],
-            protected: rules.protected().to_vec(),
-            readable: vec![self.tool.dir.clone()],
-            limits: ctx.sandbox.limits,
-            run_as: ctx.sandbox.run_as.clone(),
-        });
+        run.confinement = Some(confinement);
         run.env = scrubbed_env(&ctx.env_allow);
         run.stdin = Some(serde_json::to_vec(&request).map_err(|e| CustomToolError::Failed(e.to_string()))?);
         run.timeout = Duration::from_millis(timeout_ms);

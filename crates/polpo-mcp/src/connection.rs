@@ -4,9 +4,7 @@
 
 use crate::spec::ServerSpec;
 use crate::tool::{Listing, Remote};
-use polpo_tools::sandbox::{
-    CommandSpec, Confinement, PathRules, Program, Service, sandbox_support, scrubbed_env, spawn_service,
-};
+use polpo_tools::sandbox::{CommandSpec, Confinement, Program, Service, scrubbed_env, spawn_service};
 use polpo_tools::{ToolContext, ToolError};
 use polpo_vault::{Vault, VaultError};
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
@@ -209,16 +207,7 @@ impl Connection {
         args: &[String],
         env: &std::collections::BTreeMap<String, String>,
     ) -> Result<Live, ToolError> {
-        if sandbox_support().landlock_abi.is_none() && !ctx.sandbox.allow_unconfined {
-            return Err(ToolError::new(
-                "sandbox_unavailable",
-                format!(
-                    "MCP server `{}` is not started: this host has no Landlock file-system sandbox (set settings.sandbox.allowUnconfined to run it unconfined)",
-                    self.name
-                ),
-            ));
-        }
-        let rules = PathRules::of(ctx)?;
+        ctx.sandbox.require_confinement(&format!("MCP server `{}` is not started", self.name))?;
         // The sandbox's allow-list, plus what the project's own config sets for this server.
         let mut environment = scrubbed_env(&ctx.env_allow);
         environment.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -226,14 +215,8 @@ impl Connection {
             .ok_or_else(|| unavailable(&self.name, &format!("program `{command}` not found")))?;
         let argv = std::iter::once(program.to_string_lossy().into_owned()).chain(args.iter().cloned()).collect();
         let mut spec = CommandSpec::new(Program::Argv(argv), &ctx.workspace);
-        spec.confinement = Some(Confinement {
-            writable: rules.roots().to_vec(),
-            protected: rules.protected().to_vec(),
-            // Its own program, wherever it is installed; nothing else outside the system dirs.
-            readable: vec![program],
-            limits: ctx.sandbox.limits,
-            run_as: ctx.sandbox.run_as.clone(),
-        });
+        // Its own program, wherever it is installed; nothing else outside the system dirs.
+        spec.confinement = Some(Confinement::of(ctx, vec![program])?);
         spec.env = environment;
         spec.output_cap = STDERR_CAP;
         spec.kill_grace = KILL_GRACE;

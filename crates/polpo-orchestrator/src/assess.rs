@@ -10,9 +10,7 @@ use chrono::{DateTime, Utc};
 use polpo_core::tasks::{ExpectationType, Task, TaskExpectation};
 use polpo_engine::events::EventKind;
 use polpo_tools::ToolContext;
-use polpo_tools::sandbox::{
-    CommandSpec, Confinement, PathRules, Program, SandboxPolicy, run_command, sandbox_support, scrubbed_env,
-};
+use polpo_tools::sandbox::{CommandSpec, Confinement, Program, run_command, scrubbed_env};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -209,20 +207,11 @@ async fn command(ctx: &Ctx, cmd: &str, root: &Path) -> Result<(i32, String), Str
 /// unless the project allows running unconfined, as for `bash`.
 fn confinement(ctx: &Ctx, root: &Path) -> Result<Confinement, String> {
     let loaded = ctx.runs.runtime().loaded();
-    let policy: SandboxPolicy = loaded.project.settings().sandbox.as_ref().map(Into::into).unwrap_or_default();
-    if sandbox_support().landlock_abi.is_none() && !policy.allow_unconfined {
-        return Err("sandbox_unavailable: this host has no Landlock file-system sandbox".into());
-    }
     let mut tools = ToolContext::new(root);
     tools.protected_paths = vec![loaded.project.root.join(".polpo")];
-    let rules = PathRules::of(&tools).map_err(|e| e.to_string())?;
-    Ok(Confinement {
-        writable: rules.roots().to_vec(),
-        protected: rules.protected().to_vec(),
-        readable: Vec::new(),
-        limits: policy.limits,
-        run_as: policy.run_as,
-    })
+    tools.sandbox = loaded.project.settings().sandbox.as_ref().map(Into::into).unwrap_or_default();
+    tools.sandbox.require_confinement("checks are disabled").map_err(|e| e.to_string())?;
+    Confinement::of(&tools, Vec::new()).map_err(|e| e.to_string())
 }
 
 fn tail(s: &str, max: usize) -> &str {

@@ -1,6 +1,8 @@
 //! What a confined process is allowed, and what this host can enforce.
 
 use super::confine::{self, Containment};
+use super::paths::PathRules;
+use crate::{ToolContext, ToolError};
 use polpo_core::config::SandboxSettings;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -48,6 +50,25 @@ pub struct Confinement {
     pub limits: ResourceLimits,
     /// Run as this user (name) instead of the server's; the workspace must be writable by it.
     pub run_as: Option<String>,
+}
+
+impl Confinement {
+    /// The confinement of agent-chosen code run for `ctx`: `bash`, and everything confined like
+    /// it (custom tools, stdio MCP servers, task checks), built here once so they cannot drift
+    /// apart. `ctx`'s allowed roots are writable (the workspace when it names none), its
+    /// protected paths (`.polpo/`) closed, `readable` open besides the system directories,
+    /// and the project's `settings.sandbox` limits and user apply. A caller that writes
+    /// elsewhere (a custom tool's scratch directory) narrows `writable` afterwards.
+    pub fn of(ctx: &ToolContext, readable: Vec<PathBuf>) -> Result<Self, ToolError> {
+        let rules = PathRules::of(ctx)?;
+        Ok(Self {
+            writable: rules.roots().to_vec(),
+            protected: rules.protected().to_vec(),
+            readable,
+            limits: ctx.sandbox.limits,
+            run_as: ctx.sandbox.run_as.clone(),
+        })
+    }
 }
 
 /// The confinement settings of a project (`settings.sandbox`), as the runtime hands them to
@@ -149,6 +170,24 @@ impl From<&SandboxSettings> for SandboxPolicy {
             run_as: settings.run_as.clone(),
             allow_unconfined: settings.allow_unconfined.unwrap_or(false),
         }
+    }
+}
+
+impl SandboxPolicy {
+    /// Refuse to start `what` (`"bash is disabled"`, `"MCP server `x` is not started"`) with
+    /// `sandbox_unavailable` where this host cannot confine its files (no Landlock), unless the
+    /// project allows running unconfined: agent-chosen code never runs with the server's file
+    /// access by accident.
+    pub fn require_confinement(&self, what: &str) -> Result<(), ToolError> {
+        if sandbox_support().landlock_abi.is_none() && !self.allow_unconfined {
+            return Err(ToolError::new(
+                "sandbox_unavailable",
+                format!(
+                    "{what}: this host has no Landlock file-system sandbox (set settings.sandbox.allowUnconfined to run it unconfined)"
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -1,9 +1,7 @@
 //! `bash {command, timeout?}`: run a shell command in the workspace.
 
 use crate::args::spec;
-use crate::sandbox::{
-    CommandSpec, Confinement, PathRules, Program, Termination, run_command, sandbox_support, scrubbed_env,
-};
+use crate::sandbox::{CommandSpec, Confinement, Program, Termination, run_command, scrubbed_env};
 use crate::{ToolContext, ToolError, ToolOutput};
 use polpo_core::tool::ToolEffect;
 use serde::Deserialize;
@@ -58,21 +56,9 @@ builtin_tool! {
 /// The body of [`BashTool`]: `args` already decoded.
 async fn bash(ctx: &ToolContext, args: Args) -> Result<ToolOutput, ToolError> {
     let timeout_ms = args.timeout.unwrap_or(DEFAULT_TIMEOUT_MS).clamp(1, MAX_TIMEOUT_MS);
-    if sandbox_support().landlock_abi.is_none() && !ctx.sandbox.allow_unconfined {
-        return Err(ToolError::new(
-            "sandbox_unavailable",
-            "bash is disabled: this host has no Landlock file-system sandbox (set settings.sandbox.allowUnconfined to run it unconfined)",
-        ));
-    }
-    let rules = PathRules::of(ctx)?;
+    ctx.sandbox.require_confinement("bash is disabled")?;
     let mut run = CommandSpec::new(Program::Shell(args.command), &ctx.workspace);
-    run.confinement = Some(Confinement {
-        writable: rules.roots().to_vec(),
-        protected: rules.protected().to_vec(),
-        readable: Vec::new(),
-        limits: ctx.sandbox.limits,
-        run_as: ctx.sandbox.run_as.clone(),
-    });
+    run.confinement = Some(Confinement::of(ctx, Vec::new())?);
     run.env = scrubbed_env(&ctx.env_allow);
     run.timeout = Duration::from_millis(timeout_ms);
     run.output_cap = OUTPUT_CAP;
