@@ -120,7 +120,7 @@ async fn an_agent_calls_its_stdio_mcp_server_and_a_killed_server_is_restarted_on
     let dir = tempfile::tempdir().unwrap();
     project(dir.path());
     let base = llm.base_url();
-    let server = ServerProcess::start(
+    let mut server = ServerProcess::start(
         "serve",
         dir.path(),
         &[],
@@ -131,9 +131,10 @@ async fn an_agent_calls_its_stdio_mcp_server_and_a_killed_server_is_restarted_on
     assert_eq!(body["choices"][0]["message"]["content"], "The server said hello.");
     let requests = llm.requests();
     let tools = offered_tools(&requests[0].body);
-    assert!(tools.contains(&"mcp__demo__echo".to_owned()) && tools.contains(&"mcp__demo__add".to_owned()), "{tools:?}");
+    let offered = tools.contains(&"mcp__demo__echo".to_owned()) && tools.contains(&"mcp__demo__add".to_owned());
+    assert!(offered, "{tools:?}; server log:\n{}", server.log());
     let first = last_tool_result(&requests[1].body);
-    assert!(first.starts_with("echo: hello (instance "), "{first}");
+    assert!(first.starts_with("echo: hello (instance "), "{first}; server log:\n{}", server.log());
 
     // The server dies between two turns of the session: the next call starts it again.
     let demo = std::fs::canonicalize(polpo_testkit::mcp_demo::demo_bin().unwrap()).unwrap();
@@ -335,7 +336,7 @@ async fn a_vault_secret_reaches_the_stdio_server_env_and_never_the_session_api()
     vault_project(dir.path(), &key, "${vault:demo:token}");
     let base = llm.base_url();
     let home_dir = home.path().to_str().unwrap();
-    let server = ServerProcess::start(
+    let mut server = ServerProcess::start(
         "serve",
         dir.path(),
         &[],
@@ -344,7 +345,8 @@ async fn a_vault_secret_reaches_the_stdio_server_env_and_never_the_session_api()
     let (body, session) = chat(&server.url, "keeper", "Is the token set?", None).await;
     assert_eq!(body["choices"][0]["message"]["content"], "The token is there.");
     let result = last_tool_result(&llm.requests()[1].body);
-    assert_eq!(result, format!("DEMO_TOKEN is set ({} bytes)", MCP_SECRET.len()), "the server got the vault value");
+    let expected = format!("DEMO_TOKEN is set ({} bytes)", MCP_SECRET.len());
+    assert_eq!(result, expected, "the server got the vault value; server log:\n{}", server.log());
 
     let http = reqwest::Client::new();
     for path in [format!("/api/v1/sessions/{session}"), format!("/api/v1/sessions/{session}/messages")] {

@@ -83,6 +83,13 @@ impl ServerProcess {
 }
 
 impl ServerProcess {
+    /// Every line the server printed so far, for a failing assertion's message (what it logged,
+    /// e.g. why an MCP server was left out, is the first thing to read when a check fails).
+    pub fn log(&mut self) -> String {
+        self.seen.extend(self.lines.try_iter());
+        self.seen.join("\n")
+    }
+
     /// Stop the server the way a supervisor does (SIGTERM) and wait until it says it stopped
     /// and has exited.
     pub fn terminate(&mut self) {
