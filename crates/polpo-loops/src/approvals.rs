@@ -106,7 +106,7 @@ impl LoopExecutor {
         if stored.approval.status != ApprovalStatus::Pending {
             return Err(LoopError::NotResumable(format!("approval `{id}` is already resolved")));
         }
-        let run = self.stored_run(&stored.approval.loop_run_id, caller).await?;
+        let run = self.stored_record(&stored.approval.loop_run_id, caller).await?;
         if run.record.status != LoopRunStatus::AwaitingApproval || run.record.approval_request_id.as_deref() != Some(id)
         {
             return Err(LoopError::NotResumable(format!(
@@ -153,7 +153,7 @@ impl LoopExecutor {
     /// Resume approved run `id` in the background from its last checkpoint, past the
     /// approved gate; the run as it was when the resume started.
     pub async fn resume_approved(self: &Arc<Self>, id: &str, caller: Option<&str>) -> Result<StoredLoopRun, LoopError> {
-        let run = self.stored_run(id, caller).await?;
+        let run = self.stored_record(id, caller).await?;
         if run.record.status != LoopRunStatus::ApprovalApproved {
             return Err(LoopError::NotResumable(format!(
                 "loop run `{id}` is {}, not approval_approved",
@@ -177,7 +177,7 @@ impl LoopExecutor {
                 tracing::warn!(run = finished.run_id, code = e.code(), "resumed loop run ended: {e}");
             }
         });
-        Ok(run)
+        self.with_whole_trace(run).await
     }
 
     /// Decide every pending approval whose deadline has passed (by the store's clock) as its

@@ -164,8 +164,16 @@ impl LoopExecutor {
         }
     }
 
-    /// Stored run `id`, if API client `caller` sees it (`None`: one that sees every run).
+    /// Stored run `id` with its whole trace, if API client `caller` sees it (`None`: one that
+    /// sees every run).
     pub async fn stored_run(&self, id: &str, caller: Option<&str>) -> Result<StoredLoopRun, LoopError> {
+        let run = self.stored_record(id, caller).await?;
+        self.with_whole_trace(run).await
+    }
+
+    /// Stored run `id` as stored (its trace: the entries not stored apart), if `caller` sees
+    /// it: what a compare-and-set write of the record starts from.
+    pub(crate) async fn stored_record(&self, id: &str, caller: Option<&str>) -> Result<StoredLoopRun, LoopError> {
         let store = &self.runs.runtime().store().records;
         get_record(store.as_ref(), LOOP_RUNS, id)
             .await?
@@ -175,7 +183,15 @@ impl LoopExecutor {
             .ok_or_else(|| LoopError::RunNotFound(id.to_owned()))
     }
 
-    /// Runs `caller` sees, newest first, narrowed to `status`; `limit` per page.
+    /// `run` as stored, with its whole trace read back in order (the API's view of it).
+    pub(crate) async fn with_whole_trace(&self, mut run: StoredLoopRun) -> Result<StoredLoopRun, LoopError> {
+        run.record.trace = run.record.whole_trace(self.runs.runtime().store().records.as_ref()).await?;
+        run.record.trace_flushed = 0;
+        Ok(run)
+    }
+
+    /// Runs `caller` sees, newest first, narrowed to `status`; `limit` per page. Each run's
+    /// trace is as stored, its newest entries only (read one run for the whole).
     pub async fn stored_runs(
         &self,
         caller: Option<&str>,
@@ -194,7 +210,7 @@ impl LoopExecutor {
     pub async fn cancel(&self, id: &str, caller: Option<&str>) -> Result<StoredLoopRun, LoopError> {
         let store = self.runs.runtime().store().records.clone();
         for _ in 0..CAS_ATTEMPTS {
-            let run = self.stored_run(id, caller).await?;
+            let run = self.stored_record(id, caller).await?;
             if run.record.status.is_terminal() {
                 return Err(LoopError::RunFinished(id.to_owned()));
             }
@@ -206,12 +222,13 @@ impl LoopExecutor {
                 Ok(written) => {
                     self.stop(id);
                     self.humans.forget(id);
-                    return Ok(StoredLoopRun {
+                    let run = StoredLoopRun {
                         record,
                         revision: written.revision,
                         created_at: written.created_at,
                         updated_at: written.updated_at,
-                    });
+                    };
+                    return self.with_whole_trace(run).await;
                 }
                 Err(StoreError::Conflict(_)) => continue,
                 Err(e) => return Err(e.into()),

@@ -234,6 +234,7 @@ impl LoopExecutor {
             },
             state,
             trace: Vec::new(),
+            trace_flushed: 0,
             human: None,
             output: None,
             error: None,
@@ -241,7 +242,7 @@ impl LoopExecutor {
             approval_request_id: None,
             approved_gates: Vec::new(),
         };
-        self.drive(request, record, 0, config, sink).await
+        self.drive(request, record, 0, Vec::new(), config, sink).await
     }
 
     /// Continue stored run `record` (at `revision`) from its checkpoint: the steps before
@@ -254,15 +255,30 @@ impl LoopExecutor {
         sink: TraceSink<'_>,
     ) -> LoopFinished {
         let request = LoopRequest::from_record(&record);
-        self.drive(&request, record, revision, config, sink).await
+        let trace = match record.whole_trace(self.runs.runtime().store().records.as_ref()).await {
+            Ok(trace) => trace,
+            Err(e) => {
+                let run_id = record.id.clone();
+                return LoopFinished {
+                    run_id,
+                    loop_id: record.loop_id,
+                    result: Err(e),
+                    trace: Vec::new(),
+                    state: record.state,
+                };
+            }
+        };
+        self.drive(&request, record, revision, trace, config, sink).await
     }
 
-    /// Walk `record`'s run from its frontier (`revision` 0: a new run, not stored yet).
+    /// Walk `record`'s run from its frontier (`revision` 0: a new run, not stored yet), after
+    /// the `trace` it has so far.
     async fn drive(
         &self,
         request: &LoopRequest,
         record: LoopRunRecord,
         revision: u64,
+        trace: Vec<TraceEvent>,
         config: &LoopConfig,
         sink: TraceSink<'_>,
     ) -> LoopFinished {
@@ -284,7 +300,7 @@ impl LoopExecutor {
             frontier: Mutex::default(),
             while_iterations: Mutex::new(record.state.while_iterations.clone()),
             last: Mutex::new(record.output.clone()),
-            checkpoints: Checkpoints::new(records, run_id, revision),
+            checkpoints: Checkpoints::new(records, run_id, revision, record.trace_flushed),
             saved: Mutex::new(record.state.clone()),
             agent_runs: Mutex::new(record.agent_runs.clone()),
             approved: record.approved_gates.clone(),
@@ -297,7 +313,7 @@ impl LoopExecutor {
                     .data(json!({"runId": run_id, "agent": request.agent})),
             );
         } else {
-            run.tracer.continue_after(record.trace.clone());
+            run.tracer.continue_after(trace);
             run.tracer.emit(
                 TraceEvent::new(TraceKind::LoopResume, None)
                     .status(TraceStatus::Started)
@@ -478,7 +494,9 @@ impl Run<'_> {
                 allowed_tools: self.request.allowed_tools.clone(),
             },
             state: lock(&self.saved).clone(),
-            trace: self.tracer.snapshot(),
+            // Filled in by the writer, which knows which entries are stored apart.
+            trace: Vec::new(),
+            trace_flushed: 0,
             human,
             output: lock(&self.last).clone(),
             error,
@@ -486,7 +504,7 @@ impl Run<'_> {
             approval_request_id: lock(&self.approval_request).clone(),
             approved_gates: self.approved.clone(),
         };
-        self.checkpoints.save(&record).await
+        self.checkpoints.save(record, &self.tracer).await
     }
 
     /// The checkpoint after a top-level step: `context` as it is, `to` next.

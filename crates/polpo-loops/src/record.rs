@@ -2,15 +2,24 @@
 //! the run starts, after every top-level step (its checkpoint) and when it ends, each write a
 //! compare-and-set on the record's revision. A server that starts finds the runs a crash left
 //! `running` or `awaiting_human` there and resumes them from their checkpoint.
+//!
+//! The trace grows with the run, so a checkpoint does not rewrite it: the record keeps only
+//! its newest entries (at most [`TRACE_TAIL_MAX`]), and the older ones move, a chunk at a
+//! time, to records of the run's own collection ([`trace_collection`]), written before the
+//! run record that counts them. A chunk is named by its first sequence number and by its
+//! writer's claim on the run (the revision its first write made, which no other writer can
+//! have), so a writer that crashed or lost the run never overwrites another's entries, and
+//! entries past the record's count are ignored: a resume neither duplicates nor loses one.
 
 use crate::error::LoopError;
 use crate::trace::TraceEvent;
+use crate::trace::Tracer;
 use polpo_core::loops::config::TimeoutAction;
 use polpo_core::loops::governance::Gate;
 use polpo_core::message::Message;
 use polpo_engine::events::EventKind;
 use polpo_engine::events::bus::EventBus;
-use polpo_store::{RecordStore, StoreError};
+use polpo_store::{PageRequest, RecordStore, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -18,6 +27,15 @@ use std::sync::Arc;
 
 /// The store collection loop runs are kept in.
 pub const LOOP_RUNS: &str = "loop_runs";
+
+/// Trace entries a run record keeps before they move to a chunk of their own: bounds what a
+/// checkpoint writes, whatever the length of the run.
+pub(crate) const TRACE_TAIL_MAX: usize = 64;
+
+/// The collection holding run `run_id`'s older trace entries, in chunks.
+pub(crate) fn trace_collection(run_id: &str) -> String {
+    format!("loop_trace.{run_id}")
+}
 
 /// A run's state as plain data: what a checkpoint after a step keeps.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -136,8 +154,13 @@ pub struct LoopRunRecord {
     pub request: StoredRequest,
     /// The last checkpoint: context, the frontier a resume starts from, counters.
     pub state: LoopState,
-    /// The trace so far.
+    /// The trace so far, whole when read through the API; as stored, only the entries after
+    /// the first `trace_flushed`.
     pub trace: Vec<TraceEvent>,
+    /// How many of the trace's first entries are stored apart, in the chunks of
+    /// [`trace_collection`] (0 when the record holds the whole trace).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub trace_flushed: u64,
     /// The human step it waits on (`awaiting_human`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub human: Option<PendingHuman>,
@@ -251,11 +274,61 @@ pub struct ApprovedGate {
     pub resolved_by: String,
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 impl LoopRunRecord {
     /// Whether API client `caller` sees this run (`None`: one that sees every run).
     pub fn visible_to(&self, caller: Option<&str>) -> bool {
         caller.is_none_or(|c| self.owner.as_deref() == Some(c))
     }
+
+    /// This stored record's whole trace: its chunks' entries up to `trace_flushed` (of two
+    /// writers' entries under one sequence number, the later claim's), then its own.
+    pub(crate) async fn whole_trace(&self, store: &dyn RecordStore) -> Result<Vec<TraceEvent>, LoopError> {
+        if self.trace_flushed == 0 {
+            return Ok(self.trace.clone());
+        }
+        let flushed = self.trace_flushed;
+        let mut entries: BTreeMap<u64, (u64, TraceEvent)> = BTreeMap::new();
+        let mut page = PageRequest::first(200);
+        loop {
+            let found = store.list_records(&trace_collection(&self.id), &page).await?;
+            for stored in found.items {
+                let chunk: TraceChunk = serde_json::from_value(stored.value).map_err(|e| {
+                    LoopError::RunRecordInvalid(format!("loop run `{}` trace chunk `{}`: {e}", self.id, stored.id))
+                })?;
+                for (seq, event) in (chunk.from..).zip(chunk.events).take_while(|(seq, _)| *seq <= flushed) {
+                    if entries.get(&seq).is_none_or(|(epoch, _)| *epoch < chunk.epoch) {
+                        entries.insert(seq, (chunk.epoch, event));
+                    }
+                }
+            }
+            match found.next {
+                Some(cursor) => page = PageRequest::after(cursor, 200),
+                None => break,
+            }
+        }
+        // Every key lies in 1..=flushed, so as many keys as that is all of them.
+        if entries.len() as u64 != flushed {
+            return Err(LoopError::RunRecordInvalid(format!(
+                "loop run `{}` counts {flushed} trace entries stored apart, {} found",
+                self.id,
+                entries.len()
+            )));
+        }
+        Ok(entries.into_values().map(|(_, event)| event).chain(self.trace.iter().cloned()).collect())
+    }
+}
+
+/// Trace entries `from`, `from + 1`, … of a run, stored apart by the writer whose claim on
+/// the run made revision `epoch`.
+#[derive(Debug, Serialize, Deserialize)]
+struct TraceChunk {
+    epoch: u64,
+    from: u64,
+    events: Vec<TraceEvent>,
 }
 
 /// A run's record writer: every write expects the revision the previous one made, so a
@@ -263,23 +336,51 @@ impl LoopRunRecord {
 pub(crate) struct Checkpoints {
     store: Arc<dyn RecordStore>,
     id: String,
-    revision: tokio::sync::Mutex<u64>,
+    written: tokio::sync::Mutex<Written>,
+}
+
+/// What a writer's last write left.
+struct Written {
+    /// The record's revision.
+    revision: u64,
+    /// The revision this writer's first write made: its claim, naming its trace chunks.
+    claim: Option<u64>,
+    /// Trace entries stored apart.
+    flushed: u64,
 }
 
 impl Checkpoints {
-    /// The writer of run `id`, whose record is at `revision` (0: not written yet).
-    pub(crate) fn new(store: Arc<dyn RecordStore>, id: &str, revision: u64) -> Self {
-        Self { store, id: id.to_owned(), revision: tokio::sync::Mutex::new(revision) }
+    /// The writer of run `id`, whose record is at `revision` (0: not written yet) with its
+    /// first `flushed` trace entries stored apart.
+    pub(crate) fn new(store: Arc<dyn RecordStore>, id: &str, revision: u64, flushed: u64) -> Self {
+        Self { store, id: id.to_owned(), written: tokio::sync::Mutex::new(Written { revision, claim: None, flushed }) }
     }
 
-    /// Write `record` over the revision this writer last wrote; a conflict means the run was
-    /// taken out of this writer's hands (`aborted`).
-    pub(crate) async fn save(&self, record: &LoopRunRecord) -> Result<(), LoopError> {
-        let mut revision = self.revision.lock().await;
-        let value = serde_json::to_value(record).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
-        match self.store.put_record(LOOP_RUNS, &self.id, value, Some(*revision)).await {
-            Ok(written) => {
-                *revision = written.revision;
+    /// Write `record`, with `tracer`'s entries, over the revision this writer last wrote; a
+    /// conflict means the run was taken out of this writer's hands (`aborted`). Once the
+    /// entries not yet stored apart reach [`TRACE_TAIL_MAX`], they go first to a chunk of
+    /// their own (never on the first write: the writer has no claim yet to name it by).
+    pub(crate) async fn save(&self, mut record: LoopRunRecord, tracer: &Tracer<'_>) -> Result<(), LoopError> {
+        let mut written = self.written.lock().await;
+        let mut flushed = written.flushed;
+        let mut tail = tracer.since(flushed as usize);
+        if let Some(epoch) = written.claim
+            && tail.len() >= TRACE_TAIL_MAX
+        {
+            let chunk = TraceChunk { epoch, from: flushed + 1, events: std::mem::take(&mut tail) };
+            flushed += chunk.events.len() as u64;
+            let value = serde_json::to_value(&chunk).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
+            let name = format!("{:012}-{epoch:012}", chunk.from);
+            self.store.put_record(&trace_collection(&self.id), &name, value, None).await?;
+        }
+        record.trace = tail;
+        record.trace_flushed = flushed;
+        let value = serde_json::to_value(&record).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
+        match self.store.put_record(LOOP_RUNS, &self.id, value, Some(written.revision)).await {
+            Ok(stored) => {
+                written.revision = stored.revision;
+                written.claim.get_or_insert(stored.revision);
+                written.flushed = flushed;
                 Ok(())
             }
             Err(StoreError::Conflict(_)) => Err(LoopError::Aborted),

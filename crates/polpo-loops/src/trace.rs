@@ -191,9 +191,9 @@ impl<'a> Tracer<'a> {
         *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = events;
     }
 
-    /// The events so far, for a checkpoint.
-    pub(crate) fn snapshot(&self) -> Vec<TraceEvent> {
-        self.kept.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    /// The events after the first `n`, for a checkpoint.
+    pub(crate) fn since(&self, n: usize) -> Vec<TraceEvent> {
+        self.kept.lock().unwrap_or_else(|p| p.into_inner()).get(n..).map(<[_]>::to_vec).unwrap_or_default()
     }
 
     /// Every event recorded, in order.

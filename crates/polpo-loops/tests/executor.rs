@@ -530,14 +530,20 @@ async fn a_loop_refuses_what_it_cannot_honour_before_any_step() {
 /// A loop of `STEPS` tool steps (`read`, no model) run `RUNS` times on `storage`: loop steps
 /// per second, and the executor's own cost per step — the loop's time per step minus the same
 /// `read` called as often straight through `Runtime::call_tool` (so what is left is the graph
-/// walk, bindings, governance, trace and the per-step checkpoint write, fsync included).
+/// walk, bindings, governance, trace and the per-step checkpoint write, fsync included). Run
+/// for short and long loops: a checkpoint's cost must not grow with the run.
 async fn bench_tool_steps(storage: &str) {
-    const STEPS: u32 = 10;
-    const RUNS: u32 = 200;
+    for (steps, runs) in [(10, 200), (200, 10)] {
+        bench_tool_loop(storage, steps, runs).await;
+    }
+}
+
+/// One [`bench_tool_steps`] figure: a `length`-step loop run `repeat` times.
+async fn bench_tool_loop(storage: &str, length: u32, repeat: u32) {
     let llm = FakeLlm::start([]).await.unwrap();
-    let steps: serde_json::Map<String, Value> = (0..STEPS)
+    let steps: serde_json::Map<String, Value> = (0..length)
         .map(|i| {
-            let next = if i + 1 < STEPS { format!("s{}", i + 1) } else { "end".into() };
+            let next = if i + 1 < length { format!("s{}", i + 1) } else { "end".into() };
             let step = json!({"type": "tool", "tool": "read", "input": {"path": "f.txt"}, "saveAs": format!("r{i}"), "next": next});
             (format!("s{i}"), step)
         })
@@ -546,12 +552,12 @@ async fn bench_tool_steps(storage: &str) {
     let (dir, runtime) =
         runtime_with(&llm, settings, json!({}), &[("bench", json!({"start": "s0", "steps": steps}))], &[]).await;
     let runs = RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) });
-    let exec = LoopExecutor::new(runs, LoopOptions { step_budget: 100 });
+    let exec = LoopExecutor::new(runs, LoopOptions { step_budget: length + 1 });
     std::fs::write(dir.path().join("f.txt"), "data").unwrap();
     let req = request(json!({}));
     assert_eq!(code(&run(&exec, &req).await), "ok", "warm-up");
     let started = std::time::Instant::now();
-    for _ in 0..RUNS {
+    for _ in 0..repeat {
         assert_eq!(code(&run(&exec, &req).await), "ok");
     }
     let looped = started.elapsed();
@@ -561,17 +567,17 @@ async fn bench_tool_steps(storage: &str) {
     input.loop_context = Some(LoopContext { loop_id: "bench".into(), step: "s0".into(), ..LoopContext::default() });
     let cancel = CancellationToken::new();
     let started = std::time::Instant::now();
-    for _ in 0..RUNS * STEPS {
+    for _ in 0..repeat * length {
         let read = runtime.call_tool(&input, "read", json!({"path": "f.txt"}), &cancel, &|_| {}).await.unwrap();
         assert!(read.unwrap().contains("data"), "the direct call reads the file");
     }
     let direct = started.elapsed();
 
-    let per_step = looped / (RUNS * STEPS);
-    let tool = direct / (RUNS * STEPS);
+    let per_step = looped / (repeat * length);
+    let tool = direct / (repeat * length);
     println!(
-        "{storage}: {STEPS}-step tool-only loop x {RUNS}: {:.0} steps/s, {per_step:?} per step; `read` alone {tool:?}; executor's own cost {:?} per step",
-        f64::from(RUNS * STEPS) / looped.as_secs_f64(),
+        "{storage}: {length}-step tool-only loop x {repeat}: {:.0} steps/s, {per_step:?} per step; `read` alone {tool:?}; executor's own cost {:?} per step",
+        f64::from(repeat * length) / looped.as_secs_f64(),
         per_step.saturating_sub(tool)
     );
 }
@@ -681,4 +687,95 @@ async fn hook_actions_save_their_output_and_a_failure_fails_closed_unless_on_err
         assert_eq!(code(&finished), "loop_hook_failed", "{:?}", finished.result);
         assert!(!dir.path().join("out.txt").exists(), "the step after the failed hook did not run");
     }
+}
+
+/// A run long enough that its older trace entries are stored apart from its record stops at a
+/// human step, and its process dies (the task is dropped mid-wait, nothing more written). A
+/// writer that lost the run earlier left entries the record does not count (as if killed
+/// between storing them and storing the state that counts them). Another executor on the same
+/// store resumes the run: its trace reads back whole and in order, each entry once, the
+/// uncounted ones nowhere, and the run completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_long_run_reads_its_trace_back_whole_without_uncounted_entries() {
+    // Tool steps s0… before the human step and as many after it, each tracing five entries:
+    // both halves outgrow what a record keeps.
+    const STEPS: usize = 20;
+    let llm = FakeLlm::start([]).await.unwrap();
+    let mut steps: serde_json::Map<String, Value> = (0..2 * STEPS)
+        .map(|i| {
+            let next = match i + 1 {
+                n if n == STEPS => "ask".to_owned(),
+                n if n == 2 * STEPS => "end".to_owned(),
+                n => format!("s{n}"),
+            };
+            (format!("s{i}"), json!({"type": "tool", "tool": "read", "input": {"path": "f.txt"}, "next": next}))
+        })
+        .collect();
+    steps.insert("ask".into(), json!({"type": "human", "next": format!("s{STEPS}")}));
+    let settings = json!({"storage": "sqlite", "chatExecution": "inline"});
+    let (dir, runtime) =
+        runtime_with(&llm, settings.clone(), json!({}), &[("long", json!({"start": "s0", "steps": steps}))], &[]).await;
+    std::fs::write(dir.path().join("f.txt"), "data").unwrap();
+    let exec = Arc::new(LoopExecutor::new(
+        RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) }),
+        LoopOptions { step_budget: 100 },
+    ));
+    let (run_id, running, mut asked) = suspended(&exec);
+    asked.recv().await.unwrap();
+    let stored = |exec: Arc<LoopExecutor>, id: String, want: polpo_loops::LoopRunStatus, resumed: bool| async move {
+        let polled = tokio::time::timeout(Duration::from_secs(30), async {
+            let mut every = tokio::time::interval(Duration::from_millis(5));
+            loop {
+                every.tick().await;
+                let run = exec.stored_run(&id, None).await.unwrap();
+                let has_resumed = run.record.trace.iter().any(|e| e.kind == TraceKind::LoopResume);
+                if run.record.status == want && has_resumed == resumed {
+                    return run;
+                }
+            }
+        });
+        polled.await.expect("the run reaches the state")
+    };
+    stored(exec.clone(), run_id.clone(), polpo_loops::LoopRunStatus::AwaitingHuman, false).await;
+    running.abort();
+    assert!(running.await.unwrap_err().is_cancelled());
+
+    // The record as stored counts the entries kept apart; a dead writer's chunk of entries
+    // past that count, under an older claim than any resume's, is left behind.
+    let records = runtime.store().records.clone();
+    let raw = records.get_record("loop_runs", &run_id).await.unwrap().unwrap();
+    let flushed = raw.value["traceFlushed"].as_u64().unwrap();
+    assert!(flushed > 0, "the trace outgrew the record: {}", raw.value);
+    let stray: Vec<Value> = (0..3)
+        .map(|i| json!({"id": format!("trace-{}", flushed + 1 + i), "type": "tool.call", "ts": 0, "loop": "long", "step": "stray"}))
+        .collect();
+    let chunk = json!({"epoch": raw.revision, "from": flushed + 1, "events": stray});
+    records.put_record(&format!("loop_trace.{run_id}"), "stray", chunk, None).await.unwrap();
+
+    // A new process on the same project and store resumes it.
+    let project = polpo_project::load_project(dir.path()).unwrap();
+    let store = open_store(StoreKind::Sqlite, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
+    let runtime =
+        Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store));
+    let runs = RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) });
+    let again = Arc::new(LoopExecutor::new(runs, LoopOptions { step_budget: 100 }));
+    assert_eq!(again.recover().await.unwrap(), 1);
+    stored(again.clone(), run_id.clone(), polpo_loops::LoopRunStatus::AwaitingHuman, true).await;
+    again.humans().answer(&run_id, None, json!({"ok": true})).unwrap();
+    let done = stored(again.clone(), run_id.clone(), polpo_loops::LoopRunStatus::Completed, true).await;
+
+    let trace = &done.record.trace;
+    let ids: Vec<&str> = trace.iter().map(|e| e.id.as_str()).collect();
+    let numbered: Vec<String> = (1..=trace.len()).map(|n| format!("trace-{n}")).collect();
+    assert_eq!(ids, numbered, "every entry once, in order");
+    assert!(trace.iter().all(|e| e.step.as_deref() != Some("stray")), "uncounted entries are not read back");
+    let count = |kind: TraceKind| trace.iter().filter(|e| e.kind == kind).count();
+    assert_eq!(count(TraceKind::ToolCall), 2 * STEPS, "no tool step traced twice");
+    let raw = runtime.store().records.get_record("loop_runs", &run_id).await.unwrap().unwrap();
+    assert!(
+        raw.value["traceFlushed"].as_u64().unwrap() > flushed + 3,
+        "the resumed run stored entries apart over the stray ones"
+    );
+    assert_eq!((count(TraceKind::LoopStart), count(TraceKind::LoopResume), count(TraceKind::LoopEnd)), (1, 1, 1));
+    assert_eq!(count(TraceKind::HumanRequest), 2, "asked before the crash and again after the resume");
 }
