@@ -8,62 +8,14 @@
 
 mod support;
 
+use polpo_testkit::site::{
+    SITE_SECRET as SECRET, SITE_TENANT as TENANT, SiteApi, install_custom_tool, site_connection,
+};
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
 use std::io::Write as _;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use support::ServerProcess;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-const SECRET: &str = "site-secret-7a6b5c4d3e2f";
-const TENANT: &str = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f";
-
-fn copy_fixture(name: &str, root: &Path) {
-    let from = Path::new(env!("CARGO_MANIFEST_DIR")).join("../polpo-custom-tools/tests/fixtures").join(name);
-    let to = root.join(".polpo/tools").join(name);
-    std::fs::create_dir_all(&to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
-    }
-}
-
-/// A site API answering `published by <the Authorization header it got>`.
-async fn echoing_site_api() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move {
-        loop {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let mut request = Vec::new();
-            let mut buf = vec![0u8; 4096];
-            loop {
-                let n = socket.read(&mut buf).await.unwrap();
-                request.extend_from_slice(&buf[..n]);
-                let text = String::from_utf8_lossy(&request).to_string();
-                let Some((head, body)) = text.split_once("\r\n\r\n") else { continue };
-                let length = head
-                    .lines()
-                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
-                    .and_then(|v| v.parse::<usize>().ok())
-                    .unwrap_or(0);
-                if body.len() >= length || n == 0 {
-                    let auth =
-                        head.lines().find(|l| l.to_ascii_lowercase().starts_with("authorization:")).unwrap_or("");
-                    let reply = format!("published by {auth}");
-                    let response = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
-                        reply.len()
-                    );
-                    socket.write_all(response.as_bytes()).await.unwrap();
-                    break;
-                }
-            }
-        }
-    });
-    url
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_connection_secret_reaches_the_site_api_and_nothing_else() {
@@ -83,11 +35,10 @@ async fn a_connection_secret_reaches_the_site_api_and_nothing_else() {
             "tool:after": [{"handler": {"type": "command", "command": record}}]
         }}))
         .unwrap();
-    copy_fixture("site_publish", dir.path());
-    copy_fixture("site_context_get", dir.path());
-    let connection = json!({"provider": "sitoinchat", "scopes": ["site:read", "site:write"], "auth": {"type": "bearer", "token": "${vault:site:key}"}});
+    install_custom_tool(dir.path(), "site_publish").unwrap();
+    install_custom_tool(dir.path(), "site_context_get").unwrap();
     std::fs::create_dir_all(dir.path().join(".polpo/connections")).unwrap();
-    std::fs::write(dir.path().join(".polpo/connections/site.json"), connection.to_string()).unwrap();
+    std::fs::write(dir.path().join(".polpo/connections/site.json"), site_connection().to_string()).unwrap();
     let key = "cd".repeat(32);
     let mut set = Command::new(env!("CARGO_BIN_EXE_polpo"))
         .arg("--project")
@@ -107,7 +58,7 @@ async fn a_connection_secret_reaches_the_site_api_and_nothing_else() {
         .unwrap();
     assert!(validate.status.success(), "{}", String::from_utf8_lossy(&validate.stdout));
 
-    let site = echoing_site_api().await;
+    let site = SiteApi::start().await.unwrap();
     let llm = FakeLlm::start([
         Turn::tool_calls(vec![("site_context_get", json!({})), ("site_publish", json!({"message": "v2"}))]),
         Turn::text("Published."),
@@ -125,7 +76,7 @@ async fn a_connection_secret_reaches_the_site_api_and_nothing_else() {
     let http = reqwest::Client::new();
     let r = http
         .post(format!("{}/v1/chat/completions", server.url))
-        .json(&json!({"agent": "publisher", "user": "ext-42", "metadata": {"tenantId": TENANT, "grant": "site", "siteApi": site},
+        .json(&json!({"agent": "publisher", "user": "ext-42", "metadata": {"tenantId": TENANT, "grant": "site", "siteApi": site.url()},
                       "messages": [{"role": "user", "content": "publish"}]}))
         .send()
         .await

@@ -7,24 +7,17 @@
 use polpo_connections::Connections;
 use polpo_core::redact::Redactor;
 use polpo_custom_tools::{CustomTool, CustomToolError, JsRuntime, ToolDir};
+use polpo_testkit::site::{SITE_SECRET as SECRET, SITE_TENANT as TENANT, SiteApi, custom_tool_fixture};
 use polpo_tools::net::NetworkPolicy;
 use polpo_tools::{Tool, ToolContext};
 use polpo_vault::{Entry, Vault, VaultKey};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-const SECRET: &str = "site-secret-7a6b5c4d3e";
-const TENANT: &str = "6f1c2d3e-4a5b-4c6d-8e9f-0a1b2c3d4e5f";
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
+use std::sync::Arc;
 
 fn tool(name: &str, connections: Arc<Connections>) -> CustomTool {
-    CustomTool::new(ToolDir::load(&fixture(name)).unwrap(), connections, JsRuntime::detect())
+    CustomTool::new(ToolDir::load(&custom_tool_fixture(name)).unwrap(), connections, JsRuntime::detect())
 }
 
 fn no_connections(dir: &Path) -> Arc<Connections> {
@@ -56,49 +49,6 @@ async fn site_context_get_sees_no_parameters_and_gets_the_tenant_from_metadata()
     }
 }
 
-/// A site API that answers `published: <body>` and keeps the `authorization` header it got.
-async fn site_api() -> (String, Arc<Mutex<String>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let seen = Arc::new(Mutex::new(String::new()));
-    let keep = seen.clone();
-    tokio::spawn(async move {
-        loop {
-            let (mut socket, _) = listener.accept().await.unwrap();
-            let mut request = Vec::new();
-            let mut buf = vec![0u8; 4096];
-            loop {
-                let n = socket.read(&mut buf).await.unwrap();
-                request.extend_from_slice(&buf[..n]);
-                let text = String::from_utf8_lossy(&request).to_string();
-                if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                    let length = head
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse::<usize>().unwrap())
-                        })
-                        .unwrap_or(0);
-                    if body.len() >= length || n == 0 {
-                        let auth =
-                            head.lines().find(|l| l.to_ascii_lowercase().starts_with("authorization:")).unwrap_or("");
-                        *keep.lock().unwrap() = auth.to_string();
-                        let reply = format!("published: {body}");
-                        let response = format!(
-                            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{reply}",
-                            reply.len()
-                        );
-                        socket.write_all(response.as_bytes()).await.unwrap();
-                        break;
-                    }
-                }
-            }
-        }
-    });
-    (url, seen)
-}
-
 /// A project folder whose vault holds the site secret and whose Connection `site` uses it.
 pub fn site_connection(root: &Path) -> Arc<Connections> {
     let polpo = root.join(".polpo");
@@ -108,8 +58,7 @@ pub fn site_connection(root: &Path) -> Arc<Connections> {
     vault
         .set(Entry { agent: "*".into(), service: "site".into(), kind: "api_key".into(), label: None, credentials })
         .unwrap();
-    let doc = json!({"provider": "sitoinchat", "scopes": ["site:read", "site:write"], "auth": {"type": "bearer", "token": "${vault:site:key}"}});
-    std::fs::write(polpo.join("connections/site.json"), doc.to_string()).unwrap();
+    std::fs::write(polpo.join("connections/site.json"), polpo_testkit::site::site_connection().to_string()).unwrap();
     Arc::new(Connections::new(&polpo, Ok(vault), NetworkPolicy::default()))
 }
 
@@ -117,18 +66,15 @@ pub fn site_connection(root: &Path) -> Arc<Connections> {
 async fn site_publish_gets_its_headers_from_a_connection_whose_secret_is_in_the_vault() {
     let dir = tempfile::tempdir().unwrap();
     let tool = tool("site_publish", site_connection(dir.path()));
-    let (url, seen) = site_api().await;
-    let invocation = json!({"user": "ext-42", "metadata": {"siteApi": url}});
+    let api = SiteApi::start().await.unwrap();
+    let invocation = json!({"user": "ext-42", "metadata": {"siteApi": api.url()}});
     let out = tool.call(&context(dir.path(), invocation), json!({"message": "v2"})).await.unwrap();
-    assert_eq!(out.text, r#"published: {"message":"v2"}"#);
-    assert_eq!(
-        seen.lock().unwrap().to_ascii_lowercase(),
-        format!("authorization: bearer {SECRET}").to_ascii_lowercase()
-    );
+    assert_eq!(api.authorization(), format!("authorization: Bearer {SECRET}"));
+    assert_eq!(out.text, format!(r#"published by authorization: Bearer {SECRET}: {{"message":"v2"}}"#));
     assert!(!tool.spec().parameters.to_string().contains("siteApi"), "the slot is not a parameter");
 
     let keyless = CustomTool::new(
-        ToolDir::load(&fixture("site_publish")).unwrap(),
+        ToolDir::load(&custom_tool_fixture("site_publish")).unwrap(),
         no_connections(dir.path()),
         JsRuntime::detect(),
     );

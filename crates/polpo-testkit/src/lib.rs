@@ -23,6 +23,7 @@ mod project;
 mod render;
 mod script;
 mod server;
+pub mod site;
 pub mod strict;
 
 pub use project::ProjectFixture;
