@@ -5,14 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use chrono::{DateTime, Duration, Utc};
-use polpo_engine::runs::{RunManager, RunOptions};
-use polpo_engine::{Loaded, Runtime};
-use polpo_llm::Providers;
 use polpo_scheduler::{RunState, ScheduleRun, Scheduler};
-use polpo_store::{ManualClock, PageRequest, StoreKind, open_store};
+use polpo_store::{ManualClock, PageRequest, StoreKind};
 use polpo_testkit::pg::PgSchema;
-use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use polpo_testkit::{FakeLlm, Turn};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -20,19 +19,6 @@ use tempfile::TempDir;
 
 fn start() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-03-29T00:59:50Z").unwrap().with_timezone(&Utc)
-}
-
-fn project(schedules: &[(&str, Value)]) -> TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    ProjectFixture::new(dir.path(), json!({}))
-        .unwrap()
-        .agent("reporter", json!({"model": "openai/fake-model"}), "You report.")
-        .unwrap();
-    std::fs::create_dir_all(dir.path().join(".polpo/schedules")).unwrap();
-    for (id, schedule) in schedules {
-        std::fs::write(dir.path().join(format!(".polpo/schedules/{id}.json")), schedule.to_string()).unwrap();
-    }
-    dir
 }
 
 fn schedule(expression: &str, policy: Value) -> Value {
@@ -51,11 +37,7 @@ async fn server(
     clock: &Arc<ManualClock>,
     llm: &FakeLlm,
 ) -> Arc<Scheduler> {
-    let project = polpo_project::load_project(dir.path()).unwrap();
-    let store = open_store(kind, dir.path(), url, clock.clone()).await.unwrap();
-    let runtime =
-        Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store));
-    Scheduler::new(RunManager::new(runtime, RunOptions { lease_ttl: std::time::Duration::from_secs(3600) }))
+    Scheduler::new(common::runs(dir, kind, url, clock, llm).await)
 }
 
 async fn all_runs(scheduler: &Scheduler, id: &str) -> Vec<ScheduleRun> {
@@ -66,7 +48,7 @@ async fn all_runs(scheduler: &Scheduler, id: &str) -> Vec<ScheduleRun> {
 async fn two_schedulers_on_one_postgres_fire_each_second_once() {
     polpo_llm::install_crypto_provider();
     let llm = FakeLlm::start(std::iter::repeat_n(Turn::text("reported"), 20)).await.unwrap();
-    let dir = project(&[("tick", schedule("* * * * * *", json!({"maxConcurrency": 100})))]);
+    let dir = common::project(&[("tick", schedule("* * * * * *", json!({"maxConcurrency": 100})))]);
     let schema = PgSchema::create().await.unwrap();
     let clock = Arc::new(ManualClock::new(start()));
     let a = server(&dir, StoreKind::Postgres, Some(&schema.url()), &clock, &llm).await;
@@ -100,7 +82,7 @@ async fn two_schedulers_on_one_postgres_fire_each_second_once() {
 async fn a_trigger_fires_once_per_idempotency_key() {
     polpo_llm::install_crypto_provider();
     let llm = FakeLlm::start(std::iter::repeat_n(Turn::text("reported"), 2)).await.unwrap();
-    let dir = project(&[("daily", schedule("0 9 * * *", json!({"maxConcurrency": 5})))]);
+    let dir = common::project(&[("daily", schedule("0 9 * * *", json!({"maxConcurrency": 5})))]);
     let clock = Arc::new(ManualClock::new(start()));
     let s = server(&dir, StoreKind::Sqlite, None, &clock, &llm).await;
 
@@ -121,8 +103,10 @@ async fn downtime_is_caught_up_by_the_policy_and_the_rest_is_missed() {
     polpo_llm::install_crypto_provider();
     let llm = FakeLlm::start_repeating([Turn::text("reported")]).await.unwrap();
     let policy = |catch_up: &str| json!({"catchUp": catch_up, "misfireGraceSeconds": 5, "maxConcurrency": 10});
-    let dir =
-        project(&[("one", schedule("* * * * *", policy("one"))), ("skip", schedule("* * * * *", policy("skip")))]);
+    let dir = common::project(&[
+        ("one", schedule("* * * * *", policy("one"))),
+        ("skip", schedule("* * * * *", policy("skip"))),
+    ]);
     let clock = Arc::new(ManualClock::new(start()));
     let s = server(&dir, StoreKind::File, None, &clock, &llm).await;
     s.tick().await.unwrap();
@@ -146,7 +130,7 @@ async fn an_occurrence_beyond_max_concurrency_is_skipped_and_recorded() {
     polpo_llm::install_crypto_provider();
     // The first run's model stream stalls: it is still running when the next second comes.
     let llm = FakeLlm::start([Turn::text("still thinking").stall_after(1)]).await.unwrap();
-    let dir = project(&[("busy", schedule("* * * * * *", json!({"maxConcurrency": 1})))]);
+    let dir = common::project(&[("busy", schedule("* * * * * *", json!({"maxConcurrency": 1})))]);
     let clock = Arc::new(ManualClock::new(start()));
     let s = server(&dir, StoreKind::Sqlite, None, &clock, &llm).await;
     s.tick().await.unwrap();

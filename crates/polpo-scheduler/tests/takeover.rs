@@ -5,18 +5,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use chrono::{DateTime, Duration, Utc};
 use polpo_engine::meter::Meter;
-use polpo_engine::runs::{RunManager, RunOptions};
-use polpo_engine::{ChatInput, Loaded, Runtime, Surface};
-use polpo_llm::Providers;
+use polpo_engine::runs::RunManager;
+use polpo_engine::{ChatInput, Surface};
 use polpo_scheduler::record::{occurrence_id, run_id, runs_collection};
 use polpo_scheduler::{RunState, ScheduleRun, Scheduler};
-use polpo_store::{ManualClock, PageRequest, StoreKind, open_store};
+use polpo_store::{ManualClock, PageRequest, StoreKind};
 use polpo_testkit::pg::PgSchema;
-use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use polpo_testkit::{FakeLlm, Turn};
 use serde_json::json;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use tempfile::TempDir;
 
@@ -26,33 +26,11 @@ fn occurrence() -> DateTime<Utc> {
 }
 
 fn project() -> TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    ProjectFixture::new(dir.path(), json!({}))
-        .unwrap()
-        .agent("reporter", json!({"model": "openai/fake-model"}), "You report.")
-        .unwrap();
-    std::fs::create_dir_all(dir.path().join(".polpo/schedules")).unwrap();
     let schedule = json!({
         "timing": {"kind": "once", "at": "2026-03-29T01:00:00Z"},
         "invocation": {"surface": "agent", "agentName": "reporter", "input": {"prompt": "Report."}}
     });
-    std::fs::write(dir.path().join(".polpo/schedules/report.json"), schedule.to_string()).unwrap();
-    dir
-}
-
-/// One server's run manager on the shared store.
-async fn runs(
-    dir: &TempDir,
-    kind: StoreKind,
-    url: Option<&str>,
-    clock: &Arc<ManualClock>,
-    llm: &FakeLlm,
-) -> Arc<RunManager> {
-    let project = polpo_project::load_project(dir.path()).unwrap();
-    let store = open_store(kind, dir.path(), url, clock.clone()).await.unwrap();
-    let runtime =
-        Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store));
-    RunManager::new(runtime, RunOptions { lease_ttl: std::time::Duration::from_secs(3600) })
+    common::project(&[("report", schedule)])
 }
 
 /// What the dead server left: its claim of the occurrence, leased for five minutes.
@@ -90,8 +68,8 @@ async fn a_lapsed_claim_is_taken_over_and_fired_once(kind: StoreKind, url: Optio
     let llm = FakeLlm::start([Turn::text("reported")]).await.unwrap();
     let dir = project();
     let clock = Arc::new(ManualClock::new(occurrence() - Duration::seconds(10)));
-    let dead = runs(&dir, kind, url, &clock, &llm).await;
-    let survivor = Scheduler::new(runs(&dir, kind, url, &clock, &llm).await);
+    let dead = common::runs(&dir, kind, url, &clock, &llm).await;
+    let survivor = Scheduler::new(common::runs(&dir, kind, url, &clock, &llm).await);
     dead_claim(&dead).await;
     drop(dead);
 
@@ -109,8 +87,8 @@ async fn a_claim_whose_run_started_is_followed(kind: StoreKind, url: Option<&str
     let llm = FakeLlm::start([Turn::text("reported by the dead server")]).await.unwrap();
     let dir = project();
     let clock = Arc::new(ManualClock::new(occurrence() - Duration::seconds(10)));
-    let dead = runs(&dir, kind, url, &clock, &llm).await;
-    let survivor = Scheduler::new(runs(&dir, kind, url, &clock, &llm).await);
+    let dead = common::runs(&dir, kind, url, &clock, &llm).await;
+    let survivor = Scheduler::new(common::runs(&dir, kind, url, &clock, &llm).await);
     dead_claim(&dead).await;
     // The dead server got as far as starting the occurrence's run, not recording it.
     let mut input = ChatInput::new("reporter", vec![polpo_core::message::Message::user("Report.")]);
