@@ -35,25 +35,54 @@ macro_rules! sql_work {
             use crate::traits::{MissionStore, TaskStore};
 
             const TASK_COLUMNS: &str = "body, revision, claimed_by, claim_expires_at";
+            const MISSION_COLUMNS: &str = "body, revision";
+
+            /// A task or mission row's record (its JSON `body`) and `revision`: both tables
+            /// keep them alike.
+            fn body_and_revision<T: serde::de::DeserializeOwned>(row: &$row) -> Result<(T, u64), StoreError> {
+                Ok((from_text(row.try_get::<&str, _>("body")?)?, from_db(row.try_get("revision")?)))
+            }
 
             fn task_from_row(row: &$row) -> Result<StoredTask, StoreError> {
+                let (task, revision) = body_and_revision(row)?;
                 let worker: Option<String> = row.try_get("claimed_by")?;
                 let expires: Option<i64> = row.try_get("claim_expires_at")?;
-                Ok(StoredTask {
-                    task: from_text(row.try_get::<&str, _>("body")?)?,
-                    revision: from_db(row.try_get("revision")?),
-                    claim: worker.zip(expires).map(|(worker, at)| TaskClaim { worker, expires_at: from_millis(at) }),
-                })
+                let claim = worker.zip(expires).map(|(worker, at)| TaskClaim { worker, expires_at: from_millis(at) });
+                Ok(StoredTask { task, revision, claim })
             }
 
             fn mission_from_row(row: &$row) -> Result<StoredMission, StoreError> {
-                Ok(StoredMission {
-                    mission: from_text(row.try_get::<&str, _>("body")?)?,
-                    revision: from_db(row.try_get("revision")?),
-                })
+                let (mission, revision) = body_and_revision(row)?;
+                Ok(StoredMission { mission, revision })
             }
 
             impl $store {
+                /// Row `id` of `table` (a `kind` in `not_found`), mapped by `map` from
+                /// `columns` and locked until `tx` commits, so the revision check and the
+                /// write after it are one step.
+                async fn locked_row<'e, E, T>(
+                    executor: E,
+                    table: &str,
+                    columns: &str,
+                    kind: &'static str,
+                    id: &str,
+                    map: fn(&$row) -> Result<T, StoreError>,
+                ) -> Result<T, StoreError>
+                where
+                    E: sqlx::Executor<'e, Database = <$row as sqlx::Row>::Database>,
+                {
+                    sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "UPDATE {table} SET revision = revision WHERE id = $1 RETURNING {columns}"
+                    )))
+                    .bind(id)
+                    .fetch_optional(executor)
+                    .await?
+                    .as_ref()
+                    .map(map)
+                    .transpose()?
+                    .ok_or_else(|| StoreError::not_found(kind, id))
+                }
+
                 async fn task_by_id<'e, E>(executor: E, id: &str) -> Result<Option<StoredTask>, StoreError>
                 where
                     E: sqlx::Executor<'e, Database = <$row as sqlx::Row>::Database>,
@@ -151,17 +180,7 @@ macro_rules! sql_work {
                 async fn update_task(&self, task: Task, expected_revision: u64) -> Result<StoredTask, StoreError> {
                     let now = self.now();
                     let mut tx = self.tx().await?;
-                    // Lock the row until commit, so the revision check and the write are one step.
-                    let current = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "UPDATE tasks SET revision = revision WHERE id = $1 RETURNING {TASK_COLUMNS}"
-                    )))
-                    .bind(&task.id)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .as_ref()
-                    .map(task_from_row)
-                    .transpose()?
-                    .ok_or_else(|| StoreError::not_found("task", &task.id))?;
+                    let current = Self::locked_row(&mut *tx, "tasks", TASK_COLUMNS, "task", &task.id, task_from_row).await?;
                     let next = work::updated_task(&current, task, expected_revision, now)?;
                     let t = &next.task;
                     sqlx::query("UPDATE tasks SET title = $2, status = $3, priority = $4, revision = $5, body = $6 WHERE id = $1")
@@ -199,16 +218,7 @@ macro_rules! sql_work {
                     let ttl = model::lease_ttl(lease)?;
                     let now = self.now();
                     let mut tx = self.tx().await?;
-                    let current = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "UPDATE tasks SET revision = revision WHERE id = $1 RETURNING {TASK_COLUMNS}"
-                    )))
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    .as_ref()
-                    .map(task_from_row)
-                    .transpose()?
-                    .ok_or_else(|| StoreError::not_found("task", id))?;
+                    let current = Self::locked_row(&mut *tx, "tasks", TASK_COLUMNS, "task", id, task_from_row).await?;
                     let next = work::held_task(&current, worker, now + ttl, now)?;
                     let claim = next.claim.as_ref().map(|c| c.expires_at.timestamp_millis());
                     sqlx::query("UPDATE tasks SET claimed_by = $2, claim_expires_at = $3, revision = $4 WHERE id = $1")
@@ -327,14 +337,8 @@ macro_rules! sql_work {
                 async fn update_mission(&self, mission: Mission, expected_revision: u64) -> Result<StoredMission, StoreError> {
                     let now = self.now();
                     let mut tx = self.tx().await?;
-                    let current = sqlx::query("UPDATE missions SET revision = revision WHERE id = $1 RETURNING body, revision")
-                        .bind(&mission.id)
-                        .fetch_optional(&mut *tx)
-                        .await?
-                        .as_ref()
-                        .map(mission_from_row)
-                        .transpose()?
-                        .ok_or_else(|| StoreError::not_found("mission", &mission.id))?;
+                    let current =
+                        Self::locked_row(&mut *tx, "missions", MISSION_COLUMNS, "mission", &mission.id, mission_from_row).await?;
                     let next = work::updated_mission(&current, mission, expected_revision, now)?;
                     let m = &next.mission;
                     sqlx::query("UPDATE missions SET name = $2, status = $3, revision = $4, body = $5 WHERE id = $1")
