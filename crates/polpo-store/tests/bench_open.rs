@@ -1,7 +1,8 @@
-//! Open-to-ready and one page of 20 sessions with 100,000 sessions stored, per backend, and for
-//! the file store the same with 100,000 runs (each with its event journal) and 100,000 records
-//! stored beside them: the figures behind "start-up and listing do not grow with the store"
-//! (README, Performance).
+//! Open-to-ready and one page of 20 sessions with 100,000 sessions stored, per backend, then the
+//! same with 100,000 finished runs (each with its event journal) stored beside them — open, the
+//! start-up takeover query (`claim_next_run`, which finds nothing), one run and a page of runs —
+//! and for the file store 100,000 records too: the figures behind "start-up and listing do not
+//! grow with the store" (README, Performance).
 //! A benchmark, not a test: it asserts the page's contents, nothing about speed. Run it with
 //! `cargo test --release -p polpo-store --test bench_open -- --ignored --nocapture`.
 //!
@@ -20,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use polpo_core::message::Message;
 use polpo_store::{
-    Cursor, NewMessage, NewRun, NewRunEvent, NewSession, PageRequest, Record, Run, RunEvent, Session, SessionFilter,
-    StoreKind, StoredMessage,
+    Cursor, NewMessage, NewRun, NewRunEvent, NewSession, PageRequest, Record, Run, RunEvent, RunFilter, RunStatus,
+    Session, SessionFilter, StoreKind, StoredMessage,
 };
 use sqlx::{AssertSqlSafe, Connection};
 use support::{Location, TestStore};
@@ -82,13 +83,15 @@ async fn run_and_record_templates(t: &TestStore) -> (Run, Record) {
         NewRunEvent::new("run.completed", serde_json::json!({"text": "lorem ipsum ".repeat(10)})),
     ];
     t.store.runs.append_events(&run.id, events).await.unwrap();
+    t.store.runs.update_run_status(&run.id, RunStatus::Completed, None, None).await.unwrap();
     let value = serde_json::json!({"title": "review the trip plan", "status": "open"});
     let record = t.store.records.put_record(COLLECTION, "template", value, None).await.unwrap();
     (t.store.runs.get_run(&run.id).await.unwrap().unwrap(), record)
 }
 
-/// File store: `RUNS_AND_RECORDS` run directories (`run.json` + `events.jsonl`) and as many
-/// record files, with the bytes the store writes, each copy with its own id and creation time.
+/// File store: `RUNS_AND_RECORDS` finished run directories (`run.json` + `events.jsonl`) and as
+/// many record files, with the bytes the store writes, each copy with its own id and creation
+/// time. The run index is not written here: the next open builds it (the upgrade path).
 fn copy_run_and_record_files(polpo: &Path, run: &Run, record: &Record) {
     let runs = polpo.join("runs");
     let journal = std::fs::read_to_string(runs.join(&run.id).join("events.jsonl")).unwrap();
@@ -110,6 +113,20 @@ fn copy_run_and_record_files(polpo: &Path, run: &Run, record: &Record) {
         let copy = Record { id: id.clone(), created_at: at, updated_at: at, ..record.clone() };
         std::fs::write(records.join(format!("{id}.json")), pretty(&copy)).unwrap();
     }
+    for file in ["runs.sorted", "runs.log", "runs.open"] {
+        std::fs::remove_file(polpo.join(".index").join(file)).unwrap();
+    }
+}
+
+/// SQL stores: clone the finished template run `RUNS_AND_RECORDS` times (`$1` is its id).
+fn copy_runs_statement(kind: StoreKind) -> String {
+    let series = series(kind, RUNS_AND_RECORDS);
+    format!(
+        "INSERT INTO runs (id, agent, session_id, status, error, created_at, updated_at, revision, last_seq) \
+         SELECT 'bench-' || lpad_i, agent, session_id, status, error, created_at + i, created_at + i, revision, \
+                last_seq \
+         FROM runs, ({series}) AS n WHERE id = $1"
+    )
 }
 
 fn pretty<T: serde::Serialize>(value: &T) -> Vec<u8> {
@@ -121,7 +138,7 @@ fn pretty<T: serde::Serialize>(value: &T) -> Vec<u8> {
 /// SQL stores: the statements that clone the template's rows `SESSIONS` times (`$1` is the
 /// template's id), one per table.
 fn copy_statements(kind: StoreKind) -> [String; 2] {
-    let series = series(kind);
+    let series = series(kind, SESSIONS);
     [
         format!(
             "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, \
@@ -138,27 +155,27 @@ fn copy_statements(kind: StoreKind) -> [String; 2] {
     ]
 }
 
-/// Numbers 1..=SESSIONS as `i` with their zero-padded text as `lpad_i`, in each dialect.
-fn series(kind: StoreKind) -> String {
+/// Numbers 1..=n as `i` with their zero-padded text as `lpad_i`, in each dialect.
+fn series(kind: StoreKind, n: i64) -> String {
     match kind {
         StoreKind::Postgres => {
-            format!("SELECT i, lpad(i::text, 6, '0') AS lpad_i FROM generate_series(1, {SESSIONS}) AS i")
+            format!("SELECT i, lpad(i::text, 6, '0') AS lpad_i FROM generate_series(1, {n}) AS i")
         }
         _ => format!(
-            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < {SESSIONS}) \
+            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < {n}) \
              SELECT i, printf('%06d', i) AS lpad_i FROM s"
         ),
     }
 }
 
-async fn fill(t: &TestStore, template: &Session) {
+/// Run `statements` (each binding `id` as `$1`) straight on a SQL store's database.
+async fn run_sql(t: &TestStore, statements: &[String], id: &str) {
     match &t.location {
-        Location::Path(p) if t.kind == StoreKind::File => copy_files(p, template),
         Location::Path(p) => {
             let url = format!("sqlite://{}", p.display());
             let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-            for sql in copy_statements(t.kind) {
-                sqlx::query(AssertSqlSafe(sql)).bind(&template.id).execute(&mut conn).await.unwrap();
+            for sql in statements {
+                sqlx::query(AssertSqlSafe(sql.clone())).bind(id).execute(&mut conn).await.unwrap();
             }
         }
         Location::Schema(schema) => {
@@ -166,10 +183,17 @@ async fn fill(t: &TestStore, template: &Session) {
                 .unwrap()
                 .options([("search_path", schema.as_str())]);
             let mut conn = sqlx::PgConnection::connect_with(&options).await.unwrap();
-            for sql in copy_statements(t.kind) {
-                sqlx::query(AssertSqlSafe(sql)).bind(&template.id).execute(&mut conn).await.unwrap();
+            for sql in statements {
+                sqlx::query(AssertSqlSafe(sql.clone())).bind(id).execute(&mut conn).await.unwrap();
             }
         }
+    }
+}
+
+async fn fill(t: &TestStore, template: &Session) {
+    match &t.location {
+        Location::Path(p) if t.kind == StoreKind::File => copy_files(p, template),
+        _ => run_sql(t, &copy_statements(t.kind), &template.id).await,
     }
 }
 
@@ -216,34 +240,48 @@ async fn measure(kind: StoreKind) {
     println!("  page of {PAGE} from the middle, first  {}", ms(first));
     println!("  next page of {PAGE} (by cursor)       {}", ms(second));
     println!("  get one session                    {}", ms(get));
-    if kind == StoreKind::File {
-        measure_runs_and_records(t).await;
-    } else {
-        t.finish().await;
-    }
+    measure_runs(t).await;
 }
 
-/// The file store again with `RUNS_AND_RECORDS` runs and records added beside its sessions.
-async fn measure_runs_and_records(t: TestStore) {
+/// The same store again with `RUNS_AND_RECORDS` finished runs added beside its sessions (and
+/// as many records in the file store).
+async fn measure_runs(t: TestStore) {
     let (run, record) = run_and_record_templates(&t).await;
-    let Location::Path(polpo) = &t.location else { unreachable!("the file store lives in a directory") };
     let started = Instant::now();
-    copy_run_and_record_files(polpo, &run, &record);
+    match &t.location {
+        Location::Path(polpo) if t.kind == StoreKind::File => copy_run_and_record_files(polpo, &run, &record),
+        _ => run_sql(&t, &[copy_runs_statement(t.kind)], &run.id).await,
+    }
     let filled = started.elapsed();
+    let (t, first_open) = t.reopen_timed().await;
     let (t, open) = t.reopen_timed().await;
+    let started = Instant::now();
+    let taken = t.store.runs.claim_next_run("bench", Duration::from_secs(60)).await.unwrap();
+    let takeover = started.elapsed();
+    assert_eq!(taken, None, "every stored run is finished");
     let middle = copy_id(RUNS_AND_RECORDS / 2);
     let started = Instant::now();
     let got = t.store.runs.get_run(&middle).await.unwrap().unwrap();
     let get_run = started.elapsed();
     assert_eq!((got.last_seq, got.agent.as_str()), (2, "bench"));
     let started = Instant::now();
-    let page = t.store.records.list_records(COLLECTION, &PageRequest::first(PAGE)).await.unwrap();
-    let records_page = started.elapsed();
-    assert_eq!(page.items.first().map(|r| r.id.clone()), Some(copy_id(RUNS_AND_RECORDS)), "newest record first");
-    println!("File + {RUNS_AND_RECORDS} runs and {RUNS_AND_RECORDS} records (filled in {:.1} s)", filled.as_secs_f64());
+    let runs = t.store.runs.list_runs(&RunFilter::default(), &PageRequest::first(PAGE)).await.unwrap();
+    let runs_page = started.elapsed();
+    assert_eq!(runs.items.first().map(|r| r.id.clone()), Some(copy_id(RUNS_AND_RECORDS)), "newest run first");
+    let kind = t.kind;
+    println!("{kind:?} + {RUNS_AND_RECORDS} finished runs (filled in {:.1} s)", filled.as_secs_f64());
+    println!("  first open after the fill          {}", ms(first_open));
     println!("  open to ready                      {}", ms(open));
+    println!("  start-up takeover query            {}", ms(takeover));
     println!("  get one run                        {}", ms(get_run));
-    println!("  first page of {PAGE} records          {}", ms(records_page));
+    println!("  first page of {PAGE} runs             {}", ms(runs_page));
+    if kind == StoreKind::File {
+        let started = Instant::now();
+        let page = t.store.records.list_records(COLLECTION, &PageRequest::first(PAGE)).await.unwrap();
+        let records_page = started.elapsed();
+        assert_eq!(page.items.first().map(|r| r.id.clone()), Some(copy_id(RUNS_AND_RECORDS)), "newest record first");
+        println!("  first page of {PAGE} records (+{RUNS_AND_RECORDS}) {}", ms(records_page));
+    }
     t.finish().await;
 }
 

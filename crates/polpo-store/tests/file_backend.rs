@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use polpo_core::message::Message;
 use polpo_store::{
-    FileStore, NewMessage, NewRun, NewSession, PageRequest, SessionFilter, StoreKind, SystemClock, open_store,
+    Cursor, FileStore, NewMessage, NewRun, NewSession, PageRequest, RunFilter, RunStatus, SessionFilter, StoreKind,
+    SystemClock, open_store,
 };
 use serde_json::{Value, json};
 
@@ -360,4 +361,81 @@ async fn record_collections_read_on_first_use_after_a_reopen_show_every_record()
     assert_eq!(store.records.put_record("approvals", "x", json!({"ok": true}), Some(1)).await.unwrap().revision, 2);
     assert_eq!(store.records.collections().await.unwrap(), ["approvals", "notes"]);
     assert!(store.records.get_record("../notes", "a").await.unwrap().is_none());
+}
+
+/// The ids of a page of runs (newest first).
+async fn run_ids(store: &polpo_store::Store, filter: &RunFilter, page: &PageRequest) -> (Vec<String>, Option<Cursor>) {
+    let page = store.runs.list_runs(filter, page).await.unwrap();
+    (page.items.iter().map(|r| r.id.clone()).collect(), page.next)
+}
+
+#[tokio::test]
+async fn open_reads_only_unfinished_runs_which_stay_claimable_and_lists_page_through_the_run_index() {
+    let root = tempfile::tempdir().unwrap();
+    let polpo = root.path().join(".polpo");
+    let (done, open_runs, ttl) = {
+        let store = open(root.path()).await;
+        let mk = |agent: &str| store.runs.create_run(NewRun { agent: agent.into(), ..Default::default() });
+        let mut done = Vec::new();
+        for i in 0..5 {
+            let r = mk(if i % 2 == 0 { "even" } else { "odd" }).await.unwrap();
+            store.runs.append_event(&r.id, "run.started", json!({})).await.unwrap();
+            store.runs.update_run_status(&r.id, RunStatus::Completed, None, None).await.unwrap();
+            done.push(r.id);
+        }
+        let running = mk("even").await.unwrap();
+        let paused = mk("odd").await.unwrap();
+        store.runs.update_run_status(&paused.id, RunStatus::Paused, None, None).await.unwrap();
+        let ttl = std::time::Duration::from_secs(60);
+        store.runs.claim_run(&running.id, "dead-server", ttl).await.unwrap();
+        // An event appended after the header was last written: reconciled from the journal.
+        store.runs.append_event(&running.id, "model.called", json!({})).await.unwrap();
+        (done, vec![running.id, paused.id], ttl)
+    };
+    // Only the unfinished runs are named in the open-run journal (after compaction at most
+    // one line per run that ever opened).
+    let named: Vec<String> = lines(&polpo.join(".index").join("runs.open"))
+        .iter()
+        .filter(|l| l["open"] == json!(true))
+        .map(|l| l["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(open_runs.iter().all(|id| named.contains(id)), "{named:?}");
+    // A finished run's header that no longer parses does not stop the store from opening:
+    // finished runs are not read at open, only when asked for.
+    let header = polpo.join("runs").join(&done[0]).join("run.json");
+    let intact = std::fs::read(&header).unwrap();
+    std::fs::write(&header, b"{").unwrap();
+    let store = open(root.path()).await;
+    assert_eq!(store.runs.get_run(&done[0]).await.unwrap_err().code(), "store_corrupt");
+    std::fs::write(&header, intact).unwrap();
+    let running = store.runs.get_run(&open_runs[0]).await.unwrap().unwrap();
+    assert_eq!((running.status, running.last_seq), (RunStatus::Running, 1));
+    assert_eq!(store.runs.get_run(&done[1]).await.unwrap().unwrap().status, RunStatus::Completed);
+
+    // Unfinished runs by status come from memory; the rest through the run index.
+    let by = |status| RunFilter { status: Some(status), ..Default::default() };
+    assert_eq!(run_ids(&store, &by(RunStatus::Paused), &PageRequest::first(20)).await.0, [open_runs[1].clone()]);
+    assert_eq!(run_ids(&store, &by(RunStatus::Running), &PageRequest::first(20)).await.0, [open_runs[0].clone()]);
+    let even = RunFilter { agent: Some("even".into()), ..Default::default() };
+    assert_eq!(
+        run_ids(&store, &even, &PageRequest::first(20)).await.0,
+        [open_runs[0].as_str(), &done[4], &done[2], &done[0]]
+    );
+    let completed = by(RunStatus::Completed);
+    let (first, cursor) = run_ids(&store, &completed, &PageRequest::first(2)).await;
+    assert_eq!(first, [done[4].as_str(), &done[3]]);
+    let (second, cursor) = run_ids(&store, &completed, &PageRequest::after(cursor.unwrap(), 2)).await;
+    assert_eq!(second, [done[2].as_str(), &done[1]]);
+    let (last, cursor) = run_ids(&store, &completed, &PageRequest::after(cursor.unwrap(), 2)).await;
+    assert_eq!((last, cursor), (vec![done[0].clone()], None));
+
+    // The run the dead server held is taken over once its lease lapses; the paused one is not.
+    assert!(store.runs.claim_next_run("me", ttl).await.unwrap().is_none(), "lease still live");
+    store.runs.release_lease(&open_runs[0], "dead-server").await.unwrap();
+    assert_eq!(store.runs.claim_next_run("me", ttl).await.unwrap().unwrap().run_id, open_runs[0]);
+    store.runs.update_run_status(&open_runs[0], RunStatus::Completed, None, None).await.unwrap();
+    drop(store);
+    let store = open(root.path()).await;
+    let running = run_ids(&store, &by(RunStatus::Running), &PageRequest::first(20)).await.0;
+    assert!(running.is_empty(), "{running:?}");
 }

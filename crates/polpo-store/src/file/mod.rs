@@ -3,6 +3,8 @@
 //! ```text
 //! .polpo/sessions/<id>/session.json + messages.jsonl
 //! .polpo/.index/sessions.sorted + sessions.log     (listing order of sessions, see order.rs)
+//! .polpo/.index/runs.sorted + runs.log             (listing order of runs, see order.rs)
+//! .polpo/.index/runs.open                          (the unfinished runs, see open_runs.rs)
 //! .polpo/runs/<id>/run.json + events.jsonl + checkpoint.json + lease.json
 //! .polpo/effects/<sha256(key)>.json
 //! .polpo/records/<collection>/<id>.json
@@ -14,13 +16,17 @@
 //! and a header (`session.json`, `run.json`) that lags behind is brought up to date at close
 //! (sessions) or reconciled from the journal when it is next read (counts, title, times; a
 //! session's revision moves by one per reconciled message, so it never goes back). The other
-//! files are the truth for the rest. Sessions are read when first used, not at open: a cache
-//! keeps the ones in use (header, journal offsets, lock), at most [`SESSION_CACHE`] idle ones
-//! (least recently used dropped first, a lagging header written durably as it goes), and `.index/sessions.log` (see
-//! `order.rs`) orders them for listing. A record collection is read whole on its first use.
-//! An in-memory index of runs, leases and effects (loaded
-//! at open, reconciled with the journals) makes their lookups and listings cheap; journals are
-//! read from disk. The index mutex is held only to look up and update entries: session writes hold
+//! files are the truth for the rest. Opening the store reads nothing per stored session, run,
+//! effect, record, task or mission: it reads the listing journals (kept short by compaction)
+//! and the unfinished runs named in `.index/runs.open` (those a crash may have left behind,
+//! reconciled with their journals and kept in memory with their leases, so the takeover
+//! queries look at them only). Sessions and runs are read when first used: caches keep the ones
+//! in use (header, journal offsets, lock), at most [`SESSION_CACHE`] idle sessions and a
+//! bounded number of finished runs (least recently used dropped first, a lagging session
+//! header written durably as it goes), and the orders under `.index/` (see `order.rs`) list
+//! them a page at a time. Effects are read by key when asked for. A record collection is read
+//! whole on its first use; tasks and missions on the first use of either. Journals are read
+//! from disk. The index mutex is held only to look up and update entries: session writes hold
 //! a per-session lock across their fsyncs, so one session's writes stay ordered and different
 //! sessions write in parallel. The `flock` keeps a second process out.
 
@@ -29,6 +35,7 @@ mod fsio;
 mod journal;
 mod lock;
 mod memory;
+mod open_runs;
 mod order;
 mod ordered;
 mod recency;
@@ -37,7 +44,7 @@ mod runs;
 mod sessions;
 mod work;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -46,7 +53,7 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::{Clock, IdGen, Seams, now_ms};
 use crate::error::StoreError;
-use crate::model::{Effect, Lease, Record, Run, RunEvent, Session, StoredMessage};
+use crate::model::{Lease, Record, Run, Session, StoredMessage};
 use journal::Journal;
 
 /// The file backend. Cheap to clone; all clones share one index and one lock.
@@ -65,21 +72,30 @@ struct Inner {
     index: Mutex<Index>,
     /// The listing order of sessions; its own lock, so a create's fsync of its key holds up
     /// no other operation. Never taken while holding `index`.
-    order: Mutex<order::SessionOrder>,
+    order: Mutex<order::KeyOrder<sessions::SessionFields>>,
     /// Typed memory items, read on their first use (see `memory.rs`).
     memory: memory::MemoryFiles,
     _lock: lock::StoreLock,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Index {
     /// The sessions in the cache (see [`Inner::load_session`]).
     sessions: HashMap<String, Session>,
     /// When each cached session was last used, for dropping the least recent.
     recency: recency::Recency,
-    runs: ordered::Ordered<Run>,
+    /// The runs in the cache: every unfinished run, and recently used finished ones.
+    runs: HashMap<String, Run>,
+    /// When each cached run was last used, for dropping the least recent finished ones.
+    run_recency: recency::Recency,
+    /// The unfinished runs (`.index/runs.open`).
+    open_runs: open_runs::OpenRuns,
+    /// The listing order of runs (`.index/runs.*`).
+    run_order: order::KeyOrder<runs::RunFields>,
+    /// Leases of cached runs.
     leases: HashMap<String, Lease>,
-    effects: HashMap<String, Effect>,
+    /// Every effect key, once a list has read them (see effects.rs).
+    effect_keys: Option<BTreeSet<String>>,
     /// Offsets of each session's `messages.jsonl`.
     messages: HashMap<String, Journal>,
     /// One write lock per session (and per session being created), held across that session's
@@ -97,6 +113,8 @@ struct Index {
     /// Record collections on disk not read yet: each is read whole on its first use, so open
     /// does not grow with the number of records. Only these names are ever read from disk.
     unread_collections: HashSet<String>,
+    /// Whether tasks and missions have been read (on the first use of either).
+    work_loaded: bool,
     /// Tasks by id.
     tasks: ordered::Ordered<crate::work::StoredTask>,
     /// Missions by id.
@@ -155,16 +173,26 @@ impl Inner {
         for sub in [SESSIONS, RUNS, EFFECTS, RECORDS, work::TASKS, work::MISSIONS] {
             fsio::create_dir_durable(&dir.join(sub))?;
         }
-        let order = order::SessionOrder::open(&dir, &dir.join(SESSIONS))?;
+        let sessions_dir = dir.join(SESSIONS);
+        let order = order::KeyOrder::open(&dir, SESSIONS, || sessions::session_keys(&sessions_dir))?;
         let index = Index::load(&dir)?;
-        Ok(Inner { dir, clock, ids, session_cache, index: Mutex::new(index), order: Mutex::new(order), memory: memory::MemoryFiles::default(), _lock: lock })
+        Ok(Inner {
+            dir,
+            clock,
+            ids,
+            session_cache,
+            index: Mutex::new(index),
+            order: Mutex::new(order),
+            memory: memory::MemoryFiles::default(),
+            _lock: lock,
+        })
     }
 
     fn index(&self) -> MutexGuard<'_, Index> {
         self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn order(&self) -> MutexGuard<'_, order::SessionOrder> {
+    fn order(&self) -> MutexGuard<'_, order::KeyOrder<sessions::SessionFields>> {
         self.order.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -293,6 +321,9 @@ impl Drop for Inner {
                 }
             }
         }
+        if let Err(e) = idx.run_order.close() {
+            tracing::warn!(error = %e, "could not compact the run index at close");
+        }
         let order = self.order.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Err(e) = order.close() {
             tracing::warn!(error = %e, "could not compact the session index at close");
@@ -316,34 +347,49 @@ impl Index {
         self.sessions.remove(id)
     }
 
-    /// Read every run, lease and effect (sessions and record collections are read when first
-    /// used), cutting torn
-    /// journal tails and reconciling run headers with their journals.
+    /// Open the store's indexes: the run order, the unfinished runs (read, reconciled with
+    /// their journals after a possible crash, and cached; ids found missing or finished are
+    /// dropped) and the names of the record collections. Nothing else is read.
     fn load(dir: &Path) -> Result<Index, StoreError> {
-        let mut index = Index::default();
-        for entry in subdirs(&dir.join(RUNS))? {
-            fsio::remove_stale_temps(&entry)?;
-            let Some(mut run) = fsio::read_json::<Run>(&entry.join("run.json"))? else { continue };
-            let (journal, last) = Journal::open::<RunEvent>(&entry.join("events.jsonl"))?;
-            run.last_seq = journal.count();
-            if let Some(last) = last {
-                run.updated_at = run.updated_at.max(last.created_at);
+        let runs_dir = dir.join(RUNS);
+        let run_order = order::KeyOrder::open(dir, RUNS, || runs::run_keys(&runs_dir))?;
+        let open_runs = open_runs::OpenRuns::open(dir, || runs::unfinished_runs(&runs_dir))?;
+        let mut index = Index {
+            sessions: HashMap::new(),
+            recency: recency::Recency::default(),
+            runs: HashMap::new(),
+            run_recency: recency::Recency::default(),
+            open_runs,
+            run_order,
+            leases: HashMap::new(),
+            effect_keys: None,
+            messages: HashMap::new(),
+            session_locks: HashMap::new(),
+            stale_headers: HashSet::new(),
+            events: HashMap::new(),
+            run_locks: HashMap::new(),
+            records: BTreeMap::new(),
+            unread_collections: HashSet::new(),
+            work_loaded: false,
+            tasks: ordered::Ordered::default(),
+            missions: ordered::Ordered::default(),
+        };
+        let mut gone = Vec::new();
+        let ids: Vec<String> = index.open_runs.ids().cloned().collect();
+        for id in ids {
+            match crate::model::validate_id("run", &id)
+                .ok()
+                .map(|()| runs::read_run(&runs_dir.join(&id)))
+                .transpose()?
+            {
+                Some(Some((run, journal, lease))) if !run.status.is_terminal() => index.cache_run(run, journal, lease),
+                _ => gone.push(id),
             }
-            index.events.insert(run.id.clone(), journal);
-            if let Some(lease) = fsio::read_json::<Lease>(&entry.join("lease.json"))? {
-                index.leases.insert(run.id.clone(), lease);
-            }
-            index.runs.insert(run.id.clone(), run);
         }
+        index.open_runs.drop_all(&gone)?;
         for collection in subdirs(&dir.join(RECORDS))? {
             if let Some(name) = collection.file_name().and_then(|n| n.to_str()) {
                 index.unread_collections.insert(name.to_owned());
-            }
-        }
-        work::load(dir, &mut index)?;
-        for path in json_files(&dir.join(EFFECTS))? {
-            if let Some(effect) = fsio::read_json::<Effect>(&path)? {
-                index.effects.insert(effect.key.clone(), effect);
             }
         }
         Ok(index)

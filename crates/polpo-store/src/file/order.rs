@@ -1,16 +1,16 @@
-//! The listing order of sessions in the file backend, under `.polpo/.index/`, so that opening
-//! the store reads no session and a list reads only its page:
+//! Listing orders in the file backend (sessions, runs), under `.polpo/.index/`, so that opening
+//! the store reads no session or run and a list reads only its page. Each order `<name>` is:
 //!
-//! - `sessions.sorted`: (creation time, id) keys in ascending order, one JSON line each with
-//!   the fields a list filters on (agent, user, owner: fixed at creation). Written whole and
-//!   atomically (at compaction); a list finds its cursor by binary search over byte offsets
-//!   and reads lines backwards from there.
-//! - `sessions.log`: an append-only, fsynced journal of keys added and removed since, read
+//! - `<name>.sorted`: (creation time, id) keys in ascending order, one JSON line each with
+//!   the fields a list filters on (fixed at creation). Written whole and atomically (at
+//!   compaction); a list finds its cursor by binary search over byte offsets and reads lines
+//!   backwards from there.
+//! - `<name>.log`: an append-only, fsynced journal of keys added and removed since, read
 //!   at open (compaction keeps it short) and merged with the sorted file by every list.
 //!
-//! A key is appended before the session's files are written, and a removal after its header
-//! is deleted, so a crash can leave a key without a session but never a session without its
-//! key: listing skips a key whose session is missing, still being created, or was created at
+//! A key is appended before the entry's files are written, and a removal after its header
+//! is deleted, so a crash can leave a key without an entry but never an entry without its
+//! key: listing skips a key whose entry is missing, still being created, or was created at
 //! another time. Compaction merges the journal into a new sorted file, then empties the
 //! journal; a crash between the two replays the journal over keys that already have it,
 //! which changes nothing.
@@ -21,11 +21,11 @@ use std::io::{Read, Seek, SeekFrom};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::fsio;
 use crate::error::StoreError;
-use crate::model::{Session, SessionFilter};
 
 /// The directory of the file backend's listing indexes (ids never start with '.').
 pub(super) const INDEX_DIR: &str = ".index";
@@ -42,88 +42,60 @@ pub(super) type Key = (i64, String);
 
 /// One line of either file: a key added with its filter fields, or (without them) removed.
 #[derive(Debug, Serialize, Deserialize)]
-struct Line {
+struct Line<F> {
     t: i64,
     id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    add: Option<Fields>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    add: Option<F>,
 }
 
-impl Line {
+impl<F> Line<F> {
     fn key(&self) -> Key {
         (self.t, self.id.clone())
     }
 }
 
-/// What a session list filters on, copied into the index so filtering opens no session file.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Fields {
-    agent: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    user: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    owner: Option<String>,
-}
-
-impl Fields {
-    fn of(session: &Session) -> Self {
-        Fields { agent: session.agent.clone(), user: session.user.clone(), owner: session.owner.clone() }
-    }
-
-    fn matches(&self, filter: &SessionFilter) -> bool {
-        filter.agent.as_ref().is_none_or(|a| *a == self.agent)
-            && (filter.user.is_none() || filter.user == self.user)
-            && (filter.owner.is_none() || filter.owner == self.owner)
-    }
-}
-
-fn key_of(session: &Session) -> Key {
-    (session.created_at.timestamp_millis(), session.id.clone())
-}
-
-/// The session index: where its files are, and the journal's keys in memory.
+/// One listing order: where its files are, and the journal's keys in memory. `F` is what a
+/// list filters on, copied into the index so filtering opens no entry's file.
 #[derive(Debug)]
-pub(super) struct SessionOrder {
+pub(super) struct KeyOrder<F> {
     sorted: PathBuf,
     log: PathBuf,
     /// Keys the journal added since the sorted file was written.
-    added: BTreeMap<Key, Fields>,
+    added: BTreeMap<Key, F>,
     /// Keys the journal removed from the sorted file.
     removed: BTreeSet<Key>,
     /// Lines in the journal.
     log_lines: usize,
 }
 
-impl SessionOrder {
-    /// Open the index under `data_dir`, building it once from the session directories when the
-    /// store predates it (the only time open reads every session), and read the journal.
-    pub(super) fn open(data_dir: &Path, sessions_dir: &Path) -> Result<Self, StoreError> {
+impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
+    /// Open order `name` under `data_dir`, building it once with `build` (every key there is)
+    /// when the store predates it (the only time open reads every entry), and read the journal.
+    pub(super) fn open(
+        data_dir: &Path,
+        name: &str,
+        build: impl FnOnce() -> Result<BTreeMap<Key, F>, StoreError>,
+    ) -> Result<Self, StoreError> {
         let dir = data_dir.join(INDEX_DIR);
         fsio::create_dir_durable(&dir)?;
         fsio::remove_stale_temps(&dir)?;
-        let (sorted, log) = (dir.join("sessions.sorted"), dir.join("sessions.log"));
+        let (sorted, log) = (dir.join(format!("{name}.sorted")), dir.join(format!("{name}.log")));
         if !sorted.exists() {
-            let mut keys = BTreeMap::new();
-            for entry in std::fs::read_dir(sessions_dir).map_err(|e| StoreError::io(sessions_dir, e))? {
-                let entry = entry.map_err(|e| StoreError::io(sessions_dir, e))?;
-                if let Some(session) = fsio::read_json::<Session>(&entry.path().join("session.json"))? {
-                    keys.insert(key_of(&session), Fields::of(&session));
-                }
-            }
-            fsio::write_atomic(&sorted, &render(keys)?)?;
+            fsio::write_atomic(&sorted, &render(build()?)?)?;
             fsio::write_atomic(&log, b"")?;
         }
         fsio::repair_tail(&log)?;
-        let lines = fsio::parse_lines::<Line>(&log, &fsio::read_bounded(&log)?.unwrap_or_default())?;
+        let lines = fsio::parse_lines::<Line<F>>(&log, &fsio::read_bounded(&log)?.unwrap_or_default())?;
         let mut order =
-            SessionOrder { sorted, log, added: BTreeMap::new(), removed: BTreeSet::new(), log_lines: lines.len() };
+            KeyOrder { sorted, log, added: BTreeMap::new(), removed: BTreeSet::new(), log_lines: lines.len() };
         for line in lines {
             order.apply(line);
         }
         Ok(order)
     }
 
-    fn apply(&mut self, line: Line) {
+    fn apply(&mut self, line: Line<F>) {
         let key = line.key();
         match line.add {
             Some(fields) => {
@@ -137,39 +109,37 @@ impl SessionOrder {
         }
     }
 
-    fn append(&mut self, line: Line) -> Result<(), StoreError> {
+    fn append(&mut self, line: Line<F>) -> Result<(), StoreError> {
         fsio::append_lines(&self.log, std::slice::from_ref(&line))?;
         self.log_lines += 1;
         self.apply(line);
         if self.log_lines >= COMPACT_AT { self.compact() } else { Ok(()) }
     }
 
-    /// Durably add a session's key, before its files are written (until they are, lists skip
-    /// it: the session is still being created).
-    pub(super) fn add(&mut self, session: &Session) -> Result<(), StoreError> {
-        let (t, id) = key_of(session);
-        self.append(Line { t, id, add: Some(Fields::of(session)) })
+    /// Durably add an entry's key, before its files are written (until they are, lists skip
+    /// it: the entry is still being created).
+    pub(super) fn add(&mut self, (t, id): Key, fields: F) -> Result<(), StoreError> {
+        self.append(Line { t, id, add: Some(fields) })
     }
 
-    /// Durably remove a deleted session's key (after its header is gone).
-    pub(super) fn remove(&mut self, session: &Session) -> Result<(), StoreError> {
-        let (t, id) = key_of(session);
+    /// Durably remove a deleted entry's key (after its header is gone).
+    pub(super) fn remove(&mut self, (t, id): Key) -> Result<(), StoreError> {
         self.append(Line { t, id, add: None })
     }
 
-    /// Up to `n` keys matching `filter`, newest first, strictly before `before` (from the
+    /// Up to `n` keys whose fields `keep` accepts, newest first, strictly before `before` (from the
     /// newest when `None`): the journal's from memory, the sorted file's from around the cursor.
     pub(super) fn before(
         &self,
         before: Option<&Key>,
-        filter: &SessionFilter,
+        keep: impl Fn(&F) -> bool,
         n: usize,
     ) -> Result<Vec<Key>, StoreError> {
         let mut keys: Vec<Key> = self
             .added
             .range::<Key, _>((Bound::Unbounded, before.map_or(Bound::Unbounded, Bound::Excluded)))
             .rev()
-            .filter(|(_, f)| f.matches(filter))
+            .filter(|(_, f)| keep(f))
             .take(n)
             .map(|(k, _)| k.clone())
             .collect();
@@ -180,11 +150,11 @@ impl SessionOrder {
         };
         let mut from_file = 0;
         while from_file < n && end > 0 {
-            let (start, lines) = sorted.lines_before(end)?;
+            let (start, lines) = sorted.lines_before::<F>(end)?;
             for line in lines.into_iter().rev() {
                 let key = line.key();
                 let live = !self.removed.contains(&key) && !self.added.contains_key(&key);
-                if live && from_file < n && line.add.as_ref().is_some_and(|f| f.matches(filter)) {
+                if live && from_file < n && line.add.as_ref().is_some_and(&keep) {
                     keys.push(key);
                     from_file += 1;
                 }
@@ -203,8 +173,8 @@ impl SessionOrder {
             return Ok(());
         }
         let bytes = fsio::read_bounded(&self.sorted)?.unwrap_or_default();
-        let mut keys: BTreeMap<Key, Fields> = BTreeMap::new();
-        for line in fsio::parse_lines::<Line>(&self.sorted, &bytes)? {
+        let mut keys: BTreeMap<Key, F> = BTreeMap::new();
+        for line in fsio::parse_lines::<Line<F>>(&self.sorted, &bytes)? {
             let key = line.key();
             if let Some(fields) = line.add.filter(|_| !self.removed.contains(&key)) {
                 keys.insert(key, fields);
@@ -225,7 +195,7 @@ impl SessionOrder {
     }
 }
 
-fn render(keys: BTreeMap<Key, Fields>) -> Result<Vec<u8>, StoreError> {
+fn render<F: Serialize>(keys: BTreeMap<Key, F>) -> Result<Vec<u8>, StoreError> {
     let mut out = Vec::new();
     for ((t, id), fields) in keys {
         serde_json::to_writer(&mut out, &Line { t, id, add: Some(fields) })
@@ -265,7 +235,7 @@ impl<'a> Sorted<'a> {
 
     /// The first line starting at or after byte `pos`: its start, end (after the newline) and
     /// content; `None` past the last line.
-    fn line_from(&mut self, pos: u64) -> Result<Option<(u64, u64, Line)>, StoreError> {
+    fn line_from<F: DeserializeOwned>(&mut self, pos: u64) -> Result<Option<(u64, u64, Line<F>)>, StoreError> {
         let mut start = pos;
         if pos > 0 {
             // Skip the rest of the line that `pos - 1` is in.
@@ -302,7 +272,7 @@ impl<'a> Sorted<'a> {
         let (mut lo, mut hi) = (0, self.len);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            match self.line_from(mid)? {
+            match self.line_from::<serde::de::IgnoredAny>(mid)? {
                 Some((start, end, line)) if start < hi && line.key() < *key => lo = end,
                 _ => hi = mid,
             }
@@ -312,7 +282,7 @@ impl<'a> Sorted<'a> {
 
     /// The complete lines of the chunk ending at `end` (a line start), oldest first, and
     /// where the first of them starts.
-    fn lines_before(&mut self, end: u64) -> Result<(u64, Vec<Line>), StoreError> {
+    fn lines_before<F: DeserializeOwned>(&mut self, end: u64) -> Result<(u64, Vec<Line<F>>), StoreError> {
         let from = end.saturating_sub(CHUNK);
         let start = if from == 0 {
             0

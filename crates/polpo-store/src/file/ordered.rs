@@ -1,4 +1,4 @@
-//! A collection the file backend keeps in memory (runs, tasks, missions, records), by id and in
+//! A collection the file backend keeps in memory once read (tasks, missions, records), by id and in
 //! listing order, so a page walks only the keys before its cursor instead of sorting the
 //! whole collection for every page.
 
@@ -6,19 +6,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 
 use crate::error::StoreError;
-use crate::model::{Record, Run};
+use crate::model::Record;
 use crate::page::{Cursor, Page, PageRequest};
 use crate::work::{StoredMission, StoredTask};
 
 /// What a collection is listed by: newest first by (creation time in ms, id).
 pub(super) trait Listed {
     fn list_key(&self) -> (i64, String);
-}
-
-impl Listed for Run {
-    fn list_key(&self) -> (i64, String) {
-        (self.created_at.timestamp_millis(), self.id.clone())
-    }
 }
 
 impl Listed for Record {
@@ -62,18 +56,6 @@ impl<T: Listed> Ordered<T> {
             }
         }
         self.order.insert(key);
-    }
-
-    /// Change item `id` in place (its listing key follows if the change moves it).
-    pub(super) fn update(&mut self, id: &str, change: impl FnOnce(&mut T)) {
-        let Some(item) = self.by_id.get_mut(id) else { return };
-        let before = item.list_key();
-        change(item);
-        let after = item.list_key();
-        if after != before {
-            self.order.remove(&before);
-            self.order.insert(after);
-        }
     }
 
     pub(super) fn remove(&mut self, id: &str) -> Option<T> {

@@ -2,8 +2,13 @@
 
 use async_trait::async_trait;
 
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
+use super::order::Key;
 use super::{FileStore, Inner, Journal, SESSIONS, SessionGuard, SessionLock, fsio, owned};
 use crate::error::StoreError;
 use crate::model::{
@@ -11,6 +16,46 @@ use crate::model::{
 };
 use crate::page::{Cursor, Page, PageRequest};
 use crate::traits::SessionStore;
+
+/// What a session list filters on, kept in the session order (`.index/sessions.*`) so
+/// filtering opens no session file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct SessionFields {
+    agent: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner: Option<String>,
+}
+
+impl SessionFields {
+    fn of(session: &Session) -> Self {
+        SessionFields { agent: session.agent.clone(), user: session.user.clone(), owner: session.owner.clone() }
+    }
+
+    fn matches(&self, filter: &SessionFilter) -> bool {
+        filter.agent.as_ref().is_none_or(|a| *a == self.agent)
+            && (filter.user.is_none() || filter.user == self.user)
+            && (filter.owner.is_none() || filter.owner == self.owner)
+    }
+}
+
+fn key_of(session: &Session) -> Key {
+    (session.created_at.timestamp_millis(), session.id.clone())
+}
+
+/// Every session's key, read from the session directories: builds the session order once
+/// for a store that predates it.
+pub(super) fn session_keys(sessions_dir: &Path) -> Result<BTreeMap<Key, SessionFields>, StoreError> {
+    let mut keys = BTreeMap::new();
+    for entry in std::fs::read_dir(sessions_dir).map_err(|e| StoreError::io(sessions_dir, e))? {
+        let entry = entry.map_err(|e| StoreError::io(sessions_dir, e))?;
+        if let Some(session) = fsio::read_json::<Session>(&entry.path().join("session.json"))? {
+            keys.insert(key_of(&session), SessionFields::of(&session));
+        }
+    }
+    Ok(keys)
+}
 
 impl Inner {
     /// Claim a new session id: its lock goes into the index (so a second create or an import of
@@ -45,7 +90,10 @@ impl Inner {
         session: &Session,
         messages: &[StoredMessage],
     ) -> Result<(), StoreError> {
-        let written = self.order().add(session).and_then(|()| self.write_new_session(session, messages));
+        let written = self
+            .order()
+            .add(key_of(session), SessionFields::of(session))
+            .and_then(|()| self.write_new_session(session, messages));
         let journal = match written {
             Ok(j) => j,
             Err(e) => {
@@ -132,7 +180,7 @@ impl Inner {
         let size = page.size();
         let mut items = Vec::with_capacity(size + 1);
         while items.len() <= size {
-            let keys = self.order().before(before.as_ref(), filter, size + 1 - items.len())?;
+            let keys = self.order().before(before.as_ref(), |f| f.matches(filter), size + 1 - items.len())?;
             let Some(last) = keys.last().cloned() else { break };
             for (ms, id) in keys {
                 if let Some(session) = self.session(&id)?.filter(|s| s.created_at.timestamp_millis() == ms) {
@@ -186,7 +234,7 @@ impl Inner {
         let removed = self.index().forget_session(id);
         fsio::sync_dir(&dir)?;
         if let Some(session) = removed {
-            self.order().remove(&session)?;
+            self.order().remove(key_of(&session))?;
         }
         std::fs::remove_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
         fsio::sync_dir(&self.dir.join(SESSIONS))?;

@@ -23,8 +23,9 @@ pub(super) const TASKS: &str = "tasks";
 /// The folder of mission files under `.polpo/`.
 pub(super) const MISSIONS: &str = "missions";
 
-/// Read every task and mission file into the index.
-pub(super) fn load(dir: &Path, index: &mut Index) -> Result<(), StoreError> {
+/// Read every task and mission file into the index (on the first use of either, not at open:
+/// the readiness of a task depends on all the others, so they are kept whole in memory).
+fn load(dir: &Path, index: &mut Index) -> Result<(), StoreError> {
     for path in json_files(&dir.join(TASKS))? {
         if let Some(t) = fsio::read_json::<StoredTask>(&path)? {
             index.tasks.insert(t.task.id.clone(), t);
@@ -63,6 +64,16 @@ fn dependencies_first(batch: &[StoredTask]) -> Vec<&StoredTask> {
 }
 
 impl Inner {
+    /// The index lock, with tasks and missions read on their first use.
+    fn work_index(&self) -> Result<std::sync::MutexGuard<'_, Index>, StoreError> {
+        let mut idx = self.index();
+        if !idx.work_loaded {
+            load(&self.dir, &mut idx)?;
+            idx.work_loaded = true;
+        }
+        Ok(idx)
+    }
+
     fn work_path(&self, folder: &str, id: &str) -> PathBuf {
         self.dir.join(folder).join(format!("{id}.json"))
     }
@@ -78,7 +89,7 @@ impl Inner {
 
     fn create_tasks(&self, batch: Vec<Task>) -> Result<Vec<StoredTask>, StoreError> {
         let now = self.now();
-        let mut idx = self.index();
+        let mut idx = self.work_index()?;
         let deps: Vec<StoredTask> =
             work::outside_deps(&batch).iter().filter_map(|d| idx.tasks.get(d).cloned()).collect();
         let stored = work::new_tasks(batch, &deps, |m| idx.missions.contains_key(m), now, self.ids())?;
@@ -101,7 +112,7 @@ impl Inner {
 
     fn update_task(&self, task: Task, expected: u64) -> Result<StoredTask, StoreError> {
         let now = self.now();
-        let mut idx = self.index();
+        let mut idx = self.work_index()?;
         let current = idx.tasks.get(&task.id).ok_or_else(|| StoreError::not_found("task", &task.id))?;
         let next = work::updated_task(current, task, expected, now)?;
         work::check_title_free(&next.task, idx.tasks.values().map(|t| &t.task))?;
@@ -114,7 +125,7 @@ impl Inner {
         let ttl = model::lease_ttl(lease)?;
         let limit = work::claim_limit(limit)?;
         let now = self.now();
-        let mut idx = self.index();
+        let mut idx = self.work_index()?;
         let all: Vec<Task> = idx.tasks.values().map(|t| t.task.clone()).collect();
         let mut ready: Vec<StoredTask> = core::ready(&all)
             .into_iter()
@@ -142,7 +153,7 @@ impl Inner {
     fn hold_task(&self, id: &str, worker: &str, lease: Duration) -> Result<StoredTask, StoreError> {
         let ttl = model::lease_ttl(lease)?;
         let now = self.now();
-        let mut idx = self.index();
+        let mut idx = self.work_index()?;
         let current = idx.tasks.get(id).ok_or_else(|| StoreError::not_found("task", id))?;
         let next = work::held_task(current, worker, now + ttl, now)?;
         self.write_work(TASKS, id, &next, false)?;
@@ -151,7 +162,7 @@ impl Inner {
     }
 
     fn release_task(&self, id: &str, worker: &str) -> Result<(), StoreError> {
-        let mut idx = self.index();
+        let mut idx = self.work_index()?;
         let Some(current) = idx.tasks.get(id).filter(|t| t.claim.as_ref().is_some_and(|c| c.worker == worker)) else {
             return Ok(());
         };
@@ -163,7 +174,7 @@ impl Inner {
 
     fn import_task(&self, t: &StoredTask) -> Result<ImportOutcome, StoreError> {
         work::check_task_import(t)?;
-        let mut idx = self.index();
+        let mut idx = self.work_index()?;
         if let Some(existing) = idx.tasks.get(&t.task.id) {
             return model::same_import("task", &t.task.id, existing, t);
         }
@@ -183,7 +194,7 @@ impl Inner {
 
     fn import_mission(&self, m: &StoredMission) -> Result<ImportOutcome, StoreError> {
         work::check_mission_import(m)?;
-        let mut idx = self.index();
+        let mut idx = self.work_index()?;
         if let Some(existing) = idx.missions.get(&m.mission.id) {
             return model::same_import("mission", &m.mission.id, existing, m);
         }
@@ -195,7 +206,7 @@ impl Inner {
 
     fn create_mission(&self, mission: Mission) -> Result<StoredMission, StoreError> {
         let stored = work::new_mission(mission, self.now(), self.ids())?;
-        let mut idx = self.index();
+        let mut idx = self.work_index()?;
         let id = stored.mission.id.clone();
         if idx.missions.contains_key(&id) {
             return Err(StoreError::Conflict(format!("mission `{id}` already exists")));
@@ -208,7 +219,7 @@ impl Inner {
 
     fn update_mission(&self, mission: Mission, expected: u64) -> Result<StoredMission, StoreError> {
         let now = self.now();
-        let mut idx = self.index();
+        let mut idx = self.work_index()?;
         let current = idx.missions.get(&mission.id).ok_or_else(|| StoreError::not_found("mission", &mission.id))?;
         let next = work::updated_mission(current, mission, expected, now)?;
         work::check_name_free(&next.mission, idx.missions.values().map(|m| &m.mission))?;
@@ -225,14 +236,19 @@ impl TaskStore for FileStore {
     }
 
     async fn get_task(&self, id: &str) -> Result<Option<StoredTask>, StoreError> {
-        Ok(self.inner.index().tasks.get(id).cloned())
+        let id = id.to_owned();
+        self.blocking(move |s| Ok(s.work_index()?.tasks.get(&id).cloned())).await
     }
 
     async fn list_tasks(&self, filter: &TaskFilter, page: &PageRequest) -> Result<Page<StoredTask>, StoreError> {
-        self.inner.index().tasks.page(page, |t| {
-            filter.status.is_none_or(|s| s == t.task.status)
-                && (filter.mission_id.is_none() || filter.mission_id == t.task.mission_id)
+        let (filter, page) = (filter.clone(), page.clone());
+        self.blocking(move |s| {
+            s.work_index()?.tasks.page(&page, |t| {
+                filter.status.is_none_or(|s| s == t.task.status)
+                    && (filter.mission_id.is_none() || filter.mission_id == t.task.mission_id)
+            })
         })
+        .await
     }
 
     async fn update_task(&self, task: Task, expected_revision: u64) -> Result<StoredTask, StoreError> {
@@ -267,7 +283,8 @@ impl MissionStore for FileStore {
     }
 
     async fn get_mission(&self, id: &str) -> Result<Option<StoredMission>, StoreError> {
-        Ok(self.inner.index().missions.get(id).cloned())
+        let id = id.to_owned();
+        self.blocking(move |s| Ok(s.work_index()?.missions.get(&id).cloned())).await
     }
 
     async fn list_missions(
@@ -275,7 +292,11 @@ impl MissionStore for FileStore {
         filter: &MissionFilter,
         page: &PageRequest,
     ) -> Result<Page<StoredMission>, StoreError> {
-        self.inner.index().missions.page(page, |m| filter.status.is_none_or(|s| s == m.mission.status))
+        let (filter, page) = (filter.clone(), page.clone());
+        self.blocking(move |s| {
+            s.work_index()?.missions.page(&page, |m| filter.status.is_none_or(|s| s == m.mission.status))
+        })
+        .await
     }
 
     async fn update_mission(&self, mission: Mission, expected_revision: u64) -> Result<StoredMission, StoreError> {
