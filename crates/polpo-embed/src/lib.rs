@@ -4,10 +4,21 @@
 //! meaningful next to vectors made by the same model, so every [`Embedder`] names its
 //! [`EmbeddingIdentity`] and stores keep it with each vector: a query is compared only with vectors
 //! of the identity that embedded it, and a change of model means a reindex, never a silent mix.
+//!
+//! Providers: [`OpenAiEmbedder`] (any OpenAI-wire `/embeddings` server), the offline
+//! all-MiniLM-L6-v2 model run by candle ([`local`], cargo feature `local`), and
+//! [`HashingEmbedder`] for tests. [`embedder_from_config`] picks one from configuration.
 
+mod config;
 mod hashing;
+pub mod local;
+pub mod openai;
 
+pub use config::{ConfigError, EmbedderEnv, EmbeddingConfig, embedder_from_config};
 pub use hashing::HashingEmbedder;
+#[cfg(feature = "local")]
+pub use local::LocalEmbedder;
+pub use openai::{OpenAiEmbedder, OpenAiSettings};
 
 use serde::{Deserialize, Serialize};
 

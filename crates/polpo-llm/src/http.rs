@@ -177,8 +177,10 @@ fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
         .or_else(date)
 }
 
-/// The provider's own error sentence from a JSON error envelope, or the body text, shortened.
-pub(crate) fn provider_message(body: &str) -> String {
+/// The provider's own error sentence from a JSON error envelope, or the body text, shortened:
+/// what a user is shown of a failed call to any provider (models, embeddings), bounded whatever
+/// the provider sent.
+pub fn provider_message(body: &str) -> String {
     let json: Option<serde_json::Value> = serde_json::from_str(body).ok();
     let message = json
         .as_ref()

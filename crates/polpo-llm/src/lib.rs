@@ -35,6 +35,7 @@ mod sse;
 pub use anthropic::AnthropicProvider;
 pub use config::{ApiKey, HttpPolicy, ProviderConfig, WireApi, builtin_provider_names};
 pub use fallback::{FallbackProvider, Target, falls_back};
+pub use http::provider_message;
 pub use openai::OpenAiProvider;
 pub use registry::{EnvLookup, Providers, ResolveError, split_model_id};
 pub use sse::{SseDecoder, SseEvent};

@@ -1,5 +1,6 @@
 //! Test support: scripted fake LLM servers that speak the real OpenAI and Anthropic wire
-//! formats over real HTTP. The only way a Polpo test replaces a model.
+//! formats over real HTTP, and a fake OpenAI embeddings server ([`FakeEmbeddings`]). The only
+//! way a Polpo test replaces a model.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -16,6 +17,7 @@
 //! ```
 
 mod anthropic;
+mod embeddings;
 pub mod mcp_demo;
 mod openai;
 pub mod pg;
@@ -26,6 +28,7 @@ mod server;
 pub mod site;
 pub mod strict;
 
+pub use embeddings::{EmbeddingsReply, FAKE_EMBEDDINGS_KEY, FakeEmbeddings};
 pub use project::ProjectFixture;
 pub use script::{Interruption, ScriptedError, Turn};
 pub use server::{EnvLookup, FakeLlm, Options, RecordedRequest};

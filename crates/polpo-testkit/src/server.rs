@@ -223,7 +223,7 @@ impl Drop for FakeLlm {
 }
 
 /// Lock a mutex, recovering from poisoning: a panicking test must not cascade into others.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
