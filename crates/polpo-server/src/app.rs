@@ -117,6 +117,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(routes::sessions::router())
         .merge(routes::teams::router())
         .merge(routes::skills::router())
+        .merge(routes::memory::router())
         .merge(routes::tasks::router())
         .merge(routes::missions::router())
         .merge(routes::vault::router())
@@ -195,7 +196,7 @@ fn needs_admin(method: &Method, path: &str) -> bool {
     let operates_tasks = ["/v1/tasks", "/v1/missions"].iter().any(|p| path == *p || path.starts_with(&format!("{p}/")));
     operates_tasks
         || guard::changes_state(method)
-            && (path.starts_with("/v1/agents")
+            && (path.starts_with("/v1/agents") && !routes::memory::is_memory_path(path)
                 || path.starts_with("/v1/skills")
                 || path == "/v1/loops"
                 || path.starts_with("/v1/loops/")

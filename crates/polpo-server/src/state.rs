@@ -54,6 +54,9 @@ pub struct AppState {
     /// `~/.polpo/vault.key`) and feeding the runtime's redaction list; the error when there
     /// is no usable key, which the vault routes answer with (`503 vault_key_missing`).
     pub vault: Result<Vault, VaultError>,
+    /// Typed memory over the runtime's store, for the memory routes: lexical only until the
+    /// host gives it an embedder (`polpo_memory::Memory::new` with `Some`).
+    pub memory: polpo_memory::Memory,
 }
 
 impl AppState {
@@ -68,6 +71,7 @@ impl AppState {
         let auth_failures = RateLimit::with_burst(AUTH_FAILURES_PER_MINUTE, AUTH_FAILURES_PER_MINUTE);
         let hosts = HostPolicy::for_server(!keys.is_empty());
         let editor = Arc::new(ProjectEditor::new(runtime.loaded().project.root.clone()));
+        let store_memory = runtime.store().memory.clone();
         let loops = Arc::new(LoopExecutor::new(runs.clone(), LoopOptions::default()));
         let orchestrator = Orchestrator::new(runs.clone(), OrchestratorOptions::from_env());
         let polpo_dir = runtime.loaded().project.root.join(".polpo");
@@ -92,6 +96,7 @@ impl AppState {
             orchestrator,
             vault,
             scheduler,
+            memory: polpo_memory::Memory::new(store_memory, None),
         }
     }
 }

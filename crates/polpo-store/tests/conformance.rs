@@ -13,6 +13,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::Duration as Span;
+use memory_suite::*;
 use polpo_core::message::{Message, Role, ToolCall, Usage};
 use polpo_store::{
     EffectClaim, EffectStatus, MAX_REASONING_BYTES, NewMessage, NewRun, NewRunEvent, NewSession, PageRequest,
@@ -20,7 +21,6 @@ use polpo_store::{
 };
 use serde_json::json;
 use support::TestStore;
-use memory_suite::*;
 use work_suite::*;
 
 fn code<T: std::fmt::Debug>(r: Result<T, StoreError>) -> &'static str {

@@ -9,6 +9,7 @@ pub mod health;
 pub mod loop_runs;
 pub mod loops;
 pub mod mcp;
+pub mod memory;
 pub mod missions;
 pub mod models;
 pub mod openapi;
