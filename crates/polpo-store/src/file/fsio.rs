@@ -58,6 +58,16 @@ pub(crate) fn create_dir_durable(dir: &Path) -> Result<(), StoreError> {
     }
 }
 
+/// Make the directories `names` under `parent` (which exists) and persist their entries with
+/// one fsync of `parent`: opening the store costs one directory fsync, not one per folder.
+pub(crate) fn create_subdirs_durable(parent: &Path, names: &[&str]) -> Result<(), StoreError> {
+    for name in names {
+        let dir = parent.join(name);
+        fs::create_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
+    }
+    sync_dir(parent)
+}
+
 /// Make a new entry directory holding an empty `file`, clearing a directory of the same name
 /// that a crash left behind (one without its header, so ignored at load). Nothing is fsynced:
 /// the caller's header write (an atomic rename, which fsyncs `dir`) and an fsync of `dir`'s

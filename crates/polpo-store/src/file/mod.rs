@@ -170,9 +170,10 @@ impl Inner {
     fn open(dir: PathBuf, Seams { clock, ids }: Seams, session_cache: usize) -> Result<Self, StoreError> {
         fsio::create_dir_durable(&dir)?;
         let lock = lock::StoreLock::acquire(&dir)?;
-        for sub in [SESSIONS, RUNS, EFFECTS, RECORDS, work::TASKS, work::MISSIONS] {
-            fsio::create_dir_durable(&dir.join(sub))?;
-        }
+        fsio::create_subdirs_durable(
+            &dir,
+            &[SESSIONS, RUNS, EFFECTS, RECORDS, work::TASKS, work::MISSIONS, order::INDEX_DIR],
+        )?;
         let sessions_dir = dir.join(SESSIONS);
         let order = order::KeyOrder::open(&dir, SESSIONS, || sessions::session_keys(&sessions_dir))?;
         let index = Index::load(&dir)?;

@@ -77,8 +77,8 @@ impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
         name: &str,
         build: impl FnOnce() -> Result<BTreeMap<Key, F>, StoreError>,
     ) -> Result<Self, StoreError> {
+        // The directory is made when the store opens (see `Inner::open`).
         let dir = data_dir.join(INDEX_DIR);
-        fsio::create_dir_durable(&dir)?;
         fsio::remove_stale_temps(&dir)?;
         let (sorted, log) = (dir.join(format!("{name}.sorted")), dir.join(format!("{name}.log")));
         if !sorted.exists() {
