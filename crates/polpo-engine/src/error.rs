@@ -67,6 +67,10 @@ pub enum EngineError {
     /// A `turn:stop` hook failed and its `onFailure` is `fail`.
     #[error("hook_failed: {0}")]
     HookFailed(String),
+    /// A hook asked for approval of a tool call in a chat that cannot wait for it (not a
+    /// durable run): the client approves the request and retries with its `Idempotency-Key`.
+    #[error("approval_required: {0}")]
+    ApprovalRequired(String),
 }
 
 impl EngineError {
@@ -88,6 +92,7 @@ impl EngineError {
             Self::TerminationGateEffectUnconfirmed(_) => "termination_gate_effect_unconfirmed",
             Self::HookStopped(_) => "hook_stopped",
             Self::HookFailed(_) => "hook_failed",
+            Self::ApprovalRequired(_) => "approval_required",
         }
     }
 }

@@ -4,6 +4,7 @@
 //! forced tool outside the effective set, a client tool that shadows a server tool, or
 //! parallel client calls fail here, before any model call is paid for.
 
+use crate::approvals::ApprovalDesk;
 use crate::error::EngineError;
 use crate::hooks::InvocationHooks;
 use crate::interaction::{ASK_USER_QUESTION, Interactions, ask_user_spec, check_question};
@@ -58,6 +59,9 @@ pub struct Invocation {
     pub tool_context: ToolContext,
     /// The agent's runtime hooks; `None` when it has no hook packs.
     pub hooks: Option<InvocationHooks>,
+    /// Where a hook's `ask` on a tool call goes (a stored approval request); `None` refuses
+    /// the call (`approval_required`), as for a loop's tool step, which no one can retry.
+    pub approvals: Option<Arc<ApprovalDesk>>,
     /// How runtime tool schemas are shown (`toolLoading.mode`; progressive loading lives in
     /// `tools::loading`).
     pub tool_loading: ToolLoadingMode,

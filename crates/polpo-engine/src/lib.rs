@@ -17,6 +17,7 @@
 // lets rustc prove `Send`.
 #![recursion_limit = "256"]
 
+pub mod approvals;
 pub mod error;
 pub mod events;
 pub mod hooks;

@@ -7,6 +7,7 @@
 //! the turn added. Surfaces translate their input into a [`ChatInput`] and hand it to the run
 //! manager's `invoke` (in `runs`), which also decides how the answer is delivered.
 
+use crate::approvals::{ApprovalDesk, Pausable, Waiting};
 use crate::error::EngineError;
 use crate::events::bus::{DEFAULT_REPLAY, EventBus, RunEvents};
 use crate::events::{EventSink, RunEvent};
@@ -98,9 +99,14 @@ impl PreparedChat {
     }
 
     /// Run as a durable run: with `tools` (the agent's, `write` ones behind the effect
-    /// ledger), and with the `maxTurns` left after the `turns_used` a resumed run already spent
-    /// (at least one, to finish).
-    pub(crate) fn durable(mut self, tools: Vec<Arc<dyn Tool>>, turns_used: u32) -> Self {
+    /// ledger), with the `maxTurns` left after the `turns_used` a resumed run already spent
+    /// (at least one, to finish), and pausing as `run` when a hook's `ask` waits for a reviewer.
+    pub(crate) fn durable(mut self, tools: Vec<Arc<dyn Tool>>, turns_used: u32, run: Arc<dyn Pausable>) -> Self {
+        // A hook's `ask` pauses the run until a reviewer decides.
+        if let Some(desk) = &self.invocation.approvals {
+            let desk = ApprovalDesk { waiting: Waiting::Durable(run), ..(**desk).clone() };
+            self.invocation.approvals = Some(Arc::new(desk));
+        }
         self.invocation.tools = Arc::new(ToolSet::new(tools));
         self.invocation.max_turns = self.invocation.max_turns.saturating_sub(turns_used).max(1);
         self
@@ -555,6 +561,7 @@ impl Runtime {
         if let Some(hooks) = &mut invocation.hooks {
             hooks.info.session_id = Some(session.id.clone());
         }
+        let bound_request = input.request_id.clone();
         let identity = Identity {
             request_id: input.request_id.unwrap_or_else(|| format!("req-{}", self.ids().next_id())),
             run_id,
@@ -564,6 +571,21 @@ impl Runtime {
             surface: input.surface,
         };
         invocation.tool_context.invocation = serde_json::to_value(&identity).unwrap_or_default();
+        // A hook's `ask` in chat becomes an approval request, bound to the caller's request id
+        // (the server's `Idempotency-Key` binding) so a retry of that request finds the decision;
+        // a loop node's ask stays a refusal (its loop has gates of its own).
+        if invocation.hooks.is_some() && input.loop_context.is_none() {
+            invocation.approvals = Some(Arc::new(ApprovalDesk {
+                store: self.store.records.clone(),
+                events: self.bus.clone(),
+                clock: self.clock().clone(),
+                agent: invocation.agent.clone(),
+                run_id: identity.run_id.clone(),
+                session_id: session.id.clone(),
+                owner: session.owner.clone(),
+                waiting: bound_request.map_or(Waiting::Unbound, Waiting::Inline),
+            }));
+        }
         PreparedChat {
             runtime: self.clone(),
             invocation,
@@ -728,6 +750,7 @@ impl Runtime {
                 ..tool_context(&loaded.project, agent, cancel)
             },
             hooks,
+            approvals: None,
             tool_loading: c.tool_loading.as_ref().map_or(ToolLoadingMode::Auto, |t| t.mode),
             interactions,
             // Numbers of a config file fit an f32 sampling parameter (0 to 2).

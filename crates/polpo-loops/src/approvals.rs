@@ -1,14 +1,16 @@
-//! Approval requests of loop gates (collection `approvals`): reading and listing them,
-//! approving or rejecting one (the run becomes `approval_approved` with the gate among its
-//! `approvedGates`, or ends `approval_rejected`), and resuming an approved run from its last
-//! checkpoint — the steps before the gate are not run again. A request whose rule has a
-//! `timeout` is decided by the server (`timeoutAction`) once its deadline passes, also when
-//! it passed while no server ran.
+//! Approval requests (collection `approvals`, the engine's `ApprovalRecord`): reading and
+//! listing them, approving or rejecting one, and what the decision does. A loop gate's run
+//! becomes `approval_approved` with the gate among its `approvedGates` (resumed from its last
+//! checkpoint by `resume_approved` — the steps before the gate are not run again), or ends
+//! `approval_rejected`. A hook-asked tool call's durable run resumes at once, and the call
+//! runs or is refused as decided; an inline chat's request waits for its client's retry. A
+//! request with a `timeout` is decided by the server (`timeoutAction`) once its deadline
+//! passes, also when it passed while no server ran.
 
 use crate::durable::{StoredLoopRun, get_record, scan};
 use crate::error::LoopError;
 use crate::executor::LoopExecutor;
-use crate::record::{APPROVALS, ApprovalRecord, ApprovalStatus, ApprovedGate, LOOP_RUNS, LoopRunStatus, RunFailure};
+use crate::record::{APPROVALS, ApprovalStatus, ApprovedGate, LOOP_RUNS, LoopRunStatus, RunFailure};
 use chrono::{DateTime, Utc};
 use polpo_core::loops::config::TimeoutAction;
 use polpo_engine::events::EventKind;
@@ -34,30 +36,11 @@ pub enum Decision {
     Reject(String),
 }
 
-/// An approval request with its revision.
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct StoredApproval {
-    /// The request.
-    #[serde(flatten)]
-    pub approval: ApprovalRecord,
-    /// Bumped by every write.
-    pub revision: u64,
-    /// When it was requested.
-    pub requested_at: chrono::DateTime<chrono::Utc>,
-    /// When it was last written (resolved).
-    pub updated_at: chrono::DateTime<chrono::Utc>,
-}
+pub use polpo_engine::approvals::StoredApproval;
 
 fn parse(stored: polpo_store::Record) -> Result<StoredApproval, LoopError> {
-    let approval = serde_json::from_value(stored.value)
-        .map_err(|e| LoopError::RunRecordInvalid(format!("approval `{}`: {e}", stored.id)))?;
-    Ok(StoredApproval {
-        approval,
-        revision: stored.revision,
-        requested_at: stored.created_at,
-        updated_at: stored.updated_at,
-    })
+    let id = stored.id.clone();
+    StoredApproval::parse(stored).map_err(|e| LoopError::RunRecordInvalid(format!("approval `{id}`: {e}")))
 }
 
 fn to_value<T: Serialize>(value: &T) -> Result<serde_json::Value, LoopError> {
@@ -106,7 +89,10 @@ impl LoopExecutor {
         if stored.approval.status != ApprovalStatus::Pending {
             return Err(LoopError::NotResumable(format!("approval `{id}` is already resolved")));
         }
-        let run = self.stored_record(&stored.approval.loop_run_id, caller).await?;
+        let Some(gate) = stored.approval.loop_gate() else {
+            return self.resolve_tool_call(stored, reviewer, decision).await;
+        };
+        let run = self.stored_record(&gate.loop_run_id, caller).await?;
         if run.record.status != LoopRunStatus::AwaitingApproval || run.record.approval_request_id.as_deref() != Some(id)
         {
             return Err(LoopError::NotResumable(format!(
@@ -114,6 +100,7 @@ impl LoopExecutor {
                 run.record.id
             )));
         }
+        let gate = gate.gate.clone();
         let mut approval = stored.approval;
         let mut record = run.record;
         approval.resolved_by = Some(reviewer.to_owned());
@@ -123,7 +110,7 @@ impl LoopExecutor {
                 approval.note = note;
                 record.status = LoopRunStatus::ApprovalApproved;
                 record.approved_gates.push(ApprovedGate {
-                    gate: approval.gate.clone(),
+                    gate,
                     approval_request_id: id.to_owned(),
                     resolved_by: reviewer.to_owned(),
                 });
@@ -142,6 +129,46 @@ impl LoopExecutor {
         let written = store.put_record(APPROVALS, id, to_value(&approval)?, Some(stored.revision)).await?;
         store.put_record(LOOP_RUNS, &record.id, to_value(&record)?, Some(run.revision)).await?;
         approval.announce(self.runs.runtime().events(), EventKind::ApprovalResolved);
+        Ok(StoredApproval {
+            approval,
+            revision: written.revision,
+            requested_at: written.created_at,
+            updated_at: written.updated_at,
+        })
+    }
+
+    /// Decide a hook-asked tool call's request: stored resolved (by compare-and-set, so of two
+    /// reviewers one wins), announced, and its durable run — paused waiting for it — resumed,
+    /// where the call runs (approved) or the model is told it was refused (rejected).
+    async fn resolve_tool_call(
+        &self,
+        stored: StoredApproval,
+        reviewer: &str,
+        decision: Decision,
+    ) -> Result<StoredApproval, LoopError> {
+        let store = self.runs.runtime().store().records.clone();
+        let mut approval = stored.approval;
+        approval.resolved_by = Some(reviewer.to_owned());
+        let status = match decision {
+            Decision::Approve(note) => {
+                approval.note = note;
+                approval.status = ApprovalStatus::Approved;
+                "approved"
+            }
+            Decision::Reject(feedback) => {
+                approval.note = Some(feedback);
+                approval.status = ApprovalStatus::Rejected;
+                "rejected"
+            }
+        };
+        let written = store.put_record(APPROVALS, &approval.id, to_value(&approval)?, Some(stored.revision)).await?;
+        approval.announce(self.runs.runtime().events(), EventKind::ApprovalResolved);
+        if let Some(call) = approval.tool_call().filter(|c| c.durable)
+            && let Err(e) = self.runs.approval_decided(&call.run_id, &approval.id, status, reviewer).await
+        {
+            // The decision is stored: the run finds it when it is resumed or asks again.
+            tracing::warn!(run = call.run_id, approval = approval.id, code = e.code(), "run not resumed: {e}");
+        }
         Ok(StoredApproval {
             approval,
             revision: written.revision,
@@ -206,7 +233,9 @@ impl LoopExecutor {
                 };
                 // A reviewer or a cancel that got there first wins; the pass goes on.
                 let decided = match self.resolve(&approval.id, None, TIMEOUT_REVIEWER, decision).await {
-                    Ok(_) if approve => self.resume_approved(&approval.loop_run_id, None).await.map(|_| ()),
+                    Ok(_) if approve && let Some(gate) = approval.loop_gate() => {
+                        self.resume_approved(&gate.loop_run_id, None).await.map(|_| ())
+                    }
                     other => other.map(|_| ()),
                 };
                 if let Err(e) = decided {

@@ -5,8 +5,8 @@ use crate::context::{self, REQUEST};
 use crate::error::LoopError;
 use crate::human::HumanDesk;
 use crate::record::{
-    APPROVALS, AgentRun, ApprovalRecord, ApprovalStatus, ApprovedGate, Checkpoints, LoopRunRecord, LoopRunStatus,
-    LoopState, PendingHuman, RunFailure, StoredRequest,
+    APPROVALS, AgentRun, ApprovalRecord, ApprovalStatus, ApprovalSubject, ApprovedGate, Checkpoints, LoopGateRequest,
+    LoopRunRecord, LoopRunStatus, LoopState, PendingHuman, RunFailure, StoredRequest,
 };
 use crate::trace::{TraceEvent, TraceKind, TraceSink, TraceStatus, Tracer};
 use futures::FutureExt;
@@ -451,14 +451,16 @@ impl Run<'_> {
         });
         let approval = ApprovalRecord {
             id: format!("approval-{}", runtime.ids().next_id()),
-            loop_run_id: self.run_id.to_owned(),
-            loop_id: self.loop_id.to_owned(),
-            agent: self.request.agent.clone(),
             owner: self.request.owner.clone(),
             status: ApprovalStatus::Pending,
-            gate: gate.clone(),
             message: message.to_owned(),
-            context: lock(&self.saved).context.clone(),
+            subject: ApprovalSubject::Loop(LoopGateRequest {
+                loop_run_id: self.run_id.to_owned(),
+                loop_id: self.loop_id.to_owned(),
+                agent: self.request.agent.clone(),
+                gate: gate.clone(),
+                context: lock(&self.saved).context.clone(),
+            }),
             resolved_by: None,
             note: None,
             timeout: limit.map(|(timeout, _)| polpo_core::tasks::format_duration(timeout)),

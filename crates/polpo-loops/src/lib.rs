@@ -28,7 +28,7 @@ pub use error::LoopError;
 pub use executor::{DEFAULT_STEP_BUDGET, LoopExecutor, LoopFinished, LoopOptions, LoopRequest, MAX_PROJECTION_BYTES};
 pub use human::HumanDesk;
 pub use record::{
-    APPROVALS, AgentRun, ApprovalRecord, ApprovalStatus, ApprovedGate, LOOP_RUNS, LoopRunRecord, LoopRunStatus,
-    LoopState, PendingHuman, RunFailure, StoredRequest,
+    APPROVALS, AgentRun, ApprovalRecord, ApprovalStatus, ApprovalSubject, ApprovedGate, LOOP_RUNS, LoopGateRequest,
+    LoopRunRecord, LoopRunStatus, LoopState, PendingHuman, RunFailure, StoredRequest,
 };
 pub use trace::{TraceEvent, TraceKind, TraceSink, TraceStatus};

@@ -14,14 +14,11 @@
 use crate::error::LoopError;
 use crate::trace::TraceEvent;
 use crate::trace::Tracer;
-use polpo_core::loops::config::TimeoutAction;
 use polpo_core::loops::governance::Gate;
 use polpo_core::message::Message;
-use polpo_engine::events::EventKind;
-use polpo_engine::events::bus::EventBus;
 use polpo_store::{PageRequest, RecordStore, StoreError};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -181,85 +178,9 @@ pub struct LoopRunRecord {
     pub approved_gates: Vec<ApprovedGate>,
 }
 
-/// The store collection approval requests are kept in.
-pub const APPROVALS: &str = "approvals";
-
-/// Where an approval request is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalStatus {
-    /// Waiting for a reviewer.
-    Pending,
-    /// Approved: the run may resume past the gate.
-    Approved,
-    /// Rejected: the run ended `approval_rejected`.
-    Rejected,
-}
-
-/// An approval request: which gate of which run, and what the reviewer saw and decided.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ApprovalRecord {
-    /// `approval-<id>`.
-    pub id: String,
-    /// The loop run stopped at the gate.
-    pub loop_run_id: String,
-    /// Its loop.
-    #[serde(rename = "loop")]
-    pub loop_id: String,
-    /// Its agent.
-    pub agent: String,
-    /// The API client the run belongs to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    /// Where it is.
-    pub status: ApprovalStatus,
-    /// The rule and the point that asked.
-    pub gate: Gate,
-    /// The rule's message.
-    pub message: String,
-    /// The run's context at its last checkpoint.
-    pub context: Value,
-    /// The reviewer (the key id, or `local`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub resolved_by: Option<String>,
-    /// The reviewer's note (a rejection's feedback).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub note: Option<String>,
-    /// The rule's `timeout`, as written (`PT30M`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout: Option<String>,
-    /// When the server decides `timeout_action` if nobody has answered (store clock).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub deadline: Option<chrono::DateTime<chrono::Utc>>,
-    /// What the server decides then (`reject` by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_action: Option<TimeoutAction>,
-}
-
-impl ApprovalRecord {
-    /// Tell the live bus (`/api/v1/events`) that this request was raised
-    /// (`approval:requested`) or decided (`approval:resolved`), so a dashboard or a reviewer's
-    /// client learns of it without polling. The run's context stays out: it may hold secrets.
-    pub fn announce(&self, events: &EventBus, kind: EventKind) {
-        if let Some(name) = kind.bus_name() {
-            events.publish(
-                name,
-                json!({
-                    "approvalId": self.id,
-                    "type": "loop",
-                    "status": self.status,
-                    "loopRunId": self.loop_run_id,
-                    "loop": self.loop_id,
-                    "agent": self.agent,
-                    "gate": self.gate,
-                    "message": self.message,
-                    "resolvedBy": self.resolved_by,
-                }),
-            );
-        }
-    }
-}
+// Approval requests are one record for loop gates and hooks' tool calls, kept by the engine,
+// which writes the tool-call ones itself.
+pub use polpo_engine::approvals::{APPROVALS, ApprovalRecord, ApprovalStatus, ApprovalSubject, LoopGateRequest};
 
 /// A gate a reviewer approved.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -97,6 +97,11 @@ error_codes! {
     LoopHookFailed = "loop_hook_failed" => StatusCode::UNPROCESSABLE_ENTITY,
     /// A loop run stopped at an approval gate (stored `awaiting_approval`).
     LoopApprovalRequired = "loop_approval_required" => StatusCode::ACCEPTED,
+    /// A durable run paused for a hook-asked tool call's approval; it goes on once decided.
+    AwaitingApproval = "awaiting_approval" => StatusCode::ACCEPTED,
+    /// A hook asked for approval of a tool call in inline chat: approve it, then retry with
+    /// the same `Idempotency-Key`.
+    ApprovalRequired = "approval_required" => StatusCode::CONFLICT,
     /// No such route.
     RouteNotFound = "route_not_found" => StatusCode::NOT_FOUND,
     /// The resource changed since it was read.
@@ -355,18 +360,27 @@ pub struct ApiError {
     pub message: String,
     /// The durable run the failure concerns (`error.run_id`), for a client to follow it on.
     pub run_id: Option<String>,
+    /// The approval request the failure waits on (`error.approval_id`), for a client to
+    /// approve it and retry or follow the run.
+    pub approval_id: Option<String>,
 }
 
 impl ApiError {
     /// An error whose status follows from its code.
     pub fn new(code: impl Code, message: impl Into<String>) -> Self {
         let (code, status) = code.resolve();
-        Self { status, code, message: message.into(), run_id: None }
+        Self { status, code, message: message.into(), run_id: None, approval_id: None }
     }
 
     /// The same error, naming the durable run it concerns.
     pub fn for_run(mut self, run_id: &str) -> Self {
         self.run_id = Some(run_id.to_owned());
+        self
+    }
+
+    /// The same error, naming the approval request it waits on.
+    pub fn for_approval(mut self, approval_id: &str) -> Self {
+        self.approval_id = Some(approval_id.to_owned());
         self
     }
 
@@ -451,6 +465,9 @@ impl IntoResponse for ApiError {
         let mut body = error_body(&self.message, self.kind(), &self.code);
         if let Some(run_id) = self.run_id {
             body["error"]["run_id"] = run_id.into();
+        }
+        if let Some(approval_id) = self.approval_id {
+            body["error"]["approval_id"] = approval_id.into();
         }
         (self.status, Json(body)).into_response()
     }
@@ -711,6 +728,7 @@ mod tests {
             EngineError::TerminationGateEffectUnconfirmed("e".into()),
             EngineError::HookStopped("h".into()),
             EngineError::HookFailed("h".into()),
+            EngineError::ApprovalRequired("a".into()),
         ];
         engine.extend(kinds.map(|k| EngineError::Model(llm(k))));
         engine.extend(gates.map(|reason| EngineError::TerminationGateExhausted { reason, detail: "d".into() }));
@@ -730,7 +748,8 @@ mod tests {
                 | EngineError::TerminationGateCheckpointTooLarge(_)
                 | EngineError::TerminationGateEffectUnconfirmed(_)
                 | EngineError::HookStopped(_)
-                | EngineError::HookFailed(_) => {}
+                | EngineError::HookFailed(_)
+                | EngineError::ApprovalRequired(_) => {}
             }
         }
         let mut chat: Vec<ChatError> = vec![

@@ -109,6 +109,13 @@ pub async fn claim(
 }
 
 impl Claim {
+    /// The request's id: the same for every attempt of this request (the caller's key and
+    /// body), different for any other request, so what one attempt leaves for the request
+    /// (an approval a hook asked for) only its retries find.
+    pub fn request_id(&self) -> String {
+        format!("idem-{}", hex::encode(&Sha256::digest(format!("{}\n{}", self.id, self.request_hash))[..16]))
+    }
+
     /// Settle the key by how its request ended. Fails only when an answer could not be
     /// remembered (the key is then left to expire).
     pub async fn settle(mut self, how: Settlement) -> Result<(), ApiError> {

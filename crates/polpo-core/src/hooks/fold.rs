@@ -55,13 +55,14 @@ pub enum ToolBeforeVerdict {
         /// Why.
         reason: String,
     },
-    /// A human must approve first. Until approvals exist this refuses the call with
-    /// `approval_required`.
+    /// A human must approve first (an approval request holds the proposed call).
     ApprovalRequired {
         /// `pack/id`.
         hook: String,
         /// Why.
         reason: String,
+        /// The input a reviewer approves (after every `modify`).
+        input: Value,
     },
     /// End the run (`hook_stopped`).
     Stop {
@@ -149,7 +150,7 @@ impl ToolBeforeFold {
             return v;
         }
         match self.ask {
-            Some((hook, reason)) => ToolBeforeVerdict::ApprovalRequired { hook, reason },
+            Some((hook, reason)) => ToolBeforeVerdict::ApprovalRequired { hook, reason, input: self.input },
             None => ToolBeforeVerdict::Proceed { input: self.input },
         }
     }
@@ -169,6 +170,16 @@ pub enum Authorization {
         code: &'static str,
         /// Model-visible sentence.
         message: String,
+    },
+    /// A person must approve this call (with this input) before it runs; the runtime keeps
+    /// an approval request and runs the call only once a reviewer approved it.
+    Ask {
+        /// `pack/id` of the hook that asked.
+        hook: String,
+        /// Its reason.
+        reason: String,
+        /// The input to approve, validate and run.
+        input: Value,
     },
     /// Do not run, and end the run.
     EndRun {
@@ -193,12 +204,7 @@ pub fn authorize(policy: &ToolPolicy, tool: &str, verdict: ToolBeforeVerdict) ->
         ToolBeforeVerdict::Deny { code, hook, reason } => {
             Authorization::Refuse { code, message: format!("{reason} (hook {hook})") }
         }
-        ToolBeforeVerdict::ApprovalRequired { hook, reason } => Authorization::Refuse {
-            code: "approval_required",
-            message: format!(
-                "{reason} (hook {hook}); approvals are not available in this runtime yet, so the call was not run"
-            ),
-        },
+        ToolBeforeVerdict::ApprovalRequired { hook, reason, input } => Authorization::Ask { hook, reason, input },
         ToolBeforeVerdict::Stop { hook, reason } => {
             Authorization::EndRun { code: "hook_stopped", message: format!("{reason} (hook {hook})") }
         }

@@ -72,7 +72,9 @@ pub enum Delivery {
     Lost(EventsLost),
 }
 
-/// The runtime's event bus; one per [`crate::Runtime`], shared by every subscriber.
+/// The runtime's event bus; one per [`crate::Runtime`], shared by every subscriber (a clone
+/// is the same bus, for a part of the runtime that publishes without holding the runtime).
+#[derive(Clone)]
 pub struct EventBus {
     inner: Arc<Inner>,
 }

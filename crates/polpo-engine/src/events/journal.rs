@@ -119,9 +119,11 @@ pub enum EventKind {
     ScheduleMissed,
     /// A schedule's invocation could not start or ended with an error (bus).
     ScheduleFailed,
-    /// A run stopped at an approval gate and asks a person to decide (bus).
+    /// A run stopped at an approval gate, or a hook asked about a tool call, and a person must
+    /// decide (bus; a durable run also journals it).
     ApprovalRequested,
-    /// A person approved or rejected an approval request (bus).
+    /// A person approved or rejected an approval request (bus; a durable run resumed by the
+    /// decision journals it).
     ApprovalResolved,
 }
 
@@ -177,8 +179,8 @@ const NAMES: [(EventKind, Option<&str>, Option<&str>); 52] = [
     (EventKind::ScheduleFired, None, Some("schedule:fired")),
     (EventKind::ScheduleMissed, None, Some("schedule:missed")),
     (EventKind::ScheduleFailed, None, Some("schedule:failed")),
-    (EventKind::ApprovalRequested, None, Some("approval:requested")),
-    (EventKind::ApprovalResolved, None, Some("approval:resolved")),
+    (EventKind::ApprovalRequested, Some("approval.requested"), Some("approval:requested")),
+    (EventKind::ApprovalResolved, Some("approval.resolved"), Some("approval:resolved")),
 ];
 
 impl EventKind {
@@ -255,6 +257,34 @@ pub struct Paused {
     pub code: String,
     /// What to decide, e.g. `{key, tool}` of the unconfirmed effect.
     pub detail: Value,
+}
+
+/// A tool call a hook asked about and the request a person decides (`approval.requested`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalAsked {
+    /// The approval request.
+    pub approval_id: String,
+    /// The call it holds up.
+    pub call_id: String,
+    /// Its tool.
+    pub tool: String,
+    /// `pack/id` of the hook that asked.
+    pub hook: String,
+    /// The hook's reason.
+    pub message: String,
+}
+
+/// A decision that resumed a run paused for approval (`approval.resolved`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalDecided {
+    /// The approval request.
+    pub approval_id: String,
+    /// `approved` or `rejected`.
+    pub status: String,
+    /// The reviewer.
+    pub resolved_by: String,
 }
 
 /// How a paused run's effect was settled (`run.reconciled`).
@@ -400,6 +430,10 @@ journal_events! {
     Paused(Paused) = RunPaused,
     /// `run.reconciled`.
     Reconciled(Reconciled) = RunReconciled,
+    /// `approval.requested`: a hook asked about a tool call.
+    ApprovalRequested(ApprovalAsked) = ApprovalRequested,
+    /// `approval.resolved`: the decision that resumed the paused run.
+    ApprovalResolved(ApprovalDecided) = ApprovalResolved,
     /// `run.steering.queued`.
     SteeringQueued(Steering) = SteeringQueued,
     /// `run.steering.delivered`.
@@ -485,6 +519,15 @@ impl JournalEvent {
             RunEvent::HookStarted { .. } => Self::HookStarted(serde_json::to_value(event).unwrap_or_default()),
             RunEvent::HookCompleted { .. } => Self::HookCompleted(serde_json::to_value(event).unwrap_or_default()),
             RunEvent::TerminationGate { .. } => Self::TerminationGate(serde_json::to_value(event).unwrap_or_default()),
+            RunEvent::ApprovalRequested { approval_id, call_id, tool, hook, message } => {
+                Self::ApprovalRequested(ApprovalAsked {
+                    approval_id: approval_id.clone(),
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    hook: hook.clone(),
+                    message: message.clone(),
+                })
+            }
         })
     }
 
@@ -511,6 +554,13 @@ impl JournalEvent {
             Self::UsageCompleted(u) => {
                 RunEvent::TurnCompleted { turn: u.turn, usage: u.usage, finish_reason: u.finish_reason.clone() }
             }
+            Self::ApprovalRequested(a) => RunEvent::ApprovalRequested {
+                approval_id: a.approval_id.clone(),
+                call_id: a.call_id.clone(),
+                tool: a.tool.clone(),
+                hook: a.hook.clone(),
+                message: a.message.clone(),
+            },
             _ => return None,
         })
     }

@@ -108,6 +108,20 @@ pub enum RunEvent {
         /// Repairs so far (for `continuing`: the repair now starting).
         correction_cycle: u32,
     },
+    /// A runtime hook answered `ask` on a tool call and a person must approve it: the request
+    /// is stored (a durable run then pauses; inline chat fails `approval_required`).
+    ApprovalRequested {
+        /// The approval request (`POST /api/v1/approvals/{id}/approve`).
+        approval_id: String,
+        /// The call it holds up.
+        call_id: String,
+        /// Its tool.
+        tool: String,
+        /// `pack/id` of the hook that asked.
+        hook: String,
+        /// The hook's reason.
+        message: String,
+    },
 }
 
 /// Trace states of a termination gate.

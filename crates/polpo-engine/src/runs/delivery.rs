@@ -14,8 +14,9 @@
 
 use super::RunManager;
 use super::inline::InlineRun;
+use crate::approvals::AWAITING_APPROVAL;
 use crate::events::RunEvent;
-use crate::events::journal::JournalEvent;
+use crate::events::journal::{JournalEvent, Paused};
 use crate::meter::{Meter, Overhead};
 use crate::request::{ChatError, ChatInput, DeliveryMode, Failure, RunAnswer};
 use crate::runtime::PreparedChat;
@@ -212,10 +213,9 @@ impl RunManager {
                     Err(Failure { code: "aborted".into(), message: "aborted: the run was aborted".into() })
                 }
                 // The journal goes on past a pause (for the run's own followers); this answer ends.
-                JournalEvent::Paused(paused) => Err(Failure {
-                    message: format!("{}: the run is paused for reconciliation", paused.code),
-                    code: paused.code,
-                }),
+                JournalEvent::Paused(paused) => {
+                    Err(Failure { message: paused_message(&run_id, &paused), code: paused.code })
+                }
                 JournalEvent::Released(_) => Err(Failure {
                     code: RUN_HANDED_OVER.into(),
                     message: format!(
@@ -228,6 +228,16 @@ impl RunManager {
             break;
         }
         let _ = tx.send(Progress::Finished(Finished { result, seq, overhead: None }));
+    }
+}
+
+/// What a caller is told about a run that paused: what it waits for, and how it goes on.
+fn paused_message(run_id: &str, paused: &Paused) -> String {
+    match paused.detail.get("approvalId").and_then(serde_json::Value::as_str) {
+        Some(approval) if paused.code == AWAITING_APPROVAL => format!(
+            "{AWAITING_APPROVAL}: run `{run_id}` waits for approval {approval}; approve or reject it (POST /api/v1/approvals/{approval}/approve or /reject) and the run goes on: follow it with GET /v1/runs/{run_id}/events"
+        ),
+        _ => format!("{}: the run is paused for reconciliation", paused.code),
     }
 }
 

@@ -15,6 +15,7 @@
 //! hands this process's runs over on a graceful stop: checkpointed, leases released, taken
 //! over by the next server at once.
 
+mod approval;
 mod delivery;
 mod effects;
 mod inline;
@@ -271,7 +272,8 @@ impl RunManager {
                 }
             })
             .collect();
-        let prepared = prepared.durable(wrapped, state.turns_used()).controlled_by(state.clone());
+        let pausable = Arc::new(approval::PauseHere { state: state.clone(), cancel: cancel.clone() });
+        let prepared = prepared.durable(wrapped, state.turns_used(), pausable).controlled_by(state.clone());
         let active = Arc::new(Active { cancel: cancel.clone(), state: state.clone() });
         self.active().insert(run_id.clone(), active);
         // Launched during a shutdown (after it cancelled the active runs): hand it over at once.
@@ -374,6 +376,10 @@ impl RunManager {
             tracing::warn!(run = %run_id, code = e.code(), "run status could not be stored: {e}");
         }
         let _ = store.runs.release_lease(&run_id, &self.owner).await;
+        // A reviewer may have decided while the run was pausing: it goes on at once.
+        if let Some(pause) = state.paused() {
+            self.resume_if_decided(&run_id, &pause).await;
+        }
     }
 
     /// The run, or `None`.

@@ -7,6 +7,7 @@
 //! itself. After a call, `tool:after` hooks may replace the model-visible result. Results
 //! always come back in the model's order, even when a read-only batch ran concurrently.
 
+use crate::approvals::{Asked, Proposal};
 use crate::error::EngineError;
 use crate::events::{EventSink, RunEvent};
 use crate::hooks::InvocationHooks;
@@ -186,6 +187,10 @@ async fn run_gated(
             Authorization::Refuse { code, message } => {
                 return Ok(Gated::Refused(format!("{code}: {}", at.hooks.redact_text(message))));
             }
+            Authorization::Ask { hook, reason, input } => match ask(inv, at, call, &hook, &reason, &input).await? {
+                Asked::Run => arguments = input,
+                Asked::Refuse(e) => return Ok(Gated::Refused(at.hooks.redact_text(e))),
+            },
             Authorization::EndRun { message, .. } => {
                 return Err(EngineError::HookStopped(at.hooks.redact_text(message)));
             }
@@ -204,6 +209,31 @@ async fn run_gated(
     let redactor = &inv.tool_context.redactor;
     let result = result.map(|text| redactor.redact_text(&text)).map_err(|e: String| redactor.redact_text(&e));
     Ok(Gated::Ran { input: arguments, result })
+}
+
+/// A hook asked a person to approve `call` with `input`: the invocation's approval desk decides
+/// (a stored decision lets it run or refuses it; otherwise a durable run pauses and inline chat
+/// fails `approval_required`). Without a desk — a loop's tool step, which nobody could retry —
+/// the call is refused.
+async fn ask(
+    inv: &Invocation,
+    at: &At<'_>,
+    call: &ToolCall,
+    hook: &str,
+    reason: &str,
+    input: &Value,
+) -> Result<Asked, EngineError> {
+    let reason = at.hooks.redact_text(reason.to_owned());
+    let Some(desk) = &inv.approvals else {
+        return Ok(Asked::Refuse(format!(
+            "approval_required: {reason} (hook {hook}); nobody can approve a call here, so it was not run"
+        )));
+    };
+    // What the reviewer sees: the input without credentials or vault values.
+    let mut shown = input.clone();
+    polpo_core::hooks::redact(&mut shown, &at.hooks.secrets);
+    let proposal = Proposal { call_id: &call.id, tool: &call.name, input, shown, hook, reason: &reason, turn: at.turn };
+    desk.ask(proposal, at.sink).await
 }
 
 /// Arguments must be one JSON object of bounded size; an empty string means `{}`.

@@ -141,6 +141,7 @@ pub fn invocation_with(
         reasoning: None,
         tool_context: ToolContext::new(ws.path()),
         hooks,
+        approvals: None,
         tool_loading: polpo_core::config::ToolLoadingMode::Direct,
         interactions: Default::default(),
         temperature: None,

@@ -139,7 +139,7 @@ async fn deny_wins_over_allow_and_order_follows_scope_then_priority() {
 }
 
 #[tokio::test]
-async fn ask_requires_approval_which_refuses_the_call_for_now() {
+async fn ask_where_nobody_can_approve_refuses_the_call() {
     let ws = Workspace::new();
     let ask = ws.script("ask", r#"cat >/dev/null; echo '{"decision":"ask","reason":"needs a human"}'"#);
     let p = pack("policy", json!({"version": 1, "hooks": {"tool:before": [{"handler": cmd(ask)}]}}));

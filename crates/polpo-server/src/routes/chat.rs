@@ -127,6 +127,8 @@ struct Delivered {
     overhead: Option<Overhead>,
     /// Why a successful answer could not be remembered under its `Idempotency-Key`.
     unremembered: Option<ApiError>,
+    /// The approval request the run asked for last (a hook's `ask`), named in its error.
+    approval: Option<String>,
 }
 
 async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
@@ -165,6 +167,11 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
             Lookup::Claimed(claim) => Some(claim),
         },
     };
+    // The request id of an idempotent request is the same on every retry of it (same key, same
+    // body), so an approval a hook asked for in one attempt is found by the retry, and only by it.
+    if let Some(claim) = &claim {
+        input.request_id = Some(claim.request_id());
+    }
     let mut invoked = match state.runs.invoke(input, meter).await {
         Ok(invoked) => invoked,
         Err(e) => {
@@ -200,7 +207,10 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
             (Ok(_), Some(e)) => e.into_response(),
             (Ok(answer), None) => axum::Json(answer.body()).into_response(),
             (Err(failure), _) => {
-                let error = ApiError::new(&failure.code, failure.message);
+                let mut error = ApiError::new(&failure.code, failure.message);
+                if let Some(approval) = delivered.approval.as_deref() {
+                    error = error.for_approval(approval);
+                }
                 let mut response = if durable { error.for_run(&run_id) } else { error }.into_response();
                 if delivered.handed_over {
                     // A retry would start a second run while this one goes on (OpenAI SDKs
@@ -240,9 +250,13 @@ async fn deliver(
         }
     };
     send(&completion.role_chunk(), None);
+    let mut approval = None;
     let finished = loop {
         match invoked.next().await {
             Some(Progress::Event(event, seq)) => {
+                if let RunEvent::ApprovalRequested { approval_id, .. } = &event {
+                    approval = Some(approval_id.clone());
+                }
                 if let Some(chunk) = completion.event_chunk(&event) {
                     send(&chunk, seq);
                 }
@@ -270,7 +284,11 @@ async fn deliver(
             Settlement::HandedOver
         }
         Err(f) => {
-            send(&completion.error_chunk(&f.message, &f.code), seq);
+            let mut chunk = completion.error_chunk(&f.message, &f.code);
+            if let Some(approval) = &approval {
+                chunk["error"]["approval_id"] = approval.clone().into();
+            }
+            send(&chunk, seq);
             Settlement::Failed
         }
     };
@@ -284,7 +302,7 @@ async fn deliver(
     if let Some(tx) = chunks.as_ref().filter(|_| !handed_over) {
         let _ = tx.send(Event::default().data("[DONE]"));
     }
-    let _ = done.send(Delivered { answer, handed_over, overhead, unremembered });
+    let _ = done.send(Delivered { answer, handed_over, overhead, unremembered, approval });
 }
 
 /// The end of a streamed answer: suggestions, then the final chunk (with the overhead of a

@@ -92,14 +92,17 @@ fn row_allow_after_deny_cannot_lift_it() {
 }
 
 #[test]
-fn row_ask_without_deny_requires_approval_which_refuses_for_now() {
+fn row_ask_without_deny_requires_approval_of_the_modified_input() {
     let v = fold_before(vec![
         (before("a"), Ok(Decision::Ask { reason: "risky".into() })),
-        (before("b"), Ok(Decision::Allow)),
+        (before("b"), Ok(Decision::Modify { input: Some(json!({"command": "ls"})), result: None })),
     ]);
     assert!(matches!(v, ToolBeforeVerdict::ApprovalRequired { .. }));
-    let a = authorize(&ToolPolicy::unrestricted(), "bash", v);
-    assert!(matches!(a, Authorization::Refuse { code: "approval_required", .. }));
+    let a = authorize(&ToolPolicy::unrestricted(), "bash", v.clone());
+    assert_eq!(a, Authorization::Ask { hook: "p/a".into(), reason: "risky".into(), input: json!({"command": "ls"}) });
+    // The policy still wins over an ask: a denied tool is never offered for approval.
+    let policy = ToolPolicy::unrestricted().narrow(PolicyLayer::Agent, Some(&["read".to_string()]));
+    assert!(matches!(authorize(&policy, "bash", v), Authorization::Refuse { code: "tool_policy_denied", .. }));
 }
 
 #[test]
