@@ -17,6 +17,7 @@ pub mod loops;
 pub mod migrate;
 pub mod paths;
 mod read;
+pub mod schedules;
 pub mod skills;
 pub mod teams;
 

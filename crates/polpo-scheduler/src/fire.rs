@@ -59,7 +59,8 @@ pub(crate) async fn start(
         .map_err(|e| RunError { code: e.code().to_owned(), message: e.to_string() })
 }
 
-fn messages(input: &AgentInput) -> Result<Vec<Message>, RunError> {
+/// The conversation an agent or loop invocation starts with: its messages, then its prompt.
+pub(crate) fn messages(input: &AgentInput) -> Result<Vec<Message>, RunError> {
     let mut out: Vec<Message> = input
         .messages
         .iter()

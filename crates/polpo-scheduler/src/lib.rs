@@ -10,11 +10,14 @@
 //! A claim is leased (`CLAIM_LEASE`): a server that dies between the claim and the start
 //! leaves a `claimed` record that another server's pass takes over by compare-and-set once the
 //! lease lapses. The durable run id is derived from the occurrence, so a run the dead server
-//! already started is followed, never started twice.
+//! already started is followed, never started twice. Task, loop and webhook fires are named by
+//! the occurrence the same way (`targets`).
 
 mod fire;
 pub mod record;
 pub mod scheduler;
+mod targets;
 
 pub use record::{RunError, RunState, ScheduleRun};
 pub use scheduler::{PASS_EVERY, Pass, Scheduler, SchedulerError};
+pub use targets::Targets;

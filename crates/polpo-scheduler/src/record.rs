@@ -52,9 +52,18 @@ pub struct ScheduleRun {
     pub fired_at: Option<DateTime<Utc>>,
     /// Where it stands.
     pub status: RunState,
-    /// The engine's run id.
+    /// The engine's run id (an `agent` fire).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_id: Option<String>,
+    /// The task a `task` fire created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<String>,
+    /// The loop run a `loop` fire started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loop_run_id: Option<String>,
+    /// What a `webhook` fire got back: `{status}`, the HTTP status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<serde_json::Value>,
     /// Why it failed or was skipped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,

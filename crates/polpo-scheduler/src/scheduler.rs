@@ -7,8 +7,10 @@ use crate::record::{
     CURSORS, Cursor, MAX_KEY_LEN, RunError, RunState, ScheduleRun, escape, occurrence_id, run_id, runs_collection,
     trigger_id,
 };
+use crate::targets::{self, Launched, Targets};
 use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use polpo_core::schedules::Schedule;
+use polpo_core::schedules::config::Invocation;
 use polpo_core::schedules::plan::{Due, plan_due};
 use polpo_engine::events::EventKind;
 use polpo_engine::runs::{Progress, RunManager};
@@ -68,13 +70,15 @@ pub struct Pass {
 /// the project in force).
 pub struct Scheduler {
     runs: Arc<RunManager>,
+    targets: Targets,
     followers: TaskTracker,
 }
 
 impl Scheduler {
-    /// A scheduler firing through `runs`, with the time and store of its runtime.
-    pub fn new(runs: Arc<RunManager>) -> Arc<Self> {
-        Arc::new(Self { runs, followers: TaskTracker::new() })
+    /// A scheduler firing agents through `runs`, with the time and store of its runtime, and
+    /// tasks, loops and webhooks through `targets`.
+    pub fn new(runs: Arc<RunManager>, targets: Targets) -> Arc<Self> {
+        Arc::new(Self { runs, targets, followers: TaskTracker::new() })
     }
 
     fn store(&self) -> &Store {
@@ -223,6 +227,9 @@ impl Scheduler {
             fired_at: None,
             status: if busy { RunState::Skipped } else { RunState::Claimed },
             run_id: None,
+            task_id: None,
+            loop_run_id: None,
+            result: None,
             error: busy.then(|| RunError {
                 code: "max_concurrency".into(),
                 message: format!(
@@ -284,6 +291,9 @@ impl Scheduler {
         record: &Record,
         mut run: ScheduleRun,
     ) -> Result<ScheduleRun, SchedulerError> {
+        if !matches!(schedule.config.invocation, Invocation::Agent { .. } | Invocation::LegacyMission { .. }) {
+            return self.launch(schedule, record, run).await;
+        }
         let (at, id) = (run.scheduled_for, record.id.clone());
         run.fired_at = Some(self.now());
         let request_id = format!("{}/{id}", runs_collection(&schedule.id));
@@ -333,8 +343,81 @@ impl Scheduler {
         Ok(run)
     }
 
-    /// Invocations of `schedule` still running, on any server: its newest claims whose run
-    /// has not ended (a claim that never started counts until its lease lapses).
+    /// Start a task, loop or webhook fire (see [`targets`]) and record how it went: a task
+    /// created or a webhook delivered is `succeeded` at once; a loop run is `running` until its
+    /// walk here ends (one already started by a dead claimer keeps its own state).
+    async fn launch(
+        self: &Arc<Self>,
+        schedule: &Schedule,
+        record: &Record,
+        mut run: ScheduleRun,
+    ) -> Result<ScheduleRun, SchedulerError> {
+        let at = run.scheduled_for;
+        run.fired_at = Some(self.now());
+        let derived = run_id(&schedule.id, &record.id);
+        let mut walking = None;
+        let verdict = match targets::launch(&self.targets, schedule, &mut run, &derived, self.now()).await {
+            Err(error) => Some(Err(error)),
+            Ok(Launched::Done) => Some(Ok(())),
+            Ok(Launched::Existing(verdict)) => verdict,
+            Ok(Launched::Walking(walk)) => {
+                walking = Some(walk);
+                None
+            }
+        };
+        run.status = RunState::Running;
+        if let Some(verdict) = verdict {
+            settle(&mut run, verdict);
+        }
+        let record = self.update(schedule, record, &run).await?;
+        match run.status {
+            RunState::Failed => {
+                self.publish(EventKind::ScheduleFailed, event(schedule, at, json!({"error": run.error})));
+            }
+            _ => self.publish(EventKind::ScheduleFired, event(schedule, at, references(&run))),
+        }
+        if let Some(walk) = walking {
+            let (this, schedule, mut done) = (self.clone(), schedule.clone(), run.clone());
+            self.followers.spawn(async move {
+                let verdict = walk.await.unwrap_or_else(|e| {
+                    Err(RunError { code: "internal".into(), message: format!("the loop run task failed: {e}") })
+                });
+                settle(&mut done, verdict);
+                if done.status == RunState::Failed {
+                    this.publish(EventKind::ScheduleFailed, event(&schedule, at, json!({"error": done.error})));
+                }
+                if let Err(e) = this.update(&schedule, &record, &done).await {
+                    eprintln!("warning: schedule `{}` run record not updated: {e}", schedule.id);
+                }
+            });
+        }
+        Ok(run)
+    }
+
+    /// Whether the task, loop run or agent run a started schedule-run points at is still going.
+    async fn target_live(&self, run: &ScheduleRun) -> Result<bool, SchedulerError> {
+        if let Some(id) = &run.task_id {
+            let task = self.store().tasks.get_task(id).await?;
+            return Ok(task.is_some_and(|t| !t.task.status.is_terminal()));
+        }
+        if let Some(id) = &run.loop_run_id {
+            return Ok(targets::loop_live(&self.targets.loops, id).await?);
+        }
+        match (&run.run_id, run.status) {
+            (Some(id), RunState::Running) => Ok(self
+                .store()
+                .runs
+                .get_run(id)
+                .await?
+                .is_some_and(|r| matches!(r.status, RunStatus::Running | RunStatus::Paused))),
+            _ => Ok(false),
+        }
+    }
+
+    /// Invocations of `schedule` still running, on any server: its newest claims whose run,
+    /// loop run or task has not ended (a claim that never started counts until its lease
+    /// lapses).
+
     async fn running(&self, schedule: &Schedule) -> Result<usize, SchedulerError> {
         let page = self
             .store()
@@ -344,14 +427,9 @@ impl Scheduler {
         let now = self.now();
         let mut count = 0;
         for run in page.items.iter().filter_map(|r| serde_json::from_value::<ScheduleRun>(r.value.clone()).ok()) {
-            let live = match (run.status, &run.run_id) {
-                (RunState::Claimed, _) => claim_held(&run, now),
-                (RunState::Running, Some(id)) => self
-                    .store()
-                    .runs
-                    .get_run(id)
-                    .await?
-                    .is_some_and(|r| matches!(r.status, RunStatus::Running | RunStatus::Paused)),
+            let live = match run.status {
+                RunState::Claimed => claim_held(&run, now),
+                RunState::Running | RunState::Succeeded => self.target_live(&run).await?,
                 _ => false,
             };
             count += usize::from(live);
@@ -419,11 +497,41 @@ fn missed(schedule: &Schedule, at: DateTime<Utc>, owner: &str) -> ScheduleRun {
         fired_at: None,
         status: RunState::Missed,
         run_id: None,
+        task_id: None,
+        loop_run_id: None,
+        result: None,
         error: None,
         claimed_by: owner.to_owned(),
         lease_until: None,
         idempotency_key: None,
     }
+}
+
+/// A finished fire's record: `succeeded`, or `failed` with why.
+fn settle(run: &mut ScheduleRun, verdict: Result<(), RunError>) {
+    match verdict {
+        Ok(()) => run.status = RunState::Succeeded,
+        Err(error) => {
+            run.status = RunState::Failed;
+            run.error = Some(error);
+        }
+    }
+}
+
+/// What a fired event names: the run, task or loop run started, a webhook's answer.
+fn references(run: &ScheduleRun) -> Value {
+    let mut out = serde_json::Map::new();
+    for (key, value) in [
+        ("runId", run.run_id.clone().map(Value::String)),
+        ("taskId", run.task_id.clone().map(Value::String)),
+        ("loopRunId", run.loop_run_id.clone().map(Value::String)),
+        ("result", run.result.clone()),
+    ] {
+        if let Some(value) = value {
+            out.insert(key.into(), value);
+        }
+    }
+    Value::Object(out)
 }
 
 fn event(schedule: &Schedule, at: DateTime<Utc>, extra: Value) -> Value {

@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use chrono::{DateTime, Duration, Utc};
 use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_engine::{Loaded, Runtime};
@@ -39,7 +41,7 @@ async fn measure(kind: StoreKind, url: Option<String>, llm: &FakeLlm) -> std::ti
     let store = open_store(kind, dir.path(), url.as_deref(), clock.clone()).await.unwrap();
     let runtime =
         Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store));
-    let scheduler = Scheduler::new(RunManager::new(runtime, RunOptions::default()));
+    let scheduler = support::scheduler(RunManager::new(runtime, RunOptions::default()));
     scheduler.tick().await.unwrap();
     clock.advance(Duration::seconds(FIRES));
     let began = std::time::Instant::now();

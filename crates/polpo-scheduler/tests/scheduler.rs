@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod support;
 
 use chrono::{DateTime, Duration, Utc};
 use polpo_scheduler::{RunState, ScheduleRun, Scheduler};
@@ -37,7 +38,7 @@ async fn server(
     clock: &Arc<ManualClock>,
     llm: &FakeLlm,
 ) -> Arc<Scheduler> {
-    Scheduler::new(common::runs(dir, kind, url, clock, llm).await)
+    support::scheduler(common::runs(dir, kind, url, clock, llm).await)
 }
 
 async fn all_runs(scheduler: &Scheduler, id: &str) -> Vec<ScheduleRun> {

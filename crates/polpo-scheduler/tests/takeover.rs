@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod support;
 
 use chrono::{DateTime, Duration, Utc};
 use polpo_engine::meter::Meter;
@@ -41,6 +42,9 @@ async fn dead_claim(dead: &RunManager) {
         fired_at: None,
         status: RunState::Claimed,
         run_id: None,
+        task_id: None,
+        loop_run_id: None,
+        result: None,
         error: None,
         claimed_by: dead.owner().to_owned(),
         lease_until: Some(occurrence() + Duration::minutes(5)),
@@ -69,7 +73,7 @@ async fn a_lapsed_claim_is_taken_over_and_fired_once(kind: StoreKind, url: Optio
     let dir = project();
     let clock = Arc::new(ManualClock::new(occurrence() - Duration::seconds(10)));
     let dead = common::runs(&dir, kind, url, &clock, &llm).await;
-    let survivor = Scheduler::new(common::runs(&dir, kind, url, &clock, &llm).await);
+    let survivor = support::scheduler(common::runs(&dir, kind, url, &clock, &llm).await);
     dead_claim(&dead).await;
     drop(dead);
 
@@ -88,7 +92,7 @@ async fn a_claim_whose_run_started_is_followed(kind: StoreKind, url: Option<&str
     let dir = project();
     let clock = Arc::new(ManualClock::new(occurrence() - Duration::seconds(10)));
     let dead = common::runs(&dir, kind, url, &clock, &llm).await;
-    let survivor = Scheduler::new(common::runs(&dir, kind, url, &clock, &llm).await);
+    let survivor = support::scheduler(common::runs(&dir, kind, url, &clock, &llm).await);
     dead_claim(&dead).await;
     // The dead server got as far as starting the occurrence's run, not recording it.
     let mut input = ChatInput::new("reporter", vec![polpo_core::message::Message::user("Report.")]);

@@ -52,19 +52,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/loop-runs/{id}/human", post(routes::loops::human))
         .route("/v1/loop-runs", get(routes::loop_runs::list))
         .route("/api/v1/loop-runs", get(routes::loop_runs::list))
-        .route("/api/v1/schedules", get(routes::schedules::list).post(routes::schedules::unavailable))
+        .route("/api/v1/schedules", get(routes::schedules::list).post(routes::schedules::create))
         .route(
             "/api/v1/schedules/{id}",
-            get(routes::schedules::get).patch(routes::schedules::unavailable).delete(routes::schedules::unavailable),
+            get(routes::schedules::get).patch(routes::schedules::patch).delete(routes::schedules::delete),
         )
         .route("/api/v1/schedules/{id}/pause", post(routes::schedules::pause))
         .route("/api/v1/schedules/{id}/resume", post(routes::schedules::resume))
         .route("/api/v1/schedules/{id}/trigger", post(routes::schedules::trigger))
         .route("/api/v1/schedules/{id}/runs", get(routes::schedules::runs))
-        .route("/v1/schedules", get(routes::schedules::list).post(routes::schedules::unavailable))
+        .route("/v1/schedules", get(routes::schedules::list).post(routes::schedules::create))
         .route(
             "/v1/schedules/{id}",
-            get(routes::schedules::get).patch(routes::schedules::unavailable).delete(routes::schedules::unavailable),
+            get(routes::schedules::get).patch(routes::schedules::patch).delete(routes::schedules::delete),
         )
         .route("/v1/schedules/{id}/pause", post(routes::schedules::pause))
         .route("/v1/schedules/{id}/resume", post(routes::schedules::resume))
@@ -183,7 +183,7 @@ async fn authenticate(State(state): State<Arc<AppState>>, mut request: Request, 
 }
 
 /// Whether a request needs an admin key: it changes `.polpo/` (agents, teams, skill
-/// assignments, loops, schedules' pause/resume and their fires), decides an approval, or
+/// assignments, loops, schedules and their fires), decides an approval, or
 /// reaches tasks and missions (kept for the whole project, not per client). An
 /// agent's config bounds its tools for every client, so a client key that could edit it could
 /// grant itself `bash` on the whole disk; and a client that could approve its own loop run's
@@ -200,6 +200,7 @@ fn needs_admin(method: &Method, path: &str) -> bool {
                 || path.starts_with("/v1/skills")
                 || path == "/v1/loops"
                 || path.starts_with("/v1/loops/")
+                || path == "/v1/schedules"
                 || path.starts_with("/v1/schedules/")
                 || decides_approval)
 }

@@ -9,7 +9,7 @@ use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_loops::{LoopExecutor, LoopOptions};
 use polpo_orchestrator::{Orchestrator, OrchestratorOptions};
 use polpo_project::ProjectEditor;
-use polpo_scheduler::Scheduler;
+use polpo_scheduler::{Scheduler, Targets};
 use polpo_vault::{KeySources, Vault, VaultError};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -76,7 +76,7 @@ impl AppState {
         let orchestrator = Orchestrator::new(runs.clone(), OrchestratorOptions::from_env());
         let polpo_dir = runtime.loaded().project.root.join(".polpo");
         let vault = KeySources::from_env().load().map(|key| Vault::open(&polpo_dir, key, runtime.redactor().clone()));
-        let scheduler = Scheduler::new(runs.clone());
+        let scheduler = Scheduler::new(runs.clone(), Targets::new(orchestrator.clone(), loops.clone()));
         // Loop runs a crash left running or waiting for a person go on from their checkpoint.
         if tokio::runtime::Handle::try_current().is_ok() {
             loops.spawn_recovery();

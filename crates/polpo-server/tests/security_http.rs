@@ -139,6 +139,10 @@ async fn only_admin_keys_edit_the_project_decide_approvals_and_operate_tasks() {
         // Pausing a schedule rewrites its file; firing one runs its agent on the admin's terms.
         s.post("/api/v1/schedules/nightly/pause", &[(a.0, &a.1)], json!({"expectedRevision": 1})).await,
         s.post("/api/v1/schedules/nightly/trigger", &[(a.0, &a.1)], json!({"idempotencyKey": "k"})).await,
+        // Creating, changing or deleting a schedule writes `.polpo/schedules/`.
+        s.post("/api/v1/schedules", &[(a.0, &a.1)], json!({"id": "x"})).await,
+        s.patch("/api/v1/schedules/nightly", &[(a.0, &a.1)], json!({"status": "paused"})).await,
+        s.delete("/v1/schedules/nightly", &[(a.0, &a.1)]).await,
         // A client must not approve a gate, its own loop run's included.
         s.post("/api/v1/approvals/some-approval/approve", &[(a.0, &a.1)], json!({})).await,
         s.post("/v1/loop-runs/some-run/approve", &[(a.0, &a.1)], json!({})).await,

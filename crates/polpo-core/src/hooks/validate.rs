@@ -428,9 +428,9 @@ fn check_gate(g: &TerminationGate, ptr: &str, opts: &ValidateOptions, problems: 
 }
 
 /// Only public `https` endpoints (or, with the test allowance, `http://127.0.0.1`), with no
-/// credentials in the userinfo or query string.
+/// credentials in the userinfo or query string. Schedules' webhooks are held to the same rule.
 #[allow(clippy::result_large_err)] // a Problem is the value the caller collects, never propagated far
-fn check_url(url: &str, opts: &ValidateOptions) -> Result<(), Problem> {
+pub(crate) fn check_url(url: &str, opts: &ValidateOptions) -> Result<(), Problem> {
     let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| Problem::new("invalid_url", format!("`{}` is not an absolute URL", truncate(url))))?;

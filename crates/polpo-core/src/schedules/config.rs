@@ -11,6 +11,7 @@ use crate::config::codes;
 use crate::config::enums::string_enum;
 use crate::config::parse::{Location, parse_checked};
 use crate::config::schema::{Field, Shape, check};
+use crate::hooks::validate::{ValidateOptions, check_url};
 use crate::problem::Problem;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -443,6 +444,13 @@ pub fn parse_schedule(value: &Value, at: &Location) -> Result<(ScheduleConfig, T
         let p = if legacy { (*p).at("/expression") } else { *p };
         vec![at.locate(p)]
     })?;
+    if let Invocation::Webhook { url, .. } = &config.invocation
+        // `http://127.0.0.1` passes for a local receiver: the scheduler's SSRF guard still
+        // refuses it unless the server exempts that address.
+        && let Err(problem) = check_url(url, &ValidateOptions { allow_loopback_http: true })
+    {
+        return Err(vec![at.locate(problem.at("/invocation/url"))]);
+    }
     if matches!(timing, Timing::Cron { .. }) && timing.next_after(chrono::DateTime::UNIX_EPOCH).is_none() {
         let pointer = if legacy { "/expression" } else { "/timing/expression" };
         return Err(vec![at.problem(

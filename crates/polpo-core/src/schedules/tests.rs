@@ -144,6 +144,25 @@ fn the_seed_example_parses_and_mistakes_are_located() {
 }
 
 #[test]
+fn a_webhook_goes_to_a_public_https_url() {
+    let webhook = |url: &str| {
+        json!({"timing": {"kind": "once", "at": "2026-07-28T07:00:00Z"},
+               "invocation": {"surface": "webhook", "url": url, "payload": {"a": 1}}})
+    };
+    assert!(parse(webhook("https://hooks.example.com/daily")).is_ok());
+    // A local receiver passes here; the scheduler's SSRF guard refuses it unless exempted.
+    assert!(parse(webhook("http://127.0.0.1:8080/hook")).is_ok());
+    for (url, code) in [
+        ("http://hooks.example.com/daily", "insecure_url"),
+        ("https://10.0.0.8/hook", "private_url"),
+        ("https://user:pw@hooks.example.com/", "inline_secret"),
+        ("hooks.example.com", "invalid_url"),
+    ] {
+        assert_eq!(parse(webhook(url)).unwrap_err(), [(code.into(), "/invocation/url".into())], "{url}");
+    }
+}
+
+#[test]
 fn a_legacy_mission_schedule_reads_as_v2() {
     let legacy =
         json!({"missionId": "m1", "expression": "0 8 * * 1", "recurring": true, "endDate": "2027-01-01T00:00:00Z"});

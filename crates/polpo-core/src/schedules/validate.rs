@@ -1,4 +1,5 @@
-//! Cross-file rules of schedules: the agents and loops they name exist; and the warnings
+//! Cross-file rules of schedules: the agents and loops they name exist (a loop assigned to its
+//! agent); and the warnings
 //! `polpo validate` prints for them.
 
 use super::codes;
@@ -6,29 +7,36 @@ use super::config::Invocation;
 use crate::config::{Project, codes as config_codes};
 use crate::problem::Problem;
 
-/// Every schedule whose invocation names an agent or loop the project does not have.
+/// Every schedule whose invocation names an agent or loop the project does not have, or a
+/// loop its agent is not assigned (the loop executor runs only assigned loops).
 pub fn validate_schedules(project: &Project) -> Vec<Problem> {
     let mut out = Vec::new();
     for s in project.schedules.values() {
-        let mut missing = |what: &str, name: &str, field: &str| {
+        let mut refused = |message: String, field: &str| {
             out.push(s.source.problem(
                 config_codes::INVALID_REFERENCE,
-                format!("schedule `{}` names {what} `{name}`, which the project does not have", s.id),
+                format!("schedule `{}` {message}", s.id),
                 &format!("/invocation/{field}"),
             ));
         };
+        let missing = |what: &str, name: &str| format!("names {what} `{name}`, which the project does not have");
         match &s.config.invocation {
             Invocation::Agent { agent_name, .. } | Invocation::Task { agent_name, .. }
                 if !project.agents.contains_key(agent_name) =>
             {
-                missing("agent", agent_name, "agentName");
+                refused(missing("agent", agent_name), "agentName");
             }
             Invocation::Loop { loop_name, agent_name, .. } => {
                 if !project.loops.contains_key(loop_name) {
-                    missing("loop", loop_name, "loopName");
+                    refused(missing("loop", loop_name), "loopName");
                 }
-                if !project.agents.contains_key(agent_name) {
-                    missing("agent", agent_name, "agentName");
+                match project.agents.get(agent_name) {
+                    None => refused(missing("agent", agent_name), "agentName"),
+                    Some(agent) if !agent.config.assigned_loops.iter().flatten().any(|l| l == loop_name) => refused(
+                        format!("runs loop `{loop_name}` for agent `{agent_name}`, whose assignedLoops do not list it"),
+                        "loopName",
+                    ),
+                    Some(_) => {}
                 }
             }
             _ => {}

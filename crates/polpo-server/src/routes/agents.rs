@@ -349,8 +349,9 @@ fn base_of(headers: &HeaderMap, field: Option<&Value>) -> Result<Base, ApiError>
     }
 }
 
-/// RFC 7386: objects merge key by key, `null` deletes, anything else replaces.
-fn merge_patch(target: &mut Value, patch: Value) {
+/// RFC 7386: objects merge key by key, `null` deletes, anything else replaces (agents and
+/// schedules are patched alike).
+pub(crate) fn merge_patch(target: &mut Value, patch: Value) {
     match (target, patch) {
         (Value::Object(t), Value::Object(p)) => {
             for (k, v) in p {

@@ -154,14 +154,14 @@ pub const ROUTES: &[Route] = &[
         .returns(200, Body::Envelope("Object")),
     op("delete", BOTH, &["/loops/{id}"], "deleteLoop", "loops", "Delete a JSON loop (admin key; `?expectedRevision=`); 409 `loop_in_use` while an agent assigns it.").returns(200, Body::Envelope("Removed")),
     op("get", BOTH, &["/schedules"], "listSchedules", "schedules", "The project's schedules with status, revision and next occurrences (in each schedule's time zone).").returns(200, Body::Envelope("Object")),
-    op("post", BOTH, &["/schedules"], "createSchedule", "schedules", "Not built yet: 400 `feature_unavailable` (edit `.polpo/schedules/<id>.json`).").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/schedules"], "createSchedule", "schedules", "Create `.polpo/schedules/<id>.json` from `{id, timing, invocation, …}` (v2; a legacy mission-shaped body is written as its v2 translation with a `legacy_schedule` warning) at revision 1; 400 `invalid_config` with pointers, 409 `already_exists`.").request("Object").returns(201, Body::Envelope("Object")),
     op("get", BOTH, &["/schedules/{id}"], "getSchedule", "schedules", "A schedule; 404 `schedule_not_found`.").returns(200, Body::Envelope("Object")),
-    op("patch", BOTH, &["/schedules/{id}"], "patchSchedule", "schedules", "Not built yet: 400 `feature_unavailable`.").returns(200, Body::Envelope("Object")),
-    op("delete", BOTH, &["/schedules/{id}"], "deleteSchedule", "schedules", "Not built yet: 400 `feature_unavailable`.").returns(200, Body::Envelope("Object")),
+    op("patch", BOTH, &["/schedules/{id}"], "patchSchedule", "schedules", "JSON merge patch onto the v2 definition (`null` removes), written at the next revision; `expectedRevision` (or `If-Match`) other than the file's is 409 `conflict`.").request("Object").returns(200, Body::Envelope("Object")),
+    op("delete", BOTH, &["/schedules/{id}"], "deleteSchedule", "schedules", "Remove the schedule's file (`{deleted, id}`); `?expectedRevision=` (or `If-Match`) other than the file's is 409 `conflict`; its runs stay.").query(&[("expectedRevision", "the revision read")]).returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/schedules/{id}/pause"], "pauseSchedule", "schedules", "Write `status: paused` and the next revision to the schedule's file; `{expectedRevision}` other than the file's is 409 `conflict`.").request("Object").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/schedules/{id}/resume"], "resumeSchedule", "schedules", "Write `status: active`, as pause.").request("Object").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/schedules/{id}/trigger"], "triggerSchedule", "schedules", "Fire now, once per `{idempotencyKey}`: the same key answers the first trigger's schedule-run.").request("Object").returns(200, Body::Envelope("Object")),
-    op("get", BOTH, &["/schedules/{id}/runs"], "listScheduleRuns", "schedules", "The schedule's runs newest first (`{runs, nextCursor}`): scheduledFor, firedAt, status, runId, error.")
+    op("get", BOTH, &["/schedules/{id}/runs"], "listScheduleRuns", "schedules", "The schedule's runs newest first (`{runs, nextCursor}`): scheduledFor, firedAt, status, runId / taskId / loopRunId / result, error.")
         .query(&[("limit", "1..=1000, default 50"), ("cursor", "the previous page's `nextCursor`")])
         .returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/loop-runs/{id}/approve"], "approveLoopRun", "approvals", "Approve the gate the run waits on (`{note?}`; the reviewer is the key): the run becomes `approval_approved`.").request("Object").returns(200, Body::Envelope("Object")),
