@@ -5,10 +5,7 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let dir = match std::env::var_os("POLPO_MODELS_DIR").filter(|v| !v.is_empty()) {
-        Some(dir) => Ok(std::path::PathBuf::from(dir)),
-        None => polpo_llm_local::default_cache_dir(),
-    };
+    let dir = polpo_embed::local::models_dir(&|name| std::env::var(name).ok());
     match dir.and_then(|dir| polpo_embed::local::install(&dir)) {
         Ok(path) => {
             println!("installed {}: {}", polpo_embed::local::LOCAL_MODEL, path.display());

@@ -8,10 +8,7 @@ use std::time::Instant;
 
 #[tokio::main]
 async fn main() {
-    let dir = match std::env::var_os("POLPO_MODELS_DIR").filter(|v| !v.is_empty()) {
-        Some(dir) => std::path::PathBuf::from(dir),
-        None => polpo_llm_local::default_cache_dir().unwrap(),
-    };
+    let dir = polpo_embed::local::models_dir(&|name| std::env::var(name).ok()).unwrap();
     let model_dir = polpo_embed::local::install(&dir).unwrap();
     let started = Instant::now();
     let embedder = polpo_embed::LocalEmbedder::load(&model_dir).unwrap();

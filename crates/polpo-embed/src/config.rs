@@ -63,13 +63,14 @@ impl ConfigError {
     }
 }
 
-/// Where `embedder_from_config` looks things up: the environment (API keys, `OPENAI_BASE_URL`)
-/// and the folder of installed models. Passed in, so tests and servers never depend on the
-/// process environment by accident.
+/// Where `embedder_from_config` looks things up: the environment (API keys, `OPENAI_BASE_URL`,
+/// `POLPO_EMBEDDING_MODEL`, `POLPO_MODELS_DIR`) and the folder of installed models. Passed in,
+/// so tests and servers never depend on the process environment by accident.
 pub struct EmbedderEnv<'a> {
     /// Reads an environment variable.
     pub env: &'a dyn Fn(&str) -> Option<String>,
-    /// Folder of installed models (`$POLPO_MODELS_DIR`, else the user's cache), for `local`.
+    /// Folder of installed models, for `local` (a `--models-dir` flag); when `None`,
+    /// `$POLPO_MODELS_DIR`, else the user's cache (`~/.cache/polpo/models`).
     pub models_dir: Option<PathBuf>,
 }
 
@@ -210,11 +211,25 @@ fn openai(config: &EmbeddingConfig, env: &EmbedderEnv<'_>) -> Result<Arc<dyn Emb
 #[cfg(feature = "local")]
 fn local(env: &EmbedderEnv<'_>) -> Result<Arc<dyn Embedder>, ConfigError> {
     let model_error = |e: polpo_llm_local::LocalModelError| ConfigError::new(e.code(), "/model", e.to_string());
-    let cache = match &env.models_dir {
-        Some(dir) => dir.clone(),
-        None => polpo_llm_local::default_cache_dir().map_err(model_error)?,
+    let cache = match env.models_dir.clone() {
+        Some(dir) => dir,
+        None => crate::local::models_dir(env.env).map_err(model_error)?,
     };
-    let dir = crate::local::locate(None, &cache).map_err(model_error)?;
+    let explicit = (env.env)(crate::local::MODEL_DIR_ENV).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let dir = crate::local::locate(explicit.as_deref(), &cache).map_err(|e| match e {
+        // Not `polpo models install`: that command installs chat models only, so far.
+        polpo_llm_local::LocalModelError::NotInstalled { .. } => ConfigError::new(
+            e.code(),
+            "/model",
+            format!(
+                "the embedding model `{LOCAL_MODEL}` is not installed in {}; install it with \
+                 `POLPO_MODELS_DIR={} cargo run -p polpo-embed --example install-embedding-model`",
+                cache.display(),
+                cache.display()
+            ),
+        ),
+        other => model_error(other),
+    })?;
     Ok(Arc::new(crate::local::LocalEmbedder::load(&dir).map_err(model_error)?))
 }
 
@@ -320,9 +335,8 @@ mod tests {
         let local = serde_json::json!({"provider": "local"});
         if !cfg!(feature = "local") {
             assert_eq!(code(local, &[]), ("feature_unavailable", "/provider"));
-        } else if std::env::var_os(crate::local::MODEL_DIR_ENV).is_none() {
-            // An empty models folder (unless the developer's shell names a model folder).
-            assert_eq!(code(local, &[]), ("local_model_not_installed", "/model"));
+        } else {
+            assert_eq!(code(local, &[]), ("local_model_not_installed", "/model"), "an empty models folder");
         }
     }
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 fn cache_dir() -> PathBuf {
-    match std::env::var_os("POLPO_MODELS_DIR").filter(|v| !v.is_empty()) {
+    match std::env::var_os(polpo_embed::local::MODELS_DIR_ENV).filter(|v| !v.is_empty()) {
         Some(dir) => PathBuf::from(dir),
         None => PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("polpo-models"),
     }

