@@ -4,7 +4,8 @@
 //! and for the file store 100,000 records too: the figures behind "start-up and listing do not
 //! grow with the store" (README, Performance).
 //! A benchmark, not a test: it asserts the page's contents, nothing about speed. Run it with
-//! `cargo test --release -p polpo-store --test bench_open -- --ignored --nocapture`.
+//! `cargo test --release -p polpo-store --test bench_open -- --ignored --nocapture`
+//! (`POLPO_BENCH_STORES=sqlite,postgres` for only some backends).
 //!
 //! The sessions are copies of one session made through the public API (a user message and an
 //! answer), written straight into the backend's storage — files with the bytes the file store
@@ -288,7 +289,11 @@ async fn measure_runs(t: TestStore) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run with --release --ignored --nocapture"]
 async fn open_and_page_with_100k_sessions() {
+    // POLPO_BENCH_STORES=sqlite,postgres measures only those backends.
+    let only = std::env::var("POLPO_BENCH_STORES").unwrap_or_default();
     for kind in [StoreKind::File, StoreKind::Sqlite, StoreKind::Postgres] {
-        measure(kind).await;
+        if only.is_empty() || only.split(',').any(|k| k.trim().eq_ignore_ascii_case(&format!("{kind:?}"))) {
+            measure(kind).await;
+        }
     }
 }
