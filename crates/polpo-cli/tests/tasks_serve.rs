@@ -217,6 +217,196 @@ async fn a_task_whose_checks_keep_failing_is_fixed_then_retried_then_failed() {
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")), "{body}");
 }
 
+/// One reviewer's structured answer scoring every default dimension `score`.
+fn review(score: u32) -> Turn {
+    let dims = ["correctness", "completeness", "quality"]
+        .map(|d| json!({"dimension": d, "score": score, "reasoning": format!("{d} is {score}")}));
+    Turn::text(json!({"scores": dims, "summary": format!("scored {score}")}).to_string())
+}
+
+/// A mission whose task `A` is reviewed by three reviewers, behind a quality gate that blocks `B`.
+fn gated_plan(name: &str, threshold: f64) -> Value {
+    let a = json!({"title": "A", "description": "Write it.", "assignTo": "builder",
+        "expectations": [{"type": "llm_review", "criteria": "well written", "threshold": 1}]});
+    let b = json!({"title": "B", "description": "Ship it.", "assignTo": "builder", "dependsOn": ["A"]});
+    json!({"name": name, "qualityThreshold": threshold, "data": {"tasks": [a, b],
+        "qualityGates": [{"name": "bar", "afterTasks": ["A"], "blocksTasks": ["B"], "minScore": 4,
+                          "requireAllPassed": true, "condition": "lowestScore >= 4 && failedCount == 0"}]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quality_gate_blocks_its_tasks_until_the_score_passes_and_fails_the_mission_when_it_does_not() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([
+        // Mission "low": A, three reviewers at 3, B never runs.
+        Turn::text("A written."),
+        review(3),
+        review(3),
+        review(3),
+        // Mission "high": A, three reviewers at 5, then B.
+        Turn::text("A written well."),
+        review(5),
+        review(5),
+        review(5),
+        Turn::text("Shipped."),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let server = start(dir.path(), &env(&llm));
+    let missions = format!("{}/api/v1/missions", server.url);
+
+    // A condition that does not parse is refused when the mission is written.
+    let mut bad = gated_plan("bad", 3.0);
+    bad["data"]["qualityGates"][0]["condition"] = json!("avgScore >= ");
+    let (status, body) = call(reqwest::Method::POST, missions.clone(), Some(bad)).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("invalid_input")), "{body}");
+    assert!(body["error"].as_str().unwrap().contains("qualityGates[0].condition"), "{body}");
+
+    let run = |plan: Value| {
+        let missions = missions.clone();
+        async move {
+            let (status, created) = call(reqwest::Method::POST, missions.clone(), Some(plan)).await;
+            assert_eq!(status, 201, "{created}");
+            let id = created["data"]["id"].as_str().unwrap().to_owned();
+            let (status, body) = call(reqwest::Method::POST, format!("{missions}/{id}/execute"), None).await;
+            assert_eq!(status, 200, "{body}");
+            let done = until(format!("{missions}/{id}"), "the mission to finish", |m| {
+                m["status"] == "completed" || m["status"] == "failed"
+            })
+            .await;
+            (done, get(format!("{missions}/{id}/report")).await)
+        }
+    };
+
+    let (low, report) = run(gated_plan("low", 3.0)).await;
+    assert_eq!(low["status"], "failed", "{low}");
+    assert_eq!(report["qualityGates"][0]["status"], "failed", "{report}");
+    let verdict = &report["qualityGates"][0]["verdict"];
+    assert_eq!(verdict["avgScore"], 3.0, "{verdict}");
+    assert!(verdict["reason"].as_str().unwrap().contains("below minScore 4"), "{verdict}");
+    let rows: Vec<(&str, &str)> = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["title"].as_str().unwrap(), t["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(rows, [("A", "done"), ("B", "failed")], "{report}");
+    let id = low["id"].as_str().unwrap();
+    let tasks = get(format!("{}/api/v1/tasks?missionId={id}&status=failed", server.url)).await;
+    let b = &tasks["tasks"][0];
+    assert!(b["result"]["stderr"].as_str().unwrap().contains("quality gate `bar` failed"), "{b}");
+    assert_eq!(llm.requests().len(), 4, "B never reached the model");
+    let reviews = &llm.requests()[1..4];
+    assert!(
+        reviews.iter().all(|r| r.body["response_format"]["type"] == "json_schema"),
+        "reviewers ask for the payload"
+    );
+
+    let (high, report) = run(gated_plan("high", 4.5)).await;
+    assert_eq!(high["status"], "completed", "{high}");
+    assert_eq!((report["avgScore"].as_f64(), report["qualityThreshold"].as_f64()), (Some(5.0), Some(4.5)), "{report}");
+    assert_eq!(report["qualityGates"][0]["status"], "passed", "{report}");
+    assert_eq!(high["data"]["progress"]["gates"]["bar"]["passed"], true, "{high}");
+    assert_eq!(llm.requests().len(), 9);
+    assert!(user_text(&llm.requests()[8].body).contains("Task: B"), "B ran after the gate passed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reassess_runs_the_checks_again_on_a_finished_task_and_keeps_the_history() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start((0..3).map(|i| Turn::text(format!("Done, attempt {i}.")))).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let server = start(dir.path(), &env(&llm));
+    let task = json!({"title": "Report", "description": "Write report.txt.", "assignTo": "builder", "maxRetries": 0,
+        "expectations": [{"type": "test", "command": "test -f report.txt"}]});
+    let (status, created) = call(reqwest::Method::POST, format!("{}/api/v1/tasks", server.url), Some(task)).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["data"]["id"].as_str().unwrap().to_owned();
+    let url = format!("{}/api/v1/tasks/{id}", server.url);
+    let failed = until(url.clone(), "the task to fail", |t| t["status"] == "failed").await;
+    assert_eq!(failed["result"]["assessmentHistory"].as_array().unwrap().len(), 2, "{failed}");
+
+    // The missing file appears (a person wrote it): the reassessment passes and the task is done.
+    std::fs::write(dir.path().join("report.txt"), "ok").unwrap();
+    let (status, body) = call(reqwest::Method::POST, format!("{url}/reassess"), None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["reassessed"], true);
+    let task = &body["data"]["task"];
+    assert_eq!(task["status"], "done", "{task}");
+    assert_eq!(task["result"]["assessment"]["trigger"], "reassess");
+    assert_eq!(task["result"]["assessment"]["passed"], true);
+    assert_eq!(task["result"]["assessmentHistory"].as_array().unwrap().len(), 3, "the failed verdicts are kept");
+    assert_eq!(task["result"]["stdout"], "Done, attempt 2.", "the answer it kept was assessed, no new run");
+    assert_eq!(llm.requests().len(), 3);
+
+    // From the terminal, after the file is gone again: failed.
+    std::fs::remove_file(dir.path().join("report.txt")).unwrap();
+    let out = support::polpo(&["tasks", "reassess", &id, "--url", &server.url]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("failed") && text.contains("assessment: failed (trigger reassess)"), "{text}");
+    let now = get(url.clone()).await;
+    assert_eq!(
+        (now["status"].as_str(), now["result"]["assessmentHistory"].as_array().map(Vec::len)),
+        (Some("failed"), Some(4))
+    );
+
+    // Only a finished task can be reassessed.
+    let draft = json!({"title": "Later", "description": "Not yet.", "assignTo": "builder", "draft": true});
+    let (_, created) = call(reqwest::Method::POST, format!("{}/api/v1/tasks", server.url), Some(draft)).await;
+    let draft_id = created["data"]["id"].as_str().unwrap();
+    let (status, body) =
+        call(reqwest::Method::POST, format!("{}/api/v1/tasks/{draft_id}/reassess", server.url), None).await;
+    assert_eq!((status, body["code"].as_str()), (409, Some("invalid_transition")), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_question_is_answered_by_the_orchestrator_up_to_two_rounds_then_the_task_goes_on() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([
+        Turn::text("Which format should the report use?"),
+        Turn::text("Plain text."),
+        Turn::text("And which file name?"),
+        Turn::text("report.txt"),
+        Turn::text("Written. Shall I also add a title?"),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let server = start(dir.path(), &env(&llm));
+    let task = json!({"title": "Report", "description": "Write the report.", "assignTo": "builder"});
+    let (status, created) = call(reqwest::Method::POST, format!("{}/api/v1/tasks", server.url), Some(task)).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["data"]["id"].as_str().unwrap().to_owned();
+    let done = until(format!("{}/api/v1/tasks/{id}", server.url), "the task to finish", |t| {
+        t["status"] == "done" || t["status"] == "failed"
+    })
+    .await;
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(done["questionRounds"], 2, "{done}");
+    assert_eq!(done["originalDescription"], "Write the report.");
+    let description = done["description"].as_str().unwrap();
+    assert!(
+        description.contains("You asked: Which format should the report use?\nAnswer: Plain text.")
+            && description.contains("You asked: And which file name?\nAnswer: report.txt"),
+        "{description}"
+    );
+    assert_eq!(done["result"]["stdout"], "Written. Shall I also add a title?", "the third question is the answer");
+
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 5);
+    let asked = user_text(&requests[1].body);
+    assert!(asked.contains("asked a question instead") && asked.contains("Which format"), "{asked}");
+    assert!(requests[1].body["tools"].as_array().is_none_or(Vec::is_empty), "the orchestrator answers without tools");
+    assert!(user_text(&requests[2].body).contains("Answer: Plain text."), "the agent runs again with the answer");
+    let run = get(format!("{}/v1/runs/task-{id}-r0-f0-q2", server.url)).await;
+    assert_eq!(run["status"], "completed", "each round is its own run: {run}");
+}
+
 /// A task's check commands come from whoever may create tasks (a client key too): they run
 /// confined like `bash` — the project writable, `.polpo/` seen empty, nothing outside writable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -276,7 +466,7 @@ async fn a_task_whose_server_is_killed_mid_run_completes_once_after_the_restart(
 
     let second = start(dir.path(), &env);
     let done = until(format!("{}/api/v1/tasks/{id}", second.url), "the task to finish", |t| {
-        t["status"].as_str() != Some("in_progress")
+        t["status"] == "done" || t["status"] == "failed"
     })
     .await;
     assert_eq!(done["status"], "done", "{done}");
@@ -287,36 +477,57 @@ async fn a_task_whose_server_is_killed_mid_run_completes_once_after_the_restart(
     assert_eq!(run["status"], "completed", "{run}");
 }
 
-/// `cargo test -p polpo-cli --test tasks_serve -- --ignored --nocapture`: 200 independent
-/// tasks through `polpo serve` on the file store, each one zero-latency model call and one
-/// `script` check; prints tasks per second from the first creation to the last `done`.
+/// `cargo test -p polpo-cli --test tasks_serve task_throughput -- --ignored --nocapture`: through
+/// `polpo serve` on the file store, each task one zero-latency model call and one `script`
+/// check. Overhead: 20 tasks one at a time, create → `done` each (the orchestrator's own cost,
+/// the model answering at once). Throughput: one mission of 200 independent tasks executed at
+/// once, 32 in flight (the default `maxConcurrency`), from `execute` to the mission completed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark; run by hand"]
 async fn task_throughput() {
+    const ALONE: usize = 20;
     const TASKS: usize = 200;
     polpo_llm::install_crypto_provider();
     let llm = FakeLlm::start_repeating([Turn::text("ok")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     project(dir.path());
     let server = start(dir.path(), &env(&llm));
-    let started = Instant::now();
-    for i in 0..TASKS {
-        let task = json!({"title": format!("job {i}"), "description": "Answer ok.", "assignTo": "builder",
-            "expectations": [{"type": "script", "command": "true"}]});
-        let (status, body) = call(reqwest::Method::POST, format!("{}/api/v1/tasks", server.url), Some(task)).await;
+    let job = |i: usize| {
+        json!({"title": format!("job {i}"), "description": "Answer ok.", "assignTo": "builder",
+            "expectations": [{"type": "script", "command": "true"}]})
+    };
+    let mut each = Vec::new();
+    for i in 0..ALONE {
+        let started = Instant::now();
+        let (status, body) = call(reqwest::Method::POST, format!("{}/api/v1/tasks", server.url), Some(job(i))).await;
         assert_eq!(status, 201, "{body}");
+        let id = body["data"]["id"].as_str().unwrap().to_owned();
+        until(format!("{}/api/v1/tasks/{id}", server.url), "the task to be done", |t| t["status"] == "done").await;
+        each.push(started.elapsed().as_secs_f64() * 1000.0);
     }
-    let created = started.elapsed();
-    until(format!("{}/api/v1/tasks?status=done&limit=1000", server.url), "every task done", |d| {
-        d["tasks"].as_array().is_some_and(|t| t.len() == TASKS)
-    })
-    .await;
-    let took = started.elapsed();
+    each.sort_by(f64::total_cmp);
     println!(
-        "{TASKS} tasks: created in {:.2} s, all done in {:.2} s: {:.1} tasks/s, {:.1} ms per task",
-        created.as_secs_f64(),
+        "one task at a time, create -> done: median {:.1} ms, mean {:.1} ms",
+        each[ALONE / 2],
+        each.iter().sum::<f64>() / ALONE as f64
+    );
+
+    let plan = json!({"name": "bulk", "data": {"tasks": (0..TASKS).map(job).collect::<Vec<_>>()}});
+    let (status, created) = call(reqwest::Method::POST, format!("{}/api/v1/missions", server.url), Some(plan)).await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["data"]["id"].as_str().unwrap().to_owned();
+    let started = Instant::now();
+    let (status, body) =
+        call(reqwest::Method::POST, format!("{}/api/v1/missions/{id}/execute", server.url), None).await;
+    assert_eq!(status, 200, "{body}");
+    let done =
+        until(format!("{}/api/v1/missions/{id}", server.url), "the mission to finish", |m| m["status"] != "active")
+            .await;
+    let took = started.elapsed();
+    assert_eq!(done["status"], "completed", "{done}");
+    println!(
+        "{TASKS} tasks of one mission, 32 in flight: {:.2} s, {:.1} tasks/s",
         took.as_secs_f64(),
-        TASKS as f64 / took.as_secs_f64(),
-        took.as_secs_f64() * 1000.0 / TASKS as f64
+        TASKS as f64 / took.as_secs_f64()
     );
 }

@@ -67,6 +67,13 @@ impl Ctx {
         self.runs.runtime().store()
     }
 
+    /// The project's mission quality threshold: `settings.defaultQualityThreshold`, else the
+    /// options'.
+    pub(crate) fn default_threshold(&self) -> f64 {
+        let settings = self.runs.runtime().loaded().project.settings().default_quality_threshold.clone();
+        settings.and_then(|n| n.as_f64()).unwrap_or(self.options.quality_threshold)
+    }
+
     pub(crate) fn now(&self) -> DateTime<Utc> {
         self.runs.runtime().clock().now()
     }

@@ -3,7 +3,9 @@
 //! compare-and-set at the revision this worker holds. The agent runs through the engine's one
 //! entry; its run id is derived from the task and attempt, so a worker that takes over a
 //! task whose worker died follows the run already started instead of starting it again.
-//! The claim is renewed while the task runs, and released at the end.
+//! The claim is renewed while the task runs, and released at the end. An answer that is a
+//! question (phase `clarification`) is answered by the orchestrator up to
+//! `maxQuestionRounds`, then the agent runs again with the exchange in its description.
 
 use std::sync::Arc;
 
@@ -17,7 +19,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::assess::{AssessmentResult, assess};
-use crate::context::{Ctx, HANDED_OVER, follow_to_end};
+use crate::context::{Ctx, HANDED_OVER, follow_to_end, run_to_end};
 use crate::error::OrchestratorError;
 
 /// Why driving stopped early.
@@ -76,7 +78,12 @@ pub(crate) async fn apply(ctx: &Ctx, held: &StoredTask, event: TaskEvent) -> Res
 }
 
 /// Store `next` over `held` and publish the move.
-async fn store_moved(ctx: &Ctx, held: &StoredTask, next: Task, event: &str) -> Result<StoredTask, OrchestratorError> {
+pub(crate) async fn store_moved(
+    ctx: &Ctx,
+    held: &StoredTask,
+    next: Task,
+    event: &str,
+) -> Result<StoredTask, OrchestratorError> {
     let stored = ctx.store().tasks.update_task(next, held.revision).await?;
     ctx.emit(
         EventKind::TaskTransition,
@@ -95,6 +102,7 @@ async fn steps(ctx: &Arc<Ctx>, mut held: StoredTask, kill: &CancellationToken) -
         held = match task.status {
             TaskStatus::Pending => apply(ctx, &held, TaskEvent::Assign { agent: escalated_agent(task) }).await?,
             TaskStatus::Assigned => apply(ctx, &held, TaskEvent::Start).await?,
+            TaskStatus::InProgress if task.phase == Some(Phase::Clarification) => answer_question(ctx, &held).await?,
             TaskStatus::InProgress => {
                 let (answer, took) = tokio::select! {
                     r = run_agent(ctx, task) => r?,
@@ -108,9 +116,23 @@ async fn steps(ctx: &Arc<Ctx>, mut held: StoredTask, kill: &CancellationToken) -
                         let text = answer.content.clone().unwrap_or_default();
                         let mut next = with_result(task, 0, text.clone(), String::new(), took);
                         next.session_id = Some(answer.session_id);
-                        output = Some(text);
-                        let next = transition(&next, &TaskEvent::Submit, ctx.now()).map_err(OrchestratorError::from)?;
-                        store_moved(ctx, &held, next, "submit").await?
+                        // A question while rounds are left is answered first; after that the
+                        // answer is assessed like any other.
+                        let asked = looks_like_question(&text)
+                            .then(|| transition(&next, &TaskEvent::Ask, ctx.now()).ok())
+                            .flatten();
+                        if let Some(asked) = asked {
+                            ctx.emit(
+                                EventKind::TaskQuestion,
+                                json!({"taskId": task.id, "question": text, "round": asked.question_rounds}),
+                            );
+                            store_moved(ctx, &held, asked, "ask").await?
+                        } else {
+                            output = Some(text);
+                            let next =
+                                transition(&next, &TaskEvent::Submit, ctx.now()).map_err(OrchestratorError::from)?;
+                            store_moved(ctx, &held, next, "submit").await?
+                        }
                     }
                     Err(f) if f.code == "task_timeout" => {
                         ctx.emit(EventKind::TaskTimeout, json!({"taskId": task.id, "maxDuration": task.max_duration}));
@@ -178,9 +200,70 @@ fn escalated_agent(task: &Task) -> Option<String> {
 }
 
 /// The run id of the task's current attempt: the same on every worker, so a takeover finds
-/// the run its dead worker started.
+/// the run its dead worker started. A run after an answered question is a new attempt.
 fn run_id(task: &Task) -> String {
-    format!("task-{}-r{}-f{}", task.id, task.retries, task.fix_attempts)
+    let base = format!("task-{}-r{}-f{}", task.id, task.retries, task.fix_attempts);
+    match task.question_rounds {
+        0 => base,
+        n => format!("{base}-q{n}"),
+    }
+}
+
+/// Most characters of an answer that may still be a clarifying question (a long answer is
+/// work, whatever its last line says).
+const MAX_QUESTION_CHARS: usize = 2_000;
+
+/// Whether the agent's answer is a question back instead of the work: short, and its last
+/// line asks. (The reference confirms with an LLM classifier; this heuristic alone may take
+/// a closing question for one, which costs at most `maxQuestionRounds` extra runs.)
+fn looks_like_question(text: &str) -> bool {
+    let text = text.trim();
+    text.chars().count() <= MAX_QUESTION_CHARS
+        && text.lines().rev().find(|l| !l.trim().is_empty()).is_some_and(|l| l.trim_end().ends_with('?'))
+}
+
+/// Answer the question `held`'s agent asked (kept in `result.stdout`) as the orchestrator,
+/// with the task agent's model and no tools, append the exchange to the description (the first
+/// description stays in `originalDescription`) and go back to `execution`. When no answer can
+/// be had, the agent is told to go on with its best judgement: a question never stops a task.
+async fn answer_question(ctx: &Arc<Ctx>, held: &StoredTask) -> Result<StoredTask, OrchestratorError> {
+    let task = &held.task;
+    let question = task.result.as_ref().map(|r| r.stdout.clone()).unwrap_or_default();
+    let prompt = format!(
+        "You coordinate the agents of this project. The agent working on the task below asked a question instead of doing the work. Answer it directly and briefly from the task and sensible assumptions; the agent will go on with your answer.\n\nTask: {}\n{}\n\nThe agent's question:\n{question}",
+        task.title, task.description
+    );
+    let answer = match &task.assign_to {
+        Some(agent) => {
+            let mut input = ChatInput::new(agent.clone(), vec![Message::user(prompt)]);
+            input.surface = Surface::Task;
+            input.allowed_tools = Some(Vec::new());
+            input.user = task.user.clone();
+            match run_to_end(&ctx.runs, input).await {
+                Ok((_, Ok(a))) => a.content.filter(|c| !c.trim().is_empty()),
+                Ok((_, Err(f))) => {
+                    tracing::warn!(task = %task.id, code = %f.code, "a task's question went unanswered: {}", f.message);
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!(task = %task.id, code = e.code(), "a task's question went unanswered: {e}");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
+    let reply = answer.clone().unwrap_or_else(|| "No answer could be given: go on with your best judgement.".into());
+    let mut next = task.clone();
+    next.original_description.get_or_insert_with(|| task.description.clone());
+    next.description = format!("{}\n\nYou asked: {}\nAnswer: {reply}", task.description, question.trim());
+    let next = transition(&next, &TaskEvent::Answer, ctx.now())?;
+    let stored = store_moved(ctx, held, next, "answer").await?;
+    ctx.emit(
+        EventKind::TaskAnswered,
+        json!({"taskId": task.id, "answer": reply, "answered": answer.is_some(), "round": task.question_rounds}),
+    );
+    Ok(stored)
 }
 
 /// What the agent is told for this attempt.
@@ -261,7 +344,7 @@ fn with_result(task: &Task, exit_code: i32, stdout: String, stderr: String, dura
 }
 
 /// Keep `result` as the latest assessment; the previous one moves to the history.
-fn record_assessment(task: &mut Task, result: &AssessmentResult) {
+pub(crate) fn record_assessment(task: &mut Task, result: &AssessmentResult) {
     let r = task.result.get_or_insert_with(|| TaskResult {
         exit_code: 0,
         stdout: String::new(),
@@ -292,4 +375,39 @@ async fn fail_stored(
 async fn fail(ctx: &Ctx, held: &StoredTask, reason: FailReason, message: String) -> Result<(), Stop> {
     fail_stored(ctx, held, reason, message, 0).await?;
     Ok(())
+}
+
+/// Assess `held` (done or failed, held by this worker) again on the answer it kept, record
+/// the new assessment (the previous one moves to the history) and let its verdict decide
+/// `done` or `failed`.
+pub(crate) async fn reassess(ctx: &Arc<Ctx>, held: &StoredTask) -> Result<StoredTask, OrchestratorError> {
+    let task = &held.task;
+    // Refused before any command runs when the task is not finished.
+    transition(task, &TaskEvent::Reassess { passed: true }, ctx.now())?;
+    let root = ctx.runs.runtime().loaded().project.root.clone();
+    let answer = task.result.as_ref().map(|r| r.stdout.clone()).unwrap_or_default();
+    let result = assess(ctx, task, &answer, &root, "reassess").await;
+    let mut next = task.clone();
+    record_assessment(&mut next, &result);
+    let next = transition(&next, &TaskEvent::Reassess { passed: result.passed }, ctx.now())?;
+    let stored = store_moved(ctx, held, next, "reassess").await?;
+    ctx.emit(
+        EventKind::TaskReassessed,
+        json!({"taskId": task.id, "passed": result.passed, "globalScore": result.global_score, "status": stored.task.status}),
+    );
+    Ok(stored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::looks_like_question;
+
+    #[test]
+    fn a_short_answer_whose_last_line_asks_is_a_question() {
+        assert!(looks_like_question("Which format should the report use?"));
+        assert!(looks_like_question("I can do it two ways.\nShould I use CSV or JSON?  \n\n"));
+        assert!(!looks_like_question("Done? Yes: report.txt is written."));
+        assert!(!looks_like_question(""));
+        assert!(!looks_like_question(&format!("{}\nAnything else?", "work ".repeat(500))), "long answers are work");
+    }
 }

@@ -30,5 +30,5 @@ mod review;
 
 pub use assess::{AssessmentResult, CheckResult, MetricResult};
 pub use error::OrchestratorError;
-pub use missions::{MissionReport, ReportTask, plan_tasks};
+pub use missions::{GateReport, MissionReport, ReportTask, plan_tasks};
 pub use orchestrator::{Orchestrator, OrchestratorOptions};

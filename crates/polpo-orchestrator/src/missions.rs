@@ -3,14 +3,20 @@
 //! a checkpoint whose `afterTasks` are all settled pauses the mission until someone resumes
 //! it, a delay pauses it and resumes it by itself once its ISO-8601 duration has passed (the
 //! timer is stored, so it survives restarts), and a mission whose tasks are all settled
-//! finishes, completed or failed by the core's rule. What a mission has reached is kept in
-//! its `data.progress` (`checkpoints` reached, `delays` with `startedAt` and `expired`), written
-//! with the status change in one compare-and-set.
+//! finishes, completed or failed by the core's rule. A quality gate is judged once every task
+//! it names in `afterTasks` is settled (the core's `QualityGate::judge`): passed, the tasks it
+//! blocks may start; failed, they fail (`quality_gate`) and so does the mission. What a mission
+//! has reached is kept in its `data.progress` (`checkpoints` reached, `delays` with `startedAt`
+//! and `expired`, `gates` with each verdict), written with the status change in one
+//! compare-and-set.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use polpo_core::tasks::{Mission, MissionEvent, MissionStatus, Task, TaskStatus, transition_mission};
+use polpo_core::tasks::{
+    FailReason, GateTask, Mission, MissionEvent, MissionStatus, QualityGate, Task, TaskEvent, TaskResult, TaskStatus,
+    transition_mission,
+};
 use polpo_engine::events::EventKind;
 use polpo_store::{IdGen, MissionFilter, PageRequest, StoredMission, StoredTask, TaskFilter};
 use serde::Serialize;
@@ -109,16 +115,23 @@ fn settled(t: &StoredTask, now: DateTime<Utc>) -> bool {
         || (t.task.status == TaskStatus::Failed && t.claim.as_ref().is_none_or(|c| c.expires_at <= now))
 }
 
-/// Whether a task of mission `id` just claimed may start: the mission is moved along first
-/// (a checkpoint or delay reached by the task's dependencies pauses it), then it must still
-/// be active.
-pub(crate) async fn may_start(ctx: &Ctx, id: &str) -> Result<bool, OrchestratorError> {
+/// Whether task `title` of mission `id`, just claimed, may start: the mission is moved along
+/// first (a checkpoint or delay reached by the task's dependencies pauses it, a gate is
+/// judged), then it must still be active and no quality gate that blocks the task may be
+/// unpassed.
+pub(crate) async fn may_start(ctx: &Ctx, id: &str, title: &str) -> Result<bool, OrchestratorError> {
     let held = get(ctx, id).await?;
     if held.mission.status != MissionStatus::Active {
         return Ok(false);
     }
     advance_active(ctx, held, ctx.now()).await?;
-    Ok(get(ctx, id).await?.mission.status == MissionStatus::Active)
+    let now = get(ctx, id).await?.mission;
+    let p = progress(&now);
+    let gated = now
+        .quality_gates
+        .iter()
+        .any(|g| g.blocks_tasks.iter().any(|t| t == title) && p["gates"][&g.name]["passed"] != json!(true));
+    Ok(now.status == MissionStatus::Active && !gated)
 }
 
 /// Whether every task titled in `titles` is settled.
@@ -127,7 +140,11 @@ fn all_settled(tasks: &[StoredTask], titles: &[String], now: DateTime<Utc>) -> b
 }
 
 fn progress(m: &Mission) -> Value {
-    m.data.get("progress").cloned().unwrap_or_else(|| json!({"checkpoints": [], "delays": {}}))
+    let mut p = m.data.get("progress").cloned().unwrap_or_else(|| json!({"checkpoints": [], "delays": {}}));
+    if p.get("gates").is_none() {
+        p["gates"] = json!({});
+    }
+    p
 }
 
 fn set_progress(m: &mut Mission, p: Value) {
@@ -248,21 +265,100 @@ async fn advance_active(ctx: &Ctx, held: StoredMission, now: DateTime<Utc>) -> R
         );
         return Ok(());
     }
+    if let Some(gate) =
+        m.quality_gates.iter().find(|g| p["gates"].get(&g.name).is_none() && all_settled(&tasks, &g.after_tasks, now))
+    {
+        return judge_gate(ctx, &held, gate, &tasks, p).await;
+    }
     if tasks.is_empty() || !tasks.iter().all(|t| settled(t, now)) {
         return Ok(());
     }
-    let report = report_of(m, &tasks);
+    let report = report_of(m, &tasks, ctx.default_threshold());
     let event = MissionEvent::Finish {
         all_passed: report.all_passed,
         avg_score: report.avg_score,
-        default_threshold: ctx.options.quality_threshold,
+        default_threshold: ctx.default_threshold(),
     };
     let stored = moved(ctx, &held, event, None).await?;
+    if report.all_passed && stored.mission.status == MissionStatus::Failed {
+        ctx.emit(
+            EventKind::QualityThresholdFailed,
+            json!({"missionId": m.id, "avgScore": report.avg_score, "threshold": report.quality_threshold}),
+        );
+    }
     ctx.emit(
         EventKind::MissionCompleted,
         json!({"missionId": m.id, "status": stored.mission.status, "allPassed": report.all_passed, "avgScore": report.avg_score}),
     );
     Ok(())
+}
+
+/// Judge `gate` of `held` (its judged tasks are settled), store the verdict in the mission's
+/// progress, and when it failed, fail the pending tasks it blocks.
+async fn judge_gate(
+    ctx: &Ctx,
+    held: &StoredMission,
+    gate: &QualityGate,
+    tasks: &[StoredTask],
+    mut p: Value,
+) -> Result<(), OrchestratorError> {
+    let judged: Vec<GateTask> = tasks
+        .iter()
+        .filter(|t| gate.after_tasks.contains(&t.task.title))
+        .map(|t| GateTask {
+            title: t.task.title.clone(),
+            score: score_of(&t.task),
+            passed: t.task.status == TaskStatus::Done,
+        })
+        .collect();
+    let verdict = gate.judge(&judged);
+    p["gates"][&gate.name] = json!(verdict);
+    let mut next = held.mission.clone();
+    next.updated_at = ctx.now();
+    set_progress(&mut next, p);
+    ctx.store().missions.update_mission(next, held.revision).await?;
+    let (kind, data) = (
+        if verdict.passed { EventKind::QualityGatePassed } else { EventKind::QualityGateFailed },
+        json!({"missionId": held.mission.id, "gate": gate.name, "verdict": verdict, "blocksTasks": gate.blocks_tasks}),
+    );
+    ctx.emit(kind, data);
+    if let Some(reason) = &verdict.reason {
+        let message = format!("quality gate `{}` failed: {reason}", gate.name);
+        for t in
+            tasks.iter().filter(|t| t.task.status == TaskStatus::Pending && gate.blocks_tasks.contains(&t.task.title))
+        {
+            fail_waiting(ctx, &t.task.id, &message).await;
+        }
+    }
+    Ok(())
+}
+
+/// Fail pending task `id` that can never run (its gate failed), saying why in its result.
+async fn fail_waiting(ctx: &Ctx, id: &str, message: &str) {
+    let store = ctx.store();
+    let moved = async {
+        let mut held = store.tasks.hold_task(id, &ctx.worker, ctx.options.lease).await?;
+        held.task.result = Some(TaskResult {
+            exit_code: 1,
+            stdout: String::new(),
+            stderr: message.to_owned(),
+            duration: 0,
+            assessment: None,
+            assessment_history: Vec::new(),
+        });
+        crate::drive::apply(ctx, &held, TaskEvent::Fail { reason: FailReason::QualityGate }).await
+    };
+    if let Err(e) = moved.await {
+        tracing::warn!(task = %id, code = e.code(), "a task behind a failed quality gate could not be failed: {e}");
+    }
+    if let Err(e) = store.tasks.release_task(id, &ctx.worker).await {
+        tracing::warn!(task = %id, code = e.code(), "task claim could not be released: {e}");
+    }
+}
+
+/// A task's last assessment score.
+fn score_of(t: &Task) -> Option<f64> {
+    t.result.as_ref().and_then(|r| r.assessment.as_ref()).and_then(|a| a["globalScore"].as_f64())
 }
 
 /// A mission's outcome (`MissionReport`).
@@ -283,6 +379,23 @@ pub struct MissionReport {
     pub tasks: Vec<ReportTask>,
     /// Mean of the tasks' assessment scores, when any was scored.
     pub avg_score: Option<f64>,
+    /// The average score the mission must reach to complete (its own, else the project's).
+    pub quality_threshold: f64,
+    /// Each quality gate: `pending` until its judged tasks are settled, then its verdict.
+    pub quality_gates: Vec<GateReport>,
+}
+
+/// One quality gate in a [`MissionReport`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateReport {
+    /// The gate's name.
+    pub name: String,
+    /// `pending`, `passed` or `failed`.
+    pub status: &'static str,
+    /// The verdict (facts and reason) once judged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Value>,
 }
 
 /// One task in a [`MissionReport`].
@@ -301,7 +414,7 @@ pub struct ReportTask {
     pub retries: u32,
 }
 
-fn report_of(m: &Mission, tasks: &[StoredTask]) -> MissionReport {
+fn report_of(m: &Mission, tasks: &[StoredTask], default_threshold: f64) -> MissionReport {
     let rows: Vec<ReportTask> = tasks
         .iter()
         .map(|t| {
@@ -310,13 +423,29 @@ fn report_of(m: &Mission, tasks: &[StoredTask]) -> MissionReport {
                 title: t.task.title.clone(),
                 status: t.task.status,
                 duration: result.map_or(0, |r| r.duration),
-                score: result.and_then(|r| r.assessment.as_ref()).and_then(|a| a["globalScore"].as_f64()),
+                score: score_of(&t.task),
                 retries: t.task.retries,
             }
         })
         .collect();
     let scores: Vec<f64> = rows.iter().filter_map(|r| r.score).collect();
+    let p = progress(m);
+    let quality_gates = m
+        .quality_gates
+        .iter()
+        .map(|g| {
+            let verdict = p["gates"].get(&g.name).cloned();
+            let status = match verdict.as_ref().map(|v| v["passed"] == json!(true)) {
+                None => "pending",
+                Some(true) => "passed",
+                Some(false) => "failed",
+            };
+            GateReport { name: g.name.clone(), status, verdict }
+        })
+        .collect();
     MissionReport {
+        quality_threshold: m.quality_threshold.unwrap_or(default_threshold),
+        quality_gates,
         mission_id: m.id.clone(),
         group: m.name.clone(),
         status: m.status,
@@ -332,5 +461,5 @@ pub(crate) async fn report(ctx: &Ctx, id: &str) -> Result<MissionReport, Orchest
     let held = get(ctx, id).await?;
     let mut tasks = tasks_of(ctx, id).await?;
     tasks.sort_by(|a, b| a.task.created_at.cmp(&b.task.created_at).then(a.task.id.cmp(&b.task.id)));
-    Ok(report_of(&held.mission, &tasks))
+    Ok(report_of(&held.mission, &tasks, ctx.default_threshold()))
 }

@@ -81,7 +81,7 @@ impl Orchestrator {
             let claimed = self.ctx.store().tasks.claim_ready(&self.ctx.worker, self.ctx.options.lease, limit).await?;
             for held in claimed {
                 if let Some(mission) = &held.task.mission_id
-                    && !missions::may_start(&self.ctx, mission).await?
+                    && !missions::may_start(&self.ctx, mission, &held.task.title).await?
                 {
                     self.ctx.store().tasks.release_task(&held.task.id, &self.ctx.worker).await?;
                     continue;
@@ -206,6 +206,18 @@ impl Orchestrator {
         self.by_hand(id, TaskEvent::Retry { manual: true }).await
     }
 
+    /// Assess a done or failed task again (`trigger: reassess`); the earlier assessment moves
+    /// to its history and the new verdict decides `done` or `failed`. A task another worker
+    /// holds is a `conflict`.
+    pub async fn reassess(&self, id: &str) -> Result<StoredTask, OrchestratorError> {
+        let store = self.ctx.store();
+        let held = store.tasks.hold_task(id, &self.ctx.worker, self.ctx.options.lease).await?;
+        let moved = crate::drive::reassess(&self.ctx, &held).await;
+        store.tasks.release_task(id, &self.ctx.worker).await?;
+        self.wake();
+        moved
+    }
+
     /// Approve a task that waits for approval: it runs again.
     pub async fn approve(&self, id: &str) -> Result<StoredTask, OrchestratorError> {
         self.by_hand(id, TaskEvent::Approve).await
@@ -230,11 +242,10 @@ impl Orchestrator {
         }
     }
 
-    /// Create a mission (draft). Quality gates and schedules are refused until they are built.
+    /// Create a mission (draft); its quality gates' conditions must parse. Schedules are
+    /// refused until the scheduler takes missions.
     pub async fn create_mission(&self, mission: Mission) -> Result<StoredMission, OrchestratorError> {
-        if !mission.quality_gates.is_empty() {
-            return Err(OrchestratorError::Unavailable("mission quality gates are not built yet".into()));
-        }
+        mission.validate_gates().map_err(|e| OrchestratorError::Invalid(format!("{}: {e}", e.code())))?;
         if mission.schedule.is_some() {
             return Err(OrchestratorError::Unavailable(
                 "mission schedules need the scheduler, which is not built yet".into(),

@@ -1,4 +1,4 @@
-//! `polpo tasks add|list|show|retry|kill|approve|reject` and `polpo missions
+//! `polpo tasks add|list|show|retry|reassess|kill` and `polpo missions
 //! create|list|show|execute|pause|resume|abort|report`: the tasks and missions of a running
 //! server, over its REST API (`/api/v1/tasks…`, `/api/v1/missions…`; see `remote.rs` for the
 //! address and key). `--json` prints what the server answered.
@@ -74,6 +74,14 @@ enum TaskCommand {
     Retry {
         /// The task id.
         id: String,
+    },
+    /// Assess a done or failed task again on the answer it kept; the verdict decides its status.
+    Reassess {
+        /// The task id.
+        id: String,
+        /// Print the server's answer as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Abort a task's run and fail it.
     Kill {
@@ -196,6 +204,9 @@ pub fn run_tasks(global: &Global, args: TasksArgs) -> anyhow::Result<ExitCode> {
             TaskCommand::Retry { id } => {
                 (client.call(Method::POST, &format!("/api/v1/tasks/{id}/retry"), None).await?, false)
             }
+            TaskCommand::Reassess { id, json } => {
+                (client.call(Method::POST, &format!("/api/v1/tasks/{id}/reassess"), None).await?, json)
+            }
             TaskCommand::Kill { id } => {
                 client.call(Method::POST, &format!("/api/v1/tasks/{id}/kill"), None).await?;
                 println!("task {id} killed");
@@ -208,7 +219,13 @@ pub fn run_tasks(global: &Global, args: TasksArgs) -> anyhow::Result<ExitCode> {
         let task = if data["task"].is_object() { &data["task"] } else { &data };
         println!("{}", task_line(task));
         if let Some(a) = task["result"]["assessment"].as_object() {
-            println!("assessment: {}", if a["passed"] == true { "passed" } else { "failed" });
+            let verdict = if a["passed"] == true { "passed" } else { "failed" };
+            match a.get("globalScore").and_then(Value::as_f64) {
+                Some(score) => {
+                    println!("assessment: {verdict} (score {score}, trigger {})", a["trigger"].as_str().unwrap_or("-"))
+                }
+                None => println!("assessment: {verdict} (trigger {})", a["trigger"].as_str().unwrap_or("-")),
+            }
         }
         Ok(ExitCode::SUCCESS)
     })

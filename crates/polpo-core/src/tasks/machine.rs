@@ -13,7 +13,9 @@ use super::model::{MAX_FIX_ATTEMPTS, MAX_QUESTION_ROUNDS, Task};
 use super::status::{Phase, TaskStatus};
 
 /// Every allowed status change, `(from, to)`: the reference table of §5.2, plus
-/// `pending → failed` (a deadlock no resolver can untangle force-fails the pending tasks).
+/// `pending → failed` (a deadlock no resolver can untangle, or a failed quality gate,
+/// force-fails the pending tasks) and `done ↔ failed` (a person's `reassess`: the new
+/// assessment's verdict decides, where the reference sets the status by its logged bypass).
 /// [`transition`] never produces a change outside this table.
 pub const TRANSITIONS: &[(TaskStatus, TaskStatus)] = &[
     (TaskStatus::Draft, TaskStatus::Pending),
@@ -32,6 +34,8 @@ pub const TRANSITIONS: &[(TaskStatus, TaskStatus)] = &[
     (TaskStatus::AwaitingApproval, TaskStatus::Failed),
     (TaskStatus::Failed, TaskStatus::Pending),
     (TaskStatus::Pending, TaskStatus::Failed),
+    (TaskStatus::Done, TaskStatus::Failed),
+    (TaskStatus::Failed, TaskStatus::Done),
 ];
 
 /// Whether `from → to` is in [`TRANSITIONS`]. Staying in a status (a phase change) is not a
@@ -54,6 +58,8 @@ pub enum FailReason {
     Forced,
     /// A dependency deadlock could not be resolved.
     Deadlock,
+    /// A mission quality gate that blocks it failed, so it can never run.
+    QualityGate,
 }
 
 /// Something that happened to a task. Each applies to some statuses only.
@@ -104,6 +110,12 @@ pub enum TaskEvent {
     Retry {
         /// Asked for by a person rather than the orchestrator.
         manual: bool,
+    },
+    /// `done | failed → done | failed`: a person had the finished work assessed again
+    /// (`POST /reassess`); the new verdict decides.
+    Reassess {
+        /// The new assessment passed.
+        passed: bool,
     },
 }
 
@@ -172,6 +184,7 @@ impl TaskEvent {
             TaskEvent::Revise { .. } => "revise",
             TaskEvent::Reject => "reject",
             TaskEvent::Retry { .. } => "retry",
+            TaskEvent::Reassess { .. } => "reassess",
         }
     }
 }
@@ -218,7 +231,7 @@ pub fn transition(task: &Task, event: &TaskEvent, now: DateTime<Utc>) -> Result<
             (S::InProgress, Some(Phase::Execution))
         }
         (S::InProgress | S::Review, TaskEvent::Fail { .. }) => (S::Failed, None),
-        (S::Pending, TaskEvent::Fail { reason: FailReason::Deadlock }) => (S::Failed, None),
+        (S::Pending, TaskEvent::Fail { reason: FailReason::Deadlock | FailReason::QualityGate }) => (S::Failed, None),
         (S::AwaitingApproval, TaskEvent::Approve) => (S::Assigned, None),
         (S::AwaitingApproval, TaskEvent::Revise { feedback }) => {
             next.original_description.get_or_insert_with(|| task.description.clone());
@@ -242,6 +255,7 @@ pub fn transition(task: &Task, event: &TaskEvent, now: DateTime<Utc>) -> Result<
             next.question_rounds = 0;
             (S::Pending, None)
         }
+        (S::Done | S::Failed, TaskEvent::Reassess { passed }) => (if *passed { S::Done } else { S::Failed }, None),
         _ => return Err(invalid()),
     };
     debug_assert!(allowed(task.status, to), "transition table and transition() disagree");
@@ -304,6 +318,7 @@ mod tests {
             Just(FailReason::Timeout),
             Just(FailReason::Forced),
             Just(FailReason::Deadlock),
+            Just(FailReason::QualityGate),
         ];
         prop_oneof![
             Just(TaskEvent::Queue),
@@ -320,6 +335,7 @@ mod tests {
             "[a-z]{1,5}".prop_map(|feedback| TaskEvent::Revise { feedback }),
             Just(TaskEvent::Reject),
             any::<bool>().prop_map(|manual| TaskEvent::Retry { manual }),
+            any::<bool>().prop_map(|passed| TaskEvent::Reassess { passed }),
         ]
     }
 
@@ -339,8 +355,9 @@ mod tests {
 
     proptest! {
         /// Whatever events arrive, every status change is in the table, the phase is set
-        /// exactly while in progress or in review, the status stays put only for a question
-        /// or its answer, and the counters never pass their limits.
+        /// exactly while in progress or in review, the status stays put only for a question,
+        /// its answer, or a reassessment that confirms the verdict, and the counters never
+        /// pass their limits.
         #[test]
         fn no_event_sequence_leaves_the_table(start in start(), events in prop::collection::vec(event(), 0..60)) {
             let mut t = start;
@@ -348,7 +365,7 @@ mod tests {
                 let now = t0() + chrono::Duration::seconds(i as i64 + 1);
                 if let Ok(next) = transition(&t, e, now) {
                     if t.status == next.status {
-                        prop_assert!(matches!(e, TaskEvent::Ask | TaskEvent::Answer), "{:?} kept the status", e);
+                        prop_assert!(matches!(e, TaskEvent::Ask | TaskEvent::Answer | TaskEvent::Reassess { .. }), "{:?} kept the status", e);
                     } else {
                         prop_assert!(TRANSITIONS.contains(&(t.status, next.status)));
                     }
@@ -370,14 +387,22 @@ mod tests {
         fn terminal_statuses_only_leave_as_the_table_says(e in event(), side in any::<bool>()) {
             let mut done = task(TaskStatus::Done);
             done.side_effects = side;
-            prop_assert_eq!(transition(&done, &e, t0()).unwrap_err().code(), "invalid_transition");
+            match (&e, transition(&done, &e, t0())) {
+                (TaskEvent::Reassess { passed }, Ok(next)) => {
+                    prop_assert_eq!(next.status, if *passed { TaskStatus::Done } else { TaskStatus::Failed });
+                }
+                (_, r) => prop_assert_eq!(r.unwrap_err().code(), "invalid_transition"),
+            }
             let mut failed = task(TaskStatus::Failed);
             failed.side_effects = side;
             match transition(&failed, &e, t0()) {
                 Ok(next) => {
                     let as_table_says = matches!(
                         (&e, next.status),
-                        (TaskEvent::Retry { .. }, TaskStatus::Pending) | (TaskEvent::RequestApproval, TaskStatus::AwaitingApproval)
+                        (TaskEvent::Retry { .. }, TaskStatus::Pending)
+                            | (TaskEvent::RequestApproval, TaskStatus::AwaitingApproval)
+                            | (TaskEvent::Reassess { passed: true }, TaskStatus::Done)
+                            | (TaskEvent::Reassess { passed: false }, TaskStatus::Failed)
                     );
                     prop_assert!(as_table_says, "{:?} took a failed task to {:?}", e, next.status);
                 }

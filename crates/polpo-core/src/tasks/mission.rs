@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::duration::{DurationError, parse_duration};
+use crate::loops::expr;
 
 /// Where a mission is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -133,6 +134,17 @@ impl Mission {
     pub fn validate(&self) -> Result<(), DurationError> {
         self.delays.iter().try_for_each(|d| d.span().map(drop))
     }
+
+    /// Check every quality gate's `condition` parses, so a typo is refused when the mission
+    /// is written instead of failing its gate (closed) hours later.
+    pub fn validate_gates(&self) -> Result<(), GateConditionError> {
+        for (index, gate) in self.quality_gates.iter().enumerate() {
+            if let Some(c) = &gate.condition {
+                expr::parse(c).map_err(|error| GateConditionError { index, error })?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Pause the mission after some tasks until someone resumes it.
@@ -206,9 +218,122 @@ pub struct QualityGate {
     /// Every judged task must have passed its assessment.
     #[serde(default)]
     pub require_all_passed: bool,
-    /// An extra condition, kept as given.
+    /// An extra condition in the safe expression language of loop guards
+    /// (`crate::loops::expr`), over [`GateFacts`]: e.g. `avgScore >= 4 && failedCount == 0`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub condition: Option<String>,
+}
+
+/// What a quality gate knows of one task it judges.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateTask {
+    /// The task's title.
+    pub title: String,
+    /// Its last assessment's weighted score, when an LLM review scored it.
+    pub score: Option<f64>,
+    /// It ended `done` (its assessment passed).
+    pub passed: bool,
+}
+
+/// The facts a gate's `condition` reads, by these names: `avgScore` (mean of the scored
+/// tasks, `null` when none was scored), `lowestScore`, `allPassed`, `passedCount`,
+/// `failedCount`, `taskCount`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateFacts {
+    /// Mean score of the judged tasks that were scored.
+    pub avg_score: Option<f64>,
+    /// Lowest score of the judged tasks that were scored.
+    pub lowest_score: Option<f64>,
+    /// Every judged task passed.
+    pub all_passed: bool,
+    /// Judged tasks that passed.
+    pub passed_count: usize,
+    /// Judged tasks that did not.
+    pub failed_count: usize,
+    /// Judged tasks.
+    pub task_count: usize,
+}
+
+impl GateFacts {
+    /// The facts of `tasks`.
+    pub fn of(tasks: &[GateTask]) -> Self {
+        let scores: Vec<f64> = tasks.iter().filter_map(|t| t.score).collect();
+        let passed_count = tasks.iter().filter(|t| t.passed).count();
+        GateFacts {
+            avg_score: (!scores.is_empty()).then(|| scores.iter().sum::<f64>() / scores.len() as f64),
+            lowest_score: scores.iter().copied().reduce(f64::min),
+            all_passed: passed_count == tasks.len(),
+            passed_count,
+            failed_count: tasks.len() - passed_count,
+            task_count: tasks.len(),
+        }
+    }
+}
+
+/// A quality gate's decision, once every task it judges is settled.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateVerdict {
+    /// The blocked tasks may run.
+    pub passed: bool,
+    /// What it judged.
+    #[serde(flatten)]
+    pub facts: GateFacts,
+    /// Why it failed, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Why a gate's `condition` cannot be used. One code: `invalid_condition`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("qualityGates[{index}].condition: {error}")]
+pub struct GateConditionError {
+    /// The gate's index in `qualityGates`.
+    pub index: usize,
+    /// The parser's complaint, with its column.
+    pub error: expr::ExprError,
+}
+
+impl GateConditionError {
+    /// Stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        "invalid_condition"
+    }
+}
+
+impl QualityGate {
+    /// Judge the settled tasks `judged`: `requireAllPassed`, then `minScore` against the
+    /// mean score (no scored task fails a `minScore`), then `condition` (false, or an
+    /// evaluation error, fails: closed).
+    pub fn judge(&self, judged: &[GateTask]) -> GateVerdict {
+        let facts = GateFacts::of(judged);
+        let reason = self.failure(&facts);
+        GateVerdict { passed: reason.is_none(), facts, reason }
+    }
+
+    fn failure(&self, facts: &GateFacts) -> Option<String> {
+        if self.require_all_passed && !facts.all_passed {
+            return Some(format!("{} of {} judged tasks did not pass", facts.failed_count, facts.task_count));
+        }
+        if let Some(min) = self.min_score {
+            match facts.avg_score {
+                None => return Some(format!("minScore {min} needs a score, and no judged task was scored")),
+                Some(avg) if avg < min => return Some(format!("average score {avg:.2} is below minScore {min}")),
+                Some(_) => {}
+            }
+        }
+        let condition = self.condition.as_deref().filter(|c| !c.trim().is_empty())?;
+        let context = serde_json::to_value(facts).unwrap_or_default();
+        let limits = expr::Limits::default();
+        let holds = expr::parse_with(condition, &limits)
+            .and_then(|e| expr::evaluate_expr(&e, &context, &limits).map(|v| v.truthy()));
+        match holds {
+            Ok(true) => None,
+            Ok(_) => Some(format!("condition `{condition}` does not hold")),
+            Err(e) => Some(format!("condition `{condition}` failed: {e}")),
+        }
+    }
 }
 
 /// Something that happens to a mission.
@@ -390,6 +515,55 @@ mod tests {
         assert_eq!(transition_mission(&active, &finish(true, Some(4.0)), t0()).unwrap().status, MissionStatus::Failed);
         let err = transition_mission(&mission(MissionStatus::Completed), &MissionEvent::Resume, t0()).unwrap_err();
         assert_eq!(err.code(), "invalid_transition");
+    }
+
+    fn gate(min_score: Option<f64>, require_all_passed: bool, condition: Option<&str>) -> QualityGate {
+        QualityGate {
+            name: "g".into(),
+            after_tasks: vec!["A".into(), "B".into()],
+            blocks_tasks: vec!["C".into()],
+            min_score,
+            require_all_passed,
+            condition: condition.map(Into::into),
+        }
+    }
+
+    fn judged(a: (Option<f64>, bool), b: (Option<f64>, bool)) -> Vec<GateTask> {
+        vec![
+            GateTask { title: "A".into(), score: a.0, passed: a.1 },
+            GateTask { title: "B".into(), score: b.0, passed: b.1 },
+        ]
+    }
+
+    #[test]
+    fn a_quality_gate_judges_min_score_all_passed_and_its_condition() {
+        let good = judged((Some(4.0), true), (Some(3.0), true));
+        let verdict = gate(Some(3.5), true, None).judge(&good);
+        assert!(verdict.passed, "{verdict:?}");
+        assert_eq!(verdict.facts.avg_score, Some(3.5));
+        assert_eq!(verdict.facts.lowest_score, Some(3.0));
+        let v = gate(Some(3.6), false, None).judge(&good);
+        assert!(!v.passed && v.reason.as_deref().unwrap_or_default().contains("below minScore 3.6"), "{v:?}");
+        let one_failed = judged((Some(5.0), true), (None, false));
+        assert!(gate(Some(4.0), false, None).judge(&one_failed).passed, "unscored tasks are left out of the mean");
+        assert!(!gate(None, true, None).judge(&one_failed).passed);
+        assert!(
+            !gate(Some(1.0), false, None).judge(&judged((None, true), (None, true))).passed,
+            "minScore needs a score"
+        );
+        assert!(gate(None, false, Some("lowestScore >= 3 && failedCount == 0")).judge(&good).passed);
+        assert!(!gate(None, false, Some("lowestScore > 3")).judge(&good).passed);
+        assert!(!gate(None, false, Some("avgScore >= 4")).judge(&judged((None, true), (None, true))).passed);
+        assert!(gate(None, false, Some("")).judge(&one_failed).passed, "an empty condition holds");
+    }
+
+    #[test]
+    fn a_gate_condition_that_does_not_parse_is_refused_with_its_index() {
+        let mut m = mission(MissionStatus::Draft);
+        m.quality_gates = vec![gate(None, false, Some("avgScore >= 3")), gate(None, false, Some("avgScore >= "))];
+        let err = m.validate_gates().unwrap_err();
+        assert_eq!((err.code(), err.index), ("invalid_condition", 1));
+        assert!(err.to_string().starts_with("qualityGates[1].condition: column"), "{err}");
     }
 
     #[test]

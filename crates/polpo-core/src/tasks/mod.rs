@@ -13,8 +13,8 @@ pub use duration::{DurationError, format_duration, parse_duration};
 pub use graph::{DependencyError, check_new_tasks, deadlocked, find_cycle, ready};
 pub use machine::{FailReason, TRANSITIONS, TaskEvent, TaskTransition, TransitionError, allowed, transition};
 pub use mission::{
-    MISSION_TRANSITIONS, Mission, MissionCheckpoint, MissionDelay, MissionEvent, MissionStatus, MissionTransitionError,
-    QualityGate, transition_mission,
+    GateConditionError, GateFacts, GateTask, GateVerdict, MISSION_TRANSITIONS, Mission, MissionCheckpoint,
+    MissionDelay, MissionEvent, MissionStatus, MissionTransitionError, QualityGate, transition_mission,
 };
 pub use model::{
     Confidence, EvalDimension, ExpectationType, ExpectedOutcome, OutcomeType, RetryPolicy, Task, TaskExpectation,

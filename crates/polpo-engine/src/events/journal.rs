@@ -113,6 +113,18 @@ pub enum EventKind {
     DelayStarted,
     /// A mission's delay ran out and the mission went on (bus).
     DelayExpired,
+    /// A mission quality gate's judged tasks reached its bar; the tasks it blocks may run (bus).
+    QualityGatePassed,
+    /// A mission quality gate's judged tasks missed its bar; the tasks it blocks fail (bus).
+    QualityGateFailed,
+    /// A mission's tasks all passed but their average score missed its quality threshold (bus).
+    QualityThresholdFailed,
+    /// A task's agent asked a question instead of doing the work (bus).
+    TaskQuestion,
+    /// The orchestrator's model answered a task's question and the agent went on (bus).
+    TaskAnswered,
+    /// A done or failed task was assessed again on request (bus).
+    TaskReassessed,
     /// A schedule's occurrence started its invocation (bus).
     ScheduleFired,
     /// A schedule's occurrence was later than its grace and not caught up (bus).
@@ -128,7 +140,7 @@ pub enum EventKind {
 }
 
 /// (kind, journal name, bus name): the one table of event names.
-const NAMES: [(EventKind, Option<&str>, Option<&str>); 52] = [
+const NAMES: [(EventKind, Option<&str>, Option<&str>); 58] = [
     (EventKind::SessionCreated, None, Some("session:created")),
     (EventKind::MessageAdded, None, Some("message:added")),
     (EventKind::ModelRouted, None, Some("model:routed")),
@@ -176,6 +188,12 @@ const NAMES: [(EventKind, Option<&str>, Option<&str>); 52] = [
     (EventKind::CheckpointReached, None, Some("checkpoint:reached")),
     (EventKind::DelayStarted, None, Some("delay:started")),
     (EventKind::DelayExpired, None, Some("delay:expired")),
+    (EventKind::QualityGatePassed, None, Some("quality:gate:passed")),
+    (EventKind::QualityGateFailed, None, Some("quality:gate:failed")),
+    (EventKind::QualityThresholdFailed, None, Some("quality:threshold:failed")),
+    (EventKind::TaskQuestion, None, Some("task:question")),
+    (EventKind::TaskAnswered, None, Some("task:answered")),
+    (EventKind::TaskReassessed, None, Some("task:reassessed")),
     (EventKind::ScheduleFired, None, Some("schedule:fired")),
     (EventKind::ScheduleMissed, None, Some("schedule:missed")),
     (EventKind::ScheduleFailed, None, Some("schedule:failed")),

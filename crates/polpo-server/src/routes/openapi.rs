@@ -232,12 +232,13 @@ pub const ROUTES: &[Route] = &[
     op("post", BOTH, &["/tasks/{id}/queue"], "queueTask", "tasks", "draft → pending (`{queued, task}`); 409 `invalid_transition` otherwise.").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/tasks/{id}/retry"], "retryTask", "tasks", "failed → pending (`{retried, task}`).").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/tasks/{id}/kill"], "killTask", "tasks", "Abort the task's run and fail it (`{killed}`).").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/tasks/{id}/reassess"], "reassessTask", "tasks", "Assess a done or failed task again on the answer it kept (`{reassessed, task}`); the verdict decides done or failed, the earlier assessment moves to `assessmentHistory`.").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/tasks/{id}/approve"], "approveTask", "tasks", "A task awaiting approval runs again (`{approved, task}`).").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/tasks/{id}/reject"], "rejectTask", "tasks", "A task awaiting approval fails (`{rejected, task}`).").returns(200, Body::Envelope("Object")),
     op("get", BOTH, &["/missions"], "listMissions", "missions", "Missions, newest first (`{missions, nextCursor}`).")
         .query(&[("status", "draft, scheduled, recurring, active, paused, completed, failed or cancelled"), ("limit", "1..=1000"), ("cursor", "the previous page's `nextCursor`")])
         .returns(200, Body::Envelope("Object")),
-    op("post", BOTH, &["/missions"], "createMission", "missions", "Create a draft mission `{name, data: {tasks: [{title, description, assignTo, dependsOn: [titles]…}], checkpoints?, delays?}, qualityThreshold?}`; quality gates and schedules are `feature_unavailable`.").request("Object").returns(201, Body::Envelope("Object")),
+    op("post", BOTH, &["/missions"], "createMission", "missions", "Create a draft mission `{name, data: {tasks: [{title, description, assignTo, dependsOn: [titles]…}], checkpoints?, delays?}, qualityThreshold?}`; `qualityGates [{name, afterTasks, blocksTasks, minScore?, requireAllPassed?, condition?}]` (condition in the loop guard language over avgScore, lowestScore, allPassed, passedCount, failedCount, taskCount); schedules are `feature_unavailable`.").request("Object").returns(201, Body::Envelope("Object")),
     op("get", BOTH, &["/missions/{id}"], "getMission", "missions", "A mission with its progress (`data.progress`).").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/missions/{id}/execute"], "executeMission", "missions", "Create the plan's tasks and make the mission active.").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/missions/{id}/pause"], "pauseMission", "missions", "Pause an active mission: no new task starts.").returns(200, Body::Envelope("Object")),

@@ -1,6 +1,7 @@
 //! Tasks (inventory §3.2): `/api/v1/tasks…`. Create (a draft, or pending and run by the
 //! orchestrator as soon as its dependencies are done), list newest first with a cursor, read,
-//! edit while not running, and the actions `queue`, `retry`, `kill`, `approve`, `reject`.
+//! edit while not running, and the actions `queue`, `retry`, `kill`, `reassess`, `approve`,
+//! `reject`.
 //! Every move goes through the orchestrator, so it follows the task state machine.
 
 use crate::error::{ApiError, RestError, ok};
@@ -26,6 +27,7 @@ pub fn router() -> Router<Arc<AppState>> {
             .route(&format!("{prefix}/tasks/{{id}}/queue"), post(queue))
             .route(&format!("{prefix}/tasks/{{id}}/retry"), post(retry))
             .route(&format!("{prefix}/tasks/{{id}}/kill"), post(kill))
+            .route(&format!("{prefix}/tasks/{{id}}/reassess"), post(reassess))
             .route(&format!("{prefix}/tasks/{{id}}/approve"), post(approve))
             .route(&format!("{prefix}/tasks/{{id}}/reject"), post(reject));
     }
@@ -177,6 +179,14 @@ async fn retry(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Re
 async fn kill(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
     state.orchestrator.kill(&id).await?;
     Ok(ok(json!({"killed": true})))
+}
+
+/// `POST /api/v1/tasks/{{id}}/reassess` → `{reassessed: true, task}`: a done or failed task's
+/// checks run again on the answer it kept; the verdict decides its status, the earlier
+/// assessment moves to `assessmentHistory`.
+async fn reassess(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
+    let t = state.orchestrator.reassess(&id).await?;
+    Ok(ok(json!({"reassessed": true, "task": t.task})))
 }
 
 /// `POST /api/v1/tasks/{{id}}/approve` → `{approved: true, task}`: a task waiting for approval
