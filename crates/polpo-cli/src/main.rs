@@ -50,6 +50,9 @@ enum Command {
     /// Show agents' MCP servers and tools, or serve the agents over MCP (stdio).
     #[command(subcommand)]
     Mcp(commands::mcp::Command),
+    /// List, search, add or forget typed memory items; rebuild their vectors.
+    #[command(subcommand)]
+    Memory(commands::memory::Command),
     /// Hash an API key for `apiKeys` in project.json.
     #[command(subcommand)]
     Keys(commands::keys::Command),
@@ -97,6 +100,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Skills(command) => commands::skills::run(global, command),
         Command::Hooks(command) => commands::hooks::run(global, command),
         Command::Mcp(command) => commands::mcp::run(global, command),
+        Command::Memory(command) => commands::memory::run(global, command),
         Command::Keys(command) => commands::keys::run(command),
         Command::Models(command) => commands::models::run(command),
         Command::Dev(args) => commands::serve::run(global, args, true),

@@ -11,6 +11,7 @@ pub mod hooks;
 pub mod keys;
 pub mod loops;
 pub mod mcp;
+pub mod memory;
 pub mod migrate;
 pub mod models;
 pub mod providers;

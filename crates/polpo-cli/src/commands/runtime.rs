@@ -30,8 +30,11 @@ pub async fn open(project: Project) -> anyhow::Result<Arc<Runtime>> {
     let redactor = vault_redactor(&root);
     let custom = super::tools::project_tools(&root, &redactor)?.into_iter().map(|t| t as Arc<dyn Tool>).collect();
     let connections = Arc::new(super::connections::project_connections(&root, &redactor));
+    // Typed memory tools reach only agents whose allowedTools name them, after their MCP tools.
+    let memory = polpo_memory::Memory::new(store.memory.clone(), None);
+    let tools = polpo_memory::MemoryToolSource::new(&memory).chained(MCP.clone());
     let mut runtime = Runtime::new(loaded, providers, store)
-        .with_tool_source(MCP.clone())
+        .with_tool_source(Arc::new(tools))
         .with_connections(connections)
         .with_redactor(redactor)
         .with_custom_tools(custom);

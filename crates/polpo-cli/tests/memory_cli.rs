@@ -1,0 +1,63 @@
+//! `polpo memory` as a user runs it: a real `polpo` process over a project made by
+//! `polpo create`, on the file store and on SQLite.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn polpo(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_polpo")).current_dir(dir).args(args).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn add_list_search_and_forget_on_file_and_sqlite_storage() {
+    for storage in ["file", "sqlite"] {
+        let tmp = tempfile::tempdir().unwrap();
+        stdout(&polpo(tmp.path(), &["create", "demo"]));
+        let dir = tmp.path().join("demo");
+        let project_json = dir.join(".polpo/project.json");
+        let mut project: serde_json::Value = serde_json::from_slice(&std::fs::read(&project_json).unwrap()).unwrap();
+        project["settings"]["storage"] = storage.into();
+        std::fs::write(&project_json, serde_json::to_vec_pretty(&project).unwrap()).unwrap();
+
+        let pref = stdout(&polpo(
+            &dir,
+            &["memory", "add", "Ada prefers dark mode", "--kind", "preference", "--scope", "user", "--subject", "ada"],
+        ));
+        let fact = stdout(&polpo(&dir, &["memory", "add", "The build uses cargo"]));
+        let (pref, fact) = (pref.trim(), fact.trim());
+
+        let listed = stdout(&polpo(&dir, &["memory", "list"]));
+        let lines: Vec<&str> = listed.lines().collect();
+        assert_eq!(lines.len(), 2, "{storage}: {listed}");
+        assert!(lines.iter().any(|l| l.starts_with(pref) && l.contains("user:ada\tpreference\tAda prefers dark mode")));
+        let page = stdout(&polpo(&dir, &["memory", "list", "--limit", "1", "--json"]));
+        let page: serde_json::Value = serde_json::from_str(&page).unwrap();
+        let cursor = page["nextCursor"].as_str().unwrap().to_owned();
+        let rest = stdout(&polpo(&dir, &["memory", "list", "--limit", "1", "--cursor", &cursor, "--json"]));
+        let rest: serde_json::Value = serde_json::from_str(&rest).unwrap();
+        assert_ne!(page["items"][0]["id"], rest["items"][0]["id"]);
+        assert!(rest["nextCursor"].is_null());
+
+        let found = stdout(&polpo(&dir, &["memory", "search", "DARK", "--scope", "user", "--subject", "ada"]));
+        assert!(found.starts_with(pref), "{storage}: {found}");
+        assert!(stdout(&polpo(&dir, &["memory", "search", "dark", "--scope", "project"])).is_empty());
+
+        let bad = polpo(&dir, &["memory", "add", "x", "--kind", "opinion"]);
+        assert!(!bad.status.success());
+        assert!(String::from_utf8_lossy(&bad.stderr).contains("invalid_input"));
+        let no_embedder = polpo(&dir, &["memory", "reindex"]);
+        assert!(String::from_utf8_lossy(&no_embedder.stderr).contains("feature_unavailable"));
+
+        stdout(&polpo(&dir, &["memory", "rm", fact]));
+        let again = polpo(&dir, &["memory", "rm", fact]);
+        assert!(String::from_utf8_lossy(&again.stderr).contains("not_found"));
+        assert_eq!(stdout(&polpo(&dir, &["memory", "list"])).lines().count(), 1);
+    }
+}
