@@ -172,8 +172,25 @@ async fn a_checkpoint_pauses_the_mission_until_resumed_and_a_delay_resumes_it_by
     assert_eq!(tasks["tasks"].as_array().unwrap().len(), 2, "B and C wait: {tasks}");
     assert_eq!(llm.requests().len(), 1, "only A ran before the checkpoint");
 
+    // `polpo tasks watch` shows the paused mission, then follows it through the events to its end.
+    let mut watcher = support::polpo(&["tasks", "watch", "--mission", &id, "--url", &server.url])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(watcher.stdout.take().unwrap()));
+    let first = tokio::task::block_in_place(|| lines.next()).unwrap().unwrap();
+    assert!(first.starts_with("flow [######..............] 1/3 done") && first.ends_with("paused"), "{first}");
+
     let (status, resumed) = call(reqwest::Method::POST, format!("{url}/resume"), Some(json!({}))).await;
     assert_eq!(status, 200, "{resumed}");
+    let rest: Vec<String> = tokio::task::block_in_place(|| lines.map(Result::unwrap).collect());
+    let exit = tokio::task::block_in_place(|| watcher.wait()).unwrap();
+    assert!(exit.success(), "{rest:?}");
+    assert!(rest.len() >= 2, "progress lines while it ran: {rest:?}");
+    assert_eq!(
+        rest.last().map(String::as_str),
+        Some("flow [####################] 3/3 done, 0 failed, 0 running  completed")
+    );
     let done =
         until(url.clone(), "the mission to finish", |m| m["status"] == "completed" || m["status"] == "failed").await;
     assert_eq!(done["status"], "completed", "{done}");

@@ -1,4 +1,4 @@
-//! `polpo tasks add|list|show|retry|reassess|kill` and `polpo missions
+//! `polpo tasks add|list|show|retry|reassess|watch|kill` and `polpo missions
 //! create|list|show|execute|pause|resume|abort|report`: the tasks and missions of a running
 //! server, over its REST API (`/api/v1/tasks…`, `/api/v1/missions…`; see `remote.rs` for the
 //! address and key). `--json` prints what the server answered.
@@ -82,6 +82,14 @@ enum TaskCommand {
         /// Print the server's answer as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Live progress, one line with a progress bar per mission, printed again whenever the
+    /// server's events (`/api/v1/events`) say its tasks moved. With `--mission`, only that one,
+    /// and the command ends when it finishes (exit 0 when completed, 1 otherwise).
+    Watch {
+        /// Only this mission.
+        #[arg(long)]
+        mission: Option<String>,
     },
     /// Abort a task's run and fail it.
     Kill {
@@ -207,6 +215,7 @@ pub fn run_tasks(global: &Global, args: TasksArgs) -> anyhow::Result<ExitCode> {
             TaskCommand::Reassess { id, json } => {
                 (client.call(Method::POST, &format!("/api/v1/tasks/{id}/reassess"), None).await?, json)
             }
+            TaskCommand::Watch { mission } => return watch(&client, mission).await,
             TaskCommand::Kill { id } => {
                 client.call(Method::POST, &format!("/api/v1/tasks/{id}/kill"), None).await?;
                 println!("task {id} killed");
@@ -229,6 +238,78 @@ pub fn run_tasks(global: &Global, args: TasksArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Bus events after which a mission's progress may have changed (`orchestrator:tick`, sent on
+/// every pass, is left out).
+const PROGRESS_EVENTS: [&str; 6] = ["task:", "mission:", "checkpoint:", "delay:", "quality:", "assessment:complete"];
+
+/// Most bytes of an unfinished event-stream line kept (a longer one is dropped).
+const MAX_EVENT_LINE: usize = 1 << 20;
+
+/// `polpo tasks watch`: subscribe to the events first (so nothing is missed), then print each
+/// mission's progress and print it again after every event that may have moved it.
+async fn watch(client: &Client, mission: Option<String>) -> anyhow::Result<ExitCode> {
+    let mut events = client.send(client.request(Method::GET, "/api/v1/events")).await?;
+    let mut shown: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut pending = String::new();
+    loop {
+        let missions = match &mission {
+            Some(id) => vec![client.call(Method::GET, &format!("/api/v1/missions/{id}"), None).await?],
+            None => {
+                let data = client.call(Method::GET, "/api/v1/missions?limit=1000", None).await?;
+                data["missions"].as_array().cloned().unwrap_or_default()
+            }
+        };
+        for m in &missions {
+            let id = m["id"].as_str().unwrap_or("-");
+            let tasks = client.call(Method::GET, &format!("/api/v1/tasks?missionId={id}&limit=1000"), None).await?;
+            let line = progress_line(m, tasks["tasks"].as_array().map_or(&[][..], Vec::as_slice));
+            if shown.get(id) != Some(&line) {
+                println!("{line}");
+                shown.insert(id.to_owned(), line);
+            }
+            if mission.is_some() && matches!(m["status"].as_str(), Some("completed" | "failed" | "cancelled")) {
+                return Ok(if m["status"] == "completed" { ExitCode::SUCCESS } else { ExitCode::from(1) });
+            }
+        }
+        // Wait for an event that may have moved a mission.
+        loop {
+            let chunk = events.chunk().await.context("the event stream broke")?;
+            let Some(chunk) = chunk else { anyhow::bail!("the server closed the event stream") };
+            pending.push_str(&String::from_utf8_lossy(&chunk));
+            let complete = pending.rfind('\n').map_or(0, |i| i + 1);
+            let moved = pending[..complete].lines().filter_map(|l| l.strip_prefix("event:")).any(|name| {
+                let name = name.trim();
+                PROGRESS_EVENTS.iter().any(|p| name.starts_with(p))
+            });
+            pending.drain(..complete);
+            if pending.len() > MAX_EVENT_LINE {
+                pending.clear();
+            }
+            if moved {
+                break;
+            }
+        }
+    }
+}
+
+/// `name [#####x....] 5/10 done, 1 failed, 2 running  active`: `#` a done task, `x` a failed
+/// one, `.` the rest, 20 columns.
+fn progress_line(mission: &Value, tasks: &[Value]) -> String {
+    const WIDTH: usize = 20;
+    let count = |s: &[&str]| tasks.iter().filter(|t| t["status"].as_str().is_some_and(|x| s.contains(&x))).count();
+    let (done, failed) = (count(&["done"]), count(&["failed"]));
+    let running = count(&["assigned", "in_progress", "review"]);
+    let total = tasks.len();
+    let cols = |n: usize| (n * WIDTH).checked_div(total).unwrap_or(0);
+    let (hashes, xs) = (cols(done), cols(failed));
+    let bar = format!("{}{}{}", "#".repeat(hashes), "x".repeat(xs), ".".repeat(WIDTH.saturating_sub(hashes + xs)));
+    format!(
+        "{} [{bar}] {done}/{total} done, {failed} failed, {running} running  {}",
+        mission["name"].as_str().unwrap_or("-"),
+        mission["status"].as_str().unwrap_or("-")
+    )
 }
 
 /// Run a `polpo missions` subcommand against the server.
