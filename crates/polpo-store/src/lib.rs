@@ -42,6 +42,7 @@ pub mod file;
 pub mod memory;
 pub mod model;
 pub mod page;
+pub mod shared;
 pub mod sql;
 pub mod traits;
 pub mod work;
@@ -58,6 +59,7 @@ pub use memory::{
 };
 pub use model::*;
 pub use page::{Cursor, Page, PageRequest};
+pub use shared::{EventFeed, FeedEvent, NewFeedEvent, RunCommand, RunCommands, Shared, Signal, Signals};
 pub use sql::{PgStore, SqliteStore};
 pub use traits::{EffectLedger, MissionStore, RecordStore, RunStore, SessionStore, TaskStore};
 pub use work::{MissionFilter, StoredMission, StoredTask, TaskClaim, TaskFilter};
@@ -115,6 +117,9 @@ pub struct Store {
     pub missions: Arc<dyn MissionStore>,
     /// Typed memory items and their vectors.
     pub memory: Arc<dyn MemoryItemStore>,
+    /// What several servers on one database share (run commands, the live feed, wake-ups):
+    /// `Some` on PostgreSQL only, the one store several servers can use at once.
+    pub shared: Option<Arc<Shared>>,
     seams: Seams,
 }
 
@@ -140,8 +145,15 @@ impl Store {
             tasks: backend.clone(),
             missions: backend.clone(),
             memory: backend,
+            shared: None,
             seams,
         }
+    }
+
+    /// This store with the parts several servers share through it.
+    pub fn sharing(mut self, shared: Shared) -> Self {
+        self.shared = Some(Arc::new(shared));
+        self
     }
 
     /// The clock and id generator this store was opened with, for the runtime above it.
@@ -171,7 +183,9 @@ pub async fn open_store(
             let url = database_url.ok_or_else(|| {
                 StoreError::Config("postgres storage needs DATABASE_URL or settings.databaseUrl".into())
             })?;
-            Store::from_backend(kind, PgStore::connect(url, seams.clone()).await?, seams)
+            let pg = PgStore::connect(url, seams.clone()).await?;
+            let shared = pg.shared();
+            Store::from_backend(kind, pg, seams).sharing(shared)
         }
     })
 }

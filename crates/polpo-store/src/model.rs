@@ -341,6 +341,14 @@ pub struct Lease {
     pub owner: String,
     /// When the lease lapses unless renewed.
     pub expires_at: DateTime<Utc>,
+    /// The fencing token: grows with every grant of the run's lease (never with a renewal), so
+    /// a holder that lost the lease — paused past its expiry while another process took the
+    /// run — is refused by every write that carries its lease ([`RunStore`]'s `*_fenced`
+    /// methods), however late it wakes up.
+    ///
+    /// [`RunStore`]: crate::RunStore
+    #[serde(default)]
+    pub generation: u64,
 }
 
 /// Whether an effect's outcome is known.
@@ -707,6 +715,18 @@ pub(crate) fn lease_grantable(current: Option<&Lease>, owner: &str, now: DateTim
     match current {
         Some(l) if l.owner != owner && l.expires_at > now => {
             Err(StoreError::LeaseHeld { run_id: l.run_id.clone(), owner: l.owner.clone(), expires_at: l.expires_at })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A write carrying `fence` may go ahead only while the run's lease generation is still the
+/// fence's: otherwise another process took the run over since (`lease_lost`). No fence: an
+/// unfenced write (an operator's, or a store without leases in play).
+pub(crate) fn check_fence(run_id: &str, fence: Option<&Lease>, generation: u64) -> Result<(), StoreError> {
+    match fence {
+        Some(f) if f.run_id != run_id || f.generation != generation => {
+            Err(StoreError::LeaseLost { run_id: run_id.to_owned(), owner: f.owner.clone() })
         }
         _ => Ok(()),
     }

@@ -80,13 +80,39 @@ pub trait RunStore: Send + Sync {
         status: RunStatus,
         error: Option<String>,
         expected_revision: Option<u64>,
+    ) -> Result<Run, StoreError> {
+        self.update_run_status_fenced(id, None, status, error, expected_revision).await
+    }
+
+    /// [`RunStore::update_run_status`] as the holder of `fence`: refused with `lease_lost`, in
+    /// the same transaction as the write, once the run's lease was granted again since.
+    async fn update_run_status_fenced(
+        &self,
+        id: &str,
+        fence: Option<&Lease>,
+        status: RunStatus,
+        error: Option<String>,
+        expected_revision: Option<u64>,
     ) -> Result<Run, StoreError>;
 
     /// Append 1–256 events to the run's journal atomically (all or none), numbered 1, 2, 3 …
     /// with no gaps even under concurrent appends; returns the sequence numbers they got.
     /// Durable when this returns. Batching amortises the fsync/commit over many events
     /// (streamed output deltas).
-    async fn append_events(&self, run_id: &str, events: Vec<NewRunEvent>) -> Result<RangeInclusive<u64>, StoreError>;
+    async fn append_events(&self, run_id: &str, events: Vec<NewRunEvent>) -> Result<RangeInclusive<u64>, StoreError> {
+        self.append_events_fenced(run_id, None, events).await
+    }
+
+    /// [`RunStore::append_events`] as the holder of `fence` (`lease_lost` once the run's lease
+    /// was granted again since, checked in the statement that numbers the events): how a
+    /// run's executor writes, so one that lost its lease while paused cannot add to the
+    /// journal the new holder writes.
+    async fn append_events_fenced(
+        &self,
+        run_id: &str,
+        fence: Option<&Lease>,
+        events: Vec<NewRunEvent>,
+    ) -> Result<RangeInclusive<u64>, StoreError>;
 
     /// Append one event; returns its sequence number. See [`RunStore::append_events`].
     async fn append_event(&self, run_id: &str, event_type: &str, data: Value) -> Result<u64, StoreError> {
@@ -98,16 +124,29 @@ pub trait RunStore: Send + Sync {
 
     /// Store the run's resumable state as of journal position `seq`. A checkpoint older than
     /// the stored one is a `conflict`.
-    async fn put_checkpoint(&self, run_id: &str, seq: u64, state: Value) -> Result<Checkpoint, StoreError>;
+    async fn put_checkpoint(&self, run_id: &str, seq: u64, state: Value) -> Result<Checkpoint, StoreError> {
+        self.put_checkpoint_fenced(run_id, None, seq, state).await
+    }
+
+    /// [`RunStore::put_checkpoint`] as the holder of `fence` (see
+    /// [`RunStore::append_events_fenced`]).
+    async fn put_checkpoint_fenced(
+        &self,
+        run_id: &str,
+        fence: Option<&Lease>,
+        seq: u64,
+        state: Value,
+    ) -> Result<Checkpoint, StoreError>;
 
     /// The newest checkpoint, or `None`.
     async fn latest_checkpoint(&self, run_id: &str) -> Result<Option<Checkpoint>, StoreError>;
 
     /// Take the run's lease for `ttl`: granted when free, expired, or already ours
-    /// (`lease_held` otherwise).
+    /// (`lease_held` otherwise). Every grant gets the next fencing generation.
     async fn claim_run(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError>;
 
-    /// Extend our lease by `ttl` from now (`lease_lost` when someone else holds it now).
+    /// Extend our lease by `ttl` from now, keeping its generation (`lease_lost` when someone
+    /// else holds it now).
     async fn renew_lease(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError>;
 
     /// Give the lease up. Releasing a lease we do not hold does nothing.
@@ -172,11 +211,31 @@ pub trait RecordStore: Send + Sync {
 pub trait EffectLedger: Send + Sync {
     /// Record the intent to perform the effect `key`, before performing it. Only `Fresh` means
     /// "go ahead".
-    async fn record_effect_intent(&self, key: &str) -> Result<EffectClaim, StoreError>;
+    async fn record_effect_intent(&self, key: &str) -> Result<EffectClaim, StoreError> {
+        self.record_effect_intent_fenced(key, None).await
+    }
+
+    /// [`EffectLedger::record_effect_intent`] as the holder of the run lease `fence`
+    /// (`lease_lost`, nothing recorded, once the run's lease was granted again since; checked
+    /// in the transaction that records the intent): an executor that lost its run cannot
+    /// start an effect.
+    async fn record_effect_intent_fenced(&self, key: &str, fence: Option<&Lease>) -> Result<EffectClaim, StoreError>;
 
     /// Record the effect's outcome. Recording the same outcome again is fine; a different one
     /// is a `conflict`; a key without intent is `not_found`.
-    async fn record_effect_result(&self, key: &str, result: Value) -> Result<Effect, StoreError>;
+    async fn record_effect_result(&self, key: &str, result: Value) -> Result<Effect, StoreError> {
+        self.record_effect_result_fenced(key, None, result).await
+    }
+
+    /// [`EffectLedger::record_effect_result`] as the holder of the run lease `fence`
+    /// (`lease_lost` once it was granted again since: the effect stays unconfirmed for the
+    /// new holder to reconcile).
+    async fn record_effect_result_fenced(
+        &self,
+        key: &str,
+        fence: Option<&Lease>,
+        result: Value,
+    ) -> Result<Effect, StoreError>;
 
     /// The recorded effect, or `None`.
     async fn get_effect(&self, key: &str) -> Result<Option<Effect>, StoreError>;

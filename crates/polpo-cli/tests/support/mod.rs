@@ -126,3 +126,41 @@ pub async fn on_postgres<F: std::future::Future<Output = ()>>(test: impl FnOnce(
     test(serde_json::json!({"storage": "postgres", "databaseUrl": schema.url()})).await;
     schema.drop_schema().await.unwrap();
 }
+
+/// A run stream frame: (sequence, RunStreamEvent).
+pub type Frame = (u64, serde_json::Value);
+
+/// Reads `GET /v1/runs/{id}/events` frames as they arrive (from `last_event_id` when given).
+pub struct RunEvents {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl RunEvents {
+    pub async fn open(url: &str, run: &str, last_event_id: Option<u64>) -> Self {
+        let mut req = reqwest::Client::new().get(format!("{url}/v1/runs/{run}/events"));
+        if let Some(id) = last_event_id {
+            req = req.header("last-event-id", id.to_string());
+        }
+        let response = req.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        Self { response, buffer: String::new() }
+    }
+
+    /// The next frame, or `None` when the stream ends (or the server died).
+    pub async fn next(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let raw: String = self.buffer.drain(..end + 2).collect();
+                let id = raw.lines().find_map(|l| l.strip_prefix("id:")).and_then(|v| v.trim().parse().ok());
+                let data = raw.lines().find_map(|l| l.strip_prefix("data:")).map(str::trim);
+                if let (Some(id), Some(data)) = (id, data) {
+                    return Some((id, serde_json::from_str(data).unwrap()));
+                }
+                continue;
+            }
+            let chunk = self.response.chunk().await.ok()??;
+            self.buffer.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}

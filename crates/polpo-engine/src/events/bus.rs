@@ -14,7 +14,13 @@
 //!   (`events_lost`) and then continues from the oldest event still kept.
 //!
 //! Publishing costs one short lock, a ring push and a channel send that does nothing when no
-//! one listens. Payloads are bounded ([`MAX_PAYLOAD_BYTES`], with `"truncated": true`) so a
+//! one listens.
+//!
+//! **Shared by several servers** ([`EventBus::share`], PostgreSQL): events are published to
+//! the store's feed instead, which numbers them for every server at once, and each server's
+//! bus takes the feed's events (its own and the others') into its ring as NOTIFY announces
+//! them. The three promises then hold across servers: one order, the same ids everywhere, so
+//! a client resumes with `Last-Event-ID` on whichever server the load balancer picks. Payloads are bounded ([`MAX_PAYLOAD_BYTES`], with `"truncated": true`) so a
 //! large tool result cannot make every subscriber copy megabytes.
 
 use super::journal::EventKind;
@@ -23,12 +29,12 @@ use crate::request::ChatError;
 use crate::routing::ModelRoute;
 use crate::turn::outcome::RunOutcome;
 use chrono::{DateTime, Utc};
-use polpo_store::{Clock, SystemClock};
+use polpo_store::{Clock, EventFeed, FeedEvent, NewFeedEvent, Signal, Signals, SystemClock};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
-use tokio::sync::broadcast;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use tokio::sync::{broadcast, mpsc};
 
 /// Events kept for replay by default (the reference keeps 1000).
 pub const DEFAULT_REPLAY: usize = 1024;
@@ -83,6 +89,8 @@ struct Inner {
     state: Mutex<State>,
     max_payload: usize,
     clock: Arc<dyn Clock>,
+    /// Set once the bus is shared: where published events go (the feed's writer).
+    feed: OnceLock<mpsc::UnboundedSender<NewFeedEvent>>,
 }
 
 struct State {
@@ -131,30 +139,89 @@ impl EventBus {
         let (live, _) = broadcast::channel(capacity);
         let state =
             State { next_id: first_id, first_id, capacity, ring: VecDeque::with_capacity(capacity.min(64)), live };
-        Self { inner: Arc::new(Inner { state: Mutex::new(state), max_payload: MAX_PAYLOAD_BYTES, clock }) }
+        let inner = Inner { state: Mutex::new(state), max_payload: MAX_PAYLOAD_BYTES, clock, feed: OnceLock::new() };
+        Self { inner: Arc::new(inner) }
     }
 
-    /// Publish `data` as event `name` and return its id. Strings in `data` beyond the payload
-    /// bound are cut and the payload gets `"truncated": true`.
-    pub fn publish(&self, name: &str, mut data: Value) -> u64 {
+    /// Publish `data` as event `name` and return its id; `None` on a shared bus, where the
+    /// feed numbers it (it reaches subscribers, here too, once the feed has it). Strings in
+    /// `data` beyond the payload bound are cut and the payload gets `"truncated": true`.
+    pub fn publish(&self, name: &str, mut data: Value) -> Option<u64> {
         if bound(&mut data, self.inner.max_payload)
             && let Value::Object(map) = &mut data
         {
             map.insert("truncated".into(), Value::Bool(true));
         }
         let ts = self.inner.clock.now();
+        if let Some(feed) = self.inner.feed.get() {
+            let _ = feed.send(NewFeedEvent { ts, event: name.to_owned(), data });
+            return None;
+        }
         let mut state = self.inner.lock();
         let id = state.next_id;
         state.next_id += 1;
-        let event = Arc::new(BusEvent { id, ts, event: name.to_owned(), data });
-        if state.ring.len() == state.capacity {
-            state.ring.pop_front();
+        state.push(Arc::new(BusEvent { id, ts, event: name.to_owned(), data }));
+        Some(id)
+    }
+
+    /// Share this bus with every server on `feed`: from now on events are published to the
+    /// feed, and the feed's events — every server's — fill the ring and reach subscribers,
+    /// woken by `signals`. The ring starts with the feed's newest events, so a client that
+    /// was connected to another server resumes here. Call once, before anything is
+    /// published (events published earlier keep this process's ids and are replaced).
+    pub async fn share(&self, feed: Arc<dyn EventFeed>, signals: &Signals) -> Result<(), polpo_store::StoreError> {
+        let mut wake = signals.subscribe();
+        let capacity = self.inner.lock().capacity;
+        let (tail, last) = feed.feed_tail(u32::try_from(capacity).unwrap_or(u32::MAX)).await?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        if self.inner.feed.set(tx).is_err() {
+            return Ok(());
         }
-        state.ring.push_back(event.clone());
-        // Sent under the lock, so a concurrent `subscribe_after` sees each event exactly once:
-        // either in the ring it copies or on the channel it joined. No receiver: a no-op.
-        let _ = state.live.send(event);
-        id
+        {
+            let mut state = self.inner.lock();
+            let newest = tail.last().map_or(last, |e| e.id.max(last));
+            state.first_id = tail.first().map_or(newest + 1, |e| e.id);
+            state.next_id = newest + 1;
+            state.ring.clear();
+            for event in tail {
+                state.push(Arc::new(bus_event(event)));
+            }
+        }
+        tokio::spawn(write_feed(feed.clone(), rx));
+        let inner = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                let Some(bus) = inner.upgrade() else { return };
+                loop {
+                    let after = bus.lock().next_id - 1;
+                    match feed.feed_after(after, 1000).await {
+                        Ok(events) if events.is_empty() => break,
+                        Ok(events) => {
+                            let mut state = bus.lock();
+                            for event in events {
+                                if event.id >= state.next_id {
+                                    state.next_id = event.id + 1;
+                                    state.push(Arc::new(bus_event(event)));
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(code = e.code(), "the shared event feed could not be read: {e}");
+                            break;
+                        }
+                    }
+                }
+                drop(bus);
+                loop {
+                    match wake.recv().await {
+                        Ok(Signal::Feed | Signal::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => break,
+                        Ok(_) => {}
+                        Err(broadcast::error::RecvError::Closed) => return,
+                    }
+                }
+            }
+        });
+        Ok(())
     }
 
     /// The events after `after` still in the ring (preceded by an [`EventsLost`] marker when
@@ -172,6 +239,52 @@ impl EventBus {
     /// Subscribers currently attached.
     pub fn subscribers(&self) -> usize {
         self.inner.lock().live.receiver_count()
+    }
+}
+
+impl State {
+    /// Keep `event` in the ring and send it to live subscribers. Sent under the lock, so a
+    /// concurrent `subscribe_after` sees each event exactly once: either in the ring it
+    /// copies or on the channel it joined. No receiver: a no-op.
+    fn push(&mut self, event: Arc<BusEvent>) {
+        if self.ring.len() == self.capacity {
+            self.ring.pop_front();
+        }
+        self.ring.push_back(event.clone());
+        let _ = self.live.send(event);
+    }
+}
+
+fn bus_event(e: FeedEvent) -> BusEvent {
+    BusEvent { id: e.id, ts: e.ts, event: e.event, data: e.data }
+}
+
+/// Events published per feed write at most.
+const FEED_BATCH: usize = 256;
+
+/// Write published events to the shared feed in order, a batch per write; a batch the store
+/// keeps refusing is dropped (and logged) rather than blocking every later event.
+async fn write_feed(feed: Arc<dyn EventFeed>, mut rx: mpsc::UnboundedReceiver<NewFeedEvent>) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < FEED_BATCH
+            && let Ok(next) = rx.try_recv()
+        {
+            batch.push(next);
+        }
+        for attempt in 0..4u32 {
+            match feed.publish_feed(batch.clone()).await {
+                Ok(_) => break,
+                Err(e) if attempt == 3 => {
+                    tracing::warn!(
+                        code = e.code(),
+                        dropped = batch.len(),
+                        "events could not be published to the shared feed: {e}"
+                    );
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50 << attempt)).await,
+            }
+        }
     }
 }
 

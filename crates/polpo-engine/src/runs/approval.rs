@@ -49,15 +49,15 @@ impl RunManager {
         }
         self.starting().insert(id.to_owned());
         let resumed = async {
-            store.runs.claim_run(id, &self.owner, self.options.lease_ttl).await?;
+            let lease = store.runs.claim_run(id, &self.owner, self.options.lease_ttl).await?;
             let decided = JournalEvent::ApprovalResolved(ApprovalDecided {
                 approval_id: approval_id.to_owned(),
                 status: status.to_owned(),
                 resolved_by: reviewer.to_owned(),
             });
-            store.runs.append_events(id, vec![decided.to_stored()]).await?;
-            store.runs.update_run_status(id, RunStatus::Running, None, Some(run.revision)).await?;
-            self.resume(id).await
+            store.runs.append_events_fenced(id, Some(&lease), vec![decided.to_stored()]).await?;
+            store.runs.update_run_status_fenced(id, Some(&lease), RunStatus::Running, None, Some(run.revision)).await?;
+            self.resume(id, lease).await
         }
         .await;
         self.starting().remove(id);

@@ -7,7 +7,7 @@
 
 use super::state::{Pause, RunState};
 use polpo_core::tool::{ToolEffect, ToolSpec};
-use polpo_store::{EffectClaim, Store};
+use polpo_store::{EffectClaim, Lease, Store};
 use polpo_tools::{Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -21,6 +21,9 @@ pub(crate) struct Ledgered {
     pub(crate) state: Arc<RunState>,
     pub(crate) store: Store,
     pub(crate) cancel: CancellationToken,
+    /// The run's lease: the ledger refuses this executor's intents and results once another
+    /// process was granted the run.
+    pub(crate) fence: Lease,
 }
 
 /// The ledger key of a call: stable across a restart, different for different arguments.
@@ -70,10 +73,12 @@ impl Tool for Ledgered {
         // The assistant message that asked for this call must be durable before the effect
         // happens, or a restart would ask the model again and key a different call.
         self.state.journal().flush().await;
-        match self.store.effects.record_effect_intent(&key).await {
+        match self.store.effects.record_effect_intent_fenced(&key, Some(&self.fence)).await {
             Ok(EffectClaim::Fresh) => {
                 let result = self.inner.call(ctx, args).await;
-                if let Err(e) = self.store.effects.record_effect_result(&key, encode(&result)).await {
+                if let Err(e) =
+                    self.store.effects.record_effect_result_fenced(&key, Some(&self.fence), encode(&result)).await
+                {
                     tracing::warn!(key = %key, code = e.code(), "effect result could not be recorded: {e}");
                 }
                 result

@@ -16,6 +16,7 @@
 //! over by the next server at once.
 
 mod approval;
+mod commands;
 mod delivery;
 mod effects;
 mod inline;
@@ -35,7 +36,7 @@ use crate::request::{ChatError, ChatInput, Failure};
 use crate::runtime::{PreparedChat, Runtime};
 use futures::Stream;
 use polpo_core::message::Role;
-use polpo_store::{NewRun, Run, RunEvent as StoredEvent, RunStatus, StoreError};
+use polpo_store::{Lease, NewRun, Run, RunEvent as StoredEvent, RunStatus, Signal, StoreError};
 use polpo_tools::Tool;
 use serde_json::json;
 use state::RunState;
@@ -82,7 +83,8 @@ pub enum RunError {
     /// No run with that id.
     #[error("run_not_found: no run `{0}`")]
     NotFound(String),
-    /// The run is finished, or executes elsewhere, so it cannot take steering or aborts here.
+    /// The run is finished or paused (or, on a store only one server uses, executes in
+    /// another process), so it cannot take steering or aborts.
     #[error("run_not_active: run `{0}` is not executing in this server ({1})")]
     NotActive(String, String),
     /// The request is malformed.
@@ -221,7 +223,7 @@ impl RunManager {
                 session_id: Some(spec.session_id.clone()),
             };
             store.runs.create_run(new).await?;
-            store.runs.claim_run(&run_id, &self.owner, self.options.lease_ttl).await?;
+            let lease = store.runs.claim_run(&run_id, &self.owner, self.options.lease_ttl).await?;
             // The request travels in `run.accepted`, so a run that crashes before its first
             // checkpoint can still be resumed, without a checkpoint write before the response.
             let accepted = JournalEvent::Accepted(Box::new(Accepted {
@@ -229,27 +231,36 @@ impl RunManager {
                 session_id: spec.session_id.clone(),
                 spec: spec.clone(),
             }));
-            let seq = *store.runs.append_events(&run_id, vec![accepted.to_stored()]).await?.end();
-            Ok::<_, StoreError>((seq, CheckpointState { spec, ..Default::default() }))
+            let seq = *store.runs.append_events_fenced(&run_id, Some(&lease), vec![accepted.to_stored()]).await?.end();
+            Ok::<_, StoreError>((seq, CheckpointState { spec, ..Default::default() }, lease))
         }
         .await;
         self.starting().remove(&run_id);
-        let (seq, state) = created?;
+        let (seq, state, lease) = created?;
         let session_id = prepared.session().id.clone();
-        self.launch(prepared, state, seq, false);
+        self.launch(prepared, state, seq, false, lease);
         Ok(StartedRun { run_id, session_id })
     }
 
-    /// Wrap the write tools, register the run as active and execute it in its own task.
-    fn launch(self: &Arc<Self>, prepared: PreparedChat, checkpoint: CheckpointState, last_seq: u64, resumed: bool) {
+    /// Wrap the write tools, register the run as active and execute it in its own task, every
+    /// write fenced by `lease`: once another process was granted the run, this one stops.
+    fn launch(
+        self: &Arc<Self>,
+        prepared: PreparedChat,
+        checkpoint: CheckpointState,
+        last_seq: u64,
+        resumed: bool,
+        lease: Lease,
+    ) {
         let store = self.runtime.store().clone();
         let run_id = prepared.run_id().to_owned();
+        let lost = CancellationToken::new();
         let cell: Arc<std::sync::OnceLock<std::sync::Weak<RunState>>> = Arc::default();
         let snapshot_cell = cell.clone();
         let snapshot: writer::Snapshot = Arc::new(move || {
             snapshot_cell.get().and_then(std::sync::Weak::upgrade).map(|s| s.snapshot()).unwrap_or_default()
         });
-        let journal = Journal::start(store.clone(), run_id.clone(), last_seq, snapshot);
+        let journal = Journal::start(store.clone(), run_id.clone(), last_seq, snapshot, lease.clone(), lost.clone());
         let state = Arc::new(RunState::new(checkpoint, journal));
         let _ = cell.set(Arc::downgrade(&state));
 
@@ -268,6 +279,7 @@ impl RunManager {
                         state: state.clone(),
                         store: store.clone(),
                         cancel: cancel.clone(),
+                        fence: lease.clone(),
                     })
                 }
             })
@@ -280,16 +292,25 @@ impl RunManager {
         if self.closing.is_cancelled() {
             cancel.cancel();
         }
+        // Commands sent from other servers before this one took the run.
+        self.deliver_commands_later(&run_id);
         let manager = self.clone();
-        self.tasks.spawn(async move { manager.drive(prepared, state, resumed).await });
+        self.tasks.spawn(async move { manager.drive(prepared, state, resumed, lease, lost).await });
     }
 
-    /// Execute a launched run to its end, renewing its lease, and record how it ended.
-    async fn drive(self: Arc<Self>, prepared: PreparedChat, state: Arc<RunState>, resumed: bool) {
+    /// Execute a launched run to its end, renewing its lease, and record how it ended. `lost`
+    /// is cancelled when the lease was lost (renewal refused, or a fenced write refused).
+    async fn drive(
+        self: Arc<Self>,
+        prepared: PreparedChat,
+        state: Arc<RunState>,
+        resumed: bool,
+        lease: Lease,
+        lost: CancellationToken,
+    ) {
         let store = self.runtime.store().clone();
         let run_id = prepared.run_id().to_owned();
         let cancel = prepared.cancel().clone();
-        let lost = CancellationToken::new();
         let renewal = tokio::spawn({
             let (store, run_id, owner, ttl, lost, cancel) = (
                 store.clone(),
@@ -328,7 +349,17 @@ impl RunManager {
                 journal.event(entry);
             }
         };
-        let result = prepared.run(&sink).await;
+        // A fenced write refused (another process was granted the run) stops it at once,
+        // without waiting for the next renewal to find out.
+        let run = prepared.run(&sink);
+        tokio::pin!(run);
+        let result = tokio::select! {
+            result = &mut run => result,
+            () = lost.cancelled() => {
+                cancel.cancel();
+                run.await
+            }
+        };
         state.close();
         renewal.abort();
         if lost.is_cancelled() {
@@ -372,7 +403,7 @@ impl RunManager {
         // No longer steerable here from now on; the lease keeps other workers away until the
         // status is stored.
         self.active().remove(&run_id);
-        if let Err(e) = store.runs.update_run_status(&run_id, status, error, None).await {
+        if let Err(e) = store.runs.update_run_status_fenced(&run_id, Some(&lease), status, error, None).await {
             tracing::warn!(run = %run_id, code = e.code(), "run status could not be stored: {e}");
         }
         let _ = store.runs.release_lease(&run_id, &self.owner).await;
@@ -405,8 +436,13 @@ impl RunManager {
             after: u64,
             buffer: VecDeque<StoredEvent>,
             done: bool,
+            /// Wake-ups from every server (a store several servers share), subscribed before
+            /// the first read so no write between a read and the wait goes unnoticed.
+            signals: Option<tokio::sync::broadcast::Receiver<Signal>>,
         }
-        let start = Follow { manager: self.clone(), id: id.to_owned(), after, buffer: VecDeque::new(), done: false };
+        let signals = self.runtime.store().shared.as_ref().map(|s| s.signals.subscribe());
+        let start =
+            Follow { manager: self.clone(), id: id.to_owned(), after, buffer: VecDeque::new(), done: false, signals };
         futures::stream::unfold(start, |mut f| async move {
             loop {
                 if let Some(event) = f.buffer.pop_front() {
@@ -445,6 +481,12 @@ impl RunManager {
                         match store.runs.get_run(&f.id).await {
                             Ok(Some(run)) if run.status.is_terminal() && run.last_seq <= f.after => return None,
                             Ok(None) => return None,
+                            // Executing on another server (or paused): woken by its writes.
+                            _ if f.signals.is_some() => {
+                                if let Some(rx) = f.signals.as_mut() {
+                                    commands::wait_for_run(rx, &f.id).await;
+                                }
+                            }
                             // Waiting for a person (minutes, hours): a slower poll.
                             Ok(Some(run)) if run.status == RunStatus::Paused => tokio::time::sleep(PAUSED_POLL).await,
                             _ => tokio::time::sleep(Duration::from_millis(200)).await,
@@ -467,7 +509,7 @@ impl RunManager {
             return inline.queue(steer).ok_or_else(|| RunError::NotActive(id.to_owned(), "finishing".into()));
         }
         let active = self.active().get(id).cloned();
-        let Some(active) = active else { return Err(self.not_active(id).await) };
+        let Some(active) = active else { return self.steer_elsewhere(id, steer).await };
         let queued = active.state.queue(steer).ok_or_else(|| RunError::NotActive(id.to_owned(), "finishing".into()))?;
         active.state.journal().flush().await;
         Ok(queued)
@@ -493,6 +535,9 @@ impl RunManager {
                 store.runs.append_events(id, vec![JournalEvent::Cancelled(Reason { reason }).to_stored()]).await?;
                 store.runs.update_run_status(id, RunStatus::Aborted, None, Some(run.revision)).await?;
                 Ok(())
+            }
+            Some(run) if run.status == RunStatus::Running && store.shared.is_some() => {
+                self.abort_elsewhere(id, reason).await
             }
             _ => Err(self.not_active(id).await),
         }
@@ -529,19 +574,20 @@ impl RunManager {
         store.effects.record_effect_result(key, result).await?;
         self.starting().insert(id.to_owned());
         let resumed = async {
-            store.runs.claim_run(id, &self.owner, self.options.lease_ttl).await?;
+            let lease = store.runs.claim_run(id, &self.owner, self.options.lease_ttl).await?;
             store
                 .runs
-                .append_events(
+                .append_events_fenced(
                     id,
+                    Some(&lease),
                     vec![
                         JournalEvent::Reconciled(Reconciled { key: key.to_owned(), outcome: outcome.to_owned() })
                             .to_stored(),
                     ],
                 )
                 .await?;
-            store.runs.update_run_status(id, RunStatus::Running, None, Some(run.revision)).await?;
-            self.resume(id).await
+            store.runs.update_run_status_fenced(id, Some(&lease), RunStatus::Running, None, Some(run.revision)).await?;
+            self.resume(id, lease).await
         }
         .await;
         self.starting().remove(id);
@@ -565,11 +611,11 @@ impl RunManager {
         while !self.closing.is_cancelled()
             && let Some(lease) = store.runs.claim_next_run(&self.owner, self.options.lease_ttl).await?
         {
-            let id = lease.run_id;
+            let id = lease.run_id.clone();
             if self.is_active(&id) || self.starting().contains(&id) {
                 continue;
             }
-            match self.resume(&id).await {
+            match self.resume(&id, lease).await {
                 Ok(()) => taken.push(id),
                 Err(e) => {
                     tracing::warn!(run = %id, code = e.code(), "run could not be resumed: {e}");
@@ -602,8 +648,11 @@ impl RunManager {
         self.tasks.wait().await;
     }
 
-    /// Recover now, then again every half lease TTL, for as long as the manager lives.
+    /// Recover now, then again every half lease TTL, for as long as the manager lives. On a
+    /// store several servers share, also deliver the commands other servers send to the runs
+    /// executing here ([`RunManager::steer`], [`RunManager::abort`] from any server).
     pub fn spawn_recovery(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        self.spawn_shared();
         let weak = Arc::downgrade(self);
         let every = self.options.lease_ttl / 2;
         tokio::spawn(async move {
@@ -618,8 +667,8 @@ impl RunManager {
         })
     }
 
-    /// Rebuild a run from its checkpoint and execute the rest of it.
-    async fn resume(self: &Arc<Self>, id: &str) -> Result<(), RunError> {
+    /// Rebuild a run from its checkpoint and execute the rest of it under `lease`.
+    async fn resume(self: &Arc<Self>, id: &str, lease: Lease) -> Result<(), RunError> {
         let store = self.runtime.store().clone();
         let run = store.runs.get_run(id).await?.ok_or_else(|| RunError::NotFound(id.to_owned()))?;
         let state = match store.runs.latest_checkpoint(id).await? {
@@ -637,7 +686,7 @@ impl RunManager {
         let new_messages = state.spec.messages.iter().chain(&state.produced).cloned().collect();
         let prepared =
             self.runtime.prepare_resumed(input, state.spec.model_profile.clone(), new_messages, run.created_at).await?;
-        self.launch(prepared, state, run.last_seq, true);
+        self.launch(prepared, state, run.last_seq, true, lease);
         Ok(())
     }
 }

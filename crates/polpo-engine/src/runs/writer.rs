@@ -5,10 +5,11 @@
 
 use crate::events::journal::JournalEvent;
 use crate::turn::control::CheckpointError;
-use polpo_store::{MAX_CHECKPOINT_BYTES, MAX_EVENT_BATCH, NewRunEvent, Store};
+use polpo_store::{Lease, MAX_CHECKPOINT_BYTES, MAX_EVENT_BATCH, NewRunEvent, Store};
 use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
 
 /// Attempts after the first to append a batch before it is given up.
 const APPEND_RETRIES: u32 = 3;
@@ -33,8 +34,17 @@ pub(crate) struct Journal {
 }
 
 impl Journal {
-    /// Start the writer of `run_id`, whose journal already holds `last_seq` events.
-    pub(crate) fn start(store: Store, run_id: String, last_seq: u64, snapshot: Snapshot) -> Self {
+    /// Start the writer of `run_id`, whose journal already holds `last_seq` events. Every
+    /// write carries `fence`; the first one refused because another process was granted the
+    /// run since cancels `lost`, and nothing is written from then on.
+    pub(crate) fn start(
+        store: Store,
+        run_id: String,
+        last_seq: u64,
+        snapshot: Snapshot,
+        fence: Lease,
+        lost: CancellationToken,
+    ) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<Item>();
         let (seq_tx, seq) = watch::channel(last_seq);
         tokio::spawn(async move {
@@ -56,13 +66,21 @@ impl Journal {
                         next = rx.try_recv().ok();
                     }
                 }
+                if lost.is_cancelled() {
+                    events.clear();
+                    checkpoint = false;
+                }
                 if !events.is_empty() {
                     // A passing store hiccup (a dropped connection, a busy database) must not
                     // cost events: retry a few times before giving the batch up.
                     let mut attempt = 0;
                     loop {
-                        match store.runs.append_events(&run_id, events.clone()).await {
+                        match store.runs.append_events_fenced(&run_id, Some(&fence), events.clone()).await {
                             Ok(range) => last = *range.end(),
+                            Err(e) if e.code() == "lease_lost" => {
+                                tracing::warn!(run = %run_id, "lost the run's lease: another process holds the run now; its journal is no longer written here");
+                                lost.cancel();
+                            }
                             Err(e)
                                 if attempt < APPEND_RETRIES && !matches!(e.code(), "invalid_input" | "not_found") =>
                             {
@@ -77,8 +95,11 @@ impl Journal {
                         break;
                     }
                 }
-                let written =
-                    if checkpoint { write_checkpoint(&store, &run_id, last, &snapshot).await } else { Ok(()) };
+                let written = if checkpoint {
+                    write_checkpoint(&store, &run_id, &fence, last, &snapshot, &lost).await
+                } else {
+                    Ok(())
+                };
                 seq_tx.send_replace(last);
                 acks.into_iter().for_each(|a| {
                     let _ = a.send(());
@@ -125,9 +146,24 @@ impl Journal {
     }
 }
 
-/// Write one checkpoint; a failure is logged and returned (only a commit waits for it).
-async fn write_checkpoint(store: &Store, run_id: &str, seq: u64, snapshot: &Snapshot) -> Result<(), CheckpointError> {
-    let Err(e) = store.runs.put_checkpoint(run_id, seq, snapshot()).await else { return Ok(()) };
+/// Write one checkpoint as the holder of `fence`; a failure is logged and returned (only a
+/// commit waits for it), a lost lease also cancels `lost`.
+async fn write_checkpoint(
+    store: &Store,
+    run_id: &str,
+    fence: &Lease,
+    seq: u64,
+    snapshot: &Snapshot,
+    lost: &CancellationToken,
+) -> Result<(), CheckpointError> {
+    if lost.is_cancelled() {
+        return Err(CheckpointError::Failed("lease_lost: another process holds the run now".into()));
+    }
+    let Err(e) = store.runs.put_checkpoint_fenced(run_id, Some(fence), seq, snapshot()).await else { return Ok(()) };
+    if e.code() == "lease_lost" {
+        lost.cancel();
+        return Err(CheckpointError::Failed(format!("{}: {e}", e.code())));
+    }
     tracing::warn!(run = %run_id, code = e.code(), "run checkpoint could not be written: {e}");
     // Measured only after a failure (on a fresh snapshot), so the common path neither copies
     // nor serializes the state twice.

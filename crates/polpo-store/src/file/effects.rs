@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 use super::{EFFECTS, FileStore, Index, Inner, fsio, json_files, owned};
 use crate::error::StoreError;
-use crate::model::{self, Effect, EffectClaim, EffectStatus, ImportOutcome};
+use crate::model::{self, Effect, EffectClaim, EffectStatus, ImportOutcome, Lease};
 use crate::page::{Cursor, Page, PageRequest};
 use crate::traits::EffectLedger;
 
@@ -107,14 +107,31 @@ impl Inner {
 
 #[async_trait]
 impl EffectLedger for FileStore {
-    async fn record_effect_intent(&self, key: &str) -> Result<EffectClaim, StoreError> {
-        let key = owned(key);
-        self.blocking(move |s| s.record_effect_intent(&key)).await
+    async fn record_effect_intent_fenced(&self, key: &str, fence: Option<&Lease>) -> Result<EffectClaim, StoreError> {
+        let (key, fence) = (owned(key), fence.cloned());
+        self.blocking(move |s| {
+            if let Some(f) = &fence {
+                s.check_fence(&f.run_id, fence.as_ref())?;
+            }
+            s.record_effect_intent(&key)
+        })
+        .await
     }
 
-    async fn record_effect_result(&self, key: &str, result: Value) -> Result<Effect, StoreError> {
-        let key = owned(key);
-        self.blocking(move |s| s.record_effect_result(&key, result)).await
+    async fn record_effect_result_fenced(
+        &self,
+        key: &str,
+        fence: Option<&Lease>,
+        result: Value,
+    ) -> Result<Effect, StoreError> {
+        let (key, fence) = (owned(key), fence.cloned());
+        self.blocking(move |s| {
+            if let Some(f) = &fence {
+                s.check_fence(&f.run_id, fence.as_ref())?;
+            }
+            s.record_effect_result(&key, result)
+        })
+        .await
     }
 
     async fn get_effect(&self, key: &str) -> Result<Option<Effect>, StoreError> {

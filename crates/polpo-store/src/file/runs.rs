@@ -273,7 +273,8 @@ impl Inner {
             return Err(StoreError::not_found("run", run_id));
         }
         model::lease_grantable(idx.leases.get(run_id), owner, now)?;
-        let lease = Lease { run_id: run_id.to_owned(), owner: owner.to_owned(), expires_at: now + ttl };
+        let generation = idx.leases.get(run_id).map_or(0, |l| l.generation) + 1;
+        let lease = Lease { run_id: run_id.to_owned(), owner: owner.to_owned(), expires_at: now + ttl, generation };
         fsio::write_json(&self.run_dir(run_id).join("lease.json"), &lease)?;
         idx.leases.insert(run_id.to_owned(), lease.clone());
         Ok(lease)
@@ -293,7 +294,8 @@ impl Inner {
             .min_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)))
             .map(|r| r.id.clone());
         let Some(run_id) = next else { return Ok(None) };
-        let lease = Lease { run_id: run_id.clone(), owner: owner.to_owned(), expires_at: now + ttl };
+        let generation = idx.leases.get(&run_id).map_or(0, |l| l.generation) + 1;
+        let lease = Lease { run_id: run_id.clone(), owner: owner.to_owned(), expires_at: now + ttl, generation };
         fsio::write_json(&self.run_dir(&run_id).join("lease.json"), &lease)?;
         idx.leases.insert(run_id, lease.clone());
         Ok(Some(lease))
@@ -304,11 +306,11 @@ impl Inner {
         let now = self.now();
         let mut idx = self.index();
         self.load_run(&mut idx, run_id)?;
-        match idx.leases.get(run_id) {
-            Some(l) if l.owner == owner => {}
+        let generation = match idx.leases.get(run_id) {
+            Some(l) if l.owner == owner => l.generation,
             _ => return Err(StoreError::LeaseLost { run_id: run_id.to_owned(), owner: owner.to_owned() }),
-        }
-        let lease = Lease { run_id: run_id.to_owned(), owner: owner.to_owned(), expires_at: now + ttl };
+        };
+        let lease = Lease { run_id: run_id.to_owned(), owner: owner.to_owned(), expires_at: now + ttl, generation };
         fsio::write_json(&self.run_dir(run_id).join("lease.json"), &lease)?;
         idx.leases.insert(run_id.to_owned(), lease.clone());
         Ok(lease)
@@ -422,6 +424,21 @@ impl Index {
     }
 }
 
+impl Inner {
+    /// Refuse a write carrying `fence` unless that lease still holds the run. The file store
+    /// serves one process, so this guards against that process's own stale executor; the
+    /// check and the write take the index lock one after the other.
+    pub(super) fn check_fence(&self, run_id: &str, fence: Option<&Lease>) -> Result<(), StoreError> {
+        let Some(fence) = fence else { return Ok(()) };
+        let mut idx = self.index();
+        if !self.load_run(&mut idx, run_id)? {
+            return Err(StoreError::not_found("run", run_id));
+        }
+        let held = idx.leases.get(run_id).filter(|l| l.owner == fence.owner).map_or(0, |l| l.generation);
+        model::check_fence(run_id, Some(fence), held)
+    }
+}
+
 #[async_trait]
 impl RunStore for FileStore {
     async fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
@@ -442,20 +459,34 @@ impl RunStore for FileStore {
         self.blocking(move |s| s.list_runs(&filter, &page)).await
     }
 
-    async fn update_run_status(
+    async fn update_run_status_fenced(
         &self,
         id: &str,
+        fence: Option<&Lease>,
         status: RunStatus,
         error: Option<String>,
         expected_revision: Option<u64>,
     ) -> Result<Run, StoreError> {
-        let id = owned(id);
-        self.blocking(move |s| s.update_run_status(&id, status, error, expected_revision)).await
+        let (id, fence) = (owned(id), fence.cloned());
+        self.blocking(move |s| {
+            s.check_fence(&id, fence.as_ref())?;
+            s.update_run_status(&id, status, error, expected_revision)
+        })
+        .await
     }
 
-    async fn append_events(&self, run_id: &str, events: Vec<NewRunEvent>) -> Result<RangeInclusive<u64>, StoreError> {
-        let id = owned(run_id);
-        self.blocking(move |s| s.append_events(&id, events)).await
+    async fn append_events_fenced(
+        &self,
+        run_id: &str,
+        fence: Option<&Lease>,
+        events: Vec<NewRunEvent>,
+    ) -> Result<RangeInclusive<u64>, StoreError> {
+        let (id, fence) = (owned(run_id), fence.cloned());
+        self.blocking(move |s| {
+            s.check_fence(&id, fence.as_ref())?;
+            s.append_events(&id, events)
+        })
+        .await
     }
 
     async fn events_after(&self, run_id: &str, after_seq: u64, limit: u32) -> Result<Vec<RunEvent>, StoreError> {
@@ -463,9 +494,19 @@ impl RunStore for FileStore {
         self.blocking(move |s| s.events_after(&id, after_seq, limit)).await
     }
 
-    async fn put_checkpoint(&self, run_id: &str, seq: u64, state: Value) -> Result<Checkpoint, StoreError> {
-        let id = owned(run_id);
-        self.blocking(move |s| s.put_checkpoint(&id, seq, state)).await
+    async fn put_checkpoint_fenced(
+        &self,
+        run_id: &str,
+        fence: Option<&Lease>,
+        seq: u64,
+        state: Value,
+    ) -> Result<Checkpoint, StoreError> {
+        let (id, fence) = (owned(run_id), fence.cloned());
+        self.blocking(move |s| {
+            s.check_fence(&id, fence.as_ref())?;
+            s.put_checkpoint(&id, seq, state)
+        })
+        .await
     }
 
     async fn latest_checkpoint(&self, run_id: &str) -> Result<Option<Checkpoint>, StoreError> {

@@ -5,16 +5,25 @@ macro_rules! sql_effects {
     ($store:ty, $row:ty) => {
         #[async_trait]
         impl EffectLedger for $store {
-            async fn record_effect_intent(&self, key: &str) -> Result<EffectClaim, StoreError> {
+            async fn record_effect_intent_fenced(
+                &self,
+                key: &str,
+                fence: Option<&Lease>,
+            ) -> Result<EffectClaim, StoreError> {
                 model::validate_effect_key(key)?;
+                let mut tx = self.tx().await?;
+                if let Some(f) = fence {
+                    Self::lock_fence(&mut tx, &f.run_id, fence).await?;
+                }
                 let inserted = sqlx::query(
                     "INSERT INTO effects (key, status, result, created_at, completed_at) VALUES ($1, 'pending', NULL, $2, NULL) \
                      ON CONFLICT (key) DO NOTHING",
                 )
                 .bind(key)
                 .bind(self.now().timestamp_millis())
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
+                tx.commit().await?;
                 if inserted.rows_affected() > 0 {
                     return Ok(EffectClaim::Fresh);
                 }
@@ -25,16 +34,26 @@ macro_rules! sql_effects {
                 })
             }
 
-            async fn record_effect_result(&self, key: &str, result: Value) -> Result<Effect, StoreError> {
+            async fn record_effect_result_fenced(
+                &self,
+                key: &str,
+                fence: Option<&Lease>,
+                result: Value,
+            ) -> Result<Effect, StoreError> {
                 let now = self.now().timestamp_millis();
+                let mut tx = self.tx().await?;
+                if let Some(f) = fence {
+                    Self::lock_fence(&mut tx, &f.run_id, fence).await?;
+                }
                 let done = sqlx::query(
                     "UPDATE effects SET status = 'done', result = $2, completed_at = $3 WHERE key = $1 AND status = 'pending'",
                 )
                 .bind(key)
                 .bind(to_text(&result)?)
                 .bind(now)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
+                tx.commit().await?;
                 let effect = self.get_effect(key).await?.ok_or_else(|| StoreError::not_found("effect", key))?;
                 if done.rows_affected() > 0 { Ok(effect) } else { model::same_result(effect, &result) }
             }

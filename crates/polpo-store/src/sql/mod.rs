@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use sqlx::SqlSafeStr;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 
-pub use postgres::{PgStore, RUN_EVENTS_CHANNEL, RUNS_CHANNEL};
+pub use postgres::{FEED_CHANNEL, PgStore, RUN_COMMANDS_CHANNEL, RUN_EVENTS_CHANNEL, RUNS_CHANNEL};
 pub use sqlite::SqliteStore;
 
 use crate::error::StoreError;
@@ -63,7 +63,8 @@ fn from_text<T: DeserializeOwned>(text: &str) -> Result<T, StoreError> {
 
 /// The store logic shared by both SQL backends. `$store` has `pool`, `clock` and
 /// `async fn tx(&self)` starting a write transaction; `$row` is the driver's row type. The
-/// invoking module also defines `CLAIM_NEXT_RUN` (the claim query, which differs in locking)
+/// invoking module also defines `CLAIM_NEXT_RUN` (the claim query, which differs in locking),
+/// `FENCE_LOCK` (reads a run's lease generation, locking the row where the database can)
 /// and `ANNOUNCE_RUN` / `ANNOUNCE_EVENTS` (SQL run after a run is created / events are
 /// appended, to wake waiting workers and stream followers, if the database can).
 macro_rules! sql_store_impl {
@@ -130,6 +131,7 @@ macro_rules! sql_store_impl {
                 run_id: row.try_get("run_id")?,
                 owner: row.try_get("owner")?,
                 expires_at: from_millis(row.try_get("expires_at")?),
+                generation: from_db(row.try_get("generation")?),
             })
         }
 
@@ -251,8 +253,25 @@ macro_rules! sql_store_impl {
                 Ok(())
             }
 
+            /// Inside a write transaction, check that `fence` (if any) still holds run
+            /// `run_id`'s lease, and keep the run row from being claimed until commit
+            /// (`FENCE_LOCK`: a shared row lock where the database has one), so the write
+            /// that follows cannot land after a later grant.
+            async fn lock_fence(
+                tx: &mut sqlx::Transaction<'static, <$row as sqlx::Row>::Database>,
+                run_id: &str,
+                fence: Option<&Lease>,
+            ) -> Result<(), StoreError> {
+                let row = sqlx::query(FENCE_LOCK)
+                    .bind(run_id)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                    .ok_or_else(|| StoreError::not_found("run", run_id))?;
+                model::check_fence(run_id, fence, from_db(row.try_get("lease_generation")?))
+            }
+
             async fn lease_of(&self, run_id: &str) -> Result<Option<Lease>, StoreError> {
-                sqlx::query("SELECT run_id, owner, expires_at FROM run_leases WHERE run_id = $1")
+                sqlx::query("SELECT run_id, owner, expires_at, generation FROM run_leases WHERE run_id = $1")
                     .bind(run_id)
                     .fetch_optional(&self.pool)
                     .await?

@@ -8,6 +8,9 @@ use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 
 use crate::clock::{Clock, IdGen, Seams};
 
+mod shared;
+pub use shared::{FEED_CHANNEL, RUN_COMMANDS_CHANNEL};
+
 /// The PostgreSQL backend.
 #[derive(Debug, Clone)]
 pub struct PgStore {
@@ -22,6 +25,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "session_owner", include_str!("../../migrations/postgres/0003_session_owner.sql")),
     (4, "tasks", include_str!("../../migrations/postgres/0004_tasks.sql")),
     (5, "memory_items", include_str!("../../migrations/postgres/0005_memory_items.sql")),
+    (6, "many_servers", include_str!("../../migrations/postgres/0006_many_servers.sql")),
 ];
 
 /// The oldest running run without a live lease. `FOR UPDATE … SKIP LOCKED` lets concurrent
@@ -34,7 +38,11 @@ const CLAIM_NEXT_RUN: &str = "WITH next AS ( \
      INSERT INTO run_leases (run_id, owner, expires_at) SELECT id, $1, $2 FROM next \
      ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
      WHERE run_leases.expires_at <= $3 \
-     RETURNING run_id, owner, expires_at";
+     RETURNING run_id, owner, expires_at, generation";
+
+/// A run's lease generation for a fenced write, with a shared lock on the run row until
+/// commit: a claim (which updates the row) waits for the write, or the write sees its grant.
+const FENCE_LOCK: &str = "SELECT lease_generation FROM runs WHERE id = $1 FOR SHARE";
 
 /// Ready tasks to claim, passing over rows another claimer has locked (`SKIP LOCKED`); the
 /// claim columns re-checked on the locked row make a double claim impossible.

@@ -64,9 +64,10 @@ macro_rules! sql_runs {
                 Ok(Page::from_overfetch(items, size, |r| Cursor::at_time(r.created_at.timestamp_millis(), &r.id)))
             }
 
-            async fn update_run_status(
+            async fn update_run_status_fenced(
                 &self,
                 id: &str,
+                fence: Option<&Lease>,
                 status: RunStatus,
                 error: Option<String>,
                 expected_revision: Option<u64>,
@@ -75,12 +76,13 @@ macro_rules! sql_runs {
                 let mut tx = self.tx().await?;
                 let row = sqlx::query(
                     "UPDATE runs SET revision = revision WHERE id = $1 \
-                     RETURNING id, agent, session_id, status, error, created_at, updated_at, revision, last_seq",
+                     RETURNING id, agent, session_id, status, error, created_at, updated_at, revision, last_seq, lease_generation",
                 )
                 .bind(id)
                 .fetch_optional(&mut *tx)
                 .await?
                 .ok_or_else(|| StoreError::not_found("run", id))?;
+                model::check_fence(id, fence, from_db(row.try_get("lease_generation")?))?;
                 let mut run = run_from_row(&row)?;
                 model::check_revision("run", id, expected_revision, run.revision)?;
                 run.status.check_transition(status)?;
@@ -96,30 +98,48 @@ macro_rules! sql_runs {
                     .bind(to_db(run.revision))
                     .execute(&mut *tx)
                     .await?;
+                if let Some(announce) = ANNOUNCE_EVENTS {
+                    // A status change ends or pauses a run's stream even without a journal event.
+                    sqlx::query(announce).bind(format!("{id}:{}", run.last_seq)).execute(&mut *tx).await?;
+                }
                 tx.commit().await?;
                 Ok(run)
             }
 
-            async fn append_events(
+            async fn append_events_fenced(
                 &self,
                 run_id: &str,
+                fence: Option<&Lease>,
                 events: Vec<NewRunEvent>,
             ) -> Result<std::ops::RangeInclusive<u64>, StoreError> {
                 let texts = model::encode_event_batch(&events)?;
                 let now = self.now().timestamp_millis();
                 let n = events.len() as i64;
+                let generation = fence.map(|f| to_db(f.generation));
                 let mut tx = self.tx().await?;
                 // The row lock taken by this UPDATE serialises appends to one run: gap-free seqs.
-                let last: i64 = sqlx::query(
-                    "UPDATE runs SET last_seq = last_seq + $3, updated_at = $2 WHERE id = $1 RETURNING last_seq",
+                // The fence is checked by the same statement, on the locked row: a grant of the
+                // lease committed before it refuses the append, one after it waits for it.
+                let last: i64 = match sqlx::query(
+                    "UPDATE runs SET last_seq = last_seq + $3, updated_at = $2 \
+                     WHERE id = $1 AND ($4 IS NULL OR lease_generation = $4) RETURNING last_seq",
                 )
                 .bind(run_id)
                 .bind(now)
                 .bind(n)
+                .bind(generation)
                 .fetch_optional(&mut *tx)
                 .await?
-                .ok_or_else(|| StoreError::not_found("run", run_id))?
-                .try_get("last_seq")?;
+                {
+                    Some(row) => row.try_get("last_seq")?,
+                    None => {
+                        tx.rollback().await?;
+                        return Err(match (fence, self.run_exists(run_id).await?) {
+                            (Some(f), true) => StoreError::LeaseLost { run_id: run_id.to_owned(), owner: f.owner.clone() },
+                            _ => StoreError::not_found("run", run_id),
+                        });
+                    }
+                };
                 let first = last - n + 1;
                 for ((event, text), seq) in events.iter().zip(texts).zip(first..) {
                     sqlx::query("INSERT INTO run_events (run_id, seq, event_type, data, created_at) VALUES ($1, $2, $3, $4, $5)")
@@ -156,11 +176,16 @@ macro_rules! sql_runs {
                 rows.iter().map(event_from_row).collect()
             }
 
-            async fn put_checkpoint(&self, run_id: &str, seq: u64, state: Value) -> Result<Checkpoint, StoreError> {
+            async fn put_checkpoint_fenced(
+                &self,
+                run_id: &str,
+                fence: Option<&Lease>,
+                seq: u64,
+                state: Value,
+            ) -> Result<Checkpoint, StoreError> {
                 model::check_size("checkpoint", &state, model::MAX_CHECKPOINT_BYTES)?;
-                if !self.run_exists(run_id).await? {
-                    return Err(StoreError::not_found("run", run_id));
-                }
+                let mut tx = self.tx().await?;
+                Self::lock_fence(&mut tx, run_id, fence).await?;
                 let checkpoint = Checkpoint { run_id: run_id.to_owned(), seq, state, created_at: self.now() };
                 let written = sqlx::query(
                     "INSERT INTO run_checkpoints (run_id, seq, state, created_at) VALUES ($1, $2, $3, $4) \
@@ -171,11 +196,12 @@ macro_rules! sql_runs {
                 .bind(to_db(seq))
                 .bind(to_text(&checkpoint.state)?)
                 .bind(checkpoint.created_at.timestamp_millis())
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await?;
                 if written.rows_affected() == 0 {
                     return Err(StoreError::Conflict(format!("run `{run_id}` has a newer checkpoint")));
                 }
+                tx.commit().await?;
                 Ok(checkpoint)
             }
 
@@ -198,24 +224,41 @@ macro_rules! sql_runs {
             async fn claim_run(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError> {
                 let ttl = model::lease_ttl(ttl)?;
                 let now = self.now();
-                if !self.run_exists(run_id).await? {
-                    return Err(StoreError::not_found("run", run_id));
-                }
-                let lease = Lease { run_id: run_id.to_owned(), owner: owner.to_owned(), expires_at: now + ttl };
+                let mut tx = self.tx().await?;
+                // The next generation, on the run row: it outlives released leases, so a
+                // generation is never handed out twice. Rolled back when the lease is not granted.
+                let generation: i64 = sqlx::query(
+                    "UPDATE runs SET lease_generation = lease_generation + 1 WHERE id = $1 RETURNING lease_generation",
+                )
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| StoreError::not_found("run", run_id))?
+                .try_get("lease_generation")?;
+                let lease = Lease {
+                    run_id: run_id.to_owned(),
+                    owner: owner.to_owned(),
+                    expires_at: now + ttl,
+                    generation: from_db(generation),
+                };
                 let granted = sqlx::query(
-                    "INSERT INTO run_leases (run_id, owner, expires_at) VALUES ($1, $2, $3) \
-                     ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
+                    "INSERT INTO run_leases (run_id, owner, expires_at, generation) VALUES ($1, $2, $3, $5) \
+                     ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, \
+                       generation = excluded.generation \
                      WHERE run_leases.owner = excluded.owner OR run_leases.expires_at <= $4",
                 )
                 .bind(run_id)
                 .bind(owner)
                 .bind(lease.expires_at.timestamp_millis())
                 .bind(now.timestamp_millis())
-                .execute(&self.pool)
+                .bind(generation)
+                .execute(&mut *tx)
                 .await?;
                 if granted.rows_affected() > 0 {
+                    tx.commit().await?;
                     return Ok(lease);
                 }
+                tx.rollback().await?;
                 match self.lease_of(run_id).await? {
                     Some(held) => {
                         model::lease_grantable(Some(&held), owner, now)?;
@@ -238,8 +281,27 @@ macro_rules! sql_runs {
                     .as_ref()
                     .map(lease_from_row)
                     .transpose()?;
+                let Some(mut lease) = claimed else {
+                    tx.commit().await?;
+                    return Ok(None);
+                };
+                // The grant's fencing generation, in the claim's transaction (the run row is
+                // already ours in it).
+                let generation: i64 = sqlx::query(
+                    "UPDATE runs SET lease_generation = lease_generation + 1 WHERE id = $1 RETURNING lease_generation",
+                )
+                .bind(&lease.run_id)
+                .fetch_one(&mut *tx)
+                .await?
+                .try_get("lease_generation")?;
+                sqlx::query("UPDATE run_leases SET generation = $2 WHERE run_id = $1")
+                    .bind(&lease.run_id)
+                    .bind(generation)
+                    .execute(&mut *tx)
+                    .await?;
                 tx.commit().await?;
-                Ok(claimed)
+                lease.generation = from_db(generation);
+                Ok(Some(lease))
             }
 
             async fn import_run(
@@ -306,17 +368,20 @@ macro_rules! sql_runs {
 
             async fn renew_lease(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError> {
                 let ttl = model::lease_ttl(ttl)?;
-                let lease = Lease { run_id: run_id.to_owned(), owner: owner.to_owned(), expires_at: self.now() + ttl };
-                let renewed = sqlx::query("UPDATE run_leases SET expires_at = $3 WHERE run_id = $1 AND owner = $2")
-                    .bind(run_id)
-                    .bind(owner)
-                    .bind(lease.expires_at.timestamp_millis())
-                    .execute(&self.pool)
-                    .await?;
-                if renewed.rows_affected() == 0 {
-                    return Err(StoreError::LeaseLost { run_id: run_id.to_owned(), owner: owner.to_owned() });
-                }
-                Ok(lease)
+                let expires_at = self.now() + ttl;
+                sqlx::query(
+                    "UPDATE run_leases SET expires_at = $3 WHERE run_id = $1 AND owner = $2 \
+                     RETURNING run_id, owner, expires_at, generation",
+                )
+                .bind(run_id)
+                .bind(owner)
+                .bind(expires_at.timestamp_millis())
+                .fetch_optional(&self.pool)
+                .await?
+                .as_ref()
+                .map(lease_from_row)
+                .transpose()?
+                .ok_or_else(|| StoreError::LeaseLost { run_id: run_id.to_owned(), owner: owner.to_owned() })
             }
 
             async fn release_lease(&self, run_id: &str, owner: &str) -> Result<(), StoreError> {
@@ -330,7 +395,7 @@ macro_rules! sql_runs {
 
             async fn expired_runs(&self, limit: u32) -> Result<Vec<Lease>, StoreError> {
                 sqlx::query(
-                    "SELECT l.run_id, l.owner, l.expires_at FROM run_leases l JOIN runs r ON r.id = l.run_id \
+                    "SELECT l.run_id, l.owner, l.expires_at, l.generation FROM run_leases l JOIN runs r ON r.id = l.run_id \
                      WHERE l.expires_at <= $1 AND r.status IN ('running', 'paused') \
                      ORDER BY l.expires_at, l.run_id LIMIT $2",
                 )

@@ -23,6 +23,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "session_owner", include_str!("../../migrations/sqlite/0003_session_owner.sql")),
     (4, "tasks", include_str!("../../migrations/sqlite/0004_tasks.sql")),
     (5, "memory_items", include_str!("../../migrations/sqlite/0005_memory_items.sql")),
+    (6, "lease_generation", include_str!("../../migrations/sqlite/0006_lease_generation.sql")),
 ];
 
 /// The oldest running run without a live lease. SQLite has one writer at a time (the
@@ -34,7 +35,11 @@ const CLAIM_NEXT_RUN: &str = "WITH next AS ( \
      INSERT INTO run_leases (run_id, owner, expires_at) SELECT id, $1, $2 FROM next WHERE true \
      ON CONFLICT (run_id) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at \
      WHERE run_leases.expires_at <= $3 \
-     RETURNING run_id, owner, expires_at";
+     RETURNING run_id, owner, expires_at, generation";
+
+/// A run's lease generation for a fenced write; the transaction already holds the only write
+/// lock (`BEGIN IMMEDIATE`), so no claim can come between the check and the write.
+const FENCE_LOCK: &str = "SELECT lease_generation FROM runs WHERE id = $1";
 
 /// Ready tasks to claim; one claimer at a time already (`BEGIN IMMEDIATE`), so no row locks.
 const CLAIM_READY_TASKS: &str = super::work::claim_ready_sql!("");
