@@ -348,7 +348,7 @@ fn validate_warns_about_fields_nothing_acts_on_yet_and_still_succeeds() {
         &[
             (
                 ".polpo/agents/assistant/agent.json",
-                r#"{"model": "openai/gpt-4o-mini", "mcpServers": {"fs": {"type": "stdio", "command": "mcp-fs"}}, "assignedLoops": ["flow"], "executionRouter": {"mode": "auto", "allowedLoops": ["flow"]}}"#,
+                r#"{"model": "openai/gpt-4o-mini", "mcpServers": {"fs": {"type": "stdio", "command": "mcp-fs"}}, "assignedLoops": ["flow"], "executionRouter": {"mode": "auto", "allowedLoops": ["flow"]}, "browserProfile": "work"}"#,
             ),
             (".polpo/loops/flow.json", r#"{"start": "a", "steps": {"a": {"systemPrompt": "hi"}}}"#),
         ],
@@ -364,10 +364,11 @@ fn validate_warns_about_fields_nothing_acts_on_yet_and_still_succeeds() {
         .collect();
     located.sort();
     let file = ".polpo/agents/assistant/agent.json".to_owned();
-    // `assignedLoops` acts (a chat runs the loop); the execution router does not yet.
-    assert_eq!(located, vec![(file, "/executionRouter".to_owned())]);
-    let router = report["warnings"].as_array().unwrap().iter().find(|w| w["pointer"] == "/executionRouter").unwrap();
-    assert!(router["message"].as_str().unwrap().contains("execution router"), "{router}");
+    // `assignedLoops` and the execution router act (a chat runs the named or routed loop);
+    // browser tools do not exist yet.
+    assert_eq!(located, vec![(file, "/browserProfile".to_owned())]);
+    let browser = report["warnings"].as_array().unwrap().iter().find(|w| w["pointer"] == "/browserProfile").unwrap();
+    assert!(browser["message"].as_str().unwrap().contains("browser tools"), "{browser}");
     // A freshly scaffolded agent carries none of them.
     let fresh = tempfile::tempdir().unwrap();
     ok(polpo(fresh.path(), &["create", "demo", "--yes"]));

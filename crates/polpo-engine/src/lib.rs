@@ -20,6 +20,7 @@
 pub mod approvals;
 pub mod error;
 pub mod events;
+pub mod execution_route;
 pub mod hooks;
 pub mod interaction;
 pub mod invocation;

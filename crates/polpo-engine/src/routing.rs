@@ -137,22 +137,39 @@ const MAX_CLASSIFIER_ANSWER_BYTES: usize = 256;
 
 /// The classifier's answer text (bounded), or `None` when its call failed.
 async fn classify(model: &dyn ModelProvider, classifier: &RoutingClassifier, text: &str) -> Option<String> {
-    let request = ModelRequest {
+    let request = classifier_request(classifier.system_prompt(), classifier.input(text), classifier.max_tokens(), None);
+    bounded_answer(model, request, MAX_CLASSIFIER_ANSWER_BYTES).await
+}
+
+/// A classifier's one tool-free, deterministic (temperature 0) model call: a system prompt,
+/// the user text, a token cap and, when the answer is structured, its `response_format`.
+pub(crate) fn classifier_request(
+    system: String,
+    user: String,
+    max_tokens: u32,
+    response_format: Option<serde_json::Value>,
+) -> ModelRequest {
+    ModelRequest {
         model: String::new(),
-        messages: vec![Message::system(classifier.system_prompt()), Message::user(classifier.input(text))].into(),
+        messages: vec![Message::system(system), Message::user(user)].into(),
         tools: Vec::new(),
         tool_choice: ToolChoice::None,
-        response_format: None,
+        response_format,
         reasoning: None,
-        max_output_tokens: Some(classifier.max_tokens()),
+        max_output_tokens: Some(max_tokens),
         temperature: Some(0.0),
-    };
+    }
+}
+
+/// The answer text of `request`, cut off past `cap` bytes (a provider that ignores the token
+/// cap is not buffered until the timeout), or `None` when the call failed.
+pub(crate) async fn bounded_answer(model: &dyn ModelProvider, request: ModelRequest, cap: usize) -> Option<String> {
     let mut stream = model.stream(request).await.ok()?;
     let mut answer = String::new();
     while let Some(event) = stream.next().await {
         if let ModelEvent::TextDelta(t) = event.ok()? {
             answer.push_str(&t);
-            if answer.len() > MAX_CLASSIFIER_ANSWER_BYTES {
+            if answer.len() > cap {
                 break;
             }
         }

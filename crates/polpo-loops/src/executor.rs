@@ -19,6 +19,7 @@ use polpo_core::loops::config::{
 use polpo_core::loops::config::{LifecycleHook, OnError};
 use polpo_core::loops::expr::holds;
 use polpo_core::loops::governance::{self, Gate, Point, RuleKind, Verdict};
+use polpo_core::loops::router::ExecutionRoute;
 use polpo_core::loops::{Step, StepBody};
 use polpo_core::message::Message;
 use polpo_core::tool::ToolSpec;
@@ -82,6 +83,8 @@ pub struct LoopRequest {
     pub client_tools: Vec<ToolSpec>,
     /// `ask_user_question` must be off: loops ask people through human steps.
     pub capabilities: Capabilities,
+    /// How the execution router chose this loop, when it did; kept with the run.
+    pub route: Option<ExecutionRoute>,
 }
 
 impl LoopRequest {
@@ -98,6 +101,7 @@ impl LoopRequest {
             response_format: ResponseFormat::Text,
             client_tools: Vec::new(),
             capabilities: Capabilities::default(),
+            route: None,
         }
     }
 
@@ -109,7 +113,18 @@ impl LoopRequest {
         request.user.clone_from(&record.user);
         request.owner.clone_from(&record.owner);
         request.allowed_tools.clone_from(&record.request.allowed_tools);
+        request.route.clone_from(&record.request.route);
         request
+    }
+
+    /// What a stored run keeps of this request, for its resume.
+    fn stored(&self) -> StoredRequest {
+        StoredRequest {
+            messages: self.messages.clone(),
+            metadata: self.metadata.clone(),
+            allowed_tools: self.allowed_tools.clone(),
+            route: self.route.clone(),
+        }
     }
 
     /// Refuse what a loop cannot honour, before any step runs.
@@ -227,11 +242,7 @@ impl LoopExecutor {
             status: LoopRunStatus::Running,
             owner: request.owner.clone(),
             user: request.user.clone(),
-            request: StoredRequest {
-                messages: request.messages.clone(),
-                metadata: request.metadata.clone(),
-                allowed_tools: request.allowed_tools.clone(),
-            },
+            request: request.stored(),
             state,
             trace: Vec::new(),
             trace_flushed: 0,
@@ -490,11 +501,7 @@ impl Run<'_> {
             status,
             owner: self.request.owner.clone(),
             user: self.request.user.clone(),
-            request: StoredRequest {
-                messages: self.request.messages.clone(),
-                metadata: self.request.metadata.clone(),
-                allowed_tools: self.request.allowed_tools.clone(),
-            },
+            request: self.request.stored(),
             state: lock(&self.saved).clone(),
             // Filled in by the writer, which knows which entries are stored apart.
             trace: Vec::new(),

@@ -15,6 +15,7 @@ use crate::error::LoopError;
 use crate::trace::TraceEvent;
 use crate::trace::Tracer;
 use polpo_core::loops::governance::Gate;
+use polpo_core::loops::router::ExecutionRoute;
 use polpo_core::message::Message;
 use polpo_store::{PageRequest, RecordStore, StoreError};
 use serde::{Deserialize, Serialize};
@@ -94,6 +95,9 @@ pub struct StoredRequest {
     /// The request layer of the tool policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_tools: Option<Vec<String>>,
+    /// How the execution router chose the loop (the reference's `executionRoute`), when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<ExecutionRoute>,
 }
 
 /// A human step the run waits on.

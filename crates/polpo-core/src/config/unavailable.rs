@@ -11,8 +11,8 @@ use crate::problem::Problem;
 
 /// `(field, what it needs)` for every agent field parsed but not acted on yet.
 const UNAVAILABLE_AGENT_FIELDS: &[(&str, &str)] = &[
-    // `assignedLoops` and `defaultLoop` act: a chat runs the named or default loop.
-    ("executionRouter", "the execution router (automatic loop selection)"),
+    // `assignedLoops`, `defaultLoop` and `executionRouter` act: a chat runs the named, default
+    // or routed loop.
     ("loops", "Project Loops"),
     ("pipeline", "Project Loops"),
     ("memory", "typed Memory"),

@@ -4,13 +4,15 @@
 //! This module holds what can be decided from data: the canonical `ProjectLoopConfig` shape
 //! ([`config`]), the rules a loop must satisfy before anything runs it ([`validate`]), and the
 //! safe expression language of its guards ([`expr`]), and what its permissions and policies
-//! decide at a lifecycle point ([`governance`]). Reading the files is `polpo-project`'s
+//! decide at a lifecycle point ([`governance`]), and how the execution router's answer is
+//! read ([`router`]). Reading the files is `polpo-project`'s
 //! job; running a loop is the executor's.
 
 pub mod codes;
 pub mod config;
 pub mod expr;
 pub mod governance;
+pub mod router;
 #[cfg(test)]
 mod tests;
 pub mod validate;

@@ -25,6 +25,8 @@ pub enum EventKind {
     MessageAdded,
     /// Model routing chose a model (bus).
     ModelRouted,
+    /// The execution router chose a loop, or a direct answer, for a chat (bus).
+    ExecutionRouted,
     /// A durable run was accepted, with its request (journal).
     RunAccepted,
     /// A run started executing.
@@ -140,10 +142,11 @@ pub enum EventKind {
 }
 
 /// (kind, journal name, bus name): the one table of event names.
-const NAMES: [(EventKind, Option<&str>, Option<&str>); 58] = [
+const NAMES: [(EventKind, Option<&str>, Option<&str>); 59] = [
     (EventKind::SessionCreated, None, Some("session:created")),
     (EventKind::MessageAdded, None, Some("message:added")),
     (EventKind::ModelRouted, None, Some("model:routed")),
+    (EventKind::ExecutionRouted, None, Some("execution:routed")),
     (EventKind::RunAccepted, Some("run.accepted"), None),
     (EventKind::RunStarted, Some("run.started"), Some("run:started")),
     (EventKind::RunResumed, Some("run.resumed"), None),

@@ -141,15 +141,9 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
         sessions::owned(&state, &caller, id).await?;
     }
     input.owner = caller.owner;
-    if routes::loops::runs_a_loop(&state, &input, request.loop_name.as_deref()) {
-        return routes::loops::chat(
-            state,
-            input,
-            request.loop_name,
-            request.stream,
-            headers.contains_key("idempotency-key"),
-        )
-        .await;
+    if let Some((named, route)) = routes::loops::selected_loop(&state, &input, request.loop_name.clone()).await {
+        let idempotent = headers.contains_key("idempotency-key");
+        return routes::loops::chat(state, input, named, route, request.stream, idempotent).await;
     }
 
     let claim = match headers.get("idempotency-key").map(|v| v.to_str().unwrap_or_default()) {

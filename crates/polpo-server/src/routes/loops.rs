@@ -29,6 +29,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use polpo_core::config::Location;
+use polpo_core::loops::router::ExecutionRoute;
 use polpo_core::loops::{LoopConfig, parse_loop};
 use polpo_core::message::{FinishReason, Usage};
 use polpo_engine::{ChatInput, RunEvent};
@@ -48,17 +49,31 @@ impl From<LoopError> for ApiError {
     }
 }
 
-/// Whether a chat for `input.agent` runs a loop: `loop` named, or the agent has a `defaultLoop`.
-pub fn runs_a_loop(state: &AppState, input: &ChatInput, named: Option<&str>) -> bool {
-    named.is_some() || state.runtime.loaded().agent(&input.agent).is_some_and(|a| a.config.default_loop.is_some())
+/// The loop a chat for `input.agent` runs, if any: the one named, the agent's `defaultLoop`, or
+/// the one its execution router picks (`Ok(None)`: the agent answers directly). The router's
+/// decision, either way, comes back with it so a loop run keeps it.
+pub async fn selected_loop(
+    state: &AppState,
+    input: &ChatInput,
+    named: Option<String>,
+) -> Option<(Option<String>, Option<ExecutionRoute>)> {
+    let has_default = state.runtime.loaded().agent(&input.agent).is_some_and(|a| a.config.default_loop.is_some());
+    if named.is_some() || has_default {
+        return Some((named, None));
+    }
+    // Dropping the request's future (client gone) drops the classifier call with it.
+    let route = state.runtime.route_execution(input, None).await;
+    route.and_then(|route| route.loop_id.clone().map(|id| (Some(id), Some(route))))
 }
 
 /// Run the loop a chat request selects and answer it (`stream` or one JSON body).
 /// `idempotent`: the request carries an `Idempotency-Key`, which loop runs do not honour yet.
+/// `route`: how the execution router chose the loop, kept with the run and in the answer.
 pub async fn chat(
     state: Arc<AppState>,
     input: ChatInput,
     named: Option<String>,
+    route: Option<ExecutionRoute>,
     stream: bool,
     idempotent: bool,
 ) -> Result<Response, ApiError> {
@@ -82,6 +97,7 @@ pub async fn chat(
     request.response_format = input.response_format;
     request.client_tools = input.client_tools;
     request.capabilities = input.capabilities;
+    request.route = route;
     let (loop_id, config) = state.loops.select(&request)?;
     let run_id = state.loops.new_run_id();
     let completion = Completion {
@@ -120,11 +136,12 @@ pub async fn chat(
         with_pings(events).into_response()
     } else {
         let id = run_id.clone();
+        let route = request.route.clone();
         let running = tokio::spawn(async move { state.loops.run(&request, &id, &loop_id, &config, &|_| {}).await });
         let finished =
             running.await.map_err(|e| ApiError::new(ErrorCode::Internal, format!("the loop run task failed: {e}")))?;
         drop(stop);
-        answer(&completion, finished)
+        answer(&completion, finished, route.as_ref())
     };
     if let Ok(v) = HeaderValue::from_str(&run_id) {
         response.headers_mut().insert("x-polpo-loop-run-id", v);
@@ -141,9 +158,10 @@ impl Drop for StopOnDrop {
     }
 }
 
-/// The non-streaming answer of a finished run: the completion with `loop_run_id` and
-/// `loop_trace`, or the error envelope with both.
-fn answer(completion: &Completion, finished: LoopFinished) -> Response {
+/// The non-streaming answer of a finished run: the completion with `loop_run_id`,
+/// `loop_trace` and, when the router chose the loop, `execution_route`; or the error envelope
+/// with the run id and trace.
+fn answer(completion: &Completion, finished: LoopFinished, route: Option<&ExecutionRoute>) -> Response {
     let trace = serde_json::to_value(&finished.trace).unwrap_or_default();
     match finished.result {
         Ok(output) => {
@@ -152,6 +170,9 @@ fn answer(completion: &Completion, finished: LoopFinished) -> Response {
             body["loop_run_id"] = json!(finished.run_id);
             body["loop"] = json!(finished.loop_id);
             body["loop_trace"] = trace;
+            if let Some(route) = route {
+                body["execution_route"] = serde_json::to_value(route).unwrap_or_default();
+            }
             axum::Json(body).into_response()
         }
         Err(e) => {
