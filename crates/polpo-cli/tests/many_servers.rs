@@ -318,7 +318,11 @@ async fn bench_runs_per_second_one_vs_three_servers() {
             let dir = tempfile::tempdir().unwrap();
             project(dir.path(), settings);
             let base = llm.base_url();
-            let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream")];
+            // A long lease keeps recovery passes (every half lease) out of the measurement: a
+            // pass on another server can today claim a run between its creation and its
+            // first lease (`create_run` then `claim_run`), and the start then fails `lease_held`.
+            let env =
+                [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", "600000")];
             let procs: Vec<ServerProcess> =
                 (0..servers).map(|_| ServerProcess::start("serve", dir.path(), &[], &env)).collect();
             let urls: Arc<Vec<String>> = Arc::new(procs.iter().map(|p| p.url.clone()).collect());
