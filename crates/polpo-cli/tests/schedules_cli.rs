@@ -94,3 +94,39 @@ async fn trigger_pause_and_runs_go_through_the_server() {
     let paused = json_of(&cli(&["pause", "daily", "--revision", "0"]));
     assert_eq!((paused["status"].as_str(), paused["revision"].as_u64()), (Some("paused"), Some(1)));
 }
+
+#[test]
+fn migrate_rewrites_legacy_files_as_v2_and_a_dry_run_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    write_project(dir.path());
+    let legacy = r#"{"missionId": "m1", "expression": "0 8 * * 1", "recurring": true, "timezone": "Europe/Rome"}"#;
+    let path = dir.path().join(".polpo/schedules/weekly.json");
+    std::fs::write(&path, legacy).unwrap();
+    let validate = polpo(dir.path(), &["validate"]);
+    assert!(
+        String::from_utf8_lossy(&validate.stdout).contains("legacy_schedule")
+            || String::from_utf8_lossy(&validate.stderr).contains("legacy_schedule"),
+        "a migration warning"
+    );
+
+    let dry = polpo(dir.path(), &["schedules", "migrate", "--dry-run"]);
+    assert!(dry.status.success(), "{}", String::from_utf8_lossy(&dry.stderr));
+    let plan = String::from_utf8(dry.stdout).unwrap();
+    assert!(plan.contains("--- .polpo/schedules/weekly.json"), "{plan}");
+    assert!(plan.contains(r#"-{"missionId": "m1""#), "{plan}");
+    assert!(plan.contains(r#"+    "surface": "legacy_mission","#), "{plan}");
+    assert!(plan.contains("nothing written"), "{plan}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), legacy, "the dry run wrote nothing");
+
+    let done = polpo(dir.path(), &["schedules", "migrate"]);
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let v2: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(v2["timing"], serde_json::json!({"kind": "cron", "expression": "0 8 * * 1", "timezone": "Europe/Rome"}));
+    assert_eq!(v2["invocation"], serde_json::json!({"surface": "legacy_mission", "missionId": "m1"}));
+    let validate = polpo(dir.path(), &["validate"]);
+    let all = format!("{}{}", String::from_utf8_lossy(&validate.stdout), String::from_utf8_lossy(&validate.stderr));
+    assert!(!all.contains("legacy_schedule"), "{all}");
+    assert!(all.contains("schedule weekly: next 20"), "{all}");
+    let again = String::from_utf8(polpo(dir.path(), &["schedules", "migrate"]).stdout).unwrap();
+    assert!(again.contains("nothing to migrate"), "{again}");
+}

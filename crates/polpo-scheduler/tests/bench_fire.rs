@@ -1,6 +1,8 @@
 //! What the scheduler costs per fire: one pass that fires 100 due occurrences of an
 //! every-second schedule (claim record, durable run start through `RunManager::invoke`,
-//! record update), on SQLite and PostgreSQL, the model being the scripted fake. Ignored by
+//! record update), on SQLite and PostgreSQL, the model being the scripted fake; and the
+//! scheduler's own part alone (claim record + record update), measured with a webhook the SSRF
+//! guard refuses before any I/O, so nothing but the two record writes is left. Ignored by
 //! default; `cargo test -p polpo-scheduler --test bench_fire -- --ignored --nocapture`.
 //! Prints figures, asserts only that every occurrence fired.
 
@@ -16,13 +18,13 @@ use polpo_scheduler::Scheduler;
 use polpo_store::{ManualClock, StoreKind, open_store};
 use polpo_testkit::pg::PgSchema;
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 const FIRES: i64 = 100;
 
-async fn measure(kind: StoreKind, url: Option<String>, llm: &FakeLlm) -> std::time::Duration {
+async fn measure(kind: StoreKind, url: Option<String>, llm: &FakeLlm, invocation: Value) -> std::time::Duration {
     let dir = tempfile::tempdir().unwrap();
     ProjectFixture::new(dir.path(), json!({}))
         .unwrap()
@@ -31,7 +33,7 @@ async fn measure(kind: StoreKind, url: Option<String>, llm: &FakeLlm) -> std::ti
     std::fs::create_dir_all(dir.path().join(".polpo/schedules")).unwrap();
     let schedule = json!({
         "timing": {"kind": "cron", "expression": "* * * * * *"},
-        "invocation": {"surface": "agent", "agentName": "reporter", "input": {"prompt": "Report."}},
+        "invocation": invocation,
         "policy": {"misfireGraceSeconds": 3600, "maxConcurrency": 100}
     });
     std::fs::write(dir.path().join(".polpo/schedules/tick.json"), schedule.to_string()).unwrap();
@@ -47,7 +49,7 @@ async fn measure(kind: StoreKind, url: Option<String>, llm: &FakeLlm) -> std::ti
     let began = std::time::Instant::now();
     let pass = scheduler.tick().await.unwrap();
     let took = began.elapsed();
-    assert_eq!(pass.fired, FIRES as usize, "every occurrence fired (maxConcurrency 100)");
+    assert_eq!(pass.fired + pass.failed, FIRES as usize, "every occurrence fired (maxConcurrency 100)");
     scheduler.settled().await;
     took / FIRES as u32
 }
@@ -57,9 +59,14 @@ async fn measure(kind: StoreKind, url: Option<String>, llm: &FakeLlm) -> std::ti
 async fn cost_per_fire() {
     polpo_llm::install_crypto_provider();
     let llm = FakeLlm::start_repeating([Turn::text("reported")]).await.unwrap();
-    let sqlite = measure(StoreKind::Sqlite, None, &llm).await;
-    let schema = PgSchema::create().await.unwrap();
-    let postgres = measure(StoreKind::Postgres, Some(schema.url()), &llm).await;
-    schema.drop_schema().await.unwrap();
-    println!("scheduler cost per fire (claim + durable run start + record): sqlite {sqlite:?}, postgres {postgres:?}");
+    let agent = json!({"surface": "agent", "agentName": "reporter", "input": {"prompt": "Report."}});
+    let refused = json!({"surface": "webhook", "url": "https://127.0.0.1:9/hook"});
+    for (what, invocation) in [("claim + durable run start + record", agent), ("claim + record alone", refused)] {
+        let sqlite = measure(StoreKind::Sqlite, None, &llm, invocation.clone()).await;
+        // A schema each: the occurrences of both measurements are the same instants.
+        let schema = PgSchema::create().await.unwrap();
+        let postgres = measure(StoreKind::Postgres, Some(schema.url()), &llm, invocation).await;
+        schema.drop_schema().await.unwrap();
+        println!("scheduler cost per fire ({what}): sqlite {sqlite:?}, postgres {postgres:?}");
+    }
 }

@@ -1,12 +1,16 @@
 //! `polpo schedules list|show|next`: the project's schedules as loaded from
 //! `.polpo/schedules/`, with their next occurrences in each schedule's time zone, computed
-//! from the files without a server. `trigger|pause|resume|runs` ask a running server
+//! from the files without a server; `migrate [--dry-run]` rewrites legacy mission-shaped
+//! files in the v2 shape they are read as, all in one project edit. `trigger|pause|resume|runs` ask a running server
 //! (`/api/v1/schedules`, `--url`, key from `POLPO_API_KEY`); a server error prints its code.
 
 use super::remote::Client;
 use super::{Global, print_json};
 use anyhow::Context as _;
+use polpo_core::config::Project;
 use polpo_core::schedules::{Schedule, TimingConfig};
+use polpo_project::ProjectEditor;
+use polpo_project::schedules::{migrate_schedules, plan_schedule_migration};
 use polpo_store::{Clock, SystemClock};
 use reqwest::Method;
 use serde_json::json;
@@ -69,6 +73,12 @@ pub enum Command {
         /// The server.
         #[arg(long, value_name = "URL")]
         url: Option<String>,
+    },
+    /// Rewrite legacy mission-shaped files as v2 (`timing` + `invocation`), all or none.
+    Migrate {
+        /// Print what would change (each file before and after) and write nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Its runs, newest first, as JSON (`{runs, nextCursor}`).
     Runs {
@@ -168,10 +178,33 @@ fn run_local(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Migrate { dry_run } => migrate(&project, dry_run),
         Command::Trigger { .. } | Command::Pause { .. } | Command::Resume { .. } | Command::Runs { .. } => {
             anyhow::bail!("internal: a server command reached the local ones")
         }
     }
+}
+
+/// Print the plan (each legacy file, `-` its lines now, `+` its v2 lines), then write it
+/// unless `dry_run`.
+fn migrate(project: &Project, dry_run: bool) -> anyhow::Result<ExitCode> {
+    let plan = plan_schedule_migration(project)?;
+    if plan.is_empty() {
+        println!("no legacy schedule files: nothing to migrate");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for step in &plan {
+        println!("--- {} (legacy mission schedule)\n+++ {} (v2)", step.file, step.file);
+        step.before.lines().for_each(|line| println!("-{line}"));
+        step.after.lines().for_each(|line| println!("+{line}"));
+    }
+    if dry_run {
+        println!("dry run: {} file(s) would be rewritten; nothing written", plan.len());
+        return Ok(ExitCode::SUCCESS);
+    }
+    migrate_schedules(&ProjectEditor::new(project.root.clone()), &plan)?;
+    println!("migrated {} schedule file(s) to v2", plan.len());
+    Ok(ExitCode::SUCCESS)
 }
 
 fn summary(s: &Schedule, now: chrono::DateTime<chrono::Utc>) -> serde_json::Value {
