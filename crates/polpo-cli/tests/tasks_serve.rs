@@ -271,7 +271,9 @@ async fn a_quality_gate_blocks_its_tasks_until_the_score_passes_and_fails_the_mi
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     project(dir.path());
-    let server = start(dir.path(), &env(&llm));
+    let mut env = env(&llm);
+    env.push(("POLPO_JUDGE_MODEL", "openai/judge-model".into()));
+    let server = start(dir.path(), &env);
     let missions = format!("{}/api/v1/missions", server.url);
 
     // A condition that does not parse is refused when the mission is written.
@@ -320,6 +322,8 @@ async fn a_quality_gate_blocks_its_tasks_until_the_score_passes_and_fails_the_mi
         reviews.iter().all(|r| r.body["response_format"]["type"] == "json_schema"),
         "reviewers ask for the payload"
     );
+    assert!(reviews.iter().all(|r| r.body["model"] == "judge-model"), "POLPO_JUDGE_MODEL reviews");
+    assert_eq!(llm.requests()[0].body["model"], "fake-model", "the agent works with its own model");
 
     let (high, report) = run(gated_plan("high", 4.5)).await;
     assert_eq!(high["status"], "completed", "{high}");

@@ -157,6 +157,10 @@ pub struct ChatInput {
     /// `polpo.skills`: assigned skills whose `SKILL.md` joins this request's prompt (only this
     /// request's; an unassigned one is `skill_not_assigned`).
     pub skills: Vec<String>,
+    /// A model the surface picks instead of the agent's (the orchestrator's judge for task
+    /// reviews), resolved under the agent's `allowedModelProfiles` like its own; a loop step's
+    /// `model` still wins. Not kept in a durable run's spec: surfaces that set it run inline.
+    pub model: Option<polpo_core::model::ModelSelection>,
 }
 
 impl ChatInput {
@@ -183,6 +187,7 @@ impl ChatInput {
             capabilities: Capabilities::default(),
             parallel_branch: false,
             skills: Vec::new(),
+            model: None,
         }
     }
 }

@@ -478,14 +478,15 @@ impl Runtime {
         Ok(self.prepared(invocation, input, run_id, session, history, new_messages, cancel.clone(), route))
     }
 
-    /// The model chain of `agent` for `input`: a loop step's own `model`, else the agent's.
+    /// The model chain of `agent` for `input`: a loop step's own `model`, else the one the
+    /// surface picked, else the agent's.
     fn provider_for_input(
         &self,
         loaded: &Loaded,
         agent: &Agent,
         input: &ChatInput,
     ) -> Result<Arc<dyn ModelProvider>, ChatError> {
-        match input.loop_context.as_ref().and_then(|l| l.model.as_ref()) {
+        match input.loop_context.as_ref().and_then(|l| l.model.as_ref()).or(input.model.as_ref()) {
             Some(model) => self.provider_for_model(loaded, agent, Some(model)),
             None => self.provider_for(loaded, agent),
         }

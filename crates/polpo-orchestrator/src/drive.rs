@@ -223,7 +223,7 @@ fn looks_like_question(text: &str) -> bool {
 }
 
 /// Answer the question `held`'s agent asked (kept in `result.stdout`) as the orchestrator,
-/// with the task agent's model and no tools, append the exchange to the description (the first
+/// with `settings.orchestratorModel` (else the task agent's model) and no tools, append the exchange to the description (the first
 /// description stays in `originalDescription`) and go back to `execution`. When no answer can
 /// be had, the agent is told to go on with its best judgement: a question never stops a task.
 async fn answer_question(ctx: &Arc<Ctx>, held: &StoredTask) -> Result<StoredTask, OrchestratorError> {
@@ -239,6 +239,7 @@ async fn answer_question(ctx: &Arc<Ctx>, held: &StoredTask) -> Result<StoredTask
             input.surface = Surface::Task;
             input.allowed_tools = Some(Vec::new());
             input.user = task.user.clone();
+            input.model = ctx.runs.runtime().loaded().project.settings().orchestrator_model.clone();
             match run_to_end(&ctx.runs, input).await {
                 Ok((_, Ok(a))) => a.content.filter(|c| !c.trim().is_empty()),
                 Ok((_, Err(f))) => {

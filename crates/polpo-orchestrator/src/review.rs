@@ -1,5 +1,6 @@
 //! The `llm_review` check (inventory §5.4, G-Eval): three independent reviewers score the
-//! work on dimensions, through the task agent's model with structured output
+//! work on dimensions, through the judge model (`POLPO_JUDGE_MODEL`, `POLPO_MODEL`,
+//! `settings.orchestratorModel`, else the task agent's own) with structured output
 //! (`ReviewPayload`), in parallel; the consensus is each dimension's median, each score
 //! rounded and clamped to 1–5, and the global score the weighted mean. Output-based review:
 //! the reviewers see the task, the criteria and the agent's answer (file exploration and
@@ -9,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use polpo_core::message::Message;
+use polpo_core::model::ModelSelection;
 use polpo_core::tasks::{EvalDimension, Task, TaskExpectation};
 use polpo_engine::structured::ResponseFormat;
 use polpo_engine::{ChatInput, Surface};
@@ -100,6 +102,22 @@ fn prompt(task: &Task, e: &TaskExpectation, dims: &[EvalDimension], output: &str
     )
 }
 
+/// Environment variable naming the judge model of every review (`provider/model`).
+pub const JUDGE_MODEL_ENV: &str = "POLPO_JUDGE_MODEL";
+/// Environment variable naming the project's default model, the judge's first fallback.
+pub const MODEL_ENV: &str = "POLPO_MODEL";
+
+/// The judge model, as the reference picks it: `POLPO_JUDGE_MODEL`, else `POLPO_MODEL`, else
+/// `settings.orchestratorModel`; `None` leaves the task agent's own model (the reference's last
+/// resort, a fixed Anthropic model, would need a key the project may not have).
+fn judge_model(settings_model: Option<&ModelSelection>) -> Option<ModelSelection> {
+    [JUDGE_MODEL_ENV, MODEL_ENV]
+        .into_iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+        .map(|id| ModelSelection::Id(id.trim().to_owned()))
+        .or_else(|| settings_model.cloned())
+}
+
 /// Review `output` of `task` for expectation `e`: `Err` with a diagnostic when no reviewer
 /// answered.
 pub(crate) async fn review(ctx: &Arc<Ctx>, task: &Task, e: &TaskExpectation, output: &str) -> Result<Review, String> {
@@ -107,8 +125,10 @@ pub(crate) async fn review(ctx: &Arc<Ctx>, task: &Task, e: &TaskExpectation, out
     let dims = e.dimensions.clone().filter(|d| !d.is_empty()).unwrap_or_else(default_dimensions);
     let format = payload_format()?;
     let text = prompt(task, e, &dims, output);
+    let judge = judge_model(ctx.runs.runtime().loaded().project.settings().orchestrator_model.as_ref());
     let reviewers = (0..REVIEWERS).map(|_| {
         let mut input = ChatInput::new(agent.clone(), vec![Message::user(text.clone())]);
+        input.model = judge.clone();
         input.surface = Surface::Task;
         input.response_format = format.clone();
         input.allowed_tools = Some(Vec::new());
