@@ -85,6 +85,8 @@ enum Command {
     /// Store, list or remove encrypted credentials (`.polpo/vault.enc`); values never on argv.
     #[command(subcommand)]
     Vault(commands::vault::Command),
+    /// Measure what the runtime costs on this machine, against a zero-latency fake model.
+    Bench(commands::bench::Args),
     /// Print a shell completion script.
     Completions(commands::completions::Args),
 }
@@ -114,6 +116,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Vault(command) => commands::vault::run(global, command),
         Command::Connections(command) => commands::connections::run(global, command),
         Command::Tools(command) => commands::tools::run(global, command),
+        Command::Bench(args) => commands::bench::run(args),
         Command::Completions(args) => commands::completions::run(args, &mut Cli::command()),
     }
 }

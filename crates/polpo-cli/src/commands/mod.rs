@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod approvals;
+pub mod bench;
 pub mod completions;
 pub mod connections;
 pub mod create;

@@ -1,0 +1,313 @@
+//! `polpo bench`: what the runtime costs on this machine, measured the way users run it.
+//!
+//! One run is the common agent shape: the user asks to read a file, the model calls `read`, the
+//! tool runs, the model answers (2 model calls, 1 tool, 10 tool schemas per call). The model is
+//! an in-process fake answering at once ([`fake`]), so what is measured is Polpo alone: the real
+//! server (`polpo_server::router` on loopback, over HTTP), the real engine, tools and store.
+//!
+//! The bench always runs a built-in bench agent in a temporary project, never the project's own
+//! agents: those name real models, hooks, MCP servers and connections that would reach real
+//! services, and the project's store must not receive thousands of bench sessions. The agent is
+//! the shape of the scenario (10 tools, `read` among them), on the store kind asked for
+//! (`--store file|sqlite`, in the temporary folder, removed afterwards).
+//!
+//! Figures: the runtime's own time per run and per model turn from the server's
+//! `x-polpo-overhead-ms` (model and tool waits excluded), over `--runs` sequential runs; RSS growth
+//! over those runs and the process's peak RSS (`/proc/self/status`: server, fake and client are
+//! one process); runs/s with `--concurrency` clients for `--duration` seconds; `cold_ms` from
+//! loading the project to the first answered run; and the runs that failed or answered wrong.
+
+mod fake;
+
+use anyhow::{Context as _, anyhow};
+use polpo_server::auth::ApiKeys;
+use polpo_server::serve::Limits;
+use polpo_server::{AppState, router};
+use serde_json::json;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Options of `polpo bench`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Sequential runs measured for the cost per run and the memory growth.
+    #[arg(long, default_value_t = 2000)]
+    runs: usize,
+    /// Concurrent clients of the throughput phase.
+    #[arg(long, default_value_t = 32)]
+    concurrency: usize,
+    /// Seconds of the throughput phase.
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// The store the bench sessions go to (in a temporary folder, never the project's).
+    #[arg(long, value_enum, default_value_t = Store::File)]
+    store: Store,
+    /// One JSON line: `p50_ms, p99_ms, runs_per_s, peak_rss_kb, rss_growth_kb, cold_ms, errors`.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The store kinds a bench can run on without a database server.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Store {
+    File,
+    Sqlite,
+}
+
+impl Store {
+    fn as_str(self) -> &'static str {
+        match self {
+            Store::File => "file",
+            Store::Sqlite => "sqlite",
+        }
+    }
+}
+
+/// The 10 tools the bench agent offers the model on every call, `read` first.
+const TOOLS: [&str; 10] =
+    ["read", "write", "edit", "bash", "glob", "grep", "ls", "http_fetch", "http_download", "memory_get"];
+
+/// What one bench measured.
+struct Report {
+    /// Runtime's own time per run, sorted (ms).
+    overheads: Vec<f64>,
+    /// Model calls per run in the sequential phase (2 when every run went as scripted).
+    turns_per_run: f64,
+    /// Tool schemas the last model call carried.
+    tool_schemas: usize,
+    runs_per_s: f64,
+    peak_rss_kb: u64,
+    rss_growth_kb: i64,
+    cold_ms: f64,
+    errors: u64,
+    /// The first failure, to say why `errors` is not 0.
+    first_error: Option<String>,
+}
+
+/// Run the bench and print its figures; exit 1 when any run failed.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.runs == 0 || args.concurrency == 0 || args.duration == 0 {
+        return Err(anyhow!("invalid_argument: --runs, --concurrency and --duration must be at least 1"));
+    }
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
+    let report = rt.block_on(measure(&args))?;
+    if args.json {
+        // One line, for scripts and CI logs to collect.
+        println!(
+            "{}",
+            json!({
+                "p50_ms": percentile(&report.overheads, 0.50),
+                "p99_ms": percentile(&report.overheads, 0.99),
+                "runs_per_s": report.runs_per_s,
+                "peak_rss_kb": report.peak_rss_kb,
+                "rss_growth_kb": report.rss_growth_kb,
+                "cold_ms": report.cold_ms,
+                "errors": report.errors,
+            })
+        );
+    } else {
+        print_table(&args, &report);
+    }
+    if let Some(error) = &report.first_error {
+        eprintln!("error: {} run(s) failed; the first: {error}", report.errors);
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn measure(args: &Args) -> anyhow::Result<Report> {
+    let fake = fake::start().await.context("cannot start the bench model")?;
+    let dir = tempfile::tempdir().context("cannot create the bench project folder")?;
+    write_project(dir.path(), fake.addr, args.store).context("cannot write the bench project")?;
+
+    let cold = Instant::now();
+    let project = polpo_project::load_project(dir.path()).map_err(|problems| {
+        super::print_problems_to_stderr(&problems);
+        anyhow!("the bench project has {} problem(s)", problems.len())
+    })?;
+    let runtime = super::runtime::open(project).await?;
+    let state = Arc::new(AppState::new(runtime, ApiKeys::default()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("cannot listen on 127.0.0.1")?;
+    let url = format!("http://{}/v1/chat/completions", listener.local_addr()?);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server =
+        tokio::spawn(polpo_server::serve::run(listener, router(state), Limits::configured(None, true), async {
+            let _ = stopped.await;
+        }));
+    let http = reqwest::Client::new();
+    let mut tally = Tally::default();
+    tally.add(one_run(&http, &url).await);
+    let cold_ms = ms(cold.elapsed());
+
+    // Sequential: the cost of one run with nothing else going on, and what memory keeps.
+    let rss_before = proc_status_kb("VmRSS");
+    let calls_before = fake.counters.calls.load(std::sync::atomic::Ordering::Relaxed);
+    let mut overheads = Vec::with_capacity(args.runs);
+    for _ in 0..args.runs {
+        if let Some(overhead) = tally.add(one_run(&http, &url).await) {
+            overheads.push(overhead);
+        }
+    }
+    let rss_growth_kb = proc_status_kb("VmRSS") as i64 - rss_before as i64;
+    let calls = fake.counters.calls.load(std::sync::atomic::Ordering::Relaxed) - calls_before;
+    overheads.sort_by(f64::total_cmp);
+
+    // Throughput: `concurrency` clients each starting runs until the time is up.
+    let deadline = Instant::now() + Duration::from_secs(args.duration);
+    let started = Instant::now();
+    let clients: Vec<_> = (0..args.concurrency)
+        .map(|_| {
+            let (http, url) = (http.clone(), url.clone());
+            tokio::spawn(async move {
+                let mut tally = Tally::default();
+                while Instant::now() < deadline {
+                    tally.add(one_run(&http, &url).await);
+                }
+                tally
+            })
+        })
+        .collect();
+    let mut completed = 0;
+    for client in clients {
+        let client = client.await.context("a bench client stopped")?;
+        completed += client.ok;
+        tally.merge(client);
+    }
+    let runs_per_s = completed as f64 / started.elapsed().as_secs_f64();
+
+    let peak_rss_kb = proc_status_kb("VmHWM");
+    let _ = stop.send(());
+    let _ = server.await;
+    Ok(Report {
+        overheads,
+        turns_per_run: calls as f64 / args.runs as f64,
+        tool_schemas: fake.counters.tool_schemas.load(std::sync::atomic::Ordering::Relaxed),
+        runs_per_s,
+        peak_rss_kb,
+        rss_growth_kb,
+        cold_ms,
+        errors: tally.errors,
+        first_error: tally.first_error,
+    })
+}
+
+/// The bench project: one agent on the fake's provider, the file it reads, the store asked for.
+fn write_project(root: &Path, model: std::net::SocketAddr, store: Store) -> std::io::Result<()> {
+    let agent = root.join(".polpo").join("agents").join("bench");
+    std::fs::create_dir_all(&agent)?;
+    let manifest = json!({
+        "schemaVersion": polpo_core::config::SCHEMA_VERSION,
+        "project": "polpo-bench",
+        "settings": {
+            "storage": store.as_str(),
+            "providers": {"bench": {"baseUrl": format!("http://{model}/v1"), "api": "openai-completions"}},
+        },
+    });
+    std::fs::write(root.join(".polpo").join("project.json"), manifest.to_string())?;
+    let config = json!({"model": "bench/zero-latency", "allowedTools": TOOLS});
+    std::fs::write(agent.join("agent.json"), config.to_string())?;
+    std::fs::write(agent.join("instructions.md"), "You read files when asked and say what they contain.")?;
+    std::fs::write(root.join(fake::FILE), format!("{}\n", fake::MARKER))
+}
+
+/// Runs that succeeded and failed, with the first failure's reason.
+#[derive(Default)]
+struct Tally {
+    ok: u64,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+impl Tally {
+    /// Count one run; its overhead when it succeeded.
+    fn add(&mut self, run: Result<f64, String>) -> Option<f64> {
+        match run {
+            Ok(overhead) => {
+                self.ok += 1;
+                Some(overhead)
+            }
+            Err(e) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    fn merge(&mut self, other: Tally) {
+        self.ok += other.ok;
+        self.errors += other.errors;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+}
+
+/// One run over HTTP: its `x-polpo-overhead-ms`, or why it failed (an error status, a missing
+/// figure, or an answer other than the one a run that really read the file gets).
+async fn one_run(http: &reqwest::Client, url: &str) -> Result<f64, String> {
+    let body = json!({"agent": "bench", "messages": [{"role": "user", "content": format!("Read {} and tell me what it says.", fake::FILE)}]});
+    let response = http.post(url).json(&body).send().await.map_err(|e| format!("request failed: {e}"))?;
+    let status = response.status();
+    let overhead = response.headers().get("x-polpo-overhead-ms").and_then(|v| v.to_str().ok()?.parse::<f64>().ok());
+    let text = response.text().await.map_err(|e| format!("response failed: {e}"))?;
+    if !status.is_success() {
+        return Err(format!("HTTP {status}: {text}"));
+    }
+    let answer: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("unreadable answer: {e}"))?;
+    let content = answer["choices"][0]["message"]["content"].as_str().unwrap_or_default();
+    if content != fake::ANSWER {
+        return Err(format!("unexpected answer: {content}"));
+    }
+    overhead.ok_or_else(|| "no x-polpo-overhead-ms header".to_owned())
+}
+
+/// A field of `/proc/self/status` in kB (`VmRSS`, `VmHWM`); 0 where there is no procfs.
+fn proc_status_kb(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The `p` quantile of sorted figures (nearest rank); 0 when there are none.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn print_table(args: &Args, r: &Report) {
+    let (p50, p99) = (percentile(&r.overheads, 0.50), percentile(&r.overheads, 0.99));
+    let turns = if r.turns_per_run > 0.0 { r.turns_per_run } else { 1.0 };
+    let profile = if cfg!(debug_assertions) { " (debug build: figures are not representative)" } else { "" };
+    println!("polpo bench{profile}");
+    println!(
+        "  scenario: read a file → {:.0} model calls + 1 tool, {} tool schemas per call, {} store",
+        r.turns_per_run,
+        r.tool_schemas,
+        args.store.as_str()
+    );
+    println!("  {:<34} {:>12} {:>12}", "runtime's own time", "p50", "p99");
+    println!("  {:<34} {:>9.3} ms {:>9.3} ms", format!("per run ({} runs)", args.runs), p50, p99);
+    println!("  {:<34} {:>9.3} ms {:>9.3} ms", "per model turn", p50 / turns, p99 / turns);
+    println!(
+        "  {:<34} {:>12.0}",
+        format!("runs/s ({} concurrent, {} s)", args.concurrency, args.duration),
+        r.runs_per_s
+    );
+    println!("  {:<34} {:>9} kB", "peak RSS", r.peak_rss_kb);
+    println!("  {:<34} {:>9} kB", format!("RSS growth over {} runs", args.runs), r.rss_growth_kb);
+    println!("  {:<34} {:>9.1} ms", "cold start to first run", r.cold_ms);
+    println!("  {:<34} {:>12}", "errors", r.errors);
+}
