@@ -61,3 +61,75 @@ fn add_list_search_and_forget_on_file_and_sqlite_storage() {
         assert_eq!(stdout(&polpo(&dir, &["memory", "list"])).lines().count(), 1);
     }
 }
+
+mod support;
+
+/// Through `polpo serve` and the strict fake model: the agent whose `allowedTools` names the
+/// memory tools is offered them and its call stores an item in the invoking user's memory;
+/// an agent without `allowedTools` is offered none.
+#[tokio::test(flavor = "multi_thread")]
+async fn only_an_agent_granted_the_memory_tools_sees_and_uses_them() {
+    use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+    use serde_json::json;
+
+    let dir = tempfile::tempdir().unwrap();
+    ProjectFixture::new(dir.path(), json!({"storage": "sqlite"}))
+        .unwrap()
+        .agent(
+            "keeper",
+            json!({"model": "openai/fake-model", "allowedTools": ["memory_item_*"], "maxTurns": 3}),
+            "You remember.",
+        )
+        .unwrap()
+        .agent("plain", json!({"model": "openai/fake-model"}), "You answer.")
+        .unwrap();
+    let create = json!({"kind": "preference", "content": "Ada likes green tea", "scope": "user"});
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("memory_item_create", create)]),
+        Turn::text("Noted."),
+        Turn::text("Hello."),
+    ])
+    .await
+    .unwrap();
+    let base = llm.base_url();
+    let server = support::ServerProcess::start(
+        "serve",
+        dir.path(),
+        &[],
+        &[("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk")],
+    );
+    polpo_llm::install_crypto_provider();
+    let http = reqwest::Client::new();
+    for (agent, answer) in [("keeper", "Noted."), ("plain", "Hello.")] {
+        let body: serde_json::Value = http
+            .post(format!("{}/v1/chat/completions", server.url))
+            .json(
+                &json!({"agent": agent, "user": "ada", "messages": [{"role": "user", "content": "I like green tea"}]}),
+            )
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(body["choices"][0]["message"]["content"], answer, "{body}");
+    }
+    let requests = llm.requests();
+    let offered = |i: usize| requests[i].body["tools"].to_string();
+    assert!(offered(0).contains("memory_item_create") && offered(0).contains("memory_item_search"), "{}", offered(0));
+    assert!(!offered(2).contains("memory_item"), "{}", offered(2));
+    let listed: serde_json::Value = http
+        .get(format!("{}/api/v1/agents/keeper/memory/items?scopeKind=user&scopeSubjectId=ada", server.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let items = listed["data"]["items"].as_array().unwrap();
+    assert_eq!(items.len(), 1, "{listed}");
+    assert_eq!(
+        (items[0]["content"].as_str(), items[0]["source"].as_str()),
+        (Some("Ada likes green tea"), Some("agent:keeper"))
+    );
+}
