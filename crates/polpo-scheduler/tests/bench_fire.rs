@@ -14,7 +14,6 @@ use chrono::{DateTime, Duration, Utc};
 use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_engine::{Loaded, Runtime};
 use polpo_llm::Providers;
-use polpo_scheduler::Scheduler;
 use polpo_store::{ManualClock, StoreKind, open_store};
 use polpo_testkit::pg::PgSchema;
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
