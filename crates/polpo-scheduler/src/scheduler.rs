@@ -417,7 +417,6 @@ impl Scheduler {
     /// Invocations of `schedule` still running, on any server: its newest claims whose run,
     /// loop run or task has not ended (a claim that never started counts until its lease
     /// lapses).
-
     async fn running(&self, schedule: &Schedule) -> Result<usize, SchedulerError> {
         let page = self
             .store()
