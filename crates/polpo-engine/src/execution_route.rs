@@ -31,7 +31,7 @@ impl Runtime {
         named_loop: Option<&str>,
     ) -> Option<ExecutionRoute> {
         let loaded = self.loaded();
-        let Some(agent) = loaded.agent(&input.agent) else { return None };
+        let agent = loaded.agent(&input.agent)?;
         let router = match &agent.config.execution_router {
             Some(router) if router.is_auto() && named_loop.is_none() && agent.config.default_loop.is_none() => router,
             _ => return None,
