@@ -52,7 +52,9 @@ pub struct Args {
 /// The store kinds a bench can run on without a database server.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum Store {
+    /// The file store (the default of new projects).
     File,
+    /// One SQLite database file.
     Sqlite,
 }
 

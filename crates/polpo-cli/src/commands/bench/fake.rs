@@ -105,7 +105,7 @@ impl Reply {
 
 /// Why the real API would refuse `request` (the checks that matter for this scenario).
 fn problem(request: &Value) -> Option<String> {
-    if !request["model"].as_str().is_some_and(|m| !m.is_empty()) {
+    if request["model"].as_str().is_none_or(str::is_empty) {
         return Some("you must provide a model parameter".into());
     }
     let messages = request["messages"].as_array().filter(|m| !m.is_empty());
@@ -192,4 +192,39 @@ fn frames(reply: &Reply, model: &str, n: u64, include_usage: bool) -> String {
     let mut body: String = out.iter().map(|c| format!("data: {c}\n\n")).collect();
     body.push_str("data: [DONE]\n\n");
     body
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn request(messages: Value) -> Value {
+        json!({"model": "m", "messages": messages, "stream": true, "stream_options": {"include_usage": true},
+               "tools": [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}], "tool_choice": "auto"})
+    }
+
+    #[test]
+    fn refuses_what_the_real_api_refuses() {
+        assert!(problem(&request(json!([{"role": "user", "content": "hi"}]))).is_none());
+        let orphan = json!([{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "x", "content": "c"}]);
+        assert!(problem(&request(orphan)).unwrap().contains("role 'tool'"));
+        assert!(
+            problem(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto"}))
+                .is_some()
+        );
+        assert!(problem(&json!({"messages": [{"role": "user", "content": "hi"}]})).is_some());
+    }
+
+    #[test]
+    fn a_streamed_tool_call_then_usage_then_done() {
+        let body = frames(&Reply::Read("call_1".into()), "m", 1, true);
+        let data: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+        assert_eq!(data.last(), Some(&"[DONE]"));
+        let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+        assert_eq!(chunks[1]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "read");
+        assert_eq!(chunks[2]["choices"][0]["finish_reason"], "tool_calls");
+        assert_eq!(chunks[3]["usage"]["total_tokens"], 912);
+        assert!(!frames(&Reply::Text(ANSWER.into()), "m", 2, false).contains("usage"));
+    }
 }
