@@ -3,7 +3,8 @@
 //! (also after a server restart) the run resumes and the call runs once; rejected, the model is
 //! told and the run goes on. Inline chat answers `409 approval_required` with the request's id,
 //! and once it is approved the same request retried with its `Idempotency-Key` runs the call —
-//! a different request cannot use that approval.
+//! a different request cannot use that approval. An `ask` with a timeout nobody answers is
+//! rejected by the server, also when the deadline passed while no server ran.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,6 +21,11 @@ type Frame = (u64, Value);
 
 /// Agent `builder` (bash) whose `bash` calls a command hook answers `ask` about.
 fn project(dir: &Path) {
+    project_asking(dir, r#"{"decision":"ask","reason":"shell commands need a person"}"#);
+}
+
+/// Agent `builder` whose `bash` calls a command hook answers with `decision` (one JSON line).
+fn project_asking(dir: &Path, decision: &str) {
     ProjectFixture::new(dir, json!({}))
         .unwrap()
         .agent(
@@ -37,11 +43,7 @@ fn project(dir: &Path) {
             }]}}),
         )
         .unwrap();
-    std::fs::write(
-        dir.join(".polpo/hooks/ask.sh"),
-        "cat > /dev/null\necho '{\"decision\":\"ask\",\"reason\":\"shell commands need a person\"}'\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join(".polpo/hooks/ask.sh"), format!("cat > /dev/null\necho '{decision}'\n")).unwrap();
 }
 
 fn append(line: &str) -> Turn {
@@ -200,6 +202,117 @@ async fn a_rejected_call_is_refused_to_the_model_and_the_run_goes_on() {
         .map(|m| m["content"].as_str().unwrap().to_owned())
         .unwrap();
     assert!(refusal.contains("approval_rejected") && refusal.contains("no shell today"), "{refusal}");
+}
+
+/// Poll run `run` until it is stored `paused` (bounded).
+async fn paused(url: &str, run: &str) {
+    let polled = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let run: Value = reqwest::get(format!("{url}/v1/runs/{run}")).await.unwrap().json().await.unwrap();
+            if run["data"]["status"] == "paused" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    polled.await.expect("the run is stored paused");
+}
+
+/// The tool message the model was sent in its second request.
+fn refusal(llm: &FakeLlm) -> String {
+    let requests = llm.requests();
+    assert_eq!(requests.len(), 2);
+    requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap().to_owned())
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_unanswered_ask_with_a_timeout_is_rejected_by_the_server_after_a_restart() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([append("one"), Turn::text("Not appended: nobody approved.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project_asking(dir.path(), r#"{"decision":"ask","reason":"shell commands need a person","data":{"timeout":1}}"#);
+    let env = env(&llm);
+    let first = start(dir.path(), &env);
+
+    let (status, body, run) = chat(&first.url, &durable_request(), None).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["error"]["code"], "awaiting_approval", "{body}");
+    let approval = body["error"]["approval_id"].as_str().unwrap().to_owned();
+    // The server goes away before anyone answers, once the run is stored paused (the reply
+    // can come first); the deadline passes while none runs.
+    paused(&first.url, &run).await;
+    drop(first);
+
+    let second = start(dir.path(), &env);
+    let frames = journal(&second.url, &run).await;
+    assert_eq!(frames.last().unwrap().1["data"]["content"], "Not appended: nobody approved.", "{:?}", types(&frames));
+    assert_eq!(log(dir.path()), None, "the unanswered call never ran");
+    let refusal = refusal(&llm);
+    assert!(refusal.contains("approval_rejected") && refusal.contains("timed out"), "{refusal}");
+
+    let stored: Value =
+        reqwest::get(format!("{}/api/v1/approvals/{approval}", second.url)).await.unwrap().json().await.unwrap();
+    let stored = &stored["data"];
+    assert_eq!((stored["status"].as_str(), stored["resolvedBy"].as_str()), (Some("rejected"), Some("timeout")));
+    assert_eq!((stored["timeout"].as_str(), stored["timeoutAction"].as_str()), (Some("PT1S"), Some("reject")));
+    assert!(stored["deadline"].is_string(), "{stored}");
+
+    // A reviewer at a terminal sees the chat run and the tool, not a loop run.
+    let out = support::polpo(&["approvals", "--url", second.url.as_str(), "list"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        listed.starts_with(&format!("{approval}\trejected\t{run}\ttool bash (hook review/ask-shell)\t")),
+        "{listed}"
+    );
+}
+
+#[tokio::test]
+async fn a_timeout_lapsing_while_the_server_runs_decides_its_action_and_an_approved_call_runs_once() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([append("one"), Turn::text("Appended.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ask = r#"{"decision":"ask","reason":"fine unless someone objects","data":{"timeout":"PT1S","timeoutAction":"approve"}}"#;
+    project_asking(dir.path(), ask);
+    let server = start(dir.path(), &env(&llm));
+
+    let (status, body, run) = chat(&server.url, &durable_request(), None).await;
+    assert_eq!(status, 202, "{body}");
+    let approval = body["error"]["approval_id"].as_str().unwrap().to_owned();
+    let frames = journal(&server.url, &run).await;
+    let seen = types(&frames);
+    assert_eq!(frames.last().unwrap().1["data"]["content"], "Appended.", "{seen:?}");
+    assert_eq!(seen.iter().filter(|t| **t == "tool.completed").count(), 1, "{seen:?}");
+    assert_eq!(log(dir.path()).as_deref(), Some("one\n"), "the call approved by its timeout ran once");
+    let stored: Value =
+        reqwest::get(format!("{}/api/v1/approvals/{approval}", server.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        (stored["data"]["status"].as_str(), stored["data"]["resolvedBy"].as_str()),
+        (Some("approved"), Some("timeout"))
+    );
+}
+
+#[tokio::test]
+async fn an_ask_with_an_invalid_timeout_is_the_hooks_invalid_output() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([append("one"), Turn::text("Refused.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project_asking(dir.path(), r#"{"decision":"ask","reason":"later","data":{"timeout":"forever"}}"#);
+    let server = start(dir.path(), &env(&llm));
+
+    let (status, body, _) = chat(&server.url, &durable_request(), None).await;
+    assert_eq!(status, 200, "no approval is requested for an invalid answer: {body}");
+    let pending: Value = reqwest::get(format!("{}/api/v1/approvals", server.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(pending["data"]["approvals"], json!([]), "{pending}");
+    assert_eq!(log(dir.path()), None, "a failing hook fails closed");
+    let refusal = refusal(&llm);
+    assert!(refusal.contains("hook_failed") && refusal.contains("data.timeout"), "{refusal}");
 }
 
 #[tokio::test]

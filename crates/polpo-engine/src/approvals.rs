@@ -21,6 +21,7 @@ use crate::events::bus::EventBus;
 use crate::events::journal::EventKind;
 use crate::events::{EventSink, RunEvent};
 use chrono::{DateTime, Utc};
+use polpo_core::hooks::AskTimeout;
 use polpo_core::loops::config::TimeoutAction;
 use polpo_core::loops::governance::Gate;
 use polpo_store::{Clock, Record, RecordStore, StoreError};
@@ -28,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use tokio::sync::Notify;
 
 /// The store collection approval requests are kept in.
 pub const APPROVALS: &str = "approvals";
@@ -250,6 +252,8 @@ pub struct ApprovalDesk {
     pub(crate) session_id: String,
     pub(crate) owner: Option<String>,
     pub(crate) waiting: Waiting,
+    /// Woken when a request with a deadline is stored, so the timeout enforcer looks again.
+    pub(crate) deadlines: Arc<Notify>,
 }
 
 impl std::fmt::Debug for ApprovalDesk {
@@ -280,6 +284,8 @@ pub(crate) struct Proposal<'a> {
     pub hook: &'a str,
     /// The hook's reason.
     pub reason: &'a str,
+    /// What the server decides if nobody answers in time (`None`: the request waits).
+    pub timeout: Option<AskTimeout>,
     /// The model turn.
     pub turn: u32,
 }
@@ -372,8 +378,16 @@ impl ApprovalDesk {
     }
 
     /// Store a new pending request for `call` under `id` and announce it; a request another
-    /// attempt stored first stands. `Err`: why the store could not say.
+    /// attempt stored first stands. With the hook's timeout, its deadline is on the record (the
+    /// store's clock) and the timeout enforcer is woken. `Err`: why the store could not say.
     async fn request(&self, id: &str, call: &Proposal<'_>) -> Result<StoredApproval, String> {
+        let deadline = match call.timeout {
+            Some(t) => {
+                let after = chrono::Duration::from_std(t.after).map_err(|e| e.to_string())?;
+                Some(self.clock.now() + after)
+            }
+            None => None,
+        };
         let record = ApprovalRecord {
             id: id.to_owned(),
             owner: self.owner.clone(),
@@ -381,9 +395,9 @@ impl ApprovalDesk {
             message: call.reason.to_owned(),
             resolved_by: None,
             note: None,
-            timeout: None,
-            deadline: None,
-            timeout_action: None,
+            timeout: call.timeout.map(|t| polpo_core::tasks::format_duration(t.after)),
+            deadline,
+            timeout_action: call.timeout.map(|t| t.action),
             subject: ApprovalSubject::ToolCall(ToolCallRequest {
                 agent: self.agent.clone(),
                 run_id: self.run_id.clone(),
@@ -406,6 +420,9 @@ impl ApprovalDesk {
             Err(e) => return Err(e.to_string()),
         };
         record.announce(&self.events, EventKind::ApprovalRequested);
+        if deadline.is_some() {
+            self.deadlines.notify_one();
+        }
         Ok(StoredApproval {
             approval: record,
             revision: written.revision,

@@ -211,6 +211,9 @@ pub struct Runtime {
     bus: EventBus,
     redactor: Redactor,
     connections: Option<Arc<polpo_connections::Connections>>,
+    /// Woken when an approval request with a deadline is stored (by a loop gate or a hook's
+    /// `ask`), so the one timeout enforcer looks again.
+    approval_deadlines: Arc<tokio::sync::Notify>,
 }
 
 impl Runtime {
@@ -235,7 +238,14 @@ impl Runtime {
             bus,
             redactor: Redactor::new(),
             connections: None,
+            approval_deadlines: Arc::default(),
         }
+    }
+
+    /// Signalled when an approval request with a deadline is stored: the approval timeout
+    /// enforcer waits on it besides the earliest deadline it knows.
+    pub fn approval_deadlines(&self) -> &tokio::sync::Notify {
+        &self.approval_deadlines
     }
 
     /// Where this runtime reads "now" (the store's clock).
@@ -585,6 +595,7 @@ impl Runtime {
                 session_id: session.id.clone(),
                 owner: session.owner.clone(),
                 waiting: bound_request.map_or(Waiting::Unbound, Waiting::Inline),
+                deadlines: self.approval_deadlines.clone(),
             }));
         }
         PreparedChat {

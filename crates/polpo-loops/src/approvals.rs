@@ -264,10 +264,10 @@ impl LoopExecutor {
                 Some(wait) => {
                     tokio::select! {
                         () = tokio::time::sleep(wait) => {}
-                        () = self.approval_deadlines.notified() => {}
+                        () = self.runs.runtime().approval_deadlines().notified() => {}
                     }
                 }
-                None => self.approval_deadlines.notified().await,
+                None => self.runs.runtime().approval_deadlines().notified().await,
             }
         }
     }

@@ -170,21 +170,12 @@ pub struct LoopExecutor {
     pub(crate) humans: HumanDesk,
     /// This process's runs in progress: cancelling one stops its walk.
     pub(crate) active: Mutex<HashMap<String, CancellationToken>>,
-    /// Signalled when an approval with a deadline is requested, so the timeout enforcer
-    /// ([`LoopExecutor::enforce_approval_timeouts`]) looks again.
-    pub(crate) approval_deadlines: tokio::sync::Notify,
 }
 
 impl LoopExecutor {
     /// An executor invoking agents through `runs`.
     pub fn new(runs: Arc<RunManager>, options: LoopOptions) -> Self {
-        Self {
-            runs,
-            options,
-            humans: HumanDesk::default(),
-            active: Mutex::default(),
-            approval_deadlines: tokio::sync::Notify::new(),
-        }
+        Self { runs, options, humans: HumanDesk::default(), active: Mutex::default() }
     }
 
     /// The human steps waiting for a person.
@@ -482,7 +473,7 @@ impl Run<'_> {
         runtime.store().records.put_record(APPROVALS, &approval.id, value, Some(0)).await?;
         approval.announce(runtime.events(), EventKind::ApprovalRequested);
         if deadline.is_some() {
-            self.exec.approval_deadlines.notify_one();
+            runtime.approval_deadlines().notify_one();
         }
         Ok(approval.id)
     }

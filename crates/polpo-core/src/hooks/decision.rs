@@ -5,10 +5,12 @@
 //! folds turn into the hook's `onFailure` behaviour — or, inside a termination gate, into a
 //! fail-closed rejection.
 
-use super::limits::{MAX_FEEDBACK_BYTES, MAX_OUTPUT_BYTES};
+use super::limits::{MAX_ASK_TIMEOUT_SECS, MAX_FEEDBACK_BYTES, MAX_OUTPUT_BYTES};
+use crate::loops::config::TimeoutAction;
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt;
+use std::time::Duration;
 
 /// One decision of one handler.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -25,6 +27,9 @@ pub enum Decision {
     Ask {
         /// What the approver should know.
         reason: String,
+        /// `data.timeout` / `data.timeoutAction`: what the server decides if nobody answers.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        timeout: Option<AskTimeout>,
     },
     /// No opinion; fall through to the next hook and ordinary policy.
     Defer,
@@ -65,6 +70,55 @@ impl Decision {
             Self::Continue { .. } => "continue",
             Self::Accept => "accept",
         }
+    }
+}
+
+/// How long an `ask`'s approval request may wait, and what the server decides then — so a
+/// hook can ask for a person without a paused run waiting forever when nobody answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AskTimeout {
+    /// How long after the request the server decides (1 second to 30 days).
+    pub after: Duration,
+    /// What it decides (`reject` unless the hook said `approve`).
+    pub action: TimeoutAction,
+}
+
+/// Read an `ask`'s `data.timeout` (whole seconds, or an ISO-8601 duration such as `PT30M`)
+/// and `data.timeoutAction` (`reject` | `approve`); `None` when it gives no timeout.
+fn ask_timeout(data: Option<&Value>) -> Result<Option<AskTimeout>, HookFailure> {
+    let bad = |detail: String| HookFailure::new(FailureCause::InvalidOutput, detail);
+    let data = match data {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(data)) => data,
+        Some(_) => return Err(bad("`ask`'s `data` must be an object".into())),
+    };
+    let range = format!("between 1 second and {MAX_ASK_TIMEOUT_SECS} seconds (30 days)");
+    let after = match data.get("timeout") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => match n.as_u64().filter(|s| (1..=MAX_ASK_TIMEOUT_SECS).contains(s)) {
+            Some(secs) => Some(Duration::from_secs(secs)),
+            None => return Err(bad(format!("`data.timeout` must be whole seconds {range}"))),
+        },
+        Some(Value::String(text)) => {
+            let after = crate::tasks::parse_duration(text).map_err(|e| bad(format!("`data.timeout`: {e}")))?;
+            if after < Duration::from_secs(1) || after > Duration::from_secs(MAX_ASK_TIMEOUT_SECS) {
+                return Err(bad(format!("`data.timeout` must be {range}")));
+            }
+            Some(after)
+        }
+        Some(_) => return Err(bad("`data.timeout` must be seconds or an ISO-8601 duration such as PT30M".into())),
+    };
+    let action = match data.get("timeoutAction") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s == "reject" => Some(TimeoutAction::Reject),
+        Some(Value::String(s)) if s == "approve" => Some(TimeoutAction::Approve),
+        Some(_) => return Err(bad("`data.timeoutAction` must be `reject` or `approve`".into())),
+    };
+    match (after, action) {
+        (Some(after), action) => Ok(Some(AskTimeout { after, action: action.unwrap_or(TimeoutAction::Reject) })),
+        (None, Some(_)) => Err(bad("`data.timeoutAction` needs a `data.timeout`".into())),
+        (None, None) => Ok(None),
     }
 }
 
@@ -175,7 +229,10 @@ pub fn parse_decision(value: &Value) -> HookOutcome {
         "defer" => Ok(Decision::Defer),
         "accept" => Ok(Decision::Accept),
         "deny" => Ok(Decision::Deny { reason: reason("denied by a runtime hook")? }),
-        "ask" => Ok(Decision::Ask { reason: reason("a runtime hook requires approval")? }),
+        "ask" => Ok(Decision::Ask {
+            reason: reason("a runtime hook requires approval")?,
+            timeout: ask_timeout(obj.get("data"))?,
+        }),
         "modify" => {
             let data = obj
                 .get("data")
@@ -278,5 +335,37 @@ mod tests {
         assert_eq!(cause(r#"{"decision":"continue","diagnostics":""}"#), FailureCause::InvalidFeedback);
         let big = format!(r#"{{"decision":"allow","pad":"{}"}}"#, "x".repeat(MAX_OUTPUT_BYTES));
         assert_eq!(cause(&big), FailureCause::OutputTooLarge);
+    }
+
+    /// An `ask` may bound how long its approval waits; a timeout that is not one is the hook's
+    /// invalid output, never a request that waits forever or expires at once.
+    #[test]
+    fn an_ask_reads_its_timeout_and_refuses_bad_ones() {
+        let ask = |raw: &str| match parse_output(raw.as_bytes()).unwrap() {
+            Decision::Ask { timeout, .. } => timeout,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(ask(r#"{"decision":"ask"}"#), None);
+        let minute = AskTimeout { after: Duration::from_secs(60), action: TimeoutAction::Reject };
+        assert_eq!(ask(r#"{"decision":"ask","data":{"timeout":60}}"#), Some(minute));
+        assert_eq!(
+            ask(r#"{"decision":"ask","data":{"timeout":"PT1M","timeoutAction":"approve"}}"#),
+            Some(AskTimeout { action: TimeoutAction::Approve, ..minute })
+        );
+        for bad in [
+            r#"{"decision":"ask","data":{"timeout":0}}"#,
+            r#"{"decision":"ask","data":{"timeout":-5}}"#,
+            r#"{"decision":"ask","data":{"timeout":1.5}}"#,
+            r#"{"decision":"ask","data":{"timeout":2592001}}"#,
+            r#"{"decision":"ask","data":{"timeout":"PT0.5S"}}"#,
+            r#"{"decision":"ask","data":{"timeout":"P31D"}}"#,
+            r#"{"decision":"ask","data":{"timeout":"soon"}}"#,
+            r#"{"decision":"ask","data":{"timeout":true}}"#,
+            r#"{"decision":"ask","data":{"timeout":60,"timeoutAction":"ignore"}}"#,
+            r#"{"decision":"ask","data":{"timeoutAction":"approve"}}"#,
+            r#"{"decision":"ask","data":"PT1M"}"#,
+        ] {
+            assert_eq!(cause(bad), FailureCause::InvalidOutput, "{bad}");
+        }
     }
 }

@@ -12,7 +12,7 @@
 //!   fails closed.
 //! * [`authorize`] applies the tool policy last, so no hook can grant a denied tool.
 
-use super::decision::{Decision, FailureCause, HookFailure, HookOutcome};
+use super::decision::{AskTimeout, Decision, FailureCause, HookFailure, HookOutcome};
 use super::pack::{Hook, OnFailure};
 use crate::policy::ToolPolicy;
 use serde_json::{Value, json};
@@ -61,6 +61,8 @@ pub enum ToolBeforeVerdict {
         hook: String,
         /// Why.
         reason: String,
+        /// What the server decides if nobody answers in time (the first asking hook's).
+        timeout: Option<AskTimeout>,
         /// The input a reviewer approves (after every `modify`).
         input: Value,
     },
@@ -77,7 +79,7 @@ pub enum ToolBeforeVerdict {
 #[derive(Debug, Clone)]
 pub struct ToolBeforeFold {
     input: Value,
-    ask: Option<(String, String)>,
+    ask: Option<(String, String, Option<AskTimeout>)>,
     settled: Option<ToolBeforeVerdict>,
 }
 
@@ -126,8 +128,8 @@ impl ToolBeforeFold {
                 self.input = input;
                 Flow::Next
             }
-            Decision::Ask { reason } => {
-                self.ask.get_or_insert((hook.qualified_id(), reason));
+            Decision::Ask { reason, timeout } => {
+                self.ask.get_or_insert((hook.qualified_id(), reason, timeout));
                 Flow::Next
             }
             Decision::Deny { reason } => {
@@ -150,7 +152,9 @@ impl ToolBeforeFold {
             return v;
         }
         match self.ask {
-            Some((hook, reason)) => ToolBeforeVerdict::ApprovalRequired { hook, reason, input: self.input },
+            Some((hook, reason, timeout)) => {
+                ToolBeforeVerdict::ApprovalRequired { hook, reason, timeout, input: self.input }
+            }
             None => ToolBeforeVerdict::Proceed { input: self.input },
         }
     }
@@ -178,6 +182,8 @@ pub enum Authorization {
         hook: String,
         /// Its reason.
         reason: String,
+        /// What the server decides if nobody answers in time (`None`: it waits).
+        timeout: Option<AskTimeout>,
         /// The input to approve, validate and run.
         input: Value,
     },
@@ -204,7 +210,9 @@ pub fn authorize(policy: &ToolPolicy, tool: &str, verdict: ToolBeforeVerdict) ->
         ToolBeforeVerdict::Deny { code, hook, reason } => {
             Authorization::Refuse { code, message: format!("{reason} (hook {hook})") }
         }
-        ToolBeforeVerdict::ApprovalRequired { hook, reason, input } => Authorization::Ask { hook, reason, input },
+        ToolBeforeVerdict::ApprovalRequired { hook, reason, timeout, input } => {
+            Authorization::Ask { hook, reason, timeout, input }
+        }
         ToolBeforeVerdict::Stop { hook, reason } => {
             Authorization::EndRun { code: "hook_stopped", message: format!("{reason} (hook {hook})") }
         }

@@ -11,6 +11,9 @@ pub const MAX_HOOKS_PER_PACK: usize = 64;
 pub const MAX_COMMAND_BYTES: usize = 8 * 1024;
 /// Longest `prompt`.
 pub const MAX_PROMPT_BYTES: usize = 16 * 1024;
+/// Longest timeout an `ask` may give its approval request (30 days): a request nobody can
+/// answer for longer is better refused now than kept as a paused run forever.
+pub const MAX_ASK_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
 /// Longest explicit handler timeout (ten minutes).
 pub const MAX_TIMEOUT_MS: u64 = 600_000;
 /// Portable default for command hooks without `timeoutMs`.

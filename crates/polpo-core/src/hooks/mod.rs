@@ -21,7 +21,7 @@ mod secrets;
 pub mod set;
 pub mod validate;
 
-pub use decision::{Decision, FailureCause, HookFailure, HookOutcome, parse_output};
+pub use decision::{AskTimeout, Decision, FailureCause, HookFailure, HookOutcome, parse_output};
 pub use envelope::{Envelope, InvocationInfo, build_envelope, redact};
 pub use fold::{
     Authorization, Flow, GateFold, GateVerdict, StopFold, StopVerdict, ToolAfterFold, ToolAfterVerdict, ToolBeforeFold,

@@ -14,7 +14,7 @@ use crate::hooks::InvocationHooks;
 use crate::hooks::runner::{self, At};
 use crate::invocation::Invocation;
 use futures::StreamExt;
-use polpo_core::hooks::{Authorization, authorize};
+use polpo_core::hooks::{AskTimeout, Authorization, authorize};
 use polpo_core::message::{Message, ToolCall};
 use serde_json::Value;
 
@@ -187,10 +187,12 @@ async fn run_gated(
             Authorization::Refuse { code, message } => {
                 return Ok(Gated::Refused(format!("{code}: {}", at.hooks.redact_text(message))));
             }
-            Authorization::Ask { hook, reason, input } => match ask(inv, at, call, &hook, &reason, &input).await? {
-                Asked::Run => arguments = input,
-                Asked::Refuse(e) => return Ok(Gated::Refused(at.hooks.redact_text(e))),
-            },
+            Authorization::Ask { hook, reason, timeout, input } => {
+                match ask(inv, at, call, &hook, &reason, timeout, &input).await? {
+                    Asked::Run => arguments = input,
+                    Asked::Refuse(e) => return Ok(Gated::Refused(at.hooks.redact_text(e))),
+                }
+            }
             Authorization::EndRun { message, .. } => {
                 return Err(EngineError::HookStopped(at.hooks.redact_text(message)));
             }
@@ -221,6 +223,7 @@ async fn ask(
     call: &ToolCall,
     hook: &str,
     reason: &str,
+    timeout: Option<AskTimeout>,
     input: &Value,
 ) -> Result<Asked, EngineError> {
     let reason = at.hooks.redact_text(reason.to_owned());
@@ -232,7 +235,8 @@ async fn ask(
     // What the reviewer sees: the input without credentials or vault values.
     let mut shown = input.clone();
     polpo_core::hooks::redact(&mut shown, &at.hooks.secrets);
-    let proposal = Proposal { call_id: &call.id, tool: &call.name, input, shown, hook, reason: &reason, turn: at.turn };
+    let proposal =
+        Proposal { call_id: &call.id, tool: &call.name, input, shown, hook, reason: &reason, timeout, turn: at.turn };
     desk.ask(proposal, at.sink).await
 }
 

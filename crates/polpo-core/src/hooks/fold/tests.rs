@@ -79,7 +79,7 @@ fn row_no_hook_or_allow_or_defer_proceeds_with_the_input() {
 fn row_deny_wins_over_earlier_allow_and_ask_and_stops_the_chain() {
     let mut f = ToolBeforeFold::new(json!({}));
     assert_eq!(f.apply(&before("a"), Ok(Decision::Allow)), Flow::Next);
-    assert_eq!(f.apply(&before("b"), Ok(Decision::Ask { reason: "check".into() })), Flow::Next);
+    assert_eq!(f.apply(&before("b"), Ok(Decision::Ask { reason: "check".into(), timeout: None })), Flow::Next);
     assert_eq!(f.apply(&before("c"), deny("no")), Flow::Halt);
     assert_eq!(f.apply(&before("d"), Ok(Decision::Allow)), Flow::Halt, "later hooks do not run");
     assert!(matches!(f.finish(), ToolBeforeVerdict::Deny { code: "hook_denied", hook, .. } if hook == "p/c"));
@@ -94,12 +94,20 @@ fn row_allow_after_deny_cannot_lift_it() {
 #[test]
 fn row_ask_without_deny_requires_approval_of_the_modified_input() {
     let v = fold_before(vec![
-        (before("a"), Ok(Decision::Ask { reason: "risky".into() })),
+        (before("a"), Ok(Decision::Ask { reason: "risky".into(), timeout: None })),
         (before("b"), Ok(Decision::Modify { input: Some(json!({"command": "ls"})), result: None })),
     ]);
     assert!(matches!(v, ToolBeforeVerdict::ApprovalRequired { .. }));
     let a = authorize(&ToolPolicy::unrestricted(), "bash", v.clone());
-    assert_eq!(a, Authorization::Ask { hook: "p/a".into(), reason: "risky".into(), input: json!({"command": "ls"}) });
+    assert_eq!(
+        a,
+        Authorization::Ask {
+            hook: "p/a".into(),
+            reason: "risky".into(),
+            timeout: None,
+            input: json!({"command": "ls"})
+        }
+    );
     // The policy still wins over an ask: a denied tool is never offered for approval.
     let policy = ToolPolicy::unrestricted().narrow(PolicyLayer::Agent, Some(&["read".to_string()]));
     assert!(matches!(authorize(&policy, "bash", v), Authorization::Refuse { code: "tool_policy_denied", .. }));
@@ -192,7 +200,10 @@ fn tool_after_modify_replaces_the_result_and_deny_withholds_it() {
     let v = failing.finish();
     assert!(v.is_error && !v.result.contains("raw"), "a failing post-processor withholds the result");
     let mut asked = ToolAfterFold::new("raw".into(), false);
-    asked.apply(&hook("e", HookEvent::ToolAfter, false, OnFailure::Continue), Ok(Decision::Ask { reason: "?".into() }));
+    asked.apply(
+        &hook("e", HookEvent::ToolAfter, false, OnFailure::Continue),
+        Ok(Decision::Ask { reason: "?".into(), timeout: None }),
+    );
     assert_eq!(asked.finish().result, "raw");
 }
 
@@ -277,7 +288,7 @@ fn decision() -> impl Strategy<Value = HookOutcome> {
         Just(Ok(Decision::Allow)),
         Just(Ok(Decision::Defer)),
         Just(Ok(Decision::Deny { reason: "r".into() })),
-        Just(Ok(Decision::Ask { reason: "r".into() })),
+        Just(Ok(Decision::Ask { reason: "r".into(), timeout: None })),
         Just(Ok(Decision::Modify { input: Some(json!({"path": "other"})), result: None })),
         Just(Ok(Decision::Stop { feedback: None })),
         Just(Ok(Decision::Continue { diagnostics: json!(1) })),
