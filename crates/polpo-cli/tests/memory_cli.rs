@@ -62,6 +62,40 @@ fn add_list_search_and_forget_on_file_and_sqlite_storage() {
     }
 }
 
+/// Writes `embedding` as the project's `settings.memory.embedding`.
+fn with_embedding(dir: &Path, embedding: serde_json::Value) {
+    let project_json = dir.join(".polpo/project.json");
+    let mut project: serde_json::Value = serde_json::from_slice(&std::fs::read(&project_json).unwrap()).unwrap();
+    project["settings"]["memory"] = serde_json::json!({"embedding": embedding});
+    std::fs::write(&project_json, serde_json::to_vec_pretty(&project).unwrap()).unwrap();
+}
+
+#[test]
+fn a_configured_embedder_gives_memory_vectors_and_a_wrong_one_names_its_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    stdout(&polpo(tmp.path(), &["create", "demo"]));
+    let dir = tmp.path().join("demo");
+    with_embedding(&dir, serde_json::json!({"provider": "hashing", "dimensions": 64}));
+    stdout(&polpo(&dir, &["memory", "add", "The build uses cargo"]));
+    stdout(&polpo(&dir, &["memory", "add", "Deploys happen on Fridays"]));
+    let reindexed = stdout(&polpo(&dir, &["memory", "reindex"]));
+    assert_eq!(reindexed.trim(), "embedded 2, skipped 0", "both items get a vector of the configured identity");
+    assert!(stdout(&polpo(&dir, &["memory", "search", "cargo build"])).contains("The build uses cargo"));
+
+    // A remote embedder without a model cannot be built: every memory command says which field.
+    with_embedding(&dir, serde_json::json!({"provider": "openai"}));
+    let out = polpo(&dir, &["memory", "list"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("embedding_model_missing") && err.contains("settings.memory.embedding/model"), "{err}");
+    // An unknown provider is a config problem `polpo validate` reports with file and pointer.
+    with_embedding(&dir, serde_json::json!({"provider": "magic"}));
+    let out = polpo(&dir, &["validate"]);
+    assert!(!out.status.success());
+    let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(report.contains("/settings/memory/embedding/provider"), "{report}");
+}
+
 mod support;
 
 /// Through `polpo serve` and the strict fake model: the agent whose `allowedTools` names the

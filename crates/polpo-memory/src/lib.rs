@@ -19,7 +19,7 @@ use polpo_embed::{EmbedError, Embedder, EmbeddingIdentity};
 use polpo_store::{
     MemoryFilter, MemoryItem, MemoryItemPatch, MemoryItemStore, NewMemoryItem, Page, PageRequest, StoreError,
 };
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 pub use fusion::{RRF_K, SearchHit, fuse};
 pub use tools::{MEMORY_ITEM_TOOLS, MemoryToolSource, memory_item_tools};
@@ -35,16 +35,8 @@ pub const MAX_QUERY_BYTES: usize = 4096;
 /// Items embedded per provider call during `reindex`.
 const REINDEX_BATCH: u32 = 32;
 
-/// What search does when the embedder fails (`embeddingFailureMode`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EmbeddingFailureMode {
-    /// Answer with the lexical candidates and a warning.
-    #[default]
-    Fallback,
-    /// Fail the search.
-    Fail,
-}
+/// What search does when the embedder fails (`settings.memory.embeddingFailureMode`).
+pub use polpo_core::config::settings::EmbeddingFailureMode;
 
 /// Something the caller should announce (an event, a log line) without failing the request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -6,7 +6,7 @@
 
 use super::Global;
 use anyhow::{Context as _, anyhow};
-use polpo_memory::{Memory, SearchRequest};
+use polpo_memory::SearchRequest;
 use polpo_store::{
     Cursor, MemoryFilter, MemoryItem, MemoryScope, NewMemoryItem, PageRequest, ScopeKind, StoreKind, SystemClock,
 };
@@ -117,7 +117,7 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         let store = polpo_store::open_store(kind, &root, url.as_deref(), Arc::new(SystemClock))
             .await
             .map_err(|e| anyhow!("{}: {e}", e.code()))?;
-        let memory = Memory::new(store.memory.clone(), None);
+        let memory = super::runtime::project_memory(settings, store.memory.clone())?;
         let fail = |e: polpo_memory::MemoryError| anyhow!("{}: {e}", e.code());
         match command {
             Command::List { scope, kinds, limit, cursor, json } => {
@@ -162,7 +162,7 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
                 }
                 None => {
                     return Err(anyhow!(
-                        "feature_unavailable: no embedding provider is configured, so there are no vectors to rebuild"
+                        "feature_unavailable: no embedding provider is configured (settings.memory.embedding), so there are no vectors to rebuild"
                     ));
                 }
             },

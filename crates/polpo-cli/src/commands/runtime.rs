@@ -3,10 +3,14 @@
 
 use anyhow::Context as _;
 use polpo_core::config::Project;
+use polpo_core::config::settings::Settings;
 use polpo_core::redact::Redactor;
+use polpo_embed::{EmbedderEnv, EmbeddingConfig, embedder_from_config};
 use polpo_engine::{Loaded, Runtime};
 use polpo_llm::Providers;
 use polpo_mcp::McpClients;
+use polpo_memory::Memory;
+use polpo_store::MemoryItemStore;
 use polpo_store::{StoreKind, SystemClock, open_store};
 use polpo_tools::Tool;
 use polpo_vault::{KeySources, Vault};
@@ -19,6 +23,13 @@ pub static MCP: LazyLock<Arc<McpClients>> = LazyLock::new(|| Arc::new(McpClients
 /// The runtime for `project`. When this binary can run the offline model and it is
 /// installed, agents whose providers have no API key use it instead of failing.
 pub async fn open(project: Project) -> anyhow::Result<Arc<Runtime>> {
+    Ok(open_with_memory(project).await?.0)
+}
+
+/// [`open`], plus the project's typed memory (the one its `memory_item_*` tools use), for a
+/// server that also answers the memory routes with it: one embedder (a local model's weights
+/// are loaded once) for both.
+pub async fn open_with_memory(project: Project) -> anyhow::Result<(Arc<Runtime>, Memory)> {
     polpo_llm::install_crypto_provider();
     let (settings, root) = (project.settings().clone(), project.root.clone());
     let (loaded, providers) = derive(project)?;
@@ -31,7 +42,7 @@ pub async fn open(project: Project) -> anyhow::Result<Arc<Runtime>> {
     let custom = super::tools::project_tools(&root, &redactor)?.into_iter().map(|t| t as Arc<dyn Tool>).collect();
     let connections = Arc::new(super::connections::project_connections(&root, &redactor));
     // Typed memory tools reach only agents whose allowedTools name them, after their MCP tools.
-    let memory = polpo_memory::Memory::new(store.memory.clone(), None);
+    let memory = project_memory(&settings, store.memory.clone())?;
     let tools = polpo_memory::MemoryToolSource::new(&memory).chained(MCP.clone());
     let mut runtime = Runtime::new(loaded, providers, store)
         .with_tool_source(Arc::new(tools))
@@ -41,7 +52,27 @@ pub async fn open(project: Project) -> anyhow::Result<Arc<Runtime>> {
     if let Some(model) = super::providers::installed_local_default() {
         runtime = runtime.with_offline_model(model);
     }
-    Ok(Arc::new(runtime))
+    Ok((Arc::new(runtime), memory))
+}
+
+/// The project's typed memory over `store`: lexical search, plus semantic candidates from the
+/// embedder `settings.memory.embedding` names (checked now, so a wrong key name or a missing
+/// local model stops start-up with the field at fault rather than degrading every search).
+pub fn project_memory(settings: &Settings, store: Arc<dyn MemoryItemStore>) -> anyhow::Result<Memory> {
+    let Some(memory) = &settings.memory else { return Ok(Memory::new(store, None)) };
+    let embedder = match &memory.embedding {
+        None => None,
+        Some(raw) => {
+            let at = "settings.memory.embedding";
+            let config: EmbeddingConfig =
+                serde_json::from_value(raw.clone()).map_err(|e| anyhow::anyhow!("invalid_config: {at}: {e}"))?;
+            let env = EmbedderEnv { env: &|name| std::env::var(name).ok(), models_dir: None };
+            let embedder = embedder_from_config(&config, &env)
+                .map_err(|e| anyhow::anyhow!("{}: {at}{}: {}", e.code, e.pointer, e.message))?;
+            Some(embedder)
+        }
+    };
+    Ok(Memory::new(store, embedder).with_failure_mode(memory.embedding_failure_mode.unwrap_or_default()))
 }
 
 /// The redaction list, filled from the project's vault when this process has its key (no key:

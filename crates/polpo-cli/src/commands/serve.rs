@@ -63,7 +63,7 @@ async fn serve(
     }
     let storage = project.settings().storage();
     let agents: Vec<String> = project.agents.keys().cloned().collect();
-    let runtime = super::runtime::open(project).await?;
+    let (runtime, memory) = super::runtime::open_with_memory(project).await?;
 
     let bind = bind_address(args.host, port, !keys.is_empty());
     if let Some(notice) = &bind.notice {
@@ -88,6 +88,7 @@ async fn serve(
         tokio::spawn(watch(root, runtime.clone(), files));
     }
     let mut state = AppState::new(runtime, keys);
+    state.memory = memory;
     if let Ok(origins) = std::env::var("POLPO_CORS_ORIGINS") {
         state.cors_origins = origins.split(',').map(|o| o.trim().to_owned()).filter(|o| !o.is_empty()).collect();
     }

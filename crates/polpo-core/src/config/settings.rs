@@ -136,6 +136,9 @@ pub struct Settings {
     /// How requests of agents that opted in (`modelRouting: {mode: auto}`) pick a profile.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model_routing: Option<crate::routing::ModelRoutingSettings>,
+    /// Typed memory: the embedder that adds semantic candidates to lexical search.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemorySettings>,
     /// Default image model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_model: Option<String>,
@@ -380,6 +383,46 @@ pub struct ModelCost {
     pub cache_write: Option<serde_json::Number>,
 }
 
+/// `settings.memory`: typed memory's semantic retrieval. Without `embedding`, search is lexical.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemorySettings {
+    /// The embedder, as `polpo-embed`'s `EmbeddingConfig` reads it (`provider`, `model`,
+    /// `baseUrl`, `apiKeyEnv`, `dimensions`); its shape is checked with the settings, its meaning
+    /// (keys present, model installed) when the server starts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding: Option<serde_json::Value>,
+    /// `fallback` (default): an embedder outage answers with lexical results and a warning;
+    /// `fail`: it fails the search.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embedding_failure_mode: Option<EmbeddingFailureMode>,
+}
+
+/// What a memory search does when the embedder cannot answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EmbeddingFailureMode {
+    /// Lexical results, with a warning.
+    #[default]
+    Fallback,
+    /// An error.
+    Fail,
+}
+
+static MEMORY: Shape = Shape::Object(&[&[
+    Field::optional(
+        "embedding",
+        Shape::Object(&[&[
+            Field::required("provider", Shape::Enum(&["openai", "local", "hashing"])),
+            Field::optional("model", Shape::String),
+            Field::optional("baseUrl", Shape::String),
+            Field::optional("apiKeyEnv", Shape::String),
+            Field::optional("dimensions", Shape::Integer { min: 1, max: 16_384 }),
+        ]]),
+    ),
+    Field::optional("embeddingFailureMode", Shape::Enum(&["fallback", "fail"])),
+]]);
+
 static PROVIDER: Shape = Shape::Object(&[&[
     Field::optional("baseUrl", Shape::String),
     Field::optional("apiKeyEnv", Shape::String),
@@ -432,6 +475,7 @@ static SETTINGS: Shape = Shape::Object(&[&[
     Field::optional("orchestratorModel", MODEL_SELECTION),
     Field::optional("modelProfiles", Shape::Map(&MODEL_SELECTION)),
     Field::optional("modelRouting", crate::routing::MODEL_ROUTING),
+    Field::optional("memory", MEMORY),
     Field::optional("imageModel", Shape::String),
     Field::optional(
         "modelAllowlist",
