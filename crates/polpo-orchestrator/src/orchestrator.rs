@@ -7,8 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use polpo_core::tasks::{FailReason, Mission, MissionEvent, MissionStatus, Task, TaskEvent, TaskStatus, deadlocked};
+use polpo_engine::Runtime;
 use polpo_engine::events::EventKind;
-use polpo_engine::runs::RunManager;
+use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_store::{StoredMission, StoredTask, TaskFilter};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -38,6 +39,19 @@ impl Orchestrator {
         })
     }
 
+    /// An orchestrator over `runtime` for a program that embeds Polpo rather than serving it:
+    /// its own run manager (lease and options from the environment, like `polpo serve`), whose
+    /// recovery of runs a crash left behind starts now when called inside a Tokio runtime.
+    /// The runtime is built by the caller because its parts (providers, vault, custom tools,
+    /// MCP) are chosen by the host; the crate docs show the smallest one.
+    pub fn with_runtime(runtime: Arc<Runtime>) -> Arc<Self> {
+        let runs = RunManager::new(runtime, RunOptions::from_env());
+        if tokio::runtime::Handle::try_current().is_ok() {
+            runs.spawn_recovery();
+        }
+        Self::new(runs, OrchestratorOptions::from_env())
+    }
+
     fn active(&self) -> MutexGuard<'_, HashMap<String, CancellationToken>> {
         self.active.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -60,6 +74,29 @@ impl Orchestrator {
         })
     }
 
+    /// Run the loop on the caller's task until the process stops: [`Orchestrator::spawn`] for a
+    /// program whose main job is running tasks (`orchestrator.run().await`).
+    pub async fn run(self: &Arc<Self>) {
+        if let Err(e) = self.spawn().await {
+            tracing::warn!("orchestrator loop ended: {e}");
+        }
+    }
+
+    /// Run passes until there is nothing left to do here: a pass starts nothing and no task
+    /// runs in this process. For scripts and tests that add work and want it finished, without
+    /// a loop that never ends. Work that waits on something outside (a person's approval, a
+    /// mission checkpoint or delay, another worker's claim) is left as it is; call again later.
+    pub async fn run_until_idle(self: &Arc<Self>) -> Result<(), OrchestratorError> {
+        loop {
+            let started = self.pass().await?;
+            if started == 0 && self.active().is_empty() {
+                return Ok(());
+            }
+            // A finished task wakes us; the poll covers work that became ready by itself.
+            let _ = tokio::time::timeout(self.ctx.options.poll, self.ctx.wake.notified()).await;
+        }
+    }
+
     /// Wake the loop now (work was created or changed).
     pub fn wake(&self) {
         self.ctx.wake.notify_one();
@@ -73,6 +110,11 @@ impl Orchestrator {
 
     /// One pass of the loop.
     pub async fn tick(self: &Arc<Self>) -> Result<(), OrchestratorError> {
+        self.pass().await.map(drop)
+    }
+
+    /// One pass; the number of tasks it started (or took over).
+    async fn pass(self: &Arc<Self>) -> Result<usize, OrchestratorError> {
         missions::advance(&self.ctx).await?;
         let mut started = self.take_over_orphans().await?;
         let free = self.slots().saturating_sub(self.active().len());
@@ -94,7 +136,7 @@ impl Orchestrator {
             self.check_deadlock().await?;
         }
         self.ctx.emit(EventKind::OrchestratorTick, json!({"running": self.active().len(), "started": started}));
-        Ok(())
+        Ok(started)
     }
 
     fn start(self: &Arc<Self>, held: StoredTask) {
