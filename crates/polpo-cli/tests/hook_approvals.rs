@@ -4,15 +4,18 @@
 //! told and the run goes on. Inline chat answers `409 approval_required` with the request's id,
 //! and once it is approved the same request retried with its `Idempotency-Key` runs the call —
 //! a different request cannot use that approval. An `ask` with a timeout nobody answers is
-//! rejected by the server, also when the deadline passed while no server ran.
+//! rejected by the server, also when the deadline passed while no server ran. A decision that
+//! finds the paused run still leased to a server that died resumes it once the lease lapses.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
+use polpo_store::{StoreKind, SystemClock, open_store};
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 use support::ServerProcess;
 
@@ -169,6 +172,43 @@ async fn a_durable_chat_waits_for_approval_across_a_restart_and_the_approved_cal
     assert!(at("approval.requested") < at("run.paused"), "{seen:?}");
     assert!(at("run.paused") < at("approval.resolved") && at("approval.resolved") < at("run.resumed"), "{seen:?}");
     assert_eq!(frames[at("approval.resolved")].1["data"]["approvalId"], approval.as_str());
+    assert_eq!(seen.iter().filter(|t| **t == "tool.completed").count(), 1, "{seen:?}");
+    assert_eq!(log(dir.path()).as_deref(), Some("one\n"), "the approved call ran exactly once");
+    assert_eq!(llm.requests().len(), 2, "the model was not asked again for the call it had made");
+}
+
+#[tokio::test]
+async fn an_approval_made_while_a_dead_servers_lease_holds_the_paused_run_resumes_it_once_the_lease_lapses() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([append("one"), Turn::text("Appended.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    project(dir.path());
+    let mut env = env(&llm);
+    // Recovery passes every half lease TTL: a lapsed lease is noticed within a second.
+    env.push(("POLPO_RUN_LEASE_MS", "2000".into()));
+    let first = start(dir.path(), &env);
+    let (status, body, run) = chat(&first.url, &durable_request(), None).await;
+    assert_eq!(status, 202, "{body}");
+    let approval = body["error"]["approval_id"].as_str().unwrap().to_owned();
+    paused(&first.url, &run).await;
+    drop(first);
+
+    // The window of a server killed after storing the pause and before releasing the lease:
+    // the run is paused, and a worker that is gone still holds its lease for a while.
+    let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
+    store.runs.claim_run(&run, "dead-worker", Duration::from_secs(8)).await.unwrap();
+    drop(store);
+
+    let second = start(dir.path(), &env);
+    let resolved = decide(&second.url, &approval, "approve", json!({})).await;
+    assert_eq!(resolved["data"]["status"], "approved", "{resolved}");
+    let now: Value = reqwest::get(format!("{}/v1/runs/{run}", second.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(now["data"]["status"], "paused", "the dead worker's lease keeps the run from resuming yet: {now}");
+
+    let frames = journal(&second.url, &run).await;
+    let seen = types(&frames);
+    assert_eq!(frames.last().unwrap().1["data"]["content"], "Appended.", "{seen:?}");
+    assert_eq!(seen.iter().filter(|t| **t == "approval.resolved").count(), 1, "{seen:?}");
     assert_eq!(seen.iter().filter(|t| **t == "tool.completed").count(), 1, "{seen:?}");
     assert_eq!(log(dir.path()).as_deref(), Some("one\n"), "the approved call ran exactly once");
     assert_eq!(llm.requests().len(), 2, "the model was not asked again for the call it had made");

@@ -166,7 +166,8 @@ impl LoopExecutor {
         if let Some(call) = approval.tool_call().filter(|c| c.durable)
             && let Err(e) = self.runs.approval_decided(&call.run_id, &approval.id, status, reviewer).await
         {
-            // The decision is stored: the run finds it when it is resumed or asks again.
+            // The decision is stored: a run whose lease is still held (its server died while
+            // pausing) is resumed by the next recovery pass once the lease lapses.
             tracing::warn!(run = call.run_id, approval = approval.id, code = e.code(), "run not resumed: {e}");
         }
         Ok(StoredApproval {

@@ -604,7 +604,8 @@ impl RunManager {
 
     /// Take over every `running` run nobody holds a live lease on (its owner crashed) and
     /// resume it from its last checkpoint. Returns the ids taken over. A run that cannot be
-    /// resumed (no checkpoint, agent gone) is marked failed with `resume_failed`.
+    /// resumed (no checkpoint, agent gone) is marked failed with `resume_failed`. Paused runs
+    /// whose approval was decided but could not be resumed then are resumed too.
     pub async fn recover(self: &Arc<Self>) -> Result<Vec<String>, StoreError> {
         let store = self.runtime.store().clone();
         let mut taken = Vec::new();
@@ -629,6 +630,7 @@ impl RunManager {
                 }
             }
         }
+        self.resume_decided_pauses().await?;
         Ok(taken)
     }
 
