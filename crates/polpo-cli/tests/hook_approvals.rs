@@ -194,9 +194,10 @@ async fn an_approval_made_while_a_dead_servers_lease_holds_the_paused_run_resume
     drop(first);
 
     // The window of a server killed after storing the pause and before releasing the lease:
-    // the run is paused, and a worker that is gone still holds its lease for a while.
+    // the run is paused, and a worker that is gone still holds its lease for a while (long
+    // enough for a slow machine to start the second server and approve before it lapses).
     let store = open_store(StoreKind::File, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
-    store.runs.claim_run(&run, "dead-worker", Duration::from_secs(8)).await.unwrap();
+    store.runs.claim_run(&run, "dead-worker", Duration::from_secs(20)).await.unwrap();
     drop(store);
 
     let second = start(dir.path(), &env);
