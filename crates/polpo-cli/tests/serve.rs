@@ -93,6 +93,29 @@ async fn serve_prints_the_dashboard_address_and_it_answers() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn health_reports_the_worker_id_given_to_serve_and_the_store_it_reaches() {
+    let dir = tempfile::tempdir().unwrap();
+    ProjectFixture::new(dir.path(), json!({"storage": "sqlite"}))
+        .unwrap()
+        .agent("assistant", json!({"model": "openai/gpt-4o-mini"}), "You are a helpful assistant.")
+        .unwrap();
+    let server = ServerProcess::start("serve", dir.path(), &["--worker-id", "web-1"], &[]);
+    polpo_llm::install_crypto_provider();
+    let health: serde_json::Value =
+        reqwest::get(format!("{}/api/v1/health", server.url)).await.unwrap().json().await.unwrap();
+    let data = &health["data"];
+    assert_eq!(data["status"], "ok", "{health}");
+    assert_eq!(data["store"], json!({"kind": "sqlite", "ok": true}), "{health}");
+    assert_eq!(data["worker"], json!({"id": "web-1", "leases": 0}), "{health}");
+    assert!(data["version"].is_string() && data["uptime"].is_u64(), "the reference fields stay: {health}");
+
+    // A worker id that would not read back unchanged is refused before anything starts.
+    let refused = support::polpo(&["serve", "--worker-id", "web 1"]).current_dir(dir.path()).output().unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--worker-id"), "{refused:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn polpo_run_streams_the_answer_after_using_a_tool() {
     let llm = FakeLlm::start([
         Turn::tool_calls(vec![("read", json!({"path": "notes.txt"}))]),

@@ -62,9 +62,18 @@ pub struct AppState {
 impl AppState {
     /// State for `runtime` with these keys, local browser origins, started now.
     pub fn new(runtime: Arc<Runtime>, keys: ApiKeys) -> Self {
+        Self::with_worker_id(runtime, keys, None)
+    }
+
+    /// [`AppState::new`] whose run leases carry `worker_id` (`polpo serve --worker-id`), so
+    /// the servers sharing one database can be told apart; `None`: an id unique to this process.
+    pub fn with_worker_id(runtime: Arc<Runtime>, keys: ApiKeys, worker_id: Option<String>) -> Self {
         let rate_limit = if keys.is_empty() { None } else { RateLimit::from_env() };
         // Runs whose owner crashed are taken over as soon as the server state exists.
-        let runs = RunManager::new(runtime.clone(), RunOptions::from_env());
+        let runs = match worker_id {
+            Some(id) => RunManager::with_owner(runtime.clone(), RunOptions::from_env(), id),
+            None => RunManager::new(runtime.clone(), RunOptions::from_env()),
+        };
         if tokio::runtime::Handle::try_current().is_ok() {
             runs.spawn_recovery();
         }

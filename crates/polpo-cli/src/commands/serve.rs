@@ -27,6 +27,21 @@ pub struct Args {
     /// Address to listen on. Without an API key the server only ever listens on 127.0.0.1.
     #[arg(long, default_value = "127.0.0.1")]
     host: IpAddr,
+    /// Owner id of this server's run leases, to tell the servers sharing one database apart
+    /// (health, `polpo workers list`). Unique per live server. Default: `polpo-<pid>-<id>`.
+    #[arg(long, value_parser = worker_id)]
+    worker_id: Option<String>,
+}
+
+/// Longest `--worker-id`: it is stored with every lease and shown in listings.
+const MAX_WORKER_ID: usize = 128;
+
+/// `--worker-id`: 1 to 128 printable characters without spaces, so it reads back unchanged.
+fn worker_id(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > MAX_WORKER_ID || s.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("must be 1 to {MAX_WORKER_ID} characters without spaces or control characters"));
+    }
+    Ok(s.to_owned())
 }
 
 /// How often `dev` looks for changed files.
@@ -87,7 +102,7 @@ async fn serve(
     if let Some(files) = files {
         tokio::spawn(watch(root, runtime.clone(), files));
     }
-    let mut state = AppState::new(runtime, keys);
+    let mut state = AppState::with_worker_id(runtime, keys, args.worker_id);
     state.memory = memory;
     if let Ok(origins) = std::env::var("POLPO_CORS_ORIGINS") {
         state.cors_origins = origins.split(',').map(|o| o.trim().to_owned()).filter(|o| !o.is_empty()).collect();

@@ -158,6 +158,13 @@ impl RunManager {
     /// A manager for `runtime`'s runs; its lease owner id is unique to this process.
     pub fn new(runtime: Arc<Runtime>, options: RunOptions) -> Arc<Self> {
         let owner = format!("polpo-{}-{}", std::process::id(), runtime.ids().next_id());
+        Self::with_owner(runtime, options, owner)
+    }
+
+    /// A manager whose leases carry `owner` (`polpo serve --worker-id`), so an operator
+    /// running several servers can tell which one holds a run. Two live processes must not
+    /// share an owner: each would take the other's runs for its own.
+    pub fn with_owner(runtime: Arc<Runtime>, options: RunOptions, owner: String) -> Arc<Self> {
         Arc::new(Self {
             runtime,
             owner,
@@ -196,6 +203,11 @@ impl RunManager {
 
     fn starting(&self) -> MutexGuard<'_, HashSet<String>> {
         self.starting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many durable runs execute here now, each holding its lease (health reports it).
+    pub fn leases_held(&self) -> usize {
+        self.active().len()
     }
 
     /// True while run `id` executes in this process.

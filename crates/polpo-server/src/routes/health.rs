@@ -5,12 +5,30 @@ use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use polpo_core::hooks::capabilities::{HostHooks, capabilities};
+use polpo_store::{PageRequest, RunFilter};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-/// `GET /api/v1/health` (no auth): `{ok, data:{status, version, uptime}}` as in the reference.
+/// Longest the health check waits for the store: a hung database reads as not answering
+/// instead of hanging the probe of a load balancer.
+const STORE_PROBE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `GET /api/v1/health` (no auth): `{ok, data:{status, version, uptime}}` as in the reference,
+/// plus what an operator of several servers needs: the store's kind and whether it answers
+/// (`status` turns `degraded` when it does not), this server's worker id (the owner of its
+/// run leases) and how many run leases it holds now.
 pub async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
-    ok(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "uptime": state.started.elapsed().as_secs()}))
+    let store = state.runtime.store();
+    let (filter, page) = (RunFilter::default(), PageRequest { after: None, limit: 1 });
+    let probe = store.runs.list_runs(&filter, &page);
+    let answers = matches!(tokio::time::timeout(STORE_PROBE, probe).await, Ok(Ok(_)));
+    ok(json!({
+        "status": if answers { "ok" } else { "degraded" },
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime": state.started.elapsed().as_secs(),
+        "store": {"kind": store.kind.as_str(), "ok": answers},
+        "worker": {"id": state.runs.owner(), "leases": state.runs.leases_held()},
+    }))
 }
 
 /// `GET /v1/hooks/capabilities`: the hook contract this host implements, the same document

@@ -328,7 +328,9 @@ fn schemas() -> Value {
         "RestError": {"type": "object", "required": ["ok", "error"], "properties": {"ok": {"const": false}, "error": string, "code": string, "problems": {"type": "array", "items": {"$ref": "#/components/schemas/Problem"}}}},
         "OpenAIError": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "properties": {"message": string, "type": string, "code": string}}}},
         "Problem": {"type": "object", "required": ["code", "message"], "properties": {"code": string, "message": string, "file": string, "pointer": string, "line": {"type": "integer"}, "column": {"type": "integer"}}},
-        "Health": {"type": "object", "properties": {"status": string, "version": string, "uptime": {"type": "integer", "description": "seconds"}}},
+        "Health": {"type": "object", "properties": {"status": string, "version": string, "uptime": {"type": "integer", "description": "seconds"},
+            "store": {"type": "object", "properties": {"kind": string, "ok": {"type": "boolean"}}},
+            "worker": {"type": "object", "properties": {"id": string, "leases": {"type": "integer"}}}}},
         "ChatCompletionRequest": {"type": "object", "required": ["messages"], "additionalProperties": true, "properties": {
             "agent": string, "model": string, "messages": {"type": "array", "items": object}, "stream": {"type": "boolean"},
             "tools": {"type": "array", "items": object}, "tool_choice": {}, "parallel_tool_calls": {"type": "boolean"},
