@@ -8,6 +8,7 @@
 //! in, so that every decision made here is reproducible in a plain unit or property test.
 
 pub mod config;
+pub mod embedding;
 pub mod hooks;
 pub mod loops;
 pub mod message;

@@ -20,20 +20,7 @@ pub use hashing::HashingEmbedder;
 pub use local::LocalEmbedder;
 pub use openai::{OpenAiEmbedder, OpenAiSettings};
 
-use serde::{Deserialize, Serialize};
-
-/// Which model made a vector. Two vectors are comparable only when their identities are equal.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct EmbeddingIdentity {
-    /// The provider kind, e.g. `openai`, `local`, `hashing`.
-    pub provider: String,
-    /// The model name as the provider knows it.
-    pub model: String,
-    /// Length of every vector this identity makes.
-    pub dimensions: usize,
-    /// Weights revision (e.g. their sha256) or API revision: a new revision invalidates old vectors.
-    pub revision: String,
-}
+pub use polpo_core::embedding::{EmbeddingIdentity, cosine, normalize};
 
 /// Why texts could not be embedded. Memory search falls back to lexical retrieval on
 /// [`EmbedError::Unavailable`] and stops on [`EmbedError::Aborted`].
@@ -73,20 +60,4 @@ pub trait Embedder: Send + Sync {
     fn identity(&self) -> &EmbeddingIdentity;
     /// Embed a batch of texts.
     async fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
-}
-
-/// Cosine similarity of two L2-normalised vectors (their dot product); 0 when the lengths differ.
-pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    if a.len() != b.len() {
-        return 0.0;
-    }
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// Scale a vector to unit length so that [`cosine`] is a dot product; a zero vector stays zero.
-pub fn normalize(v: &mut [f32]) {
-    let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if norm > 0.0 {
-        v.iter_mut().for_each(|x| *x /= norm);
-    }
 }

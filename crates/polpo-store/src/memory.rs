@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use polpo_embed::EmbeddingIdentity;
+use polpo_core::embedding::EmbeddingIdentity;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::IdGen;

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use polpo_embed::EmbeddingIdentity;
+use polpo_core::embedding::EmbeddingIdentity;
 use serde::{Deserialize, Serialize};
 
 use super::ordered::{Listed, Ordered};
@@ -330,7 +330,7 @@ impl MemoryItemStore for FileStore {
                 .filter(|(item, _)| filter.matches(item))
                 .map(|(item, v)| ScoredItem {
                     item: item.clone(),
-                    score: f64::from(polpo_embed::cosine(&query, &v.vector)),
+                    score: f64::from(polpo_core::embedding::cosine(&query, &v.vector)),
                 })
                 .collect();
             Ok(mem::rank(scored, limit))

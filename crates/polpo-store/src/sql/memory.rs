@@ -89,7 +89,7 @@ macro_rules! sql_memory {
             ScoredItem,
         };
         use crate::sql::memory::{ITEM_COLUMNS, ITEM_FIELDS, MemoryDialect, filter_sql};
-        use polpo_embed::EmbeddingIdentity;
+        use polpo_core::embedding::EmbeddingIdentity;
 
         fn memory_item_from_row(row: &$row) -> Result<MemoryItem, StoreError> {
             Ok(MemoryItem {
@@ -299,7 +299,7 @@ macro_rules! sql_memory {
                 let mut scored = Vec::with_capacity(rows.len());
                 for row in &rows {
                     let vector = mem::vector_from_bytes(&row.try_get::<Vec<u8>, _>("vector")?)?;
-                    let score = f64::from(polpo_embed::cosine(query, &vector));
+                    let score = f64::from(polpo_core::embedding::cosine(query, &vector));
                     scored.push(ScoredItem { item: memory_item_from_row(row)?, score });
                 }
                 Ok(mem::rank(scored, limit))

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use chrono::Duration as Span;
-use polpo_embed::EmbeddingIdentity;
+use polpo_core::embedding::EmbeddingIdentity;
 use polpo_store::{
     MemoryFilter, MemoryItem, MemoryItemPatch, MemoryScope, NewMemoryItem, PageRequest, ScopeKind, StoreError,
 };
