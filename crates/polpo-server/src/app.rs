@@ -38,6 +38,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     let protected = Router::new()
         .route("/v1/chat/completions", post(routes::chat::completions))
         .route("/v1/models", get(routes::models::list))
+        .route("/api/v1/workers", get(routes::health::workers))
+        .route("/v1/workers", get(routes::health::workers))
         .route("/v1/runs/{id}", get(routes::runs::get_run))
         .route("/api/v1/runs/{id}", get(routes::runs::get_run))
         .route("/v1/runs/{id}/events", get(routes::runs::events))
@@ -194,7 +196,9 @@ fn needs_admin(method: &Method, path: &str) -> bool {
         || (path.starts_with("/v1/loop-runs/") && (path.ends_with("/approve") || path.ends_with("/reject")));
     // Tasks and missions are not stored per client yet: one client would read another's.
     let operates_tasks = ["/v1/tasks", "/v1/missions"].iter().any(|p| path == *p || path.starts_with(&format!("{p}/")));
+    // Which servers hold which runs is the operator's view, not a client's.
     operates_tasks
+        || path == "/v1/workers"
         || guard::changes_state(method)
             && (path.starts_with("/v1/agents") && !routes::memory::is_memory_path(path)
                 || path.starts_with("/v1/skills")

@@ -6,6 +6,8 @@
 
 mod support;
 
+use polpo_core::config::ApiKeyEntry;
+use polpo_server::auth::ApiKeys;
 use polpo_testkit::pg::PgSchema;
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
@@ -403,6 +405,50 @@ async fn a_chat_whose_server_stops_is_told_its_run_was_handed_over(settings: Val
     assert_eq!(llm.requests().len(), 2, "no second run");
 }
 
+async fn the_workers_route_and_health_show_the_server_holding_a_running_run(settings: Value) {
+    let kind = settings["storage"].as_str().unwrap().to_owned();
+    let llm =
+        FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "x"))]), Turn::text("Done.")]).await.unwrap();
+    let s = server(&llm, settings).await;
+    assert_eq!(s.get("/api/v1/workers", &[]).await.json()["data"], json!([]), "no run, no worker");
+
+    let response = s.open(reqwest::Method::POST, "/v1/chat/completions", &[], Some(durable_chat("Build", true))).await;
+    let mut frames = Frames::new(response);
+    while frames.next().await.unwrap().json()["choices"][0]["tool_call"]["state"] != "calling" {}
+
+    let health = s.get("/api/v1/health", &[]).await.json();
+    let worker = health["data"]["worker"]["id"].as_str().unwrap().to_owned();
+    assert!(worker.starts_with("polpo-"), "{health}");
+    assert_eq!(health["data"]["worker"]["leases"], 1, "{health}");
+    assert_eq!(health["data"]["store"], json!({"kind": kind, "ok": true}), "{health}");
+    let workers = s.get("/v1/workers", &[]).await.json();
+    let listed = workers["data"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{workers}");
+    assert_eq!((listed[0]["id"].as_str(), listed[0]["runs"].as_u64()), (Some(worker.as_str()), Some(1)), "{workers}");
+    assert!(listed[0]["leaseExpiresAt"].is_string(), "{workers}");
+
+    std::fs::write(s.dir.path().join("go"), "").unwrap();
+    assert_eq!(frames.rest(EVENTUALLY).await.last().unwrap().data, "[DONE]");
+}
+
+#[tokio::test]
+async fn the_workers_route_is_refused_to_a_client_key() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let s = Server::start_tweaked(
+        &llm,
+        Some("root"),
+        |d| drop(support::default_project(d)),
+        |state| state.keys = ApiKeys::load(Some("root"), &[ApiKeyEntry::Plain("client".into())]).0,
+    )
+    .await;
+    for path in ["/api/v1/workers", "/v1/workers"] {
+        let r = s.get(path, &[("authorization", "Bearer client")]).await;
+        assert_eq!((r.status, r.json()["code"].clone()), (403, json!("forbidden")), "{path}: {}", r.text);
+        let r = s.get(path, &[("authorization", "Bearer root")]).await;
+        assert_eq!((r.status, r.json()["data"].clone()), (200, json!([])), "{path}: {}", r.text);
+    }
+}
+
 macro_rules! on_backends {
     ($($name:ident),* $(,)?) => {
         mod file {
@@ -425,6 +471,7 @@ on_backends!(
     only_paused_runs_are_reconciled,
     a_plain_streaming_chat_can_be_steered_and_aborted_by_its_run_id,
     a_chat_whose_server_stops_is_told_its_run_was_handed_over,
+    the_workers_route_and_health_show_the_server_holding_a_running_run,
 );
 
 /// Two servers over one store: not the file store, which admits one process.

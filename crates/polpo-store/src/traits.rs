@@ -169,6 +169,11 @@ pub trait RunStore: Send + Sync {
     /// Leases that have expired on runs still `running` or `paused`: the runs whose owner
     /// crashed, to be claimed and resumed. Oldest expiry first, at most `limit`.
     async fn expired_runs(&self, limit: u32) -> Result<Vec<Lease>, StoreError>;
+
+    /// The leases, expired or not, on runs still `running`: which workers hold (or held, until
+    /// another takes over) the runs in flight, for `GET /api/v1/workers`. Newest expiry first,
+    /// at most `limit`.
+    async fn running_leases(&self, limit: u32) -> Result<Vec<Lease>, StoreError>;
 }
 
 /// Revisioned JSON records by collection, for state whose typed shape lives in the engine

@@ -127,6 +127,7 @@ pub const ROUTES: &[Route] = &[
     op("get", BOTH, &["/events"], "events", "events", "SSE: live runtime events (session, run, tool, task) with ids; `Last-Event-ID` (or `?after=`) resumes.")
         .query(&[("after", "resume after this event id"), ("filter", "event-name globs, comma-separated or repeated")])
         .returns(200, Body::Sse),
+    op("get", BOTH, &["/workers"], "listWorkers", "system", "Admin: the servers holding running runs' leases, each with its run count and newest lease expiry.").returns(200, Body::Envelope("Object")),
     op("get", BOTH, &["/runs/{id}"], "getRun", "runs", "A run: status, agent, session, last sequence number.").returns(200, Body::Envelope("Object")),
     op("get", BOTH, &["/runs/{id}/events"], "runEvents", "runs", "SSE: the run's journal after `Last-Event-ID` (or `?after=N`), then live, until the run completes, fails or is cancelled (open through a pause and its reconciliation).")
         .query(&[("after", "resume after this sequence number")])

@@ -346,6 +346,20 @@ impl Inner {
         Ok(expired)
     }
 
+    fn running_leases(&self, limit: u32) -> Result<Vec<Lease>, StoreError> {
+        let idx = self.index();
+        let mut leases: Vec<Lease> = idx
+            .open_runs
+            .ids()
+            .filter_map(|id| idx.leases.get(id))
+            .filter(|l| idx.runs.get(&l.run_id).is_some_and(|r| r.status == RunStatus::Running))
+            .cloned()
+            .collect();
+        leases.sort_by(|a, b| (b.expires_at, &a.run_id).cmp(&(a.expires_at, &b.run_id)));
+        leases.truncate(PageRequest::first(limit).size());
+        Ok(leases)
+    }
+
     /// A page of runs newest first. Unfinished runs (always cached) answer a filter on an
     /// unfinished status from memory; otherwise keys come from the run order and only those
     /// runs are read (a key whose run is missing, or was created at another time, is a
@@ -536,6 +550,10 @@ impl RunStore for FileStore {
 
     async fn expired_runs(&self, limit: u32) -> Result<Vec<Lease>, StoreError> {
         self.inner.expired_runs(limit)
+    }
+
+    async fn running_leases(&self, limit: u32) -> Result<Vec<Lease>, StoreError> {
+        self.inner.running_leases(limit)
     }
 
     async fn import_run(

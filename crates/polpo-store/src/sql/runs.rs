@@ -407,6 +407,19 @@ macro_rules! sql_runs {
                 .map(lease_from_row)
                 .collect()
             }
+
+            async fn running_leases(&self, limit: u32) -> Result<Vec<Lease>, StoreError> {
+                sqlx::query(
+                    "SELECT l.run_id, l.owner, l.expires_at, l.generation FROM run_leases l JOIN runs r ON r.id = l.run_id \
+                     WHERE r.status = 'running' ORDER BY l.expires_at DESC, l.run_id LIMIT $1",
+                )
+                .bind(to_db(PageRequest::first(limit).size() as u64))
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(lease_from_row)
+                .collect()
+            }
         }
 
     };
