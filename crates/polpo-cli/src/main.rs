@@ -76,6 +76,9 @@ enum Command {
     /// The project's schedules and their next occurrences (`list`, `show`, `next <id>`).
     #[command(subcommand)]
     Schedules(commands::schedules::Command),
+    /// The servers holding running runs in the shared store, asked of a running server (`list`).
+    #[command(subcommand)]
+    Workers(commands::workers::Command),
     /// List or test the project's Connections (`.polpo/connections/`).
     #[command(subcommand)]
     Connections(commands::connections::Command),
@@ -113,6 +116,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Tasks(args) => commands::tasks::run_tasks(global, args),
         Command::Missions(args) => commands::tasks::run_missions(global, args),
         Command::Schedules(command) => commands::schedules::run(global, command),
+        Command::Workers(command) => commands::workers::run(global, command),
         Command::Vault(command) => commands::vault::run(global, command),
         Command::Connections(command) => commands::connections::run(global, command),
         Command::Tools(command) => commands::tools::run(global, command),

@@ -116,6 +116,46 @@ async fn health_reports_the_worker_id_given_to_serve_and_the_store_it_reaches() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn workers_list_shows_the_server_holding_a_running_run() {
+    let gate = "while [ ! -f go ]; do sleep 0.02; done; echo done";
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": gate}))]), Turn::text("Done.")])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    ProjectFixture::new(dir.path(), json!({"storage": "sqlite"}))
+        .unwrap()
+        .agent("coder", json!({"model": "openai/gpt-4o-mini", "allowedTools": ["bash"]}), "You write code.")
+        .unwrap();
+    let base = llm.base_url();
+    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk")];
+    let server = ServerProcess::start("serve", dir.path(), &["--worker-id", "web-1"], &env);
+    polpo_llm::install_crypto_provider();
+    let body = json!({"agent": "coder", "stream": true, "messages": [{"role": "user", "content": "Build"}],
+        "polpo": {"delivery": {"onDisconnect": "continue"}}});
+    let mut chat =
+        reqwest::Client::new().post(format!("{}/v1/chat/completions", server.url)).json(&body).send().await.unwrap();
+    let mut seen = String::new();
+    while !seen.contains("\"calling\"") {
+        let chunk = chat.chunk().await.unwrap().expect("the stream goes on until the tool runs");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+
+    let url = server.url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        support::polpo(&["workers", "list", "--json", "--url", &url]).output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!((listed[0]["id"].as_str(), listed[0]["runs"].as_u64()), (Some("web-1"), Some(1)), "{listed}");
+
+    std::fs::write(dir.path().join("go"), "").unwrap();
+    while chat.chunk().await.unwrap().is_some() {}
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn polpo_run_streams_the_answer_after_using_a_tool() {
     let llm = FakeLlm::start([
         Turn::tool_calls(vec![("read", json!({"path": "notes.txt"}))]),

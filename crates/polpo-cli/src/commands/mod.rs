@@ -27,6 +27,7 @@ pub mod tasks;
 pub mod tools;
 pub mod validate;
 pub mod vault;
+pub mod workers;
 
 use anyhow::Context as _;
 use polpo_core::config::Project;
