@@ -8,25 +8,13 @@
 
 mod support;
 
-use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use polpo_testkit::{FakeLlm, Turn};
 use serde_json::{Value, json};
-use std::path::Path;
 use std::time::Duration;
-use support::{Frame, RunEvents, ServerProcess};
+use support::{Frame, RunEvents, ServerProcess, builder_project};
 
 /// Leases lapse after 1 s, so the restarted server takes the run over quickly.
 const LEASE_MS: &str = "1000";
-
-fn project(dir: &Path, settings: Value) {
-    ProjectFixture::new(dir, settings)
-        .unwrap()
-        .agent(
-            "builder",
-            json!({"model": "openai/fake-model", "allowedTools": ["bash", "read"], "maxTurns": 10}),
-            "You build things.",
-        )
-        .unwrap();
-}
 
 fn append(line: &str) -> Turn {
     Turn::tool_calls(vec![("bash", json!({"command": format!("echo {line} >> log.txt")}))])
@@ -46,7 +34,7 @@ async fn killed_mid_run_and_restarted_the_run_completes_with_each_effect_once(se
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    project(dir.path(), settings);
+    builder_project(dir.path(), settings);
     let base = llm.base_url();
     let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
 
@@ -135,7 +123,7 @@ async fn killed_during_a_write_the_run_pauses_until_reconciled(settings: Value) 
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    project(dir.path(), settings);
+    builder_project(dir.path(), settings);
     let base = llm.base_url();
     let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
 

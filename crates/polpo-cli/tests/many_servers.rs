@@ -9,26 +9,15 @@
 
 mod support;
 
-use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use polpo_testkit::{FakeLlm, Turn};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use support::{Frame, RunEvents, ServerProcess, on_postgres};
+use support::{Frame, RunEvents, ServerProcess, builder_project, on_postgres};
 
 /// Leases lapse after 1 s, so a paused server's run is taken over quickly.
 const LEASE_MS: &str = "1000";
-
-fn project(dir: &Path, settings: Value) {
-    ProjectFixture::new(dir, settings)
-        .unwrap()
-        .agent(
-            "builder",
-            json!({"model": "openai/fake-model", "allowedTools": ["bash", "read"], "maxTurns": 10}),
-            "You build things.",
-        )
-        .unwrap();
-}
 
 /// A `bash` call that appends `line` to log.txt, then waits (bounded, 60 s) until the test
 /// creates the file `gate`: the run stays in this call until the test lets it go.
@@ -129,7 +118,7 @@ async fn a_run_on_a_is_steered_and_aborted_through_b_and_streamed_whole_from_c()
         let llm =
             FakeLlm::start([gated("one", "gate1"), gated("two", "gate2"), Turn::text("never asked")]).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
-        project(dir.path(), settings);
+        builder_project(dir.path(), settings);
         let base = llm.base_url();
         let env =
             [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", "15000")];
@@ -201,7 +190,7 @@ async fn a_server_paused_past_its_lease_writes_nothing_once_it_wakes() {
         polpo_llm::install_crypto_provider();
         let llm = FakeLlm::start([gated("one", "gate"), Turn::text("never asked")]).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
-        project(dir.path(), settings);
+        builder_project(dir.path(), settings);
         let base = llm.base_url();
         let env =
             [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
@@ -276,7 +265,7 @@ async fn bench_cross_server_steering_latency() {
         polpo_llm::install_crypto_provider();
         let llm = FakeLlm::start([gated("one", "gate"), Turn::text("Done.")]).await.unwrap();
         let dir = tempfile::tempdir().unwrap();
-        project(dir.path(), settings);
+        builder_project(dir.path(), settings);
         let base = llm.base_url();
         let env =
             [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", "15000")];
@@ -316,7 +305,7 @@ async fn bench_runs_per_second_one_vs_three_servers() {
             polpo_llm::install_crypto_provider();
             let llm = FakeLlm::start_repeating([Turn::text("ok")]).await.unwrap();
             let dir = tempfile::tempdir().unwrap();
-            project(dir.path(), settings);
+            builder_project(dir.path(), settings);
             let base = llm.base_url();
             // A long lease keeps recovery passes (every half lease) out of the measurement: a
             // pass on another server can today claim a run between its creation and its

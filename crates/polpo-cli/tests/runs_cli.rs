@@ -7,27 +7,16 @@
 
 mod support;
 
-use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use polpo_testkit::{FakeLlm, Turn};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
-use support::{ServerProcess, free_port, polpo};
+use support::{ServerProcess, builder_project, free_port, polpo};
 
 /// Generous bound for "eventually", never a timing assertion.
 const EVENTUALLY: Duration = Duration::from_secs(60);
-
-fn project(dir: &Path, settings: Value) {
-    ProjectFixture::new(dir, settings)
-        .unwrap()
-        .agent(
-            "builder",
-            json!({"model": "openai/fake-model", "allowedTools": ["bash", "read"], "maxTurns": 10}),
-            "You build things.",
-        )
-        .unwrap();
-}
 
 fn append(line: &str) -> Turn {
     Turn::tool_calls(vec![("bash", json!({"command": format!("echo {line} >> log.txt")}))])
@@ -35,7 +24,7 @@ fn append(line: &str) -> Turn {
 
 /// A server for `llm` over a fresh file-store project, with extra `env`.
 fn serve(dir: &Path, llm: &FakeLlm, env: &[(&str, &str)]) -> ServerProcess {
-    project(dir, json!({"storage": "file"}));
+    builder_project(dir, json!({"storage": "file"}));
     let base = llm.base_url();
     let mut all = vec![("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream")];
     all.extend_from_slice(env);
@@ -217,7 +206,7 @@ async fn a_run_paused_by_a_stop_is_reconciled_from_the_terminal(stop: fn(ServerP
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    project(dir.path(), json!({"storage": "file"}));
+    builder_project(dir.path(), json!({"storage": "file"}));
     let base = llm.base_url();
     let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", "1000")];
     let first = ServerProcess::start("serve", dir.path(), &[], &env);
@@ -283,7 +272,7 @@ async fn sigterm_hands_the_run_over_to_the_next_server_at_once(settings: Value) 
     .await
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    project(dir.path(), settings);
+    builder_project(dir.path(), settings);
     let base = llm.base_url();
     let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", "600000")];
     let port = free_port();

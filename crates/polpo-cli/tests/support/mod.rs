@@ -100,6 +100,19 @@ impl ServerProcess {
     }
 }
 
+/// A project with agent `builder` (bash and read, up to 10 turns, the fake model) and
+/// `settings`: the shape of the durable-run tests, which append lines to log.txt with bash.
+pub fn builder_project(dir: &Path, settings: serde_json::Value) {
+    polpo_testkit::ProjectFixture::new(dir, settings)
+        .unwrap()
+        .agent(
+            "builder",
+            serde_json::json!({"model": "openai/fake-model", "allowedTools": ["bash", "read"], "maxTurns": 10}),
+            "You build things.",
+        )
+        .unwrap();
+}
+
 /// A port nobody listens on right now, for servers that must share one address.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
