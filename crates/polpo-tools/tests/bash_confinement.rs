@@ -365,14 +365,29 @@ fn an_unprivileged_server_gets_the_same_confinement() {
     let exe = copy.path().join("bash_confinement");
     std::fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let output = Command::new(&exe)
-        .args(["--skip", "an_unprivileged_server_gets_the_same_confinement"])
-        .uid(65534)
-        .gid(65534)
-        .env("HOME", std::env::temp_dir())
-        .current_dir(copy.path())
-        .output()
-        .unwrap();
+    // The copy was just written: a process another test forks at that moment inherits the
+    // write descriptor until it execs, and exec of the copy then fails with ETXTBSY. That
+    // window is the kernel's, not ours; try again while it is open (bounded).
+    let run = || {
+        Command::new(&exe)
+            .args(["--skip", "an_unprivileged_server_gets_the_same_confinement"])
+            .uid(65534)
+            .gid(65534)
+            .env("HOME", std::env::temp_dir())
+            .current_dir(copy.path())
+            .output()
+    };
+    let mut output = run();
+    for _ in 0..100 {
+        match &output {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                output = run();
+            }
+            _ => break,
+        }
+    }
+    let output = output.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     // This one asserts the PID namespace and Landlock were both in force.
