@@ -187,6 +187,11 @@ impl RunManager {
         &self.owner
     }
 
+    /// How this manager's runs hold their leases; loop runs hold theirs the same way.
+    pub fn options(&self) -> RunOptions {
+        self.options
+    }
+
     fn active(&self) -> MutexGuard<'_, HashMap<String, Arc<Active>>> {
         self.active.lock().unwrap_or_else(PoisonError::into_inner)
     }
