@@ -545,8 +545,10 @@ pub(crate) fn id_or_new(kind: &str, id: Option<String>, ids: &dyn IdGen) -> Resu
     Ok(id)
 }
 
-/// A session as created: metadata normalised to an object, no messages yet.
-pub(crate) fn session_from_new(new: NewSession, now: DateTime<Utc>, ids: &dyn IdGen) -> Result<Session, StoreError> {
+/// A session as created: metadata normalised to an object, no messages yet. Public for a
+/// caller that needs the session before it writes it with its first messages
+/// (`SessionStore::create_session_with_messages`, given the id this one got).
+pub fn session_from_new(new: NewSession, now: DateTime<Utc>, ids: &dyn IdGen) -> Result<Session, StoreError> {
     let id = id_or_new("session", new.id, ids)?;
     let metadata = normalise_metadata(new.metadata)?;
     Ok(Session {

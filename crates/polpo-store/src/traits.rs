@@ -22,6 +22,16 @@ pub trait SessionStore: Send + Sync {
     /// Create a session (revision 1, no messages). A taken id is a `conflict`.
     async fn create_session(&self, new: NewSession) -> Result<Session, StoreError>;
 
+    /// Create a session with its first messages in one atomic, durable write — what a create
+    /// then an append would leave (revision 2, the title from the first user message), for the
+    /// price of one write: a new chat's first turn stores this way. No messages: a plain
+    /// create. A taken id is a `conflict`, and nothing is written.
+    async fn create_session_with_messages(
+        &self,
+        new: NewSession,
+        messages: Vec<NewMessage>,
+    ) -> Result<MessagesAppended, StoreError>;
+
     /// The session, or `None`.
     async fn get_session(&self, id: &str) -> Result<Option<Session>, StoreError>;
 

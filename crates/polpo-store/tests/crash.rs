@@ -66,9 +66,16 @@ async fn crash_child_writer() {
             .unwrap();
         writeln!(out, "ack message {}", appended.messages[0].seq).unwrap();
         out.flush().unwrap();
-        // A kill can land between a session's listing key and its files.
+        // A kill can land between a session's listing key and its files; every other new
+        // session is written with its first messages in the same write.
         let new = NewSession { agent: "a".into(), ..Default::default() };
-        let created = store.sessions.create_session(new).await.unwrap();
+        let created = if n % 2 == 0 {
+            store.sessions.create_session(new).await.unwrap()
+        } else {
+            let first =
+                vec![NewMessage::new(Message::user(format!("first {n}"))), NewMessage::new(Message::assistant("ok"))];
+            store.sessions.create_session_with_messages(new, first).await.unwrap().session
+        };
         writeln!(out, "ack session {}", created.id).unwrap();
         out.flush().unwrap();
     }
@@ -216,6 +223,14 @@ fn crash_and_recover(kind: StoreKind) {
                 for s in &got.items {
                     let got = store.sessions.get_session(&s.id).await.unwrap();
                     assert_eq!(got.as_ref(), Some(s), "{kind:?}: listed whole");
+                    if s.id != SESSION {
+                        let messages = store.sessions.list_messages(&s.id, &PageRequest::first(10)).await.unwrap();
+                        assert_eq!(
+                            messages.items.len() as u64,
+                            s.message_count,
+                            "{kind:?}: the header counts the journal"
+                        );
+                    }
                 }
                 listed.extend(got.items.into_iter().map(|s| s.id));
                 match got.next {

@@ -128,12 +128,24 @@ impl Inner {
         Ok(journal)
     }
 
-    fn create_session(&self, new: NewSession) -> Result<Session, StoreError> {
-        let session = model::session_from_new(new, self.now(), self.ids())?;
+    /// A new session written with its first messages: one directory, journal and header, so
+    /// the header is never stale and the journal needs no second fsync.
+    fn create_session_with_messages(
+        &self,
+        new: NewSession,
+        messages: Vec<NewMessage>,
+    ) -> Result<MessagesAppended, StoreError> {
+        let now = self.now();
+        let mut session = model::session_from_new(new, now, self.ids())?;
+        let stored = if messages.is_empty() {
+            Vec::new()
+        } else {
+            model::apply_append(&mut session, messages, now, self.ids())?
+        };
         let exists = || StoreError::Conflict(format!("session `{}` already exists", session.id));
         let guard = self.reserve_session(&session.id)?.ok_or_else(exists)?;
-        self.add_new_session(guard, &session, &[])?;
-        Ok(session)
+        self.add_new_session(guard, &session, &stored)?;
+        Ok(MessagesAppended { session, messages: stored })
     }
 
     fn update_session(&self, id: &str, patch: SessionPatch, expected: Option<u64>) -> Result<Session, StoreError> {
@@ -268,7 +280,15 @@ impl Inner {
 #[async_trait]
 impl SessionStore for FileStore {
     async fn create_session(&self, new: NewSession) -> Result<Session, StoreError> {
-        self.blocking(move |s| s.create_session(new)).await
+        self.blocking(move |s| s.create_session_with_messages(new, Vec::new())).await.map(|created| created.session)
+    }
+
+    async fn create_session_with_messages(
+        &self,
+        new: NewSession,
+        messages: Vec<NewMessage>,
+    ) -> Result<MessagesAppended, StoreError> {
+        self.blocking(move |s| s.create_session_with_messages(new, messages)).await
     }
 
     async fn get_session(&self, id: &str) -> Result<Option<Session>, StoreError> {

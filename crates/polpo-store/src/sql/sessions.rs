@@ -6,24 +6,27 @@ macro_rules! sql_sessions {
         #[async_trait]
         impl SessionStore for $store {
             async fn create_session(&self, new: NewSession) -> Result<Session, StoreError> {
-                let s = model::session_from_new(new, self.now(), self.ids())?;
-                sqlx::query(
-                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision, owner) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                )
-                .bind(&s.id)
-                .bind(&s.agent)
-                .bind(&s.title)
-                .bind(&s.user)
-                .bind(to_text(&s.metadata)?)
-                .bind(s.created_at.timestamp_millis())
-                .bind(s.updated_at.timestamp_millis())
-                .bind(to_db(s.message_count))
-                .bind(to_db(s.revision))
-                .bind(&s.owner)
-                .execute(&self.pool)
-                .await?;
-                Ok(s)
+                self.create_session_with_messages(new, Vec::new()).await.map(|created| created.session)
+            }
+
+            /// One transaction (one commit, one WAL fsync) instead of a create and an append.
+            async fn create_session_with_messages(
+                &self,
+                new: NewSession,
+                messages: Vec<NewMessage>,
+            ) -> Result<MessagesAppended, StoreError> {
+                let now = self.now();
+                let mut session = model::session_from_new(new, now, self.ids())?;
+                if messages.is_empty() {
+                    Self::insert_session(&self.pool, &session, false).await?;
+                    return Ok(MessagesAppended { session, messages: Vec::new() });
+                }
+                let stored = model::apply_append(&mut session, messages, now, self.ids())?;
+                let mut tx = self.tx().await?;
+                Self::insert_session(&mut *tx, &session, false).await?;
+                Self::insert_messages(&mut tx, &session.id, &stored).await?;
+                tx.commit().await?;
+                Ok(MessagesAppended { session, messages: stored })
             }
 
             async fn get_session(&self, id: &str) -> Result<Option<Session>, StoreError> {
@@ -89,14 +92,7 @@ macro_rules! sql_sessions {
                 let mut session = Self::lock_session(&mut tx, session_id).await?;
                 model::check_revision("session", session_id, expected_revision, session.revision)?;
                 let stored = model::apply_append(&mut session, messages, now, self.ids())?;
-                for m in &stored {
-                    sqlx::query("INSERT INTO messages (session_id, seq, body) VALUES ($1, $2, $3)")
-                        .bind(session_id)
-                        .bind(to_db(m.seq))
-                        .bind(to_text(m)?)
-                        .execute(&mut *tx)
-                        .await?;
-                }
+                Self::insert_messages(&mut tx, session_id, &stored).await?;
                 Self::write_session(&mut tx, &session).await?;
                 tx.commit().await?;
                 Ok(MessagesAppended { session, messages: stored })
@@ -139,23 +135,8 @@ macro_rules! sql_sessions {
             async fn import_session(&self, s: &Session, messages: &[StoredMessage]) -> Result<ImportOutcome, StoreError> {
                 model::check_session_import(s, messages)?;
                 let mut tx = self.tx().await?;
-                let inserted = sqlx::query(
-                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision, owner) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING",
-                )
-                .bind(&s.id)
-                .bind(&s.agent)
-                .bind(&s.title)
-                .bind(&s.user)
-                .bind(to_text(&s.metadata)?)
-                .bind(s.created_at.timestamp_millis())
-                .bind(s.updated_at.timestamp_millis())
-                .bind(to_db(s.message_count))
-                .bind(to_db(s.revision))
-                .bind(&s.owner)
-                .execute(&mut *tx)
-                .await?;
-                if inserted.rows_affected() == 0 {
+                let inserted = Self::insert_session(&mut *tx, s, true).await?;
+                if inserted == 0 {
                     tx.rollback().await?;
                     let existing = self.get_session(&s.id).await?.ok_or_else(|| StoreError::not_found("session", &s.id))?;
                     model::same_import("session", &s.id, &existing, s)?;
@@ -168,14 +149,7 @@ macro_rules! sql_sessions {
                         .collect::<Result<Vec<_>, _>>()?;
                     return model::same_import("session", &s.id, &stored.as_slice(), &messages);
                 }
-                for m in messages {
-                    sqlx::query("INSERT INTO messages (session_id, seq, body) VALUES ($1, $2, $3)")
-                        .bind(&s.id)
-                        .bind(to_db(m.seq))
-                        .bind(to_text(m)?)
-                        .execute(&mut *tx)
-                        .await?;
-                }
+                Self::insert_messages(&mut tx, &s.id, messages).await?;
                 tx.commit().await?;
                 Ok(ImportOutcome::Imported)
             }
@@ -189,6 +163,53 @@ macro_rules! sql_sessions {
             }
         }
 
+        impl $store {
+            /// Insert session `s`'s row; the number of rows inserted: 0 when the id is taken and
+            /// `skip_taken` (an import's re-run), else a taken id is a `conflict`.
+            async fn insert_session<'e, E>(executor: E, s: &Session, skip_taken: bool) -> Result<u64, StoreError>
+            where
+                E: sqlx::Executor<'e, Database = <$row as sqlx::Row>::Database>,
+            {
+                let sql = if skip_taken {
+                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision, owner) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING"
+                } else {
+                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision, owner) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                };
+                let inserted = sqlx::query(sql)
+                    .bind(&s.id)
+                    .bind(&s.agent)
+                    .bind(&s.title)
+                    .bind(&s.user)
+                    .bind(to_text(&s.metadata)?)
+                    .bind(s.created_at.timestamp_millis())
+                    .bind(s.updated_at.timestamp_millis())
+                    .bind(to_db(s.message_count))
+                    .bind(to_db(s.revision))
+                    .bind(&s.owner)
+                    .execute(executor)
+                    .await?;
+                Ok(inserted.rows_affected())
+            }
+
+            /// Insert `messages` of session `session_id` inside a write transaction.
+            async fn insert_messages(
+                tx: &mut sqlx::Transaction<'static, <$row as sqlx::Row>::Database>,
+                session_id: &str,
+                messages: &[StoredMessage],
+            ) -> Result<(), StoreError> {
+                for m in messages {
+                    sqlx::query("INSERT INTO messages (session_id, seq, body) VALUES ($1, $2, $3)")
+                        .bind(session_id)
+                        .bind(to_db(m.seq))
+                        .bind(to_text(m)?)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                Ok(())
+            }
+        }
     };
 }
 pub(crate) use sql_sessions;
