@@ -39,6 +39,7 @@ pub mod clock;
 pub mod copy;
 pub mod error;
 pub mod file;
+pub mod learning;
 pub mod memory;
 pub mod model;
 pub mod page;
