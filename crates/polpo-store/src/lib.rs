@@ -55,6 +55,7 @@ pub use clock::{Clock, IdGen, ManualClock, Seams, SequentialIds, SystemClock, Uu
 pub use copy::{CopyReport, copy_store};
 pub use error::StoreError;
 pub use file::{FileStore, SESSION_CACHE};
+pub use learning::{AuditEntry, CandidateStatus, LearningJob, LearningStore, MemoryCandidate, SourceTurn};
 pub use memory::{
     MemoryFilter, MemoryItem, MemoryItemPatch, MemoryItemStore, MemoryScope, NewMemoryItem, ScopeKind, ScoredItem,
 };
