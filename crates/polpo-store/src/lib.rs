@@ -15,6 +15,7 @@
 //! | [`TaskStore`] | tasks: created with their dependencies, moved by compare-and-set, claimed by workers |
 //! | [`MissionStore`] | missions, moved by compare-and-set |
 //! | [`MemoryItemStore`] | typed memory items with a full-text index, and their derived vectors |
+//! | [`LearningStore`] | memory learning's outbox and reviewable candidates, as records |
 //!
 //! Every list is keyset-paginated ([`PageRequest`] → [`Page`] with an opaque [`Cursor`]);
 //! every place two writers can meet takes an `expected_revision` and answers `conflict`.
