@@ -5,6 +5,7 @@
 // Test helpers outside `#[test]` functions may panic: a failed setup is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod learning_suite;
 mod memory_suite;
 mod support;
 mod work_suite;
