@@ -14,6 +14,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::Duration as Span;
+use learning_suite::*;
 use memory_suite::*;
 use polpo_core::message::{Message, Role, ToolCall, Usage};
 use polpo_store::{
