@@ -639,6 +639,7 @@ conformance!(
     concurrent_claimers_never_get_the_same_task,
     a_running_task_is_held_renewed_and_taken_over_once_its_claim_lapses,
     missions_round_trip_and_move_only_along_their_table,
+    learning_outbox_is_idempotent_and_candidates_are_proposed_once,
     memory_items_round_trip_with_revisions,
     memory_pages_are_stable_while_items_are_added,
     memory_lexical_search_ranks_matches_from_the_index,
