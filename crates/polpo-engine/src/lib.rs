@@ -18,6 +18,7 @@
 #![recursion_limit = "256"]
 
 pub mod approvals;
+pub mod committed;
 pub mod error;
 pub mod events;
 pub mod execution_route;
