@@ -36,6 +36,7 @@ pub mod structured;
 pub mod tools;
 pub mod turn;
 
+pub use committed::{CommittedTurn, TurnObserver};
 pub use error::EngineError;
 pub use events::bus::{BusEvent, Delivery, EventBus, EventsLost, Subscription};
 pub use events::{EventSink, GateState, RunEvent};
