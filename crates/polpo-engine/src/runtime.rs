@@ -214,6 +214,8 @@ pub struct Runtime {
     /// Woken when an approval request with a deadline is stored (by a loop gate or a hook's
     /// `ask`), so the one timeout enforcer looks again.
     approval_deadlines: Arc<tokio::sync::Notify>,
+    /// Told about every committed turn (memory learning), once a host sets it.
+    turn_observer: std::sync::OnceLock<Arc<dyn crate::committed::TurnObserver>>,
 }
 
 impl Runtime {
@@ -239,7 +241,15 @@ impl Runtime {
             redactor: Redactor::new(),
             connections: None,
             approval_deadlines: Arc::default(),
+            turn_observer: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Tell `observer` about every turn committed from now on (a host's memory learning). Set
+    /// once, after the runtime is shared, because the observer usually needs the runtime
+    /// itself; `false` when one was already set.
+    pub fn observe_turns(&self, observer: Arc<dyn crate::committed::TurnObserver>) -> bool {
+        self.turn_observer.set(observer).is_ok()
     }
 
     /// Signalled when an approval request with a deadline is stored: the approval timeout
