@@ -152,6 +152,14 @@ impl PreparedChat {
         };
         match result {
             Ok(outcome) => {
+                // Only a stored turn is committed (an unstored one has no session id).
+                if let Some(observer) = runtime.turn_observer.get()
+                    && identity.session_id.is_some()
+                {
+                    let (agent, surface) = (&invocation.agent, identity.surface);
+                    crate::committed::notify(observer, agent, &session, &run_id, surface, &new_messages, &outcome)
+                        .await;
+                }
                 let suggestions =
                     suggestions(&invocation, runtime.ids().as_ref(), &new_messages, &outcome, &cancel).await;
                 events.completed(&outcome);
