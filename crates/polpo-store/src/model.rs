@@ -742,6 +742,12 @@ pub(crate) fn lease_ttl(ttl: std::time::Duration) -> Result<chrono::Duration, St
         .ok_or_else(|| StoreError::Invalid("lease ttl must be between 1 ms and 7 days".into()))
 }
 
+/// The first lease of a run created leased (`RunStore::create_leased_run`): generation 1,
+/// lapsing `ttl` after the run's creation. Every backend builds it here, so they agree.
+pub(crate) fn first_lease(run: &Run, owner: &str, ttl: chrono::Duration) -> Lease {
+    Lease { run_id: run.id.clone(), owner: owner.to_owned(), expires_at: run.created_at + ttl, generation: 1 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -76,6 +76,12 @@ pub trait RunStore: Send + Sync {
     /// Create a run in status `running`. A taken id is a `conflict`.
     async fn create_run(&self, new: NewRun) -> Result<Run, StoreError>;
 
+    /// Create a run in status `running` with its first lease (generation 1) held by `owner`
+    /// for `ttl`, in one atomic write: a concurrent [`RunStore::claim_next_run`] (another
+    /// server's takeover pass) sees the run only together with its live lease, so the starter
+    /// never loses its new run to it. A taken id is a `conflict`.
+    async fn create_leased_run(&self, new: NewRun, owner: &str, ttl: Duration) -> Result<(Run, Lease), StoreError>;
+
     /// The run, or `None`.
     async fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError>;
 

@@ -11,6 +11,8 @@ mod support;
 mod work_suite;
 
 use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chrono::Duration as Span;
@@ -472,6 +474,62 @@ async fn workers_claim_each_run_once_until_its_lease_lapses(t: &TestStore) {
     assert_eq!(unique, fresh, "every run claimed");
 }
 
+/// A durable start creates its run and takes its first lease in one write, so another
+/// server's takeover pass (`claim_next_run`) running at the same time never takes a run
+/// between its creation and its lease (the start would then fail `lease_held`).
+async fn a_run_created_leased_is_never_claimable_before_its_lease_lapses(t: &TestStore) {
+    let r = t.store.runs.clone();
+    let ttl = Duration::from_secs(60);
+    let (created, lease) = r.create_leased_run(run("coder"), "starter", ttl).await.unwrap();
+    assert_eq!(
+        (lease.run_id.as_str(), lease.owner.as_str(), lease.expires_at, lease.generation),
+        (created.id.as_str(), "starter", support::start_time() + Span::seconds(60), 1)
+    );
+    assert_eq!(r.get_run(&created.id).await.unwrap().unwrap().status, RunStatus::Running);
+    assert_eq!(code(r.claim_run(&created.id, "other", ttl).await), "lease_held");
+    let seq = r.append_events_fenced(&created.id, Some(&lease), vec![NewRunEvent::new("run.accepted", json!({}))]);
+    assert_eq!(seq.await.unwrap(), 1..=1, "the first lease fences the journal");
+    let taken = NewRun { id: Some(created.id.clone()), ..run("coder") };
+    assert_eq!(code(r.create_leased_run(taken, "starter", ttl).await), "conflict");
+    assert_eq!(code(r.create_leased_run(run("coder"), "starter", Duration::ZERO).await), "invalid_input");
+
+    // Takeover passes race 30 starts: none of them ever gets a just-created run.
+    let done = Arc::new(AtomicBool::new(false));
+    let mut passes = Vec::new();
+    for w in 0..2 {
+        let (r, done) = (r.clone(), done.clone());
+        passes.push(tokio::spawn(async move {
+            let mut taken = Vec::new();
+            while !done.load(Ordering::SeqCst) {
+                if let Some(l) = r.claim_next_run(&format!("pass-{w}"), ttl).await.unwrap() {
+                    taken.push(l.run_id);
+                }
+            }
+            taken
+        }));
+    }
+    let mut started = HashSet::from([created.id.clone()]);
+    for _ in 0..30 {
+        let (new, lease) = r.create_leased_run(run("coder"), "starter", ttl).await.unwrap();
+        assert_eq!((lease.owner.as_str(), lease.generation), ("starter", 1));
+        started.insert(new.id);
+    }
+    done.store(true, Ordering::SeqCst);
+    for pass in passes {
+        assert_eq!(pass.await.unwrap(), Vec::<String>::new(), "a takeover pass took a run being started");
+    }
+
+    // Once the starter is gone past its lease, the runs are taken over with the next fence.
+    t.clock.advance(Span::seconds(61));
+    let mut recovered = HashSet::new();
+    while let Some(l) = r.claim_next_run("rescuer", ttl).await.unwrap() {
+        assert_eq!(l.generation, 2);
+        recovered.insert(l.run_id);
+    }
+    assert_eq!(recovered, started);
+    assert_eq!(code(r.renew_lease(&created.id, "starter", ttl).await), "lease_lost");
+}
+
 async fn the_effect_ledger_lets_an_effect_happen_once(t: &TestStore) {
     let e = &t.store.effects;
     let key = "run-1/call_7:write_file";
@@ -630,6 +688,7 @@ conformance!(
     checkpoints_keep_the_latest,
     leases_are_exclusive_until_they_expire,
     workers_claim_each_run_once_until_its_lease_lapses,
+    a_run_created_leased_is_never_claimable_before_its_lease_lapses,
     the_effect_ledger_lets_an_effect_happen_once,
     records_are_revisioned_documents_per_collection,
     tasks_round_trip_and_move_only_along_the_table,

@@ -106,7 +106,10 @@ impl Inner {
         Ok(true)
     }
 
-    fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
+    /// Create run `new`, leased to `owner` for `ttl` when given (its [`model::first_lease`]),
+    /// under the index lock, which every claim takes too; the lease file is written before
+    /// the header, so the run never appears, after a crash either, without its first lease.
+    fn create_run(&self, new: NewRun, lease: Option<(&str, chrono::Duration)>) -> Result<Run, StoreError> {
         let now = self.now();
         let run = new.into_run(now, self.ids())?;
         let mut idx = self.index();
@@ -116,10 +119,14 @@ impl Inner {
         idx.add_run_keys(&run)?;
         let dir = self.run_dir(&run.id);
         fsio::fresh_dir_with_empty_file(&dir, &dir.join("events.jsonl"))?;
+        let lease = lease.map(|(owner, ttl)| model::first_lease(&run, owner, ttl));
+        if let Some(lease) = &lease {
+            fsio::write_json(&dir.join("lease.json"), lease)?;
+        }
         // The header goes last: without it a half-written directory is ignored at load.
         fsio::write_json(&dir.join("run.json"), &run)?;
         fsio::sync_dir(&self.dir.join(RUNS))?;
-        idx.cache_run(run.clone(), Journal::default(), None);
+        idx.cache_run(run.clone(), Journal::default(), lease);
         Ok(run)
     }
 
@@ -456,7 +463,15 @@ impl Inner {
 #[async_trait]
 impl RunStore for FileStore {
     async fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
-        self.blocking(move |s| s.create_run(new)).await
+        self.blocking(move |s| s.create_run(new, None)).await
+    }
+
+    async fn create_leased_run(&self, new: NewRun, owner: &str, ttl: Duration) -> Result<(Run, Lease), StoreError> {
+        let ttl = model::lease_ttl(ttl)?;
+        let holder = owned(owner);
+        let run = self.blocking(move |s| s.create_run(new, Some((&holder, ttl)))).await?;
+        let lease = model::first_lease(&run, owner, ttl);
+        Ok((run, lease))
     }
 
     async fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError> {

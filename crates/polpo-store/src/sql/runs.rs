@@ -3,14 +3,21 @@
 /// Stamped out per driver by `sql_store_impl!` in the parent module.
 macro_rules! sql_runs {
     ($store:ty, $row:ty) => {
-        #[async_trait]
-        impl RunStore for $store {
-            async fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
+        impl $store {
+            /// Insert the new run `new` (status `running`, lease generation `generation`: 0 with
+            /// no lease yet) in `tx`, announcing it on commit where the database can: the one
+            /// creation path of `create_run` and `create_leased_run`.
+            async fn insert_run(
+                &self,
+                tx: &mut sqlx::Transaction<'static, <$row as sqlx::Row>::Database>,
+                new: NewRun,
+                generation: u64,
+            ) -> Result<Run, StoreError> {
                 let now = self.now();
                 let run = new.into_run(now, self.ids())?;
                 sqlx::query(
-                    "INSERT INTO runs (id, agent, session_id, status, error, created_at, updated_at, revision, last_seq) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    "INSERT INTO runs (id, agent, session_id, status, error, created_at, updated_at, revision, last_seq, \
+                       lease_generation) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                 )
                 .bind(&run.id)
                 .bind(&run.agent)
@@ -21,12 +28,41 @@ macro_rules! sql_runs {
                 .bind(now.timestamp_millis())
                 .bind(to_db(run.revision))
                 .bind(to_db(run.last_seq))
-                .execute(&self.pool)
+                .bind(to_db(generation))
+                .execute(&mut **tx)
                 .await?;
                 if let Some(announce) = ANNOUNCE_RUN {
-                    sqlx::query(announce).bind(&run.id).execute(&self.pool).await?;
+                    sqlx::query(announce).bind(&run.id).execute(&mut **tx).await?;
                 }
                 Ok(run)
+            }
+        }
+
+        #[async_trait]
+        impl RunStore for $store {
+            async fn create_run(&self, new: NewRun) -> Result<Run, StoreError> {
+                let mut tx = self.tx().await?;
+                let run = self.insert_run(&mut tx, new, 0).await?;
+                tx.commit().await?;
+                Ok(run)
+            }
+
+            async fn create_leased_run(&self, new: NewRun, owner: &str, ttl: Duration) -> Result<(Run, Lease), StoreError> {
+                let ttl = model::lease_ttl(ttl)?;
+                let mut tx = self.tx().await?;
+                // The first grant (generation 1) in the creating transaction: a claimer sees
+                // the run only together with its live lease.
+                let run = self.insert_run(&mut tx, new, 1).await?;
+                let lease = model::first_lease(&run, owner, ttl);
+                sqlx::query("INSERT INTO run_leases (run_id, owner, expires_at, generation) VALUES ($1, $2, $3, $4)")
+                    .bind(&run.id)
+                    .bind(owner)
+                    .bind(lease.expires_at.timestamp_millis())
+                    .bind(to_db(lease.generation))
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok((run, lease))
             }
 
             async fn get_run(&self, id: &str) -> Result<Option<Run>, StoreError> {
