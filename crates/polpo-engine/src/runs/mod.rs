@@ -239,8 +239,9 @@ impl RunManager {
                 agent: spec.agent.clone(),
                 session_id: Some(spec.session_id.clone()),
             };
-            store.runs.create_run(new).await?;
-            let lease = store.runs.claim_run(&run_id, &self.owner, self.options.lease_ttl).await?;
+            // Created with its lease in one write: another server's takeover pass never sees
+            // the new run unleased (it would take it, and this start fail `lease_held`).
+            let (_, lease) = store.runs.create_leased_run(new, &self.owner, self.options.lease_ttl).await?;
             // The request travels in `run.accepted`, so a run that crashes before its first
             // checkpoint can still be resumed, without a checkpoint write before the response.
             let accepted = JournalEvent::Accepted(Box::new(Accepted {
