@@ -130,7 +130,7 @@ async fn measure(args: &Args) -> anyhow::Result<Report> {
         super::print_problems_to_stderr(&problems);
         anyhow!("the bench project has {} problem(s)", problems.len())
     })?;
-    let runtime = super::runtime::open(project).await?;
+    let runtime = polpo_assemble::open(project).await?;
     let state = Arc::new(AppState::new(runtime, ApiKeys::default()));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.context("cannot listen on 127.0.0.1")?;
     let url = format!("http://{}/v1/chat/completions", listener.local_addr()?);

@@ -3,12 +3,12 @@
 //! when the Connection has a `testUrl`, requests it; it prints header names, never values.
 
 use super::Global;
-use polpo_connections::{Auth, Connections};
+use polpo_assemble::project_connections;
+use polpo_connections::Auth;
 use polpo_core::redact::Redactor;
 use polpo_tools::net::{NetworkPolicy, OutboundRequest, send_guarded};
-use polpo_vault::{KeySources, PROJECT_SCOPE, Vault};
+use polpo_vault::PROJECT_SCOPE;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use std::path::Path;
 use std::process::ExitCode;
 
 /// `polpo connections …`.
@@ -24,14 +24,6 @@ pub enum Command {
         #[arg(long, default_value = PROJECT_SCOPE)]
         agent: String,
     },
-}
-
-/// The project's Connections, their secrets from its vault (this process's key), feeding
-/// `redactor`.
-pub fn project_connections(root: &Path, redactor: &Redactor) -> Connections {
-    let polpo_dir = root.join(".polpo");
-    let vault = KeySources::from_env().load().map(|key| Vault::open(&polpo_dir, key, redactor.clone()));
-    Connections::new(&polpo_dir, vault, NetworkPolicy::default())
 }
 
 /// Run a `connections` subcommand.

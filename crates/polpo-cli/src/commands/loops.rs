@@ -233,7 +233,7 @@ fn run_loop(
     let rt =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     rt.block_on(async {
-        let runtime = super::runtime::open(project).await?;
+        let runtime = polpo_assemble::open(project).await?;
         let loops = std::sync::Arc::new(LoopExecutor::new(
             RunManager::new(runtime, RunOptions::from_env()),
             LoopOptions::default(),

@@ -36,7 +36,7 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
     let rt =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     rt.block_on(async {
-        let runtime = super::runtime::open(project).await?;
+        let runtime = polpo_assemble::open(project).await?;
         let code = match command {
             Command::List { agent, json } => list(&runtime, agent.as_deref(), json).await,
             Command::Serve { .. } => {
@@ -47,7 +47,7 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::SUCCESS)
             }
         };
-        super::runtime::MCP.shutdown().await;
+        polpo_assemble::MCP.shutdown().await;
         code
     })
 }
@@ -63,7 +63,7 @@ async fn list(runtime: &polpo_engine::Runtime, only: Option<&str>, as_json: bool
     let mut rows = Vec::new();
     for agent in project.agents.values().filter(|a| only.is_none_or(|id| a.id == id)) {
         let ctx = polpo_engine::runtime::tool_context(project, agent, &CancellationToken::new());
-        for server in super::runtime::MCP.status(agent, &ctx, true).await {
+        for server in polpo_assemble::MCP.status(agent, &ctx, true).await {
             rows.push((agent.id.clone(), server));
         }
     }

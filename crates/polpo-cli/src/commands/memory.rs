@@ -117,7 +117,7 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         let store = polpo_store::open_store(kind, &root, url.as_deref(), Arc::new(SystemClock))
             .await
             .map_err(|e| anyhow!("{}: {e}", e.code()))?;
-        let memory = super::runtime::project_memory(settings, store.memory.clone())?;
+        let memory = polpo_assemble::project_memory(settings, store.memory.clone())?;
         let fail = |e: polpo_memory::MemoryError| anyhow!("{}: {e}", e.code());
         match command {
             Command::List { scope, kinds, limit, cursor, json } => {

@@ -4,7 +4,7 @@
 //! the `local-model` feature, so `list` says when this binary cannot run what is installed.
 
 use super::print_json;
-use super::providers::{LOCAL_DEFAULT_MODEL, coded, local_model_name, models_dir};
+use polpo_assemble::{LOCAL_DEFAULT_MODEL, coded, local_model_name, models_dir};
 use polpo_llm_local::{KNOWN_MODELS, LocalProvider, MODEL_PATH_ENV};
 use std::io::{IsTerminal as _, Write as _};
 use std::path::{Path, PathBuf};

@@ -49,7 +49,7 @@ pub fn run(global: &Global, args: Args) -> anyhow::Result<ExitCode> {
     let rt =
         tokio::runtime::Builder::new_multi_thread().enable_all().build().context("cannot start the async runtime")?;
     rt.block_on(async {
-        let runtime = super::runtime::open(project).await?;
+        let runtime = polpo_assemble::open(project).await?;
         let mut input = ChatInput::new(args.agent.clone(), vec![Message::user(prompt)]);
         input.session_id = args.session.clone();
         if !args.allow_tools.is_empty() {

@@ -78,7 +78,7 @@ async fn serve(
     }
     let storage = project.settings().storage();
     let agents: Vec<String> = project.agents.keys().cloned().collect();
-    let (runtime, memory) = super::runtime::open_with_memory(project).await?;
+    let (runtime, memory) = polpo_assemble::open_with_memory(project).await?;
 
     let bind = bind_address(args.host, port, !keys.is_empty());
     if let Some(notice) = &bind.notice {
@@ -127,7 +127,7 @@ async fn serve(
     let limits = Limits::configured(max_connections, state.keys.is_empty());
     polpo_server::serve::run(listener, router(state), limits, stopped).await;
     handover.await.context("the hand-over of running runs failed")?;
-    super::runtime::MCP.shutdown().await;
+    polpo_assemble::MCP.shutdown().await;
     eprintln!("polpo stopped");
     Ok(ExitCode::SUCCESS)
 }
@@ -168,7 +168,7 @@ async fn watch(root: PathBuf, runtime: Arc<Runtime>, mut last: Fingerprint) {
                 super::print_problems_to_stderr(&problems);
                 anyhow::anyhow!("the edit has {} problem(s)", problems.len())
             })
-            .and_then(super::runtime::derive);
+            .and_then(polpo_assemble::derive);
         match derived {
             Ok((loaded, providers)) => {
                 let n = loaded.project.agents.len();

@@ -5,13 +5,12 @@
 
 use super::Global;
 use anyhow::Context as _;
+use polpo_assemble::project_tools;
 use polpo_core::redact::Redactor;
-use polpo_custom_tools::{CustomTool, JsRuntime, ToolDir};
+use polpo_custom_tools::ToolDir;
 use polpo_tools::{Tool, ToolContext};
 use serde_json::{Value, json};
-use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 /// `polpo tools …`.
 #[derive(Debug, clap::Subcommand)]
@@ -40,18 +39,6 @@ pub enum Command {
         #[arg(long, default_value = "cli")]
         agent: String,
     },
-}
-
-/// The project's custom tools, ready to register: authenticated through its Connections
-/// (secrets from its vault, feeding `redactor`), JS entrypoints run by the Node found here.
-pub fn project_tools(root: &Path, redactor: &Redactor) -> anyhow::Result<Vec<Arc<CustomTool>>> {
-    let dirs = polpo_custom_tools::load_all(&root.join(".polpo"))?;
-    if dirs.is_empty() {
-        return Ok(Vec::new());
-    }
-    let connections = Arc::new(super::connections::project_connections(root, redactor));
-    let runtime = JsRuntime::detect();
-    Ok(dirs.into_iter().map(|d| Arc::new(CustomTool::new(d, connections.clone(), runtime.clone()))).collect())
 }
 
 /// Run a `tools` subcommand.

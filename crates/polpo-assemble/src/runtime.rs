@@ -1,5 +1,7 @@
-//! Building the runtime for a project: providers, store, hook packs, offline fallback. Shared
-//! by `polpo serve`/`dev` and `polpo run`, so both run agents exactly the same way.
+//! Building the runtime for a project: providers, store, hook packs, custom tools,
+//! Connections, MCP, vault redaction, typed memory, offline fallback. Shared by `polpo
+//! serve`/`dev`, `polpo run` and a program embedding the orchestrator, so all run agents
+//! exactly the same way.
 
 use anyhow::Context as _;
 use polpo_core::config::Project;
@@ -39,8 +41,8 @@ pub async fn open_with_memory(project: Project) -> anyhow::Result<(Arc<Runtime>,
         .await
         .context("cannot open the project store")?;
     let redactor = vault_redactor(&root);
-    let custom = super::tools::project_tools(&root, &redactor)?.into_iter().map(|t| t as Arc<dyn Tool>).collect();
-    let connections = Arc::new(super::connections::project_connections(&root, &redactor));
+    let custom = crate::tools::project_tools(&root, &redactor)?.into_iter().map(|t| t as Arc<dyn Tool>).collect();
+    let connections = Arc::new(crate::connections::project_connections(&root, &redactor));
     // Typed memory tools reach only agents whose allowedTools name them, after their MCP tools.
     let memory = project_memory(&settings, store.memory.clone())?;
     let tools = polpo_memory::MemoryToolSource::new(&memory).chained(MCP.clone());
@@ -49,7 +51,7 @@ pub async fn open_with_memory(project: Project) -> anyhow::Result<(Arc<Runtime>,
         .with_connections(connections)
         .with_redactor(redactor)
         .with_custom_tools(custom);
-    if let Some(model) = super::providers::installed_local_default() {
+    if let Some(model) = crate::providers::installed_local_default() {
         runtime = runtime.with_offline_model(model);
     }
     Ok((Arc::new(runtime), memory))
@@ -92,10 +94,14 @@ fn vault_redactor(root: &std::path::Path) -> Redactor {
 /// model providers. Built the same way at startup and on every `polpo dev` reload, so an edit
 /// of the project's `providers` reaches the next request like an edit of an agent.
 pub fn derive(project: Project) -> anyhow::Result<(Loaded, Providers)> {
-    let providers = super::providers::providers(&project)?;
+    let providers = crate::providers::providers(&project)?;
     let loaded = Loaded::new(project).map_err(|problems| {
-        super::print_problems_to_stderr(&problems);
-        anyhow::anyhow!("the project's hook packs have {} problem(s); run `polpo validate`", problems.len())
+        let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        anyhow::anyhow!(
+            "the project's hook packs have {} problem(s); run `polpo validate`:\n{}",
+            problems.len(),
+            lines.join("\n")
+        )
     })?;
     Ok((loaded, providers))
 }

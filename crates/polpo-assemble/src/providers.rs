@@ -1,10 +1,10 @@
 //! The model providers a command runs agents with: the project's `providers` and
-//! `settings.providers` over polpo-llm's built-ins, plus the in-process `local` model when this
-//! binary is built with the `local-model` feature.
+//! `settings.providers` over polpo-llm's built-ins, plus the in-process `local` model when polpo-assemble
+//! is built with the `local-model` feature.
 //!
 //! The mapping from the project file's provider entries to [`polpo_llm::ProviderConfig`] lives
-//! here because polpo-llm deliberately knows nothing of the project file format, and the binary is
-//! the one place that knows both.
+//! here because polpo-llm deliberately knows nothing of the project file format, and this crate
+//! is the one place that knows both.
 
 use anyhow::anyhow;
 use polpo_core::config::{Project, ProviderConfig as ProjectProvider};
@@ -42,8 +42,8 @@ pub fn local_model_name(id: &str) -> &str {
     id.strip_prefix("local/").unwrap_or(id)
 }
 
-/// A local-model error as `code: sentence`, the CLI's error shape.
-pub(super) fn coded(e: polpo_llm_local::LocalModelError) -> anyhow::Error {
+/// A local-model error as `code: sentence`, the error shape of every command.
+pub fn coded(e: polpo_llm_local::LocalModelError) -> anyhow::Error {
     anyhow!("{}: {e}", e.code())
 }
 
