@@ -1,9 +1,9 @@
-//! Stored loop runs seen from outside a run: resuming what a crash left running when a server
-//! starts, reading and listing runs, and cancelling one.
+//! Stored loop runs seen from outside a run: taking over what a crashed server left running
+//! (once its lease lapsed), reading and listing runs, and cancelling one.
 
 use crate::error::LoopError;
 use crate::executor::LoopExecutor;
-use crate::record::{LOOP_RUNS, LoopRunRecord, LoopRunStatus, RunFailure};
+use crate::record::{LIVE, LOOP_RUNS, LoopRunRecord, LoopRunStatus, RunFailure};
 use chrono::{DateTime, Utc};
 use polpo_store::{Cursor, PageRequest, RecordStore, StoreError};
 use serde::Serialize;
@@ -96,31 +96,54 @@ fn parse(stored: polpo_store::Record) -> Result<StoredLoopRun, LoopError> {
 }
 
 impl LoopExecutor {
-    /// Resume, in the background, the stored runs a stopped server left `running` or
-    /// `awaiting_human`, and start enforcing approval timeouts (called once when a server starts).
+    /// Start enforcing approval timeouts, and take over, now and then every half lease, the
+    /// stored runs left `running` or `awaiting_human` by a server that stopped renewing their
+    /// lease (a crash; this one before a restart): called once when a server starts.
     pub fn spawn_recovery(self: &Arc<Self>) {
         tokio::spawn(self.clone().enforce_approval_timeouts());
-        let exec = self.clone();
+        let exec = Arc::downgrade(self);
+        let every = self.runs.options().lease_ttl / 2;
         tokio::spawn(async move {
-            if let Err(e) = exec.recover().await {
-                tracing::error!(code = e.code(), "loop runs could not be recovered: {e}");
+            loop {
+                let Some(exec) = exec.upgrade() else { return };
+                if let Err(e) = exec.recover().await {
+                    tracing::error!(code = e.code(), "loop runs could not be recovered: {e}");
+                }
+                drop(exec);
+                tokio::time::sleep(every).await;
             }
         });
     }
 
-    /// Resume every stored run left `running` or `awaiting_human` that this process does not
-    /// run, each from its last checkpoint; how many were resumed. A run whose loop is gone from
-    /// the project fails with `loop_not_found`.
+    /// One recovery pass: every run listed live (see [`LIVE`]) that this process does not run,
+    /// still `running` or `awaiting_human`, whose lease lapsed (or is this server's own from
+    /// before a restart), is resumed in the background from its last checkpoint; its first
+    /// write claims it, so of two servers passing at once one resumes it. How many were
+    /// resumed. A run whose loop is gone from the project fails with `loop_not_found`; the
+    /// listing of runs that ended is dropped.
     pub async fn recover(self: &Arc<Self>) -> Result<usize, LoopError> {
         let store = self.runs.runtime().store().records.clone();
         let mut page = PageRequest::first(SCAN_PAGE);
         let mut resumed = 0;
         loop {
-            let found = store.list_records(LOOP_RUNS, &page).await?;
-            for stored in found.items {
-                let run = parse(stored)?;
-                let waiting = matches!(run.record.status, LoopRunStatus::Running | LoopRunStatus::AwaitingHuman);
-                if !waiting || self.is_active(&run.record.id) {
+            let found = store.list_records(LIVE, &page).await?;
+            for listed in found.items {
+                if self.is_active(&listed.id) {
+                    continue;
+                }
+                let run = match get_record(store.as_ref(), LOOP_RUNS, &listed.id).await?.map(parse).transpose() {
+                    Ok(Some(run)) if run.record.status.is_held() => run,
+                    // Not written yet (a crash before its first write), or ended.
+                    Ok(_) => {
+                        store.delete_record(LIVE, &listed.id, Some(listed.revision)).await?;
+                        continue;
+                    }
+                    Err(e) => {
+                        tracing::warn!(run = listed.id, code = e.code(), "live loop run unreadable: {e}");
+                        continue;
+                    }
+                };
+                if !run.record.claimable_by(self.runs.owner(), self.runs.runtime().clock().now()) {
                     continue;
                 }
                 let config =
@@ -129,6 +152,7 @@ impl LoopExecutor {
                     let mut record = run.record;
                     let error = LoopError::NotFound(record.loop_id.clone());
                     record.status = LoopRunStatus::Failed;
+                    record.lease = None;
                     record.error = Some(RunFailure { code: error.code().to_owned(), message: error.to_string() });
                     let value =
                         serde_json::to_value(&record).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
@@ -139,8 +163,12 @@ impl LoopExecutor {
                 let exec = self.clone();
                 tokio::spawn(async move {
                     let finished = exec.resume(run.record, run.revision, &config, &|_| {}).await;
-                    if let Err(e) = finished.result {
-                        tracing::warn!(run = finished.run_id, code = e.code(), "resumed loop run ended: {e}");
+                    match finished.result {
+                        Err(e @ LoopError::Store(StoreError::LeaseLost { .. } | StoreError::LeaseHeld { .. })) => {
+                            tracing::info!(run = finished.run_id, "loop run taken over elsewhere first: {e}");
+                        }
+                        Err(e) => tracing::warn!(run = finished.run_id, code = e.code(), "resumed loop run ended: {e}"),
+                        Ok(_) => {}
                     }
                 });
             }
@@ -217,6 +245,7 @@ impl LoopExecutor {
             let mut record = run.record;
             record.status = LoopRunStatus::Cancelled;
             record.human = None;
+            record.lease = None;
             let value = serde_json::to_value(&record).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
             match store.put_record(LOOP_RUNS, id, value, Some(run.revision)).await {
                 Ok(written) => {

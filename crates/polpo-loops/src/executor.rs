@@ -5,8 +5,8 @@ use crate::context::{self, REQUEST};
 use crate::error::LoopError;
 use crate::human::HumanDesk;
 use crate::record::{
-    APPROVALS, AgentRun, ApprovalRecord, ApprovalStatus, ApprovalSubject, ApprovedGate, Checkpoints, LoopGateRequest,
-    LoopRunRecord, LoopRunStatus, LoopState, PendingHuman, RunFailure, StoredRequest,
+    APPROVALS, AgentRun, ApprovalRecord, ApprovalStatus, ApprovalSubject, ApprovedGate, Checkpoints, LIVE,
+    LoopGateRequest, LoopRunRecord, LoopRunStatus, LoopState, PendingHuman, RunFailure, StoredRequest,
 };
 use crate::trace::{TraceEvent, TraceKind, TraceSink, TraceStatus, Tracer};
 use futures::FutureExt;
@@ -31,6 +31,7 @@ use polpo_engine::structured::ResponseFormat;
 use polpo_engine::tools::exec::DirectCallError;
 use polpo_engine::{ChatInput, LoopContext, RunEvent, Surface};
 use polpo_llm::ToolChoice;
+use polpo_store::StoreError;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -243,6 +244,7 @@ impl LoopExecutor {
             agent_runs: Vec::new(),
             approval_request_id: None,
             approved_gates: Vec::new(),
+            lease: None,
         };
         self.drive(request, record, 0, Vec::new(), config, sink).await
     }
@@ -287,9 +289,36 @@ impl LoopExecutor {
         let runtime = self.runs.runtime().clone();
         let budget = runtime.loaded().project.settings().loop_step_budget.unwrap_or(self.options.step_budget);
         let records = runtime.store().records.clone();
+        let ttl = self.runs.options().lease_ttl;
+        let checkpoints = Checkpoints::new(
+            records.clone(),
+            runtime.clock().clone(),
+            &record.id,
+            (revision, record.trace_flushed),
+            (self.runs.owner(), record.lease.as_ref(), ttl),
+        );
         let clock = move || runtime.clock().now().timestamp_millis();
         let run_id = record.id.as_str();
         let loop_id = record.loop_id.as_str();
+        let cancel = CancellationToken::new();
+        {
+            let mut active = lock(&self.active);
+            if active.contains_key(run_id) {
+                let held = StoreError::LeaseHeld {
+                    run_id: run_id.to_owned(),
+                    owner: self.runs.owner().to_owned(),
+                    expires_at: self.runs.runtime().clock().now(),
+                };
+                return LoopFinished {
+                    run_id: run_id.to_owned(),
+                    loop_id: loop_id.to_owned(),
+                    result: Err(LoopError::Store(held)),
+                    trace,
+                    state: record.state,
+                };
+            }
+            active.insert(run_id.to_owned(), cancel.clone());
+        }
         let run = Run {
             exec: self,
             budget,
@@ -302,7 +331,7 @@ impl LoopExecutor {
             frontier: Mutex::default(),
             while_iterations: Mutex::new(record.state.while_iterations.clone()),
             last: Mutex::new(record.output.clone()),
-            checkpoints: Checkpoints::new(records, run_id, revision, record.trace_flushed),
+            checkpoints,
             saved: Mutex::new(record.state.clone()),
             agent_runs: Mutex::new(record.agent_runs.clone()),
             approved: record.approved_gates.clone(),
@@ -322,10 +351,10 @@ impl LoopExecutor {
                     .data(json!({"runId": run_id, "frontier": record.state.frontier})),
             );
         }
-        let cancel = CancellationToken::new();
-        lock(&self.active).insert(run_id.to_owned(), cancel.clone());
         let mut context = record.state.context.clone();
         let walked = async {
+            // Listed as live before the run's first write, so a crash after it is recovered.
+            records.put_record(LIVE, run_id, json!({}), None).await?;
             // The first write creates the record, or claims a stored one for this process.
             run.save(LoopRunStatus::Running, None, None).await?;
             let nowhere = At { step: None, tool: None, payload: json!({}) };
@@ -337,10 +366,24 @@ impl LoopExecutor {
             }
             run.govern(LifecycleHook::LoopEnd, &nowhere, &mut context).await
         };
+        // The lease is extended while a step runs longer than a third of it; a refusal
+        // (cancelled, or claimed by another server) stops the walk.
+        let renewing = async {
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                match run.checkpoints.renew(ttl / 3).await {
+                    Err(e @ (LoopError::Aborted | LoopError::Store(StoreError::LeaseLost { .. }))) => return e,
+                    Err(e) => tracing::warn!(run = run_id, code = e.code(), "loop run lease not renewed: {e}"),
+                    Ok(()) => {}
+                }
+            }
+        };
         let result = tokio::select! {
             walked = walked => walked,
             () = cancel.cancelled() => Err(LoopError::Aborted),
+            refused = renewing => Err(refused),
         };
+        let lost = matches!(result, Err(LoopError::Store(StoreError::LeaseLost { .. })));
         self.humans.forget(run_id);
         let last = lock(&run.last).clone();
         let result = match result {
@@ -383,12 +426,18 @@ impl LoopExecutor {
                 other
             }
         };
-        let result = match (run.save(status, None, failure).await, result) {
+        // A run another server took over is not written here any more.
+        let saved = if lost { None } else { Some(run.save(status, None, failure).await) };
+        let ended_here = matches!(saved, Some(Ok(()) | Err(LoopError::Aborted)));
+        let result = match (saved, result) {
             // A record changed elsewhere (cancelled over REST) keeps what was written there.
-            (Ok(()) | Err(LoopError::Aborted), result) => result,
-            (Err(e), Ok(_)) => Err(e),
-            (Err(_), failed) => failed,
+            (None | Some(Ok(()) | Err(LoopError::Aborted)), result) => result,
+            (Some(Err(e)), Ok(_)) => Err(e),
+            (Some(Err(_)), failed) => failed,
         };
+        if ended_here && let Err(e) = records.delete_record(LIVE, run_id, None).await {
+            tracing::warn!(run = run_id, code = e.code(), "ended loop run still listed live (recovery drops it): {e}");
+        }
         // Active until stored: a recovery scan never takes over a run this process still writes.
         lock(&self.active).remove(run_id);
         LoopFinished {
@@ -503,6 +552,8 @@ impl Run<'_> {
             agent_runs: lock(&self.agent_runs).clone(),
             approval_request_id: lock(&self.approval_request).clone(),
             approved_gates: self.approved.clone(),
+            // Filled in by the writer, which holds it.
+            lease: None,
         };
         self.checkpoints.save(record, &self.tracer).await
     }
@@ -531,6 +582,9 @@ impl Run<'_> {
         async move {
             let mut at = start.to_owned();
             while at != END {
+                // A server paused past its lease renews it before starting a step, and stops
+                // when another one claimed the run meanwhile.
+                self.checkpoints.hold().await?;
                 lock(&self.frontier).insert(at.clone());
                 if self.executed.fetch_add(1, Ordering::Relaxed) >= self.budget {
                     return Err(LoopError::StepBudgetExceeded(self.budget));

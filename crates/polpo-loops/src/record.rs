@@ -10,6 +10,15 @@
 //! writer's claim on the run (the revision its first write made, which no other writer can
 //! have), so a writer that crashed or lost the run never overwrites another's entries, and
 //! entries past the record's count are ignored: a resume neither duplicates nor loses one.
+//!
+//! A run has one executor at a time, across every server on one store: the record carries a
+//! lease ([`Lease`], the engine's: owner, expiry, fencing generation). Each executor's first
+//! write claims it with the next generation, its checkpoints extend it, a renewal rewrites it
+//! when no checkpoint did for a third of its time, and a run that stops or ends gives it up.
+//! Every write is a compare-and-set on the revision, so once another server claimed the run
+//! (after the lease lapsed) the former executor's next write is refused (`lease_lost`) and it
+//! stops; nor does it start a step past its lease without renewing it first. The ids of the
+//! runs not yet ended are kept in [`LIVE`], which the recovery passes of every server read.
 
 use crate::error::LoopError;
 use crate::trace::TraceEvent;
@@ -17,14 +26,20 @@ use crate::trace::Tracer;
 use polpo_core::loops::governance::Gate;
 use polpo_core::loops::router::ExecutionRoute;
 use polpo_core::message::Message;
-use polpo_store::{PageRequest, RecordStore, StoreError};
+use polpo_store::{Clock, Lease, PageRequest, RecordStore, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The store collection loop runs are kept in.
 pub const LOOP_RUNS: &str = "loop_runs";
+
+/// The ids of the loop runs that have not ended (one empty record each, written before the
+/// run's own first write and deleted after its last): what a recovery pass reads instead of
+/// every run ever stored. A hint only: the run's record decides.
+pub const LIVE: &str = "loop_runs.live";
 
 /// Trace entries a run record keeps before they move to a chunk of their own: bounds what a
 /// checkpoint writes, whatever the length of the run.
@@ -180,6 +195,11 @@ pub struct LoopRunRecord {
     /// Gates reviewers approved: a resume passes them instead of asking again.
     #[serde(default)]
     pub approved_gates: Vec<ApprovedGate>,
+    /// The server executing the run, until when, under which fencing generation: present
+    /// while it runs or waits for a person; another server takes the run over only once it
+    /// lapsed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
 }
 
 // Approval requests are one record for loop gates and hooks' tool calls, kept by the engine,
@@ -203,7 +223,21 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+impl LoopRunStatus {
+    /// Whether a run in this status has an executor, which holds its lease (it runs, or
+    /// waits for a person in that executor).
+    pub(crate) fn is_held(self) -> bool {
+        matches!(self, Self::Running | Self::AwaitingHuman)
+    }
+}
+
 impl LoopRunRecord {
+    /// Whether server `owner` may take this run over at `now`: nobody holds it, its lease
+    /// lapsed, or it is `owner`'s own from before a restart.
+    pub(crate) fn claimable_by(&self, owner: &str, now: chrono::DateTime<chrono::Utc>) -> bool {
+        self.lease.as_ref().is_none_or(|l| l.expires_at <= now || l.owner == owner)
+    }
+
     /// Whether API client `caller` sees this run (`None`: one that sees every run).
     pub fn visible_to(&self, caller: Option<&str>) -> bool {
         caller.is_none_or(|c| self.owner.as_deref() == Some(c))
@@ -256,11 +290,15 @@ struct TraceChunk {
     events: Vec<TraceEvent>,
 }
 
-/// A run's record writer: every write expects the revision the previous one made, so a
-/// change from elsewhere (a cancel, another server resuming it) stops this writer.
+/// A run's record writer, the holder of its lease: every write expects the revision the
+/// previous one made, so a change from elsewhere (a cancel, another server's claim) stops this
+/// writer — `aborted` after a cancel, `lease_lost` after a claim.
 pub(crate) struct Checkpoints {
     store: Arc<dyn RecordStore>,
+    clock: Arc<dyn Clock>,
     id: String,
+    /// How long the lease lives past each write.
+    ttl: Duration,
     written: tokio::sync::Mutex<Written>,
 }
 
@@ -272,19 +310,50 @@ struct Written {
     claim: Option<u64>,
     /// Trace entries stored apart.
     flushed: u64,
+    /// This writer's lease (its expiry as last written).
+    lease: Lease,
 }
 
 impl Checkpoints {
-    /// The writer of run `id`, whose record is at `revision` (0: not written yet) with its
-    /// first `flushed` trace entries stored apart.
-    pub(crate) fn new(store: Arc<dyn RecordStore>, id: &str, revision: u64, flushed: u64) -> Self {
-        Self { store, id: id.to_owned(), written: tokio::sync::Mutex::new(Written { revision, claim: None, flushed }) }
+    /// The writer of run `id` for server `owner`, whose record is at `revision` (0: not
+    /// written yet) with its first `flushed` trace entries stored apart and lease `previous`;
+    /// its first write claims the run with the next fencing generation, for `ttl`.
+    pub(crate) fn new(
+        store: Arc<dyn RecordStore>,
+        clock: Arc<dyn Clock>,
+        id: &str,
+        (revision, flushed): (u64, u64),
+        (owner, previous, ttl): (&str, Option<&Lease>, Duration),
+    ) -> Self {
+        let lease = Lease {
+            run_id: id.to_owned(),
+            owner: owner.to_owned(),
+            expires_at: clock.now(),
+            generation: previous.map_or(0, |l| l.generation) + 1,
+        };
+        let written = Written { revision, claim: None, flushed, lease };
+        Self { store, clock, id: id.to_owned(), ttl, written: tokio::sync::Mutex::new(written) }
     }
 
-    /// Write `record`, with `tracer`'s entries, over the revision this writer last wrote; a
-    /// conflict means the run was taken out of this writer's hands (`aborted`). Once the
-    /// entries not yet stored apart reach [`TRACE_TAIL_MAX`], they go first to a chunk of
-    /// their own (never on the first write: the writer has no claim yet to name it by).
+    /// The lease's expiry if written now.
+    fn expiry(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now() + chrono::Duration::from_std(self.ttl).unwrap_or(chrono::Duration::MAX)
+    }
+
+    /// Why a write expecting this writer's revision was refused: the run was cancelled
+    /// (`aborted`), or another server claimed it (`lease_lost`).
+    async fn refused(&self, lease: &Lease) -> LoopError {
+        match self.store.get_record(LOOP_RUNS, &self.id).await {
+            Ok(Some(stored)) if stored.value.get("status") == Some(&Value::from("cancelled")) => LoopError::Aborted,
+            Ok(_) => LoopError::Store(StoreError::LeaseLost { run_id: self.id.clone(), owner: lease.owner.clone() }),
+            Err(e) => LoopError::Store(e),
+        }
+    }
+
+    /// Write `record`, with `tracer`'s entries and this writer's lease (given up when its
+    /// status has no executor), over the revision this writer last wrote. Once the entries
+    /// not yet stored apart reach [`TRACE_TAIL_MAX`], they go first to a chunk of their own
+    /// (never on the first write: the writer has no claim yet to name it by).
     pub(crate) async fn save(&self, mut record: LoopRunRecord, tracer: &Tracer<'_>) -> Result<(), LoopError> {
         let mut written = self.written.lock().await;
         let mut flushed = written.flushed;
@@ -300,15 +369,53 @@ impl Checkpoints {
         }
         record.trace = tail;
         record.trace_flushed = flushed;
+        let lease = Lease { expires_at: self.expiry(), ..written.lease.clone() };
+        record.lease = record.status.is_held().then(|| lease.clone());
         let value = serde_json::to_value(&record).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
         match self.store.put_record(LOOP_RUNS, &self.id, value, Some(written.revision)).await {
             Ok(stored) => {
                 written.revision = stored.revision;
                 written.claim.get_or_insert(stored.revision);
                 written.flushed = flushed;
+                written.lease = lease;
                 Ok(())
             }
-            Err(StoreError::Conflict(_)) => Err(LoopError::Aborted),
+            Err(StoreError::Conflict(_)) => Err(self.refused(&written.lease).await),
+            Err(e) => Err(LoopError::Store(e)),
+        }
+    }
+
+    /// Make sure this writer still holds the run before it acts: a lease that lapsed (the
+    /// process was paused past it) is renewed first, refused once another server claimed it.
+    pub(crate) async fn hold(&self) -> Result<(), LoopError> {
+        self.renew(self.ttl).await
+    }
+
+    /// Extend the lease (the record as stored, its expiry moved) unless the last write did
+    /// so less than `within` ago; refused as [`Checkpoints::save`] is when the run was
+    /// cancelled or claimed elsewhere since this writer's last write.
+    pub(crate) async fn renew(&self, within: Duration) -> Result<(), LoopError> {
+        let mut written = self.written.lock().await;
+        let since = self.clock.now() + chrono::Duration::from_std(self.ttl.saturating_sub(within)).unwrap_or_default();
+        if written.claim.is_none() || written.lease.expires_at > since {
+            return Ok(());
+        }
+        let mut stored = match self.store.get_record(LOOP_RUNS, &self.id).await? {
+            Some(stored) if stored.revision == written.revision => stored,
+            _ => return Err(self.refused(&written.lease).await),
+        };
+        if stored.value.get("lease").is_none_or(Value::is_null) {
+            return Ok(());
+        }
+        let lease = Lease { expires_at: self.expiry(), ..written.lease.clone() };
+        stored.value["lease"] = serde_json::to_value(&lease).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
+        match self.store.put_record(LOOP_RUNS, &self.id, stored.value, Some(written.revision)).await {
+            Ok(renewed) => {
+                written.revision = renewed.revision;
+                written.lease = lease;
+                Ok(())
+            }
+            Err(StoreError::Conflict(_)) => Err(self.refused(&written.lease).await),
             Err(e) => Err(LoopError::Store(e)),
         }
     }

@@ -10,7 +10,7 @@ use polpo_engine::structured::ResponseFormat;
 use polpo_engine::{ChatInput, Loaded, LoopContext, Runtime, Surface};
 use polpo_llm::Providers;
 use polpo_loops::{LoopExecutor, LoopFinished, LoopOptions, LoopRequest, TraceEvent, TraceKind};
-use polpo_store::{StoreKind, SystemClock, open_store};
+use polpo_store::{ManualClock, StoreKind, SystemClock, open_store};
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -716,8 +716,11 @@ async fn a_resumed_long_run_reads_its_trace_back_whole_without_uncounted_entries
     let (dir, runtime) =
         runtime_with(&llm, settings.clone(), json!({}), &[("long", json!({"start": "s0", "steps": steps}))], &[]).await;
     std::fs::write(dir.path().join("f.txt"), "data").unwrap();
+    // Both processes are the same worker (`--worker-id`), so the restarted one takes its runs
+    // back without waiting for their leases to lapse.
+    let worker = || "worker-1".to_owned();
     let exec = Arc::new(LoopExecutor::new(
-        RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) }),
+        RunManager::with_owner(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) }, worker()),
         LoopOptions { step_budget: 100 },
     ));
     let (run_id, running, mut asked) = suspended(&exec);
@@ -757,7 +760,7 @@ async fn a_resumed_long_run_reads_its_trace_back_whole_without_uncounted_entries
     let store = open_store(StoreKind::Sqlite, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
     let runtime =
         Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store));
-    let runs = RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) });
+    let runs = RunManager::with_owner(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) }, worker());
     let again = Arc::new(LoopExecutor::new(runs, LoopOptions { step_budget: 100 }));
     assert_eq!(again.recover().await.unwrap(), 1);
     stored(again.clone(), run_id.clone(), polpo_loops::LoopRunStatus::AwaitingHuman, true).await;
@@ -778,4 +781,91 @@ async fn a_resumed_long_run_reads_its_trace_back_whole_without_uncounted_entries
     );
     assert_eq!((count(TraceKind::LoopStart), count(TraceKind::LoopResume), count(TraceKind::LoopEnd)), (1, 1, 1));
     assert_eq!(count(TraceKind::HumanRequest), 2, "asked before the crash and again after the resume");
+}
+
+/// Stored run `id` once `done` holds for it (polled every 5 ms, 30 s at most).
+async fn stored_when(
+    exec: &LoopExecutor,
+    id: &str,
+    done: impl Fn(&polpo_loops::LoopRunRecord) -> bool,
+) -> polpo_loops::LoopRunRecord {
+    let polled = tokio::time::timeout(Duration::from_secs(30), async {
+        let mut every = tokio::time::interval(Duration::from_millis(5));
+        loop {
+            every.tick().await;
+            if let Ok(run) = exec.stored_run(id, None).await
+                && done(&run.record)
+            {
+                return run.record;
+            }
+        }
+    });
+    polled.await.expect("the run reaches the state")
+}
+
+/// Two servers on one store. A runs a loop to its human step and holds the run's lease; B,
+/// whose clock is past A's lease (as if A had been paused that long), takes the run over. A's
+/// next renewal is refused (`lease_lost`): it stops there without writing, and its human step
+/// waits for nobody. B goes on from A's last checkpoint — the tool step before it is not run
+/// again — and finishes the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_claimed_by_another_server_is_fenced_off_from_the_one_that_held_it() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let config = json!({"start": "note", "steps": {
+        "note": {"type": "tool", "tool": "write", "input": {"path": "note.txt", "content": "once"}, "next": "ask"},
+        "ask": {"type": "human", "next": "end"}
+    }});
+    let settings = json!({"storage": "sqlite", "chatExecution": "inline"});
+    let (dir, runtime) =
+        runtime_with(&llm, settings, json!({"allowedTools": ["write"]}), &[("flow", config)], &[]).await;
+    let a_runs = RunManager::with_owner(runtime, RunOptions { lease_ttl: Duration::from_millis(300) }, "a".into());
+    let a = Arc::new(LoopExecutor::new(a_runs, LoopOptions::default()));
+    let (run_id, running, mut asked) = suspended(&a);
+    asked.recv().await.unwrap();
+    let held = stored_when(&a, &run_id, |r| r.status == polpo_loops::LoopRunStatus::AwaitingHuman).await;
+    let lease = held.lease.expect("a waiting run is leased");
+    assert_eq!((lease.owner.as_str(), lease.generation), ("a", 1));
+
+    let project = polpo_project::load_project(dir.path()).unwrap();
+    let later = Arc::new(ManualClock::new(chrono::Utc::now() + chrono::Duration::hours(1)));
+    let store = open_store(StoreKind::Sqlite, dir.path(), None, later).await.unwrap();
+    let runtime =
+        Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store));
+    let b_runs = RunManager::with_owner(runtime, RunOptions { lease_ttl: Duration::from_secs(5) }, "b".into());
+    let b = Arc::new(LoopExecutor::new(b_runs, LoopOptions::default()));
+    // A renews every 100 ms, so a claim can lose the race to a renewal: B passes until it wins.
+    let claimed = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            b.recover().await.unwrap();
+            let run = b.stored_run(&run_id, None).await.unwrap().record;
+            if run.lease.as_ref().is_some_and(|l| l.owner == "b") {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("B takes the run over");
+    assert!(claimed.lease.unwrap().generation > 1, "each claim takes the next fencing generation");
+
+    let fenced = tokio::time::timeout(Duration::from_secs(30), running).await.unwrap().unwrap();
+    assert_eq!(code(&fenced), "lease_lost", "{:?}", fenced.result);
+    assert!(!a.humans().is_waiting(&run_id), "A's human step waits for nobody");
+    assert_eq!(a.humans().answer(&run_id, None, json!("late")).unwrap_err().code(), "loop_run_not_found");
+
+    let waiting = stored_when(&b, &run_id, |r| {
+        r.status == polpo_loops::LoopRunStatus::AwaitingHuman && r.trace.iter().any(|e| e.kind == TraceKind::LoopResume)
+    })
+    .await;
+    assert_eq!(waiting.state.frontier, vec!["ask".to_owned()]);
+    stored_when(&b, &run_id, |_| b.humans().is_waiting(&run_id)).await;
+    b.humans().answer(&run_id, None, json!({"ok": true})).unwrap();
+    let done = stored_when(&b, &run_id, |r| r.status == polpo_loops::LoopRunStatus::Completed).await;
+    assert_eq!(done.output, Some(json!({"ok": true})));
+    assert!(done.lease.is_none(), "an ended run holds no lease");
+    let count = |kind: TraceKind| done.trace.iter().filter(|e| e.kind == kind).count();
+    assert_eq!(count(TraceKind::ToolCall), 1, "the tool step before the checkpoint ran once");
+    assert_eq!((count(TraceKind::LoopResume), count(TraceKind::LoopError)), (1, 0), "nothing of A's after the claim");
+    assert_eq!(std::fs::read_to_string(dir.path().join("note.txt")).unwrap(), "once");
+    assert_eq!(b.recover().await.unwrap(), 0, "an ended run is not listed live");
 }
