@@ -11,6 +11,7 @@
 //! Nothing here mounts routes or touches a prompt: a host wires what it wants.
 
 mod fusion;
+pub mod learning;
 pub mod tools;
 
 use std::sync::Arc;
