@@ -2,7 +2,8 @@
 //! connected again when the link is found broken (a crashed stdio server, a dropped HTTP
 //! session), so one failure costs one call, not the rest of the server's life.
 
-use crate::spec::ServerSpec;
+use crate::spec::{HttpWire, ServerSpec};
+use crate::sse::LegacySse;
 use crate::tool::{Listing, Remote};
 use polpo_tools::sandbox::{CommandSpec, Confinement, Program, Service, scrubbed_env, spawn_service};
 use polpo_tools::{ToolContext, ToolError};
@@ -178,7 +179,9 @@ impl Connection {
     async fn connect(&self, ctx: &ToolContext) -> Result<(Live, Listing), ToolError> {
         let live = match &self.filled_spec()? {
             ServerSpec::Stdio { command, args, env } => self.start_stdio(ctx, command, args, env).await?,
-            ServerSpec::Http { url, headers } => Live { client: self.open_http(url, headers).await?, process: None },
+            ServerSpec::Http { url, headers, wire } => {
+                Live { client: self.open_http(url, headers, *wire).await?, process: None }
+            }
         };
         let listed = live.client.peer().list_all_tools().await.map_err(|e| unavailable(&self.name, &e.to_string()))?;
         let me: Weak<dyn Remote> = self.me.clone();
@@ -232,10 +235,12 @@ impl Connection {
         }
     }
 
+    /// Connect over streamable HTTP (rmcp's client) or the legacy SSE transport ([`LegacySse`]).
     async fn open_http(
         &self,
         url: &str,
         headers: &std::collections::BTreeMap<String, String>,
+        wire: HttpWire,
     ) -> Result<RunningService<RoleClient, ()>, ToolError> {
         polpo_tools::net::install_crypto_provider();
         let mut sent = HashMap::new();
@@ -257,10 +262,19 @@ impl Connection {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .map_err(|e| unavailable(&self.name, &e.without_url().to_string()))?;
-        let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(sent);
-        ().serve(StreamableHttpClientTransport::with_client(client, config))
-            .await
-            .map_err(|e| unavailable(&self.name, &e.to_string()))
+        let served = match wire {
+            HttpWire::Streamable => {
+                let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).custom_headers(sent);
+                ().serve(StreamableHttpClientTransport::with_client(client, config)).await
+            }
+            HttpWire::LegacySse => {
+                let transport = LegacySse::connect(client, url, sent.into_iter().collect())
+                    .await
+                    .map_err(|e| unavailable(&self.name, &e.to_string()))?;
+                ().serve(transport).await
+            }
+        };
+        served.map_err(|e| unavailable(&self.name, &e.to_string()))
     }
 
     /// Forget a broken link; the next call connects again.

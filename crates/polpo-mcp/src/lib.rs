@@ -2,7 +2,8 @@
 //!
 //! As a client ([`McpClients`]): the servers an agent lists in `mcpServers` are connected on
 //! first use, shared by every invocation and agent naming the same server, reconnected after a
-//! failure, and their tools enter the agent's tool set as `mcp__<server>__<tool>` — under the
+//! failure (stdio, streamable HTTP, and the legacy HTTP+SSE transport in `sse`, which rmcp no
+//! longer ships), and their tools enter the agent's tool set as `mcp__<server>__<tool>` — under the
 //! same policy, hooks and schema checks as built-in tools. stdio servers run in the `bash`
 //! sandbox and stop with Polpo.
 //!
@@ -14,9 +15,10 @@ mod clients;
 mod connection;
 mod server;
 mod spec;
+mod sse;
 mod tool;
 
 pub use clients::{McpClients, ServerStatus};
 pub use server::{McpCaller, PolpoMcpServer};
-pub use spec::{ServerSpec, SpecError};
+pub use spec::{HttpWire, ServerSpec, SpecError};
 pub use tool::{MAX_RESULT_BYTES, MAX_SCHEMA_BYTES, tool_name};

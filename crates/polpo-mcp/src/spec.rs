@@ -19,20 +19,32 @@ pub enum ServerSpec {
         /// Extra environment on top of the sandbox's allow-list.
         env: BTreeMap<String, String>,
     },
-    /// Streamable HTTP.
+    /// A server reached over HTTP.
     Http {
-        /// Endpoint.
+        /// Endpoint: the streamable-HTTP URL, or the legacy SSE stream's.
         url: String,
         /// Headers sent with every request.
         headers: BTreeMap<String, String>,
+        /// Which of the two HTTP transports the server speaks.
+        wire: HttpWire,
     },
+}
+
+/// The MCP transports over HTTP: configs still name the legacy one (`"type": "sse"`), which
+/// older servers are the only ones to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum HttpWire {
+    /// Streamable HTTP (`"type": "http"`), spoken by rmcp's own client.
+    Streamable,
+    /// The 2024-11-05 HTTP+SSE transport (`"type": "sse"`): a GET stream plus POSTed messages.
+    LegacySse,
 }
 
 /// Why an entry cannot be connected; `code` is stable snake_case.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{code}: {message}")]
 pub struct SpecError {
-    /// `feature_unavailable` (legacy SSE) or `invalid_mcp_server`.
+    /// `invalid_mcp_server`.
     pub code: &'static str,
     /// A sentence naming the server.
     pub message: String,
@@ -52,19 +64,15 @@ impl ServerSpec {
                     env: server.env.clone().unwrap_or_default(),
                 })
             }
-            McpTransport::Http => {
-                let url = server.url.clone().ok_or_else(|| invalid("an http server needs `url`"))?;
+            McpTransport::Http | McpTransport::Sse => {
+                let url = server.url.clone().ok_or_else(|| invalid("an http or sse server needs `url`"))?;
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err(invalid("`url` must be http:// or https://"));
                 }
-                Ok(Self::Http { url, headers: server.headers.clone().unwrap_or_default() })
+                let wire =
+                    if server.transport == McpTransport::Sse { HttpWire::LegacySse } else { HttpWire::Streamable };
+                Ok(Self::Http { url, headers: server.headers.clone().unwrap_or_default(), wire })
             }
-            McpTransport::Sse => Err(SpecError {
-                code: "feature_unavailable",
-                message: format!(
-                    "MCP server `{name}` uses the legacy `sse` transport, which the MCP SDK no longer speaks: use `\"type\": \"http\"` (streamable HTTP)"
-                ),
-            }),
         }
     }
 
@@ -74,7 +82,7 @@ impl ServerSpec {
         let has = |v: &String| v.contains(VAULT_REFERENCE);
         match self {
             Self::Stdio { args, env, .. } => args.iter().chain(env.values()).any(has),
-            Self::Http { url, headers } => has(url) || headers.values().any(has),
+            Self::Http { url, headers, .. } => has(url) || headers.values().any(has),
         }
     }
 
@@ -91,7 +99,7 @@ impl ServerSpec {
                 args: args.iter().map(|a| fill(a)).collect::<Result<_, E>>()?,
                 env: map(env)?,
             },
-            Self::Http { url, headers } => Self::Http { url: fill(url)?, headers: map(headers)? },
+            Self::Http { url, headers, wire } => Self::Http { url: fill(url)?, headers: map(headers)?, wire: *wire },
         })
     }
 
@@ -105,11 +113,12 @@ impl ServerSpec {
         }
     }
 
-    /// `stdio` or `http`.
+    /// `stdio`, `http` or `sse`, as the config names it.
     pub fn transport(&self) -> &'static str {
         match self {
             Self::Stdio { .. } => "stdio",
-            Self::Http { .. } => "http",
+            Self::Http { wire: HttpWire::Streamable, .. } => "http",
+            Self::Http { wire: HttpWire::LegacySse, .. } => "sse",
         }
     }
 }
@@ -129,12 +138,16 @@ mod tests {
         assert_eq!(stdio.as_ref().map(ServerSpec::target), Ok("srv -v".to_owned()));
         let http = spec(json!({"type": "http", "url": "https://mcp.test/mcp", "headers": {"X-Team": "a"}}));
         assert_eq!(http.as_ref().map(ServerSpec::transport), Ok("http"));
+        let sse = spec(json!({"type": "sse", "url": "https://mcp.test/sse", "headers": {"X-Team": "a"}}));
+        assert_eq!(sse.as_ref().map(ServerSpec::transport), Ok("sse"));
+        assert_eq!(sse.as_ref().map(ServerSpec::target), Ok("https://mcp.test/sse".to_owned()));
     }
 
     #[test]
     fn what_cannot_be_connected_is_refused_with_a_code() {
         let code = |entry| spec(entry).err().map(|e| e.code);
-        assert_eq!(code(json!({"type": "sse", "url": "https://mcp.test/sse"})), Some("feature_unavailable"));
+        assert_eq!(code(json!({"type": "sse"})), Some("invalid_mcp_server"));
+        assert_eq!(code(json!({"type": "sse", "url": "ws://mcp.test/sse"})), Some("invalid_mcp_server"));
         assert_eq!(code(json!({"type": "stdio"})), Some("invalid_mcp_server"));
         assert_eq!(code(json!({"type": "http", "url": "file:///etc/passwd"})), Some("invalid_mcp_server"));
     }

@@ -19,6 +19,7 @@
 mod anthropic;
 mod embeddings;
 pub mod mcp_demo;
+pub mod mcp_sse;
 mod openai;
 pub mod pg;
 mod project;
