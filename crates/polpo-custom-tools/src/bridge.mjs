@@ -1,5 +1,8 @@
 // The bridge between Polpo and a tool written with defineTool(...): reads one JSON request on
 // stdin, runs the tool's execute(ctx, params) and writes one JSON answer on stdout.
+// Node's stdio and Buffer are imported by their `node:` names, which Deno and Bun provide too.
+import process from "node:process";
+import { Buffer } from "node:buffer";
 import tool from "./__ENTRY__";
 
 const freeze = (value) => {

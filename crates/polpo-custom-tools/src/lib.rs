@@ -5,8 +5,9 @@
 //! bindings from the immutable invocation (`serverBindings`, validated by `bindingsSchema`) and
 //! resolves each Connection slot to headers; any failure stops the call before tool code runs.
 //! The entrypoint then runs as a sandboxed process speaking JSON over stdin/stdout
-//! ([`run`]); `index.ts|.js|.mjs` written with `defineTool(...)` runs under Node through a
-//! small bridge, its TypeScript stripped in Rust first ([`strip`]).
+//! ([`run`]); `index.ts|.js|.mjs` written with `defineTool(...)` runs under Node (or Deno or
+//! Bun, as `settings.customTools.runtime` says: [`JsRuntime`]) through a small bridge, its
+//! TypeScript stripped in Rust first ([`strip`]).
 
 pub mod manifest;
 pub mod run;
@@ -32,7 +33,8 @@ pub enum CustomToolError {
     /// Hidden bindings missing or failing `bindingsSchema`.
     #[error("tool_binding_invalid: {0}")]
     BindingInvalid(String),
-    /// No JS runtime (Node ≥ 20) for a JavaScript or TypeScript entrypoint.
+    /// No JS runtime (Node ≥ 20, or the configured Deno or Bun) for a JavaScript or
+    /// TypeScript entrypoint.
     #[error("custom_tool_runtime_unavailable: {0}")]
     RuntimeUnavailable(String),
     /// The tool's source does not transpile, or imports something it may not.

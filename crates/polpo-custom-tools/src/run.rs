@@ -6,6 +6,7 @@
 use crate::manifest::ToolDir;
 use crate::{CustomToolError, strip};
 use polpo_connections::Connections;
+use polpo_core::config::settings::JsRuntimeName;
 use polpo_core::tool::{ToolEffect, ToolSpec};
 use polpo_tools::sandbox::{CommandSpec, Confinement, Program, Termination, run_command, scrubbed_env};
 use polpo_tools::{Tool, ToolContext, ToolError, ToolOutput};
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Oldest Node major version the bridge runs on.
+/// Oldest Node major version the bridge runs on (Deno and Bun: any that runs it).
 pub const MIN_NODE_MAJOR: u32 = 20;
 /// Output bytes read from a tool process.
 const OUTPUT_CAP: usize = 1024 * 1024;
@@ -23,41 +24,116 @@ const BRIDGE: &str = include_str!("bridge.mjs");
 const TOOLS_MODULE: &str = include_str!("tools.mjs");
 const TYPEBOX_MODULE: &str = include_str!("typebox.mjs");
 
-/// The JS runtime found on this machine.
+/// The JS runtime found on this machine, the one `settings.customTools.runtime` names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JsRuntime {
-    /// The `node` executable.
-    pub node: PathBuf,
-    /// Its major version.
-    pub major: u32,
+    /// Which runtime it is.
+    pub name: JsRuntimeName,
+    /// Its executable.
+    pub program: PathBuf,
+    /// The first line of what `--version` printed.
+    pub version: String,
 }
 
 impl JsRuntime {
-    /// `node` from `POLPO_NODE` or `PATH`, at least version 20; otherwise
-    /// `custom_tool_runtime_unavailable` (reported when tools are validated, never a crash).
+    /// Node, as [`JsRuntime::configured`] finds it.
     pub fn detect() -> Result<Self, CustomToolError> {
+        Self::configured(JsRuntimeName::Node)
+    }
+
+    /// Runtime `name` from `POLPO_NODE` / `POLPO_DENO` / `POLPO_BUN` when set, else from `PATH`.
+    /// Missing, not runnable, or a Node older than 20 is `custom_tool_runtime_unavailable`,
+    /// which `polpo tools validate` reports and a call answers (never a crash).
+    pub fn configured(name: JsRuntimeName) -> Result<Self, CustomToolError> {
+        let chosen = std::env::var_os(format!("POLPO_{}", name.as_str().to_ascii_uppercase()));
+        match chosen {
+            Some(program) => Self::at(name, PathBuf::from(program)),
+            None => Self::find(name, &std::env::var_os("PATH").unwrap_or_default()),
+        }
+    }
+
+    /// Runtime `name` as the first executable of its name in the directories of `path` (a
+    /// `PATH`-style list).
+    pub fn find(name: JsRuntimeName, path: &std::ffi::OsStr) -> Result<Self, CustomToolError> {
+        let exe = name.as_str();
+        let program = std::env::split_paths(path).map(|d| d.join(exe)).find(|p| is_executable(p)).ok_or_else(|| {
+            CustomToolError::RuntimeUnavailable(format!(
+                "JavaScript and TypeScript tools run under `{exe}` (settings.customTools.runtime), which is not on PATH"
+            ))
+        })?;
+        Self::at(name, program)
+    }
+
+    fn at(name: JsRuntimeName, program: PathBuf) -> Result<Self, CustomToolError> {
         let unavailable = |m: String| CustomToolError::RuntimeUnavailable(m);
-        let node = std::env::var_os("POLPO_NODE")
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("PATH")
-                    .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("node")).find(|p| p.is_file()))
-            })
-            .ok_or_else(|| unavailable("no `node` (≥ 20) on PATH for JavaScript and TypeScript tools".into()))?;
-        let output = std::process::Command::new(&node)
+        let output = std::process::Command::new(&program)
             .arg("--version")
             .output()
-            .map_err(|e| unavailable(format!("{} cannot run: {e}", node.display())))?;
-        let version = String::from_utf8_lossy(&output.stdout).trim().to_string();
-        let major = version.trim_start_matches('v').split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
-        if major < MIN_NODE_MAJOR {
-            return Err(unavailable(format!(
-                "{} is {version}; custom tools need Node ≥ {MIN_NODE_MAJOR}",
-                node.display()
-            )));
+            .map_err(|e| unavailable(format!("{} cannot run: {e}", program.display())))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let version = stdout.lines().next().unwrap_or_default().trim().to_owned();
+        if !output.status.success() || version.is_empty() {
+            return Err(unavailable(format!("{} --version failed", program.display())));
         }
-        Ok(Self { node, major })
+        if name == JsRuntimeName::Node {
+            let major: u32 =
+                version.trim_start_matches('v').split('.').next().and_then(|m| m.parse().ok()).unwrap_or(0);
+            if major < MIN_NODE_MAJOR {
+                return Err(unavailable(format!(
+                    "{} is {version}; custom tools need Node ≥ {MIN_NODE_MAJOR}",
+                    program.display()
+                )));
+            }
+        }
+        // Resolved, so the sandbox can let exactly this program be read and run.
+        let program = std::fs::canonicalize(&program).unwrap_or(program);
+        Ok(Self { name, program, version })
     }
+
+    /// The command line that runs `bridge` (a file of `scratch`, the working directory, which
+    /// holds the compiled tool and nothing else).
+    fn argv(&self, scratch: &Path, bridge: &str) -> Vec<String> {
+        let flags: Vec<String> = match self.name {
+            // Without the Wasm trap handler V8 reserves no 10 GiB guard regions, so `fetch`
+            // (whose HTTP parser is Wasm) works under the sandbox's address-space limit.
+            JsRuntimeName::Node => vec!["--no-warnings".into(), "--disable-wasm-trap-handler".into()],
+            // Deno's permissions: read the compiled tool, reach the network (what tools are
+            // for); no prompt, no config or lock file, no remote or npm module.
+            JsRuntimeName::Deno => [
+                "run",
+                "--quiet",
+                "--no-prompt",
+                "--no-config",
+                "--no-lock",
+                "--no-remote",
+                "--no-npm",
+                &format!("--allow-read={}", scratch.display()),
+                "--allow-net",
+            ]
+            .map(String::from)
+            .to_vec(),
+            // Never install a missing package from the registry on the fly.
+            JsRuntimeName::Bun => vec!["run".into(), "--no-install".into()],
+        };
+        std::iter::once(self.program.display().to_string()).chain(flags).chain([bridge.to_owned()]).collect()
+    }
+
+    /// Environment the runtime needs beyond the sandbox's allow-list: Deno keeps its cache in
+    /// the scratch directory (the only one it may write) and does not look for updates.
+    fn env(&self, scratch: &Path) -> Vec<(String, String)> {
+        match self.name {
+            JsRuntimeName::Deno => vec![
+                ("DENO_DIR".into(), scratch.join(".deno").display().to_string()),
+                ("DENO_NO_UPDATE_CHECK".into(), "1".into()),
+            ],
+            JsRuntimeName::Node | JsRuntimeName::Bun => Vec::new(),
+        }
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// A custom tool as the runtime registers it.
@@ -119,7 +195,7 @@ impl CustomTool {
         });
         let scratch =
             tempfile::Builder::new().prefix("polpo-tool-").tempdir().map_err(|e| CustomToolError::Io(e.to_string()))?;
-        let program = if self.tool.is_javascript() {
+        let launch = if self.tool.is_javascript() {
             let runtime = self.runtime.as_ref().map_err(Clone::clone)?;
             let entry = strip::compile_tree(&self.tool.dir, &self.tool.entrypoint, scratch.path())?;
             let entry = entry.strip_prefix(scratch.path()).unwrap_or(&entry).display().to_string();
@@ -129,32 +205,36 @@ impl CustomTool {
             write("__polpo_bridge.mjs", &BRIDGE.replace("./__ENTRY__", &format!("./{entry}")))?;
             write(strip::BRIDGED[0].1, TOOLS_MODULE)?;
             write(strip::BRIDGED[1].1, TYPEBOX_MODULE)?;
-            // Without the Wasm trap handler V8 reserves no 10 GiB guard regions, so `fetch` (whose
-            // HTTP parser is Wasm) works under the sandbox's address-space limit.
-            let flags = ["--no-warnings", "--disable-wasm-trap-handler", "__polpo_bridge.mjs"];
-            std::iter::once(runtime.node.display().to_string()).chain(flags.map(String::from)).collect()
+            Launch {
+                argv: runtime.argv(scratch.path(), "__polpo_bridge.mjs"),
+                env: runtime.env(scratch.path()),
+                program: Some(&runtime.program),
+            }
         } else {
-            vec![self.tool.entrypoint.display().to_string()]
+            Launch { argv: vec![self.tool.entrypoint.display().to_string()], env: Vec::new(), program: None }
         };
-        self.run(ctx, program, scratch.path(), request).await
+        self.run(ctx, launch, scratch.path(), request).await
     }
 
-    /// Run `argv` in `cwd`, confined like `bash`, with `request` on stdin.
+    /// Run `launch` in `cwd`, confined like `bash`, with `request` on stdin.
     async fn run(
         &self,
         ctx: &ToolContext,
-        argv: Vec<String>,
+        launch: Launch<'_>,
         cwd: &Path,
         request: Value,
     ) -> Result<String, CustomToolError> {
-        let mut confinement =
-            Confinement::of(ctx, vec![self.tool.dir.clone()]).map_err(|e| CustomToolError::Failed(e.to_string()))?;
+        // The tool's folder, and the JS runtime wherever it is installed (a Deno or Bun in the
+        // user's home, say); nothing else outside the system directories.
+        let readable = std::iter::once(self.tool.dir.clone()).chain(launch.program.cloned()).collect();
+        let mut confinement = Confinement::of(ctx, readable).map_err(|e| CustomToolError::Failed(e.to_string()))?;
         // It writes only its scratch directory, not the agent's workspace.
         confinement.writable = vec![cwd.to_path_buf()];
         let timeout_ms = self.tool.timeout_ms();
-        let mut run = CommandSpec::new(Program::Argv(argv), cwd);
+        let mut run = CommandSpec::new(Program::Argv(launch.argv), cwd);
         run.confinement = Some(confinement);
         run.env = scrubbed_env(&ctx.env_allow);
+        run.env.extend(launch.env);
         run.stdin = Some(serde_json::to_vec(&request).map_err(|e| CustomToolError::Failed(e.to_string()))?);
         run.timeout = Duration::from_millis(timeout_ms);
         run.output_cap = OUTPUT_CAP;
@@ -181,6 +261,14 @@ impl CustomTool {
             _ => Err(CustomToolError::Failed("the tool's answer is not {ok, result} or {ok: false, error}".into())),
         }
     }
+}
+
+/// What starts a tool's process: its command line, environment beyond the allow-list, and
+/// the program to let the sandbox read when it lives outside the system directories.
+struct Launch<'a> {
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    program: Option<&'a PathBuf>,
 }
 
 #[async_trait::async_trait]

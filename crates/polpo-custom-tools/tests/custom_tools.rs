@@ -123,3 +123,60 @@ async fn typescript_is_stripped_and_unsafe_imports_are_refused_before_running() 
     let err = missing.call(&context(dir.path(), json!({})), json!({"n": 1})).await.unwrap_err();
     assert_eq!(err.code, "custom_tool_runtime_unavailable");
 }
+
+/// A stand-in `deno` or `bun` written into `bin` (neither is installed here): it answers
+/// `--version`, and otherwise hands the bridge (its last argument) to the real Node, exporting
+/// the command line it was given so the tool can show it.
+fn runtime_shim(bin: &Path, name: &str, node: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let script = format!(
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo \"{name} 9.9.9 (shim)\"; exit 0; fi\nfor bridge; do :; done\nPOLPO_SHIM_ARGV=\"$*\" exec {} --no-warnings \"$bridge\"\n",
+        node.display()
+    );
+    let path = bin.join(name);
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[tokio::test]
+async fn a_configured_deno_or_bun_runs_the_bridge_with_its_own_command_line() {
+    use polpo_core::config::settings::JsRuntimeName;
+    let node = JsRuntime::detect().unwrap().program;
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let argv = write_tool(
+        dir.path(),
+        "argv",
+        "import { defineTool } from \"@polpo-ai/tools\";\nexport default defineTool({ name: \"argv\", async execute() { return process.env.POLPO_SHIM_ARGV ?? \"no shim\"; } });\n",
+    );
+    let runtimes = [JsRuntimeName::Deno, JsRuntimeName::Bun];
+
+    // Configured but not on PATH: validation says so, and so does a call, before any code runs.
+    for name in runtimes {
+        let err = JsRuntime::find(name, bin.as_os_str()).unwrap_err();
+        assert_eq!(err.code(), "custom_tool_runtime_unavailable");
+        assert!(err.to_string().contains(&format!("`{}`", name.as_str())), "{err}");
+        let tool = CustomTool::new(ToolDir::load(&argv).unwrap(), no_connections(dir.path()), Err(err));
+        assert_eq!(tool.check().unwrap_err().code(), "custom_tool_runtime_unavailable");
+        let err = tool.call(&context(dir.path(), json!({})), json!({})).await.unwrap_err();
+        assert_eq!(err.code, "custom_tool_runtime_unavailable");
+    }
+
+    for name in runtimes {
+        runtime_shim(&bin, name.as_str(), &node);
+        let runtime = JsRuntime::find(name, bin.as_os_str()).unwrap();
+        assert_eq!(runtime.version, format!("{} 9.9.9 (shim)", name.as_str()));
+        let tool = CustomTool::new(ToolDir::load(&argv).unwrap(), no_connections(dir.path()), Ok(runtime));
+        tool.check().unwrap();
+        let seen = tool.call(&context(dir.path(), json!({})), json!({})).await.unwrap().text;
+        match name {
+            JsRuntimeName::Deno => {
+                let prefix = "run --quiet --no-prompt --no-config --no-lock --no-remote --no-npm --allow-read=/";
+                assert!(seen.starts_with(prefix), "{seen}");
+                assert!(seen.ends_with(" --allow-net __polpo_bridge.mjs"), "{seen}");
+            }
+            _ => assert_eq!(seen, "run --no-install __polpo_bridge.mjs"),
+        }
+    }
+}

@@ -139,6 +139,12 @@ pub struct Settings {
     /// Typed memory: the embedder that adds semantic candidates to lexical search.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemorySettings>,
+    /// Project-wide rules of schedules (the webhook host allowlist).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub schedules: Option<crate::schedules::ScheduleSettings>,
+    /// How custom tools run; see [`CustomToolSettings`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub custom_tools: Option<CustomToolSettings>,
     /// Default image model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_model: Option<String>,
@@ -226,6 +232,11 @@ impl Settings {
     /// The storage backend (default `file`).
     pub fn storage(&self) -> StorageKind {
         self.storage.unwrap_or(StorageKind::File)
+    }
+
+    /// The JavaScript runtime of custom tools (default `node`).
+    pub fn js_runtime(&self) -> JsRuntimeName {
+        self.custom_tools.as_ref().and_then(|c| c.runtime).unwrap_or(JsRuntimeName::Node)
     }
 
     /// How chat completions execute (default `run`).
@@ -409,6 +420,28 @@ pub enum EmbeddingFailureMode {
     Fail,
 }
 
+/// `settings.customTools`: how custom tools of `.polpo/tools/` run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomToolSettings {
+    /// The JavaScript runtime of `index.ts|js|mjs` entrypoints (default `node`); a project
+    /// whose tools were written for Deno or Bun names it here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<JsRuntimeName>,
+}
+
+crate::config::enums::string_enum! {
+    /// The JavaScript runtime that runs custom tools written with `defineTool(...)`.
+    JsRuntimeName {
+        /// Node ≥ 20 (the default).
+        Node = "node",
+        /// Deno, with permissions limited to what the tool's bridge needs.
+        Deno = "deno",
+        /// Bun.
+        Bun = "bun",
+    }
+}
+
 static MEMORY: Shape = Shape::Object(&[&[
     Field::optional(
         "embedding",
@@ -476,6 +509,8 @@ static SETTINGS: Shape = Shape::Object(&[&[
     Field::optional("modelProfiles", Shape::Map(&MODEL_SELECTION)),
     Field::optional("modelRouting", crate::routing::MODEL_ROUTING),
     Field::optional("memory", MEMORY),
+    Field::optional("schedules", crate::schedules::settings::SCHEDULE_SETTINGS),
+    Field::optional("customTools", Shape::Object(&[&[Field::optional("runtime", Shape::Enum(JsRuntimeName::NAMES))]])),
     Field::optional("imageModel", Shape::String),
     Field::optional(
         "modelAllowlist",
