@@ -9,14 +9,24 @@
 //! 0. `setsid`: the process leads a new session and process group (the group the runner
 //!    signals), and so has no controlling terminal — a command cannot push keystrokes into
 //!    the terminal the server runs in (`TIOCSTI`), nor get its signals.
-//! 1. `unshare` new PID and mount namespaces (and, without root, a user namespace to be allowed
-//!    to) and `fork` once more. The grandchild becomes PID 1 of the namespace and goes on to
-//!    `exec` the command; when it exits the kernel kills every process left in the namespace —
-//!    `setsid` and double-forked children included. The intermediate process closes every
-//!    descriptor (so it holds no pipe open), restores default signal dispositions (so the
-//!    runner's SIGTERM and SIGKILL to the process group end it), waits, and exits with the
-//!    grandchild's status. The grandchild asks for SIGKILL when the intermediate dies, so
-//!    killing the group kills the namespace.
+//! 1. Where the host allows it, `unshare` new PID and mount namespaces (and, without root, a
+//!    user namespace to be allowed to). Then, in every mode, `fork` once more: the grandchild
+//!    goes on to `exec` the command (in a namespace it is its PID 1, and when it exits the
+//!    kernel kills every process left there — `setsid` and double-forked children included).
+//!    The intermediate process closes every descriptor (so it holds no pipe open), restores
+//!    default signal dispositions (so the runner's SIGTERM and SIGKILL to the process group
+//!    end it), waits, and exits with the grandchild's status. The grandchild asks for SIGKILL
+//!    when the intermediate dies, so killing the group kills the namespace.
+//!
+//!    The intermediate also makes the command die with the server, even a server killed with
+//!    SIGKILL (whose own clean-up never runs): it asks for [`SERVER_GONE`] as its parent-death
+//!    signal and, each time that signal or SIGCHLD wakes it, compares its parent with the
+//!    server's pid; once they differ it SIGKILLs its whole process group. The comparison is
+//!    what makes it safe: the kernel sends the parent-death signal when the *thread* that
+//!    spawned the process exits (a blocking-pool thread retires after 10 s idle), and then
+//!    re-parents the process to another thread of the server, so only a changed parent pid
+//!    means the server is gone. An unconfirmed write therefore cannot complete behind the
+//!    operator's back after a crash.
 //! 2. In the private mount namespace (made private first, so nothing propagates back to the
 //!    server's), an empty read-only tmpfs covers each hidden directory (`.polpo/`). Landlock
 //!    later forbids the command to unmount it.
@@ -49,6 +59,10 @@ const FALLBACK_FD_LIMIT: libc::c_int = 1024;
 /// Highest capability number dropped when the kernel does not say (`cap_last_cap`).
 const FALLBACK_LAST_CAPABILITY: libc::c_ulong = 63;
 
+/// The intermediate process's parent-death signal: it wakes the process to check whether
+/// the server is still its parent (see the module documentation).
+const SERVER_GONE: libc::c_int = libc::SIGUSR2;
+
 /// Options of the tmpfs that hides a directory: empty, tiny, not writable by anyone.
 const HIDING_TMPFS_OPTIONS: &CStr = c"mode=0555,size=4k";
 
@@ -74,6 +88,9 @@ impl Containment {
 /// Everything the child does before `exec`, computed before the spawn.
 #[derive(Debug)]
 pub(crate) struct ChildSetup {
+    /// The server's pid: when the intermediate process's parent is another one, the server is
+    /// gone and the command is killed.
+    pub server: libc::pid_t,
     /// Run the command as PID 1 of fresh PID and mount namespaces.
     pub contain: Option<Containment>,
     /// Directories to cover with an empty read-only tmpfs (needs `contain`).
@@ -115,23 +132,25 @@ impl ChildSetup {
         if let Some(contain) = self.contain {
             // SAFETY: plain system calls on integers; see `install`.
             check(unsafe { libc::unshare(contain.flags()) })?;
-            // SAFETY: fork in the (single-threaded) child; the parent branch never returns.
-            let pid = check(unsafe { libc::fork() })?;
-            if pid > 0 {
-                mirror_child(pid);
-            }
-            // SAFETY: plain system call; SIGKILL when the intermediate process dies.
-            check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) })?;
-            if !self.hide.is_empty() {
-                make_mounts_private()?;
-                for dir in &self.hide {
-                    hide_directory(dir)?;
-                }
-            }
         } else if !self.hide.is_empty() {
             // Hiding is only ever planned with a private mount namespace; without one the
             // directory would stay writable, so refuse to run at all.
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let unwatched = watch_server(self.server)?;
+        // SAFETY: fork in the (single-threaded) child; the parent branch never returns.
+        let pid = check(unsafe { libc::fork() })?;
+        if pid > 0 {
+            mirror_child(pid, self.server);
+        }
+        // SAFETY: plain system call on a mask on this stack frame: the command starts with the
+        // signal mask the server spawned it with.
+        check(unsafe { libc::sigprocmask(libc::SIG_SETMASK, &unwatched, std::ptr::null_mut()) })?;
+        if !self.hide.is_empty() {
+            make_mounts_private()?;
+            for dir in &self.hide {
+                hide_directory(dir)?;
+            }
         }
         for &(resource, limit) in &self.rlimits {
             setrlimit(resource, limit, limit).map_err(io::Error::from)?;
@@ -157,8 +176,42 @@ impl ChildSetup {
             // process for its whole life).
             check_long(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0) })?;
         }
+        // SIGKILL when the intermediate process dies. Set after the identity switch, which
+        // would clear it.
+        // SAFETY: plain system call.
+        check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) })?;
         close_inherited_on_exec();
         Ok(())
+    }
+}
+
+/// Does nothing: a signal handled by it interrupts `sigsuspend`.
+extern "C" fn wake(_: libc::c_int) {}
+
+/// Prepares the process that is about to become the intermediate one: [`SERVER_GONE`] and
+/// SIGCHLD are handled by [`wake`] and blocked (the intermediate waits for them with
+/// `sigsuspend`, so none is lost between a check and the wait), [`SERVER_GONE`] is its
+/// parent-death signal, and `server` must still be its parent (else it already died).
+/// Returns the signal mask to restore in the command.
+fn watch_server(server: libc::pid_t) -> io::Result<libc::sigset_t> {
+    // SAFETY: plain system calls on signal sets and a handler on this stack frame.
+    unsafe {
+        let mut handler: libc::sigaction = std::mem::zeroed();
+        handler.sa_sigaction = wake as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::sigemptyset(&mut handler.sa_mask);
+        let mut watched: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut watched);
+        for signal in [SERVER_GONE, libc::SIGCHLD] {
+            check(libc::sigaction(signal, &handler, std::ptr::null_mut()))?;
+            libc::sigaddset(&mut watched, signal);
+        }
+        let mut unwatched: libc::sigset_t = std::mem::zeroed();
+        check(libc::sigprocmask(libc::SIG_BLOCK, &watched, &mut unwatched))?;
+        check(libc::prctl(libc::PR_SET_PDEATHSIG, SERVER_GONE as libc::c_ulong, 0, 0, 0))?;
+        if libc::getppid() != server {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(unwatched)
     }
 }
 
@@ -206,9 +259,10 @@ fn hide_directory(dir: &CStr) -> io::Result<()> {
 }
 
 /// The intermediate process: hold nothing open, die on the runner's signals, wait for the
-/// namespace's PID 1 and exit as it did. Never returns.
-fn mirror_child(pid: libc::pid_t) -> ! {
-    // SAFETY: only system calls on integers and a stack variable; `_exit` ends the process
+/// command and exit as it did — or, once `server` is no longer its parent (the server died),
+/// SIGKILL its process group, the command included. Never returns.
+fn mirror_child(pid: libc::pid_t, server: libc::pid_t) -> ! {
+    // SAFETY: only system calls on integers and stack variables; `_exit` ends the process
     // without running any destructor or atexit handler of the forked server image.
     unsafe {
         if libc::syscall(libc::SYS_close_range, 0, libc::c_uint::MAX, 0) != 0 {
@@ -217,17 +271,26 @@ fn mirror_child(pid: libc::pid_t) -> ! {
             }
         }
         for signal in 1..=LAST_SIGNAL {
-            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+            if ![libc::SIGKILL, libc::SIGSTOP, libc::SIGCHLD, SERVER_GONE].contains(&signal) {
                 libc::signal(signal, libc::SIG_DFL);
             }
         }
+        let mut unblocked: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut unblocked);
         let mut status: libc::c_int = 0;
         loop {
-            if libc::waitpid(pid, &mut status, 0) == pid {
-                break;
+            if libc::getppid() != server {
+                libc::kill(0, libc::SIGKILL);
             }
-            if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                libc::_exit(127);
+            match libc::waitpid(pid, &mut status, libc::WNOHANG) {
+                done if done == pid => break,
+                // Still running: sleep until SIGCHLD or the parent-death signal (both blocked
+                // outside this call, so neither can slip in between the checks and the wait).
+                0 => {
+                    libc::sigsuspend(&unblocked);
+                }
+                _ if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => {}
+                _ => libc::_exit(127),
             }
         }
         if libc::WIFEXITED(status) {

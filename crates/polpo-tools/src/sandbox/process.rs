@@ -257,6 +257,7 @@ pub(super) fn prepare_child(
 ) -> Result<(ChildSetup, Option<Scratch>, Isolation), SandboxError> {
     let support = sandbox_support();
     let mut setup = ChildSetup {
+        server: nix::unistd::getpid().as_raw(),
         contain: support.containment(),
         hide: Vec::new(),
         rlimits: Vec::new(),
