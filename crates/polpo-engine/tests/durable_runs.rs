@@ -408,6 +408,63 @@ async fn a_person_reconciles_a_paused_run_and_it_finishes(kind: StoreKind) {
     s.finish().await;
 }
 
+/// A crashed run paused on `command`'s unconfirmed effect, once its status is stored:
+/// (run, effect key, the `run.paused` event).
+async fn paused_on_an_unconfirmed_write(s: &Setup, command: &str) -> (String, String, RunEvent) {
+    let (run, key) = crashed_run(s, command).await;
+    s.runs_store().effects.record_effect_intent(&key).await.unwrap();
+    s.runs.recover().await.unwrap();
+    let paused = s.journal(&run).await.pop().unwrap();
+    assert_eq!(paused.event_type, "run.paused");
+    tokio::time::timeout(EVENTUALLY, async {
+        while s.runs.get(&run).await.unwrap().unwrap().status != RunStatus::Paused {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    (run, key, paused)
+}
+
+async fn a_call_reconciled_not_applied_runs_once_under_its_key(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::text("Appended after the crash.")]).await.unwrap();
+    let s = Setup::new(kind, &llm).await;
+    let (run, key, paused) = paused_on_an_unconfirmed_write(&s, "echo line >> log.txt").await;
+    let detail = &paused.data["detail"];
+    assert_eq!(detail["tool"], "bash");
+    assert_eq!(detail["arguments"], json!({"command": "echo line >> log.txt"}), "the pause shows the call");
+    assert!(detail["startedAt"].is_string(), "{detail}");
+    let latest = s.runs.latest_pause(&run, paused.seq).await.unwrap().unwrap();
+    assert_eq!(latest.detail, *detail);
+
+    s.runs.reconcile(&run, &key, polpo_engine::runs::Reconcile::NotApplied).await.unwrap();
+    let rest = s.read_until(&run, paused.seq, "run.completed").await;
+    assert_eq!(rest[0].event_type, "run.reconciled");
+    assert_eq!(rest[0].data["outcome"], "not_applied");
+    assert_eq!(std::fs::read_to_string(s.path("log.txt")).unwrap(), "line\n", "the call ran once");
+    let effect = s.runs_store().effects.get_effect(&key).await.unwrap().unwrap();
+    assert_eq!(effect.status, polpo_store::EffectStatus::Done, "its result is recorded under the same key");
+    assert_eq!(llm.requests().len(), 1);
+    let reconciled_again = s.runs.reconcile(&run, &key, polpo_engine::runs::Reconcile::NotApplied).await;
+    assert_eq!(reconciled_again.unwrap_err().code(), "run_not_active", "a finished run is never reconciled again");
+    assert_eq!(std::fs::read_to_string(s.path("log.txt")).unwrap(), "line\n");
+    s.finish().await;
+}
+
+async fn a_skipped_call_never_runs_and_the_model_is_told(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::text("Left it out.")]).await.unwrap();
+    let s = Setup::new(kind, &llm).await;
+    let (run, key, paused) = paused_on_an_unconfirmed_write(&s, "echo line >> log.txt").await;
+    s.runs.reconcile(&run, &key, polpo_engine::runs::Reconcile::Skip).await.unwrap();
+    let rest = s.read_until(&run, paused.seq, "run.completed").await;
+    assert_eq!(rest[0].data["outcome"], "skip");
+    assert!(!s.path("log.txt").exists(), "a skipped call never runs");
+    let sent = &llm.requests()[0].body["messages"];
+    let told = sent.as_array().unwrap().last().unwrap()["content"].as_str().unwrap_or_default().to_owned();
+    assert!(told.contains("not run"), "{told}");
+    s.finish().await;
+}
+
 async fn pending_steering_survives_a_crash(kind: StoreKind) {
     let llm = FakeLlm::start([Turn::text("Done, with tests.")]).await.unwrap();
     let s = Setup::new(kind, &llm).await;
@@ -850,6 +907,8 @@ on_backends!(
     a_write_with_intent_but_no_result_pauses_the_run,
     pending_steering_survives_a_crash,
     a_person_reconciles_a_paused_run_and_it_finishes,
+    a_call_reconciled_not_applied_runs_once_under_its_key,
+    a_skipped_call_never_runs_and_the_model_is_told,
     a_resumed_gate_keeps_the_correction_cycles_it_used,
     a_recorded_validation_decision_is_replayed_without_running_the_validator,
     an_undecided_validation_runs_again_under_the_same_key,

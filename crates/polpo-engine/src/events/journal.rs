@@ -313,7 +313,7 @@ pub struct ApprovalDecided {
 pub struct Reconciled {
     /// The effect key.
     pub key: String,
-    /// `applied` or `not_applied`.
+    /// `applied`, `not_applied` (the call runs again) or `skip`.
     pub outcome: String,
 }
 

@@ -54,24 +54,12 @@ impl RunManager {
         if !waiting || self.is_active(id) || !self.starting().insert(id.to_owned()) {
             return Ok(false);
         }
-        let resumed = async {
-            let lease = store.runs.claim_run(id, &self.owner, self.options.lease_ttl).await?;
-            // Another server may have resumed it (and even finished it) before the claim.
-            let unchanged = store.runs.get_run(id).await?.is_some_and(|now| now.revision == run.revision);
-            if !unchanged {
-                store.runs.release_lease(id, &self.owner).await?;
-                return Ok(false);
-            }
-            let decided = JournalEvent::ApprovalResolved(ApprovalDecided {
-                approval_id: approval_id.to_owned(),
-                status: status.to_owned(),
-                resolved_by: reviewer.to_owned(),
-            });
-            store.runs.append_events_fenced(id, Some(&lease), vec![decided.to_stored()]).await?;
-            store.runs.update_run_status_fenced(id, Some(&lease), RunStatus::Running, None, Some(run.revision)).await?;
-            self.resume(id, lease).await.map(|()| true)
-        }
-        .await;
+        let decided = JournalEvent::ApprovalResolved(ApprovalDecided {
+            approval_id: approval_id.to_owned(),
+            status: status.to_owned(),
+            resolved_by: reviewer.to_owned(),
+        });
+        let resumed = self.resume_paused(id, run.revision, decided).await;
         self.starting().remove(id);
         resumed
     }
@@ -118,14 +106,8 @@ impl RunManager {
 
     /// The approval paused run `id` waits for: the one its latest `run.paused` names.
     async fn awaited_approval(&self, id: &str, last_seq: u64) -> Result<Option<String>, StoreError> {
-        // The pause is among the run's last events (a decision's `approval.resolved` may follow).
-        let tail = self.runtime.store().runs.events_after(id, last_seq.saturating_sub(32), 32).await?;
-        Ok(tail.iter().rev().find_map(|event| match JournalEvent::from_stored(event) {
-            Some(JournalEvent::Paused(paused)) => {
-                paused.detail.get("approvalId").and_then(Value::as_str).map(str::to_owned)
-            }
-            _ => None,
-        }))
+        let pause = self.latest_pause(id, last_seq).await?;
+        Ok(pause.and_then(|paused| paused.detail.get("approvalId").and_then(Value::as_str).map(str::to_owned)))
     }
 
     /// Resume run `id` with the decision on approval `approval_id`, if one was made (`false`:

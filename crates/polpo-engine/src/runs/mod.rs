@@ -120,8 +120,23 @@ pub enum Reconcile {
         /// Model-visible result.
         result: Option<String>,
     },
-    /// The effect did not happen; the model is told and may call the tool again.
+    /// The effect did not happen: the resumed run executes the call now, once, under the same
+    /// effect key (policy, hooks and the argument schema are checked again, as for any call),
+    /// so the run goes on as if the crash had not interrupted it.
     NotApplied,
+    /// Do not run it: the model is told the call was not run and may decide otherwise.
+    Skip,
+}
+
+impl Reconcile {
+    /// The outcome's stable name (`applied`, `not_applied`, `skip`), as journalled.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Self::Applied { .. } => "applied",
+            Self::NotApplied => "not_applied",
+            Self::Skip => "skip",
+        }
+    }
 }
 
 /// A run that was accepted and is executing.
@@ -146,6 +161,8 @@ pub struct RunManager {
     active: Mutex<HashMap<String, Arc<Active>>>,
     /// Runs created here whose lease is not taken yet: recovery must not resume them.
     starting: Mutex<HashSet<String>>,
+    /// Run id → the effect key a person reconciled `not_applied`, until the run is launched.
+    reruns: Mutex<HashMap<String, String>>,
     /// Inline (not durable) chats running now, steerable and abortable by run id.
     inline: Mutex<HashMap<String, Arc<inline::InlineRun>>>,
     /// Cancelled by [`RunManager::shutdown`]: runs stop here and are left to the next owner.
@@ -171,6 +188,7 @@ impl RunManager {
             options,
             active: Mutex::default(),
             starting: Mutex::default(),
+            reruns: Mutex::default(),
             inline: Mutex::default(),
             closing: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -281,6 +299,9 @@ impl RunManager {
         let journal = Journal::start(store.clone(), run_id.clone(), last_seq, snapshot, lease.clone(), lost.clone());
         let state = Arc::new(RunState::new(checkpoint, journal));
         let _ = cell.set(Arc::downgrade(&state));
+        if let Some(key) = self.reruns.lock().unwrap_or_else(PoisonError::into_inner).remove(&run_id) {
+            state.allow_rerun(key);
+        }
 
         let tools = prepared.tools();
         let cancel = prepared.cancel().clone();
@@ -563,53 +584,87 @@ impl RunManager {
 
     /// Settle an effect that a paused run could not confirm (`effect_unconfirmed`), then
     /// resume the run. `Applied` records the effect as done (with `result` as what the model
-    /// sees); `NotApplied` records that it did not happen, so the model is told and may call
-    /// the tool again. Either way the effect itself is not repeated by the runtime.
+    /// sees); `NotApplied` lets the resumed run execute the call once under the same key;
+    /// `Skip` records that it was not run, so the model is told.
     pub async fn reconcile(self: &Arc<Self>, id: &str, key: &str, decision: Reconcile) -> Result<(), RunError> {
         let store = self.runtime.store().clone();
         let run = store.runs.get_run(id).await?.ok_or_else(|| RunError::NotFound(id.to_owned()))?;
+        let not_paused = |status: &str| {
+            RunError::NotActive(id.to_owned(), format!("status {status}; only paused runs are reconciled"))
+        };
         if run.status != RunStatus::Paused || self.is_active(id) {
-            return Err(RunError::NotActive(
-                id.to_owned(),
-                format!("status {}; only paused runs are reconciled", run.status.as_str()),
-            ));
+            return Err(not_paused(run.status.as_str()));
         }
         let prefix = format!("run/{id}/");
         let effect = store.effects.get_effect(key).await?.filter(|_| key.starts_with(&prefix));
         if !effect.is_some_and(|e| e.status == polpo_store::EffectStatus::Pending) {
             return Err(RunError::Invalid(format!("no unconfirmed effect `{key}` in run `{id}`")));
         }
-        let (outcome, result) = match decision {
-            Reconcile::Applied { result } => {
-                let text = result.unwrap_or_else(|| "(the effect was applied; confirmed during reconciliation)".into());
-                ("applied", json!({"ok": true, "text": text, "details": null}))
-            }
-            Reconcile::NotApplied => (
-                "not_applied",
-                json!({"ok": false, "code": "effect_not_applied", "message": "the call did not take effect and was not repeated; call the tool again if it is still needed"}),
-            ),
-        };
-        store.effects.record_effect_result(key, result).await?;
-        self.starting().insert(id.to_owned());
+        if !self.starting().insert(id.to_owned()) {
+            return Err(not_paused("resuming"));
+        }
+        let reconciled =
+            JournalEvent::Reconciled(Reconciled { key: key.to_owned(), outcome: decision.outcome().into() });
         let resumed = async {
-            let lease = store.runs.claim_run(id, &self.owner, self.options.lease_ttl).await?;
-            store
-                .runs
-                .append_events_fenced(
-                    id,
-                    Some(&lease),
-                    vec![
-                        JournalEvent::Reconciled(Reconciled { key: key.to_owned(), outcome: outcome.to_owned() })
-                            .to_stored(),
-                    ],
-                )
-                .await?;
-            store.runs.update_run_status_fenced(id, Some(&lease), RunStatus::Running, None, Some(run.revision)).await?;
-            self.resume(id, lease).await
+            match decision {
+                Reconcile::Applied { result } => {
+                    let text =
+                        result.unwrap_or_else(|| "(the effect was applied; confirmed during reconciliation)".into());
+                    store.effects.record_effect_result(key, json!({"ok": true, "text": text, "details": null})).await?;
+                }
+                Reconcile::Skip => {
+                    let skipped = json!({"ok": false, "code": "effect_skipped", "message": "the call was not run: after a crash an operator chose to skip it; call the tool again if it is still needed"});
+                    store.effects.record_effect_result(key, skipped).await?;
+                }
+                Reconcile::NotApplied => {
+                    self.reruns.lock().unwrap_or_else(PoisonError::into_inner).insert(id.to_owned(), key.to_owned());
+                }
+            }
+            self.resume_paused(id, run.revision, reconciled).await
         }
         .await;
         self.starting().remove(id);
-        resumed
+        // Not launched (another server resumed the run first, or the store failed): the key
+        // must not let a later launch of this run repeat the call.
+        self.reruns.lock().unwrap_or_else(PoisonError::into_inner).remove(id);
+        match resumed? {
+            true => Ok(()),
+            false => Err(not_paused("changed by another server")),
+        }
+    }
+
+    /// Take paused run `id` (still at `revision`) over, journal `decision` (how its pause was
+    /// settled), mark it running and resume it from its checkpoint: the call it paused on is
+    /// executed again through every gate, and the decision says what that call does. `false`
+    /// when another server changed the run meanwhile (it resumed it first). The caller holds
+    /// the run in `starting`.
+    async fn resume_paused(
+        self: &Arc<Self>,
+        id: &str,
+        revision: u64,
+        decision: JournalEvent,
+    ) -> Result<bool, RunError> {
+        let store = self.runtime.store().clone();
+        let lease = store.runs.claim_run(id, &self.owner, self.options.lease_ttl).await?;
+        // Another server may have resumed it (and even finished it) before the claim.
+        let unchanged = store.runs.get_run(id).await?.is_some_and(|now| now.revision == revision);
+        if !unchanged {
+            store.runs.release_lease(id, &self.owner).await?;
+            return Ok(false);
+        }
+        store.runs.append_events_fenced(id, Some(&lease), vec![decision.to_stored()]).await?;
+        store.runs.update_run_status_fenced(id, Some(&lease), RunStatus::Running, None, Some(revision)).await?;
+        self.resume(id, lease).await.map(|()| true)
+    }
+
+    /// Why paused run `id` waits: its latest `run.paused` (among its last events, since a
+    /// decision may follow it), or `None` when it has none there.
+    pub async fn latest_pause(&self, id: &str, last_seq: u64) -> Result<Option<Paused>, StoreError> {
+        let tail = self.runtime.store().runs.events_after(id, last_seq.saturating_sub(32), 32).await?;
+        Ok(tail.iter().rev().find_map(|event| match JournalEvent::from_stored(event) {
+            Some(JournalEvent::Paused(paused)) => Some(paused),
+            _ => None,
+        }))
     }
 
     async fn not_active(&self, id: &str) -> RunError {

@@ -28,6 +28,8 @@ struct Inner {
     /// The server tool call being executed now.
     current_call: Option<String>,
     paused: Option<Pause>,
+    /// The effect key of the call a person reconciled `not_applied`: it runs once more.
+    rerun: Option<String>,
     /// The run takes no more steering: it is finishing.
     closed: bool,
 }
@@ -51,7 +53,14 @@ pub enum Queued {
 impl RunState {
     pub(crate) fn new(state: CheckpointState, journal: Journal) -> Self {
         Self {
-            inner: Mutex::new(Inner { state, skip_appends: 0, current_call: None, paused: None, closed: false }),
+            inner: Mutex::new(Inner {
+                state,
+                skip_appends: 0,
+                current_call: None,
+                paused: None,
+                rerun: None,
+                closed: false,
+            }),
             journal,
         }
     }
@@ -126,6 +135,19 @@ impl RunState {
     /// Stop the run for reconciliation; the turn loop's later messages are not kept.
     pub(crate) fn pause(&self, pause: Pause) {
         self.lock().paused.get_or_insert(pause);
+    }
+
+    /// Let the unconfirmed call keyed `key` run once under its key when it is replayed: a
+    /// person said it did not happen. Kept in memory only, so a crash during the rerun leaves
+    /// the effect unconfirmed again rather than running it a third time.
+    pub(crate) fn allow_rerun(&self, key: String) {
+        self.lock().rerun = Some(key);
+    }
+
+    /// True, once, for the call a person reconciled `not_applied`.
+    pub(crate) fn take_rerun(&self, key: &str) -> bool {
+        let mut inner = self.lock();
+        inner.rerun.take_if(|k| k == key).is_some()
     }
 
     pub(crate) fn paused(&self) -> Option<Pause> {
