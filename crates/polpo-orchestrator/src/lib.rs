@@ -14,40 +14,50 @@
 //!
 //! # Programmatic use
 //!
-//! A program embeds the orchestrator like `polpo serve` does: it builds the project's
-//! [`Runtime`](polpo_engine::Runtime) (project, model providers, store), hands it to
-//! [`Orchestrator::with_runtime`], adds work, and runs it. The runtime is the host's to build
-//! because its parts are the host's choice: `polpo serve` adds the project's custom tools, MCP
-//! servers, vault redaction and typed memory to the same three parts shown here.
-//! [`Orchestrator::run_until_idle`] returns once nothing is left to start or running;
-//! [`Orchestrator::run`] (or [`Orchestrator::spawn`]) keeps the loop going like a server.
+//! A program runs a project's tasks like `polpo serve` does, without a server:
+//! [`Orchestrator::open`] loads and validates the project folder, [`OpenProject::init`] builds
+//! the runtime `polpo serve` builds (crate `polpo-assemble`: the project's model providers, its
+//! store, custom tools, Connections, MCP servers and vault redaction) and the orchestrator over
+//! it, and [`Orchestrator::run`] keeps the loop going for as long as the program runs:
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use polpo_engine::{Loaded, Runtime};
 //! use polpo_orchestrator::Orchestrator;
-//! use polpo_store::{StoreKind, SystemClock, open_store};
-//! use std::sync::Arc;
 //!
-//! let root = std::path::Path::new("./my-project");
-//! let project = polpo_project::load_project(root).map_err(|problems| format!("{problems:?}"))?;
-//! let kind = StoreKind::parse(project.settings().storage().as_str())?;
-//! let store = open_store(kind, root, None, Arc::new(SystemClock)).await?;
-//! // Built-in providers with their keys from the environment (OPENAI_API_KEY, …).
-//! let providers = polpo_llm::Providers::from_process_env(Default::default());
-//! let loaded = Loaded::new(project).map_err(|problems| format!("{problems:?}"))?;
-//! let orchestrator = Orchestrator::with_runtime(Arc::new(Runtime::new(loaded, providers, store)));
-//!
-//! let mut task = polpo_core::tasks::Task::new("t1", "Write the plan", "Write PLAN.md", chrono::Utc::now());
-//! task.assign_to = Some("writer".into());
-//! orchestrator.create_task(task).await?;
-//! orchestrator.run_until_idle().await?; // or `orchestrator.run().await` to keep serving
-//! println!("{:?}", orchestrator.task("t1").await?.task.status);
+//! Orchestrator::open("./my-project")?.init().await?.run().await?;
 //! # Ok(())
 //! # }
 //! ```
 //!
-//! `tests/programmatic.rs` runs this against a temporary project with the scripted fake model.
+//! To add work and wait for it, [`Orchestrator::create_task`] then
+//! [`Orchestrator::run_until_idle`], which returns once nothing is left to start or running
+//! (work waiting on a person or a mission delay is left for a later call). This example runs
+//! as a doc test against a project whose provider is the scripted fake model:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let llm = polpo_testkit::FakeLlm::start([polpo_testkit::Turn::text("PLAN: ship it")]).await?;
+//! # let settings = serde_json::json!({"storage": "sqlite", "providers": {"fake": {"baseUrl": llm.base_url()}}});
+//! # polpo_testkit::ProjectFixture::new(dir.path(), settings)?
+//! #     .agent("writer", serde_json::json!({"model": "fake/fake-model"}), "You write plans.")?;
+//! # let my_project = dir.path();
+//! use polpo_core::tasks::{Task, TaskStatus};
+//! use polpo_orchestrator::Orchestrator;
+//!
+//! let orchestrator = Orchestrator::open(my_project)?.init().await?;
+//! let mut task = Task::new("t1", "Write the plan", "Write PLAN.md", chrono::Utc::now());
+//! task.assign_to = Some("writer".into());
+//! orchestrator.create_task(task).await?;
+//! orchestrator.run_until_idle().await?;
+//! assert_eq!(orchestrator.task("t1").await?.task.status, TaskStatus::Done);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A host that chooses the runtime's parts itself builds a [`Runtime`](polpo_engine::Runtime)
+//! and hands it to [`Orchestrator::with_runtime`]; `tests/programmatic.rs` does both.
 
 mod assess;
 mod context;
@@ -60,4 +70,4 @@ mod review;
 pub use assess::{AssessmentResult, CheckResult, MetricResult};
 pub use error::OrchestratorError;
 pub use missions::{GateReport, MissionReport, ReportTask, plan_tasks};
-pub use orchestrator::{Orchestrator, OrchestratorOptions};
+pub use orchestrator::{OpenProject, Orchestrator, OrchestratorOptions};

@@ -4,8 +4,10 @@
 //! tasks can never become ready.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use polpo_core::config::Project;
 use polpo_core::tasks::{FailReason, Mission, MissionEvent, MissionStatus, Task, TaskEvent, TaskStatus, deadlocked};
 use polpo_engine::Runtime;
 use polpo_engine::events::EventKind;
@@ -42,14 +44,34 @@ impl Orchestrator {
     /// An orchestrator over `runtime` for a program that embeds Polpo rather than serving it:
     /// its own run manager (lease and options from the environment, like `polpo serve`), whose
     /// recovery of runs a crash left behind starts now when called inside a Tokio runtime.
-    /// The runtime is built by the caller because its parts (providers, vault, custom tools,
-    /// MCP) are chosen by the host; the crate docs show the smallest one.
+    /// For a host that chooses the runtime's parts itself; [`Orchestrator::open`] builds the
+    /// one `polpo serve` runs.
     pub fn with_runtime(runtime: Arc<Runtime>) -> Arc<Self> {
         let runs = RunManager::new(runtime, RunOptions::from_env());
         if tokio::runtime::Handle::try_current().is_ok() {
             runs.spawn_recovery();
         }
         Self::new(runs, OrchestratorOptions::from_env())
+    }
+
+    /// Open the project at `dir` (or the nearest folder above it holding `.polpo/`) for a
+    /// program that runs its tasks: the project is loaded and validated now;
+    /// [`OpenProject::init`] then builds the same runtime `polpo serve` builds (providers,
+    /// store, custom tools, Connections, MCP, vault redaction) and the orchestrator over it.
+    /// A project with problems is `invalid_input` naming each one.
+    pub fn open(dir: impl AsRef<Path>) -> Result<OpenProject, OrchestratorError> {
+        let dir = dir.as_ref();
+        let root = polpo_project::paths::find_root(dir).unwrap_or_else(|| dir.to_path_buf());
+        let project = polpo_project::load_project(&root).map_err(|problems| {
+            let lines: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            OrchestratorError::Invalid(format!(
+                "the project at {} has {} problem(s):\n{}",
+                root.display(),
+                problems.len(),
+                lines.join("\n")
+            ))
+        })?;
+        Ok(OpenProject { project })
     }
 
     fn active(&self) -> MutexGuard<'_, HashMap<String, CancellationToken>> {
@@ -74,11 +96,15 @@ impl Orchestrator {
         })
     }
 
-    /// Run the loop on the caller's task until the process stops: [`Orchestrator::spawn`] for a
-    /// program whose main job is running tasks (`orchestrator.run().await`).
-    pub async fn run(self: &Arc<Self>) {
-        if let Err(e) = self.spawn().await {
-            tracing::warn!("orchestrator loop ended: {e}");
+    /// Run the loop on the caller's task for as long as the program runs, for a program whose
+    /// main job is running tasks (`orchestrator.run().await?`). Unlike [`Orchestrator::spawn`],
+    /// which logs a failed pass and goes on (a server outlives a store hiccup), the first pass
+    /// that fails ends it with that error, for the program to see.
+    pub async fn run(self: &Arc<Self>) -> Result<(), OrchestratorError> {
+        self.ctx.emit(EventKind::OrchestratorStarted, json!({"worker": self.ctx.worker}));
+        loop {
+            self.pass().await?;
+            let _ = tokio::time::timeout(self.ctx.options.poll, self.ctx.wake.notified()).await;
         }
     }
 
@@ -344,6 +370,23 @@ impl Orchestrator {
     /// The mission's report.
     pub async fn mission_report(&self, id: &str) -> Result<MissionReport, OrchestratorError> {
         missions::report(&self.ctx, id).await
+    }
+}
+
+/// A project loaded by [`Orchestrator::open`], whose runtime is not built yet.
+pub struct OpenProject {
+    project: Project,
+}
+
+impl OpenProject {
+    /// Build the project's runtime as `polpo serve` does (`polpo_assemble::open`: its store
+    /// opened, recovery of runs a crash left behind started) and the orchestrator over it. A
+    /// part that cannot be built (a provider entry polpo cannot speak, a store that cannot be
+    /// opened) is `invalid_input` with its own code in the message.
+    pub async fn init(self) -> Result<Arc<Orchestrator>, OrchestratorError> {
+        let runtime =
+            polpo_assemble::open(self.project).await.map_err(|e| OrchestratorError::Invalid(format!("{e:#}")))?;
+        Ok(Orchestrator::with_runtime(runtime))
     }
 }
 
