@@ -27,12 +27,20 @@ pub struct NetworkPolicy {
     pub allow_private: bool,
     /// Exact `host:port` authorities (as in the URL; IPv6 in brackets) exempt from the guard.
     pub private_allowlist: Vec<String>,
+    /// When set, the only hosts (exact names as in the URL, case-insensitive) a request may
+    /// reach, checked on every hop so a redirect cannot leave the list (`host_not_allowed`);
+    /// the address checks still apply to them. `None`: any host the guard lets through.
+    pub host_allowlist: Option<Vec<String>>,
 }
 
 impl NetworkPolicy {
     /// The policy a tool call runs under.
     pub fn from_context(ctx: &ToolContext) -> Self {
-        Self { allow_private: ctx.allow_private_network, private_allowlist: ctx.private_network_allowlist.clone() }
+        Self {
+            allow_private: ctx.allow_private_network,
+            private_allowlist: ctx.private_network_allowlist.clone(),
+            host_allowlist: None,
+        }
     }
 
     fn exempts(&self, url: &Url) -> bool {
@@ -128,6 +136,15 @@ pub async fn check_url(url: &Url, policy: &NetworkPolicy) -> Result<Vec<SocketAd
         ));
     }
     let port = url.port_or_known_default().ok_or_else(|| ToolError::new("invalid_url", "the URL has no port"))?;
+    if let Some(hosts) = &policy.host_allowlist {
+        let host = url.host_str().unwrap_or_default();
+        if !hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(host)) {
+            return Err(ToolError::new(
+                "host_not_allowed",
+                format!("refusing to connect to {host}: it is not in the host allowlist"),
+            ));
+        }
+    }
     let addrs: Vec<SocketAddr> = match (host_ip(url), url.host_str()) {
         (Some(ip), _) => vec![SocketAddr::new(ip, port)],
         (None, Some(domain)) if !domain.is_empty() => {

@@ -38,6 +38,7 @@ pub(super) async fn run(
         } else {
             Vec::new()
         },
+        host_allowlist: None,
     };
     let mut map = HeaderMap::new();
     map.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
