@@ -139,7 +139,7 @@ async fn oauth2_client_credentials_fetch_a_token_and_refresh_it_when_expired() {
             "api",
             json!({"provider": "api", "auth": {"type": "oauth2_client_credentials", "tokenUrl": url, "clientId": "polpo", "clientSecret": "${vault:oauth:key}", "scopes": ["read"]}}),
         );
-        let network = NetworkPolicy { allow_private: false, private_allowlist: vec![authority] };
+        let network = NetworkPolicy { allow_private: false, private_allowlist: vec![authority], host_allowlist: None };
         let connections = Connections::new(&dir.path().join(".polpo"), Ok(vault), network);
         let first = connections.headers("api", "writer").await.unwrap();
         assert_eq!(first[0].1, "Bearer oauth-token-1");
