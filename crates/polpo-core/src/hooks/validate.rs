@@ -464,6 +464,13 @@ pub(crate) fn check_url(url: &str, opts: &ValidateOptions) -> Result<(), Problem
     Ok(())
 }
 
+/// The host of an absolute URL as [`check_url`] reads it (IPv6 without its brackets); empty
+/// when it has none.
+pub(crate) fn url_host(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    host_of(&rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())])
+}
+
 fn host_of(authority: &str) -> &str {
     if let Some(v6) = authority.strip_prefix('[') {
         return v6.split(']').next().unwrap_or_default();
