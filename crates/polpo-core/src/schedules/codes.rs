@@ -10,3 +10,5 @@ pub const SCHEDULE_NEVER_FIRES: &str = "schedule_never_fires";
 /// A mission-shaped (legacy) schedule file, read as its v2 translation (a warning;
 /// `polpo schedules migrate` rewrites it).
 pub const LEGACY_SCHEDULE: &str = "legacy_schedule";
+/// A webhook schedule's URL names a host `settings.schedules.webhookAllowlist` does not list.
+pub const WEBHOOK_HOST_NOT_ALLOWED: &str = "webhook_host_not_allowed";

@@ -1,5 +1,5 @@
 //! Cross-file rules of schedules: the agents and loops they name exist (a loop assigned to its
-//! agent); and the warnings
+//! agent), webhooks go to allowlisted hosts; and the warnings
 //! `polpo validate` prints for them.
 
 use super::codes;
@@ -8,7 +8,8 @@ use crate::config::{Project, codes as config_codes};
 use crate::problem::Problem;
 
 /// Every schedule whose invocation names an agent or loop the project does not have, or a
-/// loop its agent is not assigned (the loop executor runs only assigned loops).
+/// loop its agent is not assigned (the loop executor runs only assigned loops); and the
+/// webhook host allowlist ([`super::settings::validate_webhook_allowlist`]).
 pub fn validate_schedules(project: &Project) -> Vec<Problem> {
     let mut out = Vec::new();
     for s in project.schedules.values() {
@@ -42,6 +43,7 @@ pub fn validate_schedules(project: &Project) -> Vec<Problem> {
             _ => {}
         }
     }
+    out.extend(super::settings::validate_webhook_allowlist(project));
     out
 }
 
