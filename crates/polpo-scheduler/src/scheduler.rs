@@ -16,13 +16,20 @@ use polpo_engine::events::EventKind;
 use polpo_engine::runs::{Progress, RunManager};
 use polpo_store::{Page, PageRequest, Record, RunStatus, Store, StoreError};
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use tokio::sync::Notify;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 
-/// How often `polpo serve` passes over the schedules: an every-second cron fires within half a
-/// second of its occurrence.
-pub const PASS_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+/// How often `polpo serve`'s scheduler passes over every schedule at least (and looks for
+/// claims to take over, whose lease is far longer). Between these full passes it sleeps until
+/// the earliest next occurrence and then reads only the schedules due; a project edit wakes it
+/// at once ([`Scheduler::wake`]), so this bounds only how late it sees what nothing told it
+/// (another server's claim lapsing, a schedule file edited behind the server's back).
+pub const PASS_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long the scheduler waits before retrying after a failed pass (the store unreachable).
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
 /// How long a claim is held before its invocation must have started: past it (its server died
 /// in between), the claim stops counting towards `maxConcurrency` and another server takes
 /// the occurrence over.
@@ -55,9 +62,12 @@ impl SchedulerError {
     }
 }
 
-/// What one pass did, for logs and tests.
+/// What one pass did, for logs and tests, and when to pass again.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Pass {
+    /// Each schedule passed over with its next occurrence still to look at (none: it never
+    /// fires again): the scheduler sleeps until the earliest.
+    pub next: BTreeMap<String, DateTime<Utc>>,
     /// Occurrences this server claimed and started.
     pub fired: usize,
     /// Occurrences this server recorded `missed` (plus the unrecorded ones counted).
@@ -72,13 +82,16 @@ pub struct Scheduler {
     runs: Arc<RunManager>,
     targets: Targets,
     followers: TaskTracker,
+    /// Signalled when the project may have changed (an edit through the API): the sleeping
+    /// loop passes over every schedule again at once.
+    woken: Notify,
 }
 
 impl Scheduler {
     /// A scheduler firing agents through `runs`, with the time and store of its runtime, and
     /// tasks, loops and webhooks through `targets`.
     pub fn new(runs: Arc<RunManager>, targets: Targets) -> Arc<Self> {
-        Arc::new(Self { runs, targets, followers: TaskTracker::new() })
+        Arc::new(Self { runs, targets, followers: TaskTracker::new(), woken: Notify::new() })
     }
 
     fn store(&self) -> &Store {
@@ -102,51 +115,104 @@ impl Scheduler {
         stop.drop_guard()
     }
 
-    /// Pass over every active schedule every `every` until `stop`; a failing pass is logged
-    /// and the next one goes on.
+    /// Tell the running loop the project may have changed (a schedule created, edited,
+    /// paused or deleted): it passes over every schedule again now instead of sleeping on
+    /// until the occurrence it last computed.
+    pub fn wake(&self) {
+        self.woken.notify_one();
+    }
+
+    /// Until `stop`: a full pass ([`Scheduler::tick`]) at least every `every` and whenever
+    /// woken, and in between a pass over only the schedules whose next occurrence has come,
+    /// sleeping until the earliest one — idle, the store is not read at all. A failing pass is
+    /// logged and retried shortly.
     pub async fn run(self: Arc<Self>, every: std::time::Duration, stop: CancellationToken) {
+        let mut next: BTreeMap<String, DateTime<Utc>> = BTreeMap::new();
+        let mut full_at = self.now();
         loop {
-            if let Err(e) = self.tick().await {
-                eprintln!("warning: scheduler pass failed: {} ({e})", e.code());
-            }
+            let now = self.now();
+            let full = now >= full_at;
+            // The schedules due now leave `next`; the pass puts back those that fire again.
+            let due: Vec<String> = next.iter().filter(|(_, at)| **at <= now).map(|(id, _)| id.clone()).collect();
+            let pass = match full {
+                true => self.tick().await,
+                false => self.pass(now, |id| due.iter().any(|d| d == id), false).await,
+            };
+            let nap = match pass {
+                Ok(pass) => {
+                    if full {
+                        next.clear();
+                        full_at = now + Duration::from_std(every).unwrap_or(CLAIM_LEASE);
+                    }
+                    for id in &due {
+                        next.remove(id);
+                    }
+                    next.extend(pass.next);
+                    let wake_at = next.values().copied().min().map_or(full_at, |at| at.min(full_at));
+                    (wake_at - self.now()).to_std().unwrap_or_default()
+                }
+                Err(e) => {
+                    eprintln!("warning: scheduler pass failed: {} ({e})", e.code());
+                    RETRY_AFTER
+                }
+            };
             tokio::select! {
                 () = stop.cancelled() => break,
-                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep(nap) => {}
+                () = self.woken.notified() => full_at = self.now(),
             }
         }
     }
 
-    /// One pass at the store's time now: each active schedule's occurrences since its cursor
-    /// are fired or recorded `missed`, by whichever server claims them first.
+    /// One full pass at the store's time now: each active schedule's occurrences since its
+    /// cursor are fired or recorded `missed`, by whichever server claims them first, and
+    /// claims whose claimer died are taken over.
     pub async fn tick(self: &Arc<Self>) -> Result<Pass, SchedulerError> {
-        let now = self.now();
+        self.pass(self.now(), |_| true, true).await
+    }
+
+    /// A pass at `now` over the active schedules `due` selects, taking over lapsed claims too
+    /// when `take_over`.
+    async fn pass(
+        self: &Arc<Self>,
+        now: DateTime<Utc>,
+        due: impl Fn(&str) -> bool,
+        take_over: bool,
+    ) -> Result<Pass, SchedulerError> {
         let loaded = self.runs.runtime().loaded();
         let mut pass = Pass::default();
-        for schedule in loaded.project.schedules.values().filter(|s| s.config.is_active()) {
-            self.pass_over(schedule, now, &mut pass).await?;
+        for schedule in loaded.project.schedules.values().filter(|s| s.config.is_active() && due(&s.id)) {
+            if take_over {
+                self.take_over(schedule, now, &mut pass).await?;
+            }
+            let next = self.pass_over(schedule, now, &mut pass).await?;
+            if let Some(at) = next {
+                pass.next.insert(schedule.id.clone(), at);
+            }
         }
         Ok(pass)
     }
 
+    /// Fire or record `missed` the occurrences of `schedule` since its cursor; its next
+    /// occurrence after them, if it has one.
     async fn pass_over(
         self: &Arc<Self>,
         schedule: &Schedule,
         now: DateTime<Utc>,
         pass: &mut Pass,
-    ) -> Result<(), SchedulerError> {
+    ) -> Result<Option<DateTime<Utc>>, SchedulerError> {
         let records = &self.store().records;
         let cursor_id = escape(&schedule.id);
         let Some(record) = records.get_record(CURSORS, &cursor_id).await? else {
             // First sight: occurrences from now on; none before the schedule was known.
             let first = serde_json::to_value(Cursor { after: now }).unwrap_or_default();
             return match records.put_record(CURSORS, &cursor_id, first, Some(0)).await {
-                Ok(_) | Err(StoreError::Conflict(_)) => Ok(()),
+                Ok(_) | Err(StoreError::Conflict(_)) => Ok(schedule.timing.next_after(now)),
                 Err(e) => Err(e.into()),
             };
         };
         let cursor: Cursor = serde_json::from_value(record.value.clone())
             .map_err(|e| StoreError::Invalid(format!("schedule cursor `{cursor_id}`: {e}")))?;
-        self.take_over(schedule, now, pass).await?;
         let plan = plan_due(&schedule.timing, &schedule.config.policy(), cursor.after, now);
         let mut running = None;
         for due in plan.due {
@@ -192,7 +258,7 @@ impl Scheduler {
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(())
+        Ok(schedule.timing.next_after(plan.cursor))
     }
 
     /// Create the schedule-run record `id` if nobody has: `None` when another server (or an
@@ -356,7 +422,9 @@ impl Scheduler {
         run.fired_at = Some(self.now());
         let derived = run_id(&schedule.id, &record.id);
         let mut walking = None;
-        let verdict = match targets::launch(&self.targets, schedule, &mut run, &derived, self.now()).await {
+        let loaded = self.runs.runtime().loaded();
+        let hosts = polpo_core::schedules::webhook_allowlist(loaded.project.settings());
+        let verdict = match targets::launch(&self.targets, schedule, &mut run, &derived, self.now(), hosts).await {
             Err(error) => Some(Err(error)),
             Ok(Launched::Done) => Some(Ok(())),
             Ok(Launched::Existing(verdict)) => verdict,

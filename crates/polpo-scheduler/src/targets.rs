@@ -65,13 +65,15 @@ pub(crate) fn loop_run_id(derived: &str) -> String {
 
 /// Start `schedule`'s task, loop or webhook invocation for `run`, named `derived` (the
 /// occurrence's derived run id); fills the record's references (`taskId`, `loopRunId`,
-/// `result`). `now` is the store's time.
+/// `result`). `now` is the store's time; `hosts` the project's webhook host allowlist in
+/// force (`settings.schedules.webhookAllowlist`), enforced by the SSRF guard on every hop.
 pub(crate) async fn launch(
     targets: &Targets,
     schedule: &Schedule,
     run: &mut ScheduleRun,
     derived: &str,
     now: DateTime<Utc>,
+    hosts: Option<&[String]>,
 ) -> Result<Launched, RunError> {
     let at = run.scheduled_for;
     match &schedule.config.invocation {
@@ -119,7 +121,8 @@ pub(crate) async fn launch(
             })))
         }
         Invocation::Webhook { url, payload } => {
-            let status = deliver(&targets.webhooks, schedule, at, url, payload.as_ref(), derived).await?;
+            let policy = NetworkPolicy { host_allowlist: hosts.map(<[String]>::to_vec), ..targets.webhooks.clone() };
+            let status = deliver(&policy, schedule, at, url, payload.as_ref(), derived).await?;
             run.result = Some(json!({"status": status}));
             if (200..300).contains(&status) {
                 Ok(Launched::Done)

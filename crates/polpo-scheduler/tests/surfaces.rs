@@ -26,9 +26,14 @@ fn now() -> DateTime<Utc> {
 }
 
 fn project(schedule: Value) -> TempDir {
+    project_with(json!({}), schedule)
+}
+
+/// [`project`] with project `settings`.
+fn project_with(settings: Value, schedule: Value) -> TempDir {
     let dir = tempfile::tempdir().unwrap();
     let agent = json!({"model": "openai/fake-model", "assignedLoops": ["triage"]});
-    ProjectFixture::new(dir.path(), json!({}))
+    ProjectFixture::new(dir.path(), settings)
         .unwrap()
         .agent("reporter", agent, "You report.")
         .unwrap()
@@ -106,6 +111,11 @@ type Seen = Arc<Mutex<Vec<(String, String)>>>;
 
 /// An HTTP receiver on 127.0.0.1 answering every request with `status`.
 async fn receiver(status: u16) -> (String, Seen) {
+    receiver_redirecting(status, None).await
+}
+
+/// [`receiver`], its answers carrying `location` when given (a redirect).
+async fn receiver_redirecting(status: u16, location: Option<String>) -> (String, Seen) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let authority = listener.local_addr().unwrap().to_string();
     let seen: Seen = Arc::default();
@@ -132,7 +142,8 @@ async fn receiver(status: u16) -> (String, Seen) {
                 }
             };
             log.lock().unwrap().push((head, body));
-            let reply = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            let location = location.as_ref().map(|l| format!("location: {l}\r\n")).unwrap_or_default();
+            let reply = format!("HTTP/1.1 {status} X\r\n{location}content-length: 0\r\nconnection: close\r\n\r\n");
             socket.write_all(reply.as_bytes()).await.unwrap();
         }
     });
@@ -140,7 +151,12 @@ async fn receiver(status: u16) -> (String, Seen) {
 }
 
 async fn webhook_scheduler(url: &str, exempt: &str, llm: &FakeLlm) -> (TempDir, Arc<Scheduler>) {
-    let dir = project(json!({"surface": "webhook", "url": url, "payload": {"report": "daily"}}));
+    webhook_scheduler_with(json!({}), url, exempt, llm).await
+}
+
+/// [`webhook_scheduler`] in a project with `settings`.
+async fn webhook_scheduler_with(settings: Value, url: &str, exempt: &str, llm: &FakeLlm) -> (TempDir, Arc<Scheduler>) {
+    let dir = project_with(settings, json!({"surface": "webhook", "url": url, "payload": {"report": "daily"}}));
     let runs = runs(&dir, llm).await;
     let mut targets = support::targets(&runs);
     if !exempt.is_empty() {
@@ -180,4 +196,64 @@ async fn a_webhook_is_refused_by_the_ssrf_guard_unless_its_target_is_exempt() {
     let (_dir, answered_500) = webhook_scheduler(&format!("http://{failing}/hook"), &failing, &llm).await;
     let failed = answered_500.trigger("s", "k1").await.unwrap();
     assert_eq!((failed.status, failed.error.unwrap().code.as_str()), (RunState::Failed, "webhook_failed"));
+}
+
+/// `settings.schedules.webhookAllowlist` restricts webhook targets to its hosts: the project
+/// load (what `polpo validate` and `polpo serve` run) refuses a webhook schedule to an unlisted
+/// host at the schedule's file and `/invocation/url`, and an entry that is not a bare host at
+/// the setting's pointer; at fire time the SSRF guard enforces it on every hop, so a listed
+/// receiver's redirect to an unlisted host is refused and never followed.
+#[tokio::test]
+async fn a_webhook_reaches_only_allowlisted_hosts() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let (other, other_seen) = receiver(204).await;
+    let webhook = json!({"surface": "webhook", "url": format!("http://{other}/hook")});
+    let refused =
+        project_with(json!({"schedules": {"webhookAllowlist": ["hooks.example.com", "https://x.io/"]}}), webhook);
+    let problems = polpo_project::load_project(refused.path()).unwrap_err();
+    let found = |code: &str| {
+        problems.iter().find(|p| p.code == code).map(|p| (p.file.clone().unwrap_or_default(), p.pointer.clone()))
+    };
+    let (file, pointer) = found("webhook_host_not_allowed").expect("the unlisted host is refused");
+    assert!(file.ends_with("schedules/s.json") && pointer.as_deref() == Some("/invocation/url"), "{problems:?}");
+    let (file, pointer) = found("invalid_value").expect("the bad entry is refused");
+    let at = Some("/settings/schedules/webhookAllowlist/1");
+    assert!(file.ends_with("project.json") && pointer.as_deref() == at, "{problems:?}");
+
+    // 127.0.0.1 is listed; the receiver there redirects to `localhost`, which is not.
+    let port = other.rsplit_once(':').unwrap().1;
+    let (listed, listed_seen) = receiver_redirecting(307, Some(format!("http://localhost:{port}/hook"))).await;
+    let settings = json!({"schedules": {"webhookAllowlist": ["127.0.0.1"]}});
+    let (_dir, scheduler) =
+        webhook_scheduler_with(settings.clone(), &format!("http://{listed}/hook"), &listed, &llm).await;
+    let redirected = scheduler.trigger("s", "k1").await.unwrap();
+    assert_eq!(redirected.status, RunState::Failed);
+    assert_eq!(redirected.error.unwrap().code, "host_not_allowed");
+    assert_eq!(listed_seen.lock().unwrap().len(), 1, "the listed host was asked");
+    assert!(other_seen.lock().unwrap().is_empty(), "the redirect to an unlisted host was not followed");
+
+    let (_dir, scheduler) = webhook_scheduler_with(settings, &format!("http://{other}/hook"), &other, &llm).await;
+    let delivered = scheduler.trigger("s", "k1").await.unwrap();
+    assert_eq!(delivered.status, RunState::Succeeded, "{delivered:?}");
+    assert_eq!(other_seen.lock().unwrap().len(), 1);
+}
+
+/// A legacy mission-shaped schedule file loads (with its migration warning) and its fire is
+/// recorded `failed` with `feature_unavailable` and what to do instead, never silently dropped.
+#[tokio::test]
+async fn a_legacy_mission_schedule_fails_with_a_clear_error() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let dir = project(json!({"surface": "agent", "agentName": "reporter", "input": {"prompt": "Report."}}));
+    let legacy = json!({"missionId": "weekly-review", "expression": "0 9 * * 1", "recurring": true});
+    std::fs::write(dir.path().join(".polpo/schedules/s.json"), legacy.to_string()).unwrap();
+    let runs = runs(&dir, &llm).await;
+    let schedule = &runs.runtime().loaded().project.schedules["s"];
+    assert!(schedule.legacy, "read as a legacy file");
+    let scheduler = Scheduler::new(runs.clone(), support::targets(&runs));
+    let fired = scheduler.trigger("s", "k1").await.unwrap();
+    assert_eq!(fired.status, RunState::Failed);
+    let error = fired.error.unwrap();
+    assert_eq!(error.code, "feature_unavailable");
+    assert!(error.message.contains("polpo missions execute weekly-review"), "{}", error.message);
+    assert!(llm.requests().is_empty(), "no agent was asked");
 }

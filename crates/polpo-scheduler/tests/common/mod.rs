@@ -1,6 +1,9 @@
 //! What the scheduler's tests set up alike: a project whose agent `reporter` has these
 //! schedules, and one server's run manager on a store shared through a `ManualClock`.
 
+// Each test binary uses a part of it.
+#![allow(dead_code)]
+
 use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_engine::{Loaded, Runtime};
 use polpo_llm::Providers;
