@@ -41,6 +41,29 @@ impl JsRuntime {
         Self::configured(JsRuntimeName::Node)
     }
 
+    /// The runtime the project at `root` names in `.polpo/project.json`
+    /// (`settings.customTools.runtime`, Node when it names none), as [`JsRuntime::configured`]
+    /// finds it. Read on its own so `polpo tools` need not load the whole project; a file that
+    /// cannot be read or names no known runtime is `custom_tool_runtime_unavailable` saying so.
+    pub fn for_project(root: &Path) -> Result<Self, CustomToolError> {
+        use polpo_project::paths::{POLPO_DIR, PROJECT_JSON};
+        let unavailable = |why: &str| CustomToolError::RuntimeUnavailable(format!(".polpo/project.json: {why}"));
+        let file = root.join(POLPO_DIR).join(PROJECT_JSON);
+        let name = match polpo_project::fsx::read_bounded(&file, polpo_project::fsx::MAX_FILE_BYTES) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => JsRuntimeName::Node,
+            Err(e) => return Err(unavailable(&e.to_string())),
+            Ok(bytes) => {
+                let doc: Value = serde_json::from_slice(&bytes).map_err(|_| unavailable("not JSON"))?;
+                match doc.pointer("/settings/customTools/runtime") {
+                    None => JsRuntimeName::Node,
+                    Some(name) => serde_json::from_value(name.clone())
+                        .map_err(|_| unavailable("/settings/customTools/runtime is not node, deno or bun"))?,
+                }
+            }
+        };
+        Self::configured(name)
+    }
+
     /// Runtime `name` from `POLPO_NODE` / `POLPO_DENO` / `POLPO_BUN` when set, else from `PATH`.
     /// Missing, not runnable, or a Node older than 20 is `custom_tool_runtime_unavailable`,
     /// which `polpo tools validate` reports and a call answers (never a crash).

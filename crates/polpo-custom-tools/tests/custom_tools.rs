@@ -180,3 +180,23 @@ async fn a_configured_deno_or_bun_runs_the_bridge_with_its_own_command_line() {
         }
     }
 }
+
+#[test]
+fn the_project_names_its_js_runtime_in_settings() {
+    use polpo_core::config::settings::JsRuntimeName;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".polpo")).unwrap();
+    let project = |settings: Value| {
+        std::fs::write(dir.path().join(".polpo/project.json"), json!({"settings": settings}).to_string()).unwrap();
+        JsRuntime::for_project(dir.path())
+    };
+    assert_eq!(project(json!({})).unwrap().name, JsRuntimeName::Node, "Node by default");
+    // Bun is not installed here; where it is, it is the one found.
+    match project(json!({"customTools": {"runtime": "bun"}})) {
+        Ok(found) => assert_eq!(found.name, JsRuntimeName::Bun),
+        Err(e) => assert!(e.code() == "custom_tool_runtime_unavailable" && e.to_string().contains("`bun`"), "{e}"),
+    }
+    let err = project(json!({"customTools": {"runtime": "rhino"}})).unwrap_err();
+    assert_eq!(err.code(), "custom_tool_runtime_unavailable");
+    assert!(err.to_string().contains("/settings/customTools/runtime"), "{err}");
+}
