@@ -14,6 +14,6 @@ pub fn project_tools(root: &Path, redactor: &Redactor) -> anyhow::Result<Vec<Arc
         return Ok(Vec::new());
     }
     let connections = Arc::new(crate::connections::project_connections(root, redactor));
-    let runtime = JsRuntime::detect();
+    let runtime = JsRuntime::for_project(root);
     Ok(dirs.into_iter().map(|d| Arc::new(CustomTool::new(d, connections.clone(), runtime.clone()))).collect())
 }
