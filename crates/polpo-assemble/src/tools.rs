@@ -7,7 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// The project's custom tools, ready to register: authenticated through its Connections
-/// (secrets from its vault, feeding `redactor`), JS entrypoints run by the Node found here.
+/// (secrets from its vault, feeding `redactor`), JS entrypoints run by the runtime the project
+/// configures (`settings.customTools.runtime`: Node by default, Deno or Bun) found here.
 pub fn project_tools(root: &Path, redactor: &Redactor) -> anyhow::Result<Vec<Arc<CustomTool>>> {
     let dirs = polpo_custom_tools::load_all(&root.join(".polpo"))?;
     if dirs.is_empty() {
