@@ -298,6 +298,8 @@ error_codes! {
     VaultKeyInvalid = "vault_key_invalid" => StatusCode::SERVICE_UNAVAILABLE,
     /// The vault file does not decrypt with the server's key.
     VaultUnreadable = "vault_unreadable" => StatusCode::INTERNAL_SERVER_ERROR,
+    /// Memory learning does not run on this server, so there are no candidates to review.
+    MemoryReviewUnavailable = "memory_review_unavailable" => StatusCode::SERVICE_UNAVAILABLE,
     /// Reading or writing the vault file failed.
     VaultIo = "vault_io" => StatusCode::INTERNAL_SERVER_ERROR,
     /// A vault entry that fails its type's rules.
