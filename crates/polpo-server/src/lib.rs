@@ -15,6 +15,7 @@ pub mod error;
 pub mod guard;
 pub mod hosts;
 pub mod idempotency;
+pub mod learning;
 pub mod memory;
 pub mod ratelimit;
 pub mod routes;
