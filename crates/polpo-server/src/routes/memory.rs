@@ -25,6 +25,7 @@ use polpo_store::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::memory_candidates as candidates;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode, RestError, ok};
 use crate::state::AppState;
@@ -46,7 +47,15 @@ pub fn router() -> Router<Arc<AppState>> {
                 &format!("{prefix}/agents/{{agent}}/memory/items/{{item}}"),
                 get(get_one).patch(update).delete(delete),
             )
-            .route(&format!("{prefix}/agents/{{agent}}/memory/search"), post(search));
+            .route(&format!("{prefix}/agents/{{agent}}/memory/search"), post(search))
+            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates"), get(candidates::list))
+            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates/{{candidate}}"), get(candidates::get_one))
+            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates/{{candidate}}/audit"), get(candidates::audit))
+            .route(
+                &format!("{prefix}/agents/{{agent}}/memory/candidates/{{candidate}}/decision"),
+                post(candidates::decide),
+            )
+            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates/{{candidate}}/apply"), post(candidates::apply));
     }
     router
 }
@@ -56,7 +65,13 @@ pub fn router() -> Router<Arc<AppState>> {
 pub fn is_memory_path(path: &str) -> bool {
     path.strip_prefix("/v1/agents/")
         .and_then(|rest| rest.split_once('/'))
-        .is_some_and(|(_, rest)| rest == "memory/items" || rest == "memory/search" || rest.starts_with("memory/items/"))
+        .is_some_and(|(_, rest)| {
+            rest == "memory/items"
+                || rest == "memory/search"
+                || rest.starts_with("memory/items/")
+                || rest == "memory/candidates"
+                || rest.starts_with("memory/candidates/")
+        })
 }
 
 impl From<MemoryError> for ApiError {
@@ -71,22 +86,33 @@ impl From<MemoryError> for ApiError {
 }
 
 /// Who is asking, about which agent's memory.
-struct Access<'a> {
+pub(super) struct Access<'a> {
     state: &'a AppState,
     caller: Caller,
     agent: String,
 }
 
 impl<'a> Access<'a> {
-    fn new(state: &'a AppState, caller: Caller, agent: String) -> Result<Self, ApiError> {
+    pub(super) fn new(state: &'a AppState, caller: Caller, agent: String) -> Result<Self, ApiError> {
         if state.runtime.loaded().agent(&agent).is_none() {
             return Err(ApiError::new(ErrorCode::AgentNotFound, format!("agent `{agent}` not found")));
         }
         Ok(Access { state, caller, agent })
     }
 
+    /// The path's agent.
+    pub(super) fn agent(&self) -> &str {
+        &self.agent
+    }
+
+    /// Whether the caller reaches a user scope (`may_read` for a user scope, without a
+    /// lookup); any other scope only with an admin key.
+    pub(super) fn reaches_user(&self, scope: &MemoryScope) -> bool {
+        self.caller.admin || (scope.kind == ScopeKind::User && self.caller.owner.as_deref() == Some(scope.subject()))
+    }
+
     /// Whether the caller may read items in `scope` (a concrete one, with its subject).
-    async fn may_read(&self, scope: &MemoryScope) -> Result<bool, ApiError> {
+    pub(super) async fn may_read(&self, scope: &MemoryScope) -> Result<bool, ApiError> {
         Ok(match scope.kind {
             ScopeKind::Project => true,
             ScopeKind::Agent => scope.subject() == self.agent,
@@ -103,7 +129,7 @@ impl<'a> Access<'a> {
 
     /// Whether the caller may change items in `scope`: project and agent memory only with an
     /// admin key; otherwise what it may read.
-    async fn may_write(&self, scope: &MemoryScope) -> Result<bool, ApiError> {
+    pub(super) async fn may_write(&self, scope: &MemoryScope) -> Result<bool, ApiError> {
         match scope.kind {
             ScopeKind::Project | ScopeKind::Agent => Ok(self.caller.admin && self.may_read(scope).await?),
             ScopeKind::User | ScopeKind::Session => self.may_read(scope).await,
@@ -179,7 +205,7 @@ fn not_found(id: &str) -> ApiError {
     ApiError::new(ErrorCode::NotFound, format!("memory item `{id}` not found"))
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(super) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.len() > MAX_BODY {
         return Err(ApiError::invalid(format!("the body is over {MAX_BODY} bytes")));
     }
@@ -396,6 +422,8 @@ mod tests {
         assert!(is_memory_path("/v1/agents/coder/memory/items"));
         assert!(is_memory_path("/v1/agents/coder/memory/items/abc"));
         assert!(is_memory_path("/v1/agents/coder/memory/search"));
+        assert!(is_memory_path("/v1/agents/coder/memory/candidates"));
+        assert!(is_memory_path("/v1/agents/coder/memory/candidates/mc-1/decision"));
         assert!(!is_memory_path("/v1/agents/coder"));
         assert!(!is_memory_path("/v1/agents/coder/skills"));
         assert!(!is_memory_path("/v1/agents/coder/memory"));

@@ -10,6 +10,7 @@ pub mod loop_runs;
 pub mod loops;
 pub mod mcp;
 pub mod memory;
+pub mod memory_candidates;
 pub mod missions;
 pub mod models;
 pub mod openapi;
