@@ -104,6 +104,8 @@ async fn serve(
     }
     let mut state = AppState::with_worker_id(runtime, keys, args.worker_id);
     state.memory = memory;
+    // Agents whose memory.learning is on learn from committed turns (outbox drained now).
+    polpo_server::learning::start_learning(&mut state);
     if let Ok(origins) = std::env::var("POLPO_CORS_ORIGINS") {
         state.cors_origins = origins.split(',').map(|o| o.trim().to_owned()).filter(|o| !o.is_empty()).collect();
     }
