@@ -201,7 +201,8 @@ fn escalated_agent(task: &Task) -> Option<String> {
 
 /// The run id of the task's current attempt: the same on every worker, so a takeover finds
 /// the run its dead worker started. A run after an answered question is a new attempt.
-fn run_id(task: &Task) -> String {
+/// Public so the REST task view can link a task to the run of its latest attempt.
+pub fn task_run_id(task: &Task) -> String {
     let base = format!("task-{}-r{}-f{}", task.id, task.retries, task.fix_attempts);
     match task.question_rounds {
         0 => base,
@@ -300,7 +301,7 @@ async fn run_agent(ctx: &Arc<Ctx>, task: &Task) -> Result<(Result<RunAnswer, Fai
     if task.phase == Some(Phase::Fix) {
         input.session_id = task.session_id.clone();
     }
-    let id = run_id(task);
+    let id = task_run_id(task);
     let run = async {
         let invoked = match ctx.runs.invoke_once(input, &id, Meter::start()).await {
             Ok(invoked) => invoked,
@@ -333,7 +334,7 @@ async fn run_agent(ctx: &Arc<Ctx>, task: &Task) -> Result<(Result<RunAnswer, Fai
 }
 
 async fn abort_run(ctx: &Ctx, task: &Task) {
-    let _ = ctx.runs.abort(&run_id(task), Some("task stopped".into())).await;
+    let _ = ctx.runs.abort(&task_run_id(task), Some("task stopped".into())).await;
 }
 
 fn with_result(task: &Task, exit_code: i32, stdout: String, stderr: String, duration: u64) -> Task {
