@@ -68,6 +68,7 @@ mod orchestrator;
 mod review;
 
 pub use assess::{AssessmentResult, CheckResult, MetricResult};
+pub use drive::task_run_id;
 pub use error::OrchestratorError;
 pub use missions::{GateReport, MissionReport, ReportTask, plan_tasks};
 pub use orchestrator::{OpenProject, Orchestrator, OrchestratorOptions};
