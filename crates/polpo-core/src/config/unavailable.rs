@@ -2,7 +2,7 @@
 //!
 //! The reference system defines them and a project may carry them, so refusing them would break
 //! compatible projects; ignoring them silently would let a user believe, say, that an agent
-//! has its memory. `polpo validate` therefore warns about each one present, with the file
+//! answers on its channels. `polpo validate` therefore warns about each one present, with the file
 //! and JSON pointer, naming what would act on it. The list shrinks as the capabilities land.
 
 use super::codes;
@@ -15,7 +15,6 @@ const UNAVAILABLE_AGENT_FIELDS: &[(&str, &str)] = &[
     // or routed loop.
     ("loops", "Project Loops"),
     ("pipeline", "Project Loops"),
-    ("memory", "typed Memory"),
     ("channels", "messaging Channels"),
     ("missionGroup", "Missions"),
     ("maxConcurrency", "the task orchestrator"),
