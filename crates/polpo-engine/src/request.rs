@@ -161,6 +161,11 @@ pub struct ChatInput {
     /// reviews), resolved under the agent's `allowedModelProfiles` like its own; a loop step's
     /// `model` still wins. Not kept in a durable run's spec: surfaces that set it run inline.
     pub model: Option<polpo_core::model::ModelSelection>,
+    /// Whether the turn is stored (`store` of a chat request; `true` unless the client says
+    /// `false`). An unstored turn is for clients that send the whole conversation every time:
+    /// it runs like any other (policy, hooks, tools, events) but writes no session, message or
+    /// run record, so it cannot continue a session, outlive its caller, or wait for an approval.
+    pub store: bool,
 }
 
 impl ChatInput {
@@ -188,6 +193,7 @@ impl ChatInput {
             parallel_branch: false,
             skills: Vec::new(),
             model: None,
+            store: true,
         }
     }
 }
@@ -226,6 +232,10 @@ pub enum ChatError {
     /// The request carries no new message to answer.
     #[error("invalid_request: {0}")]
     InvalidRequest(String),
+    /// The request needs what an unstored turn (`store: false`) cannot have: a stored session
+    /// to continue, a durable run, an idempotent replay, a loop's run record.
+    #[error("store_required: {0}")]
+    StoreRequired(String),
     /// The loop context assigns a hook pack that does not exist.
     #[error("unknown_hook_pack: {0}")]
     UnknownHookPack(String),
@@ -251,6 +261,7 @@ impl ChatError {
             Self::SessionNotFound(_) => "session_not_found",
             Self::SessionAgentMismatch { .. } => "session_agent_mismatch",
             Self::InvalidRequest(_) => "invalid_request",
+            Self::StoreRequired(_) => "store_required",
             Self::UnknownHookPack(_) => "unknown_hook_pack",
             Self::Model(e) => e.code(),
             Self::Store(e) => e.code(),

@@ -52,6 +52,9 @@ pub struct PreparedChat {
     cancel: CancellationToken,
     /// Steering (and, for a durable run, its checkpoint); `None` for plain chat.
     control: Option<Arc<dyn RunControl>>,
+    /// A new session not written yet: it is written with the turn's messages in one write
+    /// when the turn ends ([`polpo_store::SessionStore::create_session_with_messages`]).
+    unwritten: Option<NewSession>,
     /// Which way model routing sent this request; `None` when the agent did not opt in.
     route: Option<ModelRoute>,
 }
@@ -113,12 +116,24 @@ impl PreparedChat {
     }
 
     /// Run the agent's turn loop over the session's history plus the new messages, then store
-    /// the new messages and the turn's output in one append.
+    /// the new messages and the turn's output in one append (none for an unstored turn).
     ///
     /// Nothing is stored when the turn fails before producing anything, so a client may retry
     /// with the same messages; a run that used up `maxTurns` keeps its transcript.
     pub async fn run(self, sink: EventSink<'_>) -> Result<ChatOutput, ChatError> {
-        let Self { runtime, invocation, identity, session, history, new_messages, cancel, control, route: _ } = self;
+        let Self {
+            runtime,
+            invocation,
+            identity,
+            session,
+            history,
+            new_messages,
+            cancel,
+            control,
+            route: _,
+            unwritten,
+        } = self;
+        let stored = identity.session_id.is_some();
         let run_id = identity.run_id;
         let events = RunEvents::new(&runtime.bus, &run_id, &session.id, &invocation.agent);
         events.started();
@@ -136,13 +151,25 @@ impl PreparedChat {
             Err(EngineError::MaxTurnsExhausted { transcript, .. }) => transcript.clone(),
             Err(_) => Vec::new(),
         };
-        let session = if produced.is_empty() && result.is_err() {
+        let nothing = produced.is_empty() && result.is_err();
+        let session = if !stored || (nothing && unwritten.is_none()) {
             session
         } else {
             let produced =
                 reasoning.lock().unwrap_or_else(PoisonError::into_inner).attach(produced).collect::<Vec<_>>();
-            let to_store = new_messages.iter().cloned().map(NewMessage::new).chain(produced).collect();
-            match runtime.store.sessions.append_messages(&session.id, to_store, None).await {
+            // A new session is written even when the turn failed before producing anything
+            // (empty, as the client was told its id), so a retry may name it.
+            let to_store = match nothing {
+                true => Vec::new(),
+                false => new_messages.iter().cloned().map(NewMessage::new).chain(produced).collect(),
+            };
+            let written = match unwritten {
+                Some(new) => runtime.store.sessions.create_session_with_messages(new, to_store).await.inspect(|c| {
+                    events.session_created(&c.session);
+                }),
+                None => runtime.store.sessions.append_messages(&session.id, to_store, None).await,
+            };
+            match written {
                 Ok(appended) => {
                     events.messages_added(&appended.messages);
                     appended.session
@@ -484,13 +511,14 @@ impl Runtime {
     ) -> Result<PreparedChat, ChatError> {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
+        self.check_unstored(&input)?;
         let run_id = input.run_id.take().unwrap_or_else(|| format!("chat-{}", self.ids().next_id()));
         let provider = self.provider_for_input(&loaded, agent, &input)?;
         let mut invocation = self.invocation(&loaded, agent, provider, &input, &run_id, cancel)?;
         invocation.tools = self.agent_tool_set(agent, &invocation.tool_context).await;
         // Checked before the session is created, so a refused request leaves nothing behind.
         invocation.check()?;
-        let (session, history, new_messages) = self.prepare_session(&input, &run_id).await?;
+        let (session, history, new_messages, unwritten) = self.prepare_session(&input, &run_id).await?;
         // Routed only once the request is known to run, so a refused one costs no classifier
         // call; a routed chain that cannot be built leaves the agent on its own (pinned) model.
         let mut route = crate::routing::route(&self.providers(), &loaded, agent, &input, cancel).await;
@@ -503,7 +531,10 @@ impl Runtime {
             }
             RunEvents::new(&self.bus, &run_id, &session.id, &input.agent).model_routed(route);
         }
-        Ok(self.prepared(invocation, input, run_id, session, history, new_messages, cancel.clone(), route))
+        let mut prepared =
+            self.prepared(invocation, input, run_id, session, history, new_messages, cancel.clone(), route);
+        prepared.unwritten = unwritten;
+        Ok(prepared)
     }
 
     /// The model chain of `agent` for `input`: a loop step's own `model`, else the one the
@@ -587,14 +618,16 @@ impl Runtime {
         cancel: CancellationToken,
         route: Option<ModelRoute>,
     ) -> PreparedChat {
+        // An unstored turn has no session anyone could read or continue.
+        let session_id = input.store.then(|| session.id.clone());
         if let Some(hooks) = &mut invocation.hooks {
-            hooks.info.session_id = Some(session.id.clone());
+            hooks.info.session_id = session_id.clone();
         }
         let bound_request = input.request_id.clone();
         let identity = Identity {
             request_id: input.request_id.unwrap_or_else(|| format!("req-{}", self.ids().next_id())),
             run_id,
-            session_id: Some(session.id.clone()),
+            session_id,
             user: input.user,
             metadata: input.metadata,
             surface: input.surface,
@@ -602,8 +635,9 @@ impl Runtime {
         invocation.tool_context.invocation = serde_json::to_value(&identity).unwrap_or_default();
         // A hook's `ask` in chat becomes an approval request, bound to the caller's request id
         // (the server's `Idempotency-Key` binding) so a retry of that request finds the decision;
-        // a loop node's ask stays a refusal (its loop has gates of its own).
-        if invocation.hooks.is_some() && input.loop_context.is_none() {
+        // a loop node's ask stays a refusal (its loop has gates of its own), and so does an
+        // unstored turn's (an approval request is a stored record).
+        if invocation.hooks.is_some() && input.loop_context.is_none() && input.store {
             invocation.approvals = Some(Arc::new(ApprovalDesk {
                 store: self.store.records.clone(),
                 events: self.bus.clone(),
@@ -626,30 +660,42 @@ impl Runtime {
             cancel,
             control: None,
             route,
+            unwritten: None,
         }
     }
 
     /// Find or create the session and split the request into stored history and new messages.
+    /// A new session of a turn that runs in its caller's request is not written yet (the last
+    /// item): the turn writes it with its messages in one write. A durable run's is written
+    /// now, as its journal names it from the start.
     async fn prepare_session(
         &self,
         input: &ChatInput,
         run_id: &str,
-    ) -> Result<(Session, Vec<Message>, Vec<Message>), ChatError> {
+    ) -> Result<(Session, Vec<Message>, Vec<Message>, Option<NewSession>), ChatError> {
         let Some(id) = &input.session_id else {
             if !input.messages.iter().any(|m| m.role != Role::System) {
                 return Err(ChatError::InvalidRequest("messages must contain at least one non-system message".into()));
             }
+            if !input.store {
+                return Ok((self.unstored_session(input), Vec::new(), input.messages.clone(), None));
+            }
             let new = NewSession {
-                id: None,
+                id: Some(self.ids().next_id()),
                 agent: input.agent.clone(),
                 title: None,
                 user: input.user.clone(),
                 metadata: input.metadata.clone(),
                 owner: input.owner.clone(),
             };
-            let session = self.store.sessions.create_session(new).await?;
-            RunEvents::new(&self.bus, run_id, &session.id, &input.agent).session_created(&session);
-            return Ok((session, Vec::new(), input.messages.clone()));
+            if self.delivery_mode(input) == DeliveryMode::Durable {
+                let session = self.store.sessions.create_session(new).await?;
+                RunEvents::new(&self.bus, run_id, &session.id, &input.agent).session_created(&session);
+                return Ok((session, Vec::new(), input.messages.clone(), None));
+            }
+            // Checked now (metadata, id), so a request that cannot be stored fails before it runs.
+            let session = polpo_store::session_from_new(new.clone(), self.clock().now(), self.ids().as_ref())?;
+            return Ok((session, Vec::new(), input.messages.clone(), Some(new)));
         };
         let session =
             self.store.sessions.get_session(id).await?.ok_or_else(|| ChatError::SessionNotFound(id.clone()))?;
@@ -664,7 +710,44 @@ impl Runtime {
         }
         let history = self.history(&session.id).await?;
         crate::interaction::answer_pending_questions(&history, &mut new);
-        Ok((session, history, new))
+        Ok((session, history, new, None))
+    }
+
+    /// An unstored turn (`store: false`) asks for nothing that must be written: no session to
+    /// continue (the client sends the whole conversation), no durable run.
+    fn check_unstored(&self, input: &ChatInput) -> Result<(), ChatError> {
+        if input.store {
+            return Ok(());
+        }
+        if input.session_id.is_some() {
+            return Err(ChatError::StoreRequired(
+                "a request with `store: false` cannot continue a stored session: send the whole conversation without `x-session-id`, or drop `store: false`".into(),
+            ));
+        }
+        if self.delivery_mode(input) == DeliveryMode::Durable {
+            return Err(ChatError::StoreRequired(
+                "a request with `store: false` cannot outlive its caller (`polpo.delivery.onDisconnect: \"continue\"` is a durable, stored run)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The session an unstored turn (`store: false`) runs in: its messages are the whole
+    /// conversation, nothing is read or written, and its id is empty (no session exists).
+    fn unstored_session(&self, input: &ChatInput) -> Session {
+        let now = self.clock().now();
+        Session {
+            id: String::new(),
+            agent: input.agent.clone(),
+            title: String::new(),
+            user: input.user.clone(),
+            metadata: input.metadata.clone(),
+            owner: input.owner.clone(),
+            created_at: now,
+            updated_at: now,
+            message_count: 0,
+            revision: 0,
+        }
     }
 
     /// The last [`MAX_HISTORY_MESSAGES`] stored messages of a session, oldest first.

@@ -200,6 +200,9 @@ error_codes! {
     LeaseLost = "lease_lost" => StatusCode::INTERNAL_SERVER_ERROR,
     /// A request that is malformed.
     InvalidRequest = "invalid_request" => StatusCode::BAD_REQUEST,
+    /// A request with `store: false` that needs storage (a session to continue, a durable
+    /// run, an idempotent replay, a loop run).
+    StoreRequired = "store_required" => StatusCode::BAD_REQUEST,
     /// A field with a value out of its range or shape.
     InvalidValue = "invalid_value" => StatusCode::BAD_REQUEST,
     /// A config file (agent, team) that does not pass its schema.
@@ -759,6 +762,7 @@ mod tests {
             ChatError::SessionNotFound("s".into()),
             ChatError::SessionAgentMismatch { session: "s".into(), agent: "a".into() },
             ChatError::InvalidRequest("i".into()),
+            ChatError::StoreRequired("s".into()),
             ChatError::UnknownHookPack("h".into()),
             ChatError::Skill(ActivationError::NotAssigned { agent: "a".into(), skill: "s".into() }),
             ChatError::Skill(ActivationError::TooMany),
@@ -774,6 +778,7 @@ mod tests {
                 | ChatError::SessionNotFound(_)
                 | ChatError::SessionAgentMismatch { .. }
                 | ChatError::InvalidRequest(_)
+                | ChatError::StoreRequired(_)
                 | ChatError::UnknownHookPack(_)
                 | ChatError::Model(_)
                 | ChatError::Store(_)

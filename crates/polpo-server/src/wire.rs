@@ -42,6 +42,10 @@ pub struct ChatRequest {
     /// Opaque end-user id.
     #[serde(default)]
     pub user: Option<String>,
+    /// OpenAI's `store`: `false` runs the turn without storing anything (no session, no
+    /// messages, no run record); absent or `true` stores it as usual.
+    #[serde(default)]
+    pub store: Option<bool>,
     /// Polpo extension: a Project Loop to run.
     #[serde(default, rename = "loop")]
     pub loop_name: Option<String>,

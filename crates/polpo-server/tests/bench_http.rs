@@ -6,7 +6,12 @@
 //! latency of calling the fake LLM directly vs through Polpo (the gateway overhead), the
 //! runtime's own share as reported in `x-polpo-overhead-ms`, completions per second with 32
 //! concurrent clients (each completion is a Run: new session, model call, stored turn), and
-//! resident memory before and after, to see that it stays flat.
+//! resident memory before and after, to see that it stays flat; then the same with
+//! `store: false` (nothing written) on the file store.
+//!
+//! `rss_over_50000_runs` (also ignored): resident memory after 5,000 and after 50,000
+//! completions at 32 concurrent clients (`POLPO_BENCH_STORES=file,sqlite,unstored`, file by
+//! default), the growth between them being what a long-running server keeps per run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -42,16 +47,17 @@ fn rss_mib() -> f64 {
     kib / 1024.0
 }
 
-fn body() -> serde_json::Value {
-    json!({"agent": "writer", "messages": [{"role": "user", "content": "Say something short."}]})
+/// A new conversation; stored unless `store` is false.
+fn body(store: bool) -> serde_json::Value {
+    json!({"agent": "writer", "store": store, "messages": [{"role": "user", "content": "Say something short."}]})
 }
 
-async fn sequential(http: &reqwest::Client, url: &str, n: usize) -> (Vec<Duration>, Vec<f64>) {
+async fn sequential(http: &reqwest::Client, url: &str, n: usize, store: bool) -> (Vec<Duration>, Vec<f64>) {
     let mut times = Vec::with_capacity(n);
     let mut overheads = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        let r = http.post(url).json(&body()).send().await.unwrap();
+        let r = http.post(url).json(&body(store)).send().await.unwrap();
         assert!(r.status().is_success());
         if let Some(o) = r.headers().get("x-polpo-overhead-ms") {
             overheads.push(o.to_str().unwrap().parse::<f64>().unwrap());
@@ -88,18 +94,13 @@ async fn http_overhead_and_throughput() {
         ms(percentile(&base, 0.99))
     );
 
-    for storage in ["file", "sqlite"] {
-        let s = Server::start_with(&llm, None, |d| {
-            ProjectFixture::new(d, json!({"storage": storage}))
-                .unwrap()
-                .agent("writer", json!({"model": "openai/fake", "allowedTools": []}), "You write.")
-                .unwrap();
-        })
-        .await;
+    for (storage, store) in [("file", true), ("sqlite", true), ("file", false)] {
+        let s = writer_server(&llm, storage).await;
         let url = format!("{}/v1/chat/completions", s.url);
-        sequential(&s.http, &url, 50).await;
+        let storage = if store { storage } else { "store:false" };
+        sequential(&s.http, &url, 50, store).await;
         let rss_before = rss_mib();
-        let (times, overheads) = sequential(&s.http, &url, SEQUENTIAL).await;
+        let (times, overheads) = sequential(&s.http, &url, SEQUENTIAL, store).await;
         println!(
             "[{storage}] through polpo: p50 {:.3} ms, p99 {:.3} ms; x-polpo-overhead-ms p50 {:.3}, p99 {:.3}",
             ms(percentile(&times, 0.5)),
@@ -113,24 +114,7 @@ async fn http_overhead_and_throughput() {
         let per_client = CONCURRENT_TOTAL / CLIENTS;
         let mut rss = vec![format!("{rss_before:.1}")];
         for round in 1..=ROUNDS {
-            let started = Instant::now();
-            let tasks: Vec<_> = (0..CLIENTS)
-                .map(|_| {
-                    let http = http.clone();
-                    let url = url.clone();
-                    tokio::spawn(async move {
-                        for _ in 0..per_client {
-                            let r = http.post(&url).json(&body()).send().await.unwrap();
-                            assert!(r.status().is_success());
-                            r.bytes().await.unwrap();
-                        }
-                    })
-                })
-                .collect();
-            for t in tasks {
-                t.await.unwrap();
-            }
-            let elapsed = started.elapsed();
+            let elapsed = concurrently(&http, &url, CONCURRENT_TOTAL, store).await;
             rss.push(format!("{:.1}", rss_mib()));
             println!(
                 "[{storage}] round {round}: {CLIENTS} concurrent clients, {:.0} completions/s ({} in {:.2} s)",
@@ -140,5 +124,61 @@ async fn http_overhead_and_throughput() {
             );
         }
         println!("[{storage}] RSS MiB before and after each round: {}", rss.join(" → "));
+    }
+}
+
+/// A server whose only agent `writer` has no tools, on `storage`.
+async fn writer_server(llm: &FakeLlm, storage: &str) -> Server {
+    Server::start_with(llm, None, |d| {
+        ProjectFixture::new(d, json!({"storage": storage}))
+            .unwrap()
+            .agent("writer", json!({"model": "openai/fake", "allowedTools": []}), "You write.")
+            .unwrap();
+    })
+    .await
+}
+
+/// `total` completions by [`CLIENTS`] concurrent clients; how long they took.
+async fn concurrently(http: &Arc<reqwest::Client>, url: &str, total: usize, store: bool) -> Duration {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (http, url) = (http.clone(), url.to_owned());
+            tokio::spawn(async move {
+                for _ in 0..total / CLIENTS {
+                    let r = http.post(&url).json(&body(store)).send().await.unwrap();
+                    assert!(r.status().is_success());
+                    r.bytes().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run with --release -- --ignored --nocapture"]
+async fn rss_over_50000_runs() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start_repeating([Turn::text("Short answer.").usage(900, 6)]).await.unwrap();
+    let stores = std::env::var("POLPO_BENCH_STORES").unwrap_or_else(|_| "file".into());
+    for kind in stores.split(',') {
+        let (storage, store) = if kind == "unstored" { ("file", false) } else { (kind, true) };
+        let s = writer_server(&llm, storage).await;
+        let (url, http) = (format!("{}/v1/chat/completions", s.url), Arc::new(s.http.clone()));
+        let start = rss_mib();
+        let first = concurrently(&http, &url, 5_000, store).await;
+        let at_5k = rss_mib();
+        let rest = concurrently(&http, &url, 45_000, store).await;
+        let at_50k = rss_mib();
+        println!(
+            "[{kind}] RSS MiB: start {start:.1}, after 5,000 runs {at_5k:.1}, after 50,000 {at_50k:.1} (growth {:.1} MiB); {:.0} runs/s, then {:.0} runs/s",
+            at_50k - at_5k,
+            5_000.0 / first.as_secs_f64(),
+            45_000.0 / rest.as_secs_f64()
+        );
     }
 }

@@ -141,8 +141,20 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
         sessions::owned(&state, &caller, id).await?;
     }
     input.owner = caller.owner;
+    let idempotent = headers.contains_key("idempotency-key");
+    if !input.store && idempotent {
+        return Err(ApiError::new(
+            ErrorCode::StoreRequired,
+            "`Idempotency-Key` keeps the answer for retries, which `store: false` forbids: drop one of them",
+        ));
+    }
     if let Some((named, route)) = routes::loops::selected_loop(&state, &input, request.loop_name.clone()).await {
-        let idempotent = headers.contains_key("idempotency-key");
+        if !input.store {
+            return Err(ApiError::new(
+                ErrorCode::StoreRequired,
+                "this request runs a Project Loop, whose run is stored, which `store: false` forbids",
+            ));
+        }
         return routes::loops::chat(state, input, named, route, request.stream, idempotent).await;
     }
 
@@ -177,7 +189,12 @@ async fn handle(state: Arc<AppState>, caller: Caller, headers: HeaderMap, body: 
         id: format!("chatcmpl-{}", state.runtime.ids().next_id()),
         created: state.runtime.clock().now().timestamp(),
     };
-    let ids = [("x-session-id", invoked.session_id().to_owned()), ("x-polpo-run-id", invoked.run_id().to_owned())];
+    // An unstored turn has no session to name.
+    let ids: Vec<_> =
+        [("x-session-id", invoked.session_id().to_owned()), ("x-polpo-run-id", invoked.run_id().to_owned())]
+            .into_iter()
+            .filter(|(_, id)| !id.is_empty())
+            .collect();
     let (durable, run_id) = (invoked.mode() == DeliveryMode::Durable, invoked.run_id().to_owned());
     // Held while the client listens: a client that goes away cancels a turn that runs in its
     // request. The delivery below goes on either way, so the key is always settled.
@@ -405,6 +422,7 @@ fn chat_input(state: &AppState, r: &ChatRequest, headers: &HeaderMap) -> Result<
     input.outlive_caller = on_disconnect == Some("continue");
     // Checked against the agent's skills by the engine (`skill_not_assigned`).
     input.skills = r.polpo.as_ref().map(|p| p.skills.clone()).unwrap_or_default();
+    input.store = r.store.unwrap_or(true);
     Ok(input)
 }
 
