@@ -4,6 +4,12 @@
 //! approval, clicks Approve, and the approval is gone while the loop run is listed and, resumed
 //! past the gate, completes; a second run is rejected with feedback typed into the prompt. The
 //! agent view lists the agent's skills and the Schedules view a schedule's next fire time.
+//! A mission created over REST appears with its progress; executed from the page, its first
+//! task's end moves the bar (live, from the event feed, the page never reloading) to the
+//! checkpoint, resumed from the page it completes; the task view shows the assessment's checks
+//! and the reviewers' median scores and links the task's run. A loop run waiting on a human step
+//! shows its trace in order and a form: a wrong answer shows the server's refusal, a right one
+//! resumes the run to its end.
 //!
 //! Skips with a printed reason when `chromium` is not installed, unless `POLPO_REQUIRE_BROWSER`
 //! is set (scripts/test installs the browser and sets it, so CI never skips).
@@ -12,7 +18,7 @@
 
 mod support;
 
-use polpo_testkit::{FakeLlm, ProjectFixture};
+use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::path::Path;
@@ -138,6 +144,18 @@ impl Browser {
         self.command(&format!("/element/{element}/click"), json!({})).await;
     }
 
+    /// Clicks the first element matching `css` inside the page, once it exists: one atomic
+    /// step, so a view re-rendered by a live event between finding and clicking cannot fail it.
+    async fn click_when_shown(&self, what: &str, css: &str) {
+        let click = "const e = document.querySelector(arguments[0]); if (!e) return false; e.click(); return true";
+        self.until(what, click, json!([css]), None).await;
+    }
+
+    /// The page's answer to `script` as text.
+    async fn text(&self, script: &str, args: Value) -> String {
+        self.eval(script, args).await.as_str().unwrap_or_default().to_owned()
+    }
+
     async fn type_into(&self, css: &str, text: &str) {
         let element = self.find(css).await;
         self.command(&format!("/element/{element}/value"), json!({"text": text})).await;
@@ -258,4 +276,150 @@ async fn a_reviewer_approves_and_rejects_gated_loop_runs_in_the_dashboard_then_s
     browser.open(&format!("{}/#schedules", server.url)).await;
     let next = "const li = document.querySelector('#schedule-list li.schedule'); return !!li && li.dataset.id === 'leap-release' && /next: \\d{4}-02-29T03:00:00/.test(li.textContent)";
     browser.until("the schedule's next fire time", next, json!([]), None).await;
+}
+
+/// A builder agent for missions, and a loop whose tool step writes a draft and whose human step
+/// waits for a `decision`.
+fn work_project(dir: &Path) {
+    let flow = json!({
+        "name": "review-flow",
+        "start": "prepare",
+        "steps": {
+            "prepare": {"type": "tool", "tool": "write", "input": {"path": "draft.txt", "content": "v1"}, "next": "review"},
+            "review": {"type": "human", "output": {"schema": {"type": "object", "properties": {"decision": {"type": "string", "description": "ship or hold"}}, "required": ["decision"]}}, "next": "end"}
+        }
+    });
+    let agent =
+        json!({"model": "openai/fake-model", "allowedTools": ["read", "write"], "assignedLoops": ["review-flow"]});
+    ProjectFixture::new(dir, json!({"storage": "file"}))
+        .unwrap()
+        .agent("builder", agent, "You build things.")
+        .unwrap()
+        .project_loop("review-flow", flow)
+        .unwrap();
+}
+
+/// A reviewer's structured verdict on the one `clarity` dimension.
+fn review(score: u8) -> Turn {
+    Turn::json(json!({"scores": [{"dimension": "clarity", "score": score, "reasoning": "read it"}], "summary": "fine"}))
+}
+
+/// Script: the mission row `arguments[0]` shows `arguments[1]` with `arguments[2]` of
+/// `arguments[3]` tasks done, in its bar and its words.
+const MISSION_ROW: &str = "const li = [...document.querySelectorAll('#mission-list li.mission')].find((li) => li.dataset.id === arguments[0]); const bar = li && li.querySelector('progress'); return !!bar && li.dataset.status === arguments[1] && bar.value === arguments[2] && bar.max === arguments[3] && li.textContent.includes(arguments[2] + '/' + arguments[3] + ' done')";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mission_moves_live_in_the_dashboard_and_a_loop_run_waits_for_a_human_answer_there() {
+    polpo_llm::install_crypto_provider();
+    let Some(browser) = Browser::start().await else { return };
+    // Draft: its answer, then the three reviewers of its llm_review (median 4); Publish: its answer.
+    let llm = FakeLlm::start([Turn::text("Drafted."), review(3), review(5), review(4), Turn::text("Published.")])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    work_project(dir.path());
+    let base = llm.base_url();
+    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream")];
+    let server = ServerProcess::start("serve", dir.path(), &[], &env);
+    let api = reqwest::Client::new();
+
+    let task = |title: &str, after: &[&str], checks: Value| json!({"title": title, "description": format!("{title} the notes."), "assignTo": "builder", "dependsOn": after, "expectations": checks});
+    let plan = json!({"name": "notes", "data": {
+        "tasks": [
+            task("Draft", &[], json!([{"type": "test", "command": "true"}, {"type": "llm_review", "criteria": "clear notes", "dimensions": [{"name": "clarity", "weight": 1}]}])),
+            task("Publish", &["Draft"], json!([]))
+        ],
+        "checkpoints": [{"name": "sign-off", "afterTasks": ["Draft"], "blocksTasks": ["Publish"], "message": "an editor reads the draft"}]
+    }});
+    let created: Value =
+        api.post(format!("{}/api/v1/missions", server.url)).json(&plan).send().await.unwrap().json().await.unwrap();
+    let mission = created["data"]["id"].as_str().unwrap().to_owned();
+
+    // The draft mission is listed with its planned tasks, none done.
+    browser.open(&format!("{}/#missions", server.url)).await;
+    browser.eval("window.dashboardMarker = 'the same page'", json!([])).await;
+    browser.until("the draft mission at 0/2", MISSION_ROW, json!([mission, "draft", 0, 2]), None).await;
+    browser.click(&format!("#mission-list li.mission[data-id='{mission}'] a")).await;
+    browser.click_when_shown("the Execute button", "#mission-detail button.execute").await;
+
+    // Draft runs and passes its checks; the checkpoint pauses the mission: the bar moved by itself.
+    browser.until("the mission paused at 1/2", MISSION_ROW, json!([mission, "paused", 1, 2]), None).await;
+    let waiting = "const li = document.querySelector('#mission-detail li.stop.checkpoint'); return !!li && li.dataset.name === 'sign-off' && li.textContent.includes('waiting: resume the mission') && li.textContent.includes('an editor reads the draft')";
+    browser.until("the checkpoint waiting", waiting, json!([]), None).await;
+    browser.click_when_shown("the Resume button", "#mission-detail button.resume").await;
+    browser.until("the mission completed at 2/2", MISSION_ROW, json!([mission, "completed", 2, 2]), None).await;
+    let report = "const d = document.querySelector('#mission-detail'); return d.textContent.includes('All passedyes') && d.textContent.includes('Average score4.00') && d.querySelectorAll('table.mission-tasks tr[data-status=\"done\"]').length === 2";
+    browser.until("the mission report", report, json!([]), None).await;
+    assert_eq!(
+        browser.eval("return window.dashboardMarker", json!([])).await,
+        "the same page",
+        "the page never reloaded"
+    );
+
+    // The task view: the checks, the reviewers' median per dimension, the run it ran in.
+    let tasks: Value =
+        api.get(format!("{}/api/v1/tasks?missionId={mission}", server.url)).send().await.unwrap().json().await.unwrap();
+    let draft = tasks["data"]["tasks"].as_array().unwrap().iter().find(|t| t["title"] == "Draft").unwrap();
+    let draft = draft["id"].as_str().unwrap().to_owned();
+    browser.click("#nav-tasks").await;
+    browser.click_when_shown("the Draft task", &format!("#task-list li.task[data-id='{draft}'] a")).await;
+    let checks = "const d = document.querySelector('#task-detail'); const review = d && d.querySelector('li.check.passed[data-type=\"llm_review\"]'); return !!review && !!d.querySelector('li.check.passed[data-type=\"test\"]') && [...review.querySelectorAll('table.scores tr')].some((tr) => tr.textContent === 'clarity4') && review.textContent.includes('3 reviewers') && d.textContent.includes('Retries0 of 2') && d.textContent.includes('Draft the notes.')";
+    browser.until("the Draft task's assessment", checks, json!([]), None).await;
+    let run = browser.text("return document.querySelector('#task-detail a.run-link').textContent", json!([])).await;
+    assert!(run.starts_with(&format!("run task-{draft}-")), "{run}");
+    browser.click("#task-detail a.run-link").await;
+    let journal = "return document.querySelector('#run-info').textContent.includes('Statuscompleted') && document.querySelector('#run-events').textContent.includes('run.completed')";
+    browser.until("the task's run", journal, json!([]), None).await;
+
+    // A loop run waits on its human step; the approvals view lists it, its trace shows why.
+    let chat = json!({"agent": "builder", "loop": "review-flow", "messages": [{"role": "user", "content": "Review the draft"}]});
+    let url = server.url.clone();
+    let answered = tokio::spawn(async move {
+        let r = reqwest::Client::new().post(format!("{url}/v1/chat/completions")).json(&chat).send().await.unwrap();
+        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+    });
+    browser.open(&format!("{}/#approvals", server.url)).await;
+    let listed = "return !!document.querySelector('#loop-run-list li.loop-run[data-status=\"awaiting_human\"] a')";
+    browser.until("the loop run awaiting a person", listed, json!([]), Some("#approvals-refresh")).await;
+    browser.click_when_shown("the loop run", "#loop-run-list li.loop-run[data-status='awaiting_human'] a").await;
+    let form = "return !!document.querySelector('#loop-run-detail form.human-form[data-step=\"review\"] input[name=\"decision\"]') && !!document.querySelector('#loop-trace li.trace-event[data-type=\"human.request\"]')";
+    browser.until("the human step's form", form, json!([]), None).await;
+
+    // Sent empty, the server refuses the answer against output.schema and the form says so.
+    browser.click("#loop-run-detail form.human-form button").await;
+    let refused = "const e = document.querySelector('#loop-run-detail .human-error'); return !!e && !e.hidden && e.textContent.includes('loop_human_output_invalid') && e.textContent.includes('decision')";
+    browser.until("the refusal", refused, json!([]), None).await;
+    assert!(!answered.is_finished(), "a refused answer does not resume the run");
+    browser.type_into("#loop-run-detail form.human-form input[name='decision']", "ship").await;
+    browser.click("#loop-run-detail form.human-form button").await;
+    let done =
+        "const d = document.querySelector('#loop-run-detail'); return !!d && d.textContent.includes('Statuscompleted')";
+    browser.until("the loop run completed", done, json!([]), Some("#approvals-refresh")).await;
+    let (status, body) = answered.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+
+    let order = browser
+        .eval(
+            "return [...document.querySelectorAll('#loop-trace li.trace-event')].map((li) => li.dataset.type + ' ' + li.dataset.step)",
+            json!([]),
+        )
+        .await;
+    let expected = [
+        "loop.start ",
+        "step.start prepare",
+        "tool.call prepare",
+        "tool.result prepare",
+        "step.end prepare",
+        "transition review",
+        "step.start review",
+        "human.request review",
+        "human.result review",
+        "step.end review",
+        "transition end",
+        "loop.end ",
+    ];
+    assert_eq!(order, json!(expected));
+    let context = browser.text("return document.querySelector('#loop-context').textContent", json!([])).await;
+    assert!(context.contains("\"decision\": \"ship\""), "{context}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("draft.txt")).unwrap(), "v1");
 }

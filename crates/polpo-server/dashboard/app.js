@@ -1,139 +1,6 @@
-// Polpo dashboard: plain script over the REST API, no build step, no dependencies.
-//
-// Every string from the server or a model is rendered as text (text nodes, textContent), never
-// parsed as markup. The API key lives in this tab's sessionStorage and travels only in the
-// Authorization header, never in a URL. API paths are written as the OpenAPI document spells
-// them ('/api/v1/agents/{id}'), so a test can check each one against the server's route table.
+// Polpo dashboard: agents, sessions, chat, events, run journals, schedules, and the router
+// that shows one view at a time (see core.js for the helpers; loaded last, after every view).
 'use strict';
-
-const KEY = 'polpo.apiKey';
-const $ = (id) => document.getElementById(id);
-const state = { agents: [], chat: { agent: '', session: null, run: null, durable: false, controller: null }, events: null, run: null };
-
-// ---- DOM and HTTP helpers -------------------------------------------------------------------
-
-/** An element with properties (`dataset` fills data-* attributes) and children (nested arrays
- * flattened); strings become text nodes. */
-function el(tag, props, ...children) {
-  const { dataset, ...rest } = props || {};
-  const node = Object.assign(document.createElement(tag), rest);
-  Object.assign(node.dataset, dataset || {});
-  for (const c of children.flat(Infinity)) if (c != null && c !== false) node.append(c instanceof Node ? c : String(c));
-  return node;
-}
-
-/** A definition list of the rows that have a value. */
-function facts(rows) {
-  return el('dl', {}, rows.filter(([, v]) => v != null && v !== '').map(([k, v]) => [el('dt', {}, k), el('dd', {}, String(v))]));
-}
-
-function json(value) {
-  return JSON.stringify(value, null, 2);
-}
-
-function short(value, max = 300) {
-  const s = typeof value === 'string' ? value : JSON.stringify(value);
-  return s && s.length > max ? s.slice(0, max) + '…' : s;
-}
-
-function notice(message) {
-  $('notice').textContent = message || '';
-  $('notice').hidden = !message;
-}
-
-/** A route template filled with URL-encoded parameters, plus the non-empty query values. */
-function path(template, params, query) {
-  const p = template.replace(/\{(\w+)\}/g, (_, k) => encodeURIComponent(params[k]));
-  const q = new URLSearchParams(Object.entries(query || {}).filter(([, v]) => v != null && v !== ''));
-  return q.toString() ? p + '?' + q : p;
-}
-
-/** fetch with the key; a 401 asks for a key, any other failure throws the server's message. */
-async function request(method, template, { params, query, body, headers, signal } = {}) {
-  const h = new Headers(headers);
-  const key = sessionStorage.getItem(KEY);
-  if (key) h.set('authorization', 'Bearer ' + key);
-  if (body !== undefined) h.set('content-type', 'application/json');
-  const r = await fetch(path(template, params, query), { method, headers: h, signal, body: body === undefined ? undefined : JSON.stringify(body) });
-  if (r.status === 401) {
-    askForKey(key ? 'The API key was refused.' : '');
-    throw Object.assign(new Error('API key required'), { unauthorized: true });
-  }
-  if (!r.ok) throw Object.assign(new Error(await failure(r)), { status: r.status });
-  return r;
-}
-
-/** The REST envelope `{ok:false, error, code}` or the OpenAI `{error:{message, code}}`. */
-async function failure(r) {
-  const text = await r.text();
-  try {
-    const body = JSON.parse(text);
-    const e = body.error;
-    const message = typeof e === 'string' ? e : e && e.message;
-    return `${r.status} ${body.code || (e && e.code) || ''}: ${message || text}`;
-  } catch {
-    return `${r.status}: ${text}`;
-  }
-}
-
-async function data(template, params, query) {
-  return (await (await request('GET', template, { params, query })).json()).data;
-}
-
-/** Calls `onFrame({id, event, data})` for each server-sent event of a fetch response. */
-async function readSse(response, onFrame) {
-  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = '';
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) return;
-    buffer += value.replace(/\r\n/g, '\n');
-    let end;
-    while ((end = buffer.indexOf('\n\n')) >= 0) {
-      const frame = { id: null, event: 'message', data: [] };
-      for (const line of buffer.slice(0, end).split('\n')) {
-        const i = line.indexOf(':');
-        if (i === 0) continue; // comment (keep-alive ping)
-        const field = i < 0 ? line : line.slice(0, i);
-        const v = i < 0 ? '' : line.slice(i + 1).replace(/^ /, '');
-        if (field === 'data') frame.data.push(v);
-        else if (field === 'event') frame.event = v;
-        else if (field === 'id') frame.id = v;
-      }
-      buffer = buffer.slice(end + 2);
-      if (frame.data.length) onFrame({ ...frame, data: frame.data.join('\n') });
-    }
-  }
-}
-
-/** Runs an async view action, showing its failure (a missing key shows the key form instead). */
-function guard(action) {
-  return (...args) => action(...args).catch((e) => { if (!e.unauthorized && e.name !== 'AbortError') notice(e.message); });
-}
-
-// ---- API key --------------------------------------------------------------------------------
-
-function askForKey(why) {
-  $('key-form').hidden = false;
-  $('key-forget').hidden = true;
-  notice(why);
-  $('key-input').focus();
-}
-
-$('key-form').addEventListener('submit', (e) => {
-  e.preventDefault();
-  sessionStorage.setItem(KEY, $('key-input').value.trim());
-  $('key-input').value = '';
-  $('key-form').hidden = true;
-  $('key-forget').hidden = false;
-  notice('');
-  route();
-});
-
-$('key-forget').addEventListener('click', () => {
-  sessionStorage.removeItem(KEY);
-  location.reload();
-});
 
 // ---- Agents ---------------------------------------------------------------------------------
 
@@ -339,36 +206,32 @@ function logFrame(list, label, name, payload) {
   while (list.childElementCount > 500) list.lastElementChild.remove();
 }
 
-/** Follows the live event feed, resuming after the last id seen when the connection drops. */
-async function connectEvents() {
-  if (state.events) state.events.abort();
-  const controller = (state.events = new AbortController());
-  $('events-log').replaceChildren();
-  let last = '0'; // start with the events the server still keeps
-  while (!controller.signal.aborted) {
-    try {
-      const headers = last ? { 'last-event-id': last } : {};
-      const r = await request('GET', '/api/v1/events', { query: { filter: $('events-filter').value.trim() }, headers, signal: controller.signal });
-      $('events-state').textContent = 'live';
-      await readSse(r, (f) => {
-        if (f.id) last = f.id;
-        logFrame($('events-log'), f.id ? '#' + f.id : '', f.event, f.data);
-      });
-    } catch (e) {
-      if (controller.signal.aborted || e.unauthorized) break;
-      if (e.status < 500) { notice(e.message); break; } // a bad filter does not get better by retrying
-      $('events-state').textContent = 'reconnecting: ' + e.message;
-    }
-    if (!controller.signal.aborted) await new Promise((done) => setTimeout(done, 2000));
-  }
-  if (state.events === controller) {
-    state.events = null;
-    $('events-state').textContent = 'disconnected';
-  }
+/** Frames kept for the Events view (newest last), so a new filter applies to what was seen. */
+const seen = [];
+
+/** The Events view's name globs (comma-separated), applied in the page to the one live feed. */
+function eventFilter() {
+  const globs = $('events-filter').value.split(',').map((g) => g.trim()).filter(Boolean).map(globRegex);
+  return (f) => !globs.length || globs.some((g) => g.test(f.event));
 }
 
-$('events-form').addEventListener('submit', (e) => { e.preventDefault(); connectEvents(); });
-$('events-stop').addEventListener('click', () => state.events && state.events.abort());
+function logEvent(f) {
+  logFrame($('events-log'), f.id ? '#' + f.id : '', f.event, f.data);
+}
+
+onLive(['*'], (f) => {
+  seen.push(f);
+  if (seen.length > 500) seen.shift();
+  if (eventFilter()(f)) logEvent(f);
+});
+
+$('events-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  $('events-log').replaceChildren();
+  seen.filter(eventFilter()).forEach(logEvent);
+  connectLive();
+});
+$('events-stop').addEventListener('click', () => live.controller && live.controller.abort());
 
 async function showRun(id) {
   const run = await data('/api/v1/runs/{id}', { id });
@@ -407,40 +270,7 @@ $('run-form').addEventListener('submit', (e) => {
   else location.hash = next;
 });
 
-// ---- Approvals, loop runs, schedules --------------------------------------------------------
-
-/** A rows list, or one muted row saying it is empty. */
-function fill(list, rows, empty) {
-  list.replaceChildren(...(rows.length ? rows : [el('li', { className: 'muted' }, empty)]));
-}
-
-/** Approve (then resume the run past its gate) or reject with the reviewer's feedback. */
-async function decide(approval, approve) {
-  const params = { id: approval.id };
-  if (approve) {
-    await request('POST', '/api/v1/approvals/{id}/approve', { params, body: {} });
-    await request('POST', '/api/v1/loop-runs/{id}/resume', { params: { id: approval.loopRunId }, body: {} });
-  } else {
-    const feedback = prompt(`Why is ${approval.id} rejected? (sent to the run as feedback)`);
-    if (!feedback || !feedback.trim()) return;
-    await request('POST', '/api/v1/approvals/{id}/reject', { params, body: { feedback } });
-  }
-  await loadApprovals();
-}
-
-async function loadApprovals() {
-  const { approvals } = await data('/api/v1/approvals', {}, { status: 'pending', limit: 100 });
-  fill($('approval-list'), approvals.map((a) => el('li', { className: 'approval', dataset: { id: a.id } },
-    el('strong', {}, a.message), ' ',
-    el('span', { className: 'muted' }, `${a.id} · loop ${a.loop} · agent ${a.agent} · run ${a.loopRunId} · gate ${(a.gate && a.gate.id) || '?'}`),
-    el('div', {},
-      el('button', { type: 'button', className: 'approve', onclick: guard(() => decide(a, true)) }, 'Approve'), ' ',
-      el('button', { type: 'button', className: 'reject', onclick: guard(() => decide(a, false)) }, 'Reject')))), 'No pending approvals.');
-  const { loopRuns } = await data('/api/v1/loop-runs', {}, { limit: 100 });
-  fill($('loop-run-list'), loopRuns.map((r) => el('li', { className: 'loop-run', dataset: { id: r.id, status: r.status } },
-    el('strong', {}, r.status), ' ', r.id,
-    el('div', { className: 'muted' }, `loop ${r.loop} · agent ${r.agent} · updated ${r.updatedAt || ''}` + (r.error ? ` · ${r.error.code || ''}: ${r.error.message || ''}` : '')))), 'No loop runs yet.');
-}
+// ---- Schedules ------------------------------------------------------------------------------
 
 async function loadSchedules() {
   const schedules = await data('/api/v1/schedules');
@@ -450,21 +280,22 @@ async function loadSchedules() {
     el('div', { className: 'muted' }, s.nextOccurrenceAt ? 'next: ' + s.nextOccurrences.join(', ') : 'not firing (paused)'))), 'No schedules: add one under .polpo/schedules/.');
 }
 
-$('approvals-refresh').addEventListener('click', guard(loadApprovals));
-
 // ---- Views ----------------------------------------------------------------------------------
 
 const views = {
   agents: loadAgents,
   sessions: loadSessions,
   chat: async () => { if (!state.agents.length) await loadAgents(); chatIds(); $('chat-input').focus(); },
-  events: async () => { if (!state.events) connectEvents(); },
+  events: async () => { connectLive(); },
   runs: loadRun,
-  approvals: loadApprovals,
+  tasks: async (id) => { connectLive(); await loadTasks(id); },
+  missions: async (id) => { connectLive(); await loadMissions(id); },
+  approvals: async (id) => { connectLive(); await loadApprovals(id); },
   schedules: loadSchedules,
 };
 
-/** `#view/argument` picks the view and what it shows (an agent, a session or a run id). */
+/** `#view/argument` picks the view and what it shows (an agent, a session, a run, a task, a
+ * mission or a loop run id). */
 function route() {
   const [name, ...rest] = location.hash.slice(1).split('/');
   const view = name in views ? name : 'agents';

@@ -4,7 +4,7 @@
 //! `reject`.
 //! Every move goes through the orchestrator, so it follows the task state machine.
 
-use crate::error::{ApiError, RestError, ok};
+use crate::error::{ApiError, ErrorCode, RestError, ok};
 use crate::state::AppState;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -115,9 +115,17 @@ async fn create(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> 
     Ok((StatusCode::CREATED, ok(stored.task)))
 }
 
-/// `GET /api/v1/tasks/{{id}}` → the task.
+/// `GET /api/v1/tasks/{{id}}` → the task, with `runId`, the run of its latest attempt, once
+/// one has started (so a client can open that run's journal).
 async fn get_one(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
-    Ok(ok(state.orchestrator.task(&id).await?.task))
+    let task = state.orchestrator.task(&id).await?.task;
+    let started = !matches!(task.status, TaskStatus::Draft | TaskStatus::Pending | TaskStatus::AwaitingApproval);
+    let run_id = started.then(|| polpo_orchestrator::task_run_id(&task));
+    let mut body = serde_json::to_value(&task).map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+    if let (Some(run_id), Some(fields)) = (run_id, body.as_object_mut()) {
+        fields.insert("runId".into(), json!(run_id));
+    }
+    Ok(ok(body))
 }
 
 /// `PATCH /api/v1/tasks/{{id}} {description?, assignTo?, expectations?, metrics?, maxRetries?,
