@@ -254,7 +254,7 @@ pub const ROUTES: &[Route] = &[
     op("get", ROOT, &["/", "/dashboard"], "dashboard", "dashboard", "The web dashboard page; it holds no data (it calls this API with the key the user enters), so it needs no key.")
         .open()
         .returns(200, Body::Asset("text/html")),
-    op("get", ROOT, &["/dashboard/app.js"], "dashboardScript", "dashboard", "The dashboard's script.").open().returns(200, Body::Asset("text/javascript")),
+    op("get", ROOT, &["/dashboard/{name}"], "dashboardScript", "dashboard", "One of the dashboard's plain scripts, loaded by the page in order: `core.js`, `work.js`, `loops.js`, `app.js`; 404 for any other name.").open().returns(200, Body::Asset("text/javascript")),
     op("get", ROOT, &["/dashboard/app.css"], "dashboardStyle", "dashboard", "The dashboard's style.").open().returns(200, Body::Asset("text/css")),
 ];
 
