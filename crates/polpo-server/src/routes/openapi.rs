@@ -233,7 +233,7 @@ pub const ROUTES: &[Route] = &[
         .query(&[("status", "draft, pending, awaiting_approval, assigned, in_progress, review, done or failed"), ("missionId", "only this mission's tasks"), ("limit", "1..=1000"), ("cursor", "the previous page's `nextCursor`")])
         .returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/tasks"], "createTask", "tasks", "Create a task `{title, description, assignTo, dependsOn?, expectations?, metrics?, maxRetries?, retryPolicy?, maxDuration?, sideEffects?, draft?}`; pending tasks run as soon as their dependencies are done. 409 `conflict` when an unfinished task has the title.").request("Object").returns(201, Body::Envelope("Object")),
-    op("get", BOTH, &["/tasks/{id}"], "getTask", "tasks", "A task with its result and assessment; 404 `not_found`.").returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/tasks/{id}"], "getTask", "tasks", "A task with its result and assessment, and `runId` (the run of its latest attempt) once a run started; 404 `not_found`.").returns(200, Body::Envelope("Object")),
     op("patch", BOTH, &["/tasks/{id}"], "patchTask", "tasks", "Edit a task that is not running (description, assignTo, expectations, metrics, maxRetries, maxDuration, priority, sideEffects, deadline).").request("Object").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/tasks/{id}/queue"], "queueTask", "tasks", "draft → pending (`{queued, task}`); 409 `invalid_transition` otherwise.").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/tasks/{id}/retry"], "retryTask", "tasks", "failed → pending (`{retried, task}`).").returns(200, Body::Envelope("Object")),
