@@ -142,9 +142,6 @@ pub struct Settings {
     /// Project-wide rules of schedules (the webhook host allowlist).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub schedules: Option<crate::schedules::ScheduleSettings>,
-    /// Project-wide rules of schedules (the webhook host allowlist).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub schedules: Option<crate::schedules::ScheduleSettings>,
     /// How custom tools run; see [`CustomToolSettings`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub custom_tools: Option<CustomToolSettings>,
