@@ -510,7 +510,6 @@ static SETTINGS: Shape = Shape::Object(&[&[
     Field::optional("modelRouting", crate::routing::MODEL_ROUTING),
     Field::optional("memory", MEMORY),
     Field::optional("schedules", crate::schedules::settings::SCHEDULE_SETTINGS),
-    Field::optional("schedules", crate::schedules::settings::SCHEDULE_SETTINGS),
     Field::optional("customTools", Shape::Object(&[&[Field::optional("runtime", Shape::Enum(JsRuntimeName::NAMES))]])),
     Field::optional("imageModel", Shape::String),
     Field::optional(
