@@ -104,6 +104,10 @@ pub struct Slot {
     /// Scopes the Connection must grant.
     #[serde(default)]
     pub scopes: Vec<String>,
+    /// Served only by a Connection selected for the invocation's end user (one naming
+    /// `users`), never by a project-level one: the tool acts as that user or not at all.
+    #[serde(default)]
+    pub strict: bool,
 }
 
 /// The project's Connections, with the vault their secrets come from.
@@ -159,14 +163,16 @@ impl Connections {
     }
 
     /// The Connection serving `slot` for `agent` and the invocation's end user: the one of the
-    /// slot's provider granting all its scopes and selected for the user. None, several, or
-    /// only ones the agent may not use fail before any tool code runs.
+    /// slot's provider granting all its scopes and selected for the user (for a strict slot,
+    /// selected for that user by name). None, several, or only ones the agent may not use fail
+    /// before any tool code runs.
     pub fn select(&self, slot: &Slot, agent: &str, user: Option<&str>) -> Result<Connection, ConnectionError> {
         let matching: Vec<Connection> = self
             .list()?
             .into_iter()
             .filter(|c| c.provider == slot.provider && slot.scopes.iter().all(|s| c.scopes.contains(s)))
             .filter(|c| c.serves_user(user))
+            .filter(|c| !slot.strict || c.users.is_some())
             .collect();
         let (allowed, denied): (Vec<_>, Vec<_>) = matching.into_iter().partition(|c| c.allows_agent(agent));
         match <[Connection; 1]>::try_from(allowed) {

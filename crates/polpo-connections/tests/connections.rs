@@ -43,7 +43,7 @@ fn write(root: &Path, id: &str, doc: serde_json::Value) {
 }
 
 fn slot(provider: &str, scopes: &[&str]) -> Slot {
-    Slot { provider: provider.into(), scopes: scopes.iter().map(|s| s.to_string()).collect() }
+    Slot { provider: provider.into(), scopes: scopes.iter().map(|s| s.to_string()).collect(), strict: false }
 }
 
 #[tokio::test]
@@ -97,6 +97,11 @@ fn slots_select_one_connection_by_provider_scopes_user_and_agent() {
     assert_eq!(connections.select(&slot("ops", &[]), "writer", None).unwrap_err().code(), "connection_denied");
     write(dir.path(), "alice2", json!({"provider": "sitoinchat", "scopes": ["site:read", "site:write"], "auth": auth}));
     assert_eq!(connections.select(&write_slot, "writer", Some("alice")).unwrap_err().code(), "connection_ambiguous");
+    // A strict slot never falls back to the project-level `alice2`: alice gets hers, carol none.
+    let strict = Slot { strict: true, ..write_slot.clone() };
+    assert_eq!(connections.select(&strict, "writer", Some("alice")).unwrap().id, "alice");
+    assert_eq!(connections.select(&write_slot, "writer", Some("carol")).unwrap().id, "alice2");
+    assert_eq!(connections.select(&strict, "writer", Some("carol")).unwrap_err().code(), "connection_missing");
 }
 
 /// A token endpoint answering each request with a new token living `lifetime` seconds; counts
