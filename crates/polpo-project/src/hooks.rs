@@ -7,7 +7,7 @@
 
 use crate::fsx::{MAX_FILE_BYTES, read_bounded};
 use polpo_core::config::{Agent, Project};
-use polpo_core::hooks::validate::{ValidateOptions, parse_pack};
+use polpo_core::hooks::validate::{LOOPBACK_ENV, ValidateOptions, parse_pack};
 use polpo_core::hooks::{Handler, HookPack, HookSet, Scope, resolve_named};
 use polpo_core::problem::Problem;
 use std::collections::BTreeMap;
@@ -36,7 +36,8 @@ pub(crate) fn load_hook_packs(root: &Path) -> (BTreeMap<String, HookPack>, Vec<P
                 continue;
             }
         };
-        match parse_pack(&name, &text, &file, &ValidateOptions::default()) {
+        let options = ValidateOptions::with_loopback_switch(std::env::var(LOOPBACK_ENV).ok().as_deref());
+        match parse_pack(&name, &text, &file, &options) {
             Ok(pack) => {
                 // Valid by the contract but not runnable here: refused now rather than failing
                 // every matching call later.

@@ -17,8 +17,21 @@ use std::net::IpAddr;
 /// Knobs for validation that differ between production and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ValidateOptions {
-    /// Accept `http://127.0.0.1` endpoints. Test-only: production packs must use public https.
+    /// Accept `http://127.0.0.1` endpoints: tests, or an operator who runs a hook endpoint on
+    /// the same machine ([`LOOPBACK_ENV`]). Otherwise packs must use public https.
     pub allow_loopback_http: bool,
+}
+
+/// The operator's switch for a hook endpoint on the same machine: `POLPO_HOOKS_ALLOW_LOOPBACK=1`
+/// lets `http` handlers use `http://127.0.0.1:<port>` (nothing else private, no other name).
+pub const LOOPBACK_ENV: &str = "POLPO_HOOKS_ALLOW_LOOPBACK";
+
+impl ValidateOptions {
+    /// The options the value of [`LOOPBACK_ENV`] (read by the caller, since this crate reads no
+    /// environment) asks for: `1` accepts `http://127.0.0.1`; anything else, public https only.
+    pub fn with_loopback_switch(value: Option<&str>) -> Self {
+        Self { allow_loopback_http: value == Some("1") }
+    }
 }
 
 /// One hook as written in the file (before the event and id are known).

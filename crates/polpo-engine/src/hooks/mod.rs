@@ -47,17 +47,21 @@ pub struct HookRuntime {
     pub enabled: bool,
     /// A managed host: command hooks without `timeoutMs` get 60 s instead of 5 s.
     pub managed: bool,
-    /// Test-only: let `http` handlers reach `http://127.0.0.1:<port>`.
+    /// Let `http` handlers reach `http://127.0.0.1:<port>`: tests, or an operator's
+    /// `POLPO_HOOKS_ALLOW_LOOPBACK=1` (the same switch lets such packs load).
     pub allow_loopback_http: bool,
 }
 
 impl HookRuntime {
-    /// The production setting: enabled unless `POLPO_RUNTIME_HOOKS=off`, portable defaults.
+    /// The production setting: enabled unless `POLPO_RUNTIME_HOOKS=off`, loopback endpoints only
+    /// when `POLPO_HOOKS_ALLOW_LOOPBACK=1`, portable defaults.
     pub fn from_env() -> Self {
+        let loopback = std::env::var(polpo_core::hooks::validate::LOOPBACK_ENV).ok();
         Self {
             enabled: hooks_enabled(std::env::var(KILL_SWITCH_ENV).ok().as_deref()),
             managed: false,
-            allow_loopback_http: false,
+            allow_loopback_http: polpo_core::hooks::ValidateOptions::with_loopback_switch(loopback.as_deref())
+                .allow_loopback_http,
         }
     }
 }
