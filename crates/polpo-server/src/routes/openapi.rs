@@ -128,7 +128,7 @@ pub const ROUTES: &[Route] = &[
         .query(&[("after", "resume after this event id"), ("filter", "event-name globs, comma-separated or repeated")])
         .returns(200, Body::Sse),
     op("get", BOTH, &["/workers"], "listWorkers", "system", "Admin: the servers holding running runs' leases, each with its run count and newest lease expiry.").returns(200, Body::Envelope("Object")),
-    op("get", BOTH, &["/runs/{id}"], "getRun", "runs", "A run: status, agent, session, last sequence number.").returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/runs/{id}"], "getRun", "runs", "A run: status, agent, session, last sequence number; while paused, `pause` (`{code, detail}` of its latest `run.paused`: for an unconfirmed effect the call itself — `tool`, `arguments` with secrets redacted, `key`, `startedAt`).").returns(200, Body::Envelope("Object")),
     op("get", BOTH, &["/runs/{id}/events"], "runEvents", "runs", "SSE: the run's journal after `Last-Event-ID` (or `?after=N`), then live, until the run completes, fails or is cancelled (open through a pause and its reconciliation).")
         .query(&[("after", "resume after this sequence number")])
         .returns(200, Body::Sse),
