@@ -134,7 +134,7 @@ pub const ROUTES: &[Route] = &[
         .returns(200, Body::Sse),
     op("post", BOTH, &["/runs/{id}/steer"], "steerRun", "runs", "Add information to a running run, or queue a follow-up.").request("Object").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/runs/{id}/abort"], "abortRun", "runs", "Cancel the run's model call and tools.").request("Object").returns(200, Body::Envelope("Object")),
-    op("post", BOTH, &["/runs/{id}/reconcile"], "reconcileRun", "runs", "Decide an effect a crash left unconfirmed (`applied` or `not_applied`) and resume the paused run.")
+    op("post", BOTH, &["/runs/{id}/reconcile"], "reconcileRun", "runs", "Decide an effect a crash left unconfirmed and resume the paused run: `{key, outcome, result?}` with `applied` (it happened; `result` is what the model sees), `not_applied` (it did not: the call runs now, once, under the same effect key, through policy, hooks and schema) or `skip` (do not run it; the model is told).")
         .request("Object")
         .returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/loop-runs/{id}/human"], "answerLoopHuman", "loops", "Answer a Project Loop run's waiting human step with `{output}` (valid against the step's `output.schema`); the run goes on. 404 `loop_run_not_found` when no step of that run waits.")
