@@ -35,7 +35,8 @@ pub struct Args {
 /// `polpo runs` subcommands.
 #[derive(Debug, clap::Subcommand)]
 enum Command {
-    /// The run: status, agent, session, number of events.
+    /// The run: status, agent, session, number of events, and why it is paused (for an
+    /// unconfirmed write: the call itself — tool, arguments, effect key, when it started).
     Get {
         /// The run id (`x-polpo-run-id`).
         id: String,
@@ -79,7 +80,7 @@ enum Command {
     Reconcile {
         /// The run id.
         id: String,
-        /// Whether the effect happened.
+        /// What became of the call: `applied`, `not-applied` (run it now) or `skip`.
         outcome: Outcome,
         /// The effect key (default: the one the run paused on).
         #[arg(long)]
@@ -93,11 +94,13 @@ enum Command {
 /// What became of an unconfirmed effect.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum Outcome {
-    /// It happened.
+    /// It happened (`--result` is what the model sees).
     Applied,
-    /// It did not happen; the model is told and may call the tool again.
+    /// It did not happen: the run executes the call now, once, and goes on.
     #[value(alias = "not_applied")]
     NotApplied,
+    /// Do not run it: the model is told it was not run.
+    Skip,
 }
 
 /// How long `tail` keeps reconnecting to a server that does not answer.
@@ -149,6 +152,19 @@ async fn get(client: &Client, id: &str, json: bool) -> anyhow::Result<ExitCode> 
             Value::Null => {}
             Value::String(s) => println!("{label:<8} {s}"),
             other => println!("{label:<8} {other}"),
+        }
+    }
+    let pause = &run["pause"]["detail"];
+    if !pause.is_null() {
+        let field = |key: &str| pause[key].as_str().unwrap_or("-").to_owned();
+        println!("paused   {}", run["pause"]["code"].as_str().unwrap_or_default());
+        if pause.get("tool").is_some() {
+            // Records from before the call was shown carry only the tool and the key.
+            let arguments = pause.get("arguments").map_or_else(|| "-".to_owned(), Value::to_string);
+            println!("call     {} {}", field("tool"), clip(&arguments));
+            println!("effect   {}", field("key"));
+            println!("started  {}", field("startedAt"));
+            println!("decide   polpo runs reconcile {id} applied|not-applied|skip");
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -249,7 +265,7 @@ fn ending(id: &str, entry: &JournalEvent) -> ExitCode {
         JournalEvent::Paused(paused) => {
             let key = paused.detail["key"].as_str().unwrap_or_default();
             eprintln!(
-                "run {id} paused: {}: decide it with `polpo runs reconcile {id} applied|not-applied` (effect {key})",
+                "run {id} paused: {}: see the call with `polpo runs get {id}`, decide it with `polpo runs reconcile {id} applied|not-applied|skip` (effect {key})",
                 paused.code
             );
             ExitCode::from(2)
@@ -338,6 +354,7 @@ async fn reconcile(
     let outcome = match outcome {
         Outcome::Applied => "applied",
         Outcome::NotApplied => "not_applied",
+        Outcome::Skip => "skip",
     };
     client
         .call(
@@ -346,33 +363,25 @@ async fn reconcile(
             Some(json!({"key": key, "outcome": outcome, "result": result})),
         )
         .await?;
-    println!("run {id} resumed: effect {key} reconciled as {outcome}");
+    let what = match outcome {
+        "not_applied" => "the call runs now",
+        "skip" => "the call is skipped",
+        _ => "the effect is confirmed",
+    };
+    println!("run {id} resumed: effect {key} reconciled as {outcome}; {what}");
     Ok(ExitCode::SUCCESS)
 }
 
-/// The effect key a paused run stopped on: its last event is `run.paused`.
+/// The effect key a paused run stopped on (its `pause`, as `GET /v1/runs/{id}` shows it).
 async fn paused_on(client: &Client, id: &str) -> Result<String, ServerError> {
     let run = client.call(Method::GET, &format!("/v1/runs/{id}"), None).await?;
-    let not_paused = || ServerError {
+    run["pause"]["detail"]["key"].as_str().map(str::to_owned).ok_or_else(|| ServerError {
         code: "run_not_active".into(),
         message: format!(
             "run `{id}` is {}, not paused on an effect; pass --key",
             run["status"].as_str().unwrap_or("unknown")
         ),
-    };
-    if run["status"] != "paused" {
-        return Err(not_paused());
-    }
-    let last = run["lastSeq"].as_u64().unwrap_or_default();
-    let response = client
-        .send(client.request(Method::GET, &format!("/v1/runs/{id}/events?after={}", last.saturating_sub(1))))
-        .await?;
-    let frame = SseFrames::new(response).next().await.map_err(|e| ServerError::unreachable(&client.url, e))?;
-    let event: Value = frame.and_then(|f| serde_json::from_str(&f.data).ok()).unwrap_or_default();
-    match JournalEvent::from_frame(&event) {
-        Some(JournalEvent::Paused(paused)) => paused.detail["key"].as_str().map(str::to_owned).ok_or_else(not_paused),
-        _ => Err(not_paused()),
-    }
+    })
 }
 
 /// The frames of an SSE response as they arrive (comments and pings skipped), decoded by the

@@ -24,10 +24,10 @@ use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use polpo_core::message::{Content, ContentPart, Message};
-use polpo_engine::events::journal::{FRAME_EVENT, stream_frame};
+use polpo_engine::events::journal::{FRAME_EVENT, Paused, stream_frame};
 use polpo_engine::runs::{Queued, Reconcile, SteerMessage, SteerMode};
-use polpo_store::Run;
-use serde::Deserialize;
+use polpo_store::{Run, RunStatus};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -59,7 +59,9 @@ async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<Option<Run
     }
 }
 
-/// `GET /v1/runs/{id}`: the run (status, agent, session, last sequence number).
+/// `GET /v1/runs/{id}`: the run (status, agent, session, last sequence number) and, while it
+/// is paused, why (`pause`: the latest `run.paused` — for an unconfirmed effect, the call
+/// itself: tool, arguments with secrets redacted, effect key, when it started).
 pub async fn get_run(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
@@ -68,7 +70,21 @@ pub async fn get_run(
     let run = owned(&state, &caller, &id)
         .await?
         .ok_or_else(|| ApiError::new(ErrorCode::RunNotFound, format!("no run `{id}`")))?;
-    Ok(ok(run).into_response())
+    let pause = match run.status {
+        RunStatus::Paused => state.runs.latest_pause(&id, run.last_seq).await?,
+        _ => None,
+    };
+    Ok(ok(RunView { run, pause }).into_response())
+}
+
+/// A stored run as `GET /v1/runs/{id}` shows it.
+#[derive(Debug, Serialize)]
+struct RunView {
+    #[serde(flatten)]
+    run: Run,
+    /// Why a paused run waits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pause: Option<Paused>,
 }
 
 /// Where to resume the journal.
@@ -169,15 +185,17 @@ pub async fn abort(
 pub struct ReconcileBody {
     /// The effect key from the `run.paused` event (`data.detail.key`).
     key: String,
-    /// `applied` or `not_applied`.
+    /// `applied`, `not_applied` (run it now) or `skip` (do not run it).
     outcome: String,
     /// For `applied`: the tool result the model sees.
     #[serde(default)]
     result: Option<String>,
 }
 
-/// `POST /v1/runs/{id}/reconcile`: decide an effect a crash left unconfirmed (`applied` or
-/// `not_applied`) and resume the paused run. The effect itself is never repeated here.
+/// `POST /v1/runs/{id}/reconcile`: decide an effect a crash left unconfirmed and resume the
+/// paused run: `applied` (it happened; `result` is what the model sees), `not_applied` (it did
+/// not: the resumed run executes the call once, under the same effect key, through every
+/// gate) or `skip` (do not run it: the model is told it was not run).
 pub async fn reconcile(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
@@ -186,12 +204,15 @@ pub async fn reconcile(
 ) -> Result<Response, RestError> {
     owned(&state, &caller, &id).await?;
     let body: ReconcileBody = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::invalid(format!("reconcile body must be {{key, outcome: applied|not_applied, result?}}: {e}"))
+        ApiError::invalid(format!("reconcile body must be {{key, outcome: applied|not_applied|skip, result?}}: {e}"))
     })?;
     let decision = match body.outcome.as_str() {
         "applied" => Reconcile::Applied { result: body.result },
         "not_applied" => Reconcile::NotApplied,
-        other => return Err(ApiError::invalid(format!("outcome `{other}` is not applied or not_applied")).into()),
+        "skip" => Reconcile::Skip,
+        other => {
+            return Err(ApiError::invalid(format!("outcome `{other}` is not applied, not_applied or skip")).into());
+        }
     };
     state.runs.reconcile(&id, &body.key, decision).await?;
     Ok(ok(json!({"runId": id, "key": body.key, "status": "running"})).into_response())
