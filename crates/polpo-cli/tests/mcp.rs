@@ -368,3 +368,57 @@ async fn a_vault_secret_reaches_the_stdio_server_env_and_never_the_session_api()
     assert!(rows[0]["error"].as_str().unwrap().contains("vault_reference_invalid"), "{rows}");
     assert!(!rows.to_string().contains(MCP_SECRET), "{rows}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_calls_a_legacy_sse_mcp_server_with_its_headers() {
+    polpo_llm::install_crypto_provider();
+    let legacy = polpo_testkit::mcp_sse::LegacySseMcp::start().await.unwrap();
+    let llm = FakeLlm::start([
+        Turn::tool_calls(vec![("mcp__legacy__echo", json!({"text": "over sse"}))]),
+        Turn::text("Echoed over SSE."),
+    ])
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let servers =
+        json!({"legacy": {"type": "sse", "url": legacy.url(), "headers": {"Authorization": "Bearer team-sse-token"}}});
+    ProjectFixture::new(dir.path(), json!({"storage": "file"}))
+        .unwrap()
+        .agent(
+            "assistant",
+            json!({"model": "openai/gpt-4o-mini", "allowedTools": ["mcp__legacy__*"], "mcpServers": servers}),
+            "You use the legacy tools.",
+        )
+        .unwrap();
+
+    // `polpo mcp list` connects over the legacy transport and lists the tools.
+    let project = dir.path().to_str().unwrap().to_owned();
+    let list = tokio::task::spawn_blocking(move || {
+        support::polpo(&["mcp", "list", "--json", "--project", &project]).output().unwrap()
+    })
+    .await
+    .unwrap();
+    let rows: Value = serde_json::from_slice(&list.stdout).unwrap();
+    let row = &rows[0];
+    assert_eq!((row["transport"].as_str(), row["status"].as_str()), (Some("sse"), Some("connected")), "{rows}");
+    assert!(row["tools"].as_array().unwrap().contains(&json!("mcp__legacy__echo")), "{rows}");
+
+    let base = llm.base_url();
+    let mut server = ServerProcess::start(
+        "serve",
+        dir.path(),
+        &[],
+        &[("OPENAI_BASE_URL", &base), ("OPENAI_API_KEY", "sk-upstream")],
+    );
+    let (body, _) = chat(&server.url, "assistant", "Echo over sse", None).await;
+    assert_eq!(body["choices"][0]["message"]["content"], "Echoed over SSE.", "server log:\n{}", server.log());
+    let requests = llm.requests();
+    let tools = offered_tools(&requests[0].body);
+    assert!(tools.contains(&"mcp__legacy__echo".to_owned()), "{tools:?}; server log:\n{}", server.log());
+    let result = last_tool_result(&requests[1].body);
+    assert!(result.starts_with("echo: over sse (instance "), "{result}; server log:\n{}", server.log());
+    // The stream's GET and every POSTed message carried the configured header.
+    let seen = legacy.authorization();
+    assert!(seen.len() >= 4, "{seen:?}");
+    assert!(seen.iter().all(|a| a == "Bearer team-sse-token"), "{seen:?}");
+}

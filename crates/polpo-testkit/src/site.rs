@@ -75,3 +75,44 @@ impl SiteApi {
         self.authorization.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
+
+/// A local `http` hook endpoint: every POST is answered `{"decision": "allow"}`, and its
+/// Authorization header and body (the hook envelope) are kept, so a test sees what a hook
+/// authenticating through a Connection sent.
+pub struct HookEndpoint {
+    url: String,
+    received: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl HookEndpoint {
+    /// Serve `/hook` on a free local port until the test's runtime ends.
+    pub async fn start() -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}/hook", listener.local_addr()?);
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let kept = received.clone();
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |headers: HeaderMap, body: String| {
+                let kept = kept.clone();
+                async move {
+                    let auth = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
+                    kept.lock().unwrap_or_else(|p| p.into_inner()).push((auth.to_owned(), body));
+                    axum::Json(serde_json::json!({"decision": "allow"}))
+                }
+            }),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(Self { url, received })
+    }
+
+    /// Its URL (`http://127.0.0.1:<port>/hook`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Every request so far: (Authorization header, body).
+    pub fn received(&self) -> Vec<(String, String)> {
+        self.received.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
