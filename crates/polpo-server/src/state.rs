@@ -57,8 +57,8 @@ pub struct AppState {
     /// Typed memory over the runtime's store, for the memory routes: lexical only until the
     /// host gives it an embedder (`polpo_memory::Memory::new` with `Some`).
     pub memory: polpo_memory::Memory,
-    /// Memory learning and its candidates, once the host started it
-    /// ([`crate::learning::start_learning`]); the candidate routes answer 503 before.
+    /// Memory learning and its candidates, once the host started it (`start_learning` of the
+    /// `learning` module); the candidate routes answer 503 before.
     pub learning: Option<polpo_memory::learning::Learner>,
 }
 

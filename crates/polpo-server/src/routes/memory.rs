@@ -25,7 +25,6 @@ use polpo_store::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::memory_candidates as candidates;
 use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode, RestError, ok};
 use crate::state::AppState;
@@ -47,15 +46,7 @@ pub fn router() -> Router<Arc<AppState>> {
                 &format!("{prefix}/agents/{{agent}}/memory/items/{{item}}"),
                 get(get_one).patch(update).delete(delete),
             )
-            .route(&format!("{prefix}/agents/{{agent}}/memory/search"), post(search))
-            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates"), get(candidates::list))
-            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates/{{candidate}}"), get(candidates::get_one))
-            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates/{{candidate}}/audit"), get(candidates::audit))
-            .route(
-                &format!("{prefix}/agents/{{agent}}/memory/candidates/{{candidate}}/decision"),
-                post(candidates::decide),
-            )
-            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates/{{candidate}}/apply"), post(candidates::apply));
+            .route(&format!("{prefix}/agents/{{agent}}/memory/search"), post(search));
     }
     router
 }
@@ -63,15 +54,13 @@ pub fn router() -> Router<Arc<AppState>> {
 /// True for the typed-memory paths (without `/api`): they check who may touch which item
 /// themselves, so a client key may use them without being an admin.
 pub fn is_memory_path(path: &str) -> bool {
-    path.strip_prefix("/v1/agents/")
-        .and_then(|rest| rest.split_once('/'))
-        .is_some_and(|(_, rest)| {
-            rest == "memory/items"
-                || rest == "memory/search"
-                || rest.starts_with("memory/items/")
-                || rest == "memory/candidates"
-                || rest.starts_with("memory/candidates/")
-        })
+    path.strip_prefix("/v1/agents/").and_then(|rest| rest.split_once('/')).is_some_and(|(_, rest)| {
+        rest == "memory/items"
+            || rest == "memory/search"
+            || rest.starts_with("memory/items/")
+            || rest == "memory/candidates"
+            || rest.starts_with("memory/candidates/")
+    })
 }
 
 impl From<MemoryError> for ApiError {

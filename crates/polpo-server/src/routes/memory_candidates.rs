@@ -10,9 +10,10 @@
 
 use std::sync::Arc;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query, State};
+use axum::routing::{get, post};
+use axum::{Json, Router};
 use polpo_memory::learning::{Decision, Learner};
 use polpo_store::{CandidateStatus, Cursor, MemoryCandidate, PageRequest};
 use serde::Deserialize;
@@ -23,6 +24,21 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ErrorCode, RestError, ok};
 use crate::learning::LOCAL_USER;
 use crate::state::AppState;
+
+/// Every candidate route under `/api/v1` and `/v1` (the memory routes' paths: a client key may
+/// use them, they check scopes themselves).
+pub fn router() -> Router<Arc<AppState>> {
+    let mut router = Router::new();
+    for prefix in ["/api/v1", "/v1"] {
+        router = router
+            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates"), get(list))
+            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates/{{candidate}}"), get(get_one))
+            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates/{{candidate}}/audit"), get(audit))
+            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates/{{candidate}}/decision"), post(decide))
+            .route(&format!("{prefix}/agents/{{agent}}/memory/candidates/{{candidate}}/apply"), post(apply));
+    }
+    router
+}
 
 /// Default page size of a listing.
 const DEFAULT_LIMIT: u32 = 50;
@@ -55,7 +71,7 @@ async fn visible(access: &Access<'_>, learner: &Learner, id: &str) -> Result<Mem
 
 /// `GET …/memory/candidates?statuses=a,b&limit=&cursor=` → `{candidates, nextCursor}`
 /// (newest first). Unknown query keys and statuses are refused.
-pub(super) async fn list(
+async fn list(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Path(agent): Path<String>,
@@ -99,7 +115,7 @@ pub(super) async fn list(
 }
 
 /// `GET …/memory/candidates/{candidate}` → `{candidate}`.
-pub(super) async fn get_one(
+async fn get_one(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Path((agent, id)): Path<(String, String)>,
@@ -110,7 +126,7 @@ pub(super) async fn get_one(
 }
 
 /// `GET …/memory/candidates/{candidate}/audit` → `{candidateId, audit}` (oldest first).
-pub(super) async fn audit(
+async fn audit(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Path((agent, id)): Path<(String, String)>,
@@ -133,7 +149,7 @@ struct DecisionBody {
 /// `POST …/memory/candidates/{candidate}/decision {decision: approve|reject, reason?,
 /// expectedRevision?}` → `{candidate, memoryId}` (`memoryId` once applied); 409 `conflict`
 /// when the candidate moved on or was already decided.
-pub(super) async fn decide(
+async fn decide(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Path((agent, id)): Path<(String, String)>,
@@ -165,7 +181,7 @@ struct ApplyBody {
 
 /// `POST …/memory/candidates/{candidate}/apply {expectedRevision?}` → `{candidate, memoryId}`:
 /// an approved candidate becomes its memory item (applying again returns the same item).
-pub(super) async fn apply(
+async fn apply(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Path((agent, id)): Path<(String, String)>,
