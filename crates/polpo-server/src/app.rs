@@ -120,6 +120,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .merge(routes::teams::router())
         .merge(routes::skills::router())
         .merge(routes::memory::router())
+        .merge(routes::memory_candidates::router())
         .merge(routes::tasks::router())
         .merge(routes::missions::router())
         .merge(routes::vault::router())
