@@ -307,9 +307,7 @@ async fn bench_runs_per_second_one_vs_three_servers() {
             let dir = tempfile::tempdir().unwrap();
             builder_project(dir.path(), settings);
             let base = llm.base_url();
-            // A long lease keeps recovery passes (every half lease) out of the measurement: a
-            // pass on another server can today claim a run between its creation and its
-            // first lease (`create_run` then `claim_run`), and the start then fails `lease_held`.
+            // A long lease keeps recovery passes (every half lease) out of the measurement.
             let env =
                 [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", "600000")];
             let procs: Vec<ServerProcess> =
@@ -345,4 +343,58 @@ async fn bench_runs_per_second_one_vs_three_servers() {
         })
         .await;
     }
+}
+
+/// One live server per `--worker-id` on a shared PostgreSQL: a second `polpo serve` with the
+/// id of a live one refuses to start (`worker_id_in_use`, nothing served) while the first's
+/// heartbeat is fresh; once the first is SIGKILLed and its last heartbeat is older than the
+/// lease time, a new server takes the id over; a clean stop gives the id back at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_id_is_held_by_one_live_server() {
+    on_postgres(|settings| async move {
+        polpo_llm::install_crypto_provider();
+        let dir = tempfile::tempdir().unwrap();
+        builder_project(dir.path(), settings.clone());
+        let env = [("POLPO_RUN_LEASE_MS", LEASE_MS)];
+        let start = |id: &str| ServerProcess::start("serve", dir.path(), &["--worker-id", id], &env);
+        let refusal = |id: &str| {
+            let root = dir.path().to_str().unwrap();
+            let out = support::polpo(&["serve", "--project", root, "--port", "0", "--worker-id", id])
+                .env("POLPO_RUN_LEASE_MS", LEASE_MS)
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "a second server with worker id {id} started");
+            assert!(!String::from_utf8_lossy(&out.stdout).contains("polpo listening"));
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        };
+        let mut first = start("web-1");
+        let stderr = refusal("web-1");
+        assert!(stderr.contains("worker_id_in_use") && stderr.contains("`web-1`"), "{stderr}");
+        let mut other = start("web-2");
+
+        // web-1 dies without a word; its id is free once its last heartbeat is a lease old.
+        first.child.kill().unwrap();
+        first.child.wait().unwrap();
+        let url = settings["databaseUrl"].as_str().unwrap();
+        let clock = Arc::new(polpo_store::SystemClock);
+        let store =
+            polpo_store::open_store(polpo_store::StoreKind::Postgres, dir.path(), Some(url), clock).await.unwrap();
+        let held = store.records.get_record("workers", "web-1").await.unwrap().expect("web-1's heartbeat record");
+        let last: chrono::DateTime<chrono::Utc> = held.value["heartbeatAt"].as_str().unwrap().parse().unwrap();
+        let stale = last + chrono::Duration::milliseconds(LEASE_MS.parse().unwrap());
+        // The heartbeat lapsing is what is tested: wait for that instant, not for a guess.
+        if let Ok(left) = (stale - chrono::Utc::now()).to_std() {
+            tokio::time::sleep(left).await;
+        }
+        let mut successor = start("web-1");
+
+        // A clean stop releases the id: the next server with it starts at once.
+        other.terminate();
+        let mut again = start("web-2");
+        let health: Value = reqwest::get(format!("{}/api/v1/health", again.url)).await.unwrap().json().await.unwrap();
+        assert_eq!(health["data"]["worker"]["id"], "web-2", "{health}");
+        successor.terminate();
+        again.terminate();
+    })
+    .await;
 }

@@ -6,6 +6,8 @@
 //! from it, providers included. A broken edit is reported and the last good version keeps
 //! serving.
 
+mod worker;
+
 use super::Global;
 use anyhow::Context as _;
 use polpo_engine::Runtime;
@@ -79,6 +81,14 @@ async fn serve(
     let storage = project.settings().storage();
     let agents: Vec<String> = project.agents.keys().cloned().collect();
     let (runtime, memory) = polpo_assemble::open_with_memory(project).await?;
+    // Before anything runs under it: one live server per worker id on the shared store.
+    let worker = match &args.worker_id {
+        Some(id) => {
+            let ttl = polpo_engine::runs::RunOptions::from_env().lease_ttl;
+            Some(worker::hold(runtime.clone(), id, ttl).await?)
+        }
+        None => None,
+    };
 
     let bind = bind_address(args.host, port, !keys.is_empty());
     if let Some(notice) = &bind.notice {
@@ -129,6 +139,9 @@ async fn serve(
     let limits = Limits::configured(max_connections, state.keys.is_empty());
     polpo_server::serve::run(listener, router(state), limits, stopped).await;
     handover.await.context("the hand-over of running runs failed")?;
+    if let Some(worker) = worker {
+        worker.release().await;
+    }
     polpo_assemble::MCP.shutdown().await;
     eprintln!("polpo stopped");
     Ok(ExitCode::SUCCESS)
