@@ -208,7 +208,7 @@ pub(crate) async fn edit<T: Send + 'static>(
     change: impl FnOnce(&mut Edit<'_>, &Project) -> Result<T, AgentError> + Send + 'static,
 ) -> Result<T, AgentError> {
     let (editor, runtime) = (state.editor.clone(), state.runtime.clone());
-    blocking(move || {
+    let edited = blocking(move || {
         editor.edit(
             |edit| change(edit, &runtime.loaded().project),
             |project| {
@@ -217,7 +217,10 @@ pub(crate) async fn edit<T: Send + 'static>(
             },
         )
     })
-    .await
+    .await?;
+    // A schedule may have changed: the scheduler, asleep until its next occurrence, looks again.
+    state.scheduler.wake();
+    Ok(edited)
 }
 
 fn write(
