@@ -530,8 +530,10 @@ async fn a_loop_refuses_what_it_cannot_honour_before_any_step() {
 /// A loop of `STEPS` tool steps (`read`, no model) run `RUNS` times on `storage`: loop steps
 /// per second, and the executor's own cost per step — the loop's time per step minus the same
 /// `read` called as often straight through `Runtime::call_tool` (so what is left is the graph
-/// walk, bindings, governance, trace and the per-step checkpoint write, fsync included). Run
-/// for short and long loops: a checkpoint's cost must not grow with the run.
+/// walk, bindings, governance, trace and the per-step checkpoint write, fsync included; with
+/// `TMPDIR=/dev/shm` the project and its store are on tmpfs, where fsync costs nothing). Run
+/// for short and long loops: a checkpoint's cost must not grow with the run. Then loop runs per
+/// second with 32 at once.
 async fn bench_tool_steps(storage: &str) {
     for (steps, runs) in [(10, 200), (200, 10)] {
         bench_tool_loop(storage, steps, runs).await;
@@ -552,7 +554,7 @@ async fn bench_tool_loop(storage: &str, length: u32, repeat: u32) {
     let (dir, runtime) =
         runtime_with(&llm, settings, json!({}), &[("bench", json!({"start": "s0", "steps": steps}))], &[]).await;
     let runs = RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) });
-    let exec = LoopExecutor::new(runs, LoopOptions { step_budget: length + 1 });
+    let exec = Arc::new(LoopExecutor::new(runs, LoopOptions { step_budget: length + 1 }));
     std::fs::write(dir.path().join("f.txt"), "data").unwrap();
     let req = request(json!({}));
     assert_eq!(code(&run(&exec, &req).await), "ok", "warm-up");
@@ -579,6 +581,29 @@ async fn bench_tool_loop(storage: &str, length: u32, repeat: u32) {
         "{storage}: {length}-step tool-only loop x {repeat}: {:.0} steps/s, {per_step:?} per step; `read` alone {tool:?}; executor's own cost {:?} per step",
         f64::from(repeat * length) / looped.as_secs_f64(),
         per_step.saturating_sub(tool)
+    );
+
+    const CONCURRENT: u32 = 32;
+    let total = repeat * 2;
+    let next = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let started = std::time::Instant::now();
+    let clients: Vec<_> = (0..CONCURRENT)
+        .map(|_| {
+            let (exec, next, req) = (exec.clone(), next.clone(), req.clone());
+            tokio::spawn(async move {
+                while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < total {
+                    assert_eq!(code(&run(&exec, &req).await), "ok");
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    println!(
+        "{storage}: {length}-step tool-only loop, {CONCURRENT} at once: {total} runs in {:?} = {:.1} loop runs/s",
+        started.elapsed(),
+        f64::from(total) / started.elapsed().as_secs_f64()
     );
 }
 
