@@ -3,7 +3,9 @@
 //! started again on the same project; the restarted server resumes the run at the human step
 //! (the tool step is not run again), a person answers over REST and the run completes — the
 //! line appears once. Cancelling a waiting run stores it `cancelled`. On the file store and on
-//! PostgreSQL.
+//! PostgreSQL. Two servers on one PostgreSQL: a run has one executor at a time; the other
+//! server takes it over once the first one's lease lapses (killed, or paused past its lease),
+//! from the last checkpoint, and the paused one, let go, writes nothing and runs no step more.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,6 +19,9 @@ use support::{ServerProcess, on_postgres};
 
 /// Generous bound for "eventually", never a timing assertion.
 const EVENTUALLY: Duration = Duration::from_secs(60);
+
+/// Leases lapse after 1 s, so a dead or paused server's loop run is taken over quickly.
+const LEASE_MS: &str = "1000";
 
 fn project(dir: &Path, settings: Value) {
     let flow = json!({
@@ -93,7 +98,8 @@ async fn killed_while_a_human_step_waits_the_run_resumes_without_rerunning_the_t
     let dir = tempfile::tempdir().unwrap();
     project(dir.path(), settings);
     let base = llm.base_url();
-    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream")];
+    // The killed server's lease on the run lapses after a second: then the next one takes it.
+    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
 
     let first = ServerProcess::start("serve", dir.path(), &[], &env);
     let (id, chat) = start_loop(&first.url).await;
@@ -354,4 +360,117 @@ async fn file_store_approval_timeout_rejects_after_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_approval_timeout_rejects_after_a_restart() {
     on_postgres(an_approval_that_times_out_while_the_server_is_down_is_rejected_when_it_starts).await;
+}
+
+/// A loop of three `bash` steps: `one` appends a line, `hold` waits (bounded, 60 s) until the
+/// test creates the file `gate`, `three` appends a line.
+fn relay_project(dir: &Path, settings: Value) {
+    let flow = json!({
+        "name": "relay",
+        "start": "one",
+        "steps": {
+            "one": {"type": "tool", "tool": "bash", "input": {"command": "echo one >> log.txt"}, "next": "hold"},
+            "hold": {"type": "tool", "tool": "bash", "input": {"command": "for i in $(seq 3000); do [ -f gate ] && break; sleep 0.02; done"}, "next": "three"},
+            "three": {"type": "tool", "tool": "bash", "input": {"command": "echo three >> log.txt"}, "next": "end"}
+        }
+    });
+    ProjectFixture::new(dir, settings)
+        .unwrap()
+        .agent(
+            "builder",
+            json!({"model": "openai/fake-model", "allowedTools": ["bash"], "assignedLoops": ["relay"]}),
+            "You build things.",
+        )
+        .unwrap()
+        .project_loop("relay", flow)
+        .unwrap();
+}
+
+/// Servers `a` and `b` (`--worker-id a|b`) on one store, and the relay loop started on `a`,
+/// stored past its first step (checkpointed with `hold` next) while `hold` waits: the run id
+/// and `a`'s open chat.
+async fn relay_on_a(dir: &Path, env: &[(&str, &str)]) -> (ServerProcess, ServerProcess, String, reqwest::Response) {
+    let a = ServerProcess::start("serve", dir, &["--worker-id", "a"], env);
+    let b = ServerProcess::start("serve", dir, &["--worker-id", "b"], env);
+    let body = json!({"agent": "builder", "loop": "relay", "stream": true,
+        "messages": [{"role": "user", "content": "Relay"}]});
+    let chat = reqwest::Client::new().post(format!("{}/v1/chat/completions", a.url)).json(&body).send().await.unwrap();
+    assert_eq!(chat.status(), 200);
+    let id = chat.headers()["x-polpo-loop-run-id"].to_str().unwrap().to_owned();
+    let held = until(&b.url, &id, |r| r["state"]["frontier"] == json!(["hold"])).await;
+    assert_eq!(held["lease"]["owner"], "a", "{held}");
+    assert_eq!(std::fs::read_to_string(dir.join("log.txt")).unwrap(), "one\n");
+    (a, b, id, chat)
+}
+
+/// What the finished relay run shows on `url`: completed by `b`, its lease given up, `one`
+/// run once (before the takeover) and `three` once (after it).
+async fn finished_by_b(url: &str, id: &str, dir: &Path) -> Value {
+    let done = until(url, id, |r| r["status"] != "running").await;
+    assert_eq!(done["status"], "completed", "{done}");
+    assert!(done.get("lease").is_none(), "an ended run holds no lease: {done}");
+    assert_eq!(std::fs::read_to_string(dir.join("log.txt")).unwrap(), "one\nthree\n", "each line once");
+    let calls = |step: &str| {
+        let trace = done["trace"].as_array().unwrap();
+        trace.iter().filter(|e| e["type"] == "tool.call" && e["stepKey"] == step).count()
+    };
+    assert_eq!((calls("one"), calls("three")), (1, 1), "{done}");
+    assert!(types(&done).contains(&"loop.resume".to_owned()), "{done}");
+    done
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_killed_server_s_loop_run_is_finished_by_the_other_server() {
+    on_postgres(|settings| async move {
+        polpo_llm::install_crypto_provider();
+        let llm = FakeLlm::start([]).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        relay_project(dir.path(), settings);
+        let base = llm.base_url();
+        let env =
+            [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
+        let (a, b, id, chat) = relay_on_a(dir.path(), &env).await;
+        drop(a); // SIGKILL while `hold` waits (its bash dies with the server)
+        drop(chat);
+        let taken = until(&b.url, &id, |r| r["lease"]["owner"] == "b").await;
+        assert_eq!(taken["state"]["frontier"], json!(["hold"]), "B starts at A's last checkpoint: {taken}");
+        std::fs::write(dir.path().join("gate"), "").unwrap();
+        finished_by_b(&b.url, &id, dir.path()).await;
+        assert!(llm.requests().is_empty(), "a tool-only loop never asks the model");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_server_paused_past_its_loop_lease_writes_nothing_once_it_wakes() {
+    on_postgres(|settings| async move {
+        polpo_llm::install_crypto_provider();
+        let llm = FakeLlm::start([]).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        relay_project(dir.path(), settings);
+        let base = llm.base_url();
+        let env =
+            [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
+        let (a, b, id, chat) = relay_on_a(dir.path(), &env).await;
+        // A stops (a long GC pause, a partition) while `hold` waits; its lease lapses and B
+        // takes the run over from the checkpoint after `one`, and finishes it.
+        let pid = a.child.id().to_string();
+        assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+        let taken = until(&b.url, &id, |r| r["lease"]["owner"] == "b").await;
+        assert!(taken["lease"]["generation"].as_u64().unwrap() > 1, "{taken}");
+        std::fs::write(dir.path().join("gate"), "").unwrap();
+        let done = finished_by_b(&b.url, &id, dir.path()).await;
+
+        // A wakes up still in `hold`, whose bash saw the gate too: its next write is refused,
+        // so it stops there — its chat ends with `lease_lost`, `three` is not run again, and the
+        // stored run is exactly what B left.
+        assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+        let ended = tokio::time::timeout(EVENTUALLY, chat.text()).await.expect("A's chat ends").unwrap();
+        assert!(ended.contains("lease_lost"), "{ended}");
+        assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "one\nthree\n");
+        let after = loop_run(&b.url, &id).await;
+        assert_eq!((after["status"].clone(), after["trace"].clone()), (done["status"].clone(), done["trace"].clone()));
+        drop(a);
+    })
+    .await;
 }
