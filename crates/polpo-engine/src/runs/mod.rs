@@ -163,6 +163,9 @@ pub struct RunManager {
     starting: Mutex<HashSet<String>>,
     /// Run id → the effect key a person reconciled `not_applied`, until the run is launched.
     reruns: Mutex<HashMap<String, String>>,
+    /// Runs ending here whose last events are journaled (and seen by followers) but whose
+    /// status is not stored yet; the sender turns `true` once it is.
+    settling: Mutex<HashMap<String, watch::Sender<bool>>>,
     /// Inline (not durable) chats running now, steerable and abortable by run id.
     inline: Mutex<HashMap<String, Arc<inline::InlineRun>>>,
     /// Cancelled by [`RunManager::shutdown`]: runs stop here and are left to the next owner.
@@ -189,6 +192,7 @@ impl RunManager {
             active: Mutex::default(),
             starting: Mutex::default(),
             reruns: Mutex::default(),
+            settling: Mutex::default(),
             inline: Mutex::default(),
             closing: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -222,6 +226,17 @@ impl RunManager {
     /// session without an owner); `None` when no inline run has that id.
     pub fn inline_owner(&self, id: &str) -> Option<Option<String>> {
         self.inline().get(id).map(|run| run.owner.clone())
+    }
+
+    fn settling_runs(&self) -> MutexGuard<'_, HashMap<String, watch::Sender<bool>>> {
+        self.settling.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wait while run `id` is ending in this process: its last event (`run.paused` …) is
+    /// already journaled and streamed, its status not stored yet. Bounded by the lease TTL.
+    async fn until_settled(&self, id: &str) {
+        let Some(mut settled) = self.settling_runs().get(id).map(watch::Sender::subscribe) else { return };
+        let _ = tokio::time::timeout(self.options.lease_ttl, settled.wait_for(|done| *done)).await;
     }
 
     fn starting(&self) -> MutexGuard<'_, HashSet<String>> {
@@ -420,6 +435,10 @@ impl RunManager {
             }
             return;
         }
+        // From here until the status is stored, followers may already see how the run ended:
+        // a client that reconciles the pause it saw at once waits for the status here.
+        let (settled, _) = watch::channel(false);
+        self.settling_runs().insert(run_id.clone(), settled.clone());
         let (status, error) = match (&result, state.paused()) {
             (Err(ChatError::Engine(EngineError::Aborted)), Some(pause)) => {
                 journal.event(JournalEvent::Paused(Paused { code: pause.code.to_owned(), detail: pause.data }));
@@ -446,6 +465,8 @@ impl RunManager {
             tracing::warn!(run = %run_id, code = e.code(), "run status could not be stored: {e}");
         }
         let _ = store.runs.release_lease(&run_id, &self.owner).await;
+        settled.send_replace(true);
+        self.settling_runs().remove(&run_id);
         // A reviewer may have decided while the run was pausing: it goes on at once.
         if let Some(pause) = state.paused() {
             self.resume_if_decided(&run_id, &pause).await;
@@ -587,6 +608,7 @@ impl RunManager {
     /// sees); `NotApplied` lets the resumed run execute the call once under the same key;
     /// `Skip` records that it was not run, so the model is told.
     pub async fn reconcile(self: &Arc<Self>, id: &str, key: &str, decision: Reconcile) -> Result<(), RunError> {
+        self.until_settled(id).await;
         let store = self.runtime.store().clone();
         let run = store.runs.get_run(id).await?.ok_or_else(|| RunError::NotFound(id.to_owned()))?;
         let not_paused = |status: &str| {
