@@ -7,13 +7,18 @@
 mod support;
 
 use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
 
 use polpo_core::config::ApiKeyEntry;
+use polpo_embed::{OpenAiEmbedder, OpenAiSettings};
+use polpo_memory::Memory;
 use polpo_server::auth::ApiKeys;
-use polpo_testkit::{FakeLlm, Turn};
+use polpo_testkit::{EmbeddingsReply, FAKE_EMBEDDINGS_KEY, FakeEmbeddings, FakeLlm, Turn};
 use serde_json::{Value, json};
 use support::{Server, default_project};
 
+const EVENTUALLY: Duration = Duration::from_secs(20);
 const ITEMS: &str = "/api/v1/agents/coder/memory/items";
 
 fn item(scope: Value, kind: &str, content: &str) -> Value {
@@ -172,4 +177,49 @@ async fn in_keyed_mode_user_memory_is_the_callers_own() {
     // Agent edits still need an admin key: the memory exemption covers only memory paths.
     let r = s.patch("/api/v1/agents/coder", &auth(&a), json!({"maxTurns": 2})).await;
     assert_eq!(r.status, 403, "{}", r.text);
+}
+
+/// With the embedding provider down (it answers 503), a stored item and a search still work on
+/// lexical retrieval alone: the answers carry the warning, and `/api/v1/events` publishes it as
+/// `memory:warning`, so whoever operates the server sees the outage too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_embedding_provider_down_search_is_lexical_and_the_warning_is_an_event() {
+    let llm = FakeLlm::start([Turn::text("unused")]).await.unwrap();
+    let embeddings = FakeEmbeddings::start().await.unwrap();
+    for _ in 0..2 {
+        embeddings.push(EmbeddingsReply::Status(503, "the embedding service is overloaded".into()));
+    }
+    let mut settings = OpenAiSettings::new(embeddings.base_url(), "text-embedding-3-small", 64);
+    settings.api_key = Some(FAKE_EMBEDDINGS_KEY.into());
+    let embedder = Arc::new(OpenAiEmbedder::new(settings).unwrap());
+    let s = Server::start_tweaked(
+        &llm,
+        None,
+        |d| {
+            default_project(d);
+        },
+        |state| state.memory = Memory::new(state.runtime.store().memory.clone(), Some(embedder)),
+    )
+    .await;
+    let mut events = s.stream("/api/v1/events?filter=memory:*", &[]).await;
+
+    let r = s.post(ITEMS, &[], item(json!({"kind": "project"}), "fact", "The deploy runs on Fridays")).await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    assert_eq!(r.json()["data"]["warnings"][0]["code"], "embedding_unavailable", "{}", r.text);
+    let found = s.post("/api/v1/agents/coder/memory/search", &[], json!({"query": "deploy Fridays"})).await;
+    assert_eq!(found.status, 200, "{}", found.text);
+    let data = &found.json()["data"];
+    assert_eq!(data["results"][0]["item"]["content"], "The deploy runs on Fridays", "{data}");
+    assert_eq!(data["warnings"][0]["code"], "embedding_unavailable", "{data}");
+
+    let mut frames = events.until(EVENTUALLY, |_| true).await;
+    frames.extend(events.until(EVENTUALLY, |_| true).await);
+    assert_eq!(frames.len(), 2, "one event per warning");
+    // The write's warning (stored without a vector), then the search's (lexical only).
+    for (frame, instead) in frames.iter().zip(["without a vector", "lexical"]) {
+        assert_eq!(frame.name(), "memory:warning");
+        let event = frame.json();
+        assert_eq!((event["agent"].as_str(), event["code"].as_str()), (Some("coder"), Some("embedding_unavailable")));
+        assert!(event["message"].as_str().unwrap().contains(instead), "{event}");
+    }
 }

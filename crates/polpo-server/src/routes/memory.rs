@@ -82,6 +82,16 @@ pub(super) struct Access<'a> {
 }
 
 impl<'a> Access<'a> {
+    /// Publish each of `warnings` (the embedder failed and lexical retrieval stood in) as a
+    /// `memory:warning` bus event, so an operator watching `/api/v1/events` sees a provider
+    /// outage, not only the client whose answer carried it.
+    fn announce(&self, warnings: &[polpo_memory::MemoryWarning]) {
+        for warning in warnings {
+            let data = json!({"agent": self.agent, "code": warning.code, "message": warning.message});
+            self.state.runtime.events().publish("memory:warning", data);
+        }
+    }
+
     pub(super) fn new(state: &'a AppState, caller: Caller, agent: String) -> Result<Self, ApiError> {
         if state.runtime.loaded().agent(&agent).is_none() {
             return Err(ApiError::new(ErrorCode::AgentNotFound, format!("agent `{agent}` not found")));
@@ -300,6 +310,7 @@ async fn create(
     let source = body.source.unwrap_or_else(|| "api".to_owned());
     let new = NewMemoryItem { id: body.id, scope, kind: body.kind, content: body.content, source };
     let written = state.memory.create(new).await?;
+    access.announce(&written.warnings);
     Ok((StatusCode::CREATED, ok(json!({"item": written.item, "warnings": written.warnings}))).into_response())
 }
 
@@ -332,6 +343,7 @@ async fn update(
     }
     let patch = MemoryItemPatch { kind: body.kind, content: body.content, source: body.source };
     let written = state.memory.update(&id, patch, body.expected_revision).await.map_err(gone(&id))?;
+    access.announce(&written.warnings);
     Ok(ok(json!({"item": written.item, "warnings": written.warnings})))
 }
 
@@ -399,6 +411,7 @@ async fn search(
     let filter = access.filter(kind, subject, body.kinds).await?;
     let request = SearchRequest { query: body.query, filter, max_results: body.max_results };
     let found = state.memory.search(&request).await?;
+    access.announce(&found.warnings);
     Ok(ok(json!({"results": found.results, "warnings": found.warnings})))
 }
 
