@@ -2,7 +2,9 @@
 //! in the middle of a multi-turn run with `write` tools, started again on the same project,
 //! and the run completes by itself — each write effect applied exactly once on disk, and the
 //! client's reconnected event stream without gaps or duplicates. On the file store and on
-//! PostgreSQL.
+//! PostgreSQL. A write still running when the server dies dies with it, and the restarted
+//! server shows the paused call so an operator decides whether it runs (`not_applied`) or not
+//! (`skip`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,7 +13,7 @@ mod support;
 use polpo_testkit::{FakeLlm, Turn};
 use serde_json::{Value, json};
 use std::time::Duration;
-use support::{Frame, RunEvents, ServerProcess, builder_project};
+use support::{Frame, RunEvents, ServerProcess, builder_project, polpo};
 
 /// Leases lapse after 1 s, so the restarted server takes the run over quickly.
 const LEASE_MS: &str = "1000";
@@ -205,6 +207,144 @@ async fn killed_during_a_write_the_run_pauses_until_reconciled(settings: Value) 
         llm.requests().last().unwrap().body["messages"].as_array().unwrap().last().unwrap()["content"],
         "appended"
     );
+}
+
+/// The pids whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|line| String::from_utf8_lossy(&line).contains(marker))
+        })
+        .collect()
+}
+
+/// Read `events` into `seen` until an event of one of `types` (returned).
+async fn read_until(events: &mut RunEvents, seen: &mut Vec<Frame>, types: &[&str]) -> Value {
+    let found = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(frame) = events.next().await {
+            let hit = types.contains(&frame.1["type"].as_str().unwrap_or_default());
+            seen.push(frame);
+            if hit {
+                return seen.last().unwrap().1.clone();
+            }
+        }
+        panic!("the stream ended before any of {types:?}");
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("none of {types:?} within 60 s"))
+}
+
+/// `polpo serve` is SIGKILLed while a write call still waits to append its line: the call's
+/// process dies with the server (nothing appends behind the operator's back), the restarted
+/// server pauses the run and shows the call itself (REST and `polpo runs get`), and the
+/// operator's `outcome` decides: `not-applied` runs the call now, once; `skip` never runs it.
+async fn a_write_cut_by_a_crash_runs_only_if_the_operator_says_so(settings: Value, outcome: &str) {
+    polpo_llm::install_crypto_provider();
+    let marker = format!("polpo-crash-marker-{}-{outcome}", std::process::id());
+    // Waits for `gate` (bounded at 60 s, far beyond the test), then appends.
+    let command =
+        format!("for i in $(seq 3000); do [ -f gate ] && break; sleep 0.02; done; echo one >> log.txt # {marker}");
+    let answer = if outcome == "skip" { "Left it out." } else { "Appended after the crash." };
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", json!({"command": command}))]), Turn::text(answer)])
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    builder_project(dir.path(), settings);
+    let base = llm.base_url();
+    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
+
+    let first = ServerProcess::start("serve", dir.path(), &[], &env);
+    let body = json!({"agent": "builder", "messages": [{"role": "user", "content": "Append one"}], "polpo": {"delivery": {"onDisconnect": "continue"}}, "stream": true});
+    let chat =
+        reqwest::Client::new().post(format!("{}/v1/chat/completions", first.url)).json(&body).send().await.unwrap();
+    let run = chat.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    let mut events = RunEvents::open(&first.url, &run, None).await;
+    let mut seen: Vec<Frame> = Vec::new();
+    read_until(&mut events, &mut seen, &["tool.started"]).await;
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while processes_with(&marker).is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the write call's process runs");
+    drop(first); // SIGKILL
+    drop(chat);
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !processes_with(&marker).is_empty() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the killed server's tool processes are gone: {:?}", processes_with(&marker)));
+    // Were any of them still waiting, the gate would let it append now.
+    std::fs::write(dir.path().join("gate"), "").unwrap();
+    let log = dir.path().join("log.txt");
+
+    let second = ServerProcess::start("serve", dir.path(), &[], &env);
+    let mut events = RunEvents::open(&second.url, &run, Some(seen.last().unwrap().0)).await;
+    let paused = read_until(&mut events, &mut seen, &["run.paused", "run.completed", "run.failed"]).await;
+    assert_eq!(paused["type"], "run.paused", "{paused}");
+    let detail = &paused["data"]["detail"];
+    assert_eq!(detail["tool"], "bash");
+    assert_eq!(detail["arguments"]["command"], command.as_str(), "the pause shows the call's arguments");
+    assert!(detail["startedAt"].is_string(), "{detail}");
+    let key = detail["key"].as_str().unwrap().to_owned();
+    assert!(!log.exists(), "nothing appended before the operator decided");
+
+    // The run as REST shows it, and as `polpo runs get` prints it.
+    let got: Value = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let got: Value = reqwest::get(format!("{}/v1/runs/{run}", second.url)).await.unwrap().json().await.unwrap();
+            if got["data"]["status"] == "paused" {
+                return got;
+            }
+        }
+    })
+    .await
+    .expect("the run is stored as paused");
+    assert_eq!(got["data"]["pause"]["code"], "effect_unconfirmed");
+    assert_eq!(got["data"]["pause"]["detail"], *detail, "GET /v1/runs/{{id}} shows the paused call");
+    let alias: Value = reqwest::get(format!("{}/api/v1/runs/{run}", second.url)).await.unwrap().json().await.unwrap();
+    assert_eq!(alias["data"]["pause"]["detail"]["key"], key.as_str());
+    let shown = polpo(&["runs", "get", &run, "--url", &second.url]).output().unwrap();
+    let shown_text = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "{shown_text}{}", String::from_utf8_lossy(&shown.stderr));
+    assert!(shown_text.contains("call     bash ") && shown_text.contains(&marker), "{shown_text}");
+    assert!(shown_text.contains(&format!("effect   {key}")), "{shown_text}");
+
+    let decided = polpo(&["runs", "reconcile", &run, outcome, "--url", &second.url]).output().unwrap();
+    let decided_text = String::from_utf8_lossy(&decided.stdout);
+    assert!(decided.status.success(), "{decided_text}{}", String::from_utf8_lossy(&decided.stderr));
+    assert!(decided_text.contains(&key), "{decided_text}");
+    let done = read_until(&mut events, &mut seen, &["run.completed", "run.failed", "run.paused"]).await;
+    assert_eq!(done["type"], "run.completed", "{done}");
+    assert_eq!(done["data"]["content"], answer);
+    let types: Vec<&str> = seen.iter().map(|(_, e)| e["type"].as_str().unwrap()).collect();
+    assert!(types.contains(&"run.reconciled"), "{types:?}");
+    let seqs: Vec<u64> = seen.iter().map(|(s, _)| *s).collect();
+    assert_eq!(seqs, (1..=seen.len() as u64).collect::<Vec<_>>(), "no gaps or duplicates across both servers");
+    let told = llm.requests().last().unwrap().body["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    if outcome == "skip" {
+        assert!(!log.exists(), "a skipped call never runs");
+        assert!(told.as_str().unwrap_or_default().contains("not run"), "the model is told: {told}");
+    } else {
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "one\n", "the call ran exactly once, after reconcile");
+    }
+    assert_eq!(llm.requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_cut_by_a_crash_runs_once_when_reconciled_not_applied() {
+    a_write_cut_by_a_crash_runs_only_if_the_operator_says_so(json!({"storage": "file"}), "not-applied").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_cut_by_a_crash_never_runs_when_skipped() {
+    a_write_cut_by_a_crash_runs_only_if_the_operator_says_so(json!({"storage": "file"}), "skip").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
