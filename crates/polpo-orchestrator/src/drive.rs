@@ -115,6 +115,9 @@ async fn steps(ctx: &Arc<Ctx>, mut held: StoredTask, kill: &CancellationToken) -
                     Ok(answer) => {
                         let text = answer.content.clone().unwrap_or_default();
                         let mut next = with_result(task, 0, text.clone(), String::new(), took);
+                        if let Some(result) = next.result.as_mut() {
+                            crate::files::record_files(ctx, &answer.session_id, result).await?;
+                        }
                         next.session_id = Some(answer.session_id);
                         // A question while rounds are left is answered first; after that the
                         // answer is assessed like any other.
@@ -193,7 +196,7 @@ async fn steps(ctx: &Arc<Ctx>, mut held: StoredTask, kill: &CancellationToken) -
 
 /// The agent for the next assignment: the `fallbackAgent` once `escalateAfter` retries were
 /// used, else the task's own.
-fn escalated_agent(task: &Task) -> Option<String> {
+pub(crate) fn escalated_agent(task: &Task) -> Option<String> {
     let policy = task.retry_policy.as_ref()?;
     let after = policy.escalate_after?;
     (task.retries >= after).then(|| policy.fallback_agent.clone()).flatten()
@@ -337,24 +340,17 @@ async fn abort_run(ctx: &Ctx, task: &Task) {
     let _ = ctx.runs.abort(&task_run_id(task), Some("task stopped".into())).await;
 }
 
+/// `task` with the outcome of a run; the assessments and the files of earlier runs stay.
 fn with_result(task: &Task, exit_code: i32, stdout: String, stderr: String, duration: u64) -> Task {
     let mut next = task.clone();
-    let (assessment, assessment_history) =
-        task.result.as_ref().map(|r| (r.assessment.clone(), r.assessment_history.clone())).unwrap_or_default();
-    next.result = Some(TaskResult { exit_code, stdout, stderr, duration, assessment, assessment_history });
+    let earlier = task.result.clone().unwrap_or_default();
+    next.result = Some(TaskResult { exit_code, stdout, stderr, duration, ..earlier });
     next
 }
 
 /// Keep `result` as the latest assessment; the previous one moves to the history.
 pub(crate) fn record_assessment(task: &mut Task, result: &AssessmentResult) {
-    let r = task.result.get_or_insert_with(|| TaskResult {
-        exit_code: 0,
-        stdout: String::new(),
-        stderr: String::new(),
-        duration: 0,
-        assessment: None,
-        assessment_history: Vec::new(),
-    });
+    let r = task.result.get_or_insert_with(TaskResult::default);
     if let Some(previous) = r.assessment.take() {
         r.assessment_history.push(previous);
     }

@@ -63,6 +63,7 @@ mod assess;
 mod context;
 mod drive;
 mod error;
+mod files;
 mod missions;
 mod orchestrator;
 mod review;

@@ -10,7 +10,7 @@
 //! and `expired`, `gates` with each verdict), written with the status change in one
 //! compare-and-set.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
 use polpo_core::tasks::{
@@ -338,14 +338,7 @@ async fn fail_waiting(ctx: &Ctx, id: &str, message: &str) {
     let store = ctx.store();
     let moved = async {
         let mut held = store.tasks.hold_task(id, &ctx.worker, ctx.options.lease).await?;
-        held.task.result = Some(TaskResult {
-            exit_code: 1,
-            stdout: String::new(),
-            stderr: message.to_owned(),
-            duration: 0,
-            assessment: None,
-            assessment_history: Vec::new(),
-        });
+        held.task.result = Some(TaskResult { exit_code: 1, stderr: message.to_owned(), ..TaskResult::default() });
         crate::drive::apply(ctx, &held, TaskEvent::Fail { reason: FailReason::QualityGate }).await
     };
     if let Err(e) = moved.await {
@@ -383,6 +376,10 @@ pub struct MissionReport {
     pub quality_threshold: f64,
     /// Each quality gate: `pending` until its judged tasks are settled, then its verdict.
     pub quality_gates: Vec<GateReport>,
+    /// Every file the tasks created, once each, sorted (see [`ReportTask::files_created`]).
+    pub files_created: Vec<String>,
+    /// Every file the tasks edited and none created, once each, sorted.
+    pub files_edited: Vec<String>,
 }
 
 /// One quality gate in a [`MissionReport`].
@@ -412,6 +409,10 @@ pub struct ReportTask {
     pub score: Option<f64>,
     /// Retries used.
     pub retries: u32,
+    /// Files its runs created with file-writing tools (`bash` writes are not known).
+    pub files_created: Vec<String>,
+    /// Files its runs edited.
+    pub files_edited: Vec<String>,
 }
 
 fn report_of(m: &Mission, tasks: &[StoredTask], default_threshold: f64) -> MissionReport {
@@ -425,6 +426,8 @@ fn report_of(m: &Mission, tasks: &[StoredTask], default_threshold: f64) -> Missi
                 duration: result.map_or(0, |r| r.duration),
                 score: score_of(&t.task),
                 retries: t.task.retries,
+                files_created: result.map(|r| r.files_created.clone()).unwrap_or_default(),
+                files_edited: result.map(|r| r.files_edited.clone()).unwrap_or_default(),
             }
         })
         .collect();
@@ -443,7 +446,12 @@ fn report_of(m: &Mission, tasks: &[StoredTask], default_threshold: f64) -> Missi
             GateReport { name: g.name.clone(), status, verdict }
         })
         .collect();
+    let files_created: BTreeSet<String> = rows.iter().flat_map(|r| r.files_created.iter().cloned()).collect();
+    let files_edited: BTreeSet<String> =
+        rows.iter().flat_map(|r| r.files_edited.iter().cloned()).filter(|f| !files_created.contains(f)).collect();
     MissionReport {
+        files_created: files_created.into_iter().collect(),
+        files_edited: files_edited.into_iter().collect(),
         quality_threshold: m.quality_threshold.unwrap_or(default_threshold),
         quality_gates,
         mission_id: m.id.clone(),

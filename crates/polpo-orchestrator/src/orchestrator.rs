@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
 pub use crate::context::OrchestratorOptions;
-use crate::drive::{apply, drive};
+use crate::drive::{apply, drive, escalated_agent};
 use crate::error::OrchestratorError;
 use crate::missions::{self, MissionReport};
 
@@ -26,9 +26,21 @@ use crate::missions::{self, MissionReport};
 /// loop, the other methods are the operations on tasks and missions.
 pub struct Orchestrator {
     ctx: Arc<Ctx>,
-    /// The tasks driven here now, each with the token that kills it.
-    active: Mutex<HashMap<String, CancellationToken>>,
+    /// The tasks driven here now, by id.
+    active: Mutex<HashMap<String, Running>>,
 }
+
+/// A task driven by this worker.
+struct Running {
+    /// Cancelled to kill the task.
+    kill: CancellationToken,
+    /// The agent it runs as, counted against that agent's `maxConcurrency`.
+    agent: Option<String>,
+}
+
+/// Most ready tasks one pass sets aside because their agent is at its `maxConcurrency`, while
+/// it looks for tasks of other agents to fill the free slots.
+const MAX_SET_ASIDE: usize = 100;
 
 impl Orchestrator {
     /// An orchestrator whose agent runs go through `runs`; its worker id is the run manager's
@@ -74,7 +86,7 @@ impl Orchestrator {
         Ok(OpenProject { project })
     }
 
-    fn active(&self) -> MutexGuard<'_, HashMap<String, CancellationToken>> {
+    fn active(&self) -> MutexGuard<'_, HashMap<String, Running>> {
         self.active.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -139,25 +151,30 @@ impl Orchestrator {
         self.pass().await.map(drop)
     }
 
+    /// Whether `agent` already runs as many tasks here as its `maxConcurrency` allows. The
+    /// count is of this process's tasks: with several servers on one store, each may run that
+    /// many.
+    fn agent_full(&self, agent: Option<&str>) -> bool {
+        let Some(agent) = agent else { return false };
+        let limit = self.ctx.runs.runtime().loaded().project.agents.get(agent).and_then(|a| a.config.max_concurrency);
+        limit.is_some_and(|limit| {
+            let running = self.active().values().filter(|r| r.agent.as_deref() == Some(agent)).count();
+            running >= limit as usize
+        })
+    }
+
     /// One pass; the number of tasks it started (or took over).
     async fn pass(self: &Arc<Self>) -> Result<usize, OrchestratorError> {
         missions::advance(&self.ctx).await?;
         let mut started = self.take_over_orphans().await?;
-        let free = self.slots().saturating_sub(self.active().len());
-        if free > 0 {
-            let limit = u32::try_from(free.min(100)).unwrap_or(100);
-            let claimed = self.ctx.store().tasks.claim_ready(&self.ctx.worker, self.ctx.options.lease, limit).await?;
-            for held in claimed {
-                if let Some(mission) = &held.task.mission_id
-                    && !missions::may_start(&self.ctx, mission, &held.task.title).await?
-                {
-                    self.ctx.store().tasks.release_task(&held.task.id, &self.ctx.worker).await?;
-                    continue;
-                }
-                started += 1;
-                self.start(held);
-            }
+        // Ready tasks whose agent is full stay claimed until the pass ends, so the next claim
+        // brings other agents' tasks instead of them; then they are released.
+        let mut set_aside: Vec<String> = Vec::new();
+        let claimed = self.claim_into_free_slots(&mut set_aside, &mut started).await;
+        for id in &set_aside {
+            self.ctx.store().tasks.release_task(id, &self.ctx.worker).await?;
         }
+        claimed?;
         if started == 0 && self.active().is_empty() {
             self.check_deadlock().await?;
         }
@@ -165,10 +182,48 @@ impl Orchestrator {
         Ok(started)
     }
 
+    /// Claim ready tasks and start them while slots are free; a task whose agent is full
+    /// goes to `set_aside` (still claimed, for the caller to release).
+    async fn claim_into_free_slots(
+        self: &Arc<Self>,
+        set_aside: &mut Vec<String>,
+        started: &mut usize,
+    ) -> Result<(), OrchestratorError> {
+        loop {
+            let free = self.slots().saturating_sub(self.active().len());
+            if free == 0 || set_aside.len() >= MAX_SET_ASIDE {
+                return Ok(());
+            }
+            let limit = u32::try_from(free.min(100)).unwrap_or(100);
+            let claimed = self.ctx.store().tasks.claim_ready(&self.ctx.worker, self.ctx.options.lease, limit).await?;
+            let mut any_set_aside = false;
+            for held in claimed {
+                if let Some(mission) = &held.task.mission_id
+                    && !missions::may_start(&self.ctx, mission, &held.task.title).await?
+                {
+                    self.ctx.store().tasks.release_task(&held.task.id, &self.ctx.worker).await?;
+                    continue;
+                }
+                if self.agent_full(runs_as(&held.task).as_deref()) {
+                    set_aside.push(held.task.id.clone());
+                    any_set_aside = true;
+                    continue;
+                }
+                *started += 1;
+                self.start(held);
+            }
+            // Without a task set aside, the claim took every ready task it could.
+            if !any_set_aside {
+                return Ok(());
+            }
+        }
+    }
+
     fn start(self: &Arc<Self>, held: StoredTask) {
         let kill = CancellationToken::new();
         let id = held.task.id.clone();
-        self.active().insert(id.clone(), kill.clone());
+        let agent = runs_as(&held.task);
+        self.active().insert(id.clone(), Running { kill: kill.clone(), agent });
         let me = self.clone();
         tokio::spawn(async move {
             drive(me.ctx.clone(), held, kill).await;
@@ -186,7 +241,11 @@ impl Orchestrator {
             let filter = TaskFilter { status: Some(status), ..Default::default() };
             for t in missions::all_tasks(&self.ctx, &filter).await? {
                 let lapsed = t.claim.as_ref().is_none_or(|c| c.expires_at <= now);
-                if !lapsed || self.active().contains_key(&t.task.id) || self.active().len() >= self.slots() {
+                if !lapsed
+                    || self.active().contains_key(&t.task.id)
+                    || self.active().len() >= self.slots()
+                    || self.agent_full(runs_as(&t.task).as_deref())
+                {
                     continue;
                 }
                 let Ok(held) =
@@ -227,7 +286,7 @@ impl Orchestrator {
             let mut next = (*t).clone();
             let reason = "deadlock: a dependency failed, so this task can never become ready";
             next.task.result =
-                Some(polpo_core::tasks::TaskResult { exit_code: 1, stderr: reason.into(), ..empty_result() });
+                Some(polpo_core::tasks::TaskResult { exit_code: 1, stderr: reason.into(), ..Default::default() });
             if let Err(e) = apply(ctx, &next, TaskEvent::Fail { reason: FailReason::Deadlock }).await {
                 tracing::warn!(task = %t.task.id, code = e.code(), "deadlocked task could not be failed: {e}");
             }
@@ -300,7 +359,7 @@ impl Orchestrator {
     /// by its driver; otherwise it is failed directly (a task driven by another live worker
     /// is a `conflict`).
     pub async fn kill(&self, id: &str) -> Result<(), OrchestratorError> {
-        let token = self.active().get(id).cloned();
+        let token = self.active().get(id).map(|r| r.kill.clone());
         match token {
             Some(token) => {
                 token.cancel();
@@ -390,13 +449,11 @@ impl OpenProject {
     }
 }
 
-fn empty_result() -> polpo_core::tasks::TaskResult {
-    polpo_core::tasks::TaskResult {
-        exit_code: 0,
-        stdout: String::new(),
-        stderr: String::new(),
-        duration: 0,
-        assessment: None,
-        assessment_history: Vec::new(),
+/// The agent `task` runs as once driven: a pending task's next assignment (its fallback agent
+/// after `escalateAfter` retries), else the agent it is assigned to.
+fn runs_as(task: &Task) -> Option<String> {
+    match task.status {
+        TaskStatus::Pending => escalated_agent(task).or_else(|| task.assign_to.clone()),
+        _ => task.assign_to.clone(),
     }
 }

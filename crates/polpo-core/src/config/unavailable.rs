@@ -17,7 +17,6 @@ const UNAVAILABLE_AGENT_FIELDS: &[(&str, &str)] = &[
     ("pipeline", "Project Loops"),
     ("channels", "messaging Channels"),
     ("missionGroup", "Missions"),
-    ("maxConcurrency", "the task orchestrator"),
     ("executionMode", "the task orchestrator"),
     ("volatile", "the task orchestrator"),
     ("toolChoice", "agent-level tool choice"),

@@ -380,7 +380,7 @@ pub struct TaskOutcome {
 }
 
 /// What the last run of a task returned, with its assessment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TaskResult {
     /// The runner's exit code.
@@ -400,4 +400,12 @@ pub struct TaskResult {
     /// Earlier assessments, oldest first.
     #[serde(default)]
     pub assessment_history: Vec<Value>,
+    /// Files the task's runs created through file-writing tools (`write`, `http_download`),
+    /// as the agent named them; what `bash` commands write cannot be known and is not here.
+    /// Shown in the mission report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files_created: Vec<String>,
+    /// Files the task's runs changed with `edit` (and did not create), as the agent named them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files_edited: Vec<String>,
 }
