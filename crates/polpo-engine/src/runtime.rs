@@ -336,7 +336,7 @@ impl Runtime {
     /// The tools of `agent` for one invocation running in `ctx`: the built-in ones, plus
     /// what the tool source has for it.
     async fn agent_tool_set(&self, agent: &Agent, ctx: &ToolContext) -> Arc<ToolSet> {
-        let base = self.base_tools(agent);
+        let base = self.base_tools(ctx.skills.is_some());
         let Some(source) = &self.tool_source else { return base.clone() };
         let extra = source.tools_for(agent, ctx).await;
         if extra.is_empty() {
@@ -387,10 +387,9 @@ impl Runtime {
         &self.redactor
     }
 
-    /// The built-in tools an invocation of `agent` starts from: with the skill tools when it
-    /// has skills assigned.
-    fn base_tools(&self, agent: &Agent) -> &Arc<ToolSet> {
-        if assigned_skills(agent).is_empty() { &self.tools } else { &self.skilled_tools }
+    /// The built-in tools an invocation starts from: with the skill tools when it has skills.
+    fn base_tools(&self, skilled: bool) -> &Arc<ToolSet> {
+        if skilled { &self.skilled_tools } else { &self.tools }
     }
 
     /// Override how hooks run (tests let `http` hooks reach loopback).
@@ -797,7 +796,7 @@ impl Runtime {
         cancel: &CancellationToken,
     ) -> Result<Invocation, ChatError> {
         let c = &agent.config;
-        let skills = assigned_skills(agent);
+        let skills = invocation_skills(agent, input.loop_context.as_ref());
         // The static allowlists of an agent with skills admit the skill tools without naming
         // them; the request layer and grants below can still narrow them away.
         let admit = |layer: Option<&[String]>| admit_skill_tools(layer, !skills.is_empty());
@@ -813,7 +812,7 @@ impl Runtime {
                 admit(c.chat.as_ref().and_then(|chat| chat.allowed_tools.as_deref())).as_deref(),
             ),
         };
-        let activated = polpo_skills::activation_prompt(&loaded.project.root, &agent.id, skills, &input.skills)?;
+        let activated = polpo_skills::activation_prompt(&loaded.project.root, &agent.id, &skills, &input.skills)?;
         let mut system_prompt = polpo_core::prompt::system_prompt(agent);
         if let Some(section) = activated {
             system_prompt = format!("{}\n\n{section}", system_prompt.trim_end());
@@ -846,7 +845,7 @@ impl Runtime {
             system_prompt,
             provider,
             model: String::new(),
-            tools: self.base_tools(agent).clone(),
+            tools: self.base_tools(!skills.is_empty()).clone(),
             policy,
             client_tools,
             tool_choice: input.tool_choice.clone(),
@@ -860,6 +859,7 @@ impl Runtime {
                 .map(|r| r.as_str().to_owned()),
             tool_context: ToolContext {
                 redactor: self.redactor.clone(),
+                skills: skill_access(&loaded.project, &skills),
                 ..tool_context(&loaded.project, agent, cancel)
             },
             hooks,
@@ -891,9 +891,7 @@ pub fn tool_context(project: &Project, agent: &Agent, cancel: &CancellationToken
     ctx.protected_paths = vec![polpo_dir.clone()];
     ctx.sandbox = project.settings().sandbox.as_ref().map(Into::into).unwrap_or_default();
     ctx.memory_file = Some(polpo_dir.join("memory").join(format!("{}.md", agent.id)));
-    let skills = assigned_skills(agent);
-    ctx.skills =
-        (!skills.is_empty()).then(|| polpo_tools::SkillAccess { root: project.root.clone(), names: skills.to_vec() });
+    ctx.skills = skill_access(project, assigned_skills(agent));
     ctx.cancel = cancel.child_token();
     ctx.agent = agent.id.clone();
     ctx
@@ -902,6 +900,21 @@ pub fn tool_context(project: &Project, agent: &Agent, cancel: &CancellationToken
 /// The skills assigned to `agent` (`skills` in its agent.json).
 fn assigned_skills(agent: &Agent) -> &[String] {
     agent.config.skills.as_deref().unwrap_or_default()
+}
+
+/// The skills one invocation of `agent` may use: its assigned ones, narrowed to a loop step's
+/// `skills` when the step names some; never one the agent is not assigned.
+fn invocation_skills(agent: &Agent, loop_context: Option<&crate::hooks::LoopContext>) -> Vec<String> {
+    let assigned = assigned_skills(agent);
+    match loop_context.and_then(|l| l.step_skills.as_deref()) {
+        Some(step) => assigned.iter().filter(|s| step.contains(s)).cloned().collect(),
+        None => assigned.to_vec(),
+    }
+}
+
+/// What `skill_list` and `skill_read` may reach: these skills of the project (`None`: no skills).
+fn skill_access(project: &Project, names: &[String]) -> Option<polpo_tools::SkillAccess> {
+    (!names.is_empty()).then(|| polpo_tools::SkillAccess { root: project.root.clone(), names: names.to_vec() })
 }
 
 /// A configured static allowlist, with `skill_list` and `skill_read` added when the agent has

@@ -30,6 +30,10 @@ pub struct LoopContext {
     /// The step's `allowedTools` (the `Step` policy layer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_allowed_tools: Option<Vec<String>>,
+    /// The step's `skills`: the agent's assigned skills this step may use (`None`: all of
+    /// them). Only narrows: a name the agent is not assigned is never offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_skills: Option<Vec<String>>,
     /// The step's `model` (a model or a profile the agent may use), instead of the agent's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelSelection>,
