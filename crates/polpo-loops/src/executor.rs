@@ -735,6 +735,7 @@ impl Run<'_> {
         };
         let overrides = LoopContext {
             step_allowed_tools: step.allowed_tools().map(<[String]>::to_vec),
+            step_skills: step.skills.clone(),
             model: step.model.clone(),
             reasoning: step.reasoning,
             max_turns: step.max_turns,

@@ -415,6 +415,89 @@ async fn loop_mode_policy_is_agent_loop_step_request_and_never_chat() {
     assert!(finished.result.unwrap_err().to_string().contains("tool_policy_denied"));
 }
 
+/// A skill bundle `name` in the project at `root`, described as `description`.
+fn skill_bundle(root: &std::path::Path, name: &str, description: &str) {
+    let dir = root.join(".polpo/skills").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = format!("---\nname: {name}\ndescription: {description}\n---\nThe {name} steps.\n");
+    std::fs::write(dir.join("SKILL.md"), text).unwrap();
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// The content of the last message the model was sent (the latest tool result).
+fn last_message(request: &Value) -> String {
+    request["messages"].as_array().unwrap().last().unwrap()["content"].to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_naming_skills_gets_only_those_and_a_step_naming_none_gets_the_agents() {
+    let llm = FakeLlm::start([
+        // `narrow` names `design`: it lists only that one and cannot read `review`.
+        Turn::tool_calls(vec![("skill_list", json!({}))]),
+        Turn::tool_calls(vec![("skill_read", json!({"name": "review"}))]),
+        Turn::text("Narrow."),
+        // `all` names none: both of the agent's.
+        Turn::tool_calls(vec![("skill_list", json!({}))]),
+        Turn::text("All."),
+        // `none` names an empty list: no skill tools at all.
+        Turn::text("None."),
+    ])
+    .await
+    .unwrap();
+    let config = json!({"start": "narrow", "steps": {
+        "narrow": {"systemPrompt": "Design.", "skills": ["design"], "next": "all"},
+        "all": {"systemPrompt": "Anything.", "next": "none"},
+        "none": {"systemPrompt": "Plain.", "skills": []}
+    }});
+    let agent = json!({"skills": ["design", "review"], "allowedTools": ["read"]});
+    let (dir, exec) = executor(&llm, agent, &[("flow", config)], 100).await;
+    skill_bundle(dir.path(), "design", "Lay out pages on a grid.");
+    skill_bundle(dir.path(), "review", "Review code for defects.");
+    let finished = run(&exec, &request(json!({}))).await;
+    assert_eq!(code(&finished), "ok", "{:?}", finished.result);
+    let sent = llm.requests();
+    assert_eq!(sent.len(), 6);
+    assert_eq!(tool_names(&sent[0].body), ["read", "skill_list", "skill_read"]);
+    let listed = last_message(&sent[1].body);
+    assert!(listed.contains("design") && listed.contains("Lay out pages"), "{listed}");
+    assert!(!listed.contains("review") && !listed.contains("Review code"), "only the step's skill: {listed}");
+    let refused = last_message(&sent[2].body);
+    assert!(refused.contains("skill_not_assigned") && !refused.contains("The review steps"), "{refused}");
+    let listed = last_message(&sent[4].body);
+    assert!(listed.contains("Lay out pages") && listed.contains("Review code"), "the agent's skills: {listed}");
+    assert_eq!(tool_names(&sent[5].body), ["read"], "an empty list narrows the skills away");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_naming_a_skill_its_agent_is_not_assigned_does_not_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = json!({"start": "s", "steps": {"s": {"systemPrompt": "Go.", "skills": ["design", "deploy"]}}});
+    ProjectFixture::new(dir.path(), json!({"storage": "file"}))
+        .unwrap()
+        .agent(
+            "bot",
+            json!({"model": "openai/fake-model", "skills": ["design"], "assignedLoops": ["flow"]}),
+            "You help.",
+        )
+        .unwrap()
+        .project_loop("flow", config)
+        .unwrap();
+    let problems = polpo_project::load_project(dir.path()).unwrap_err();
+    let found: Vec<_> = problems
+        .iter()
+        .map(|p| (p.code.as_str(), p.file.as_deref().unwrap_or_default(), p.pointer.as_deref().unwrap_or_default()))
+        .collect();
+    assert_eq!(found, [("skill_not_assigned", ".polpo/loops/flow.json", "/steps/s/skills/1")], "{problems:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_step_overrides_the_model_reasoning_temperature_and_turn_budget() {
     let turns = [Turn::text("Quick."), Turn::tool_calls(vec![("ls", json!({}))]), Turn::text("never reached")];

@@ -22,3 +22,6 @@ pub const UNKNOWN_TOOL: &str = "unknown_tool";
 pub const TOOL_OUTSIDE_CEILING: &str = "tool_outside_ceiling";
 /// A field kept for compatibility under a new name (a warning).
 pub const DEPRECATED_FIELD: &str = "deprecated_field";
+/// A skill an agent step names that an agent running the loop is not assigned (`skills` in
+/// its agent.json): a step only narrows its agent's skills. The runtime's code for the same.
+pub const SKILL_NOT_ASSIGNED: &str = "skill_not_assigned";

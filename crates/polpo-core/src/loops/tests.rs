@@ -104,7 +104,10 @@ fn the_readme_router_flow_parses_validates_and_round_trips() {
     let lp = parsed("router-flow", &value);
     assert_eq!(serde_json::to_value(&lp.config).unwrap(), value, "absent stays absent, nothing added");
     let p = project(
-        &[("router", json!({"assignedLoops": ["router-flow"], "allowedTools": ["read", "write", "bash"]}))],
+        &[(
+            "router",
+            json!({"assignedLoops": ["router-flow"], "allowedTools": ["read", "write", "bash"], "skills": ["classification", "triage"]}),
+        )],
         vec![lp],
     );
     assert_eq!(crate::config::validate_project(&p), vec![]);
@@ -112,13 +115,34 @@ fn the_readme_router_flow_parses_validates_and_round_trips() {
     let warnings = located(&loop_warnings(&p));
     assert_eq!(
         warnings,
-        want(&[
-            ("deprecated_field", "/steps/answer/tools"),
-            ("deprecated_field", "/steps/classify/tools"),
-            ("feature_unavailable", "/steps/classify/skills")
-        ])
+        want(&[("deprecated_field", "/steps/answer/tools"), ("deprecated_field", "/steps/classify/tools"),])
     );
     assert!(matches!(p.loops["router-flow"].config.steps["human_review"].body, StepBody::Human(_)));
+}
+
+#[test]
+fn a_step_skill_its_agent_is_not_assigned_is_located_at_the_step() {
+    let mut value = router_flow();
+    value["steps"]["classify"]["skills"] = json!(["classification", "deploy"]);
+    let p = project(
+        &[
+            ("router", json!({"assignedLoops": ["router-flow"], "skills": ["classification"]})),
+            ("bare", json!({"assignedLoops": ["router-flow"]})),
+            ("other", json!({"skills": []})),
+        ],
+        vec![parsed("router-flow", &value)],
+    );
+    let problems = crate::config::validate_project(&p);
+    assert_eq!(
+        located(&problems),
+        want(&[
+            ("skill_not_assigned", "/steps/classify/skills/0"),
+            ("skill_not_assigned", "/steps/classify/skills/1"),
+            ("skill_not_assigned", "/steps/classify/skills/1"),
+        ])
+    );
+    assert!(problems.iter().all(|p| p.file.as_deref() == Some(".polpo/loops/router-flow.json")), "{problems:?}");
+    assert!(problems.iter().any(|p| p.message.contains("`deploy`") && p.message.contains("`router`")), "{problems:?}");
 }
 
 #[test]

@@ -447,8 +447,31 @@ pub fn validate_loops(project: &Project) -> Vec<Problem> {
             }
         }
         check_agent_ceilings(project, lp, &mut out);
+        check_step_skills(project, lp, &mut out);
     }
     out
+}
+
+/// A `skill_not_assigned` problem for each skill an agent step names that an agent running
+/// the loop is not assigned: a step's `skills` narrow its agent's, never add to them.
+fn check_step_skills(project: &Project, lp: &Loop, out: &mut Vec<Problem>) {
+    let runners: Vec<_> =
+        project.agents.values().filter(|a| a.config.assigned_loops.iter().flatten().any(|l| *l == lp.id)).collect();
+    for (id, step) in &lp.config.steps {
+        let StepBody::Agent(AgentStep { skills: Some(skills), .. }) = &step.body else { continue };
+        for (i, skill) in skills.iter().enumerate() {
+            for agent in &runners {
+                if !agent.config.skills.iter().flatten().any(|s| s == skill) {
+                    let pointer = format!("{}/skills/{i}", pointer_push("/steps", id));
+                    let message = format!(
+                        "step `{id}` names skill `{skill}`, which agent `{}` (running this loop) is not assigned",
+                        agent.id
+                    );
+                    out.push(lp.source.locate(Problem::new(codes::SKILL_NOT_ASSIGNED, message).at(pointer)));
+                }
+            }
+        }
+    }
 }
 
 fn check_agent_ceilings(project: &Project, lp: &Loop, out: &mut Vec<Problem>) {
@@ -491,15 +514,6 @@ pub fn loop_warnings(project: &Project) -> Vec<Problem> {
                     codes::DEPRECATED_FIELD,
                     "`tools` on an agent step is deprecated; rename it `allowedTools` (same meaning)",
                     &format!("{}/tools", pointer_push("/steps", id)),
-                ));
-            }
-            // A step runs with its agent's skills; its own list is not applied yet, and must
-            // not look as if it were.
-            if let StepBody::Agent(AgentStep { skills: Some(_), .. }) = &step.body {
-                out.push(lp.source.problem(
-                    crate::config::codes::FEATURE_UNAVAILABLE,
-                    "`skills` on a step is kept but has no effect yet: the step runs with its agent's skills",
-                    &format!("{}/skills", pointer_push("/steps", id)),
                 ));
             }
         }
