@@ -19,7 +19,7 @@ fn project(dir: &Path) {
         .unwrap()
         .agent(
             "builder",
-            json!({"model": "openai/fake-model", "allowedTools": ["bash", "read"], "maxTurns": 10}),
+            json!({"model": "openai/fake-model", "allowedTools": ["bash", "read", "write"], "maxTurns": 10}),
             "You build things.",
         )
         .unwrap();
@@ -87,6 +87,7 @@ async fn a_mission_of_two_dependent_tasks_runs_them_in_order_and_completes() {
     let llm = FakeLlm::start([
         Turn::tool_calls(vec![("bash", json!({"command": "echo ok > built.txt"}))]),
         Turn::text("Built."),
+        Turn::tool_calls(vec![("write", json!({"path": "deploy/log.txt", "content": "deployed"}))]),
         Turn::text("Deployed."),
     ])
     .await
@@ -121,9 +122,14 @@ async fn a_mission_of_two_dependent_tasks_runs_them_in_order_and_completes() {
         .collect();
     assert_eq!(statuses, [("Deploy", "done"), ("Build", "done")]);
 
-    // Build's two model calls came before Deploy's one: the dependency held.
+    // The report lists the file Deploy's `write` created (Build's `bash` writes are not known).
+    assert_eq!(report["filesCreated"], json!(["deploy/log.txt"]), "{report}");
+    assert_eq!(report["tasks"][0]["filesCreated"], json!(["deploy/log.txt"]), "{report}");
+    assert_eq!(report["tasks"][1]["filesCreated"], json!([]), "{report}");
+
+    // Build's two model calls came before Deploy's: the dependency held.
     let requests = llm.requests();
-    assert_eq!(requests.len(), 3);
+    assert_eq!(requests.len(), 4);
     assert!(user_text(&requests[0].body).contains("Task: Build"), "{}", user_text(&requests[0].body));
     assert!(user_text(&requests[2].body).contains("Task: Deploy"), "{}", user_text(&requests[2].body));
     let tasks = get(format!("{}/api/v1/tasks?missionId={id}", server.url)).await;
@@ -138,6 +144,7 @@ async fn a_mission_of_two_dependent_tasks_runs_them_in_order_and_completes() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("allPassed true") && text.contains("Build") && text.contains("Deploy"), "{text}");
+    assert!(text.contains("created  deploy/log.txt"), "{text}");
     let out = support::polpo(&["tasks", "list", "--mission", &id, "--status", "done", "--url", &server.url])
         .output()
         .unwrap();

@@ -361,6 +361,12 @@ pub fn run_missions(global: &Global, args: MissionsArgs) -> anyhow::Result<ExitC
                     );
                 }
                 println!("allPassed {}  avgScore {}", report["allPassed"], report["avgScore"]);
+                // Files written by file tools (`write`, `edit`, `http_download`); not `bash`'s.
+                for (kind, key) in [("created", "filesCreated"), ("edited", "filesEdited")] {
+                    for file in report[key].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                        println!("{kind:<8} {file}");
+                    }
+                }
                 return Ok(ExitCode::SUCCESS);
             }
         };
