@@ -250,7 +250,7 @@ pub const ROUTES: &[Route] = &[
     op("post", BOTH, &["/missions/{id}/pause"], "pauseMission", "missions", "Pause an active mission: no new task starts.").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/missions/{id}/resume"], "resumeMission", "missions", "Resume a paused mission (`{retryFailed?}` queues its failed tasks again).").request("Object").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/missions/{id}/abort"], "abortMission", "missions", "Cancel a mission; its running tasks are killed.").returns(200, Body::Envelope("Object")),
-    op("get", BOTH, &["/missions/{id}/report"], "missionReport", "missions", "The MissionReport: each task's status, duration and score, allPassed, avgScore.").returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/missions/{id}/report"], "missionReport", "missions", "The MissionReport: each task's status, duration, score and files, allPassed, avgScore, filesCreated, filesEdited.").returns(200, Body::Envelope("Object")),
     op("get", ROOT, &["/", "/dashboard"], "dashboard", "dashboard", "The web dashboard page; it holds no data (it calls this API with the key the user enters), so it needs no key.")
         .open()
         .returns(200, Body::Asset("text/html")),
