@@ -1,7 +1,7 @@
 //! The loop and the operations people call (through the REST API and the CLI): each pass
 //! moves missions along, takes over tasks whose worker died, claims ready tasks up to the
-//! free slots and drives each in a task of its own, and reports a deadlock when pending
-//! tasks can never become ready.
+//! free slots (no agent running more of them here than its `maxConcurrency`) and drives each
+//! in a task of its own, and reports a deadlock when pending tasks can never become ready.
 
 use std::collections::HashMap;
 use std::path::Path;
