@@ -30,6 +30,9 @@ pub(crate) struct Ledgered {
     /// The run's lease: the ledger refuses this executor's intents and results once another
     /// process was granted the run.
     pub(crate) fence: Lease,
+    /// Cancelled when the ledger refuses a write because the lease is lost: the run stops
+    /// here, writing nothing more (see `RunManager::drive`).
+    pub(crate) lost: CancellationToken,
 }
 
 /// The ledger key of a call: stable across a restart, different for different arguments.
@@ -72,9 +75,20 @@ impl Ledgered {
     async fn perform(&self, ctx: &ToolContext, args: Value, key: &str) -> Result<ToolOutput, ToolError> {
         let result = self.inner.call(ctx, args).await;
         if let Err(e) = self.store.effects.record_effect_result_fenced(key, Some(&self.fence), encode(&result)).await {
+            self.stop_if_fenced_off(&e);
             tracing::warn!(key = %key, code = e.code(), "effect result could not be recorded: {e}");
         }
         result
+    }
+
+    /// A write refused because another process was granted the run (this one was paused past
+    /// its lease): stop the run before it does anything else — above all, before it asks the
+    /// model again with a result the new owner will never see.
+    fn stop_if_fenced_off(&self, e: &polpo_store::StoreError) {
+        if e.code() == "lease_lost" {
+            self.lost.cancel();
+            self.cancel.cancel();
+        }
     }
 }
 
@@ -129,10 +143,13 @@ impl Tool for Ledgered {
                     format!("`{}` may already have run (effect {key}); the run is paused", self.inner.spec().name),
                 ))
             }
-            Err(e) => Err(ToolError::new(
-                e.code(),
-                format!("the effect ledger is unavailable, so `{}` did not run: {e}", self.inner.spec().name),
-            )),
+            Err(e) => {
+                self.stop_if_fenced_off(&e);
+                Err(ToolError::new(
+                    e.code(),
+                    format!("the effect ledger is unavailable, so `{}` did not run: {e}", self.inner.spec().name),
+                ))
+            }
         }
     }
 }

@@ -334,6 +334,7 @@ impl RunManager {
                         store: store.clone(),
                         cancel: cancel.clone(),
                         fence: lease.clone(),
+                        lost: lost.clone(),
                     })
                 }
             })
