@@ -322,10 +322,22 @@ impl Learner {
     /// Process every job left in the outbox (a restart after a crash, a failed attempt):
     /// returns how many were done.
     pub async fn drain(&self) -> usize {
+        self.drain_where(|_| true).await
+    }
+
+    /// Process again the jobs whose earlier attempts failed (the model was down, say), and
+    /// only those: a job never attempted is being extracted right after its turn, and taking
+    /// it here too would ask the model twice. A host calls this now and then, so a failed
+    /// turn is learnt from without waiting for a restart. Returns how many were done.
+    pub async fn retry_failed(&self) -> usize {
+        self.drain_where(|job| job.attempts > 0).await
+    }
+
+    async fn drain_where(&self, take: impl Fn(&LearningJob) -> bool) -> usize {
         let mut done = 0;
         match self.store.pending(100).await {
             Ok(jobs) => {
-                for job in jobs.into_iter().filter(|j| j.attempts < MAX_ATTEMPTS) {
+                for job in jobs.into_iter().filter(|j| j.attempts < MAX_ATTEMPTS && take(j)) {
                     done += usize::from(self.process(job).await);
                 }
             }

@@ -17,6 +17,9 @@ use polpo_store::{LearningStore, SourceTurn};
 
 use crate::state::AppState;
 
+/// How often turns whose extraction failed are tried again.
+const RETRY_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The user of every turn on a server without API keys.
 pub const LOCAL_USER: &str = "local";
 
@@ -55,6 +58,12 @@ pub fn start_learning(state: &mut AppState) {
         let done = drain.drain().await;
         if done > 0 {
             tracing::info!(done, "memory learning finished turns a previous run left queued");
+        }
+        // Turns whose extraction failed (the model was down) are tried again, a bounded
+        // number of times, without waiting for a restart.
+        loop {
+            tokio::time::sleep(RETRY_EVERY).await;
+            drain.retry_failed().await;
         }
     });
     state.learning = Some(learner);
