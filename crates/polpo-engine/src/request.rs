@@ -159,7 +159,7 @@ pub struct ChatInput {
     pub skills: Vec<String>,
     /// A model the surface picks instead of the agent's (the orchestrator's judge for task
     /// reviews), resolved under the agent's `allowedModelProfiles` like its own; a loop step's
-    /// `model` still wins. Not kept in a durable run's spec: surfaces that set it run inline.
+    /// `model` still wins. Kept in a durable run's spec, so a resumed run asks the same model.
     pub model: Option<polpo_core::model::ModelSelection>,
     /// Whether the turn is stored (`store` of a chat request; `true` unless the client says
     /// `false`). An unstored turn is for clients that send the whole conversation every time:

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use polpo_core::message::Message;
+use polpo_core::model::ModelSelection;
 use polpo_core::tasks::{FailReason, Phase, Task, TaskEvent, TaskResult, TaskStatus, transition};
 use polpo_engine::events::EventKind;
 use polpo_engine::meter::Meter;
@@ -202,6 +203,14 @@ pub(crate) fn escalated_agent(task: &Task) -> Option<String> {
     (task.retries >= after).then(|| policy.fallback_agent.clone()).flatten()
 }
 
+/// The model for the current attempt: the `escalateModel` once `escalateAfter` retries were
+/// used (resolved under the agent's allowed profiles like its own model), else the agent's.
+fn escalated_model(task: &Task) -> Option<String> {
+    let policy = task.retry_policy.as_ref()?;
+    let after = policy.escalate_after?;
+    (task.retries >= after).then(|| policy.escalate_model.clone()).flatten()
+}
+
 /// The run id of the task's current attempt: the same on every worker, so a takeover finds
 /// the run its dead worker started. A run after an answered question is a new attempt.
 /// Public so the REST task view can link a task to the run of its latest attempt.
@@ -304,6 +313,7 @@ async fn run_agent(ctx: &Arc<Ctx>, task: &Task) -> Result<(Result<RunAnswer, Fai
     if task.phase == Some(Phase::Fix) {
         input.session_id = task.session_id.clone();
     }
+    input.model = escalated_model(task).map(ModelSelection::Id);
     let id = task_run_id(task);
     let run = async {
         let invoked = match ctx.runs.invoke_once(input, &id, Meter::start()).await {

@@ -14,6 +14,7 @@ use crate::interaction::Capabilities;
 use crate::request::ChatInput;
 use crate::structured::ResponseFormat;
 use polpo_core::message::Message;
+use polpo_core::model::ModelSelection;
 use polpo_core::tool::ToolSpec;
 use polpo_llm::ToolChoice;
 use serde::{Deserialize, Serialize};
@@ -82,6 +83,10 @@ pub struct RunSpec {
     /// `polpo.skills`, so a resumed run keeps the same activated skills.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skills: Vec<String>,
+    /// The model the surface picked instead of the agent's (a task retry escalated to
+    /// `escalateModel`), so a resumed run asks the same model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelSelection>,
 }
 
 impl RunSpec {
@@ -107,6 +112,7 @@ impl RunSpec {
             capabilities: input.capabilities,
             parallel_branch: input.parallel_branch,
             skills: input.skills.clone(),
+            model: input.model.clone(),
         }
     }
 
@@ -131,6 +137,7 @@ impl RunSpec {
         input.capabilities = self.capabilities;
         input.parallel_branch = self.parallel_branch;
         input.skills = self.skills.clone();
+        input.model = self.model.clone();
         input.run_id = Some(run_id.to_owned());
         Ok(input)
     }
@@ -154,4 +161,26 @@ pub struct CheckpointState {
     /// The termination gate's budgets and latest validation, when the agent has a gate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateCheckpoint>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A model the surface picked (a task's escalation) is asked again by the resumed run,
+    /// and a spec stored before the field existed still reads (as the agent's own model).
+    #[test]
+    fn a_picked_model_survives_the_stored_spec() {
+        let mut input = ChatInput::new("worker".to_owned(), vec![Message::user("go")]);
+        input.model = Some(ModelSelection::Id("fake/big".into()));
+        let stored = serde_json::to_value(RunSpec::from_input(&input)).unwrap();
+        let read: RunSpec = serde_json::from_value(stored.clone()).unwrap();
+        assert_eq!(read.to_input("run-1").unwrap().model, input.model);
+
+        let mut older = stored;
+        older.as_object_mut().unwrap().remove("model");
+        let read: RunSpec = serde_json::from_value(older).unwrap();
+        assert_eq!(read.to_input("run-1").unwrap().model, None);
+    }
 }
