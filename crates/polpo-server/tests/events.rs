@@ -47,10 +47,12 @@ async fn a_subscriber_sees_a_chat_happen_in_order() {
     assert_eq!(
         names(&frames),
         [
-            "session:created",
+            // A new session is written with its first turn's messages when the turn ends, and
+            // announced then, right before those messages.
             "run:started",
             "tool:started",
             "tool:completed",
+            "session:created",
             "message:added",
             "message:added",
             "message:added",
@@ -64,8 +66,8 @@ async fn a_subscriber_sees_a_chat_happen_in_order() {
         assert_eq!(f.json()["runId"], run, "{f:?}");
         assert_eq!(f.json()["agent"], "coder");
     }
-    assert_eq!(frames[2].json()["tool"], "ls");
-    assert_eq!(frames[3].json()["isError"], false);
+    assert_eq!(frames[1].json()["tool"], "ls");
+    assert_eq!(frames[2].json()["isError"], false);
     let roles: Vec<Value> = frames[4..8].iter().map(|f| f.json()["role"].clone()).collect();
     assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
     assert_eq!(frames[7].json()["message"]["content"], "Two files.");
@@ -124,8 +126,8 @@ async fn filters_narrow_the_feed_and_a_forgotten_id_is_reported_lost() {
     // An id this server never issued (say, from before a restart): the client is told that
     // events were lost, then gets everything still kept.
     let mut stale = s.stream("/api/v1/events?filter=session:*,run:started", &[("last-event-id", "1")]).await;
-    let got = stale.until(EVENTUALLY, |f| f.name() == "run:started").await;
-    assert_eq!(names(&got), ["events_lost", "session:created", "run:started"]);
+    let got = stale.until(EVENTUALLY, |f| f.name() == "session:created").await;
+    assert_eq!(names(&got), ["events_lost", "run:started", "session:created"]);
     assert_eq!(got[0].id, None, "the marker does not move the client's position");
     assert_eq!(got[0].json()["after"], 1);
     assert_eq!(got[0].json()["missed"], Value::Null, "unknown how many");
