@@ -36,6 +36,10 @@ pub struct CommittedTurn {
 /// Told about each committed turn (see the module doc).
 #[async_trait]
 pub trait TurnObserver: Send + Sync {
+    /// Whether turns of `agent` are wanted at all: asked first, so a stored turn of an agent
+    /// nobody observes costs no copy of its text.
+    fn observes(&self, agent: &str) -> bool;
+
     /// `turn` is stored; return once whatever must survive a crash is written.
     async fn committed(&self, turn: CommittedTurn);
 }
@@ -50,6 +54,9 @@ pub(crate) async fn notify(
     new_messages: &[Message],
     outcome: &RunOutcome,
 ) {
+    if !observer.observes(agent) {
+        return;
+    }
     let user_text = new_messages
         .iter()
         .filter(|m| m.role == Role::User)

@@ -286,6 +286,12 @@ impl Learner {
         &self.store
     }
 
+    /// Whether `agent` learns at all now (`memory.learning.mode` other than `off`): a host
+    /// asks before it gathers a turn's text for [`Learner::committed`].
+    pub fn learns(&self, agent: &str) -> bool {
+        settings((self.config)(agent)).is_some()
+    }
+
     /// Called once the runtime durably committed `turn`: when the turn is one to learn from,
     /// its job is written to the outbox (durably, before this returns) and returned for the
     /// caller to [`process`](Learner::process). `None`: nothing to learn.

@@ -84,6 +84,10 @@ struct Observer {
 
 #[async_trait]
 impl TurnObserver for Observer {
+    fn observes(&self, agent: &str) -> bool {
+        self.learner.learns(agent)
+    }
+
     async fn committed(&self, turn: CommittedTurn) {
         let surface = match turn.surface {
             Surface::Chat => Some(LearningSurface::Chat),
