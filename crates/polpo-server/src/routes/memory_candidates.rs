@@ -69,6 +69,16 @@ async fn visible(access: &Access<'_>, learner: &Learner, id: &str) -> Result<Mem
     }
 }
 
+/// Candidate `id` of the path's agent, when the caller may also decide on its scope (a
+/// scope it may only read answers 404 like one it cannot see).
+async fn decidable(access: &Access<'_>, learner: &Learner, id: &str) -> Result<MemoryCandidate, ApiError> {
+    let candidate = visible(access, learner, id).await?;
+    if !access.may_write(&candidate.scope).await? {
+        return Err(not_found(id));
+    }
+    Ok(candidate)
+}
+
 /// `GET …/memory/candidates?statuses=a,b&limit=&cursor=` → `{candidates, nextCursor}`
 /// (newest first). Unknown query keys and statuses are refused.
 async fn list(
@@ -161,10 +171,7 @@ async fn decide(
     if body.reason.as_ref().is_some_and(|r| r.len() > 500) {
         return Err(ApiError::invalid("reason must be at most 500 bytes").into());
     }
-    let candidate = visible(&access, learner, &id).await?;
-    if !access.may_write(&candidate.scope).await? {
-        return Err(not_found(&id).into());
-    }
+    decidable(&access, learner, &id).await?;
     let decided = learner
         .decide(access.agent(), &id, body.decision, &reviewer(&caller), body.reason, body.expected_revision)
         .await
@@ -190,10 +197,7 @@ async fn apply(
     let access = Access::new(&state, caller.clone(), agent)?;
     let learner = learner(&state)?;
     let body: ApplyBody = if body.is_empty() { ApplyBody { expected_revision: None } } else { parse(&body)? };
-    let candidate = visible(&access, learner, &id).await?;
-    if !access.may_write(&candidate.scope).await? {
-        return Err(not_found(&id).into());
-    }
+    decidable(&access, learner, &id).await?;
     let (applied, memory_id) =
         learner.apply(access.agent(), &id, &reviewer(&caller), body.expected_revision).await.map_err(ApiError::from)?;
     Ok(ok(json!({"candidate": applied, "memoryId": memory_id})))
