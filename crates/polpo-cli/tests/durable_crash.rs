@@ -13,7 +13,7 @@ mod support;
 use polpo_testkit::{FakeLlm, Turn};
 use serde_json::{Value, json};
 use std::time::Duration;
-use support::{Frame, RunEvents, ServerProcess, builder_project, polpo};
+use support::{Frame, RunEvents, ServerProcess, builder_project, polpo, start_builder_run};
 
 /// Leases lapse after 1 s, so the restarted server takes the run over quickly.
 const LEASE_MS: &str = "1000";
@@ -41,11 +41,7 @@ async fn killed_mid_run_and_restarted_the_run_completes_with_each_effect_once(se
     let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
 
     let first = ServerProcess::start("serve", dir.path(), &[], &env);
-    let body = json!({"agent": "builder", "stream": true, "messages": [{"role": "user", "content": "Build it"}], "polpo": {"delivery": {"onDisconnect": "continue"}}});
-    let chat =
-        reqwest::Client::new().post(format!("{}/v1/chat/completions", first.url)).json(&body).send().await.unwrap();
-    assert_eq!(chat.status(), 200);
-    let run = chat.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    let (chat, run) = start_builder_run(&first.url, "Build it").await;
 
     // The client follows the run until the third model call is under way.
     let mut seen: Vec<Frame> = Vec::new();
@@ -130,10 +126,7 @@ async fn killed_during_a_write_the_run_pauses_until_reconciled(settings: Value) 
     let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
 
     let first = ServerProcess::start("serve", dir.path(), &[], &env);
-    let body = json!({"agent": "builder", "messages": [{"role": "user", "content": "Append one"}], "polpo": {"delivery": {"onDisconnect": "continue"}}, "stream": true});
-    let chat =
-        reqwest::Client::new().post(format!("{}/v1/chat/completions", first.url)).json(&body).send().await.unwrap();
-    let run = chat.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    let (chat, run) = start_builder_run(&first.url, "Append one").await;
     let mut events = RunEvents::open(&first.url, &run, None).await;
     let mut seen: Vec<Frame> = Vec::new();
     tokio::time::timeout(Duration::from_secs(30), async {
@@ -257,10 +250,7 @@ async fn a_write_cut_by_a_crash_runs_only_if_the_operator_says_so(settings: Valu
     let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
 
     let first = ServerProcess::start("serve", dir.path(), &[], &env);
-    let body = json!({"agent": "builder", "messages": [{"role": "user", "content": "Append one"}], "polpo": {"delivery": {"onDisconnect": "continue"}}, "stream": true});
-    let chat =
-        reqwest::Client::new().post(format!("{}/v1/chat/completions", first.url)).json(&body).send().await.unwrap();
-    let run = chat.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    let (chat, run) = start_builder_run(&first.url, "Append one").await;
     let mut events = RunEvents::open(&first.url, &run, None).await;
     let mut seen: Vec<Frame> = Vec::new();
     read_until(&mut events, &mut seen, &["tool.started"]).await;

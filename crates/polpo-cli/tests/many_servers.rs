@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
-use support::{Frame, RunEvents, ServerProcess, builder_project, on_postgres};
+use support::{Frame, RunEvents, ServerProcess, builder_project, on_postgres, start_builder_run};
 
 /// Leases lapse after 1 s, so a paused server's run is taken over quickly.
 const LEASE_MS: &str = "1000";
@@ -24,14 +24,6 @@ const LEASE_MS: &str = "1000";
 fn gated(line: &str, gate: &str) -> Turn {
     let command = format!("echo {line} >> log.txt; for i in $(seq 3000); do [ -f {gate} ] && break; sleep 0.02; done");
     Turn::tool_calls(vec![("bash", json!({"command": command}))])
-}
-
-/// Start a durable run of `builder` on `url`; returns its id.
-async fn start_run(url: &str, prompt: &str) -> String {
-    let body = json!({"agent": "builder", "messages": [{"role": "user", "content": prompt}], "polpo": {"delivery": {"onDisconnect": "continue"}}, "stream": true});
-    let chat = reqwest::Client::new().post(format!("{url}/v1/chat/completions")).json(&body).send().await.unwrap();
-    assert_eq!(chat.status(), 200);
-    chat.headers()["x-polpo-run-id"].to_str().unwrap().to_owned()
 }
 
 /// `GET /api/v1/events` (the live feed) on one server: (id, event name, data) per event.
@@ -127,7 +119,7 @@ async fn a_run_on_a_is_steered_and_aborted_through_b_and_streamed_whole_from_c()
         let c = ServerProcess::start("serve", dir.path(), &[], &env);
 
         let mut feed_on_c = Feed::open(&c.url, None).await;
-        let run = start_run(&a.url, "Build it").await;
+        let (_, run) = start_builder_run(&a.url, "Build it").await;
         let mut stream = RunEvents::open(&c.url, &run, None).await;
         let mut seen = Vec::new();
         read_until(&mut stream, &mut seen, "tool.started").await;
@@ -197,7 +189,7 @@ async fn a_server_paused_past_its_lease_writes_nothing_once_it_wakes() {
         let mut a = ServerProcess::start("serve", dir.path(), &[], &env);
         let b = ServerProcess::start("serve", dir.path(), &[], &env);
 
-        let run = start_run(&a.url, "Append one").await;
+        let (_, run) = start_builder_run(&a.url, "Append one").await;
         let mut stream = RunEvents::open(&b.url, &run, None).await;
         let mut seen = Vec::new();
         read_until(&mut stream, &mut seen, "tool.started").await;
@@ -271,7 +263,7 @@ async fn bench_cross_server_steering_latency() {
             [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", "15000")];
         let a = ServerProcess::start("serve", dir.path(), &[], &env);
         let b = ServerProcess::start("serve", dir.path(), &[], &env);
-        let run = start_run(&a.url, "Build it").await;
+        let (_, run) = start_builder_run(&a.url, "Build it").await;
         let mut stream = RunEvents::open(&a.url, &run, None).await;
         read_until(&mut stream, &mut Vec::new(), "tool.started").await;
         let client = reqwest::Client::new();

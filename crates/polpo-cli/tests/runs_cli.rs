@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
-use support::{ServerProcess, builder_project, free_port, polpo};
+use support::{ServerProcess, builder_project, free_port, polpo, start_builder_run};
 
 /// Generous bound for "eventually", never a timing assertion.
 const EVENTUALLY: Duration = Duration::from_secs(60);
@@ -29,16 +29,6 @@ fn serve(dir: &Path, llm: &FakeLlm, env: &[(&str, &str)]) -> ServerProcess {
     let mut all = vec![("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream")];
     all.extend_from_slice(env);
     ServerProcess::start("serve", dir, &[], &all)
-}
-
-/// Start a durable run (the chat outlives its client) and return its id; the chat stream is
-/// dropped at once, as a client that goes away would.
-async fn start_run(url: &str, text: &str) -> String {
-    polpo_llm::install_crypto_provider();
-    let body = json!({"agent": "builder", "stream": true, "messages": [{"role": "user", "content": text}], "polpo": {"delivery": {"onDisconnect": "continue"}}});
-    let chat = reqwest::Client::new().post(format!("{url}/v1/chat/completions")).json(&body).send().await.unwrap();
-    assert_eq!(chat.status(), 200);
-    chat.headers()["x-polpo-run-id"].to_str().unwrap().to_owned()
 }
 
 /// `polpo runs <args…> --url <url>` to its exit, off the async runtime.
@@ -75,7 +65,7 @@ async fn tail_prints_every_event_through_to_completion_and_exits_0() {
     let llm = FakeLlm::start([append("one"), Turn::text("All done.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path(), &llm, &[]);
-    let run = start_run(&server.url, "Build it").await;
+    let (_, run) = start_builder_run(&server.url, "Build it").await;
 
     let out = runs(&server.url, &["tail", &run]).await;
     assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
@@ -120,7 +110,7 @@ async fn steering_a_running_run_from_the_terminal_reaches_the_next_model_call_on
         FakeLlm::start([Turn::tool_calls(vec![("bash", gated)]), Turn::text("Switched to PostgreSQL.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path(), &llm, &[]);
-    let run = start_run(&server.url, "Build it").await;
+    let (_, run) = start_builder_run(&server.url, "Build it").await;
 
     // The run waits on the gate, so it is running while it is steered.
     let out = runs(&server.url, &["steer", &run, "Use PostgreSQL.", "--message-id", "m1"]).await;
@@ -150,7 +140,7 @@ async fn an_aborted_run_ends_tail_with_a_non_zero_exit() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let server = serve(dir.path(), &llm, &[]);
-    let run = start_run(&server.url, "Wait").await;
+    let (_, run) = start_builder_run(&server.url, "Wait").await;
     let abort = runs(&server.url, &["abort", &run, "--reason", "changed my mind"]).await;
     assert!(abort.status.success(), "{}", stderr(&abort));
 
@@ -210,7 +200,7 @@ async fn a_run_paused_by_a_stop_is_reconciled_from_the_terminal(stop: fn(ServerP
     let base = llm.base_url();
     let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", "1000")];
     let first = ServerProcess::start("serve", dir.path(), &[], &env);
-    let run = start_run(&first.url, "Append one").await;
+    let (_, run) = start_builder_run(&first.url, "Append one").await;
     let log = dir.path().join("log.txt");
     tokio::time::timeout(EVENTUALLY, async {
         while std::fs::read_to_string(&log).unwrap_or_default() != "one\n" {
@@ -277,7 +267,7 @@ async fn sigterm_hands_the_run_over_to_the_next_server_at_once(settings: Value) 
     let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", "600000")];
     let port = free_port();
     let mut first = ServerProcess::start_on("serve", dir.path(), port, &[], &env);
-    let run = start_run(&first.url, "Build it").await;
+    let (_, run) = start_builder_run(&first.url, "Build it").await;
     let mut tail = polpo(&["runs", "tail", &run, "--json", "--url", &first.url])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -113,6 +113,18 @@ pub fn builder_project(dir: &Path, settings: serde_json::Value) {
         .unwrap();
 }
 
+/// Start a durable run of `builder` (see [`builder_project`]) on `url` asking `prompt`: the
+/// chat outlives its client (`onDisconnect: continue`). Returns the streaming chat response
+/// (drop it to disconnect the client) and the run id.
+pub async fn start_builder_run(url: &str, prompt: &str) -> (reqwest::Response, String) {
+    polpo_llm::install_crypto_provider();
+    let body = serde_json::json!({"agent": "builder", "stream": true, "messages": [{"role": "user", "content": prompt}], "polpo": {"delivery": {"onDisconnect": "continue"}}});
+    let chat = reqwest::Client::new().post(format!("{url}/v1/chat/completions")).json(&body).send().await.unwrap();
+    assert_eq!(chat.status(), 200);
+    let run = chat.headers()["x-polpo-run-id"].to_str().unwrap().to_owned();
+    (chat, run)
+}
+
 /// A port nobody listens on right now, for servers that must share one address.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
