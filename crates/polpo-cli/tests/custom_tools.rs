@@ -47,6 +47,13 @@ async fn events_until(http: &reqwest::Client, url: &str, last: &str) -> String {
     events
 }
 
+/// No text a user or operator can see — `(where, text)` — holds the vault secret.
+fn secret_nowhere(places: &[(&str, &String)]) {
+    for (what, text) in places {
+        assert!(!text.contains(SECRET), "the secret leaked into the {what}: {text}");
+    }
+}
+
 /// Everything the server printed, once it is stopped.
 fn output_after_stop(server: &mut ServerProcess) -> String {
     server.child.kill().unwrap();
@@ -138,15 +145,13 @@ async fn a_connection_secret_reaches_the_site_api_and_nothing_else() {
     let hooks = std::fs::read_to_string(&envelopes).unwrap();
     assert!(hooks.contains("site_publish"), "the hooks saw the call: {hooks}");
     let logs = output_after_stop(&mut server);
-    for (what, text) in [
+    secret_nowhere(&[
         ("model", &model_saw),
         ("session API", &session),
         ("run events", &events),
         ("hook envelopes", &hooks),
         ("server output", &logs),
-    ] {
-        assert!(!text.contains(SECRET), "the secret leaked into the {what}: {text}");
-    }
+    ]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -221,13 +226,11 @@ async fn an_http_hook_authenticates_through_a_connection_and_its_secret_stays_ou
     let events = events_until(&http, &server.url, "Read.").await;
     assert!(events.contains("\"read\"") && events.contains("Read."), "the feed covers the run: {events}");
     let logs = output_after_stop(&mut server);
-    for (what, text) in [
+    secret_nowhere(&[
         ("model", &model_saw),
         ("session API", &session),
         ("run events", &events),
         ("hook envelopes", &hooks),
         ("server output", &logs),
-    ] {
-        assert!(!text.contains(SECRET), "the secret leaked into the {what}: {text}");
-    }
+    ]);
 }
