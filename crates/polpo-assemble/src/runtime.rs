@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use polpo_core::config::Project;
 use polpo_core::config::settings::Settings;
 use polpo_core::redact::Redactor;
+use polpo_custom_tools::JsRuntime;
 use polpo_embed::{EmbedderEnv, EmbeddingConfig, embedder_from_config};
 use polpo_engine::{Loaded, Runtime};
 use polpo_llm::Providers;
@@ -41,8 +42,10 @@ pub async fn open_with_memory(project: Project) -> anyhow::Result<(Arc<Runtime>,
         .await
         .context("cannot open the project store")?;
     let redactor = vault_redactor(&root);
-    let custom = crate::tools::project_tools(&root, &redactor)?.into_iter().map(|t| t as Arc<dyn Tool>).collect();
     let connections = Arc::new(crate::connections::project_connections(&root, &redactor));
+    let js = || JsRuntime::configured(settings.js_runtime());
+    let custom =
+        crate::tools::project_tools(&root, &connections, js)?.into_iter().map(|t| t as Arc<dyn Tool>).collect();
     // Typed memory tools reach only agents whose allowedTools name them, after their MCP tools.
     let memory = project_memory(&settings, store.memory.clone())?;
     let tools = polpo_memory::MemoryToolSource::new(&memory).chained(MCP.clone());

@@ -5,9 +5,8 @@
 
 use super::Global;
 use anyhow::Context as _;
-use polpo_assemble::project_tools;
 use polpo_core::redact::Redactor;
-use polpo_custom_tools::ToolDir;
+use polpo_custom_tools::{CustomTool, JsRuntime, ToolDir};
 use polpo_tools::{Tool, ToolContext};
 use serde_json::{Value, json};
 use std::process::ExitCode;
@@ -102,6 +101,13 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
             }
         }
     }
+}
+
+/// The project's custom tools for `polpo tools`, without building a runtime: its Connections,
+/// and the JS runtime `.polpo/project.json` names (read on its own, not the whole project).
+fn project_tools(root: &std::path::Path, redactor: &Redactor) -> anyhow::Result<Vec<std::sync::Arc<CustomTool>>> {
+    let connections = std::sync::Arc::new(polpo_assemble::project_connections(root, redactor));
+    polpo_assemble::project_tools(root, &connections, || JsRuntime::for_project(root))
 }
 
 fn print_tool(d: &ToolDir) {
