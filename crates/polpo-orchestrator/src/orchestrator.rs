@@ -120,14 +120,17 @@ impl Orchestrator {
         }
     }
 
-    /// Run passes until there is nothing left to do here: a pass starts nothing and no task
-    /// runs in this process. For scripts and tests that add work and want it finished, without
-    /// a loop that never ends. Work that waits on something outside (a person's approval, a
-    /// mission checkpoint or delay, another worker's claim) is left as it is; call again later.
+    /// Run passes until there is nothing left to do here: a whole pass, begun with no task
+    /// running in this process, starts nothing (so a pass also ran after the last task ended,
+    /// and its mission was advanced). For scripts and tests that add work and want it
+    /// finished, without a loop that never ends. Work that waits on something outside (a
+    /// person's approval, a mission checkpoint or delay, another worker's claim) is left as it
+    /// is; call again later.
     pub async fn run_until_idle(self: &Arc<Self>) -> Result<(), OrchestratorError> {
         loop {
+            let quiet = self.active().is_empty();
             let started = self.pass().await?;
-            if started == 0 && self.active().is_empty() {
+            if quiet && started == 0 && self.active().is_empty() {
                 return Ok(());
             }
             // A finished task wakes us; the poll covers work that became ready by itself.
