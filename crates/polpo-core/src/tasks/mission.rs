@@ -363,6 +363,9 @@ pub enum MissionEvent {
     },
     /// `recurring → completed`: its end date passed.
     Expire,
+    /// `active → recurring`: a run of a recurring mission finished (its outcome is in its
+    /// report); the mission waits for its schedule's next fire.
+    Rearm,
     /// `active | paused | scheduled | recurring → cancelled`: aborted.
     Cancel,
 }
@@ -378,6 +381,7 @@ impl MissionEvent {
             MissionEvent::Resume => "resume",
             MissionEvent::Finish { .. } => "finish",
             MissionEvent::Expire => "expire",
+            MissionEvent::Rearm => "rearm",
             MissionEvent::Cancel => "cancel",
         }
     }
@@ -391,6 +395,7 @@ pub const MISSION_TRANSITIONS: &[(MissionStatus, MissionStatus)] = &[
     (MissionStatus::Scheduled, MissionStatus::Active),
     (MissionStatus::Recurring, MissionStatus::Active),
     (MissionStatus::Recurring, MissionStatus::Completed),
+    (MissionStatus::Active, MissionStatus::Recurring),
     (MissionStatus::Active, MissionStatus::Paused),
     (MissionStatus::Paused, MissionStatus::Active),
     (MissionStatus::Active, MissionStatus::Completed),
@@ -440,6 +445,7 @@ pub fn transition_mission(
             if *all_passed && avg_score.is_none_or(|s| s >= threshold) { S::Completed } else { S::Failed }
         }
         (S::Recurring, MissionEvent::Expire) => S::Completed,
+        (S::Active, MissionEvent::Rearm) => S::Recurring,
         (S::Active | S::Paused | S::Scheduled | S::Recurring, MissionEvent::Cancel) => S::Cancelled,
         _ => return Err(MissionTransitionError { from: mission.status, event: event.name() }),
     };
