@@ -487,6 +487,7 @@ mod tests {
             ),
             Just(MissionEvent::Expire),
             Just(MissionEvent::Cancel),
+            Just(MissionEvent::Rearm),
         ]
     }
 
