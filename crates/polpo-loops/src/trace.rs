@@ -2,10 +2,37 @@
 //! canonical step id; `step` stays the legacy alias (`saveAs ?? tool` for tool steps, else the
 //! id); transitions carry `fromStepKey`/`toStepKey`. Projection traces carry binding paths,
 //! size, validation status and a hash — never the values.
+//!
+//! Every event is also announced on the runtime's live event bus (`GET /api/v1/events`, every
+//! server's on a shared store) as [`LOOP_RUN_TRACE`], the event itself plus `loopRunId` and
+//! `agent`; the run's turning points get a name of their own as well ([`LOOP_RUN_STARTED`] …
+//! [`LOOP_RUN_FAILED`], payload `{loopRunId, loop, agent, traceId, step?, code?, error?}`), and
+//! a checkpoint that could not store the trace is [`LOOP_RUN_TRACE_PERSIST_FAILED`] (the
+//! reference's name). The payloads carry what the trace carries, so never a secret or a
+//! projected value.
 
+use crate::error::LoopError;
+use polpo_engine::EventBus;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bus event: one trace event of a loop run (the event's fields, `loopRunId`, `agent`).
+pub const LOOP_RUN_TRACE: &str = "loop_run:trace";
+/// Bus event: a run started (its `loop.start`).
+pub const LOOP_RUN_STARTED: &str = "loop_run:started";
+/// Bus event: a stored run continues from its checkpoint (its `loop.resume`).
+pub const LOOP_RUN_RESUMED: &str = "loop_run:resumed";
+/// Bus event: a human step waits for a person (its `human.request`; `step` names it).
+pub const LOOP_RUN_AWAITING_HUMAN: &str = "loop_run:awaiting_human";
+/// Bus event: a run reached `end` (its `loop.end`).
+pub const LOOP_RUN_COMPLETED: &str = "loop_run:completed";
+/// Bus event: a run stopped short (its `loop.error`; `code` says why: a failure, `aborted` when
+/// cancelled, `loop_approval_required` at an approval gate, `lease_lost` when another server
+/// took it over).
+pub const LOOP_RUN_FAILED: &str = "loop_run:failed";
+/// Bus event (the reference's): a checkpoint could not store the run's trace (`code`, `error`).
+pub const LOOP_RUN_TRACE_PERSIST_FAILED: &str = "loop_run:trace_persist_failed";
 
 /// The trace event types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -162,18 +189,74 @@ impl TraceEvent {
 /// Where a run's trace goes as it happens (a stream, the CLI, a test).
 pub type TraceSink<'a> = &'a (dyn Fn(&TraceEvent) + Send + Sync);
 
-/// Numbers, stamps and forwards a run's trace events, and keeps them for the answer.
+/// Where a run's trace is announced: the runtime's live event bus, and who the run is.
+pub(crate) struct Announce {
+    /// The runtime's bus.
+    pub(crate) bus: EventBus,
+    /// The loop run id.
+    pub(crate) run_id: String,
+    /// The agent whose loop runs.
+    pub(crate) agent: String,
+}
+
+impl Announce {
+    /// `event` as [`LOOP_RUN_TRACE`], then as its turning point's own name if it is one.
+    fn trace(&self, event: &TraceEvent) {
+        let turn = match event.kind {
+            TraceKind::LoopStart => LOOP_RUN_STARTED,
+            TraceKind::LoopResume => LOOP_RUN_RESUMED,
+            TraceKind::HumanRequest => LOOP_RUN_AWAITING_HUMAN,
+            TraceKind::LoopEnd => LOOP_RUN_COMPLETED,
+            TraceKind::LoopError => LOOP_RUN_FAILED,
+            _ => "",
+        };
+        let mut data = serde_json::to_value(event).unwrap_or_else(|_| json!({}));
+        data["loopRunId"] = json!(self.run_id);
+        data["agent"] = json!(self.agent);
+        self.bus.publish(LOOP_RUN_TRACE, data);
+        if !turn.is_empty() {
+            let mut data = self.about(&event.loop_id);
+            data["traceId"] = json!(event.id);
+            if let Some(step) = &event.step_key {
+                data["step"] = json!(step);
+            }
+            if let Some(code) = event.data.as_ref().and_then(|d| d.get("code")) {
+                data["code"] = code.clone();
+            }
+            if let Some(error) = &event.error {
+                data["error"] = json!(error);
+            }
+            self.bus.publish(turn, data);
+        }
+    }
+
+    /// `{loopRunId, loop, agent}`.
+    fn about(&self, loop_id: &str) -> Value {
+        json!({"loopRunId": self.run_id, "loop": loop_id, "agent": self.agent})
+    }
+}
+
+/// Numbers, stamps and forwards a run's trace events (to the sink and the bus), and keeps them
+/// for the answer.
 pub(crate) struct Tracer<'a> {
     loop_id: String,
     next: AtomicU64,
     clock: &'a (dyn Fn() -> i64 + Send + Sync),
     sink: TraceSink<'a>,
+    announce: Option<Announce>,
     kept: std::sync::Mutex<Vec<TraceEvent>>,
 }
 
 impl<'a> Tracer<'a> {
     pub(crate) fn new(loop_id: &str, clock: &'a (dyn Fn() -> i64 + Send + Sync), sink: TraceSink<'a>) -> Self {
-        Self { loop_id: loop_id.to_owned(), next: AtomicU64::new(1), clock, sink, kept: Default::default() }
+        let (next, kept) = (AtomicU64::new(1), Default::default());
+        Self { loop_id: loop_id.to_owned(), next, clock, sink, announce: None, kept }
+    }
+
+    /// Also announce every event on the live bus, as `announce` says.
+    pub(crate) fn announced(mut self, announce: Announce) -> Self {
+        self.announce = Some(announce);
+        self
     }
 
     /// Record `event`.
@@ -182,7 +265,23 @@ impl<'a> Tracer<'a> {
         event.ts = (self.clock)();
         event.loop_id.clone_from(&self.loop_id);
         (self.sink)(&event);
+        if let Some(announce) = &self.announce {
+            announce.trace(&event);
+        }
         self.kept.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+    }
+
+    /// Announce that a checkpoint could not store the trace: [`LOOP_RUN_TRACE_PERSIST_FAILED`],
+    /// unless `error` only says the run stopped (cancelled, taken over elsewhere).
+    pub(crate) fn persist_failed(&self, error: &LoopError) {
+        let Some(announce) = &self.announce else { return };
+        if matches!(error, LoopError::Aborted | LoopError::Store(polpo_store::StoreError::LeaseLost { .. })) {
+            return;
+        }
+        let mut data = announce.about(&self.loop_id);
+        data["code"] = json!(error.code());
+        data["error"] = json!(error.to_string());
+        announce.bus.publish(LOOP_RUN_TRACE_PERSIST_FAILED, data);
     }
 
     /// Continue a stored run's trace: `events` are kept and numbering goes on after them.
