@@ -8,7 +8,7 @@ use crate::record::{
     APPROVALS, AgentRun, ApprovalRecord, ApprovalStatus, ApprovalSubject, ApprovedGate, Checkpoints, LIVE,
     LoopGateRequest, LoopRunRecord, LoopRunStatus, LoopState, PendingHuman, RunFailure, StoredRequest,
 };
-use crate::trace::{TraceEvent, TraceKind, TraceSink, TraceStatus, Tracer};
+use crate::trace::{Announce, TraceEvent, TraceKind, TraceSink, TraceStatus, Tracer};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
