@@ -559,7 +559,8 @@ impl Run<'_> {
             // Filled in by the writer, which holds it.
             lease: None,
         };
-        self.checkpoints.save(record, &self.tracer).await
+        let saved = self.checkpoints.save(record, &self.tracer).await;
+        saved.inspect_err(|e| self.tracer.persist_failed(e))
     }
 
     /// The checkpoint after a top-level step: `context` as it is, `to` next.
