@@ -161,6 +161,10 @@ pub struct ChatInput {
     /// reviews), resolved under the agent's `allowedModelProfiles` like its own; a loop step's
     /// `model` still wins. Kept in a durable run's spec, so a resumed run asks the same model.
     pub model: Option<polpo_core::model::ModelSelection>,
+    /// A cap on model calls the surface sets (the orchestrator's reviewers exploring files),
+    /// under the agent's own `maxTurns` (or a loop step's), never above it. Kept in a durable
+    /// run's spec.
+    pub max_turns: Option<u32>,
     /// Whether the turn is stored (`store` of a chat request; `true` unless the client says
     /// `false`). An unstored turn is for clients that send the whole conversation every time:
     /// it runs like any other (policy, hooks, tools, events) but writes no session, message or
@@ -193,6 +197,7 @@ impl ChatInput {
             parallel_branch: false,
             skills: Vec::new(),
             model: None,
+            max_turns: None,
             store: true,
         }
     }
