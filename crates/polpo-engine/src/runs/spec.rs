@@ -87,6 +87,9 @@ pub struct RunSpec {
     /// `escalateModel`), so a resumed run asks the same model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelSelection>,
+    /// The surface's cap on model calls, so a resumed run keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
 }
 
 impl RunSpec {
@@ -113,6 +116,7 @@ impl RunSpec {
             parallel_branch: input.parallel_branch,
             skills: input.skills.clone(),
             model: input.model.clone(),
+            max_turns: input.max_turns,
         }
     }
 
@@ -138,6 +142,7 @@ impl RunSpec {
         input.parallel_branch = self.parallel_branch;
         input.skills = self.skills.clone();
         input.model = self.model.clone();
+        input.max_turns = self.max_turns;
         input.run_id = Some(run_id.to_owned());
         Ok(input)
     }
