@@ -852,7 +852,10 @@ impl Runtime {
             parallel_tool_calls: input.parallel_tool_calls,
             response_format: input.response_format.clone(),
             // A surface's cap (the orchestrator's reviewers) never raises the agent's own.
-            max_turns: step.and_then(|l| l.max_turns).unwrap_or_else(|| c.max_turns()).min(input.max_turns.unwrap_or(u32::MAX)),
+            max_turns: step
+                .and_then(|l| l.max_turns)
+                .unwrap_or_else(|| c.max_turns())
+                .min(input.max_turns.unwrap_or(u32::MAX)),
             reasoning: step
                 .and_then(|l| l.reasoning)
                 .or(c.reasoning)
