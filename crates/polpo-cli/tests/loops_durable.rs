@@ -1,8 +1,8 @@
 //! Durable loop runs against the real binary: a loop whose tool step appends a line and whose
 //! human step then waits is stored `awaiting_human`; `polpo serve` is killed with SIGKILL and
-//! started again on the same project; the restarted server resumes the run at the human step
-//! (the tool step is not run again), a person answers over REST and the run completes — the
-//! line appears once. Cancelling a waiting run stores it `cancelled`. On the file store and on
+//! started again on the same project; a person answers over REST to the restarted server,
+//! which resumes the run at the human step with that answer (the tool step is not run again)
+//! and completes it — the line appears once. Cancelling a waiting run stores it `cancelled`. On the file store and on
 //! PostgreSQL. Two servers on one PostgreSQL: a run has one executor at a time; the other
 //! server takes it over once the first one's lease lapses (killed, or paused past its lease),
 //! from the last checkpoint, and the paused one, let go, writes nothing and runs no step more.
@@ -111,10 +111,12 @@ async fn killed_while_a_human_step_waits_the_run_resumes_without_rerunning_the_t
     drop(chat);
 
     let second = ServerProcess::start("serve", dir.path(), &[], &env);
-    let resumed =
-        until(&second.url, &id, |r| r["status"] == "awaiting_human" && types(r).iter().any(|t| t == "loop.resume"))
-            .await;
-    assert_eq!(resumed["state"]["frontier"], json!(["review"]));
+    // Waiting for a person, the run holds no lease: the new server leaves it stored as it is
+    // until the answer, given to it, is stored with the run and resumes it there.
+    let waiting = loop_run(&second.url, &id).await;
+    assert_eq!(waiting["status"], "awaiting_human");
+    assert!(waiting.get("lease").is_none(), "a run waiting for a person holds no lease: {waiting}");
+    assert_eq!(waiting["state"]["frontier"], json!(["review"]));
     let client = reqwest::Client::new();
     let human = format!("{}/api/v1/loop-runs/{id}/human", second.url);
     let answered = client.post(&human).json(&json!({"output": {"ok": true}})).send().await.unwrap();
@@ -130,6 +132,7 @@ async fn killed_while_a_human_step_waits_the_run_resumes_without_rerunning_the_t
     );
     let trace = types(&done);
     assert_eq!(trace.iter().filter(|t| *t == "tool.call").count(), 1, "{trace:?}");
+    assert_eq!(trace.iter().filter(|t| *t == "loop.resume").count(), 1, "{trace:?}");
     assert_eq!(trace.first().map(String::as_str), Some("loop.start"));
     assert_eq!(trace.last().map(String::as_str), Some("loop.end"));
     let ids: Vec<&str> = done["trace"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap()).collect();

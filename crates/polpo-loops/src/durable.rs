@@ -133,6 +133,8 @@ impl LoopExecutor {
                 }
                 let run = match get_record(store.as_ref(), LOOP_RUNS, &listed.id).await?.map(parse).transpose() {
                     Ok(Some(run)) if run.record.status.is_held() => run,
+                    // Waits for a person, holding no lease: its answer resumes it (human.rs).
+                    Ok(Some(run)) if run.record.status == LoopRunStatus::AwaitingHuman => continue,
                     // Not written yet (a crash before its first write), or ended.
                     Ok(_) => {
                         store.delete_record(LIVE, &listed.id, Some(listed.revision)).await?;

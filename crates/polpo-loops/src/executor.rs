@@ -3,7 +3,7 @@
 
 use crate::context::{self, REQUEST};
 use crate::error::LoopError;
-use crate::human::HumanDesk;
+use crate::human::{Awaited, HumanDesk};
 use crate::record::{
     APPROVALS, AgentRun, ApprovalRecord, ApprovalStatus, ApprovalSubject, ApprovedGate, Checkpoints, LIVE,
     LoopGateRequest, LoopRunRecord, LoopRunStatus, LoopState, PendingHuman, RunFailure, StoredRequest,
@@ -356,11 +356,17 @@ impl LoopExecutor {
             );
         }
         let mut context = record.state.context.clone();
+        // An answer stored with the run (given on another server) stays stored until its human
+        // step takes it.
+        let answered = record.human.clone().filter(|h| h.answer.is_some());
+        if let Some(PendingHuman { step, answer: Some(output), .. }) = &answered {
+            self.humans.answered(run_id, step, output.clone());
+        }
         let walked = async {
             // Listed as live before the run's first write, so a crash after it is recovered.
             records.put_record(LIVE, run_id, json!({}), None).await?;
             // The first write creates the record, or claims a stored one for this process.
-            run.save(LoopRunStatus::Running, None, None).await?;
+            run.save(LoopRunStatus::Running, answered, None).await?;
             let nowhere = At { step: None, tool: None, payload: json!({}) };
             if revision == 0 {
                 run.govern(LifecycleHook::LoopStart, &nowhere, &mut context).await?;
@@ -1009,15 +1015,26 @@ impl Run<'_> {
 
     async fn human(&self, id: &str, step: &HumanStep, context: &mut Value) -> Result<(), LoopError> {
         let schema = step.output.as_ref().map(|o| o.schema.clone());
-        let answer = self.exec.humans.wait(self.run_id, self.request.owner.clone(), schema.clone());
-        let mut request = TraceEvent::new(TraceKind::HumanRequest, Some(id))
-            .status(TraceStatus::Started)
-            .data(json!({"runId": self.run_id, "schema": schema}));
-        request.human = Some(id.to_owned());
-        self.tracer.emit(request);
-        // Stored as waiting: a restart resumes the run at this step, which waits again.
-        self.save(LoopRunStatus::AwaitingHuman, Some(PendingHuman { step: id.to_owned(), schema }), None).await?;
-        let output = answer.await.map_err(|_| LoopError::Aborted)?;
+        let pending = |answer| Some(PendingHuman { step: id.to_owned(), schema: schema.clone(), answer });
+        let output = match self.exec.humans.wait(self.run_id, id, self.request.owner.clone(), schema.clone()) {
+            // Given on another server, stored with the run, which resumed here to take it.
+            Awaited::Stored(output) => output,
+            Awaited::Waiting(answer) => {
+                let mut request = TraceEvent::new(TraceKind::HumanRequest, Some(id))
+                    .status(TraceStatus::Started)
+                    .data(json!({"runId": self.run_id, "schema": schema}));
+                request.human = Some(id.to_owned());
+                self.tracer.emit(request);
+                // Stored as waiting, with no lease: the answer may reach any server (human.rs).
+                self.save(LoopRunStatus::AwaitingHuman, pending(None), None).await?;
+                let handed = answer.await.map_err(|_| LoopError::Aborted)?;
+                // Stored with the run before it goes on; refused if one was stored elsewhere first.
+                let stored = self.save(LoopRunStatus::Running, pending(Some(handed.output.clone())), None).await;
+                let _ = handed.stored.send(stored.is_ok());
+                stored?;
+                handed.output
+            }
+        };
         let mut result = TraceEvent::new(TraceKind::HumanResult, Some(id)).status(TraceStatus::Completed);
         result.human = Some(id.to_owned());
         self.tracer.emit(result);

@@ -10,7 +10,8 @@
 //! A run's state is plain serde data ([`LoopState`]: context bag, frontier, while counters,
 //! steps executed), stored as a [`LoopRunRecord`] (collection `loop_runs`) when the run starts,
 //! after every top-level step and when it ends; a server that starts resumes the runs a crash
-//! left running or waiting for a person from their last checkpoint.
+//! left running from their last checkpoint. A run waiting for a person holds no lease, and its
+//! answer, given to any server on the store, resumes it once ([`LoopExecutor::answer_human`]).
 
 mod approvals;
 mod context;

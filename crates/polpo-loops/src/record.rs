@@ -124,6 +124,10 @@ pub struct PendingHuman {
     /// Its `output.schema`, which the answer must match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<Value>,
+    /// The person's answer, stored with the run until the step takes it (given on a server
+    /// where the run did not wait, or just before a crash; see `human.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<Value>,
 }
 
 /// An agent step's engine invocation, so its session and run can be looked up.
@@ -224,10 +228,11 @@ fn is_zero(n: &u64) -> bool {
 }
 
 impl LoopRunStatus {
-    /// Whether a run in this status has an executor, which holds its lease (it runs, or
-    /// waits for a person in that executor).
+    /// Whether a run in this status has an executor, which holds its lease: it runs. A run
+    /// waiting for a person holds none: nothing runs, and whichever server receives the
+    /// answer claims it (`human.rs`).
     pub(crate) fn is_held(self) -> bool {
-        matches!(self, Self::Running | Self::AwaitingHuman)
+        matches!(self, Self::Running)
     }
 }
 

@@ -28,8 +28,8 @@ pub const LOOP_RUN_AWAITING_HUMAN: &str = "loop_run:awaiting_human";
 /// Bus event: a run reached `end` (its `loop.end`).
 pub const LOOP_RUN_COMPLETED: &str = "loop_run:completed";
 /// Bus event: a run stopped short (its `loop.error`; `code` says why: a failure, `aborted` when
-/// cancelled, `loop_approval_required` at an approval gate, `lease_lost` when another server
-/// took it over).
+/// cancelled, `loop_approval_required` at an approval gate). A run another server took over is
+/// not announced as stopped by the one that let it go: the other announces `loop_run:resumed`.
 pub const LOOP_RUN_FAILED: &str = "loop_run:failed";
 /// Bus event (the reference's): a checkpoint could not store the run's trace (`code`, `error`).
 pub const LOOP_RUN_TRACE_PERSIST_FAILED: &str = "loop_run:trace_persist_failed";
@@ -202,6 +202,10 @@ pub(crate) struct Announce {
 impl Announce {
     /// `event` as [`LOOP_RUN_TRACE`], then as its turning point's own name if it is one.
     fn trace(&self, event: &TraceEvent) {
+        let lost = || event.data.as_ref().and_then(|d| d.get("code")) == Some(&json!("lease_lost"));
+        if event.kind == TraceKind::LoopError && lost() {
+            return;
+        }
         let turn = match event.kind {
             TraceKind::LoopStart => LOOP_RUN_STARTED,
             TraceKind::LoopResume => LOOP_RUN_RESUMED,

@@ -10,7 +10,7 @@ use polpo_engine::structured::ResponseFormat;
 use polpo_engine::{ChatInput, Loaded, LoopContext, Runtime, Surface};
 use polpo_llm::Providers;
 use polpo_loops::{LoopExecutor, LoopFinished, LoopOptions, LoopRequest, TraceEvent, TraceKind};
-use polpo_store::{ManualClock, StoreKind, SystemClock, open_store};
+use polpo_store::{StoreKind, SystemClock, open_store};
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -318,15 +318,15 @@ async fn a_human_step_suspends_until_a_valid_answer() {
     asked.recv().await.unwrap();
     assert!(exec.humans().is_waiting(&run_id));
     assert_eq!(
-        exec.humans().answer(&run_id, None, json!({"decision": 3})).unwrap_err().code(),
+        exec.answer_human(&run_id, None, json!({"decision": 3})).await.unwrap_err().code(),
         "loop_human_output_invalid"
     );
-    assert_eq!(exec.humans().answer("looprun-other", None, json!({})).unwrap_err().code(), "loop_run_not_found");
+    assert_eq!(exec.answer_human("looprun-other", None, json!({})).await.unwrap_err().code(), "loop_run_not_found");
     assert_eq!(
-        exec.humans().answer(&run_id, Some("another-client"), json!({"decision": "ship"})).unwrap_err().code(),
+        exec.answer_human(&run_id, Some("another-client"), json!({"decision": "ship"})).await.unwrap_err().code(),
         "loop_run_not_found"
     );
-    exec.humans().answer(&run_id, Some(""), json!({"decision": "ship"})).unwrap();
+    exec.answer_human(&run_id, Some(""), json!({"decision": "ship"})).await.unwrap();
     let finished = running.await.unwrap();
     assert_eq!(finished.result.unwrap(), Some(json!({"decision": "ship"})));
     assert!(!exec.humans().is_waiting(&run_id));
@@ -336,16 +336,17 @@ async fn a_human_step_suspends_until_a_valid_answer() {
         &[TraceKind::StepStart, TraceKind::HumanRequest, TraceKind::HumanResult, TraceKind::StepEnd]
     );
 
-    // A run that goes away (its client disconnected) leaves no step waiting for nobody.
+    // A run whose task goes away leaves no step waiting in memory for nobody: the record, not
+    // the process, waits, stored so without a lease (its answer would resume it).
     let (gone, running, mut asked) = suspended(&exec);
     asked.recv().await.unwrap();
+    stored_when(&exec, &gone, |r| r.status == polpo_loops::LoopRunStatus::AwaitingHuman).await;
     running.abort();
     assert!(running.await.unwrap_err().is_cancelled());
     assert!(!exec.humans().is_waiting(&gone));
-    assert_eq!(
-        exec.humans().answer(&gone, None, json!({"decision": "late"})).unwrap_err().code(),
-        "loop_run_not_found"
-    );
+    let waiting = exec.stored_run(&gone, None).await.unwrap().record;
+    assert_eq!(waiting.status, polpo_loops::LoopRunStatus::AwaitingHuman);
+    assert!(waiting.lease.is_none(), "a run waiting for a person holds no lease");
 }
 
 /// Start the executor's default loop in a task; the receiver hears each `human.request`.
@@ -870,9 +871,10 @@ async fn a_resumed_long_run_reads_its_trace_back_whole_without_uncounted_entries
         Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store));
     let runs = RunManager::with_owner(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) }, worker());
     let again = Arc::new(LoopExecutor::new(runs, LoopOptions { step_budget: 100 }));
-    assert_eq!(again.recover().await.unwrap(), 1);
-    stored(again.clone(), run_id.clone(), polpo_loops::LoopRunStatus::AwaitingHuman, true).await;
-    again.humans().answer(&run_id, None, json!({"ok": true})).unwrap();
+    // Waiting for a person, the run holds no lease and no recovery takes it over: its answer,
+    // stored with it, resumes it here.
+    assert_eq!(again.recover().await.unwrap(), 0);
+    again.answer_human(&run_id, None, json!({"ok": true})).await.unwrap();
     let done = stored(again.clone(), run_id.clone(), polpo_loops::LoopRunStatus::Completed, true).await;
 
     let trace = &done.record.trace;
@@ -888,7 +890,7 @@ async fn a_resumed_long_run_reads_its_trace_back_whole_without_uncounted_entries
         "the resumed run stored entries apart over the stray ones"
     );
     assert_eq!((count(TraceKind::LoopStart), count(TraceKind::LoopResume), count(TraceKind::LoopEnd)), (1, 1, 1));
-    assert_eq!(count(TraceKind::HumanRequest), 2, "asked before the crash and again after the resume");
+    assert_eq!(count(TraceKind::HumanRequest), 1, "asked once: the resumed step takes the stored answer");
 }
 
 /// Stored run `id` once `done` holds for it (polled every 5 ms, 30 s at most).
@@ -911,68 +913,64 @@ async fn stored_when(
     polled.await.expect("the run reaches the state")
 }
 
-/// Two servers on one store. A runs a loop to its human step and holds the run's lease; B,
-/// whose clock is past A's lease (as if A had been paused that long), takes the run over. A's
-/// next renewal is refused (`lease_lost`): it stops there without writing, and its human step
-/// waits for nobody. B goes on from A's last checkpoint — the tool step before it is not run
-/// again — and finishes the run.
+/// Two servers on one store. A runs a loop to its human step: the run is stored waiting,
+/// holding no lease, and A does not rewrite it while it waits. The answer reaches B, which
+/// stores it with the run and claims it (the next fencing generation) in one write, then
+/// resumes it from A's last checkpoint — the tool step before it is not run again — and
+/// finishes it. A, still waiting in memory, sees the record changed and lets the run go
+/// without writing (`lease_lost`); a second answer, to either server, is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_claimed_by_another_server_is_fenced_off_from_the_one_that_held_it() {
+async fn a_human_answer_given_to_another_server_resumes_the_run_there_once() {
     let llm = FakeLlm::start([]).await.unwrap();
     let config = json!({"start": "note", "steps": {
         "note": {"type": "tool", "tool": "write", "input": {"path": "note.txt", "content": "once"}, "next": "ask"},
-        "ask": {"type": "human", "next": "end"}
+        "ask": {"type": "human", "output": {"schema": {"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}}, "next": "end"}
     }});
     let settings = json!({"storage": "sqlite", "chatExecution": "inline"});
     let (dir, runtime) =
         runtime_with(&llm, settings, json!({"allowedTools": ["write"]}), &[("flow", config)], &[]).await;
-    let a_runs = RunManager::with_owner(runtime, RunOptions { lease_ttl: Duration::from_millis(300) }, "a".into());
+    let ttl = Duration::from_millis(300);
+    let a_runs = RunManager::with_owner(runtime, RunOptions { lease_ttl: ttl }, "a".into());
     let a = Arc::new(LoopExecutor::new(a_runs, LoopOptions::default()));
     let (run_id, running, mut asked) = suspended(&a);
     asked.recv().await.unwrap();
-    let held = stored_when(&a, &run_id, |r| r.status == polpo_loops::LoopRunStatus::AwaitingHuman).await;
-    let lease = held.lease.expect("a waiting run is leased");
-    assert_eq!((lease.owner.as_str(), lease.generation), ("a", 1));
+    stored_when(&a, &run_id, |r| r.status == polpo_loops::LoopRunStatus::AwaitingHuman).await;
+    let waiting = a.stored_run(&run_id, None).await.unwrap();
+    assert!(waiting.record.lease.is_none(), "a run waiting for a person holds no lease");
+    // Over more than a whole lease, the waiting run's record is not written again.
+    tokio::time::sleep(ttl * 2).await;
+    assert_eq!(a.stored_run(&run_id, None).await.unwrap().revision, waiting.revision);
 
     let project = polpo_project::load_project(dir.path()).unwrap();
-    let later = Arc::new(ManualClock::new(chrono::Utc::now() + chrono::Duration::hours(1)));
-    let store = open_store(StoreKind::Sqlite, dir.path(), None, later).await.unwrap();
+    let store = open_store(StoreKind::Sqlite, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
     let runtime =
         Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store));
     let b_runs = RunManager::with_owner(runtime, RunOptions { lease_ttl: Duration::from_secs(5) }, "b".into());
     let b = Arc::new(LoopExecutor::new(b_runs, LoopOptions::default()));
-    // A renews every 100 ms, so a claim can lose the race to a renewal: B passes until it wins.
-    let claimed = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            b.recover().await.unwrap();
-            let run = b.stored_run(&run_id, None).await.unwrap().record;
-            if run.lease.as_ref().is_some_and(|l| l.owner == "b") {
-                return run;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("B takes the run over");
-    assert!(claimed.lease.unwrap().generation > 1, "each claim takes the next fencing generation");
+    assert_eq!(b.recover().await.unwrap(), 0, "nobody takes over a run waiting for a person");
+    assert_eq!(
+        b.answer_human(&run_id, None, json!({"ok": "yes"})).await.unwrap_err().code(),
+        "loop_human_output_invalid",
+        "checked against the step's output.schema as stored"
+    );
+    b.answer_human(&run_id, None, json!({"ok": true})).await.unwrap();
+    assert_eq!(
+        b.answer_human(&run_id, None, json!({"ok": false})).await.unwrap_err().code(),
+        "loop_run_not_found",
+        "answered once"
+    );
 
     let fenced = tokio::time::timeout(Duration::from_secs(30), running).await.unwrap().unwrap();
     assert_eq!(code(&fenced), "lease_lost", "{:?}", fenced.result);
     assert!(!a.humans().is_waiting(&run_id), "A's human step waits for nobody");
-    assert_eq!(a.humans().answer(&run_id, None, json!("late")).unwrap_err().code(), "loop_run_not_found");
+    assert_eq!(a.answer_human(&run_id, None, json!({"ok": false})).await.unwrap_err().code(), "loop_run_not_found");
 
-    let waiting = stored_when(&b, &run_id, |r| {
-        r.status == polpo_loops::LoopRunStatus::AwaitingHuman && r.trace.iter().any(|e| e.kind == TraceKind::LoopResume)
-    })
-    .await;
-    assert_eq!(waiting.state.frontier, vec!["ask".to_owned()]);
-    stored_when(&b, &run_id, |_| b.humans().is_waiting(&run_id)).await;
-    b.humans().answer(&run_id, None, json!({"ok": true})).unwrap();
     let done = stored_when(&b, &run_id, |r| r.status == polpo_loops::LoopRunStatus::Completed).await;
     assert_eq!(done.output, Some(json!({"ok": true})));
     assert!(done.lease.is_none(), "an ended run holds no lease");
     let count = |kind: TraceKind| done.trace.iter().filter(|e| e.kind == kind).count();
     assert_eq!(count(TraceKind::ToolCall), 1, "the tool step before the checkpoint ran once");
+    assert_eq!((count(TraceKind::HumanRequest), count(TraceKind::HumanResult)), (1, 1));
     assert_eq!((count(TraceKind::LoopResume), count(TraceKind::LoopError)), (1, 0), "nothing of A's after the claim");
     assert_eq!(std::fs::read_to_string(dir.path().join("note.txt")).unwrap(), "once");
     assert_eq!(b.recover().await.unwrap(), 0, "an ended run is not listed live");

@@ -7,8 +7,9 @@
 //! `[DONE]`. A failure after the loop started is an error envelope (or error chunk) that still
 //! carries the run id and the trace so far. The run is stored as it goes (`GET
 //! /api/v1/loop-runs/{id}`); a client that goes away cancels it. A human step is stored as
-//! `awaiting_human`: the request stays open until someone answers, and after a restart the
-//! resumed run waits for the answer again.
+//! `awaiting_human`, holding no lease: the request stays open until someone answers here; an
+//! answer given on another server (or after a restart) is stored with the run and resumes it
+//! there, and this request then ends with `lease_lost` (the run went on elsewhere).
 //!
 //! `/api/v1/loops` lists, reads, creates, replaces and deletes the `.polpo/loops/<id>.json`
 //! definitions, each change one project edit like an agent's ([`super::agents`]): checked
@@ -199,7 +200,10 @@ pub struct HumanBody {
     output: Value,
 }
 
-/// `POST /v1/loop-runs/{id}/human`: answer the run's waiting human step; the run goes on.
+/// `POST /v1/loop-runs/{id}/human`: answer the run's waiting human step, on whichever server
+/// the request reaches: the answer is checked against the step's `output.schema`, stored with
+/// the run, and the run goes on exactly once (where it waited, or here; see
+/// `polpo_loops::LoopExecutor::answer_human`).
 pub async fn human(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
@@ -209,7 +213,7 @@ pub async fn human(
     let body: HumanBody =
         serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("human body must be {{output}}: {e}")))?;
     let owner = if caller.admin { None } else { Some(caller.owner.as_deref().unwrap_or_default()) };
-    state.loops.humans().answer(&id, owner, body.output).map_err(ApiError::from)?;
+    state.loops.answer_human(&id, owner, body.output).await.map_err(ApiError::from)?;
     Ok(ok(json!({"loopRunId": id, "accepted": true})).into_response())
 }
 
