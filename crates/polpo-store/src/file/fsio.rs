@@ -1,9 +1,13 @@
 //! Durable file primitives for the file backend: atomic replace (temp, fsync, rename, fsync
-//! dir), fsynced journal appends, and journal reads that survive a torn last line.
+//! dir), fsynced journal appends, journal reads that survive a torn last line, and shared
+//! fsyncs ([`SharedSync`]) of the files and directories every new session writes to.
 
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -14,10 +18,11 @@ use crate::error::StoreError;
 /// that is not ours).
 const MAX_FILE_BYTES: u64 = 1 << 30;
 
-/// Replace `path` with `bytes` so that a crash leaves either the old or the new content
-/// (the project's one atomic writer: temp file, fsync, rename, fsync of the directory).
+/// Replace `path` with `bytes` so that a crash leaves either the old or the new content:
+/// temp file, fsync ([`Staged`]), rename, fsync of the directory.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    polpo_project::fsx::write_atomic(path, bytes).map_err(|e| StoreError::io(path, e))
+    Staged::write(path, bytes)?.publish()?;
+    sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
 /// Delete temp files that a crash left between create and rename in `dir` (only while holding
@@ -36,9 +41,14 @@ pub(crate) fn remove_stale_temps(dir: &Path) -> Result<(), StoreError> {
 
 /// Pretty JSON (2 spaces, trailing newline, as every `.polpo/` file), written atomically.
 pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), StoreError> {
+    write_atomic(path, &json_bytes(value)?)
+}
+
+/// A JSON document as the store writes it: pretty (2 spaces), with a trailing newline.
+pub(crate) fn json_bytes<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError> {
     let mut bytes = serde_json::to_vec_pretty(value).map_err(|e| StoreError::Invalid(e.to_string()))?;
     bytes.push(b'\n');
-    write_atomic(path, &bytes)
+    Ok(bytes)
 }
 
 /// Read a JSON document; `None` when the file does not exist.
@@ -93,6 +103,15 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 /// survives a crash. Lines are written with one `write_all` so a crash can tear only the last.
 /// Returns each line's length in bytes, newline included.
 pub(crate) fn append_lines<T: Serialize>(path: &Path, items: &[T]) -> Result<Vec<u64>, StoreError> {
+    let (file, lengths) = write_lines(path, items)?;
+    file.sync_data().map_err(|e| StoreError::io(path, e))?;
+    Ok(lengths)
+}
+
+/// [`append_lines`] without the fsync: the lines are written (so a later fsync of the file,
+/// by anyone, makes them durable) but not yet durable. Returns the open file and each line's
+/// length.
+pub(crate) fn write_lines<T: Serialize>(path: &Path, items: &[T]) -> Result<(File, Vec<u64>), StoreError> {
     let mut buf = Vec::new();
     let mut lengths = Vec::with_capacity(items.len());
     for item in items {
@@ -103,8 +122,137 @@ pub(crate) fn append_lines<T: Serialize>(path: &Path, items: &[T]) -> Result<Vec
     }
     let mut f = OpenOptions::new().append(true).create(true).open(path).map_err(|e| StoreError::io(path, e))?;
     f.write_all(&buf).map_err(|e| StoreError::io(path, e))?;
-    f.sync_data().map_err(|e| StoreError::io(path, e))?;
-    Ok(lengths)
+    Ok((f, lengths))
+}
+
+/// A new file written and fsynced under a temporary name beside `path`, not yet visible: the
+/// first half of an atomic replace, for writers that must make something else durable between
+/// the content and the rename (the session order's key, before a new session's header).
+pub(crate) struct Staged {
+    tmp: PathBuf,
+    path: PathBuf,
+}
+
+impl Staged {
+    /// Write `bytes` to a temporary file beside `path` and fsync it (a crash leaves a temp
+    /// file that [`remove_stale_temps`] clears).
+    pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<Staged, StoreError> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = path.with_file_name(format!(
+            ".{name}.tmp-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let staged = Staged { tmp, path: path.to_owned() };
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&staged.tmp)
+            .map_err(|e| StoreError::io(&staged.tmp, e))?;
+        f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| StoreError::io(&staged.tmp, e))?;
+        Ok(staged)
+    }
+
+    /// Rename the file to its name; the caller fsyncs the directory to make that durable.
+    pub(crate) fn publish(self) -> Result<(), StoreError> {
+        fs::rename(&self.tmp, &self.path).map_err(|e| StoreError::io(&self.path, e))?;
+        // Renamed: nothing to clean up on drop.
+        std::mem::forget(self);
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    /// A staged file never published is removed, so a failed write leaves no temp behind.
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.tmp);
+    }
+}
+
+/// One file or directory that many concurrent writers need fsynced (the session order's
+/// journal, the `sessions/` directory): a group commit. A writer calls [`SharedSync::sync`]
+/// after its own write returned; if nobody is syncing it leads, fsyncing once for every
+/// writer that joined before it started, otherwise it waits for the fsync in progress to end
+/// and joins the next one, which then covers every writer that arrived meanwhile. Each writer
+/// returns only once an fsync that began after its write has succeeded, so an acknowledged
+/// write is as durable as with its own fsync; with N writers at once it costs about two fsyncs
+/// instead of N queued ones. A failed fsync fails every writer of its batch.
+#[derive(Debug)]
+pub(crate) struct SharedSync {
+    path: PathBuf,
+    state: Mutex<Batches>,
+    done: Condvar,
+}
+
+/// Batches of writers waiting on a [`SharedSync`], numbered in order.
+#[derive(Debug, Default)]
+struct Batches {
+    /// The batch new writers join (not started yet).
+    open: u64,
+    /// Writers in the open batch.
+    joined: usize,
+    /// Whether the batch before `open` is being fsynced.
+    syncing: bool,
+    /// Every batch below this has finished.
+    finished: u64,
+    /// Failed batches: the error, and how many of their writers have yet to collect it.
+    failed: HashMap<u64, (std::io::ErrorKind, String, usize)>,
+}
+
+impl SharedSync {
+    /// A group commit for the file or directory at `path`.
+    pub(crate) fn new(path: PathBuf) -> Self {
+        SharedSync { path, state: Mutex::default(), done: Condvar::new() }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Batches> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Return once an fsync of the path that began after this call has succeeded (see
+    /// [`SharedSync`]). Blocks: call it from a blocking thread, holding no other lock.
+    pub(crate) fn sync(&self) -> Result<(), StoreError> {
+        let mut batches = self.lock();
+        let mine = batches.open;
+        batches.joined += 1;
+        loop {
+            if batches.finished > mine {
+                return match batches.failed.get_mut(&mine) {
+                    None => Ok(()),
+                    Some((kind, message, left)) => {
+                        let error = std::io::Error::new(*kind, message.clone());
+                        *left -= 1;
+                        if *left == 0 {
+                            batches.failed.remove(&mine);
+                        }
+                        Err(StoreError::io(&self.path, error))
+                    }
+                };
+            }
+            if !batches.syncing {
+                // Batches start in order and `finished` passes one only when it ends, so the
+                // batch nobody is syncing and that has not finished is the open one: ours.
+                batches.syncing = true;
+                let followers = std::mem::take(&mut batches.joined) - 1;
+                batches.open += 1;
+                drop(batches);
+                let synced = File::open(&self.path).and_then(|f| f.sync_all());
+                let mut batches = self.lock();
+                batches.syncing = false;
+                batches.finished = mine + 1;
+                if let Err(e) = &synced
+                    && followers > 0
+                {
+                    batches.failed.insert(mine, (e.kind(), e.to_string(), followers));
+                }
+                drop(batches);
+                self.done.notify_all();
+                return synced.map_err(|e| StoreError::io(&self.path, e));
+            }
+            batches = self.done.wait(batches).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
 }
 
 /// Parse complete JSON lines (each ending in a newline) from `bytes`; a trailing fragment
@@ -200,6 +348,46 @@ mod tests {
         assert_eq!(read(&p).unwrap(), vec![1, 2, 3]);
         fs::write(&p, "1\nxx\n3\n").unwrap();
         assert_eq!(read(&p).unwrap_err().code(), "store_corrupt");
+    }
+
+    #[test]
+    fn concurrent_writers_share_fsyncs_and_all_see_a_failed_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.jsonl");
+        let shared = SharedSync::new(p.clone());
+        std::thread::scope(|s| {
+            for i in 0..16 {
+                let (p, shared) = (&p, &shared);
+                s.spawn(move || {
+                    write_lines(p, &[i]).unwrap();
+                    shared.sync().unwrap();
+                });
+            }
+        });
+        let mut read = parse_lines::<i32>(&p, &fs::read(&p).unwrap()).unwrap();
+        read.sort_unstable();
+        assert_eq!(read, (0..16).collect::<Vec<_>>());
+
+        let missing = SharedSync::new(dir.path().join("gone"));
+        let failed = std::thread::scope(|s| {
+            let waiters: Vec<_> = (0..16).map(|_| s.spawn(|| missing.sync())).collect();
+            waiters.into_iter().map(|w| w.join().unwrap()).filter(Result::is_err).count()
+        });
+        assert_eq!(failed, 16);
+        assert!(missing.lock().failed.is_empty(), "every writer collected its batch's error");
+    }
+
+    #[test]
+    fn a_staged_file_is_invisible_until_published_and_removed_if_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("h.json");
+        drop(Staged::write(&p, b"1").unwrap());
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+        let staged = Staged::write(&p, b"2").unwrap();
+        assert!(!p.exists());
+        staged.publish().unwrap();
+        assert_eq!(fs::read_to_string(&p).unwrap(), "2");
+        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -73,6 +73,8 @@ struct Inner {
     /// The listing order of sessions; its own lock, so a create's fsync of its key holds up
     /// no other operation. Never taken while holding `index`.
     order: Mutex<order::KeyOrder<sessions::SessionFields>>,
+    /// The fsync of `sessions/`, shared by the sessions created or deleted at the same time.
+    sessions_sync: fsio::SharedSync,
     /// Typed memory items, read on their first use (see `memory.rs`).
     memory: memory::MemoryFiles,
     _lock: lock::StoreLock,
@@ -115,8 +117,8 @@ struct Index {
     unread_collections: HashSet<String>,
     /// Whether tasks and missions have been read (on the first use of either).
     work_loaded: bool,
-    /// Tasks by id.
-    tasks: ordered::Ordered<crate::work::StoredTask>,
+    /// Tasks by id, with what claims look at instead of every task.
+    tasks: work::TaskIndex,
     /// Missions by id.
     missions: ordered::Ordered<crate::work::StoredMission>,
 }
@@ -184,6 +186,7 @@ impl Inner {
             session_cache,
             index: Mutex::new(index),
             order: Mutex::new(order),
+            sessions_sync: fsio::SharedSync::new(sessions_dir),
             memory: memory::MemoryFiles::default(),
             _lock: lock,
         })
@@ -372,7 +375,7 @@ impl Index {
             records: BTreeMap::new(),
             unread_collections: HashSet::new(),
             work_loaded: false,
-            tasks: ordered::Ordered::default(),
+            tasks: work::TaskIndex::default(),
             missions: ordered::Ordered::default(),
         };
         let mut gone = Vec::new();

@@ -6,7 +6,11 @@
 //!   compaction); a list finds its cursor by binary search over byte offsets and reads lines
 //!   backwards from there.
 //! - `<name>.log`: an append-only, fsynced journal of keys added and removed since, read
-//!   at open (compaction keeps it short) and merged with the sorted file by every list.
+//!   at open (compaction keeps it short) and merged with the sorted file by every list. Lines
+//!   are written under the order's lock and fsynced after it, one fsync shared by every writer
+//!   waiting at that moment ([`fsio::SharedSync`]); so after a crash its unsynced tail may hold
+//!   several lines of unacknowledged writes, and a line the crash left as NUL bytes (written
+//!   after, but not flushed before, a later one) is dropped like a torn last line.
 //!
 //! A key is appended before the entry's files are written, and a removal after its header
 //! is deleted, so a crash can leave a key without an entry but never an entry without its
@@ -20,6 +24,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -67,6 +72,8 @@ pub(super) struct KeyOrder<F> {
     removed: BTreeSet<Key>,
     /// Lines in the journal.
     log_lines: usize,
+    /// The journal's fsync, shared by the writers waiting on it.
+    log_sync: Arc<fsio::SharedSync>,
 }
 
 impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
@@ -86,9 +93,16 @@ impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
             fsio::write_atomic(&log, b"")?;
         }
         fsio::repair_tail(&log)?;
-        let lines = fsio::parse_lines::<Line<F>>(&log, &fsio::read_bounded(&log)?.unwrap_or_default())?;
-        let mut order =
-            KeyOrder { sorted, log, added: BTreeMap::new(), removed: BTreeSet::new(), log_lines: lines.len() };
+        let lines = parse_log::<F>(&log, &fsio::read_bounded(&log)?.unwrap_or_default())?;
+        let log_sync = Arc::new(fsio::SharedSync::new(log.clone()));
+        let mut order = KeyOrder {
+            sorted,
+            log,
+            added: BTreeMap::new(),
+            removed: BTreeSet::new(),
+            log_lines: lines.len(),
+            log_sync,
+        };
         for line in lines {
             order.apply(line);
         }
@@ -109,21 +123,27 @@ impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
         }
     }
 
-    fn append(&mut self, line: Line<F>) -> Result<(), StoreError> {
-        fsio::append_lines(&self.log, std::slice::from_ref(&line))?;
+    /// Write `line` to the journal, not yet durable: the returned [`LogSync`] makes it so.
+    fn append(&mut self, line: Line<F>) -> Result<LogSync, StoreError> {
+        fsio::write_lines(&self.log, std::slice::from_ref(&line))?;
         self.log_lines += 1;
         self.apply(line);
-        if self.log_lines >= COMPACT_AT { self.compact() } else { Ok(()) }
+        if self.log_lines >= COMPACT_AT {
+            self.compact()?;
+        }
+        Ok(LogSync(Arc::clone(&self.log_sync)))
     }
 
-    /// Durably add an entry's key, before its files are written (until they are, lists skip
-    /// it: the entry is still being created).
-    pub(super) fn add(&mut self, (t, id): Key, fields: F) -> Result<(), StoreError> {
+    /// Add an entry's key, before its files are written (until they are, lists skip it: the
+    /// entry is still being created). Durable once the returned [`LogSync`] has synced, which
+    /// the caller does after releasing the order's lock and before writing the entry's header.
+    pub(super) fn add(&mut self, (t, id): Key, fields: F) -> Result<LogSync, StoreError> {
         self.append(Line { t, id, add: Some(fields) })
     }
 
-    /// Durably remove a deleted entry's key (after its header is gone).
-    pub(super) fn remove(&mut self, (t, id): Key) -> Result<(), StoreError> {
+    /// Remove a deleted entry's key (after its header is gone); durable once the returned
+    /// [`LogSync`] has synced (until then a crash leaves the key, which lists skip).
+    pub(super) fn remove(&mut self, (t, id): Key) -> Result<LogSync, StoreError> {
         self.append(Line { t, id, add: None })
     }
 
@@ -166,26 +186,65 @@ impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
         Ok(keys)
     }
 
-    /// Merge the journal into a new sorted file, then empty the journal. Reads and writes the
-    /// whole index: done once every [`COMPACT_AT`] journal lines, and at a clean close.
+    /// Merge the journal into a new sorted file, then empty the journal: done once every
+    /// [`COMPACT_AT`] journal lines, and at a clean close. The sorted file is read a line at a
+    /// time and its lines copied as they are, merged in key order with the journal's keys:
+    /// parsing it whole into keys made each compaction's peak grow with the number of entries
+    /// (tens of thousands of small allocations), and the allocator kept that peak afterwards
+    /// (issue 22).
     pub(super) fn compact(&mut self) -> Result<(), StoreError> {
         if self.log_lines == 0 {
             return Ok(());
         }
-        let bytes = fsio::read_bounded(&self.sorted)?.unwrap_or_default();
-        let mut keys: BTreeMap<Key, F> = BTreeMap::new();
-        for line in fsio::parse_lines::<Line<F>>(&self.sorted, &bytes)? {
-            let key = line.key();
-            if let Some(fields) = line.add.filter(|_| !self.removed.contains(&key)) {
-                keys.insert(key, fields);
-            }
-        }
-        keys.extend(std::mem::take(&mut self.added));
-        fsio::write_atomic(&self.sorted, &render(keys)?)?;
+        let merged = self.merged()?;
+        fsio::write_atomic(&self.sorted, &merged)?;
         fsio::write_atomic(&self.log, b"")?;
+        self.added.clear();
         self.removed.clear();
         self.log_lines = 0;
         Ok(())
+    }
+
+    /// The sorted file's lines whose keys are not removed, merged with the journal's added
+    /// keys (which replace a key both hold), in key order. A last line without its newline is
+    /// skipped, like every reader of the file does.
+    fn merged(&self) -> Result<Vec<u8>, StoreError> {
+        let path = &self.sorted;
+        let old = match File::open(path) {
+            Ok(f) => Some(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(StoreError::io(path, e)),
+        };
+        let old_len = old.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len());
+        // One allocation of about the result's size, rather than a growing buffer's several.
+        let mut out = Vec::with_capacity(usize::try_from(old_len).unwrap_or(0) + self.added.len() * 128);
+        let add = |out: &mut Vec<u8>, ((t, id), fields): (&Key, &F)| -> Result<(), StoreError> {
+            serde_json::to_writer(&mut *out, &Line { t: *t, id: id.clone(), add: Some(fields) })
+                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            out.push(b'\n');
+            Ok(())
+        };
+        let mut added = self.added.iter().peekable();
+        if let Some(old) = old {
+            use std::io::BufRead;
+            let mut old = std::io::BufReader::with_capacity(CHUNK as usize, old);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                old.read_until(b'\n', &mut line).map_err(|e| StoreError::io(path, e))?;
+                let Some((b'\n', content)) = line.split_last() else { break };
+                let kept = fsio::parse_line::<Line<serde::de::IgnoredAny>>(path, content)?;
+                let key = kept.key();
+                while let Some(entry) = added.next_if(|(k, _)| **k < key) {
+                    add(&mut out, entry)?;
+                }
+                if kept.add.is_some() && !self.removed.contains(&key) && !self.added.contains_key(&key) {
+                    out.extend_from_slice(&line);
+                }
+            }
+        }
+        added.try_for_each(|entry| add(&mut out, entry))?;
+        Ok(out)
     }
 
     /// At a clean close: compact once the journal holds a few lines, so the next open reads
@@ -193,6 +252,32 @@ impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
     pub(super) fn close(&mut self) -> Result<(), StoreError> {
         if self.log_lines >= COMPACT_AT / 32 { self.compact() } else { Ok(()) }
     }
+}
+
+/// What makes an order journal line durable: [`LogSync::sync`] after releasing the order's
+/// lock, so writers of other entries append meanwhile and share the fsync.
+#[must_use = "the key is not durable until synced"]
+pub(super) struct LogSync(Arc<fsio::SharedSync>);
+
+impl LogSync {
+    /// Return once the journal line is durable (a shared fsync, see [`fsio::SharedSync`]).
+    pub(super) fn sync(self) -> Result<(), StoreError> {
+        self.0.sync()
+    }
+}
+
+/// The journal's lines, without those a crash left as NUL bytes: with lines written before
+/// a shared fsync, a crash can persist a later line but not an earlier one. Such a line was
+/// never acknowledged (the fsync that would have covered it also covers every line before
+/// it), so it is dropped like a torn last line.
+fn parse_log<F: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<Vec<Line<F>>, StoreError> {
+    if !bytes.contains(&0) {
+        return fsio::parse_lines(path, bytes);
+    }
+    tracing::warn!(path = %path.display(), "dropping journal lines left unflushed by a crash");
+    let kept: Vec<u8> =
+        bytes.split_inclusive(|&b| b == b'\n').filter(|line| !line.contains(&0)).flatten().copied().collect();
+    fsio::parse_lines(path, &kept)
 }
 
 fn render<F: Serialize>(keys: BTreeMap<Key, F>) -> Result<Vec<u8>, StoreError> {
@@ -311,5 +396,29 @@ impl<'a> Sorted<'a> {
             end = start;
         }
         Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_a_crash_left_as_nul_bytes_are_dropped_and_others_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(INDEX_DIR)).unwrap();
+        let mut order = KeyOrder::<u8>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
+        order.add((1, "a".into()), 1).unwrap().sync().unwrap();
+        drop(order);
+        // A later line flushed, the one before it not: NULs where it was.
+        let log = dir.path().join(INDEX_DIR).join("things.log");
+        let mut bytes = std::fs::read(&log).unwrap();
+        bytes.extend([0u8; 20]);
+        bytes.extend(b"{\"t\":3,\"id\":\"c\",\"add\":1}\n{\"t\":4,\"id\":\"d\",\"add\":1}\n");
+        std::fs::write(&log, bytes).unwrap();
+        let order = KeyOrder::<u8>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
+        let keys = order.before(None, |_| true, 10).unwrap();
+        assert_eq!(keys, vec![(4, "d".to_owned()), (1, "a".to_owned())]);
+        assert_eq!(order.log_lines, 2, "the NUL-damaged line is dropped, the next kept");
     }
 }

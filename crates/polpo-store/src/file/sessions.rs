@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::order::Key;
-use super::{FileStore, Inner, Journal, SESSIONS, SessionGuard, SessionLock, fsio, owned};
+use super::order::{Key, LogSync};
+use super::{FileStore, Inner, Journal, SessionGuard, SessionLock, fsio, owned};
 use crate::error::StoreError;
 use crate::model::{
     self, ImportOutcome, MessagesAppended, NewMessage, NewSession, Session, SessionFilter, SessionPatch, StoredMessage,
@@ -90,10 +90,9 @@ impl Inner {
         session: &Session,
         messages: &[StoredMessage],
     ) -> Result<(), StoreError> {
-        let written = self
-            .order()
-            .add(key_of(session), SessionFields::of(session))
-            .and_then(|()| self.write_new_session(session, messages));
+        // The key is written under the order's lock and synced after it (see `write_new_session`).
+        let key = self.order().add(key_of(session), SessionFields::of(session));
+        let written = key.and_then(|key| self.write_new_session(session, messages, key));
         let journal = match written {
             Ok(j) => j,
             Err(e) => {
@@ -110,10 +109,18 @@ impl Inner {
         Ok(())
     }
 
-    /// Write a new session's directory: an empty journal, then the header by atomic rename and
-    /// the directory entries, three fsyncs in all. A directory left by a crash mid-create or
-    /// mid-delete (no header, so never read as a session) is cleared first, so no old journal leaks in.
-    fn write_new_session(&self, session: &Session, messages: &[StoredMessage]) -> Result<Journal, StoreError> {
+    /// Write a new session's directory: the journal and a staged header (each fsynced), then,
+    /// once the listing `key` is durable, the header by rename and the directory entries. A
+    /// directory left by a crash mid-create or mid-delete (no header, so never read as a
+    /// session) is cleared first, so no old journal leaks in. The key's fsync and the one of
+    /// `sessions/` are shared with the sessions created at the same time ([`fsio::SharedSync`]),
+    /// so concurrent creates cost three fsyncs of their own each, not five in a queue.
+    fn write_new_session(
+        &self,
+        session: &Session,
+        messages: &[StoredMessage],
+        key: LogSync,
+    ) -> Result<Journal, StoreError> {
         let dir = self.session_dir(&session.id);
         let journal_path = dir.join("messages.jsonl");
         fsio::fresh_dir_with_empty_file(&dir, &journal_path)?;
@@ -121,10 +128,13 @@ impl Inner {
         if !messages.is_empty() {
             journal.append(&journal_path, messages)?;
         }
-        // The header goes last (its rename fsyncs this directory): without it a half-written
-        // directory is never read as a session.
-        fsio::write_json(&dir.join("session.json"), session)?;
-        fsio::sync_dir(&self.dir.join(SESSIONS))?;
+        let header = fsio::Staged::write(&dir.join("session.json"), &fsio::json_bytes(session)?)?;
+        // The header goes last, after the key: without it a half-written directory is never
+        // read as a session, and a session is never found that lists cannot find.
+        key.sync()?;
+        header.publish()?;
+        fsio::sync_dir(&dir)?;
+        self.sessions_sync.sync()?;
         Ok(journal)
     }
 
@@ -246,10 +256,11 @@ impl Inner {
         let removed = self.index().forget_session(id);
         fsio::sync_dir(&dir)?;
         if let Some(session) = removed {
-            self.order().remove(key_of(&session))?;
+            let key = self.order().remove(key_of(&session));
+            key?.sync()?;
         }
         std::fs::remove_dir_all(&dir).map_err(|e| StoreError::io(&dir, e))?;
-        fsio::sync_dir(&self.dir.join(SESSIONS))?;
+        self.sessions_sync.sync()?;
         Ok(true)
     }
 
