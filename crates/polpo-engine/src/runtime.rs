@@ -571,6 +571,22 @@ impl Runtime {
         Ok(crate::tools::exec::call_direct(&invocation, name, arguments, sink).await)
     }
 
+    /// How a call of `input`'s agent's tool `name` with `arguments` touches the world (`None`:
+    /// the agent has no such tool), as [`Runtime::call_tool`] would run it: a loop's tool step
+    /// puts a call that is not replayable through the effect ledger, so a run taken over
+    /// after a crash never runs it blindly again.
+    pub async fn tool_effect(self: &Arc<Self>, input: &ChatInput, name: &str, arguments: &Value) -> Option<ToolEffect> {
+        // The built-in, skill and custom tools are every agent's; only a tool source's (MCP)
+        // depend on the agent.
+        if let Some(tool) = self.skilled_tools.get(name) {
+            return Some(tool.call_effect(arguments));
+        }
+        let loaded = self.loaded();
+        let agent = loaded.agent(&input.agent)?;
+        let context = tool_context(&loaded.project, agent, &CancellationToken::new());
+        self.agent_tool_set(agent, &context).await.get(name).map(|tool| tool.call_effect(arguments))
+    }
+
     /// A durable run again, from what its checkpoint kept: the request (`input`, naming the
     /// run), the profile routing chose when it was accepted (no second routing, no classifier),
     /// the messages it added so far, and when it was accepted — a termination gate's
