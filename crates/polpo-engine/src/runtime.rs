@@ -28,6 +28,7 @@ use polpo_core::model::ModelSelection;
 use polpo_core::policy::{PolicyLayer, ToolPolicy};
 use polpo_core::problem::Problem;
 use polpo_core::redact::Redactor;
+use polpo_core::tool::ToolEffect;
 use polpo_llm::{ModelProvider, Providers, ResolveError};
 use polpo_store::{Clock, IdGen, NewMessage, NewSession, Session, Store};
 use polpo_tools::{Tool, ToolContext, ToolSource};
