@@ -278,12 +278,14 @@ fn run_loop(
     })
 }
 
-/// Read JSON lines from stdin until one is a valid answer of the waiting human step.
-fn answer_from_stdin(loops: &LoopExecutor, run_id: &str) {
+/// Read JSON lines from stdin until one is a valid answer of the waiting human step (called on
+/// a blocking thread of the runtime, which stores each answer).
+fn answer_from_stdin(loops: &std::sync::Arc<LoopExecutor>, run_id: &str) {
+    let runtime = tokio::runtime::Handle::current();
     for line in std::io::stdin().lines().map_while(Result::ok) {
         let answered = serde_json::from_str(&line)
             .map_err(|e| e.to_string())
-            .and_then(|output| loops.humans().answer(run_id, None, output).map_err(|e| e.to_string()));
+            .and_then(|output| runtime.block_on(loops.answer_human(run_id, None, output)).map_err(|e| e.to_string()));
         match answered {
             Ok(()) => return,
             Err(e) => eprintln!("error: {e}; type the answer again"),
