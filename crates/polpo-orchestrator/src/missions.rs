@@ -9,25 +9,147 @@
 //! has reached is kept in its `data.progress` (`checkpoints` reached, `delays` with `startedAt`
 //! and `expired`, `gates` with each verdict), written with the status change in one
 //! compare-and-set.
+//!
+//! A mission with a `schedule` (inventory §5.3) is `scheduled` (an ISO-8601 instant: it runs
+//! once) or `recurring` (a cron expression, UTC: it runs at each occurrence until its
+//! `endDate`). The scheduler (polpo-scheduler) fires it through [`fire`], once per occurrence
+//! across servers. As in the reference, every run of a recurring mission is a fresh set of its
+//! plan's tasks, grouped `<name> #<run>` from the second run on, with fresh progress; when
+//! the run's tasks are settled the mission goes back to `recurring` (the run's outcome is in
+//! its report and `mission:completed`), and once its `endDate` has passed it is `completed`.
+//! A one-shot mission finishes `completed` or `failed` like one executed by hand (the
+//! reference sends a failed one back to `scheduled`, where its past instant never fires again).
 
 use std::collections::{BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
+use polpo_core::config::Location;
+use polpo_core::problem::Problem;
+use polpo_core::schedules::Schedule;
+use polpo_core::schedules::codes::SCHEDULE_NEVER_FIRES;
+use polpo_core::schedules::config::{Invocation, ScheduleConfig};
+use polpo_core::schedules::timing::{Timing, TimingConfig};
 use polpo_core::tasks::{
-    FailReason, GateTask, Mission, MissionEvent, MissionStatus, QualityGate, Task, TaskEvent, TaskResult, TaskStatus,
-    transition_mission,
+    FailReason, GateTask, Mission, MissionEvent, MissionStatus, QualityGate, Task, TaskEvent, TaskOutcome, TaskResult,
+    TaskStatus, transition_mission,
 };
 use polpo_engine::events::EventKind;
 use polpo_store::{IdGen, MissionFilter, PageRequest, StoredMission, StoredTask, TaskFilter};
 use serde::Serialize;
 use serde_json::{Value, json};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::context::Ctx;
 use crate::error::OrchestratorError;
 
+/// A mission `schedule` that is an ISO-8601 instant (`2026-07-28T09:00:00Z`) runs once; anything
+/// else is read as a cron expression (no cron field is a four-digit number followed by `-`).
+fn is_instant(schedule: &str) -> bool {
+    let b = schedule.trim().as_bytes();
+    b.len() > 4 && b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-'
+}
+
+/// The id of mission `id`'s schedule in the scheduler (its runs are kept under it).
+pub fn mission_schedule_id(id: &str) -> String {
+    format!("mission-{id}")
+}
+
+/// Mission `m`'s `schedule` as a schedule the scheduler fires (`None` without one): an
+/// instant runs once, a cron expression (UTC) at each occurrence until its `endDate`; the
+/// invocation starts a run of the mission (`legacy_mission`, the reference's translation of a
+/// mission schedule). A problem points at `/schedule` or `/endDate` with the parsers' codes
+/// (`invalid_time`, `invalid_cron`, `schedule_never_fires`).
+pub fn mission_schedule(m: &Mission) -> Result<Option<Schedule>, Problem> {
+    let Some(schedule) = m.schedule.as_deref() else { return Ok(None) };
+    let timing = if is_instant(schedule) {
+        TimingConfig::Once { at: schedule.trim().to_owned(), timezone: None }
+    } else {
+        TimingConfig::Cron {
+            expression: schedule.to_owned(),
+            timezone: None,
+            end_at: m.end_date.map(|d| d.to_rfc3339()),
+        }
+    };
+    let checked = Timing::from_config(&timing).map_err(|p| {
+        let field = if p.pointer.as_deref().is_some_and(|at| at.ends_with("endAt")) { "/endDate" } else { "/schedule" };
+        (*p).at(field)
+    })?;
+    let config = ScheduleConfig {
+        id: None,
+        name: Some(m.name.clone()),
+        description: None,
+        timing,
+        invocation: Invocation::LegacyMission { mission_id: m.id.clone() },
+        status: None,
+        policy: None,
+        metadata: None,
+        revision: None,
+    };
+    let id = mission_schedule_id(&m.id);
+    Ok(Some(Schedule {
+        source: Location::file(format!("missions/{}", m.id)),
+        id,
+        config,
+        timing: checked,
+        legacy: false,
+    }))
+}
+
+/// Check mission `m`'s `schedule` (if any) as written at `now`: it parses
+/// ([`mission_schedule`]) and fires after `now` (else `schedule_in_past` for an instant,
+/// `schedule_never_fires` for a cron expression that has no occurrence before its `endDate`).
+pub fn check_schedule(m: &Mission, now: DateTime<Utc>) -> Result<(), Problem> {
+    let Some(schedule) = mission_schedule(m)? else { return Ok(()) };
+    if schedule.timing.next_after(now).is_none() {
+        let written = m.schedule.as_deref().unwrap_or_default();
+        let (code, message) = match schedule.timing {
+            Timing::Once { .. } => {
+                ("schedule_in_past", format!("`{written}` is in the past: the mission would never run"))
+            }
+            _ => (SCHEDULE_NEVER_FIRES, format!("`{written}` has no occurrence before the mission's endDate")),
+        };
+        return Err(Problem::new(code, message).at("/schedule"));
+    }
+    Ok(())
+}
+
+/// The status a mission with `schedule` waits in: `scheduled` for an instant, `recurring` for
+/// a cron expression (the event that puts it there, from `draft`).
+pub fn schedule_event(schedule: &str) -> MissionEvent {
+    if is_instant(schedule) { MissionEvent::Schedule } else { MissionEvent::Recur }
+}
+
+/// Whether `m` runs again at each occurrence of its schedule.
+fn recurs(m: &Mission) -> bool {
+    m.schedule.as_deref().is_some_and(|s| !is_instant(s))
+}
+
+/// The `group` of the tasks of `m`'s current run: its name, then `<name> #<run>` from the
+/// second run of a recurring mission on (the reference's naming).
+fn group_of(m: &Mission) -> String {
+    match m.execution_count {
+        0 | 1 => m.name.clone(),
+        n => format!("{} #{n}", m.name),
+    }
+}
+
+/// Task ids named by a schedule occurrence (`<occurrence>-<n>`), so a server taking over the
+/// occurrence of a claimer that died finds the tasks it made instead of making them twice.
+#[derive(Debug)]
+struct OccurrenceIds {
+    occurrence: String,
+    next: AtomicUsize,
+}
+
+impl polpo_store::IdGen for OccurrenceIds {
+    fn next_id(&self) -> String {
+        format!("{}-{}", self.occurrence, self.next.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
 /// Turn a mission's plan (`data.tasks`: objects with the task fields, `dependsOn` naming
 /// other tasks of the plan by title) into its tasks: ids from `ids`, `pending`, grouped under
-/// the mission's name.
+/// the mission's current run (its name, `<name> #<run>` for later runs of a recurring one).
 pub fn plan_tasks(mission: &Mission, ids: &dyn IdGen, now: DateTime<Utc>) -> Result<Vec<Task>, OrchestratorError> {
     let plan = mission.data.get("tasks").and_then(Value::as_array).filter(|t| !t.is_empty()).ok_or_else(|| {
         OrchestratorError::Invalid(format!("mission `{}` has no tasks in its plan (`data.tasks`)", mission.name))
@@ -63,7 +185,7 @@ pub fn plan_tasks(mission: &Mission, ids: &dyn IdGen, now: DateTime<Utc>) -> Res
             obj.insert("dependsOn".into(), json!(deps));
             obj.insert("status".into(), json!("pending"));
             obj.insert("missionId".into(), json!(mission.id));
-            obj.insert("group".into(), json!(mission.name));
+            obj.insert("group".into(), json!(group_of(mission)));
             obj.entry("description").or_insert_with(|| json!(title));
             obj.insert("createdAt".into(), json!(now));
             obj.insert("updatedAt".into(), json!(now));
@@ -73,10 +195,18 @@ pub fn plan_tasks(mission: &Mission, ids: &dyn IdGen, now: DateTime<Utc>) -> Res
         .collect()
 }
 
-/// Every task of mission `id`.
+/// Every task of mission `id`'s current run.
 pub(crate) async fn tasks_of(ctx: &Ctx, id: &str) -> Result<Vec<StoredTask>, OrchestratorError> {
-    let filter = TaskFilter { mission_id: Some(id.to_owned()), ..Default::default() };
-    all_tasks(ctx, &filter).await
+    run_tasks(ctx, &get(ctx, id).await?.mission).await
+}
+
+/// Every task of `m`'s current run (earlier runs of a recurring mission are other groups).
+async fn run_tasks(ctx: &Ctx, m: &Mission) -> Result<Vec<StoredTask>, OrchestratorError> {
+    let filter = TaskFilter { mission_id: Some(m.id.clone()), ..Default::default() };
+    let group = group_of(m);
+    let mut tasks = all_tasks(ctx, &filter).await?;
+    tasks.retain(|t| t.task.group.as_deref().is_none_or(|g| g == group));
+    Ok(tasks)
 }
 
 /// Every task the filter selects, page by page.
@@ -115,23 +245,29 @@ fn settled(t: &StoredTask, now: DateTime<Utc>) -> bool {
         || (t.task.status == TaskStatus::Failed && t.claim.as_ref().is_none_or(|c| c.expires_at <= now))
 }
 
-/// Whether task `title` of mission `id`, just claimed, may start: the mission is moved along
-/// first (a checkpoint or delay reached by the task's dependencies pauses it, a gate is
-/// judged), then it must still be active and no quality gate that blocks the task may be
-/// unpassed.
-pub(crate) async fn may_start(ctx: &Ctx, id: &str, title: &str) -> Result<bool, OrchestratorError> {
-    let held = get(ctx, id).await?;
-    if held.mission.status != MissionStatus::Active {
-        return Ok(false);
+/// Which of the tasks `titles` of mission `id`, just claimed together, may start: a mission
+/// with checkpoints, delays or quality gates is moved along first, once for all of them (a
+/// checkpoint or delay reached by their dependencies pauses it, a gate is judged; one read of
+/// its tasks per claim, not per task); then it must still be active, and no quality gate that
+/// blocks a task may be unpassed. A mission without them only has to be active: a claim then
+/// reads none of its tasks.
+pub(crate) async fn may_start(ctx: &Ctx, id: &str, titles: &[&str]) -> Result<Vec<bool>, OrchestratorError> {
+    let mut held = get(ctx, id).await?;
+    let m = &held.mission;
+    if m.status == MissionStatus::Active
+        && !(m.checkpoints.is_empty() && m.delays.is_empty() && m.quality_gates.is_empty())
+    {
+        advance_active(ctx, held, ctx.now()).await?;
+        held = get(ctx, id).await?;
     }
-    advance_active(ctx, held, ctx.now()).await?;
-    let now = get(ctx, id).await?.mission;
+    let now = held.mission;
     let p = progress(&now);
-    let gated = now
-        .quality_gates
-        .iter()
-        .any(|g| g.blocks_tasks.iter().any(|t| t == title) && p["gates"][&g.name]["passed"] != json!(true));
-    Ok(now.status == MissionStatus::Active && !gated)
+    let gated = |title: &str| {
+        now.quality_gates
+            .iter()
+            .any(|g| g.blocks_tasks.iter().any(|t| t == title) && p["gates"][&g.name]["passed"] != json!(true))
+    };
+    Ok(titles.iter().map(|t| now.status == MissionStatus::Active && !gated(t)).collect())
 }
 
 /// Whether every task titled in `titles` is settled.
@@ -170,22 +306,62 @@ async fn moved(
     Ok(ctx.store().missions.update_mission(next, held.revision).await?)
 }
 
-/// Create the plan's tasks (once) and make the mission active.
+/// Start a run of mission `id` by hand: its plan's tasks are created (once) and it is active.
 pub(crate) async fn execute(ctx: &Ctx, id: &str) -> Result<StoredMission, OrchestratorError> {
+    start_run(ctx, get(ctx, id).await?, None).await
+}
+
+/// Start the run of scheduled or recurring mission `id` that its schedule's `occurrence` (the
+/// scheduler's name for it) fires; a run this occurrence already started (by a server that
+/// died before recording it) is answered as it is.
+pub(crate) async fn fire(ctx: &Ctx, id: &str, occurrence: &str) -> Result<StoredMission, OrchestratorError> {
     let held = get(ctx, id).await?;
-    if held.mission.schedule.is_some() {
-        return Err(OrchestratorError::Unavailable(
-            "mission schedules need the scheduler, which is not built yet; execute the mission by hand".into(),
-        ));
+    if held.mission.data.get("occurrence").and_then(Value::as_str) == Some(occurrence) {
+        return Ok(held);
     }
-    if tasks_of(ctx, id).await?.is_empty() {
-        let tasks = plan_tasks(&held.mission, ctx.runs.runtime().ids().as_ref(), ctx.now())?;
+    if !matches!(held.mission.status, MissionStatus::Scheduled | MissionStatus::Recurring) {
+        return Err(OrchestratorError::Invalid(format!(
+            "mission `{id}` is {}: only a scheduled or recurring mission waits for its schedule (a run still going \
+             is not started again)",
+            held.mission.status
+        )));
+    }
+    start_run(ctx, held, Some(occurrence)).await
+}
+
+/// Create the tasks of `held`'s next run (unless a start that died half-way made them) and
+/// make it active, with fresh progress and the `occurrence` that fired it.
+async fn start_run(
+    ctx: &Ctx,
+    held: StoredMission,
+    occurrence: Option<&str>,
+) -> Result<StoredMission, OrchestratorError> {
+    let mut next = transition_mission(&held.mission, &MissionEvent::Execute, ctx.now())?;
+    let id = next.id.clone();
+    if run_tasks(ctx, &next).await?.is_empty() {
+        let tasks = match occurrence {
+            Some(o) => {
+                plan_tasks(&next, &OccurrenceIds { occurrence: o.to_owned(), next: AtomicUsize::new(0) }, ctx.now())
+            }
+            None => plan_tasks(&next, ctx.runs.runtime().ids().as_ref(), ctx.now()),
+        }?;
         for t in ctx.store().tasks.create_tasks(tasks).await? {
             ctx.emit(EventKind::TaskCreated, json!({"taskId": t.task.id, "title": t.task.title, "missionId": id}));
         }
     }
-    let stored = moved(ctx, &held, MissionEvent::Execute, None).await?;
-    ctx.emit(EventKind::MissionExecuted, json!({"missionId": id, "name": stored.mission.name}));
+    if let Some(data) = next.data.as_object_mut() {
+        data.remove("progress");
+        match occurrence {
+            Some(o) => data.insert("occurrence".into(), json!(o)),
+            None => data.remove("occurrence"),
+        };
+    }
+    let stored = ctx.store().missions.update_mission(next, held.revision).await?;
+    let m = &stored.mission;
+    ctx.emit(
+        EventKind::MissionExecuted,
+        json!({"missionId": id, "name": m.name, "group": group_of(m), "executionCount": m.execution_count}),
+    );
     Ok(stored)
 }
 
@@ -204,9 +380,19 @@ pub(crate) async fn control(ctx: &Ctx, id: &str, event: MissionEvent) -> Result<
     Ok(stored)
 }
 
-/// One pass over the active and paused missions: checkpoints, delays, finishing.
+/// One pass over the active and paused missions: checkpoints, delays, finishing; and the
+/// recurring missions whose `endDate` has passed are completed.
 pub(crate) async fn advance(ctx: &Ctx) -> Result<(), OrchestratorError> {
     let now = ctx.now();
+    for held in missions_in(ctx, MissionStatus::Recurring).await? {
+        if held.mission.end_date.is_some_and(|end| end <= now) {
+            let stored = moved(ctx, &held, MissionEvent::Expire, None).await?;
+            ctx.emit(
+                EventKind::MissionCompleted,
+                json!({"missionId": stored.mission.id, "status": stored.mission.status, "expired": true}),
+            );
+        }
+    }
     for held in missions_in(ctx, MissionStatus::Paused).await? {
         let mut p = progress(&held.mission);
         let mut expired = Vec::new();
@@ -238,7 +424,7 @@ pub(crate) async fn advance(ctx: &Ctx) -> Result<(), OrchestratorError> {
 
 async fn advance_active(ctx: &Ctx, held: StoredMission, now: DateTime<Utc>) -> Result<(), OrchestratorError> {
     let m = &held.mission;
-    let tasks = tasks_of(ctx, &m.id).await?;
+    let tasks = run_tasks(ctx, m).await?;
     let mut p = progress(m);
     let reached: Vec<String> = serde_json::from_value(p["checkpoints"].clone()).unwrap_or_default();
     if let Some(cp) =
@@ -274,13 +460,15 @@ async fn advance_active(ctx: &Ctx, held: StoredMission, now: DateTime<Utc>) -> R
         return Ok(());
     }
     let report = report_of(m, &tasks, ctx.default_threshold());
-    let event = MissionEvent::Finish {
+    let finish = MissionEvent::Finish {
         all_passed: report.all_passed,
         avg_score: report.avg_score,
         default_threshold: ctx.default_threshold(),
     };
-    let stored = moved(ctx, &held, event, None).await?;
-    if report.all_passed && stored.mission.status == MissionStatus::Failed {
+    // The run's outcome; a recurring mission itself goes back to waiting for its next fire.
+    let outcome = transition_mission(m, &finish, now)?.status;
+    let stored = moved(ctx, &held, if recurs(m) { MissionEvent::Rearm } else { finish }, None).await?;
+    if report.all_passed && outcome == MissionStatus::Failed {
         ctx.emit(
             EventKind::QualityThresholdFailed,
             json!({"missionId": m.id, "avgScore": report.avg_score, "threshold": report.quality_threshold}),
@@ -288,7 +476,8 @@ async fn advance_active(ctx: &Ctx, held: StoredMission, now: DateTime<Utc>) -> R
     }
     ctx.emit(
         EventKind::MissionCompleted,
-        json!({"missionId": m.id, "status": stored.mission.status, "allPassed": report.all_passed, "avgScore": report.avg_score}),
+        json!({"missionId": m.id, "status": outcome, "missionStatus": stored.mission.status, "group": report.group,
+               "allPassed": report.all_passed, "avgScore": report.avg_score}),
     );
     Ok(())
 }
@@ -360,7 +549,8 @@ fn score_of(t: &Task) -> Option<f64> {
 pub struct MissionReport {
     /// The mission.
     pub mission_id: String,
-    /// Its name, the `group` of its tasks.
+    /// The `group` of its current run's tasks: its name (`<name> #<run>` from a recurring
+    /// mission's second run on).
     pub group: String,
     /// Its status now.
     pub status: MissionStatus,
@@ -380,6 +570,8 @@ pub struct MissionReport {
     pub files_created: Vec<String>,
     /// Every file the tasks edited and none created, once each, sorted.
     pub files_edited: Vec<String>,
+    /// Every outcome the tasks produced, task by task in the report's order.
+    pub outcomes: Vec<TaskOutcome>,
 }
 
 /// One quality gate in a [`MissionReport`].
@@ -413,6 +605,8 @@ pub struct ReportTask {
     pub files_created: Vec<String>,
     /// Files its runs edited.
     pub files_edited: Vec<String>,
+    /// What it produced (`TaskOutcome`s: files, texts, links, documents).
+    pub outcomes: Vec<TaskOutcome>,
 }
 
 fn report_of(m: &Mission, tasks: &[StoredTask], default_threshold: f64) -> MissionReport {
@@ -428,6 +622,7 @@ fn report_of(m: &Mission, tasks: &[StoredTask], default_threshold: f64) -> Missi
                 retries: t.task.retries,
                 files_created: result.map(|r| r.files_created.clone()).unwrap_or_default(),
                 files_edited: result.map(|r| r.files_edited.clone()).unwrap_or_default(),
+                outcomes: t.task.outcomes.clone(),
             }
         })
         .collect();
@@ -450,12 +645,13 @@ fn report_of(m: &Mission, tasks: &[StoredTask], default_threshold: f64) -> Missi
     let files_edited: BTreeSet<String> =
         rows.iter().flat_map(|r| r.files_edited.iter().cloned()).filter(|f| !files_created.contains(f)).collect();
     MissionReport {
+        outcomes: rows.iter().flat_map(|r| r.outcomes.iter().cloned()).collect(),
         files_created: files_created.into_iter().collect(),
         files_edited: files_edited.into_iter().collect(),
         quality_threshold: m.quality_threshold.unwrap_or(default_threshold),
         quality_gates,
         mission_id: m.id.clone(),
-        group: m.name.clone(),
+        group: group_of(m),
         status: m.status,
         all_passed: rows.iter().all(|r| r.status == TaskStatus::Done),
         total_duration: rows.iter().map(|r| r.duration).sum(),
@@ -467,7 +663,71 @@ fn report_of(m: &Mission, tasks: &[StoredTask], default_threshold: f64) -> Missi
 /// The report of mission `id`.
 pub(crate) async fn report(ctx: &Ctx, id: &str) -> Result<MissionReport, OrchestratorError> {
     let held = get(ctx, id).await?;
-    let mut tasks = tasks_of(ctx, id).await?;
+    let mut tasks = run_tasks(ctx, &held.mission).await?;
     tasks.sort_by(|a, b| a.task.created_at.cmp(&b.task.created_at).then(a.task.id.cmp(&b.task.id)));
     Ok(report_of(&held.mission, &tasks, ctx.default_threshold()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn mission(schedule: Option<&str>, execution_count: u32) -> Mission {
+        serde_json::from_value(json!({
+            "id": "m1", "name": "weekly", "status": "draft", "schedule": schedule, "executionCount": execution_count,
+            "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z"
+        }))
+        .unwrap()
+    }
+
+    fn task(title: &str, outcomes: Value) -> StoredTask {
+        let task = serde_json::from_value(json!({
+            "id": title, "title": title, "description": title, "status": "done", "outcomes": outcomes,
+            "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z"
+        }))
+        .unwrap();
+        StoredTask { task, revision: 1, claim: None }
+    }
+
+    /// The report carries each task's outcomes as the task holds them, and all of them in task
+    /// order at the top (the reference's `MissionReport.tasks[].outcomes` and `outcomes`).
+    #[test]
+    fn the_report_lists_each_tasks_outcomes_and_all_of_them() {
+        let doc =
+            json!({"id": "o1", "type": "file", "label": "Report", "path": "out/report.md", "size": 12, "tags": []});
+        let text = json!({"id": "o2", "type": "text", "label": "Summary", "text": "All good.", "tags": ["final"]});
+        let tasks = [task("A", json!([doc])), task("B", json!([])), task("C", json!([text]))];
+        let report = serde_json::to_value(report_of(&mission(None, 1), &tasks, 3.0)).unwrap();
+        assert_eq!(report["tasks"][0]["outcomes"], json!([doc]));
+        assert_eq!(report["tasks"][1]["outcomes"], json!([]));
+        assert_eq!(report["tasks"][2]["outcomes"], json!([text]));
+        assert_eq!(report["outcomes"], json!([doc, text]));
+    }
+
+    /// An instant waits `scheduled` and must be ahead; a cron expression waits `recurring`;
+    /// what cannot fire is refused at `/schedule` with the parsers' codes; each run of a
+    /// recurring mission after the first has a group of its own.
+    #[test]
+    fn a_schedule_is_an_instant_ahead_or_a_cron_expression() {
+        let now = DateTime::parse_from_rfc3339("2026-06-01T00:00:00Z").unwrap().to_utc();
+        assert_eq!(schedule_event("2026-07-28T09:00:00Z"), MissionEvent::Schedule);
+        assert_eq!(schedule_event("0 9 * * 1"), MissionEvent::Recur);
+        check_schedule(&mission(Some("2026-07-28T09:00:00Z"), 0), now).unwrap();
+        check_schedule(&mission(Some("0 9 * * 1"), 0), now).unwrap();
+        let schedule = mission_schedule(&mission(Some("0 9 * * 1"), 0)).unwrap().unwrap();
+        assert_eq!(schedule.id, "mission-m1");
+        assert_eq!(schedule.config.invocation, Invocation::LegacyMission { mission_id: "m1".into() });
+        for (written, code) in [
+            ("2026-05-01T00:00:00Z", "schedule_in_past"),
+            ("2026-13-01T00:00:00Z", "invalid_time"),
+            ("61 * * * *", "invalid_cron"),
+            ("0 0 31 2 *", "schedule_never_fires"),
+        ] {
+            let problem = check_schedule(&mission(Some(written), 0), now).unwrap_err();
+            assert_eq!((problem.code.as_str(), problem.pointer.as_deref()), (code, Some("/schedule")), "{written}");
+        }
+        assert_eq!(group_of(&mission(None, 1)), "weekly");
+        assert_eq!(group_of(&mission(None, 3)), "weekly #3");
+    }
 }
