@@ -71,5 +71,8 @@ mod review;
 pub use assess::{AssessmentResult, CheckResult, MetricResult};
 pub use drive::task_run_id;
 pub use error::OrchestratorError;
-pub use missions::{GateReport, MissionReport, ReportTask, plan_tasks};
+pub use missions::{
+    GateReport, MissionReport, ReportTask, check_schedule, mission_schedule, mission_schedule_id, plan_tasks,
+    schedule_event,
+};
 pub use orchestrator::{OpenProject, Orchestrator, OrchestratorOptions};
