@@ -372,14 +372,16 @@ impl Orchestrator {
         }
     }
 
-    /// Create a mission (draft); its quality gates' conditions must parse. Schedules are
-    /// refused until the scheduler takes missions.
-    pub async fn create_mission(&self, mission: Mission) -> Result<StoredMission, OrchestratorError> {
+    /// Create a mission (draft); its quality gates' conditions must parse. With a `schedule`
+    /// it waits `scheduled` (an ISO instant) or `recurring` (a cron expression) for the
+    /// scheduler to fire it ([`Orchestrator::fire_mission`]).
+    pub async fn create_mission(&self, mut mission: Mission) -> Result<StoredMission, OrchestratorError> {
         mission.validate_gates().map_err(|e| OrchestratorError::Invalid(format!("{}: {e}", e.code())))?;
-        if mission.schedule.is_some() {
-            return Err(OrchestratorError::Unavailable(
-                "mission schedules need the scheduler, which is not built yet".into(),
-            ));
+        missions::check_schedule(&mission, self.ctx.now())
+            .map_err(|p| OrchestratorError::Invalid(format!("{}: {}", p.code, p.message)))?;
+        if let Some(schedule) = mission.schedule.as_deref() {
+            mission =
+                polpo_core::tasks::transition_mission(&mission, &missions::schedule_event(schedule), self.ctx.now())?;
         }
         missions::plan_tasks(&mission, self.ctx.runs.runtime().ids().as_ref(), self.ctx.now())?;
         let stored = self.ctx.store().missions.create_mission(mission).await?;
