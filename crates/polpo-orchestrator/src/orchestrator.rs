@@ -401,6 +401,14 @@ impl Orchestrator {
         Ok(stored)
     }
 
+    /// Start the run of a scheduled or recurring mission that its schedule's `occurrence`
+    /// fires (the scheduler calls this once per occurrence; a repeat finds the run started).
+    pub async fn fire_mission(&self, id: &str, occurrence: &str) -> Result<StoredMission, OrchestratorError> {
+        let stored = missions::fire(&self.ctx, id, occurrence).await?;
+        self.wake();
+        Ok(stored)
+    }
+
     /// Pause an active mission (its running tasks finish; no new one starts).
     pub async fn pause_mission(&self, id: &str) -> Result<StoredMission, OrchestratorError> {
         missions::control(&self.ctx, id, MissionEvent::Pause).await
