@@ -155,10 +155,11 @@ impl Staged {
     }
 
     /// Rename the file to its name; the caller fsyncs the directory to make that durable.
-    pub(crate) fn publish(self) -> Result<(), StoreError> {
+    pub(crate) fn publish(mut self) -> Result<(), StoreError> {
         fs::rename(&self.tmp, &self.path).map_err(|e| StoreError::io(&self.path, e))?;
-        // Renamed: nothing to clean up on drop.
-        std::mem::forget(self);
+        // Renamed: nothing left to remove on drop. (Forgetting `self` instead leaked its two
+        // paths, ≈ 250 bytes per new session: 12 MB after 50,000, issue 22.)
+        self.tmp = PathBuf::new();
         Ok(())
     }
 }
@@ -166,7 +167,9 @@ impl Staged {
 impl Drop for Staged {
     /// A staged file never published is removed, so a failed write leaves no temp behind.
     fn drop(&mut self) {
-        let _ = fs::remove_file(&self.tmp);
+        if !self.tmp.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.tmp);
+        }
     }
 }
 
