@@ -100,6 +100,22 @@ pub enum LoopError {
         /// The rule's message.
         message: String,
     },
+    /// A side-effecting tool step a server started (its intent is in the effect ledger) but
+    /// stopped before recording how it ended: it may or may not have happened, so the run
+    /// taking over does not run it again blindly.
+    #[error(
+        "effect_unconfirmed: step `{step}`'s `{tool}` may already have run (effect `{key}`, started {started_at}); check what it did: it is not run again"
+    )]
+    EffectUnconfirmed {
+        /// The tool step.
+        step: String,
+        /// Its tool.
+        tool: String,
+        /// The effect ledger key.
+        key: String,
+        /// When its intent was recorded.
+        started_at: String,
+    },
     /// No approval request with that id (that the caller sees).
     #[error("approval_not_found: no approval request `{0}`")]
     ApprovalNotFound(String),
@@ -141,6 +157,7 @@ impl LoopError {
             Self::PolicyDenied(_) => "loop_policy_denied",
             Self::HookFailed(_) => "loop_hook_failed",
             Self::ApprovalRequired { .. } | Self::AwaitingApproval { .. } => "loop_approval_required",
+            Self::EffectUnconfirmed { .. } => "effect_unconfirmed",
             Self::ApprovalNotFound(_) => "approval_not_found",
             Self::NotResumable(_) => "loop_run_not_resumable",
             Self::Chat(e) => e.code(),

@@ -31,7 +31,7 @@ use polpo_engine::structured::ResponseFormat;
 use polpo_engine::tools::exec::DirectCallError;
 use polpo_engine::{ChatInput, LoopContext, RunEvent, Surface};
 use polpo_llm::ToolChoice;
-use polpo_store::StoreError;
+use polpo_store::{EffectClaim, StoreError};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -899,10 +899,22 @@ impl Run<'_> {
         self.tracer.emit(call);
         let input = self.chat_input(LoopContext::default(), id, Vec::new());
         let runtime = self.exec.runs.runtime();
-        let cancel = tokio_util::sync::CancellationToken::new();
-        let _cancel_on_drop = cancel.clone().drop_guard();
-        let called = runtime.call_tool(&input, tool, arguments.clone(), &cancel, &|_| {}).await?;
-        let mut result = TraceEvent::new(TraceKind::ToolResult, Some(id)).data(facts(json!({})));
+        // A tool step whose call is not replayable goes through the effect ledger (a hook
+        // action is not a step of the run: it runs where it is reached).
+        let ledgered = match hook {
+            None => runtime.tool_effect(&input, tool, &arguments).await.is_some_and(|e| !e.is_replayable()),
+            Some(_) => false,
+        };
+        let (called, recorded) = if ledgered {
+            self.call_once(id, &input, tool, &arguments).await?
+        } else {
+            (self.call_tool(&input, tool, &arguments).await?, false)
+        };
+        let mut result = TraceEvent::new(TraceKind::ToolResult, Some(id)).data(facts(if recorded {
+            json!({"effect": "recorded"})
+        } else {
+            json!({})
+        }));
         result.step = Some(alias.to_owned());
         result.tool = Some(tool.to_owned());
         let outcome = match called {
@@ -929,6 +941,69 @@ impl Run<'_> {
                 self.tracer.emit(result.status(TraceStatus::Failed));
                 Err(e)
             }
+        }
+    }
+
+    /// `tool` called with `arguments` through the engine's gates, as `input`'s agent.
+    async fn call_tool(
+        &self,
+        input: &ChatInput,
+        tool: &str,
+        arguments: &Value,
+    ) -> Result<Result<String, DirectCallError>, LoopError> {
+        let cancel = CancellationToken::new();
+        let _cancel_on_drop = cancel.clone().drop_guard();
+        Ok(self.exec.runs.runtime().call_tool(input, tool, arguments.clone(), &cancel, &|_| {}).await?)
+    }
+
+    /// [`Run::call_tool`] for a side-effecting tool step, through the effect ledger as the
+    /// engine's durable runs do: its intent is recorded before it runs and its outcome after,
+    /// under a key of (run, step, step execution, arguments), which a resumed run reaches
+    /// again. A call whose outcome is recorded is not run again (its outcome is reused: `true`);
+    /// one with an intent but no outcome may or may not have happened (its server stopped in
+    /// between), so the run fails `effect_unconfirmed` instead of running it blindly.
+    async fn call_once(
+        &self,
+        id: &str,
+        input: &ChatInput,
+        tool: &str,
+        arguments: &Value,
+    ) -> Result<(Result<String, DirectCallError>, bool), LoopError> {
+        let digest = Sha256::digest(arguments.to_string().as_bytes());
+        let executed = self.executed.load(Ordering::Relaxed);
+        let key = format!("loop/{}/step/{id}/{executed}/{}", self.run_id, hex::encode(&digest[..16]));
+        let effects = &self.exec.runs.runtime().store().effects;
+        match effects.record_effect_intent(&key).await? {
+            EffectClaim::Fresh => {
+                let called = self.call_tool(input, tool, arguments).await;
+                let outcome = match &called {
+                    Ok(Ok(text)) => json!({"ok": true, "text": text}),
+                    Ok(Err(DirectCallError::InvalidInput(e))) => json!({"ok": false, "invalid": true, "message": e}),
+                    Ok(Err(DirectCallError::Refused(e) | DirectCallError::Failed(e))) => {
+                        json!({"ok": false, "message": e})
+                    }
+                    Err(e) => json!({"ok": false, "message": e.to_string()}),
+                };
+                effects.record_effect_result(&key, outcome).await?;
+                Ok((called?, false))
+            }
+            EffectClaim::Done(effect) => {
+                let outcome = effect.result.unwrap_or_default();
+                let text = outcome.get("text").or_else(|| outcome.get("message")).and_then(Value::as_str);
+                let text = text.unwrap_or_default().to_owned();
+                let called = match (outcome["ok"].as_bool(), outcome["invalid"].as_bool()) {
+                    (Some(true), _) => Ok(text),
+                    (_, Some(true)) => Err(DirectCallError::InvalidInput(text)),
+                    _ => Err(DirectCallError::Failed(text)),
+                };
+                Ok((called, true))
+            }
+            EffectClaim::Pending(effect) => Err(LoopError::EffectUnconfirmed {
+                step: id.to_owned(),
+                tool: tool.to_owned(),
+                key,
+                started_at: effect.created_at.to_rfc3339(),
+            }),
         }
     }
 

@@ -975,3 +975,106 @@ async fn a_human_answer_given_to_another_server_resumes_the_run_there_once() {
     assert_eq!(std::fs::read_to_string(dir.path().join("note.txt")).unwrap(), "once");
     assert_eq!(b.recover().await.unwrap(), 0, "an ended run is not listed live");
 }
+
+/// Stored run `id` put back at the checkpoint before its first step (`start`, nothing
+/// executed, no lease), as a server that died before that step's checkpoint left it; read
+/// back with its revision for a resume.
+async fn rewound(runtime: &Runtime, id: &str, start: &str) -> (polpo_loops::LoopRunRecord, u64) {
+    let records = &runtime.store().records;
+    let stored = records.get_record("loop_runs", id).await.unwrap().unwrap();
+    let mut record: polpo_loops::LoopRunRecord = serde_json::from_value(stored.value).unwrap();
+    record.status = polpo_loops::LoopRunStatus::Running;
+    record.state.frontier = vec![start.to_owned()];
+    record.state.executed = 0;
+    record.state.context = json!({"request": record.state.context["request"]});
+    record.human = None;
+    record.lease = None;
+    let value = serde_json::to_value(&record).unwrap();
+    let written = records.put_record("loop_runs", id, value, Some(stored.revision)).await.unwrap();
+    (record, written.revision)
+}
+
+/// A side-effecting tool step (`bash` appending a line) goes through the effect ledger. A
+/// server that ran it and recorded its outcome, but died before the checkpoint after it: the
+/// run taken over from the checkpoint before the step reuses the recorded outcome and the line
+/// is not appended twice. A server that died while the step ran (its intent recorded, no
+/// outcome): the step may or may not have happened, so the run taking over fails
+/// `effect_unconfirmed` instead of running it again. A read step is not ledgered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_side_effecting_tool_step_a_dead_server_started_is_never_run_again_blindly() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let appended = json!({"start": "append", "steps": {
+        "append": {"type": "tool", "tool": "bash", "input": {"command": "echo x >> out.txt"}, "saveAs": "out", "next": "look"},
+        "look": {"type": "tool", "tool": "read", "input": {"path": "out.txt"}, "next": "ask"},
+        "ask": {"type": "human", "next": "end"}
+    }});
+    let stuck = json!({"start": "append", "steps": {
+        "append": {"type": "tool", "tool": "bash", "input": {"command": "echo y >> stuck.txt; while [ ! -f never ]; do sleep 0.02; done"}}
+    }});
+    let agent = json!({"allowedTools": ["bash", "read"]});
+    let settings = json!({"storage": "sqlite", "chatExecution": "inline"});
+    let (dir, runtime) = runtime_with(&llm, settings, agent, &[("appended", appended), ("stuck", stuck)], &[]).await;
+    let runs = RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) });
+    let exec = Arc::new(LoopExecutor::new(runs, LoopOptions::default()));
+    let lines = |file: &str| std::fs::read_to_string(dir.path().join(file)).unwrap_or_default();
+
+    // Done: the outcome is recorded; the checkpoint after the step is lost.
+    let (run_id, running, mut asked) = suspended(&exec);
+    asked.recv().await.unwrap();
+    let first = stored_when(&exec, &run_id, |r| r.status == polpo_loops::LoopRunStatus::AwaitingHuman).await;
+    running.abort();
+    let _ = running.await;
+    assert_eq!(lines("out.txt"), "x\n");
+    let (record, revision) = rewound(&runtime, &run_id, "append").await;
+    let config = exec.select(&request(json!({}))).unwrap().1;
+    // Another executor (a server taking over) on the same store: the dropped run is still
+    // active in the first one's process.
+    let again = Arc::new(LoopExecutor::new(
+        RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) }),
+        LoopOptions::default(),
+    ));
+    let (resumer, id) = (again.clone(), run_id.clone());
+    let resumed = tokio::spawn(async move { resumer.resume(record, revision, &config, &|_| {}).await });
+    let waiting = stored_when(&exec, &run_id, |r| {
+        r.status == polpo_loops::LoopRunStatus::AwaitingHuman && r.trace.iter().any(|e| e.kind == TraceKind::LoopResume)
+    })
+    .await;
+    assert_eq!(lines("out.txt"), "x\n", "the appending step did not run again");
+    let results: Vec<&TraceEvent> = waiting.trace.iter().filter(|e| e.kind == TraceKind::ToolResult).collect();
+    let effects: Vec<(Option<&str>, Option<&str>)> =
+        results.iter().map(|e| (e.step_key.as_deref(), e.data.as_ref().and_then(|d| d["effect"].as_str()))).collect();
+    assert_eq!(
+        effects,
+        [(Some("append"), None), (Some("look"), None), (Some("append"), Some("recorded")), (Some("look"), None)],
+        "the resumed run reused the recorded outcome; a read step is not ledgered"
+    );
+    assert_eq!(waiting.state.context["out"], first.state.context["out"], "the recorded outcome is the step's output");
+    again.answer_human(&id, None, json!({"ok": true})).await.unwrap();
+    assert_eq!(code(&resumed.await.unwrap()), "ok");
+    assert_eq!(lines("out.txt"), "x\n");
+
+    // Pending: the server stops while the step runs.
+    let mut req = request(json!({}));
+    req.loop_id = Some("stuck".into());
+    let (id, config) = exec.select(&req).unwrap();
+    let run_id = exec.new_run_id();
+    let (runner, rid, cfg) = (exec.clone(), run_id.clone(), config.clone());
+    let running = tokio::spawn(async move { runner.run(&req, &rid, &id, &cfg, &|_| {}).await });
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while lines("stuck.txt").is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the step starts");
+    exec.stop(&run_id);
+    assert_eq!(code(&running.await.unwrap()), "aborted");
+    let (record, revision) = rewound(&runtime, &run_id, "append").await;
+    let finished = tokio::time::timeout(Duration::from_secs(30), again.resume(record, revision, &config, &|_| {}))
+        .await
+        .expect("the resumed run ends");
+    assert_eq!(code(&finished), "effect_unconfirmed", "{:?}", finished.result);
+    assert_eq!(lines("stuck.txt"), "y\n", "the step was not run again");
+    let stored = stored_when(&exec, &run_id, |r| r.status == polpo_loops::LoopRunStatus::Failed).await;
+    assert_eq!(stored.error.unwrap().code, "effect_unconfirmed");
+}
