@@ -375,16 +375,12 @@ impl Orchestrator {
     /// Create a mission (draft); its quality gates' conditions must parse. With a `schedule`
     /// it waits `scheduled` (an ISO instant) or `recurring` (a cron expression) for the
     /// scheduler to fire it ([`Orchestrator::fire_mission`]).
-    pub async fn create_mission(&self, mut mission: Mission) -> Result<StoredMission, OrchestratorError> {
+    pub async fn create_mission(&self, mission: Mission) -> Result<StoredMission, OrchestratorError> {
         mission.validate_gates().map_err(|e| OrchestratorError::Invalid(format!("{}: {e}", e.code())))?;
         missions::check_schedule(&mission, self.ctx.now())
             .map_err(|p| OrchestratorError::Invalid(format!("{}: {}", p.code, p.message)))?;
-        if let Some(schedule) = mission.schedule.as_deref() {
-            mission =
-                polpo_core::tasks::transition_mission(&mission, &missions::schedule_event(schedule), self.ctx.now())?;
-        }
         missions::plan_tasks(&mission, self.ctx.runs.runtime().ids().as_ref(), self.ctx.now())?;
-        let stored = self.ctx.store().missions.create_mission(mission).await?;
+        let stored = missions::arm(&self.ctx, self.ctx.store().missions.create_mission(mission).await?).await?;
         self.ctx.emit(EventKind::MissionSaved, json!({"missionId": stored.mission.id, "name": stored.mission.name}));
         Ok(stored)
     }
