@@ -119,6 +119,13 @@ pub fn schedule_event(schedule: &str) -> MissionEvent {
     if is_instant(schedule) { MissionEvent::Schedule } else { MissionEvent::Recur }
 }
 
+/// A mission just created (the store creates them `draft`) with a `schedule` is set waiting
+/// for it, `scheduled` or `recurring`; one without is returned as it is.
+pub(crate) async fn arm(ctx: &Ctx, created: StoredMission) -> Result<StoredMission, OrchestratorError> {
+    let Some(schedule) = created.mission.schedule.as_deref() else { return Ok(created) };
+    moved(ctx, &created, schedule_event(schedule), None).await
+}
+
 /// Whether `m` runs again at each occurrence of its schedule.
 fn recurs(m: &Mission) -> bool {
     m.schedule.as_deref().is_some_and(|s| !is_instant(s))
