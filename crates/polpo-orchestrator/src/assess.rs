@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use polpo_core::tasks::{ExpectationType, Task, TaskExpectation};
+use polpo_core::tasks::{EvalDimension, ExpectationType, Task, TaskExpectation};
 use polpo_engine::events::EventKind;
 use polpo_tools::ToolContext;
 use polpo_tools::sandbox::{CommandSpec, Confinement, Program, run_command, scrubbed_env};
@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::context::{Ctx, round2};
-use crate::review::{Review, review};
+use crate::dimensions::DimensionSource;
+use crate::review::{Consensus, Review, ReviewMode, review};
 
 /// One check's verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -37,6 +38,15 @@ pub struct CheckResult {
     /// An LLM review's individual reviewers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reviewers: Vec<Value>,
+    /// The dimensions an LLM review scored, with the weights it used.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dimensions: Vec<EvalDimension>,
+    /// Where an LLM review's dimensions came from (given, generated, default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dimension_source: Option<DimensionSource>,
+    /// How an LLM review's reviewers saw the work (its output, or the files too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review_mode: Option<ReviewMode>,
 }
 
 /// One metric's verdict.
@@ -136,6 +146,9 @@ async fn run_check(ctx: &Arc<Ctx>, task: &Task, e: &TaskExpectation, output: &st
         scores: None,
         global_score: None,
         reviewers: Vec::new(),
+        dimensions: Vec::new(),
+        dimension_source: None,
+        review_mode: None,
     };
     match e.kind {
         ExpectationType::Test | ExpectationType::Script => {
@@ -163,14 +176,25 @@ async fn run_check(ctx: &Arc<Ctx>, task: &Task, e: &TaskExpectation, output: &st
             }
         }
         ExpectationType::LlmReview => match review(ctx, task, e, output).await {
-            Ok(Review { passed, global_score, scores, reviewers, summary }) => CheckResult {
-                kind: e.kind,
-                passed,
-                message: format!("score {global_score} (threshold {}): {summary}", e.threshold_or_default()),
-                scores: Some(scores),
-                global_score: Some(global_score),
-                reviewers,
-            },
+            Ok(Review { consensus, dimensions, source, fallback, mode }) => {
+                let Consensus { passed, global_score, scores, reviewers, summary } = consensus;
+                let fallback = fallback.map(|why| format!(" (default dimensions: none generated, {why})"));
+                CheckResult {
+                    kind: e.kind,
+                    passed,
+                    message: format!(
+                        "score {global_score} (threshold {}): {summary}{}",
+                        e.threshold_or_default(),
+                        fallback.unwrap_or_default()
+                    ),
+                    scores: Some(scores),
+                    global_score: Some(global_score),
+                    reviewers,
+                    dimensions,
+                    dimension_source: Some(source),
+                    review_mode: Some(mode),
+                }
+            }
             Err(message) => verdict(false, message),
         },
     }

@@ -1,36 +1,68 @@
 //! The `llm_review` check (inventory §5.4, G-Eval): three independent reviewers score the
-//! work on dimensions, through the judge model (`POLPO_JUDGE_MODEL`, `POLPO_MODEL`,
-//! `settings.orchestratorModel`, else the task agent's own) with structured output
-//! (`ReviewPayload`), in parallel; the consensus is each dimension's median, each score
-//! rounded and clamped to 1–5, and the global score the weighted mean. Output-based review:
-//! the reviewers see the task, the criteria and the agent's answer (file exploration and
-//! generated dimensions are not built yet: the default dimensions are used when none given).
+//! work on dimensions (the check's own, else generated for the task: `dimensions.rs`),
+//! through the judge model (`POLPO_JUDGE_MODEL`, `POLPO_MODEL`, `settings.orchestratorModel`,
+//! else the task agent's own) with structured output (`ReviewPayload`), in parallel; the
+//! consensus is each dimension's median, each score rounded and clamped to 1–5, and the
+//! global score the weighted mean.
+//!
+//! Two modes, as in the reference. **File exploration** when the task's runs created or
+//! edited files: each reviewer may look at the work itself with the read-only `read`, `glob`
+//! and `grep` tools — the agent's own, in its workspace and confinement, the vault's secrets
+//! cut out of what they return — for a bounded number of model calls, then scores.
+//! **Output-based** otherwise: the reviewers see the task, the criteria and the agent's answer.
 
-use std::collections::BTreeMap;
+use polpo_core::tasks::{EvalDimension, Task, TaskExpectation};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
 use std::sync::Arc;
 
-use polpo_core::message::Message;
-use polpo_core::model::ModelSelection;
-use polpo_core::tasks::{EvalDimension, Task, TaskExpectation};
-use polpo_engine::structured::ResponseFormat;
-use polpo_engine::{ChatInput, Surface};
-use serde::Deserialize;
-use serde_json::{Value, json};
-
-use crate::context::{Ctx, round2, run_to_end};
+use crate::context::{Ctx, round2};
+use crate::dimensions::{Chosen, DimensionSource, choose};
+use crate::judge::{Call, ask, bounded, json_format, judge_model};
 
 /// Independent reviewers per review.
 const REVIEWERS: usize = 3;
 /// Most characters of the agent's answer shown to a reviewer.
 const MAX_OUTPUT_CHARS: usize = 12_000;
+/// The read-only tools of a file-exploration review.
+const EXPLORATION_TOOLS: [&str; 3] = ["read", "glob", "grep"];
+/// Most model calls of a file-exploring reviewer (the reference's 20 steps), the scoring
+/// included.
+const MAX_EXPLORATION_TURNS: u32 = 20;
+/// Most file names listed to a reviewer.
+const MAX_LISTED_FILES: usize = 50;
 
-/// A review's consensus.
-pub(crate) struct Review {
+/// How the reviewers saw the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewMode {
+    /// They read the agent's answer.
+    Output,
+    /// They could also read, glob and grep the files the agent created or edited.
+    FileExploration,
+}
+
+/// What the reviewers agree on.
+pub(crate) struct Consensus {
     pub(crate) passed: bool,
+    /// The weighted score, 1–5.
     pub(crate) global_score: f64,
+    /// The median score per dimension.
     pub(crate) scores: Value,
+    /// Each reviewer's own answer.
     pub(crate) reviewers: Vec<Value>,
+    /// The first reviewer's summary.
     pub(crate) summary: String,
+}
+
+/// A review: the consensus, on which dimensions, seen how.
+pub(crate) struct Review {
+    pub(crate) consensus: Consensus,
+    pub(crate) dimensions: Vec<EvalDimension>,
+    pub(crate) source: DimensionSource,
+    /// Why generated dimensions were not used.
+    pub(crate) fallback: Option<String>,
+    pub(crate) mode: ReviewMode,
 }
 
 /// One reviewer's structured answer (`ReviewPayloadSchema`).
@@ -49,98 +81,77 @@ struct DimensionScore {
     reasoning: String,
 }
 
-fn default_dimensions() -> Vec<EvalDimension> {
-    [
-        ("correctness", "The work does what the task asks, without errors."),
-        ("completeness", "Every part of the task is addressed."),
-        ("quality", "The work is clear, well made and maintainable."),
-    ]
-    .into_iter()
-    .map(|(name, description)| EvalDimension {
-        name: name.into(),
-        description: description.into(),
-        weight: None,
-        rubric: BTreeMap::new(),
+fn payload_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "scores": {"type": "array", "items": {
+                "type": "object",
+                "properties": {
+                    "dimension": {"type": "string"},
+                    "score": {"type": "number", "minimum": 1, "maximum": 5},
+                    "reasoning": {"type": "string"}
+                },
+                "required": ["dimension", "score", "reasoning"],
+                "additionalProperties": false
+            }},
+            "summary": {"type": "string"}
+        },
+        "required": ["scores", "summary"],
+        "additionalProperties": false
     })
-    .collect()
 }
 
-fn payload_format() -> Result<ResponseFormat, String> {
-    ResponseFormat::from_wire(&json!({
-        "type": "json_schema",
-        "json_schema": {"name": "review", "strict": true, "schema": {
-            "type": "object",
-            "properties": {
-                "scores": {"type": "array", "items": {
-                    "type": "object",
-                    "properties": {
-                        "dimension": {"type": "string"},
-                        "score": {"type": "number", "minimum": 1, "maximum": 5},
-                        "reasoning": {"type": "string"}
-                    },
-                    "required": ["dimension", "score", "reasoning"],
-                    "additionalProperties": false
-                }},
-                "summary": {"type": "string"}
-            },
-            "required": ["scores", "summary"],
-            "additionalProperties": false
-        }}
-    }))
+/// The files the task's runs created or edited, as the agent named them.
+fn touched_files(task: &Task) -> Vec<&str> {
+    let result = task.result.as_ref();
+    result.iter().flat_map(|r| r.files_created.iter().chain(&r.files_edited)).map(String::as_str).collect()
 }
 
-fn prompt(task: &Task, e: &TaskExpectation, dims: &[EvalDimension], output: &str) -> String {
+fn prompt(task: &Task, e: &TaskExpectation, dims: &[EvalDimension], output: &str, files: &[&str]) -> String {
     let dims: Vec<String> = dims.iter().map(|d| format!("- {}: {}", d.name, d.description)).collect();
-    let shown: String = output.chars().take(MAX_OUTPUT_CHARS).collect();
-    format!(
+    let mut text = format!(
         "You are reviewing work an agent did. Score each dimension from 1 (poor) to 5 (excellent) with a short reasoning, then summarise.\n\nTask: {}\n{}\n\nCriteria: {}\n\nDimensions:\n{}\n\nThe agent's answer:\n{}",
         task.title,
         task.description,
         e.criteria.as_deref().unwrap_or("the task is done well"),
         dims.join("\n"),
-        shown
-    )
-}
-
-/// Environment variable naming the judge model of every review (`provider/model`).
-pub const JUDGE_MODEL_ENV: &str = "POLPO_JUDGE_MODEL";
-/// Environment variable naming the project's default model, the judge's first fallback.
-pub const MODEL_ENV: &str = "POLPO_MODEL";
-
-/// The judge model, as the reference picks it: `POLPO_JUDGE_MODEL`, else `POLPO_MODEL`, else
-/// `settings.orchestratorModel`; `None` leaves the task agent's own model (the reference's last
-/// resort, a fixed Anthropic model, would need a key the project may not have).
-fn judge_model(settings_model: Option<&ModelSelection>) -> Option<ModelSelection> {
-    [JUDGE_MODEL_ENV, MODEL_ENV]
-        .into_iter()
-        .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
-        .map(|id| ModelSelection::Id(id.trim().to_owned()))
-        .or_else(|| settings_model.cloned())
+        bounded(output, MAX_OUTPUT_CHARS)
+    );
+    if !files.is_empty() {
+        let listed: Vec<&str> = files.iter().copied().take(MAX_LISTED_FILES).collect();
+        text.push_str(&format!(
+            "\n\nThe agent created or edited these files ({} in all), relative to the workspace:\n{}\n\nLook at the work itself before scoring: read, glob and grep are yours (read-only, inside the workspace), for at most {} model calls in all. Then score from what you found.",
+            files.len(),
+            listed.join("\n"),
+            MAX_EXPLORATION_TURNS - 2
+        ));
+    }
+    text
 }
 
 /// Review `output` of `task` for expectation `e`: `Err` with a diagnostic when no reviewer
 /// answered.
 pub(crate) async fn review(ctx: &Arc<Ctx>, task: &Task, e: &TaskExpectation, output: &str) -> Result<Review, String> {
-    let agent = task.assign_to.clone().ok_or("the task has no agent to review with")?;
-    let dims = e.dimensions.clone().filter(|d| !d.is_empty()).unwrap_or_else(default_dimensions);
-    let format = payload_format()?;
-    let text = prompt(task, e, &dims, output);
-    let judge = judge_model(ctx.runs.runtime().loaded().project.settings().orchestrator_model.as_ref());
+    let Chosen { dimensions: dims, source, fallback } = choose(ctx, task, e).await;
+    let files = touched_files(task);
+    let (mode, tools, max_turns) = if files.is_empty() {
+        (ReviewMode::Output, Vec::new(), None)
+    } else {
+        (ReviewMode::FileExploration, EXPLORATION_TOOLS.map(String::from).to_vec(), Some(MAX_EXPLORATION_TURNS))
+    };
+    let format = json_format("review", payload_schema())?;
+    let text = prompt(task, e, &dims, output, &files);
+    let judge = judge_model(ctx);
     let reviewers = (0..REVIEWERS).map(|_| {
-        let mut input = ChatInput::new(agent.clone(), vec![Message::user(text.clone())]);
-        input.model = judge.clone();
-        input.surface = Surface::Task;
-        input.response_format = format.clone();
-        input.allowed_tools = Some(Vec::new());
-        let runs = ctx.runs.clone();
-        async move {
-            match run_to_end(&runs, input).await {
-                Ok((_, Ok(answer))) => serde_json::from_str::<ReviewPayload>(&answer.content.unwrap_or_default())
-                    .map_err(|err| format!("unreadable review: {err}")),
-                Ok((_, Err(f))) => Err(format!("{}: {}", f.code, f.message)),
-                Err(err) => Err(format!("{}: {err}", err.code())),
-            }
-        }
+        let call = Call {
+            model: judge.clone(),
+            prompt: text.clone(),
+            format: format.clone(),
+            tools: tools.clone(),
+            max_turns,
+        };
+        async move { ask::<ReviewPayload>(ctx, task, call).await.map_err(|e| format!("reviewer: {e}")) }
     });
     let answers = futures::future::join_all(reviewers).await;
     let mut errors = Vec::new();
@@ -148,11 +159,12 @@ pub(crate) async fn review(ctx: &Arc<Ctx>, task: &Task, e: &TaskExpectation, out
     if payloads.is_empty() {
         return Err(format!("every reviewer failed: {}", errors.join("; ")));
     }
-    Ok(consensus(&dims, &payloads, e.threshold_or_default()))
+    let consensus = consensus(&dims, &payloads, e.threshold_or_default());
+    Ok(Review { consensus, dimensions: dims, source, fallback, mode })
 }
 
 /// Each dimension's median score over the reviewers (rounded, clamped 1–5), weighted.
-fn consensus(dims: &[EvalDimension], payloads: &[ReviewPayload], threshold: f64) -> Review {
+fn consensus(dims: &[EvalDimension], payloads: &[ReviewPayload], threshold: f64) -> Consensus {
     let given: f64 = dims.iter().filter_map(|d| d.weight).sum();
     let weight = |d: &EvalDimension| match d.weight {
         Some(w) if given > 0.0 => w / given,
@@ -188,13 +200,14 @@ fn consensus(dims: &[EvalDimension], payloads: &[ReviewPayload], threshold: f64)
         })
         .collect();
     let summary = payloads.first().map(|p| p.summary.clone()).unwrap_or_default();
-    Review { passed: global_score >= threshold, global_score, scores: Value::Object(scores), reviewers, summary }
+    Consensus { passed: global_score >= threshold, global_score, scores: Value::Object(scores), reviewers, summary }
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::dimensions::default_dimensions;
 
     fn payload(scores: &[(&str, f64)]) -> ReviewPayload {
         ReviewPayload {
