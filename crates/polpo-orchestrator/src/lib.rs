@@ -60,15 +60,19 @@
 //! and hands it to [`Orchestrator::with_runtime`]; `tests/programmatic.rs` does both.
 
 mod assess;
+mod clarify;
 mod context;
+mod dimensions;
 mod drive;
 mod error;
 mod files;
+mod judge;
 mod missions;
 mod orchestrator;
 mod review;
 
 pub use assess::{AssessmentResult, CheckResult, MetricResult};
+pub use dimensions::DimensionSource;
 pub use drive::task_run_id;
 pub use error::OrchestratorError;
 pub use missions::{
