@@ -80,3 +80,4 @@ pub use missions::{
     schedule_event,
 };
 pub use orchestrator::{OpenProject, Orchestrator, OrchestratorOptions};
+pub use review::ReviewMode;
