@@ -120,15 +120,16 @@ async fn steps(ctx: &Arc<Ctx>, mut held: StoredTask, kill: &CancellationToken) -
                             crate::files::record_files(ctx, &answer.session_id, result).await?;
                         }
                         next.session_id = Some(answer.session_id);
-                        // A question while rounds are left is answered first; after that the
-                        // answer is assessed like any other.
-                        let asked = looks_like_question(&text)
-                            .then(|| transition(&next, &TaskEvent::Ask, ctx.now()).ok())
-                            .flatten();
-                        if let Some(asked) = asked {
+                        // A question while rounds are left is answered first (the classifier
+                        // is asked only then); after that the answer is assessed like any other.
+                        let asked = match transition(&next, &TaskEvent::Ask, ctx.now()) {
+                            Ok(asked) => crate::clarify::question_in(ctx, task, &text).await.map(|q| (asked, q)),
+                            Err(_) => None,
+                        };
+                        if let Some((asked, question)) = asked {
                             ctx.emit(
                                 EventKind::TaskQuestion,
-                                json!({"taskId": task.id, "question": text, "round": asked.question_rounds}),
+                                json!({"taskId": task.id, "question": question, "round": asked.question_rounds}),
                             );
                             store_moved(ctx, &held, asked, "ask").await?
                         } else {
