@@ -406,17 +406,3 @@ pub(crate) async fn reassess(ctx: &Arc<Ctx>, held: &StoredTask) -> Result<Stored
     );
     Ok(stored)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::looks_like_question;
-
-    #[test]
-    fn a_short_answer_whose_last_line_asks_is_a_question() {
-        assert!(looks_like_question("Which format should the report use?"));
-        assert!(looks_like_question("I can do it two ways.\nShould I use CSV or JSON?  \n\n"));
-        assert!(!looks_like_question("Done? Yes: report.txt is written."));
-        assert!(!looks_like_question(""));
-        assert!(!looks_like_question(&format!("{}\nAnything else?", "work ".repeat(500))), "long answers are work");
-    }
-}
