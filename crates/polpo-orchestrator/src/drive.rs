@@ -223,19 +223,6 @@ pub fn task_run_id(task: &Task) -> String {
     }
 }
 
-/// Most characters of an answer that may still be a clarifying question (a long answer is
-/// work, whatever its last line says).
-const MAX_QUESTION_CHARS: usize = 2_000;
-
-/// Whether the agent's answer is a question back instead of the work: short, and its last
-/// line asks. (The reference confirms with an LLM classifier; this heuristic alone may take
-/// a closing question for one, which costs at most `maxQuestionRounds` extra runs.)
-fn looks_like_question(text: &str) -> bool {
-    let text = text.trim();
-    text.chars().count() <= MAX_QUESTION_CHARS
-        && text.lines().rev().find(|l| !l.trim().is_empty()).is_some_and(|l| l.trim_end().ends_with('?'))
-}
-
 /// Answer the question `held`'s agent asked (kept in `result.stdout`) as the orchestrator,
 /// with `settings.orchestratorModel` (else the task agent's model) and no tools, append the exchange to the description (the first
 /// description stays in `originalDescription`) and go back to `execution`. When no answer can
