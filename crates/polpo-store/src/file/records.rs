@@ -38,7 +38,11 @@ impl Inner {
 
     fn write_record(&self, idx: &mut Index, record: Record) -> Result<Record, StoreError> {
         let path = self.record_path(&record.collection, &record.id);
-        if let Some(dir) = path.parent() {
+        // A collection holding a record has its folder already: an update (a loop run's
+        // checkpoint) costs the file's write, not a folder's creation and fsync as well.
+        if !idx.records.contains_key(&record.collection)
+            && let Some(dir) = path.parent()
+        {
             fsio::create_dir_durable(dir)?;
         }
         fsio::write_json(&path, &record)?;
