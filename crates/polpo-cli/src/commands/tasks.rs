@@ -119,6 +119,13 @@ enum MissionCommand {
         /// The plan, a JSON file.
         #[arg(long, value_name = "FILE")]
         plan: PathBuf,
+        /// Run it by itself: once at an ISO-8601 instant (`scheduled`), or at each occurrence
+        /// of a cron expression in UTC (`recurring`).
+        #[arg(long, value_name = "WHEN")]
+        schedule: Option<String>,
+        /// When a recurring mission stops recurring (ISO-8601).
+        #[arg(long, value_name = "INSTANT", requires = "schedule")]
+        end_date: Option<String>,
     },
     /// Missions, newest first.
     List {
