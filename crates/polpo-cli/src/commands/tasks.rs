@@ -325,11 +325,12 @@ pub fn run_missions(global: &Global, args: MissionsArgs) -> anyhow::Result<ExitC
     block_on(async move {
         let path = |id: &str, action: &str| format!("/api/v1/missions/{id}/{action}");
         let data = match args.command {
-            MissionCommand::Create { name, plan } => {
+            MissionCommand::Create { name, plan, schedule, end_date } => {
                 let text = std::fs::read_to_string(&plan).with_context(|| format!("cannot read {}", plan.display()))?;
                 let data: Value =
                     serde_json::from_str(&text).with_context(|| format!("{} is not JSON", plan.display()))?;
-                client.call(Method::POST, "/api/v1/missions", Some(json!({"name": name, "data": data}))).await?
+                let body = json!({"name": name, "data": data, "schedule": schedule, "endDate": end_date});
+                client.call(Method::POST, "/api/v1/missions", Some(body)).await?
             }
             MissionCommand::List { json } => {
                 let data = client.call(Method::GET, "/api/v1/missions?limit=1000", None).await?;
