@@ -301,8 +301,21 @@ pub trait TaskStore: Send + Sync {
     /// dependency `done`, its mission (if any) `active`, and no live claim by anyone. Each
     /// claimed task's revision moves, so a worker that read it before cannot move it. Two
     /// workers never get the same task while a claim lives. Highest priority first, then
-    /// oldest.
-    async fn claim_ready(&self, worker: &str, lease: Duration, limit: u32) -> Result<Vec<StoredTask>, StoreError>;
+    /// oldest. A task of an agent named in `agents` is passed over while that agent's tasks
+    /// already claimed or running (by any worker: counted in the claim itself) fill its limit.
+    /// Costs the tasks it looks at in claim order, not every stored task.
+    async fn claim_ready(
+        &self,
+        worker: &str,
+        lease: Duration,
+        limit: u32,
+        agents: &AgentLimits,
+    ) -> Result<Vec<StoredTask>, StoreError>;
+
+    /// Delete task `id` for good and return it: `not_found` when there is none; a `conflict`
+    /// when it is being worked on (assigned, running, in review or under a live claim: kill
+    /// it first) or other tasks depend on it (delete them first).
+    async fn delete_task(&self, id: &str) -> Result<StoredTask, StoreError>;
 
     /// Hold task `id` for `worker` until `lease` from now, whatever its status: renews the
     /// worker's own claim (the revision stays, so the holder's next update still applies), or
