@@ -13,7 +13,7 @@ use crate::model::{
     NewSession, Record, Run, RunEvent, RunFilter, RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
 };
 use crate::page::{Page, PageRequest};
-use crate::work::{MissionFilter, StoredMission, StoredTask, TaskFilter};
+use crate::work::{AgentLimits, MissionFilter, StoredMission, StoredTask, TaskFilter};
 use polpo_core::tasks::{Mission, Task};
 
 /// Sessions and their messages.
