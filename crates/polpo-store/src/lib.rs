@@ -65,7 +65,7 @@ pub use page::{Cursor, Page, PageRequest};
 pub use shared::{EventFeed, FeedEvent, NewFeedEvent, RunCommand, RunCommands, Shared, Signal, Signals};
 pub use sql::{PgStore, SqliteStore};
 pub use traits::{EffectLedger, MissionStore, RecordStore, RunStore, SessionStore, TaskStore};
-pub use work::{MissionFilter, StoredMission, StoredTask, TaskClaim, TaskFilter};
+pub use work::{AgentLimits, MissionFilter, StoredMission, StoredTask, TaskClaim, TaskFilter};
 
 /// Which backend holds the project's state (`settings.storage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
