@@ -26,6 +26,8 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "tasks", include_str!("../../migrations/postgres/0004_tasks.sql")),
     (5, "memory_items", include_str!("../../migrations/postgres/0005_memory_items.sql")),
     (6, "many_servers", include_str!("../../migrations/postgres/0006_many_servers.sql")),
+    (7, "running_runs", include_str!("../../migrations/postgres/0007_running_runs.sql")),
+    (8, "task_agent", include_str!("../../migrations/postgres/0008_task_agent.sql")),
 ];
 
 /// The oldest running run without a live lease. `FOR UPDATE … SKIP LOCKED` lets concurrent
