@@ -48,7 +48,13 @@ const FENCE_LOCK: &str = "SELECT lease_generation FROM runs WHERE id = $1 FOR SH
 
 /// Ready tasks to claim, passing over rows another claimer has locked (`SKIP LOCKED`); the
 /// claim columns re-checked on the locked row make a double claim impossible.
-const CLAIM_READY_TASKS: &str = super::work::claim_ready_sql!("FOR UPDATE OF t SKIP LOCKED");
+const CLAIM_READY_TASKS: &str =
+    super::work::claim_ready_sql!("FOR UPDATE OF t SKIP LOCKED", "SELECT json_array_elements_text($3::json)");
+
+/// Taken by a claim that counts agents' places, until it commits: claimers on every server
+/// take turns, so each sees the places the others took (an agent's `maxConcurrency` holds
+/// across servers).
+const CLAIM_LOCK: Option<&str> = Some("SELECT pg_advisory_xact_lock(hashtext('polpo_task_claims'))");
 
 /// The channel a new run is announced on, so idle workers wake instead of polling.
 pub const RUNS_CHANNEL: &str = "polpo_runs";
