@@ -24,6 +24,8 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "tasks", include_str!("../../migrations/sqlite/0004_tasks.sql")),
     (5, "memory_items", include_str!("../../migrations/sqlite/0005_memory_items.sql")),
     (6, "lease_generation", include_str!("../../migrations/sqlite/0006_lease_generation.sql")),
+    (7, "running_runs", include_str!("../../migrations/sqlite/0007_running_runs.sql")),
+    (8, "task_agent", include_str!("../../migrations/sqlite/0008_task_agent.sql")),
 ];
 
 /// The oldest running run without a live lease. SQLite has one writer at a time (the
