@@ -44,7 +44,10 @@ const CLAIM_NEXT_RUN: &str = "WITH next AS ( \
 const FENCE_LOCK: &str = "SELECT lease_generation FROM runs WHERE id = $1";
 
 /// Ready tasks to claim; one claimer at a time already (`BEGIN IMMEDIATE`), so no row locks.
-const CLAIM_READY_TASKS: &str = super::work::claim_ready_sql!("");
+const CLAIM_READY_TASKS: &str = super::work::claim_ready_sql!("", "SELECT value FROM json_each($3)");
+
+/// Claimers already take turns (`BEGIN IMMEDIATE`): no lock to take.
+const CLAIM_LOCK: Option<&str> = None;
 
 /// Nobody else shares a SQLite file across machines: nothing to wake.
 const ANNOUNCE_RUN: Option<&str> = None;
