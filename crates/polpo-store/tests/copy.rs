@@ -72,7 +72,7 @@ async fn fill(t: &TestStore) {
         ..Task::new("", "ship", "", start_time())
     };
     t.store.tasks.create_task(ship).await.unwrap();
-    t.store.tasks.claim_ready("w", std::time::Duration::from_secs(60), 10).await.unwrap();
+    t.store.tasks.claim_ready("w", std::time::Duration::from_secs(60), 10, &Default::default()).await.unwrap();
 }
 
 fn counts(r: &CopyReport) -> (u64, u64, u64, u64, u64, u64, u64, u64) {
