@@ -127,6 +127,8 @@ pub enum EventKind {
     TaskAnswered,
     /// A done or failed task was assessed again on request (bus).
     TaskReassessed,
+    /// A task was deleted (bus).
+    TaskRemoved,
     /// A schedule's occurrence started its invocation (bus).
     ScheduleFired,
     /// A schedule's occurrence was later than its grace and not caught up (bus).
