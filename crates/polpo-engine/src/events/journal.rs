@@ -144,7 +144,7 @@ pub enum EventKind {
 }
 
 /// (kind, journal name, bus name): the one table of event names.
-const NAMES: [(EventKind, Option<&str>, Option<&str>); 59] = [
+const NAMES: [(EventKind, Option<&str>, Option<&str>); 60] = [
     (EventKind::SessionCreated, None, Some("session:created")),
     (EventKind::MessageAdded, None, Some("message:added")),
     (EventKind::ModelRouted, None, Some("model:routed")),
