@@ -199,6 +199,7 @@ const NAMES: [(EventKind, Option<&str>, Option<&str>); 60] = [
     (EventKind::TaskQuestion, None, Some("task:question")),
     (EventKind::TaskAnswered, None, Some("task:answered")),
     (EventKind::TaskReassessed, None, Some("task:reassessed")),
+    (EventKind::TaskRemoved, None, Some("task:removed")),
     (EventKind::ScheduleFired, None, Some("schedule:fired")),
     (EventKind::ScheduleMissed, None, Some("schedule:missed")),
     (EventKind::ScheduleFailed, None, Some("schedule:failed")),
