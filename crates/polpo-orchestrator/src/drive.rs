@@ -16,6 +16,7 @@ use polpo_engine::events::EventKind;
 use polpo_engine::meter::Meter;
 use polpo_engine::{ChatInput, Failure, RunAnswer, Surface};
 use polpo_store::StoredTask;
+use polpo_store::work::escalated_agent;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -194,14 +195,6 @@ async fn steps(ctx: &Arc<Ctx>, mut held: StoredTask, kill: &CancellationToken) -
             TaskStatus::Done | TaskStatus::AwaitingApproval | TaskStatus::Draft => return Ok(()),
         };
     }
-}
-
-/// The agent for the next assignment: the `fallbackAgent` once `escalateAfter` retries were
-/// used, else the task's own.
-pub(crate) fn escalated_agent(task: &Task) -> Option<String> {
-    let policy = task.retry_policy.as_ref()?;
-    let after = policy.escalate_after?;
-    (task.retries >= after).then(|| policy.fallback_agent.clone()).flatten()
 }
 
 /// The model for the current attempt: the `escalateModel` once `escalateAfter` retries were

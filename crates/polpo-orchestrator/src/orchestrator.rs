@@ -1,7 +1,8 @@
 //! The loop and the operations people call (through the REST API and the CLI): each pass
 //! moves missions along, takes over tasks whose worker died, claims ready tasks up to the
-//! free slots (no agent running more of them here than its `maxConcurrency`) and drives each
-//! in a task of its own, and reports a deadlock when pending tasks can never become ready.
+//! free slots (the store counts each agent's tasks against its `maxConcurrency` in the claim
+//! itself, across every server sharing it) and drives each in a task of its own, and reports
+//! a deadlock when pending tasks can never become ready.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -12,13 +13,14 @@ use polpo_core::tasks::{FailReason, Mission, MissionEvent, MissionStatus, Task, 
 use polpo_engine::Runtime;
 use polpo_engine::events::EventKind;
 use polpo_engine::runs::{RunManager, RunOptions};
-use polpo_store::{StoredMission, StoredTask, TaskFilter};
+use polpo_store::work::MAX_CLAIM;
+use polpo_store::{AgentLimits, StoredMission, StoredTask, TaskFilter};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::Ctx;
 pub use crate::context::OrchestratorOptions;
-use crate::drive::{apply, drive, escalated_agent};
+use crate::drive::{apply, drive};
 use crate::error::OrchestratorError;
 use crate::missions::{self, MissionReport};
 
@@ -34,13 +36,7 @@ pub struct Orchestrator {
 struct Running {
     /// Cancelled to kill the task.
     kill: CancellationToken,
-    /// The agent it runs as, counted against that agent's `maxConcurrency`.
-    agent: Option<String>,
 }
-
-/// Most ready tasks one pass sets aside because their agent is at its `maxConcurrency`, while
-/// it looks for tasks of other agents to fill the free slots.
-const MAX_SET_ASIDE: usize = 100;
 
 impl Orchestrator {
     /// An orchestrator whose agent runs go through `runs`; its worker id is the run manager's
@@ -154,30 +150,16 @@ impl Orchestrator {
         self.pass().await.map(drop)
     }
 
-    /// Whether `agent` already runs as many tasks here as its `maxConcurrency` allows. The
-    /// count is of this process's tasks: with several servers on one store, each may run that
-    /// many.
-    fn agent_full(&self, agent: Option<&str>) -> bool {
-        let Some(agent) = agent else { return false };
-        let limit = self.ctx.runs.runtime().loaded().project.agents.get(agent).and_then(|a| a.config.max_concurrency);
-        limit.is_some_and(|limit| {
-            let running = self.active().values().filter(|r| r.agent.as_deref() == Some(agent)).count();
-            running >= limit as usize
-        })
+    /// Each agent's `maxConcurrency`, for the store to count in a claim.
+    fn agent_limits(&self) -> AgentLimits {
+        let agents = &self.ctx.runs.runtime().loaded().project.agents;
+        agents.iter().filter_map(|(name, a)| Some((name.clone(), a.config.max_concurrency?))).collect()
     }
 
     /// One pass; the number of tasks it started (or took over).
     async fn pass(self: &Arc<Self>) -> Result<usize, OrchestratorError> {
         missions::advance(&self.ctx).await?;
-        let mut started = self.take_over_orphans().await?;
-        // Ready tasks whose agent is full stay claimed until the pass ends, so the next claim
-        // brings other agents' tasks instead of them; then they are released.
-        let mut set_aside: Vec<String> = Vec::new();
-        let claimed = self.claim_into_free_slots(&mut set_aside, &mut started).await;
-        for id in &set_aside {
-            self.ctx.store().tasks.release_task(id, &self.ctx.worker).await?;
-        }
-        claimed?;
+        let started = self.take_over_orphans().await? + self.claim_into_free_slots().await?;
         if started == 0 && self.active().is_empty() {
             self.check_deadlock().await?;
         }
@@ -185,48 +167,57 @@ impl Orchestrator {
         Ok(started)
     }
 
-    /// Claim ready tasks and start them while slots are free; a task whose agent is full
-    /// goes to `set_aside` (still claimed, for the caller to release).
-    async fn claim_into_free_slots(
-        self: &Arc<Self>,
-        set_aside: &mut Vec<String>,
-        started: &mut usize,
-    ) -> Result<(), OrchestratorError> {
-        loop {
-            let free = self.slots().saturating_sub(self.active().len());
-            if free == 0 || set_aside.len() >= MAX_SET_ASIDE {
-                return Ok(());
-            }
-            let limit = u32::try_from(free.min(100)).unwrap_or(100);
-            let claimed = self.ctx.store().tasks.claim_ready(&self.ctx.worker, self.ctx.options.lease, limit).await?;
-            let mut any_set_aside = false;
-            for held in claimed {
-                if let Some(mission) = &held.task.mission_id
-                    && !missions::may_start(&self.ctx, mission, &held.task.title).await?
-                {
-                    self.ctx.store().tasks.release_task(&held.task.id, &self.ctx.worker).await?;
-                    continue;
+    /// Claim ready tasks into the free slots (the store passes over the tasks of agents at
+    /// their `maxConcurrency`) and start them; the number started. The tasks of one mission
+    /// are checked against its flow (checkpoints, delays, gates) together, once per claim.
+    async fn claim_into_free_slots(self: &Arc<Self>) -> Result<usize, OrchestratorError> {
+        let free = self.slots().saturating_sub(self.active().len());
+        if free == 0 {
+            return Ok(0);
+        }
+        let store = self.ctx.store();
+        let limit = u32::try_from(free).unwrap_or(MAX_CLAIM).min(MAX_CLAIM);
+        let claimed =
+            store.tasks.claim_ready(&self.ctx.worker, self.ctx.options.lease, limit, &self.agent_limits()).await?;
+        let mut by_mission: HashMap<String, Vec<StoredTask>> = HashMap::new();
+        let mut started = 0;
+        for held in claimed {
+            match held.task.mission_id.clone() {
+                Some(mission) => by_mission.entry(mission).or_default().push(held),
+                None => {
+                    started += 1;
+                    self.start(held);
                 }
-                if self.agent_full(runs_as(&held.task).as_deref()) {
-                    set_aside.push(held.task.id.clone());
-                    any_set_aside = true;
-                    continue;
-                }
-                *started += 1;
-                self.start(held);
-            }
-            // Without a task set aside, the claim took every ready task it could.
-            if !any_set_aside {
-                return Ok(());
             }
         }
+        for (mission, held) in by_mission {
+            let titles: Vec<&str> = held.iter().map(|h| h.task.title.as_str()).collect();
+            let may = missions::may_start(&self.ctx, &mission, &titles).await;
+            let may = match may {
+                Ok(may) => may,
+                Err(e) => {
+                    for h in &held {
+                        store.tasks.release_task(&h.task.id, &self.ctx.worker).await?;
+                    }
+                    return Err(e);
+                }
+            };
+            for (h, may) in held.into_iter().zip(may) {
+                if may {
+                    started += 1;
+                    self.start(h);
+                } else {
+                    store.tasks.release_task(&h.task.id, &self.ctx.worker).await?;
+                }
+            }
+        }
+        Ok(started)
     }
 
     fn start(self: &Arc<Self>, held: StoredTask) {
         let kill = CancellationToken::new();
         let id = held.task.id.clone();
-        let agent = runs_as(&held.task);
-        self.active().insert(id.clone(), Running { kill: kill.clone(), agent });
+        self.active().insert(id.clone(), Running { kill: kill.clone() });
         let me = self.clone();
         tokio::spawn(async move {
             drive(me.ctx.clone(), held, kill).await;
@@ -236,7 +227,9 @@ impl Orchestrator {
     }
 
     /// Take over the assigned, running and reviewed tasks whose worker's claim lapsed (it
-    /// died) or that nobody holds (approved tasks): they go on here.
+    /// died) or that nobody holds (approved tasks): they go on here. They already count
+    /// against their agent's `maxConcurrency` in the store, so taking one over changes nothing
+    /// there.
     async fn take_over_orphans(self: &Arc<Self>) -> Result<usize, OrchestratorError> {
         let now = self.ctx.now();
         let mut taken = 0;
@@ -244,11 +237,7 @@ impl Orchestrator {
             let filter = TaskFilter { status: Some(status), ..Default::default() };
             for t in missions::all_tasks(&self.ctx, &filter).await? {
                 let lapsed = t.claim.as_ref().is_none_or(|c| c.expires_at <= now);
-                if !lapsed
-                    || self.active().contains_key(&t.task.id)
-                    || self.active().len() >= self.slots()
-                    || self.agent_full(runs_as(&t.task).as_deref())
-                {
+                if !lapsed || self.active().contains_key(&t.task.id) || self.active().len() >= self.slots() {
                     continue;
                 }
                 let Ok(held) =
@@ -313,6 +302,18 @@ impl Orchestrator {
     /// The task, or `not_found`.
     pub async fn task(&self, id: &str) -> Result<StoredTask, OrchestratorError> {
         self.ctx.store().tasks.get_task(id).await?.ok_or_else(|| OrchestratorError::NotFound(format!("no task `{id}`")))
+    }
+
+    /// Delete task `id` for good and announce it (`task:removed`). Refused (`conflict`) while
+    /// it is being worked on (kill it first, then delete it) or while other tasks depend on it.
+    pub async fn delete_task(&self, id: &str) -> Result<StoredTask, OrchestratorError> {
+        let removed = self.ctx.store().tasks.delete_task(id).await?;
+        self.ctx.emit(
+            EventKind::TaskRemoved,
+            json!({"taskId": id, "title": removed.task.title, "missionId": removed.task.mission_id}),
+        );
+        self.wake();
+        Ok(removed)
     }
 
     /// Apply a person's `event` to task `id`: the task is held for the write (a task another
@@ -455,14 +456,5 @@ impl OpenProject {
         let runtime =
             polpo_assemble::open(self.project).await.map_err(|e| OrchestratorError::Invalid(format!("{e:#}")))?;
         Ok(Orchestrator::with_runtime(runtime))
-    }
-}
-
-/// The agent `task` runs as once driven: a pending task's next assignment (its fallback agent
-/// after `escalateAfter` retries), else the agent it is assigned to.
-fn runs_as(task: &Task) -> Option<String> {
-    match task.status {
-        TaskStatus::Pending => escalated_agent(task).or_else(|| task.assign_to.clone()),
-        _ => task.assign_to.clone(),
     }
 }

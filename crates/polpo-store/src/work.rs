@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use polpo_core::tasks::{self as core, Mission, MissionStatus, Task, TaskStatus};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -61,6 +61,92 @@ pub struct TaskFilter {
 pub struct MissionFilter {
     /// Only missions in this status.
     pub status: Option<MissionStatus>,
+}
+
+/// Most tasks of each agent (by name) claimed or running at once across every worker that
+/// shares the store: each agent's `maxConcurrency`. An agent not named is not limited.
+/// `claim_ready` counts the tasks already taken in the claim itself, so the limit holds
+/// however many servers claim at once.
+pub type AgentLimits = BTreeMap<String, u32>;
+
+/// The agent a pending task's next assignment goes to: its `fallbackAgent` once
+/// `escalateAfter` retries were used, else none (it keeps its own).
+pub fn escalated_agent(task: &Task) -> Option<String> {
+    let policy = task.retry_policy.as_ref()?;
+    let after = policy.escalate_after?;
+    (task.retries >= after).then(|| policy.fallback_agent.clone()).flatten()
+}
+
+/// The agent whose `maxConcurrency` a task counts against: a pending task's next assignment
+/// (see [`escalated_agent`]), else the agent it is assigned to. Stored beside the task so a
+/// claim can count an agent's tasks without reading them.
+pub fn runs_as(task: &Task) -> Option<String> {
+    match task.status {
+        TaskStatus::Pending => escalated_agent(task).or_else(|| task.assign_to.clone()),
+        _ => task.assign_to.clone(),
+    }
+}
+
+/// Whether `t` takes one of its agent's places at `now`: assigned, running or in review, or
+/// pending or failed under a live claim (claimed to start, or about to be retried).
+pub(crate) fn occupies_agent(t: &StoredTask, now: DateTime<Utc>) -> bool {
+    match t.task.status {
+        TaskStatus::Assigned | TaskStatus::InProgress | TaskStatus::Review => true,
+        TaskStatus::Pending | TaskStatus::Failed => t.claim.as_ref().is_some_and(|c| c.expires_at > now),
+        _ => false,
+    }
+}
+
+/// The places each limited agent has left during one claim.
+pub(crate) struct AgentBudget(HashMap<String, u32>);
+
+impl AgentBudget {
+    /// `limits` less the places the tasks of `occupied` (one agent name per task taking a
+    /// place) already take.
+    pub(crate) fn new<'a>(limits: &AgentLimits, occupied: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut left: HashMap<String, u32> = limits.iter().map(|(a, n)| (a.clone(), *n)).collect();
+        for agent in occupied {
+            if let Some(n) = left.get_mut(agent) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        Self(left)
+    }
+
+    /// Take a place for a task of `agent`: false when the agent is full.
+    pub(crate) fn take(&mut self, agent: Option<&str>) -> bool {
+        match agent.and_then(|a| self.0.get_mut(a)) {
+            Some(0) => false,
+            Some(n) => {
+                *n -= 1;
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// The limited agents with no place left.
+    pub(crate) fn full(&self) -> Vec<&str> {
+        self.0.iter().filter(|(_, n)| **n == 0).map(|(a, _)| a.as_str()).collect()
+    }
+}
+
+/// Why `t` may not be deleted now, if it may not: a task being worked on (assigned, running,
+/// in review, or under a live claim) is a `conflict` (kill it first), and so is a task other
+/// tasks depend on (`dependents` names them; delete them first).
+pub(crate) fn check_deletable(t: &StoredTask, dependents: &[String], now: DateTime<Utc>) -> Result<(), StoreError> {
+    let id = &t.task.id;
+    let held = t.claim.as_ref().is_some_and(|c| c.expires_at > now);
+    if held || matches!(t.task.status, TaskStatus::Assigned | TaskStatus::InProgress | TaskStatus::Review) {
+        return Err(StoreError::Conflict(format!("task `{id}` is being worked on ({}): kill it first", t.task.status)));
+    }
+    if !dependents.is_empty() {
+        return Err(StoreError::Conflict(format!(
+            "task `{id}` is a dependency of {}: delete those first",
+            dependents.iter().map(|d| format!("`{d}`")).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    Ok(())
 }
 
 /// Most tasks one `claim_ready` call hands out.
@@ -253,19 +339,13 @@ pub(crate) fn check_name_free<'a>(
     Ok(())
 }
 
-/// The order tasks are handed out in: highest priority first, then oldest, then by id.
-pub(crate) fn claim_order(a: &StoredTask, b: &StoredTask) -> std::cmp::Ordering {
-    b.task
-        .priority
-        .total_cmp(&a.task.priority)
-        .then(a.task.created_at.cmp(&b.task.created_at))
-        .then(a.task.id.cmp(&b.task.id))
-}
-
-/// The size of a claim batch, refusing 0 and more than [`MAX_CLAIM`].
-pub(crate) fn claim_limit(limit: u32) -> Result<usize, StoreError> {
+/// The size of a claim batch, refusing 0 and more than [`MAX_CLAIM`], and an agent limit of 0.
+pub(crate) fn claim_limit(limit: u32, agents: &AgentLimits) -> Result<usize, StoreError> {
     if limit == 0 || limit > MAX_CLAIM {
         return Err(StoreError::Invalid(format!("claim 1-{MAX_CLAIM} tasks at a time")));
+    }
+    if let Some((agent, _)) = agents.iter().find(|(_, n)| **n == 0) {
+        return Err(StoreError::Invalid(format!("agent `{agent}`: a limit of tasks at once is at least 1")));
     }
     Ok(limit as usize)
 }

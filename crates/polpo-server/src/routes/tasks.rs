@@ -1,7 +1,7 @@
 //! Tasks (inventory §3.2): `/api/v1/tasks…`. Create (a draft, or pending and run by the
 //! orchestrator as soon as its dependencies are done), list newest first with a cursor, read,
-//! edit while not running, and the actions `queue`, `retry`, `kill`, `reassess`, `approve`,
-//! `reject`.
+//! edit while not running, delete while not running, and the actions `queue`, `retry`,
+//! `kill`, `reassess`, `approve`, `reject`.
 //! Every move goes through the orchestrator, so it follows the task state machine.
 
 use crate::error::{ApiError, ErrorCode, RestError, ok};
@@ -23,7 +23,7 @@ pub fn router() -> Router<Arc<AppState>> {
     for prefix in ["/api/v1", "/v1"] {
         router = router
             .route(&format!("{prefix}/tasks"), get(list).post(create))
-            .route(&format!("{prefix}/tasks/{{id}}"), get(get_one).patch(patch))
+            .route(&format!("{prefix}/tasks/{{id}}"), get(get_one).patch(patch).delete(remove))
             .route(&format!("{prefix}/tasks/{{id}}/queue"), post(queue))
             .route(&format!("{prefix}/tasks/{{id}}/retry"), post(retry))
             .route(&format!("{prefix}/tasks/{{id}}/kill"), post(kill))
@@ -169,6 +169,13 @@ async fn patch(
     let updated = state.runtime.store().tasks.update_task(task, stored.revision).await?;
     state.orchestrator.wake();
     Ok(ok(updated.task))
+}
+
+/// `DELETE /api/v1/tasks/{{id}}` → `{removed: true}` (`task:removed` on the event bus). A task
+/// being worked on is a `conflict` (kill it first), and so is a task others depend on.
+async fn remove(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
+    state.orchestrator.delete_task(&id).await?;
+    Ok(ok(json!({"removed": true})))
 }
 
 /// `POST /api/v1/tasks/{{id}}/queue` → `{queued: true, task}` (draft → pending).

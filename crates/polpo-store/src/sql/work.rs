@@ -1,37 +1,46 @@
 //! `TaskStore` and `MissionStore` over SQL: tasks with their dependency rows and worker
 //! claims, and missions.
 
-/// The claim query of `claim_ready`, the same on both drivers but for `$lock`, the row
+/// The candidates of `claim_ready`, the same on both drivers but for `$lock`, the row
 /// locking clause (PostgreSQL: skip rows another claimer holds; SQLite: none, its write
-/// transaction is already exclusive). Binds: worker, claim expiry, now, limit.
+/// transaction is already exclusive), and `$list`, a subquery of the strings of a JSON array
+/// bound as `$3` (the agents with no place left). Ready tasks in claim order through the
+/// index of pending tasks, so it reads the tasks it returns and the pending ones before them.
+/// Binds: now, limit, full agents (JSON array).
 macro_rules! claim_ready_sql {
-    ($lock:literal) => {
+    ($lock:literal, $list:literal) => {
         concat!(
-            "WITH next AS (SELECT t.id FROM tasks t \
-               WHERE t.status = 'pending' AND (t.claim_expires_at IS NULL OR t.claim_expires_at <= $3) \
-                 AND NOT EXISTS (SELECT 1 FROM task_dependencies d JOIN tasks u ON u.id = d.depends_on \
-                                 WHERE d.task_id = t.id AND u.status <> 'done') \
-                 AND (t.mission_id IS NULL OR EXISTS (SELECT 1 FROM missions m \
-                                                      WHERE m.id = t.mission_id AND m.status = 'active')) \
-               ORDER BY t.priority DESC, t.created_at, t.id LIMIT $4 ",
-            $lock,
-            ") UPDATE tasks SET claimed_by = $1, claim_expires_at = $2, revision = revision + 1 \
-             WHERE id IN (SELECT id FROM next) \
-             RETURNING body, revision, claimed_by, claim_expires_at"
+            "SELECT t.id, t.agent FROM tasks t \
+             WHERE t.status = 'pending' AND (t.claim_expires_at IS NULL OR t.claim_expires_at <= $1) \
+               AND NOT EXISTS (SELECT 1 FROM task_dependencies d JOIN tasks u ON u.id = d.depends_on \
+                               WHERE d.task_id = t.id AND u.status <> 'done') \
+               AND (t.mission_id IS NULL OR EXISTS (SELECT 1 FROM missions m \
+                                                    WHERE m.id = t.mission_id AND m.status = 'active')) \
+               AND (t.agent IS NULL OR t.agent NOT IN (",
+            $list,
+            ")) ORDER BY t.priority DESC, t.created_at, t.id LIMIT $2 ",
+            $lock
         )
     };
 }
 pub(crate) use claim_ready_sql;
 
+/// The agent of each task taking one of its agent's places (see `work::occupies_agent`).
+/// Binds: now.
+pub(crate) const OCCUPYING: &str = "SELECT agent FROM tasks WHERE agent IS NOT NULL \
+     AND (status IN ('assigned', 'in_progress', 'review') \
+          OR (claimed_by IS NOT NULL AND status IN ('pending', 'failed') AND claim_expires_at > $1))";
+
 /// Stamped out per driver by `sql_store_impl!` in the parent module, which also defines
-/// `CLAIM_READY_TASKS` in the driver module.
+/// `CLAIM_READY_TASKS` and `CLAIM_LOCK` in the driver module.
 macro_rules! sql_work {
     ($store:ty, $row:ty) => {
         mod work_impl {
             use super::*;
             use polpo_core::tasks::{Mission, Task};
 
-            use crate::work::{self, MissionFilter, StoredMission, StoredTask, TaskClaim, TaskFilter};
+            use crate::work::{self, AgentBudget, AgentLimits, MissionFilter, StoredMission, StoredTask, TaskClaim, TaskFilter};
+            use crate::sql::work::OCCUPYING;
             use crate::traits::{MissionStore, TaskStore};
 
             const TASK_COLUMNS: &str = "body, revision, claimed_by, claim_expires_at";
@@ -126,8 +135,8 @@ macro_rules! sql_work {
                         let t = &s.task;
                         // A taken id or an unfinished task's title is a unique violation: `conflict`.
                         sqlx::query(
-                            "INSERT INTO tasks (id, title, status, mission_id, priority, created_at, revision, body) \
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                            "INSERT INTO tasks (id, title, status, mission_id, priority, created_at, revision, body, agent) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                         )
                         .bind(&t.id)
                         .bind(&t.title)
@@ -137,6 +146,7 @@ macro_rules! sql_work {
                         .bind(t.created_at.timestamp_millis())
                         .bind(to_db(s.revision))
                         .bind(to_text(t)?)
+                        .bind(work::runs_as(t))
                         .execute(&mut *tx)
                         .await?;
                     }
@@ -183,35 +193,97 @@ macro_rules! sql_work {
                     let current = Self::locked_row(&mut *tx, "tasks", TASK_COLUMNS, "task", &task.id, task_from_row).await?;
                     let next = work::updated_task(&current, task, expected_revision, now)?;
                     let t = &next.task;
-                    sqlx::query("UPDATE tasks SET title = $2, status = $3, priority = $4, revision = $5, body = $6 WHERE id = $1")
+                    sqlx::query("UPDATE tasks SET title = $2, status = $3, priority = $4, revision = $5, body = $6, agent = $7 WHERE id = $1")
                         .bind(&t.id)
                         .bind(&t.title)
                         .bind(t.status.as_str())
                         .bind(t.priority)
                         .bind(to_db(next.revision))
                         .bind(to_text(t)?)
+                        .bind(work::runs_as(t))
                         .execute(&mut *tx)
                         .await?;
                     tx.commit().await?;
                     Ok(next)
                 }
 
-                async fn claim_ready(&self, worker: &str, lease: Duration, limit: u32) -> Result<Vec<StoredTask>, StoreError> {
+                async fn claim_ready(
+                    &self,
+                    worker: &str,
+                    lease: Duration,
+                    limit: u32,
+                    agents: &AgentLimits,
+                ) -> Result<Vec<StoredTask>, StoreError> {
                     let ttl = model::lease_ttl(lease)?;
-                    let limit = work::claim_limit(limit)?;
+                    let limit = work::claim_limit(limit, agents)?;
                     let now = self.now();
                     let mut tx = self.tx().await?;
-                    let rows = sqlx::query(CLAIM_READY_TASKS)
-                        .bind(worker)
-                        .bind((now + ttl).timestamp_millis())
-                        .bind(now.timestamp_millis())
-                        .bind(to_db(limit as u64))
-                        .fetch_all(&mut *tx)
-                        .await?;
+                    let mut budget = AgentBudget::new(agents, std::iter::empty());
+                    if !agents.is_empty() {
+                        // Claimers of agents with limits take turns, so each counts the
+                        // places the others took.
+                        if let Some(lock) = CLAIM_LOCK {
+                            sqlx::query(lock).execute(&mut *tx).await?;
+                        }
+                        let rows = sqlx::query(OCCUPYING).bind(now.timestamp_millis()).fetch_all(&mut *tx).await?;
+                        let occupying = rows.iter().map(|r| r.try_get::<String, _>("agent")).collect::<Result<Vec<_>, _>>()?;
+                        budget = AgentBudget::new(agents, occupying.iter().map(String::as_str));
+                    }
+                    let mut claimed = Vec::new();
+                    // A round passes over the agents found full; one that fills up during a
+                    // round sends the claim round again without it (at most once per agent).
+                    for _ in 0..=agents.len() {
+                        let want = limit - claimed.len();
+                        let full = serde_json::to_string(&budget.full()).map_err(|e| StoreError::Invalid(e.to_string()))?;
+                        let candidates = sqlx::query(CLAIM_READY_TASKS)
+                            .bind(now.timestamp_millis())
+                            .bind(to_db(want as u64))
+                            .bind(full)
+                            .fetch_all(&mut *tx)
+                            .await?;
+                        let mut passed_over = false;
+                        for row in &candidates {
+                            let agent: Option<String> = row.try_get("agent")?;
+                            if !budget.take(agent.as_deref()) {
+                                passed_over = true;
+                                continue;
+                            }
+                            let id: String = row.try_get("id")?;
+                            let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+                                "UPDATE tasks SET claimed_by = $1, claim_expires_at = $2, revision = revision + 1 \
+                                 WHERE id = $3 RETURNING {TASK_COLUMNS}"
+                            )))
+                            .bind(worker)
+                            .bind((now + ttl).timestamp_millis())
+                            .bind(&id)
+                            .fetch_one(&mut *tx)
+                            .await?;
+                            claimed.push(task_from_row(&row)?);
+                        }
+                        if !passed_over || claimed.len() == limit {
+                            break;
+                        }
+                    }
                     tx.commit().await?;
-                    let mut claimed = rows.iter().map(task_from_row).collect::<Result<Vec<_>, _>>()?;
-                    claimed.sort_by(work::claim_order);
                     Ok(claimed)
+                }
+
+                async fn delete_task(&self, id: &str) -> Result<StoredTask, StoreError> {
+                    let now = self.now();
+                    let mut tx = self.tx().await?;
+                    let current = Self::locked_row(&mut *tx, "tasks", TASK_COLUMNS, "task", id, task_from_row).await?;
+                    let dependents: Vec<String> = sqlx::query("SELECT task_id FROM task_dependencies WHERE depends_on = $1 ORDER BY task_id")
+                        .bind(id)
+                        .fetch_all(&mut *tx)
+                        .await?
+                        .iter()
+                        .map(|r| r.try_get("task_id"))
+                        .collect::<Result<_, _>>()?;
+                    work::check_deletable(&current, &dependents, now)?;
+                    sqlx::query("DELETE FROM task_dependencies WHERE task_id = $1").bind(id).execute(&mut *tx).await?;
+                    sqlx::query("DELETE FROM tasks WHERE id = $1").bind(id).execute(&mut *tx).await?;
+                    tx.commit().await?;
+                    Ok(current)
                 }
 
                 async fn hold_task(&self, id: &str, worker: &str, lease: Duration) -> Result<StoredTask, StoreError> {
@@ -253,8 +325,8 @@ macro_rules! sql_work {
                         return Err(StoreError::Invalid(format!("task `{}`: import its dependencies and mission first", t.id)));
                     }
                     let inserted = sqlx::query(
-                        "INSERT INTO tasks (id, title, status, mission_id, priority, created_at, revision, claimed_by, claim_expires_at, body) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING",
+                        "INSERT INTO tasks (id, title, status, mission_id, priority, created_at, revision, claimed_by, claim_expires_at, body, agent) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING",
                     )
                     .bind(&t.id)
                     .bind(&t.title)
@@ -266,6 +338,7 @@ macro_rules! sql_work {
                     .bind(stored.claim.as_ref().map(|c| c.worker.as_str()))
                     .bind(stored.claim.as_ref().map(|c| c.expires_at.timestamp_millis()))
                     .bind(to_text(t)?)
+                    .bind(work::runs_as(t))
                     .execute(&mut *tx)
                     .await?;
                     if inserted.rows_affected() == 0 {

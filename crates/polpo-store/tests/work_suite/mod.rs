@@ -8,7 +8,7 @@ use chrono::Duration as Span;
 use polpo_core::tasks::{
     FailReason, Mission, MissionEvent, MissionStatus, Task, TaskEvent, TaskStatus, transition, transition_mission,
 };
-use polpo_store::{Clock, ImportOutcome, MissionFilter, PageRequest, StoreError, StoredTask, TaskFilter};
+use polpo_store::{AgentLimits, Clock, ImportOutcome, MissionFilter, PageRequest, StoreError, StoredTask, TaskFilter};
 use serde_json::json;
 
 use crate::support::{TestStore, start_time};
@@ -158,8 +158,13 @@ pub async fn a_batch_of_tasks_is_created_whole_or_not_at_all(t: &TestStore) {
     assert_eq!(everything().await, 4, "a refused batch creates nothing");
     assert_eq!(s.get_task("fresh").await.unwrap(), None);
 
-    let mut ready: Vec<String> =
-        s.claim_ready("w", Duration::from_secs(60), 10).await.unwrap().into_iter().map(|x| x.task.id).collect();
+    let mut ready: Vec<String> = s
+        .claim_ready("w", Duration::from_secs(60), 10, &AgentLimits::new())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|x| x.task.id)
+        .collect();
     ready.sort();
     let mut expected = vec![stored.task.id.clone(), "docs".to_owned()];
     expected.sort();
@@ -224,36 +229,47 @@ pub async fn ready_tasks_are_claimed_once_in_priority_order(t: &TestStore) {
     let d = s.create_task(Task { mission_id: Some(m.mission.id.clone()), ..task("d") }).await.unwrap();
     s.create_task(Task { status: TaskStatus::Draft, ..task("e") }).await.unwrap();
 
-    let first = s.claim_ready("w1", lease, 10).await.unwrap();
+    let first = s.claim_ready("w1", lease, 10, &AgentLimits::new()).await.unwrap();
     let ids = |v: &[StoredTask]| v.iter().map(|x| x.task.id.clone()).collect::<Vec<_>>();
     assert_eq!(ids(&first), [c.task.id.as_str(), a.task.id.as_str()], "ready only, highest priority first");
     assert!(first.iter().all(|x| x.revision == 2 && x.claim.as_ref().map(|c| c.worker.as_str()) == Some("w1")));
     assert_eq!(first[0].claim.as_ref().unwrap().expires_at, start_time() + Span::seconds(60));
-    assert!(s.claim_ready("w2", lease, 10).await.unwrap().is_empty(), "claimed tasks are not offered again");
+    assert!(
+        s.claim_ready("w2", lease, 10, &AgentLimits::new()).await.unwrap().is_empty(),
+        "claimed tasks are not offered again"
+    );
     assert_eq!(code(step(t, &a, TaskEvent::Assign { agent: None }).await), "conflict", "a claim moves the revision");
 
     let mut a = first[1].clone();
     for e in [TaskEvent::Assign { agent: None }, TaskEvent::Start, TaskEvent::Submit, TaskEvent::Pass] {
         a = step(t, &a, e).await.unwrap();
     }
-    assert_eq!(ids(&s.claim_ready("w2", lease, 10).await.unwrap()), [b.task.id.as_str()], "its dependency is done");
+    assert_eq!(
+        ids(&s.claim_ready("w2", lease, 10, &AgentLimits::new()).await.unwrap()),
+        [b.task.id.as_str()],
+        "its dependency is done"
+    );
     let active = transition_mission(&m.mission, &MissionEvent::Execute, start_time()).unwrap();
     t.store.missions.update_mission(active, m.revision).await.unwrap();
-    assert_eq!(ids(&s.claim_ready("w2", lease, 10).await.unwrap()), [d.task.id.as_str()], "its mission is active");
+    assert_eq!(
+        ids(&s.claim_ready("w2", lease, 10, &AgentLimits::new()).await.unwrap()),
+        [d.task.id.as_str()],
+        "its mission is active"
+    );
 
     t.clock.advance(Span::seconds(61));
-    let again = s.claim_ready("w3", lease, 1).await.unwrap();
+    let again = s.claim_ready("w3", lease, 1, &AgentLimits::new()).await.unwrap();
     assert_eq!(ids(&again), [c.task.id.as_str()], "a lapsed claim on a still pending task is claimable again");
     assert_eq!(again[0].revision, 3);
-    assert_eq!(code(s.claim_ready("w3", lease, 0).await), "invalid_input");
-    assert_eq!(code(s.claim_ready("w3", Duration::ZERO, 1).await), "invalid_input");
+    assert_eq!(code(s.claim_ready("w3", lease, 0, &AgentLimits::new()).await), "invalid_input");
+    assert_eq!(code(s.claim_ready("w3", Duration::ZERO, 1, &AgentLimits::new()).await), "invalid_input");
 }
 
 pub async fn a_running_task_is_held_renewed_and_taken_over_once_its_claim_lapses(t: &TestStore) {
     let s = &t.store.tasks;
     let lease = Duration::from_secs(60);
     s.create_task(task("long job")).await.unwrap();
-    let mut held = s.claim_ready("w1", lease, 1).await.unwrap().remove(0);
+    let mut held = s.claim_ready("w1", lease, 1, &AgentLimits::new()).await.unwrap().remove(0);
     for e in [TaskEvent::Assign { agent: None }, TaskEvent::Start] {
         held = step(t, &held, e).await.unwrap();
     }
@@ -291,7 +307,8 @@ pub async fn concurrent_claimers_never_get_the_same_task(t: &TestStore) {
         workers.push(tokio::spawn(async move {
             let mut mine = Vec::new();
             loop {
-                let got = s.claim_ready(&format!("w{w}"), Duration::from_secs(60), 3).await.unwrap();
+                let got =
+                    s.claim_ready(&format!("w{w}"), Duration::from_secs(60), 3, &AgentLimits::new()).await.unwrap();
                 if got.is_empty() {
                     break mine;
                 }
@@ -305,7 +322,8 @@ pub async fn concurrent_claimers_never_get_the_same_task(t: &TestStore) {
     }
     // A claimer racing another may see "nothing" early; a final sweep picks up any leftovers.
     loop {
-        let got = t.store.tasks.claim_ready("sweeper", Duration::from_secs(60), 100).await.unwrap();
+        let got =
+            t.store.tasks.claim_ready("sweeper", Duration::from_secs(60), 100, &AgentLimits::new()).await.unwrap();
         if got.is_empty() {
             break;
         }
@@ -314,6 +332,107 @@ pub async fn concurrent_claimers_never_get_the_same_task(t: &TestStore) {
     let unique: HashSet<_> = claimed.iter().cloned().collect();
     assert_eq!(unique.len(), claimed.len(), "no task claimed twice");
     assert_eq!(unique, all, "every task claimed");
+}
+
+fn limits(pairs: &[(&str, u32)]) -> AgentLimits {
+    pairs.iter().map(|(a, n)| ((*a).to_owned(), *n)).collect()
+}
+
+fn assigned(title: &str, agent: &str) -> Task {
+    Task { assign_to: Some(agent.into()), ..task(title) }
+}
+
+pub async fn an_agents_tasks_are_claimed_only_up_to_its_limit_by_every_worker_together(t: &TestStore) {
+    let s = &t.store.tasks;
+    let lease = Duration::from_secs(60);
+    let only_a = limits(&[("a", 2)]);
+    for i in 0..5 {
+        s.create_task(assigned(&format!("a{i}"), "a")).await.unwrap();
+    }
+    s.create_task(assigned("b0", "b")).await.unwrap();
+    s.create_task(assigned("b1", "b")).await.unwrap();
+    s.create_task(task("nobody's")).await.unwrap();
+    let agents = |v: &[StoredTask]| {
+        let mut a: Vec<String> = v.iter().map(|x| x.task.assign_to.clone().unwrap_or_default()).collect();
+        a.sort();
+        a
+    };
+    let first = s.claim_ready("w1", lease, 10, &only_a).await.unwrap();
+    assert_eq!(agents(&first), ["", "a", "a", "b", "b"], "two of a's five; unlimited agents all");
+    assert!(s.claim_ready("w2", lease, 10, &only_a).await.unwrap().is_empty(), "w1's claims fill a's places");
+
+    // a's first task runs, then finishes: running it keeps its place, done frees it.
+    let mut running = first.iter().find(|x| x.task.assign_to.as_deref() == Some("a")).unwrap().clone();
+    for e in [TaskEvent::Assign { agent: None }, TaskEvent::Start] {
+        running = step(t, &running, e).await.unwrap();
+    }
+    s.release_task(&running.task.id, "w1").await.unwrap();
+    assert!(s.claim_ready("w2", lease, 10, &only_a).await.unwrap().is_empty(), "a running task keeps its place");
+    for e in [TaskEvent::Submit, TaskEvent::Pass] {
+        running = step(t, &running, e).await.unwrap();
+    }
+    let next = s.claim_ready("w2", lease, 10, &only_a).await.unwrap();
+    assert_eq!(agents(&next), ["a"], "a finished task frees its place, for any worker");
+    assert_eq!(code(s.claim_ready("w2", lease, 10, &limits(&[("a", 0)])).await), "invalid_input");
+
+    // Pending tasks whose claims lapsed hold no place.
+    t.clock.advance(Span::seconds(61));
+    let again = s.claim_ready("w3", lease, 10, &limits(&[("a", 3)])).await.unwrap();
+    assert_eq!(agents(&again), ["", "a", "a", "a", "b", "b"]);
+}
+
+pub async fn concurrent_claimers_never_exceed_an_agents_limit(t: &TestStore) {
+    for i in 0..30 {
+        t.store.tasks.create_task(assigned(&format!("job {i}"), "a")).await.unwrap();
+    }
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let s = t.store.tasks.clone();
+        workers.push(tokio::spawn(async move {
+            let mut mine = 0;
+            for _ in 0..5 {
+                mine += s
+                    .claim_ready(&format!("w{w}"), Duration::from_secs(60), 2, &limits(&[("a", 3)]))
+                    .await
+                    .unwrap()
+                    .len();
+            }
+            mine
+        }));
+    }
+    let mut claimed = 0;
+    for w in workers {
+        claimed += w.await.unwrap();
+    }
+    assert_eq!(claimed, 3, "four workers claiming at once took a's three places, no more");
+}
+
+pub async fn a_task_is_deleted_unless_worked_on_or_depended_on(t: &TestStore) {
+    let s = &t.store.tasks;
+    let lease = Duration::from_secs(60);
+    let a = s.create_task(task("a")).await.unwrap();
+    let b = s.create_task(Task { depends_on: vec![a.task.id.clone()], ..task("b") }).await.unwrap();
+    assert_eq!(code(s.delete_task(&a.task.id).await), "conflict", "b depends on a");
+    let deleted = s.delete_task(&b.task.id).await.unwrap();
+    assert_eq!(deleted.task.id, b.task.id);
+    assert_eq!(s.get_task(&b.task.id).await.unwrap(), None);
+    assert_eq!(code(s.delete_task(&b.task.id).await), "not_found");
+    s.create_task(task("b")).await.expect("a deleted task's title is free again");
+
+    let mut held = s.claim_ready("w1", lease, 10, &AgentLimits::new()).await.unwrap().remove(0);
+    assert_eq!(held.task.id, a.task.id);
+    assert_eq!(code(s.delete_task(&a.task.id).await), "conflict", "claimed to start");
+    for e in [TaskEvent::Assign { agent: None }, TaskEvent::Start] {
+        held = step(t, &held, e).await.unwrap();
+    }
+    s.release_task(&a.task.id, "w1").await.unwrap();
+    assert_eq!(code(s.delete_task(&a.task.id).await), "conflict", "running, even with no live claim");
+    held = step(t, &held, TaskEvent::Fail { reason: FailReason::Forced }).await.unwrap();
+    assert_eq!(held.task.status, TaskStatus::Failed);
+    s.delete_task(&a.task.id).await.unwrap();
+    let left = s.list_tasks(&TaskFilter::default(), &PageRequest::default()).await.unwrap().items;
+    assert_eq!(left.iter().map(|x| x.task.title.as_str()).collect::<Vec<_>>(), ["b"]);
+    assert!(s.claim_ready("w1", lease, 10, &AgentLimits::new()).await.unwrap().iter().all(|x| x.task.title == "b"));
 }
 
 pub async fn missions_round_trip_and_move_only_along_their_table(t: &TestStore) {
@@ -380,7 +499,7 @@ pub async fn a_mission_with_a_claimed_task(
     let m =
         t.store.missions.create_mission(Mission { status: MissionStatus::Active, ..mission("kept") }).await.unwrap();
     t.store.tasks.create_task(Task { mission_id: Some(m.mission.id.clone()), ..task("kept") }).await.unwrap();
-    let claimed = t.store.tasks.claim_ready("w", Duration::from_secs(60), 10).await.unwrap();
+    let claimed = t.store.tasks.claim_ready("w", Duration::from_secs(60), 10, &AgentLimits::new()).await.unwrap();
     assert_eq!(claimed.len(), 1);
     a_mission_with_a_claimed_task_reread(t, &m.mission.id).await
 }
