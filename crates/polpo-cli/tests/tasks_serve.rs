@@ -241,6 +241,13 @@ async fn a_task_whose_checks_keep_failing_is_fixed_then_retried_then_failed() {
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")), "{body}");
 }
 
+/// The judge's dimensions for a review whose check names none: the three `review` scores.
+fn dimensions() -> Turn {
+    let dims = ["correctness", "completeness", "quality"]
+        .map(|d| json!({"name": d, "description": format!("the {d} of the work"), "weight": 0.3}));
+    Turn::json(json!({"dimensions": dims}))
+}
+
 /// One reviewer's structured answer scoring every default dimension `score`.
 fn review(score: u32) -> Turn {
     let dims = ["correctness", "completeness", "quality"]
@@ -262,13 +269,15 @@ fn gated_plan(name: &str, threshold: f64) -> Value {
 async fn a_quality_gate_blocks_its_tasks_until_the_score_passes_and_fails_the_mission_when_it_does_not() {
     polpo_llm::install_crypto_provider();
     let llm = FakeLlm::start([
-        // Mission "low": A, three reviewers at 3, B never runs.
+        // Mission "low": A, the judge's dimensions, three reviewers at 3, B never runs.
         Turn::text("A written."),
+        dimensions(),
         review(3),
         review(3),
         review(3),
-        // Mission "high": A, three reviewers at 5, then B.
+        // Mission "high": A, the judge's dimensions, three reviewers at 5, then B.
         Turn::text("A written well."),
+        dimensions(),
         review(5),
         review(5),
         review(5),
@@ -323,8 +332,11 @@ async fn a_quality_gate_blocks_its_tasks_until_the_score_passes_and_fails_the_mi
     let tasks = get(format!("{}/api/v1/tasks?missionId={id}&status=failed", server.url)).await;
     let b = &tasks["tasks"][0];
     assert!(b["result"]["stderr"].as_str().unwrap().contains("quality gate `bar` failed"), "{b}");
-    assert_eq!(llm.requests().len(), 4, "B never reached the model");
-    let reviews = &llm.requests()[1..4];
+    assert_eq!(llm.requests().len(), 5, "B never reached the model");
+    let judged = &llm.requests()[1];
+    assert_eq!(judged.body["response_format"]["json_schema"]["name"], "review_dimensions", "no dimensions given");
+    assert_eq!(judged.body["model"], "judge-model");
+    let reviews = &llm.requests()[2..5];
     assert!(
         reviews.iter().all(|r| r.body["response_format"]["type"] == "json_schema"),
         "reviewers ask for the payload"
@@ -337,8 +349,8 @@ async fn a_quality_gate_blocks_its_tasks_until_the_score_passes_and_fails_the_mi
     assert_eq!((report["avgScore"].as_f64(), report["qualityThreshold"].as_f64()), (Some(5.0), Some(4.5)), "{report}");
     assert_eq!(report["qualityGates"][0]["status"], "passed", "{report}");
     assert_eq!(high["data"]["progress"]["gates"]["bar"]["passed"], true, "{high}");
-    assert_eq!(llm.requests().len(), 9);
-    assert!(user_text(&llm.requests()[8].body).contains("Task: B"), "B ran after the gate passed");
+    assert_eq!(llm.requests().len(), 11);
+    assert!(user_text(&llm.requests()[10].body).contains("Task: B"), "B ran after the gate passed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -395,9 +407,12 @@ async fn reassess_runs_the_checks_again_on_a_finished_task_and_keeps_the_history
 async fn an_agents_question_is_answered_by_the_orchestrator_up_to_two_rounds_then_the_task_goes_on() {
     polpo_llm::install_crypto_provider();
     let llm = FakeLlm::start([
+        // Each question is confirmed by the classifier (no call once the rounds are used up).
         Turn::text("Which format should the report use?"),
+        Turn::json(json!({"isQuestion": true, "question": "Which format should the report use?"})),
         Turn::text("Plain text."),
         Turn::text("And which file name?"),
+        Turn::json(json!({"isQuestion": true, "question": "And which file name?"})),
         Turn::text("report.txt"),
         Turn::text("Written. Shall I also add a title?"),
     ])
@@ -426,11 +441,12 @@ async fn an_agents_question_is_answered_by_the_orchestrator_up_to_two_rounds_the
     assert_eq!(done["result"]["stdout"], "Written. Shall I also add a title?", "the third question is the answer");
 
     let requests = llm.requests();
-    assert_eq!(requests.len(), 5);
-    let asked = user_text(&requests[1].body);
+    assert_eq!(requests.len(), 7);
+    assert_eq!(requests[1].body["response_format"]["json_schema"]["name"], "question_check");
+    let asked = user_text(&requests[2].body);
     assert!(asked.contains("asked a question instead") && asked.contains("Which format"), "{asked}");
-    assert!(requests[1].body["tools"].as_array().is_none_or(Vec::is_empty), "the orchestrator answers without tools");
-    assert!(user_text(&requests[2].body).contains("Answer: Plain text."), "the agent runs again with the answer");
+    assert!(requests[2].body["tools"].as_array().is_none_or(Vec::is_empty), "the orchestrator answers without tools");
+    assert!(user_text(&requests[3].body).contains("Answer: Plain text."), "the agent runs again with the answer");
     let run = get(format!("{}/v1/runs/task-{id}-r0-f0-q2", server.url)).await;
     assert_eq!(run["status"], "completed", "each round is its own run: {run}");
 }
