@@ -260,7 +260,7 @@ impl LoopRunRecord {
         loop {
             let found = store.list_records(&trace_collection(&self.id), &page).await?;
             for stored in found.items {
-                let chunk: TraceChunk = serde_json::from_value(stored.value).map_err(|e| {
+                let chunk: TraceChunk<TraceEvent> = serde_json::from_value(stored.value).map_err(|e| {
                     LoopError::RunRecordInvalid(format!("loop run `{}` trace chunk `{}`: {e}", self.id, stored.id))
                 })?;
                 for (seq, event) in (chunk.from..).zip(chunk.events).take_while(|(seq, _)| *seq <= flushed) {
@@ -289,10 +289,10 @@ impl LoopRunRecord {
 /// Trace entries `from`, `from + 1`, … of a run, stored apart by the writer whose claim on
 /// the run made revision `epoch`.
 #[derive(Debug, Serialize, Deserialize)]
-struct TraceChunk {
+struct TraceChunk<E> {
     epoch: u64,
     from: u64,
-    events: Vec<TraceEvent>,
+    events: Vec<E>,
 }
 
 /// A run's record writer, the holder of its lease: every write expects the revision the
@@ -317,6 +317,10 @@ struct Written {
     flushed: u64,
     /// This writer's lease (its expiry as last written).
     lease: Lease,
+    /// The JSON of the trace entries after the first `flushed`, as the last write stored
+    /// them (or fewer): a checkpoint converts only the entries added since, not the whole
+    /// tail again.
+    tail: Vec<Value>,
 }
 
 impl Checkpoints {
@@ -336,7 +340,7 @@ impl Checkpoints {
             expires_at: clock.now(),
             generation: previous.map_or(0, |l| l.generation) + 1,
         };
-        let written = Written { revision, claim: None, flushed, lease };
+        let written = Written { revision, claim: None, flushed, lease, tail: Vec::new() };
         Self { store, clock, id: id.to_owned(), ttl, written: tokio::sync::Mutex::new(written) }
     }
 
@@ -360,29 +364,39 @@ impl Checkpoints {
     /// not yet stored apart reach [`TRACE_TAIL_MAX`], they go first to a chunk of their own
     /// (never on the first write: the writer has no claim yet to name it by).
     pub(crate) async fn save(&self, mut record: LoopRunRecord, tracer: &Tracer<'_>) -> Result<(), LoopError> {
+        let invalid = |e: serde_json::Error| LoopError::RunRecordInvalid(e.to_string());
         let mut written = self.written.lock().await;
         let mut flushed = written.flushed;
-        let mut tail = tracer.since(flushed as usize);
+        // Taken: a write that fails leaves it empty, and the next one converts the whole tail.
+        let mut tail = std::mem::take(&mut written.tail);
+        for event in tracer.since(flushed as usize + tail.len()) {
+            tail.push(serde_json::to_value(&event).map_err(invalid)?);
+        }
         if let Some(epoch) = written.claim
             && tail.len() >= TRACE_TAIL_MAX
         {
             let chunk = TraceChunk { epoch, from: flushed + 1, events: std::mem::take(&mut tail) };
             flushed += chunk.events.len() as u64;
-            let value = serde_json::to_value(&chunk).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
+            let value = serde_json::to_value(&chunk).map_err(invalid)?;
             let name = format!("{:012}-{epoch:012}", chunk.from);
             self.store.put_record(&trace_collection(&self.id), &name, value, None).await?;
         }
-        record.trace = tail;
+        record.trace = Vec::new();
         record.trace_flushed = flushed;
         let lease = Lease { expires_at: self.expiry(), ..written.lease.clone() };
         record.lease = record.status.is_held().then(|| lease.clone());
-        let value = serde_json::to_value(&record).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
+        let mut value = serde_json::to_value(&record).map_err(invalid)?;
+        value["trace"] = Value::Array(tail);
         match self.store.put_record(LOOP_RUNS, &self.id, value, Some(written.revision)).await {
-            Ok(stored) => {
+            Ok(mut stored) => {
                 written.revision = stored.revision;
                 written.claim.get_or_insert(stored.revision);
                 written.flushed = flushed;
                 written.lease = lease;
+                // The tail as written, back from the stored record rather than cloned for it.
+                if let Value::Array(tail) = stored.value["trace"].take() {
+                    written.tail = tail;
+                }
                 Ok(())
             }
             Err(StoreError::Conflict(_)) => Err(self.refused(&written.lease).await),
