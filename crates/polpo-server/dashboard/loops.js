@@ -2,6 +2,9 @@
 // picked from the list, shows its trace in order and its context; a run waiting on a human step
 // shows a form for that step's `output.schema`, answered through
 // `POST /api/v1/loop-runs/{id}/human` (the server validates the answer; its refusal is shown).
+// The view follows the live feed: a `loop_run:trace` event of the shown run adds its row to the
+// trace as it happens, and a run's turning point (`loop_run:started`, `…:awaiting_human`,
+// `…:completed`, `…:failed`, `…:resumed`) reloads the list and the shown run.
 'use strict';
 
 const loops = { run: null };
@@ -41,7 +44,7 @@ async function loadApprovals(selected) {
 function traceRow(e) {
   const where = e.type === 'transition' ? `${e.fromStepKey || e.from || '?'} → ${e.toStepKey || e.to || '?'}` : e.stepKey || e.step || '';
   const extra = e.data && e.type === 'transition' && e.data.label ? e.data.label : e.data && short(e.data, 300);
-  return el('li', { className: 'trace-event ' + (e.status || ''), dataset: { type: e.type, step: e.stepKey || e.toStepKey || '' } },
+  return el('li', { className: 'trace-event ' + (e.status || ''), dataset: { id: e.id, type: e.type, step: e.stepKey || e.toStepKey || '' } },
     el('span', { className: 'muted' }, e.id), el('span', { className: 'name' }, e.type), where,
     e.tool ? ` · tool ${e.tool}` : '', e.status ? ` · ${e.status}` : '', e.when ? ` · when ${e.when}` : '',
     e.error ? el('span', { className: 'error' }, ' · ' + e.error) : '', extra ? el('span', { className: 'muted' }, ' · ' + extra) : '');
@@ -117,5 +120,15 @@ async function showLoopRun(id) {
 }
 
 $('approvals-refresh').addEventListener('click', guard(() => loadApprovals(loops.run)));
-// A gate asked for or decided elsewhere shows without a click.
-onLive(['approval:*'], coalesce(async () => { if (currentView() === 'approvals') await loadApprovals(loops.run); }));
+// A gate asked for or decided elsewhere, or a loop run reaching a turning point, shows without a click.
+const reloadApprovals = coalesce(async () => { if (currentView() === 'approvals') await loadApprovals(loops.run); });
+onLive(['approval:*', 'loop_run:started', 'loop_run:resumed', 'loop_run:awaiting_human', 'loop_run:completed', 'loop_run:failed'], reloadApprovals);
+// The shown run's trace grows as it runs (a row already shown, by its trace id, is not added twice).
+onLive(['loop_run:trace'], (f) => {
+  let e;
+  try { e = JSON.parse(f.data); } catch { return; }
+  const list = $('loop-trace');
+  if (currentView() !== 'approvals' || e.loopRunId !== loops.run || !list) return;
+  if ([...list.children].some((li) => li.dataset.id === e.id)) return;
+  list.append(traceRow(e));
+});
