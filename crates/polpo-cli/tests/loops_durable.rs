@@ -477,3 +477,65 @@ async fn postgres_a_server_paused_past_its_loop_lease_writes_nothing_once_it_wak
     })
     .await;
 }
+
+/// Two servers on one PostgreSQL: a run started on A waits at its human step, stored without a
+/// lease, and the person's answer is posted to B. An answer the stored `output.schema` refuses
+/// is refused; the valid one is stored with the run, and B resumes and completes it — the tool
+/// step before it is not run again, and the run goes on once (a second answer, to A, is
+/// refused). A, whose chat was still open, lets the run go (`lease_lost`) and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_human_answer_posted_to_the_other_server_completes_the_run_once() {
+    on_postgres(|settings| async move {
+        polpo_llm::install_crypto_provider();
+        let llm = FakeLlm::start([]).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        project(dir.path(), settings);
+        let base = llm.base_url();
+        let env =
+            [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
+        let a = ServerProcess::start("serve", dir.path(), &["--worker-id", "a"], &env);
+        let b = ServerProcess::start("serve", dir.path(), &["--worker-id", "b"], &env);
+        let (id, chat) = start_loop(&a.url).await;
+        let waiting = until(&b.url, &id, |r| r["status"] == "awaiting_human").await;
+        assert!(waiting.get("lease").is_none(), "a run waiting for a person holds no lease: {waiting}");
+
+        let client = reqwest::Client::new();
+        let answer = |url: &str, output: Value| {
+            client.post(format!("{url}/api/v1/loop-runs/{id}/human")).json(&json!({"output": output})).send()
+        };
+        let refused = answer(&b.url, json!({"ok": "yes"})).await.unwrap();
+        assert_eq!(refused.status(), 400);
+        assert_eq!(refused.json::<Value>().await.unwrap()["code"], "loop_human_output_invalid");
+        let accepted = answer(&b.url, json!({"ok": true})).await.unwrap();
+        assert_eq!(accepted.status(), 200);
+        let again = answer(&a.url, json!({"ok": false})).await.unwrap();
+        assert_eq!(again.status(), 404, "answered once");
+
+        let done = until(&b.url, &id, |r| r["status"] != "awaiting_human" && r["status"] != "running").await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(done["output"], json!({"ok": true}));
+        assert!(done.get("lease").is_none(), "an ended run holds no lease: {done}");
+        let trace = types(&done);
+        let count = |kind: &str| trace.iter().filter(|t| *t == kind).count();
+        assert_eq!(
+            [
+                count("tool.call"),
+                count("human.request"),
+                count("human.result"),
+                count("loop.resume"),
+                count("loop.error")
+            ],
+            [1, 1, 1, 1, 0],
+            "{trace:?}"
+        );
+        assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "one\n", "the tool step ran once");
+
+        // A's chat, still open, ends: the run went on on B. A wrote nothing after B's answer.
+        let ended = tokio::time::timeout(EVENTUALLY, chat.text()).await.expect("A's chat ends").unwrap();
+        assert!(ended.contains("lease_lost"), "{ended}");
+        let after = loop_run(&a.url, &id).await;
+        assert_eq!((after["status"].clone(), after["trace"].clone()), (done["status"].clone(), done["trace"].clone()));
+        assert!(llm.requests().is_empty(), "a tool-and-human loop never asks the model");
+    })
+    .await;
+}
