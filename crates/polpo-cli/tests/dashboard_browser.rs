@@ -379,8 +379,9 @@ async fn a_mission_moves_live_in_the_dashboard_and_a_loop_run_waits_for_a_human_
         (r.status().as_u16(), r.json::<Value>().await.unwrap())
     });
     browser.open(&format!("{}/#approvals", server.url)).await;
+    // Listed, and once shown followed, from the live feed (loop_run:* events): no refresh clicked.
     let listed = "return !!document.querySelector('#loop-run-list li.loop-run[data-status=\"awaiting_human\"] a')";
-    browser.until("the loop run awaiting a person", listed, json!([]), Some("#approvals-refresh")).await;
+    browser.until("the loop run awaiting a person", listed, json!([]), None).await;
     browser.click_when_shown("the loop run", "#loop-run-list li.loop-run[data-status='awaiting_human'] a").await;
     let form = "return !!document.querySelector('#loop-run-detail form.human-form[data-step=\"review\"] input[name=\"decision\"]') && !!document.querySelector('#loop-trace li.trace-event[data-type=\"human.request\"]')";
     browser.until("the human step's form", form, json!([]), None).await;
