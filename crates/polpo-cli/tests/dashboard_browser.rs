@@ -395,7 +395,7 @@ async fn a_mission_moves_live_in_the_dashboard_and_a_loop_run_waits_for_a_human_
     browser.click("#loop-run-detail form.human-form button").await;
     let done =
         "const d = document.querySelector('#loop-run-detail'); return !!d && d.textContent.includes('Statuscompleted')";
-    browser.until("the loop run completed", done, json!([]), Some("#approvals-refresh")).await;
+    browser.until("the loop run completed", done, json!([]), None).await;
     let (status, body) = answered.await.unwrap();
     assert_eq!(status, 200, "{body}");
 
