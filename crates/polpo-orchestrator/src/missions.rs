@@ -59,7 +59,7 @@ pub fn mission_schedule_id(id: &str) -> String {
 /// invocation starts a run of the mission (`legacy_mission`, the reference's translation of a
 /// mission schedule). A problem points at `/schedule` or `/endDate` with the parsers' codes
 /// (`invalid_time`, `invalid_cron`, `schedule_never_fires`).
-pub fn mission_schedule(m: &Mission) -> Result<Option<Schedule>, Problem> {
+pub fn mission_schedule(m: &Mission) -> Result<Option<Schedule>, Box<Problem>> {
     let Some(schedule) = m.schedule.as_deref() else { return Ok(None) };
     let timing = if is_instant(schedule) {
         TimingConfig::Once { at: schedule.trim().to_owned(), timezone: None }
@@ -72,7 +72,7 @@ pub fn mission_schedule(m: &Mission) -> Result<Option<Schedule>, Problem> {
     };
     let checked = Timing::from_config(&timing).map_err(|p| {
         let field = if p.pointer.as_deref().is_some_and(|at| at.ends_with("endAt")) { "/endDate" } else { "/schedule" };
-        (*p).at(field)
+        Box::new((*p).at(field))
     })?;
     let config = ScheduleConfig {
         id: None,
@@ -98,7 +98,7 @@ pub fn mission_schedule(m: &Mission) -> Result<Option<Schedule>, Problem> {
 /// Check mission `m`'s `schedule` (if any) as written at `now`: it parses
 /// ([`mission_schedule`]) and fires after `now` (else `schedule_in_past` for an instant,
 /// `schedule_never_fires` for a cron expression that has no occurrence before its `endDate`).
-pub fn check_schedule(m: &Mission, now: DateTime<Utc>) -> Result<(), Problem> {
+pub fn check_schedule(m: &Mission, now: DateTime<Utc>) -> Result<(), Box<Problem>> {
     let Some(schedule) = mission_schedule(m)? else { return Ok(()) };
     if schedule.timing.next_after(now).is_none() {
         let written = m.schedule.as_deref().unwrap_or_default();
@@ -108,7 +108,7 @@ pub fn check_schedule(m: &Mission, now: DateTime<Utc>) -> Result<(), Problem> {
             }
             _ => (SCHEDULE_NEVER_FIRES, format!("`{written}` has no occurrence before the mission's endDate")),
         };
-        return Err(Problem::new(code, message).at("/schedule"));
+        return Err(Box::new(Problem::new(code, message).at("/schedule")));
     }
     Ok(())
 }
