@@ -154,7 +154,7 @@ pub const ROUTES: &[Route] = &[
         .request("Object")
         .returns(200, Body::Envelope("Object")),
     op("delete", BOTH, &["/loops/{id}"], "deleteLoop", "loops", "Delete a JSON loop (admin key; `?expectedRevision=`); 409 `loop_in_use` while an agent assigns it.").returns(200, Body::Envelope("Removed")),
-    op("get", BOTH, &["/schedules"], "listSchedules", "schedules", "The project's schedules with status, revision and next occurrences (in each schedule's time zone).").returns(200, Body::Envelope("Object")),
+    op("get", BOTH, &["/schedules"], "listSchedules", "schedules", "The project's schedules with status, revision and next occurrences (in each schedule's time zone), then the schedules of missions waiting `scheduled` or `recurring` (`mission-<id>`, surface `legacy_mission`).").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/schedules"], "createSchedule", "schedules", "Create `.polpo/schedules/<id>.json` from `{id, timing, invocation, …}` (v2; a legacy mission-shaped body is written as its v2 translation with a `legacy_schedule` warning) at revision 1; 400 `invalid_config` with pointers, 409 `already_exists`.").request("Object").returns(201, Body::Envelope("Object")),
     op("get", BOTH, &["/schedules/{id}"], "getSchedule", "schedules", "A schedule; 404 `schedule_not_found`.").returns(200, Body::Envelope("Object")),
     op("patch", BOTH, &["/schedules/{id}"], "patchSchedule", "schedules", "JSON merge patch onto the v2 definition (`null` removes), written at the next revision; `expectedRevision` (or `If-Match`) other than the file's is 409 `conflict`.").request("Object").returns(200, Body::Envelope("Object")),
