@@ -229,3 +229,39 @@ async fn an_answer_ending_in_a_question_is_answered_only_when_the_orchestrator_m
     assert_eq!((broken.status, broken.question_rounds), (TaskStatus::Done, 0), "{:?}", broken.result);
     assert_eq!(llm.remaining(), 0, "the classifier was asked, and its repair too");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reviewer_that_only_explores_is_stopped_after_twenty_model_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let read_notes = || Turn::tool_calls(vec![("read", json!({"path": "notes.md"}))]);
+    let mut script = vec![
+        Turn::tool_calls(vec![("write", json!({"path": "notes.md", "content": "Launch on Tuesday."}))]),
+        Turn::text("Wrote notes.md."),
+    ];
+    // Three reviewers that never stop reading use twenty model calls each, no more.
+    script.extend((0..60).map(|_| read_notes()));
+    // The fix run that follows the failed review is refused, which ends the task.
+    script.push(Turn::error(
+        400,
+        json!({"error": {"message": "stop here", "type": "invalid_request_error"}}).to_string(),
+    ));
+    let llm = FakeLlm::start(script).await.unwrap();
+    let orchestrator = orchestrator(dir.path(), &llm, json!(["write", "read"]), "unused-secret-value").await;
+    let check = json!([{"type": "llm_review", "dimensions": [{"name": "accuracy"}]}]);
+    let mut endless = task("endless", "Write notes.md.", check);
+    endless.max_retries = 0;
+
+    let failed = run(&orchestrator, endless).await;
+    assert_eq!(failed.status, TaskStatus::Failed, "{:?}", failed.result);
+    let review = first_check(&failed);
+    assert_eq!(review["passed"], false);
+    let message = review["message"].as_str().unwrap();
+    assert!(message.starts_with("every reviewer failed") && message.contains("max_turns_exhausted"), "{message}");
+    let reviews = llm
+        .requests()
+        .into_iter()
+        .filter(|r| r.body["messages"].to_string().contains("You are reviewing work"))
+        .count();
+    assert_eq!(reviews, 60, "twenty model calls per reviewer");
+    assert_eq!(llm.remaining(), 0, "the fix run came after every reviewer stopped");
+}
