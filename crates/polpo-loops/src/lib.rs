@@ -13,6 +13,7 @@
 //! left running from their last checkpoint. A run waiting for a person holds no lease, and its
 //! answer, given to any server on the store, resumes it once ([`LoopExecutor::answer_human`]).
 
+mod answers;
 mod approvals;
 mod context;
 mod durable;
