@@ -1,7 +1,8 @@
 //! Durable loop runs: a [`LoopRunRecord`] in the store's `loop_runs` collection, written when
 //! the run starts, after every top-level step (its checkpoint) and when it ends, each write a
 //! compare-and-set on the record's revision. A server that starts finds the runs a crash left
-//! `running` or `awaiting_human` there and resumes them from their checkpoint.
+//! `running` there and resumes them from their checkpoint (a run `awaiting_human` holds no
+//! lease and waits for its answer, which resumes it: `answers.rs`).
 //!
 //! The trace grows with the run, so a checkpoint does not rewrite it: the record keeps only
 //! its newest entries (at most [`TRACE_TAIL_MAX`]), and the older ones move, a chunk at a
