@@ -201,7 +201,7 @@ pub struct LoopRunRecord {
     #[serde(default)]
     pub approved_gates: Vec<ApprovedGate>,
     /// The server executing the run, until when, under which fencing generation: present
-    /// while it runs or waits for a person; another server takes the run over only once it
+    /// while it runs (not while it waits for a person); another server takes the run over only once it
     /// lapsed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
