@@ -97,7 +97,7 @@ fn parse(stored: polpo_store::Record) -> Result<StoredLoopRun, LoopError> {
 
 impl LoopExecutor {
     /// Start enforcing approval timeouts, and take over, now and then every half lease, the
-    /// stored runs left `running` or `awaiting_human` by a server that stopped renewing their
+    /// stored runs left `running` by a server that stopped renewing their
     /// lease (a crash; this one before a restart): called once when a server starts.
     pub fn spawn_recovery(self: &Arc<Self>) {
         tokio::spawn(self.clone().enforce_approval_timeouts());
