@@ -116,7 +116,7 @@ impl LoopExecutor {
     }
 
     /// One recovery pass: every run listed live (see [`LIVE`]) that this process does not run,
-    /// still `running` or `awaiting_human`, whose lease lapsed (or is this server's own from
+    /// still `running` (a run waiting for a person is left to its answer), whose lease lapsed (or is this server's own from
     /// before a restart), is resumed in the background from its last checkpoint; its first
     /// write claims it, so of two servers passing at once one resumes it. How many were
     /// resumed. A run whose loop is gone from the project fails with `loop_not_found`; the
