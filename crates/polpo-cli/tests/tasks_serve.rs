@@ -152,6 +152,16 @@ async fn a_mission_of_two_dependent_tasks_runs_them_in_order_and_completes() {
     let out = support::polpo(&["tasks", "retry", "nope", "--url", &server.url]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not_found"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Deleting: Build is refused while Deploy depends on it; Deploy, then Build, go.
+    let deploy = tasks["tasks"].as_array().unwrap().iter().find(|t| t["title"] == "Deploy").unwrap()["id"].clone();
+    let rm = |id: &str| support::polpo(&["tasks", "rm", id, "--url", &server.url]).output().unwrap();
+    let out = rm(build["id"].as_str().unwrap());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("conflict"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(rm(deploy.as_str().unwrap()).status.success());
+    assert!(rm(build["id"].as_str().unwrap()).status.success());
+    assert_eq!(get(format!("{}/api/v1/tasks?missionId={id}", server.url)).await["tasks"], json!([]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
