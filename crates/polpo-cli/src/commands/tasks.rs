@@ -1,4 +1,4 @@
-//! `polpo tasks add|list|show|retry|reassess|watch|kill` and `polpo missions
+//! `polpo tasks add|list|show|retry|reassess|watch|kill|rm` and `polpo missions
 //! create|list|show|execute|pause|resume|abort|report`: the tasks and missions of a running
 //! server, over its REST API (`/api/v1/tasks…`, `/api/v1/missions…`; see `remote.rs` for the
 //! address and key). `--json` prints what the server answered.
@@ -93,6 +93,12 @@ enum TaskCommand {
     },
     /// Abort a task's run and fail it.
     Kill {
+        /// The task id.
+        id: String,
+    },
+    /// Delete a task for good (refused while it runs, or while other tasks depend on it).
+    #[command(visible_alias = "delete")]
+    Rm {
         /// The task id.
         id: String,
     },
@@ -226,6 +232,11 @@ pub fn run_tasks(global: &Global, args: TasksArgs) -> anyhow::Result<ExitCode> {
             TaskCommand::Kill { id } => {
                 client.call(Method::POST, &format!("/api/v1/tasks/{id}/kill"), None).await?;
                 println!("task {id} killed");
+                return Ok(ExitCode::SUCCESS);
+            }
+            TaskCommand::Rm { id } => {
+                client.call(Method::DELETE, &format!("/api/v1/tasks/{id}"), None).await?;
+                println!("task {id} deleted");
                 return Ok(ExitCode::SUCCESS);
             }
         };
