@@ -42,15 +42,6 @@ pub(crate) async fn start(
             chat.user = user;
             chat
         }
-        Invocation::LegacyMission { mission_id } => {
-            return Err(RunError {
-                code: polpo_core::config::codes::FEATURE_UNAVAILABLE.into(),
-                message: format!(
-                    "a mission-shaped schedule does not start its mission in this runtime yet; run it with \
-                     `polpo missions execute {mission_id}`, or rewrite the schedule with an `agent` or `task` invocation"
-                ),
-            });
-        }
         other => return Err(unavailable(&format!("schedules with surface `{}`", other.surface()))),
     };
     let input = ChatInput {

@@ -1,6 +1,12 @@
 //! The scheduler: passes over the project's active schedules at the store's time, claiming
 //! each due occurrence by creating its schedule-run record (a create that fails when the
 //! record exists, on every backend: the claim), then firing it.
+//!
+//! Besides the project's schedule files, each mission waiting `scheduled` or `recurring` in
+//! the store is a schedule (`mission-<id>`, from its `schedule`: see
+//! `polpo_orchestrator::mission_schedule`) whose fire starts a run of the mission. Read from
+//! the store each pass, it is shared by every server of that store and survives restarts; a
+//! mission aborted, finished or running is not waiting, so it has no schedule to fire.
 
 use crate::fire;
 use crate::record::{
@@ -12,9 +18,10 @@ use chrono::{DateTime, Duration, SecondsFormat, Utc};
 use polpo_core::schedules::Schedule;
 use polpo_core::schedules::config::Invocation;
 use polpo_core::schedules::plan::{Due, plan_due};
+use polpo_core::tasks::MissionStatus;
 use polpo_engine::events::EventKind;
 use polpo_engine::runs::{Progress, RunManager};
-use polpo_store::{Page, PageRequest, Record, RunStatus, Store, StoreError};
+use polpo_store::{MissionFilter, Page, PageRequest, Record, RunStatus, Store, StoreError};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -180,12 +187,15 @@ impl Scheduler {
         take_over: bool,
     ) -> Result<Pass, SchedulerError> {
         let loaded = self.runs.runtime().loaded();
+        let missions = self.mission_schedules().await?;
+        let files = loaded.project.schedules.values().filter(|s| s.config.is_active()).map(|s| (s, now));
         let mut pass = Pass::default();
-        for schedule in loaded.project.schedules.values().filter(|s| s.config.is_active() && due(&s.id)) {
+        for (schedule, since) in files.chain(missions.iter().map(|(s, since)| (s, *since))).filter(|(s, _)| due(&s.id))
+        {
             if take_over {
                 self.take_over(schedule, now, &mut pass).await?;
             }
-            let next = self.pass_over(schedule, now, &mut pass).await?;
+            let next = self.pass_over(schedule, since, now, &mut pass).await?;
             if let Some(at) = next {
                 pass.next.insert(schedule.id.clone(), at);
             }
@@ -193,21 +203,50 @@ impl Scheduler {
         Ok(pass)
     }
 
-    /// Fire or record `missed` the occurrences of `schedule` since its cursor; its next
-    /// occurrence after them, if it has one.
+    /// The schedules of the missions waiting `scheduled` or `recurring`, each with the time
+    /// its schedule was set (where a first pass starts looking, so an occurrence that came
+    /// while no server ran is fired within its grace instead of never). A mission whose
+    /// schedule no longer parses is logged and left alone.
+    pub async fn mission_schedules(&self) -> Result<Vec<(Schedule, DateTime<Utc>)>, SchedulerError> {
+        let mut out = Vec::new();
+        for status in [MissionStatus::Scheduled, MissionStatus::Recurring] {
+            let filter = MissionFilter { status: Some(status) };
+            let mut page = PageRequest::first(1000);
+            loop {
+                let got = self.store().missions.list_missions(&filter, &page).await?;
+                for m in &got.items {
+                    match polpo_orchestrator::mission_schedule(&m.mission) {
+                        Ok(Some(schedule)) => out.push((schedule, m.mission.updated_at)),
+                        Ok(None) => {}
+                        Err(p) => eprintln!("warning: mission `{}` has a schedule that cannot fire: {p}", m.mission.id),
+                    }
+                }
+                match got.next {
+                    Some(cursor) => page = PageRequest::after(cursor, 1000),
+                    None => break,
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Fire or record `missed` the occurrences of `schedule` since its cursor (the first time,
+    /// since `since`); its next occurrence after them, if it has one.
     async fn pass_over(
         self: &Arc<Self>,
         schedule: &Schedule,
+        since: DateTime<Utc>,
         now: DateTime<Utc>,
         pass: &mut Pass,
     ) -> Result<Option<DateTime<Utc>>, SchedulerError> {
         let records = &self.store().records;
         let cursor_id = escape(&schedule.id);
         let Some(record) = records.get_record(CURSORS, &cursor_id).await? else {
-            // First sight: occurrences from now on; none before the schedule was known.
-            let first = serde_json::to_value(Cursor { after: now }).unwrap_or_default();
+            // First sight: occurrences from `since` on; none before the schedule was known.
+            // Those already due are planned in the next pass, over the cursor just written.
+            let first = serde_json::to_value(Cursor { after: since }).unwrap_or_default();
             return match records.put_record(CURSORS, &cursor_id, first, Some(0)).await {
-                Ok(_) | Err(StoreError::Conflict(_)) => Ok(schedule.timing.next_after(now)),
+                Ok(_) | Err(StoreError::Conflict(_)) => Ok(schedule.timing.next_after(since)),
                 Err(e) => Err(e.into()),
             };
         };
@@ -236,7 +275,8 @@ impl Scheduler {
                     };
                     running = Some(count);
                     match self.fire(schedule, at, occurrence_id(at), None, count).await? {
-                        Some(run) if run.status == RunState::Running => {
+                        // A fire done on the spot (a task created, a mission started) is over at once.
+                        Some(run) if matches!(run.status, RunState::Running | RunState::Succeeded) => {
                             pass.fired += 1;
                             running = Some(count + 1);
                         }
@@ -342,7 +382,7 @@ impl Scheduler {
                 Err(e) => return Err(e.into()),
             };
             match self.start(schedule, &record, run).await?.status {
-                RunState::Running => pass.fired += 1,
+                RunState::Running | RunState::Succeeded => pass.fired += 1,
                 _ => pass.failed += 1,
             }
         }
@@ -357,7 +397,7 @@ impl Scheduler {
         record: &Record,
         mut run: ScheduleRun,
     ) -> Result<ScheduleRun, SchedulerError> {
-        if !matches!(schedule.config.invocation, Invocation::Agent { .. } | Invocation::LegacyMission { .. }) {
+        if !matches!(schedule.config.invocation, Invocation::Agent { .. }) {
             return self.launch(schedule, record, run).await;
         }
         let (at, id) = (run.scheduled_for, record.id.clone());

@@ -1,11 +1,14 @@
 //! The fires that are not an agent conversation: `task` creates an orchestrator task from the
 //! schedule's template, `loop` starts a Project Loop run through the loop executor (as a chat
-//! that selects a loop does), `webhook` POSTs the payload through the tools' SSRF guard.
+//! that selects a loop does), `webhook` POSTs the payload through the tools' SSRF guard, and
+//! `legacy_mission` (a mission's own `schedule`, or a mission-shaped file) starts a run of the
+//! mission through the orchestrator.
 //!
-//! Each is named by the occurrence, like an agent fire's durable run: the task id and the loop
-//! run id are derived from the schedule-run record, so a server taking over a lapsed claim
-//! finds what its dead claimer already made instead of making it twice; a webhook carries the
-//! same name in its `idempotency-key` header, for the receiver to drop a repeated delivery.
+//! Each is named by the occurrence, like an agent fire's durable run: the task id, the loop
+//! run id and a mission run's task ids are derived from the schedule-run record, so a server
+//! taking over a lapsed claim finds what its dead claimer already made instead of making it
+//! twice; a webhook carries the same name in its `idempotency-key` header, for the receiver to
+//! drop a repeated delivery.
 
 use crate::record::{RunError, ScheduleRun};
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -25,11 +28,11 @@ use std::time::Duration;
 /// Longest a webhook delivery may take, connection and answer included.
 const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What the scheduler fires besides agents: the orchestrator for `task`, the loop executor for
-/// `loop`, and the network policy a `webhook` is sent under.
+/// What the scheduler fires besides agents: the orchestrator for `task` and `legacy_mission`,
+/// the loop executor for `loop`, and the network policy a `webhook` is sent under.
 #[derive(Clone)]
 pub struct Targets {
-    /// Creates `task` fires' tasks (its loop runs them).
+    /// Creates `task` fires' tasks and starts missions' runs (its loop runs them).
     pub orchestrator: Arc<Orchestrator>,
     /// Runs `loop` fires.
     pub loops: Arc<LoopExecutor>,
@@ -48,8 +51,8 @@ impl Targets {
 
 /// How a non-agent fire got going.
 pub(crate) enum Launched {
-    /// Done on the spot: the task was created (or was already, by a claimer that died), the
-    /// webhook answered 2xx. The record is final.
+    /// Done on the spot: the task was created or the mission's run started (or was already,
+    /// by a claimer that died), the webhook answered 2xx. The record is final.
     Done,
     /// A loop run started here: the walk, which ends with the run's verdict.
     Walking(tokio::task::JoinHandle<Result<(), RunError>>),
@@ -65,7 +68,7 @@ pub(crate) fn loop_run_id(derived: &str) -> String {
 
 /// Start `schedule`'s task, loop or webhook invocation for `run`, named `derived` (the
 /// occurrence's derived run id); fills the record's references (`taskId`, `loopRunId`,
-/// `result`). `now` is the store's time; `hosts` the project's webhook host allowlist in
+/// `result`: a webhook's `{status}`, a mission's `{missionId, executionCount}`). `now` is the store's time; `hosts` the project's webhook host allowlist in
 /// force (`settings.schedules.webhookAllowlist`), enforced by the SSRF guard on every hop.
 pub(crate) async fn launch(
     targets: &Targets,
@@ -129,6 +132,14 @@ pub(crate) async fn launch(
             } else {
                 Err(RunError { code: "webhook_failed".into(), message: format!("the webhook answered HTTP {status}") })
             }
+        }
+        Invocation::LegacyMission { mission_id } => {
+            let stored = targets.orchestrator.fire_mission(mission_id, derived).await.map_err(|e| RunError {
+                code: e.code().to_owned(),
+                message: format!("mission `{mission_id}` was not started: {e}"),
+            })?;
+            run.result = Some(json!({"missionId": mission_id, "executionCount": stored.mission.execution_count}));
+            Ok(Launched::Done)
         }
         other => Err(RunError {
             code: "internal".into(),

@@ -238,10 +238,11 @@ async fn a_webhook_reaches_only_allowlisted_hosts() {
     assert_eq!(other_seen.lock().unwrap().len(), 1);
 }
 
-/// A legacy mission-shaped schedule file loads (with its migration warning) and its fire is
-/// recorded `failed` with `feature_unavailable` and what to do instead, never silently dropped.
+/// A legacy mission-shaped schedule file loads (with its migration warning) and its fire
+/// starts a run of its mission; a mission that is not there fails the fire with `not_found`
+/// and says which, never silently dropped.
 #[tokio::test]
-async fn a_legacy_mission_schedule_fails_with_a_clear_error() {
+async fn a_legacy_mission_schedule_starts_its_mission_or_says_why_not() {
     let llm = FakeLlm::start([]).await.unwrap();
     let dir = project(json!({"surface": "agent", "agentName": "reporter", "input": {"prompt": "Report."}}));
     let legacy = json!({"missionId": "weekly-review", "expression": "0 9 * * 1", "recurring": true});
@@ -253,7 +254,7 @@ async fn a_legacy_mission_schedule_fails_with_a_clear_error() {
     let fired = scheduler.trigger("s", "k1").await.unwrap();
     assert_eq!(fired.status, RunState::Failed);
     let error = fired.error.unwrap();
-    assert_eq!(error.code, "feature_unavailable");
-    assert!(error.message.contains("polpo missions execute weekly-review"), "{}", error.message);
+    assert_eq!(error.code, "not_found");
+    assert!(error.message.contains("mission `weekly-review` was not started"), "{}", error.message);
     assert!(llm.requests().is_empty(), "no agent was asked");
 }
