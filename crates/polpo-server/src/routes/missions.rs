@@ -1,8 +1,11 @@
 //! Missions (inventory §3.2): `/api/v1/missions…`. Create (a draft with its plan in
-//! `data.tasks`), list newest first with a cursor, read, and the controls `execute`, `pause`,
-//! `resume {retryFailed}`, `abort`, and the `report`.
+//! `data.tasks`; with a `schedule`, `scheduled` or `recurring` until the scheduler fires it),
+//! list newest first with a cursor, read (a waiting mission with its `scheduleId` and
+//! `nextOccurrenceAt`), and the controls `execute`, `pause`, `resume {retryFailed}`, `abort`,
+//! and the `report`.
 
-use crate::error::{ApiError, RestError, ok};
+use crate::error::{ApiError, ErrorCode, RestError, ok};
+use crate::routes::agents::AgentError;
 use crate::routes::tasks::{object, page_of};
 use crate::state::AppState;
 use axum::extract::{Path, Query, State};
@@ -53,9 +56,12 @@ async fn list(
 }
 
 /// `POST /api/v1/missions {name, data: {tasks, checkpoints?, delays?} (object or JSON
-/// string), prompt?, deadline?, qualityThreshold?, user?}` → 201 the mission (draft).
+/// string), prompt?, deadline?, qualityThreshold?, user?, schedule?, endDate?}` → 201 the
+/// mission: a draft, or with `schedule` (an ISO-8601 instant, or a cron expression in UTC
+/// that recurs until `endDate`) `scheduled` / `recurring`. A schedule that cannot fire is
+/// `400 invalid_request` with `problems: [{code, message, pointer: "/schedule"}]`.
 /// Checkpoints and delays may also be given at the top level.
-async fn create(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Result<impl IntoResponse, RestError> {
+async fn create(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> Result<impl IntoResponse, AgentError> {
     let mut body = object(&body)?;
     let mut data = match body.remove("data") {
         Some(Value::String(s)) => {
@@ -81,13 +87,34 @@ async fn create(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> 
     body.insert("createdAt".into(), json!(now));
     body.insert("updatedAt".into(), json!(now));
     let mission: Mission = serde_json::from_value(Value::Object(body)).map_err(|e| ApiError::invalid(e.to_string()))?;
-    let stored = state.orchestrator.create_mission(mission).await?;
-    Ok((StatusCode::CREATED, ok(stored.mission)))
+    polpo_orchestrator::check_schedule(&mission, now)
+        .map_err(|p| AgentError::Problems { code: ErrorCode::InvalidRequest, problems: vec![*p] })?;
+    let stored = state.orchestrator.create_mission(mission).await.map_err(ApiError::from)?;
+    if stored.mission.schedule.is_some() {
+        // Its first occurrence may come before the scheduler's next full pass.
+        state.scheduler.wake();
+    }
+    Ok((StatusCode::CREATED, ok(view(&stored.mission, now))))
 }
 
 /// `GET /api/v1/missions/{{id}}` → the mission.
 async fn get_one(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
-    Ok(ok(state.orchestrator.mission(&id).await?.mission))
+    let mission = state.orchestrator.mission(&id).await?.mission;
+    Ok(ok(view(&mission, state.runtime.clock().now())))
+}
+
+/// A mission as answered: with its schedule's id in the scheduler (`scheduleId`, whose runs
+/// `GET /api/v1/schedules/{scheduleId}/runs` lists) and, while it waits `scheduled` or
+/// `recurring`, when it fires next (`nextOccurrenceAt`).
+fn view(mission: &Mission, now: chrono::DateTime<chrono::Utc>) -> Value {
+    let mut out = json!(mission);
+    if let Ok(Some(schedule)) = polpo_orchestrator::mission_schedule(mission) {
+        out["scheduleId"] = json!(schedule.id);
+        if matches!(mission.status, MissionStatus::Scheduled | MissionStatus::Recurring) {
+            out["nextOccurrenceAt"] = json!(schedule.timing.next_after(now));
+        }
+    }
+    out
 }
 
 /// `POST /api/v1/missions/{{id}}/execute` → the mission, active; its plan's tasks are created.

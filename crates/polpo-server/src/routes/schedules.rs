@@ -3,6 +3,9 @@
 //! `.polpo/schedules/<id>.json` through the project edit (the whole project checked, nothing
 //! written on a problem) and compared with `expectedRevision` (or `If-Match`) → `409
 //! conflict`; manual triggers once per `idempotencyKey`, and each schedule's runs by cursor.
+//! The schedules of missions waiting `scheduled` or `recurring` (`mission-<id>`, made from
+//! the mission's `schedule`) are listed and read here too, with their runs; they change with
+//! their mission, not through these routes.
 
 use crate::error::{ApiError, ErrorCode, RestError, ok};
 use crate::routes::agents::{AgentError, edit, merge_patch, object};
@@ -15,6 +18,7 @@ use axum::response::{IntoResponse, Response};
 use polpo_core::schedules::codes::LEGACY_SCHEDULE;
 use polpo_core::schedules::config::is_legacy;
 use polpo_core::schedules::{Schedule, ScheduleConfig, ScheduleStatus, parse_schedule};
+use polpo_core::tasks::MissionStatus;
 use polpo_project::schedules::{read_schedule, remove_schedule, schedule_location, write_schedule};
 use polpo_store::{Cursor, PageRequest};
 use serde::Deserialize;
@@ -61,16 +65,35 @@ fn find(state: &AppState, id: &str) -> Result<Schedule, ApiError> {
         .ok_or_else(|| ApiError::new(ErrorCode::ScheduleNotFound, format!("schedule `{id}` not found")))
 }
 
-/// `GET /api/v1/schedules`: every schedule with its next occurrences (in its time zone).
-pub async fn list(State(state): State<Arc<AppState>>) -> Json<Value> {
+/// The schedule `id`: a project file's, else a mission's (`mission-<id>`): only while it
+/// waits `scheduled` or `recurring` when `waiting`, else also once it has run (for its runs).
+async fn find_any(state: &AppState, id: &str, waiting: bool) -> Result<Schedule, ApiError> {
+    let not_found = find(state, id);
+    let Some(mission) = id.strip_prefix("mission-") else { return not_found };
+    let waits = |s: MissionStatus| !waiting || matches!(s, MissionStatus::Scheduled | MissionStatus::Recurring);
+    let waiting = match state.orchestrator.mission(mission).await {
+        Ok(m) => waits(m.mission.status).then_some(m.mission),
+        Err(_) => None,
+    };
+    match waiting.map(|m| polpo_orchestrator::mission_schedule(&m)) {
+        Some(Ok(Some(schedule))) => Ok(schedule),
+        _ => not_found,
+    }
+}
+
+/// `GET /api/v1/schedules`: every schedule with its next occurrences (in its time zone), the
+/// project's files' then the waiting missions'.
+pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<Value>, RestError> {
     let now = state.runtime.clock().now();
     let loaded = state.runtime.loaded();
-    ok(loaded.project.schedules.values().map(|s| view(s, now)).collect::<Vec<_>>())
+    let missions = state.scheduler.mission_schedules().await.map_err(ApiError::from)?;
+    let files = loaded.project.schedules.values();
+    Ok(ok(files.chain(missions.iter().map(|(s, _)| s)).map(|s| view(s, now)).collect::<Vec<_>>()))
 }
 
 /// `GET /api/v1/schedules/{id}`.
 pub async fn get(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
-    Ok(ok(view(&find(&state, &id)?, state.runtime.clock().now())))
+    Ok(ok(view(&find_any(&state, &id, true).await?, state.runtime.clock().now())))
 }
 
 /// `POST /api/v1/schedules {id, ...v2 definition}` → `201` with the schedule at revision 1;
@@ -280,7 +303,7 @@ pub async fn runs(
     Path(id): Path<String>,
     Query(query): Query<RunsQuery>,
 ) -> Result<Json<Value>, RestError> {
-    find(&state, &id)?;
+    find_any(&state, &id, false).await?;
     let limit = query.limit.unwrap_or(DEFAULT_PAGE);
     if !(1..=MAX_PAGE).contains(&limit) {
         return Err(ApiError::invalid(format!("limit must be 1..={MAX_PAGE}")).into());
