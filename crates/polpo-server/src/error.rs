@@ -89,6 +89,9 @@ error_codes! {
     ApprovalNotFound = "approval_not_found" => StatusCode::NOT_FOUND,
     /// Approving, rejecting or resuming a loop run (or approval) not in a state that allows it.
     LoopRunNotResumable = "loop_run_not_resumable" => StatusCode::CONFLICT,
+    /// A side-effecting loop tool step that may already have run on a server that died: it is
+    /// not run again; a person checks what it did.
+    EffectUnconfirmed = "effect_unconfirmed" => StatusCode::CONFLICT,
     /// A loop permission denied the action.
     LoopPermissionDenied = "loop_permission_denied" => StatusCode::FORBIDDEN,
     /// A loop policy denied the action.
