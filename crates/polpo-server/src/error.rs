@@ -859,6 +859,7 @@ mod tests {
                 | LoopError::AwaitingApproval { .. }
                 | LoopError::ApprovalNotFound(_)
                 | LoopError::NotResumable(_)
+                | LoopError::EffectUnconfirmed { .. }
                 // Its codes are the chat errors' (listed above).
                 | LoopError::Chat(_) => {}
             }
