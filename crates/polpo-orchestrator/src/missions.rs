@@ -30,8 +30,8 @@ use polpo_core::schedules::codes::SCHEDULE_NEVER_FIRES;
 use polpo_core::schedules::config::{Invocation, ScheduleConfig};
 use polpo_core::schedules::timing::{Timing, TimingConfig};
 use polpo_core::tasks::{
-    FailReason, GateTask, Mission, MissionEvent, MissionStatus, QualityGate, Task, TaskEvent, TaskOutcome, TaskResult,
-    TaskStatus, transition_mission,
+    FailReason, GateTask, Mission, MissionEvent, MissionStatus, MissionTransitionError, QualityGate, Task, TaskEvent,
+    TaskOutcome, TaskResult, TaskStatus, transition_mission,
 };
 use polpo_engine::events::EventKind;
 use polpo_store::{IdGen, MissionFilter, PageRequest, StoredMission, StoredTask, TaskFilter};
@@ -124,6 +124,31 @@ pub fn schedule_event(schedule: &str) -> MissionEvent {
 pub(crate) async fn arm(ctx: &Ctx, created: StoredMission) -> Result<StoredMission, OrchestratorError> {
     let Some(schedule) = created.mission.schedule.as_deref() else { return Ok(created) };
     moved(ctx, &created, schedule_event(schedule), None).await
+}
+
+/// Set the `schedule` and `endDate` of mission `id`: a draft given a schedule waits for it
+/// (`scheduled` or `recurring`); a waiting mission may change its schedule but not its kind
+/// (one-shot or recurring) nor lose it (abort it instead), else `invalid_transition`.
+pub(crate) async fn reschedule(
+    ctx: &Ctx,
+    id: &str,
+    schedule: Option<String>,
+    end_date: Option<DateTime<Utc>>,
+) -> Result<StoredMission, OrchestratorError> {
+    let held = get(ctx, id).await?;
+    let mut next = held.mission.clone();
+    (next.schedule, next.end_date, next.updated_at) = (schedule, end_date, ctx.now());
+    check_schedule(&next, ctx.now()).map_err(|p| OrchestratorError::Invalid(format!("{}: {}", p.code, p.message)))?;
+    let was = held.mission.schedule.as_deref().map(schedule_event);
+    let event = match (held.mission.status, next.schedule.as_deref().map(schedule_event)) {
+        (MissionStatus::Draft, event) => event,
+        (MissionStatus::Scheduled | MissionStatus::Recurring, Some(event)) if Some(&event) == was.as_ref() => None,
+        (from, _) => return Err(MissionTransitionError { from, event: "reschedule" }.into()),
+    };
+    if let Some(event) = event {
+        next = transition_mission(&next, &event, ctx.now())?;
+    }
+    Ok(ctx.store().missions.update_mission(next, held.revision).await?)
 }
 
 /// Whether `m` runs again at each occurrence of its schedule.
