@@ -406,6 +406,17 @@ impl Orchestrator {
         Ok(stored)
     }
 
+    /// Set the `schedule` and `endDate` of a draft, scheduled or recurring mission (a draft
+    /// given one waits for it; a waiting one keeps its kind, one-shot or recurring).
+    pub async fn reschedule_mission(
+        &self,
+        id: &str,
+        schedule: Option<String>,
+        end_date: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<StoredMission, OrchestratorError> {
+        missions::reschedule(&self.ctx, id, schedule, end_date).await
+    }
+
     /// Pause an active mission (its running tasks finish; no new one starts).
     pub async fn pause_mission(&self, id: &str) -> Result<StoredMission, OrchestratorError> {
         missions::control(&self.ctx, id, MissionEvent::Pause).await
