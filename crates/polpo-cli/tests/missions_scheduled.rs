@@ -85,6 +85,7 @@ async fn a_scheduled_mission_survives_a_restart_and_runs_by_itself() {
     assert_eq!(runs[0]["status"], "succeeded", "{runs:?}");
     assert_eq!(llm.requests().len(), 1, "one run of its one task");
 
+    let second_missions = format!("{}/api/v1/missions", second.url);
     let plan_file = dir.path().join("plan.json");
     std::fs::write(&plan_file, json!({"tasks": [{"title": "T", "description": "D"}]}).to_string()).unwrap();
     let out = support::polpo(&["missions", "create", "later", "--plan", plan_file.to_str().unwrap(), "--schedule"])
@@ -100,4 +101,16 @@ async fn a_scheduled_mission_survives_a_restart_and_runs_by_itself() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("recurring"), "{}", String::from_utf8_lossy(&out.stdout));
+
+    // A draft is given a schedule later; a waiting mission keeps its kind.
+    let draft = json!({"name": "later", "data": {"tasks": [{"title": "T", "description": "D"}]}});
+    let draft: Value = client.post(&second_missions).json(&draft).send().await.unwrap().json().await.unwrap();
+    let url = format!("{second_missions}/{}", draft["data"]["id"].as_str().unwrap());
+    let patched = client.patch(&url).json(&json!({"schedule": "0 9 * * 1"})).send().await.unwrap();
+    assert_eq!(patched.status(), 200);
+    let patched: Value = patched.json().await.unwrap();
+    assert_eq!(patched["data"]["status"], "recurring", "{patched}");
+    let tomorrow = (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339();
+    let once = client.patch(&url).json(&json!({"schedule": tomorrow})).send().await.unwrap();
+    assert_eq!(once.status(), 409, "a recurring mission does not become a one-shot one");
 }

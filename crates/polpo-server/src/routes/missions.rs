@@ -24,7 +24,7 @@ pub fn router() -> Router<Arc<AppState>> {
     for prefix in ["/api/v1", "/v1"] {
         router = router
             .route(&format!("{prefix}/missions"), get(list).post(create))
-            .route(&format!("{prefix}/missions/{{id}}"), get(get_one))
+            .route(&format!("{prefix}/missions/{{id}}"), get(get_one).patch(patch))
             .route(&format!("{prefix}/missions/{{id}}/execute"), post(execute))
             .route(&format!("{prefix}/missions/{{id}}/pause"), post(pause))
             .route(&format!("{prefix}/missions/{{id}}/resume"), post(resume))
@@ -101,6 +101,34 @@ async fn create(State(state): State<Arc<AppState>>, body: axum::body::Bytes) -> 
 async fn get_one(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<Json<Value>, RestError> {
     let mission = state.orchestrator.mission(&id).await?.mission;
     Ok(ok(view(&mission, state.runtime.clock().now())))
+}
+
+/// `PATCH /api/v1/missions/{{id}} {schedule?, endDate?}` (each absent or `null` clears it) →
+/// the mission: a draft given a schedule waits `scheduled` / `recurring`; a waiting mission may
+/// move its schedule but keep its kind (else `409 invalid_transition`). A schedule that cannot
+/// fire is `400` with `problems`, as on create.
+async fn patch(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, AgentError> {
+    let body = object(&body)?;
+    if let Some(key) = body.keys().find(|k| !matches!(k.as_str(), "schedule" | "endDate")) {
+        return Err(ApiError::invalid(format!("`{key}` cannot be changed here (schedule, endDate)")).into());
+    }
+    let mut mission = state.orchestrator.mission(&id).await.map_err(ApiError::from)?.mission;
+    let field = |k: &str| body.get(k).cloned().unwrap_or(Value::Null);
+    mission.schedule =
+        serde_json::from_value(field("schedule")).map_err(|e| ApiError::invalid(format!("schedule: {e}")))?;
+    mission.end_date =
+        serde_json::from_value(field("endDate")).map_err(|e| ApiError::invalid(format!("endDate: {e}")))?;
+    let now = state.runtime.clock().now();
+    polpo_orchestrator::check_schedule(&mission, now)
+        .map_err(|p| AgentError::Problems { code: ErrorCode::InvalidRequest, problems: vec![*p] })?;
+    let stored =
+        state.orchestrator.reschedule_mission(&id, mission.schedule, mission.end_date).await.map_err(ApiError::from)?;
+    state.scheduler.wake();
+    Ok(ok(view(&stored.mission, now)))
 }
 
 /// A mission as answered: with its schedule's id in the scheduler (`scheduleId`, whose runs
