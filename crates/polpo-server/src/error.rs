@@ -829,7 +829,12 @@ mod tests {
             LoopError::AwaitingApproval { approval: "a".into(), message: "m".into() },
             LoopError::ApprovalNotFound("a".into()),
             LoopError::NotResumable("r".into()),
-            LoopError::EffectUnconfirmed { step: "s".into(), tool: "t".into(), key: "k".into(), started_at: "a".into() },
+            LoopError::EffectUnconfirmed {
+                step: "s".into(),
+                tool: "t".into(),
+                key: "k".into(),
+                started_at: "a".into(),
+            },
         ];
         for e in &loops {
             match e {
