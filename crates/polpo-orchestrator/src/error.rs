@@ -12,9 +12,6 @@ pub enum OrchestratorError {
     /// The request is malformed (unknown agent, bad plan …).
     #[error("{0}")]
     Invalid(String),
-    /// Something the reference has that is not built here yet.
-    #[error("feature_unavailable: {0}")]
-    Unavailable(String),
     /// The task state machine refused the event.
     #[error("{0}")]
     Transition(#[from] TransitionError),
@@ -32,7 +29,6 @@ impl OrchestratorError {
         match self {
             Self::NotFound(_) => "not_found",
             Self::Invalid(_) => "invalid_input",
-            Self::Unavailable(_) => "feature_unavailable",
             Self::Transition(e) => e.code(),
             Self::MissionTransition(e) => e.code(),
             Self::Store(e) => e.code(),

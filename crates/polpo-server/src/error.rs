@@ -935,7 +935,6 @@ mod tests {
         let mut all = vec![
             OrchestratorError::NotFound("t".into()),
             OrchestratorError::Invalid("i".into()),
-            OrchestratorError::Unavailable("u".into()),
             OrchestratorError::MissionTransition(MissionTransitionError { from: MissionStatus::Draft, event: "e" }),
             OrchestratorError::Store(StoreError::Invalid("i".into())),
         ];
@@ -943,7 +942,6 @@ mod tests {
             match e {
                 OrchestratorError::NotFound(_)
                 | OrchestratorError::Invalid(_)
-                | OrchestratorError::Unavailable(_)
                 | OrchestratorError::Transition(_)
                 | OrchestratorError::MissionTransition(_)
                 | OrchestratorError::Store(_) => {}
