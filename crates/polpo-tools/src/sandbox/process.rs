@@ -331,14 +331,28 @@ fn lookup_user(name: &str) -> Result<(nix::libc::uid_t, nix::libc::gid_t), Sandb
 /// the run ends.
 pub(super) struct Scratch(PathBuf);
 
+/// Number of the next scratch directory this process names.
+static NEXT_SCRATCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many taken names a new scratch directory steps over before giving up.
+const SCRATCH_ATTEMPTS: u32 = 1024;
+
 impl Scratch {
     fn create(owner: Option<(nix::libc::uid_t, nix::libc::gid_t)>) -> Result<Self, SandboxError> {
         use std::os::unix::fs::DirBuilderExt;
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let name = format!("polpo-sandbox-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
-        let path = std::env::temp_dir().join(name);
-        std::fs::DirBuilder::new().mode(0o700).create(&path).map_err(SandboxError::Confine)?;
+        // A process killed before its scratch directories were removed leaves them behind under
+        // its pid, which a later process may get again: a taken name is stepped over (the
+        // directory is created, never reused, so a planted one or a symlink is never entered).
+        let mut attempts = 0;
+        let path = loop {
+            let n = NEXT_SCRATCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = std::env::temp_dir().join(format!("polpo-sandbox-{}-{n}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => break path,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempts < SCRATCH_ATTEMPTS => attempts += 1,
+                Err(e) => return Err(SandboxError::Confine(e)),
+            }
+        };
         let scratch = Self(path);
         if let Some((uid, gid)) = owner {
             std::os::unix::fs::chown(&scratch.0, Some(uid), Some(gid)).map_err(SandboxError::Confine)?;
@@ -487,5 +501,27 @@ struct GroupGuard {
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         signal_group(self.pgid, Signal::SIGKILL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scratch_name_left_by_a_killed_process_with_the_same_pid_is_stepped_over() {
+        let next = NEXT_SCRATCH.load(std::sync::atomic::Ordering::Relaxed);
+        let left: Vec<PathBuf> = (next..next + 3)
+            .map(|n| std::env::temp_dir().join(format!("polpo-sandbox-{}-{n}", std::process::id())))
+            .collect();
+        for dir in &left {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let scratch = Scratch::create(None).expect("a free name is found");
+        assert!(!left.contains(&scratch.0), "{:?} was left by another process", scratch.0);
+        assert!(scratch.0.is_dir());
+        for dir in &left {
+            std::fs::remove_dir(dir).unwrap();
+        }
     }
 }
