@@ -68,7 +68,11 @@ impl Transport {
     /// POST `body` to `url`, retrying 429, 5xx and connection failures with exponential
     /// backoff and jitter (or the provider's `Retry-After`, up to a bound). Retries happen only
     /// here, before any byte of a successful body is read, so nothing is ever delivered twice.
-    pub async fn post(&self, url: &str, body: &serde_json::Value) -> Result<reqwest::Response, LlmError> {
+    pub async fn post(
+        &self,
+        url: &str,
+        body: &(impl serde::Serialize + ?Sized),
+    ) -> Result<reqwest::Response, LlmError> {
         let body = Bytes::from(
             serde_json::to_vec(body)
                 .map_err(|e| LlmError::new(LlmErrorKind::InvalidRequest, format!("cannot encode request: {e}")))?,

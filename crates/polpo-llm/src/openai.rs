@@ -10,7 +10,8 @@ use crate::http::{Transport, classify, provider_message};
 use crate::sse::SseEvent;
 use crate::{LlmError, LlmErrorKind, ModelEvent, ModelProvider, ModelRequest, ModelStream, ToolChoice};
 use polpo_core::message::{FinishReason, Message, Role, Usage};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 /// A model behind an OpenAI-compatible chat-completions endpoint.
 pub struct OpenAiProvider {
@@ -41,68 +42,148 @@ impl ModelProvider for OpenAiProvider {
     }
 }
 
-/// The JSON body of a chat-completions request.
-pub(crate) fn request_body(request: &ModelRequest, stream: bool) -> Value {
-    let mut body = json!({
-        "model": request.model,
-        "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
-        "stream": stream,
-    });
-    if stream {
-        body["stream_options"] = json!({"include_usage": true});
-    }
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
-            .collect();
-        body["tools"] = json!(tools);
-        body["tool_choice"] = match &request.tool_choice {
-            ToolChoice::Auto => json!("auto"),
-            ToolChoice::None => json!("none"),
-            ToolChoice::Required => json!("required"),
-            ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
-        };
-    }
-    if let Some(format) = &request.response_format {
-        body["response_format"] = format.clone();
-    }
-    if let Some(effort) = request.reasoning.as_deref().filter(|e| *e != "off") {
-        body["reasoning_effort"] = json!(effort);
-    }
-    if let Some(max) = request.max_output_tokens {
-        body["max_tokens"] = json!(max);
-    }
-    if let Some(t) = request.temperature {
-        body["temperature"] = json!(t);
-    }
-    body
+/// The JSON body of a chat-completions request, borrowing the request: it is serialised
+/// straight to bytes, without first copying every message and tool schema into a
+/// `serde_json::Value` (that copy was the largest cost of a model call in the profile).
+#[derive(Serialize)]
+pub(crate) struct RequestBody<'a> {
+    model: &'a str,
+    #[serde(serialize_with = "wire_messages")]
+    messages: &'a [Message],
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Vec<WireTool<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
 }
 
-fn wire_message(m: &Message) -> Value {
+/// Asks a streaming server for the usage in its last chunk.
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// `{"type": "function", "function": {name, description, parameters}}`.
+#[derive(Serialize)]
+struct WireTool<'a> {
+    r#type: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arguments: Option<&'a str>,
+}
+
+/// `"auto" | "none" | "required" | {"type": "function", "function": {"name"}}`.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireToolChoice<'a> {
+    Mode(&'static str),
+    Tool { r#type: &'static str, function: WireFunction<'a> },
+}
+
+/// A message on the wire: `content` always present (`null` for an assistant message that only
+/// calls tools), the rest when set.
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    content: &'a Option<polpo_core::message::Content>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<WireCall<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+}
+
+/// `{"id", "type": "function", "function": {name, arguments}}`.
+#[derive(Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    r#type: &'static str,
+    function: WireFunction<'a>,
+}
+
+/// A function named (and, for a call, given its raw arguments) with nothing else.
+fn function<'a>(name: &'a str, arguments: Option<&'a str>) -> WireFunction<'a> {
+    WireFunction { name, description: None, parameters: None, arguments }
+}
+
+fn wire_messages<S: serde::Serializer>(messages: &&[Message], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(messages.iter().map(wire_message))
+}
+
+/// The body of a chat-completions request for `request`.
+pub(crate) fn request_body(request: &ModelRequest, stream: bool) -> RequestBody<'_> {
+    let with_tools = !request.tools.is_empty();
+    RequestBody {
+        model: &request.model,
+        messages: &request.messages,
+        stream,
+        stream_options: stream.then_some(StreamOptions { include_usage: true }),
+        tools: with_tools.then(|| {
+            request
+                .tools
+                .iter()
+                .map(|t| WireTool {
+                    r#type: "function",
+                    function: WireFunction {
+                        name: &t.name,
+                        description: Some(&t.description),
+                        parameters: Some(&t.parameters),
+                        arguments: None,
+                    },
+                })
+                .collect()
+        }),
+        tool_choice: with_tools.then(|| match &request.tool_choice {
+            ToolChoice::Auto => WireToolChoice::Mode("auto"),
+            ToolChoice::None => WireToolChoice::Mode("none"),
+            ToolChoice::Required => WireToolChoice::Mode("required"),
+            ToolChoice::Tool(name) => WireToolChoice::Tool { r#type: "function", function: function(name, None) },
+        }),
+        response_format: request.response_format.as_ref(),
+        reasoning_effort: request.reasoning.as_deref().filter(|e| *e != "off"),
+        max_tokens: request.max_output_tokens,
+        temperature: request.temperature,
+    }
+}
+
+fn wire_message(m: &Message) -> WireMessage<'_> {
     let role = match m.role {
         Role::System => "system",
         Role::User => "user",
         Role::Assistant => "assistant",
         Role::Tool => "tool",
     };
-    let mut v = json!({"role": role, "content": m.content});
-    if !m.tool_calls.is_empty() {
-        let calls: Vec<Value> = m
+    WireMessage {
+        role,
+        content: &m.content,
+        tool_calls: m
             .tool_calls
             .iter()
-            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
-            .collect();
-        v["tool_calls"] = json!(calls);
+            .map(|c| WireCall { id: &c.id, r#type: "function", function: function(&c.name, Some(&c.arguments)) })
+            .collect(),
+        tool_call_id: m.tool_call_id.as_deref(),
+        name: m.name.as_deref(),
     }
-    if let Some(id) = &m.tool_call_id {
-        v["tool_call_id"] = json!(id);
-    }
-    if let Some(name) = &m.name {
-        v["name"] = json!(name);
-    }
-    v
 }
 
 fn finish_reason(reason: &str) -> FinishReason {
@@ -227,6 +308,7 @@ fn events_from_body(body: Value) -> Result<Vec<ModelEvent>, LlmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn feed(lines: &[&str]) -> Vec<ModelEvent> {
         let mut d = Decoder::default();
@@ -276,8 +358,52 @@ mod tests {
             arguments: "{}".into(),
         });
         assert_eq!(
-            wire_message(&m),
+            serde_json::to_value(wire_message(&m)).unwrap(),
             json!({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"read","arguments":"{}"}}]})
         );
+    }
+
+    #[test]
+    fn a_request_body_has_the_chat_completions_shape() {
+        let tool = polpo_core::tool::ToolSpec {
+            name: "read".into(),
+            description: "Read a file.".into(),
+            parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        };
+        let tool_message = Message::tool_result("c1", "hello");
+        let request = ModelRequest {
+            model: "gpt-x".into(),
+            messages: std::sync::Arc::new(vec![Message::system("Be brief."), tool_message]),
+            tools: vec![std::sync::Arc::new(tool)],
+            tool_choice: ToolChoice::Tool("read".into()),
+            response_format: Some(json!({"type": "json_object"})),
+            reasoning: Some("low".into()),
+            max_output_tokens: Some(50),
+            temperature: Some(0.25),
+        };
+        assert_eq!(
+            serde_json::to_value(request_body(&request, true)).unwrap(),
+            json!({
+                "model": "gpt-x",
+                "messages": [
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "tool", "content": "hello", "tool_call_id": "c1"},
+                ],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "tools": [{"type": "function", "function": {"name": "read", "description": "Read a file.",
+                    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}],
+                "tool_choice": {"type": "function", "function": {"name": "read"}},
+                "response_format": {"type": "json_object"},
+                "reasoning_effort": "low",
+                "max_tokens": 50,
+                "temperature": 0.25,
+            })
+        );
+        let bare = ModelRequest { tools: Vec::new(), reasoning: Some("off".into()), temperature: None, ..request };
+        let body = serde_json::to_value(request_body(&bare, false)).unwrap();
+        for absent in ["stream_options", "tools", "tool_choice", "reasoning_effort", "temperature"] {
+            assert!(body.get(absent).is_none(), "{absent} in {body}");
+        }
     }
 }
