@@ -139,9 +139,25 @@ impl Browser {
         found[ELEMENT].as_str().unwrap_or_else(|| panic!("no element {css}: {found}")).to_owned()
     }
 
+    /// Clicks the first element matching `css`. The dashboard re-renders a view when a live
+    /// event arrives, which can replace the element between finding and clicking it (the driver
+    /// answers `stale element reference`): then the new one is found and clicked.
     async fn click(&self, css: &str) {
-        let element = self.find(css).await;
-        self.command(&format!("/element/{element}/click"), json!({})).await;
+        let clicked = tokio::time::timeout(EVENTUALLY, async {
+            loop {
+                let element = self.find(css).await;
+                let url = format!("{}/element/{element}/click", self.session);
+                let r = self.http.post(url).json(&json!({})).send().await.unwrap();
+                let status = r.status();
+                let body: Value = r.json().await.unwrap();
+                if status.is_success() {
+                    return;
+                }
+                assert_eq!(body["value"]["error"], "stale element reference", "WebDriver click on {css}: {body}");
+                tokio::task::yield_now().await;
+            }
+        });
+        clicked.await.unwrap_or_else(|_| panic!("{css} stayed stale"));
     }
 
     /// Clicks the first element matching `css` inside the page, once it exists: one atomic
