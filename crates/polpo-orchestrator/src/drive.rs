@@ -118,7 +118,9 @@ async fn steps(ctx: &Arc<Ctx>, mut held: StoredTask, kill: &CancellationToken) -
                         let text = answer.content.clone().unwrap_or_default();
                         let mut next = with_result(task, 0, text.clone(), String::new(), took);
                         if let Some(result) = next.result.as_mut() {
-                            crate::files::record_files(ctx, &answer.session_id, result).await?;
+                            let agent = task.assign_to.as_deref();
+                            crate::files::record_work(ctx, &answer.session_id, agent, result, &mut next.outcomes)
+                                .await?;
                         }
                         next.session_id = Some(answer.session_id);
                         // A question while rounds are left is answered first (the classifier

@@ -1,5 +1,5 @@
 //! An agent's `maxConcurrency` holds its tasks back while it is busy, and the files a task's
-//! run writes show in its result and its mission's report: through the orchestrator on a real
+//! run writes and the outcomes it registers show in its result and its mission's report: through the orchestrator on a real
 //! SQLite store, the model replaced by the strict scripted fake.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -30,7 +30,13 @@ async fn an_agent_with_max_concurrency_one_runs_its_tasks_one_after_the_other_an
     let llm = FakeLlm::start([
         // Held a while, so a second run started meanwhile would send its request before this
         // answer (the order asserted below does not depend on it: it makes a broken limit show).
-        Turn::tool_calls(vec![("write", json!({"path": "out/a.txt", "content": "a"}))]).delay(300),
+        Turn::tool_calls(vec![
+            ("write", json!({"path": "out/a.txt", "content": "a"})),
+            ("register_outcome", json!({"type": "json", "label": "Stats", "data": {"lines": 1}, "tags": ["count"]})),
+            // Refused by the tool (a text outcome needs `text`): not registered.
+            ("register_outcome", json!({"type": "text", "label": "Empty"})),
+        ])
+        .delay(300),
         Turn::text("Wrote a."),
         Turn::tool_calls(vec![("write", json!({"path": "out/b.txt", "content": "b"}))]),
         Turn::text("Wrote b."),
@@ -40,7 +46,11 @@ async fn an_agent_with_max_concurrency_one_runs_its_tasks_one_after_the_other_an
     let settings = json!({"storage": "sqlite", "providers": {"fake": {"baseUrl": llm.base_url()}}});
     ProjectFixture::new(dir.path(), settings)
         .unwrap()
-        .agent("writer", json!({"model": "fake/m", "allowedTools": ["write"], "maxConcurrency": 1}), "You write files.")
+        .agent(
+            "writer",
+            json!({"model": "fake/m", "allowedTools": ["write", "register_outcome"], "maxConcurrency": 1}),
+            "You write files.",
+        )
         .unwrap();
     let orchestrator = Orchestrator::open(dir.path()).unwrap().init().await.unwrap();
 
@@ -82,4 +92,17 @@ async fn an_agent_with_max_concurrency_one_runs_its_tasks_one_after_the_other_an
     for t in &report.tasks {
         assert_eq!(t.status, TaskStatus::Done);
     }
+
+    // The outcome the first task's run registered is in its row and the report's list, once;
+    // the one the tool refused is not.
+    let outcomes = serde_json::to_value(&row(first).outcomes).unwrap();
+    assert_eq!(outcomes.as_array().unwrap().len(), 1, "{outcomes}");
+    assert_eq!(outcomes[0]["type"], "json");
+    assert_eq!(outcomes[0]["label"], "Stats");
+    assert_eq!(outcomes[0]["data"], json!({"lines": 1}));
+    assert_eq!(outcomes[0]["tags"], json!(["count"]));
+    assert_eq!(outcomes[0]["producedBy"], "writer");
+    assert!(outcomes[0]["producedAt"].is_string(), "{outcomes}");
+    assert!(row(second).outcomes.is_empty());
+    assert_eq!(json["outcomes"], outcomes, "{json}");
 }
