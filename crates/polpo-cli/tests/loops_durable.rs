@@ -23,6 +23,11 @@ const EVENTUALLY: Duration = Duration::from_secs(60);
 /// Leases lapse after 1 s, so a dead or paused server's loop run is taken over quickly.
 const LEASE_MS: &str = "1000";
 
+/// The environment of a server of these tests: the fake model at `base`, and short leases.
+fn lease_env(base: &str) -> [(&'static str, &str); 3] {
+    [("OPENAI_BASE_URL", base), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)]
+}
+
 fn project(dir: &Path, settings: Value) {
     let flow = json!({
         "name": "append-then-ask",
@@ -99,7 +104,7 @@ async fn killed_while_a_human_step_waits_the_run_resumes_without_rerunning_the_t
     project(dir.path(), settings);
     let base = llm.base_url();
     // The killed server's lease on the run lapses after a second: then the next one takes it.
-    let env = [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
+    let env = lease_env(&base);
 
     let first = ServerProcess::start("serve", dir.path(), &[], &env);
     let (id, chat) = start_loop(&first.url).await;
@@ -440,8 +445,7 @@ async fn postgres_a_killed_server_s_loop_run_is_finished_by_the_other_server() {
         let dir = tempfile::tempdir().unwrap();
         relay_project(dir.path(), settings);
         let base = llm.base_url();
-        let env =
-            [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
+        let env = lease_env(&base);
         let (a, b, id, chat) = relay_on_a(dir.path(), &env).await;
         drop(a); // SIGKILL while `hold` waits (its bash dies with the server)
         drop(chat);
@@ -460,8 +464,7 @@ async fn postgres_a_server_paused_past_its_loop_lease_writes_nothing_once_it_wak
         let dir = tempfile::tempdir().unwrap();
         relay_project(dir.path(), settings);
         let base = llm.base_url();
-        let env =
-            [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
+        let env = lease_env(&base);
         let (a, b, id, chat) = relay_on_a(dir.path(), &env).await;
         // A stops (a long GC pause, a partition) while `hold` waits; its lease lapses and B
         // takes the run over from the checkpoint after `one`, and ends it without running
@@ -498,8 +501,7 @@ async fn postgres_a_human_answer_posted_to_the_other_server_completes_the_run_on
         let dir = tempfile::tempdir().unwrap();
         project(dir.path(), settings);
         let base = llm.base_url();
-        let env =
-            [("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk-upstream"), ("POLPO_RUN_LEASE_MS", LEASE_MS)];
+        let env = lease_env(&base);
         let a = ServerProcess::start("serve", dir.path(), &["--worker-id", "a"], &env);
         let b = ServerProcess::start("serve", dir.path(), &["--worker-id", "b"], &env);
         let (id, chat) = start_loop(&a.url).await;
