@@ -53,7 +53,8 @@ pub fn fuzz(target: &str, inputs: impl Strategy<Value = Vec<u8>>, property: Prop
         cases += 1;
         let input = tree.current();
         if let Some(why) = failure(property, &input) {
-            let (smallest, why) = shrink(&mut tree, property, input, why);
+            let (smaller, why) = shrink(&mut tree, property, input, why);
+            let (smallest, why) = drop_bytes(property, smaller, why);
             let saved = save(&dir, &smallest);
             panic!(
                 "{target}: {why}\n  input ({} bytes, saved as {saved}): {:?}\n  replay with POLPO_FUZZ_SEED={seed}",
@@ -102,6 +103,25 @@ fn shrink(
         };
         if !more {
             break;
+        }
+    }
+    (best, why)
+}
+
+/// Then drop one byte at a time while the input still fails: proptest simplifies the mutations
+/// that made an input, so a failure found on a grown seed (a byte duplicated, say) can stop
+/// above what fails; a saved regression is the smallest input no single deletion passes.
+fn drop_bytes(property: Property<'_>, mut best: Vec<u8>, mut why: String) -> (Vec<u8>, String) {
+    let mut at = 0;
+    for _ in 0..MAX_SHRINK_STEPS {
+        if at >= best.len() {
+            break;
+        }
+        let mut candidate = best.clone();
+        candidate.remove(at);
+        match failure(property, &candidate) {
+            Some(reason) => (best, why) = (candidate, reason),
+            None => at += 1,
         }
     }
     (best, why)
