@@ -171,12 +171,15 @@ pub struct LoopExecutor {
     pub(crate) humans: HumanDesk,
     /// This process's runs in progress: cancelling one stops its walk.
     pub(crate) active: Mutex<HashMap<String, CancellationToken>>,
+    /// Run id → the effect key an operator reconciled `not_applied`: its resume here runs
+    /// that call once more instead of failing `effect_unconfirmed` (`reconcile.rs`).
+    pub(crate) reruns: Mutex<HashMap<String, String>>,
 }
 
 impl LoopExecutor {
     /// An executor invoking agents through `runs`.
     pub fn new(runs: Arc<RunManager>, options: LoopOptions) -> Self {
-        Self { runs, options, humans: HumanDesk::default(), active: Mutex::default() }
+        Self { runs, options, humans: HumanDesk::default(), active: Mutex::default(), reruns: Mutex::default() }
     }
 
     /// The human steps waiting for a person.
@@ -372,7 +375,7 @@ impl LoopExecutor {
                 run.govern(LifecycleHook::LoopStart, &nowhere, &mut context).await?;
             }
             if let Some(at) = record.state.frontier.first() {
-                run.walk(at, &mut context, false, true).await?;
+                run.walk(at, "", &mut context, false, true).await?;
             }
             run.govern(LifecycleHook::LoopEnd, &nowhere, &mut context).await
         };
@@ -431,6 +434,9 @@ impl LoopExecutor {
                     Err(e) => Err(e),
                 }
             }
+            // Stored at its last checkpoint too: a reconciled resume starts there and reaches
+            // the unconfirmed call again under the same key.
+            Err(e @ LoopError::EffectUnconfirmed { .. }) => Err(e),
             other => {
                 *lock(&run.saved) = state.clone();
                 other
@@ -582,24 +588,30 @@ impl Run<'_> {
 
     /// Run from `start` along `next` until `end`, on `context`; `branch`: inside a parallel
     /// branch (agents there have no durable checkpoint of their own); `top`: the run's own
-    /// path (not a branch or a `while` body), checkpointed after every step.
+    /// path (not a branch or a `while` body), checkpointed after every step. `trail` names the
+    /// path (see [`place`]).
     fn walk<'s>(
         &'s self,
         start: &'s str,
+        trail: &'s str,
         context: &'s mut Value,
         branch: bool,
         top: bool,
     ) -> BoxFuture<'s, Result<(), LoopError>> {
         async move {
             let mut at = start.to_owned();
+            let mut walked = 0;
             while at != END {
                 // A server paused past its lease renews it before starting a step, and stops
                 // when another one claimed the run meanwhile.
                 self.checkpoints.hold().await?;
                 lock(&self.frontier).insert(at.clone());
-                if self.executed.fetch_add(1, Ordering::Relaxed) >= self.budget {
+                let executed = self.executed.fetch_add(1, Ordering::Relaxed);
+                if executed >= self.budget {
                     return Err(LoopError::StepBudgetExceeded(self.budget));
                 }
+                let place = place(trail, if top { executed } else { walked });
+                walked += 1;
                 let step = self
                     .config
                     .steps
@@ -611,7 +623,7 @@ impl Run<'_> {
                         event.when = Some(guard.to_owned());
                         self.tracer.emit(event);
                     }
-                    _ => self.step(&at, step, context, branch).await?,
+                    _ => self.step(&at, &place, step, context, branch).await?,
                 }
                 lock(&self.frontier).remove(&at);
                 let (to, transition) = next(step, context);
@@ -638,8 +650,15 @@ impl Run<'_> {
         .boxed()
     }
 
-    /// Run one step (its guard held).
-    async fn step(&self, id: &str, step: &Step, context: &mut Value, branch: bool) -> Result<(), LoopError> {
+    /// Run one step (its guard held), at `place` in the run.
+    async fn step(
+        &self,
+        id: &str,
+        place: &str,
+        step: &Step,
+        context: &mut Value,
+        branch: bool,
+    ) -> Result<(), LoopError> {
         let alias = match &step.body {
             StepBody::Tool(t) => t.save_as.clone().unwrap_or_else(|| t.tool.clone()),
             _ => id.to_owned(),
@@ -667,11 +686,11 @@ impl Run<'_> {
                 },
                 StepBody::Tool(tool) => {
                     let template = tool.input.clone().unwrap_or_else(|| json!({}));
-                    self.call(id, Some(step), &alias, &tool.tool, &template, context, None).await
+                    self.call(id, Some((step, place)), &alias, &tool.tool, &template, context, None).await
                 }
                 StepBody::Human(human) => self.human(id, human, context).await,
-                StepBody::Parallel(parallel) => self.parallel(parallel, context).await,
-                StepBody::While(w) => self.repeat(id, w, context, branch).await,
+                StepBody::Parallel(parallel) => self.parallel(place, parallel, context).await,
+                StepBody::While(w) => self.repeat(id, place, w, context, branch).await,
             },
         };
         let done = match done {
@@ -864,13 +883,13 @@ impl Run<'_> {
     }
 
     /// Call `tool` with `template`'s bindings resolved, its output saved at `alias`, traced:
-    /// a tool step's (`hook: None`; `tool:before`/`tool:after` govern it) or a hook action's at
-    /// point `hook` (`data.kind: "hook"`).
+    /// a tool step's (`step`: its definition and place; `hook: None`; `tool:before`/`tool:after`
+    /// govern it) or a hook action's at point `hook` (`data.kind: "hook"`).
     #[allow(clippy::too_many_arguments)] // the one call path of tool steps and hook actions
     async fn call(
         &self,
         id: &str,
-        step: Option<&Step>,
+        step: Option<(&Step, &str)>,
         alias: &str,
         tool: &str,
         template: &Value,
@@ -888,7 +907,7 @@ impl Run<'_> {
             data
         };
         if hook.is_none() {
-            let at = At { step: step.map(|s| (id, s)), tool: Some((tool, &arguments)), payload: json!({}) };
+            let at = At { step: step.map(|(s, _)| (id, s)), tool: Some((tool, &arguments)), payload: json!({}) };
             self.govern(LifecycleHook::ToolBefore, &at, context).await?;
         }
         let mut call = TraceEvent::new(TraceKind::ToolCall, Some(id))
@@ -901,12 +920,14 @@ impl Run<'_> {
         let runtime = self.exec.runs.runtime();
         // A tool step whose call is not replayable goes through the effect ledger (a hook
         // action is not a step of the run: it runs where it is reached).
-        let ledgered = match hook {
-            None => runtime.tool_effect(&input, tool, &arguments).await.is_some_and(|e| !e.is_replayable()),
-            Some(_) => false,
+        let ledgered = match (step, hook) {
+            (Some((_, place)), None) => {
+                runtime.tool_effect(&input, tool, &arguments).await.is_some_and(|e| !e.is_replayable()).then_some(place)
+            }
+            _ => None,
         };
-        let (called, recorded) = if ledgered {
-            self.call_once(id, &input, tool, &arguments).await?
+        let (called, recorded) = if let Some(place) = ledgered {
+            self.call_once(id, place, &input, tool, &arguments).await?
         } else {
             (self.call_tool(&input, tool, &arguments).await?, false)
         };
@@ -928,7 +949,7 @@ impl Run<'_> {
                 context::set(context, alias, output.clone())?;
                 if hook.is_none() {
                     let at = At {
-                        step: step.map(|s| (id, s)),
+                        step: step.map(|(s, _)| (id, s)),
                         tool: Some((tool, &arguments)),
                         payload: json!({"output": output}),
                     };
@@ -958,35 +979,32 @@ impl Run<'_> {
 
     /// [`Run::call_tool`] for a side-effecting tool step, through the effect ledger as the
     /// engine's durable runs do: its intent is recorded before it runs and its outcome after,
-    /// under a key of (run, step, step execution, arguments), which a resumed run reaches
-    /// again. A call whose outcome is recorded is not run again (its outcome is reused: `true`);
-    /// one with an intent but no outcome may or may not have happened (its server stopped in
-    /// between), so the run fails `effect_unconfirmed` instead of running it blindly.
+    /// under the key [`effect_key`] gives the step at `place`, which a resumed run reaches
+    /// again whatever order parallel branches ran in. The run is held first (a server whose
+    /// lease another one claimed never starts the effect). A call whose outcome is recorded is
+    /// not run again (its outcome is reused: `true`); one with an intent but no outcome may or
+    /// may not have happened (its server stopped in between), so the run fails
+    /// `effect_unconfirmed` instead of running it blindly — unless an operator reconciled it
+    /// `not_applied` for this resume, when it runs now under the same key.
     async fn call_once(
         &self,
         id: &str,
+        place: &str,
         input: &ChatInput,
         tool: &str,
         arguments: &Value,
     ) -> Result<(Result<String, DirectCallError>, bool), LoopError> {
-        let digest = Sha256::digest(arguments.to_string().as_bytes());
-        let executed = self.executed.load(Ordering::Relaxed);
-        let key = format!("loop/{}/step/{id}/{executed}/{}", self.run_id, hex::encode(&digest[..16]));
+        let key = effect_key(self.run_id, place, id, arguments);
         let effects = &self.exec.runs.runtime().store().effects;
+        self.checkpoints.hold().await?;
+        let rerun = |key: &str| {
+            let mut reruns = lock(&self.exec.reruns);
+            let granted = reruns.get(self.run_id).is_some_and(|k| k == key);
+            granted && reruns.remove(self.run_id).is_some()
+        };
         match effects.record_effect_intent(&key).await? {
-            EffectClaim::Fresh => {
-                let called = self.call_tool(input, tool, arguments).await;
-                let outcome = match &called {
-                    Ok(Ok(text)) => json!({"ok": true, "text": text}),
-                    Ok(Err(DirectCallError::InvalidInput(e))) => json!({"ok": false, "invalid": true, "message": e}),
-                    Ok(Err(DirectCallError::Refused(e) | DirectCallError::Failed(e))) => {
-                        json!({"ok": false, "message": e})
-                    }
-                    Err(e) => json!({"ok": false, "message": e.to_string()}),
-                };
-                effects.record_effect_result(&key, outcome).await?;
-                Ok((called?, false))
-            }
+            EffectClaim::Fresh => Ok((self.perform(&key, input, tool, arguments).await?, false)),
+            EffectClaim::Pending(_) if rerun(&key) => Ok((self.perform(&key, input, tool, arguments).await?, false)),
             EffectClaim::Done(effect) => {
                 let outcome = effect.result.unwrap_or_default();
                 let text = outcome.get("text").or_else(|| outcome.get("message")).and_then(Value::as_str);
@@ -1005,6 +1023,25 @@ impl Run<'_> {
                 started_at: effect.created_at.to_rfc3339(),
             }),
         }
+    }
+
+    /// Run the tool of effect `key` (its intent recorded) and record its outcome.
+    async fn perform(
+        &self,
+        key: &str,
+        input: &ChatInput,
+        tool: &str,
+        arguments: &Value,
+    ) -> Result<Result<String, DirectCallError>, LoopError> {
+        let called = self.call_tool(input, tool, arguments).await;
+        let outcome = match &called {
+            Ok(Ok(text)) => json!({"ok": true, "text": text}),
+            Ok(Err(DirectCallError::InvalidInput(e))) => json!({"ok": false, "invalid": true, "message": e}),
+            Ok(Err(DirectCallError::Refused(e) | DirectCallError::Failed(e))) => json!({"ok": false, "message": e}),
+            Err(e) => json!({"ok": false, "message": e.to_string()}),
+        };
+        self.exec.runs.runtime().store().effects.record_effect_result(key, outcome).await?;
+        called
     }
 
     /// Permissions, then policies, then hook actions at lifecycle point `hook` (inventory
@@ -1119,8 +1156,10 @@ impl Run<'_> {
     }
 
     /// Branches at once, each on a copy of the context; done once `join` of them are (the
-    /// rest are cancelled), their contexts merged over this one in branch order.
-    async fn parallel(&self, step: &ParallelStep, context: &mut Value) -> Result<(), LoopError> {
+    /// rest are cancelled), their contexts merged over this one in branch order. Branch `i`
+    /// of the step at `place` walks trail `{place}.{i}/`.
+    async fn parallel(&self, place: &str, step: &ParallelStep, context: &mut Value) -> Result<(), LoopError> {
+        let trails: Vec<String> = (0..step.branches.len()).map(|i| format!("{place}.{i}/")).collect();
         let need = match step.join {
             None | Some(Join::Mode(JoinMode::All)) => step.branches.len(),
             Some(Join::Mode(JoinMode::Any)) => 1,
@@ -1130,9 +1169,9 @@ impl Run<'_> {
         let mut running: FuturesUnordered<_> = step
             .branches
             .iter()
-            .zip(copies.iter_mut())
+            .zip(copies.iter_mut().zip(&trails))
             .enumerate()
-            .map(|(i, (branch, copy))| self.walk(branch, copy, true, false).map(move |r| r.map(|()| i)))
+            .map(|(i, (branch, (copy, trail)))| self.walk(branch, trail, copy, true, false).map(move |r| r.map(|()| i)))
             .collect();
         let mut finished = Vec::with_capacity(need);
         while finished.len() < need {
@@ -1154,8 +1193,16 @@ impl Run<'_> {
     }
 
     /// The body, in order, while `condition` holds (or until `until` does), at most
-    /// `maxIterations` times; both guards are checked before each iteration.
-    async fn repeat(&self, id: &str, step: &WhileStep, context: &mut Value, branch: bool) -> Result<(), LoopError> {
+    /// `maxIterations` times; both guards are checked before each iteration. Body entry `j`
+    /// of iteration `n` of the step at `place` walks trail `{place}.{n}.{j}/`.
+    async fn repeat(
+        &self,
+        id: &str,
+        place: &str,
+        step: &WhileStep,
+        context: &mut Value,
+        branch: bool,
+    ) -> Result<(), LoopError> {
         let max = step.max_iterations();
         let mut done = 0;
         let record = |done: u32| {
@@ -1171,14 +1218,31 @@ impl Run<'_> {
             if !go {
                 break;
             }
-            for body in step.body.as_slice() {
-                self.walk(body, context, branch, false).await?;
+            for (j, body) in step.body.as_slice().iter().enumerate() {
+                self.walk(body, &format!("{place}.{done}.{j}/"), context, branch, false).await?;
             }
             done += 1;
             record(done);
         }
         Ok(())
     }
+}
+
+/// A step execution's place in its run: `trail` (the path: empty for the run's own, else
+/// the container step's place and the branch, iteration or body entry, as in `3.1/`), then
+/// its position on that path — on the run's own path the run's step count when it started
+/// (a checkpoint stores that count, so a resume reaches the same places), elsewhere its
+/// position within its walk (a walk is sequential, so parallel branches cannot disturb it).
+fn place(trail: &str, position: u32) -> String {
+    format!("{trail}{position}")
+}
+
+/// The effect-ledger key of a side-effecting tool step `step` at `place` in run `run_id`
+/// called with `arguments`: `loop/{run}/{place}/{step}/{sha256(arguments) prefix}`, the same
+/// whenever a resumed run reaches that call again.
+fn effect_key(run_id: &str, place: &str, step: &str, arguments: &Value) -> String {
+    let digest = Sha256::digest(arguments.to_string().as_bytes());
+    format!("loop/{run_id}/{place}/{step}/{}", hex::encode(&digest[..16]))
 }
 
 /// Where a step goes: its `next` step, the first conditional transition whose `when` holds,

@@ -47,6 +47,18 @@ async fn runtime_with(
     loops: &[(&str, Value)],
     packs: &[(&str, Value)],
 ) -> (TempDir, Arc<Runtime>) {
+    runtime_on(llm, settings, agent, loops, packs, Arc::new(SystemClock)).await
+}
+
+/// [`runtime_with`] whose store tells the time by `clock`.
+async fn runtime_on(
+    llm: &FakeLlm,
+    settings: Value,
+    agent: Value,
+    loops: &[(&str, Value)],
+    packs: &[(&str, Value)],
+    clock: Arc<dyn polpo_store::Clock>,
+) -> (TempDir, Arc<Runtime>) {
     polpo_llm::install_crypto_provider();
     let kind = StoreKind::parse(settings["storage"].as_str().unwrap_or("file")).unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -62,7 +74,7 @@ async fn runtime_with(
         fixture = fixture.hook_pack(name, pack.clone()).unwrap();
     }
     let project = polpo_project::load_project(dir.path()).unwrap();
-    let store = open_store(kind, dir.path(), None, Arc::new(SystemClock)).await.unwrap();
+    let store = open_store(kind, dir.path(), None, clock).await.unwrap();
     let runtime = Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), llm.openai_env()), store);
     (dir, Arc::new(runtime))
 }
@@ -1077,4 +1089,150 @@ async fn a_side_effecting_tool_step_a_dead_server_started_is_never_run_again_bli
     assert_eq!(lines("stuck.txt"), "y\n", "the step was not run again");
     let stored = stored_when(&exec, &run_id, |r| r.status == polpo_loops::LoopRunStatus::Failed).await;
     assert_eq!(stored.error.unwrap().code, "effect_unconfirmed");
+}
+
+/// Polled every 5 ms (30 s at most) until file `name` in `dir` has every line of `lines`.
+async fn until_lines(dir: &std::path::Path, name: &str, lines: &[&str]) {
+    let read = || std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !lines.iter().all(|l| read().lines().any(|have| have == *l)) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{name} never had {lines:?}: {:?}", read()));
+}
+
+/// A parallel step whose branches run side-effecting `bash` steps: branch A waits for a person
+/// then appends `a2`; branch B appends `b1` then `b2`, all while A waits. The server dies
+/// after the answer was stored and every branch ran, before the checkpoint after the parallel
+/// step. The run taken over from the checkpoint before it (the answer stored with it) runs the
+/// branches again in another order — A no longer waits — and reuses every recorded outcome:
+/// each line appears once, the effect keys being the branch path's, not the order the
+/// branches happened to run in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_branches_side_effects_run_once_across_a_resume_in_another_order() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let append = |line: &str, next: &str| json!({"type": "tool", "tool": "bash", "input": {"command": format!("echo {line} >> out.txt")}, "saveAs": line, "next": next});
+    let config = json!({"start": "fan", "steps": {
+        "fan": {"type": "parallel", "branches": ["ask", "b1"], "join": "all", "next": "end"},
+        "ask": {"type": "human", "next": "a2"},
+        "a2": append("a2", "end"),
+        "b1": append("b1", "b2"),
+        "b2": append("b2", "end")
+    }});
+    let settings = json!({"storage": "sqlite", "chatExecution": "inline"});
+    let (dir, runtime) = runtime_with(&llm, settings, json!({"allowedTools": ["bash"]}), &[("fan", config)], &[]).await;
+    let exec = Arc::new(LoopExecutor::new(
+        RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) }),
+        LoopOptions::default(),
+    ));
+    let (run_id, running, mut asked) = suspended(&exec);
+    asked.recv().await.unwrap();
+    until_lines(dir.path(), "out.txt", &["b1", "b2"]).await;
+    exec.answer_human(&run_id, None, json!({"ok": true})).await.unwrap();
+    assert_eq!(code(&tokio::time::timeout(Duration::from_secs(30), running).await.unwrap().unwrap()), "ok");
+    let lines = || {
+        let mut lines: Vec<String> =
+            std::fs::read_to_string(dir.path().join("out.txt")).unwrap().lines().map(str::to_owned).collect();
+        lines.sort();
+        lines
+    };
+    assert_eq!(lines(), ["a2", "b1", "b2"]);
+
+    // As the run was stored when its server died: the answer stored with it, running, at the
+    // checkpoint before the parallel step.
+    let records = &runtime.store().records;
+    let stored = records.get_record("loop_runs", &run_id).await.unwrap().unwrap();
+    let mut record: polpo_loops::LoopRunRecord = serde_json::from_value(stored.value).unwrap();
+    record.status = polpo_loops::LoopRunStatus::Running;
+    record.state.frontier = vec!["fan".to_owned()];
+    record.state.executed = 0;
+    record.state.context = json!({"request": record.state.context["request"]});
+    record.human =
+        Some(polpo_loops::PendingHuman { step: "ask".into(), schema: None, answer: Some(json!({"ok": true})) });
+    record.lease = None;
+    let written =
+        records.put_record("loop_runs", &run_id, serde_json::to_value(&record).unwrap(), Some(stored.revision));
+    let revision = written.await.unwrap().revision;
+    let again = LoopExecutor::new(
+        RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) }),
+        LoopOptions::default(),
+    );
+    let config = exec.select(&request(json!({}))).unwrap().1;
+    let resumed = tokio::time::timeout(Duration::from_secs(30), again.resume(record, revision, &config, &|_| {}))
+        .await
+        .expect("the resumed run ends");
+    assert_eq!(code(&resumed), "ok", "{:?}", resumed.result);
+    assert_eq!(lines(), ["a2", "b1", "b2"], "no branch's effect ran twice");
+    let resume = resumed.trace.iter().position(|e| e.kind == TraceKind::LoopResume).unwrap();
+    let mut reused: Vec<&str> = resumed.trace[resume..]
+        .iter()
+        .filter(|e| e.kind == TraceKind::ToolResult && e.data.as_ref().is_some_and(|d| d["effect"] == "recorded"))
+        .filter_map(|e| e.step_key.as_deref())
+        .collect();
+    reused.sort_unstable();
+    assert_eq!(reused, ["a2", "b1", "b2"], "every outcome reused from the ledger");
+}
+
+/// Two servers on one store, their time the store's clock (moved by hand). Server A runs a
+/// loop whose side-effecting step is held, before it runs, by a `tool:before` hook action that
+/// waits for the test. Meanwhile A's lease lapses and server B claims the run. When A's hook
+/// returns, A does not start the effect: it finds the run claimed (`lease_lost`), records no
+/// intent and runs nothing, so B's resume runs the step as a fresh effect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_lease_was_claimed_never_starts_a_side_effect() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let config = json!({"start": "append",
+    "hooks": {"tool:before": [{"tool": "bash", "input": {"command": "touch holding; for i in $(seq 3000); do [ -f gate ] && break; sleep 0.02; done"}}]},
+    "steps": {
+        "append": {"type": "tool", "tool": "bash", "input": {"command": "echo once >> out.txt"}, "next": "end"}
+    }});
+    let clock = Arc::new(polpo_store::ManualClock::new(chrono::Utc::now()));
+    let settings = json!({"storage": "sqlite", "chatExecution": "inline"});
+    let agent = json!({"allowedTools": ["bash"]});
+    let (dir, runtime) = runtime_on(&llm, settings, agent, &[("held", config)], &[], clock.clone()).await;
+    // A long lease: A's background renewal (a third of it, on the wall clock) never runs here.
+    let ttl = Duration::from_secs(600);
+    let a = Arc::new(LoopExecutor::new(
+        RunManager::with_owner(runtime.clone(), RunOptions { lease_ttl: ttl }, "a".into()),
+        LoopOptions::default(),
+    ));
+    let req = request(json!({}));
+    let (loop_id, config) = a.select(&req).unwrap();
+    let run_id = a.new_run_id();
+    let (runner, rid, cfg) = (a.clone(), run_id.clone(), config.clone());
+    let running = tokio::spawn(async move { runner.run(&req, &rid, &loop_id, &cfg, &|_| {}).await });
+    tokio::time::timeout(Duration::from_secs(30), async {
+        while !dir.path().join("holding").exists() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("A's hook runs");
+
+    // A's lease lapses; B claims the run (its recovery pass resumes it, and its hook waits too).
+    clock.advance(chrono::Duration::from_std(ttl).unwrap() + chrono::Duration::seconds(1));
+    let b = Arc::new(LoopExecutor::new(
+        RunManager::with_owner(runtime.clone(), RunOptions { lease_ttl: ttl }, "b".into()),
+        LoopOptions::default(),
+    ));
+    assert_eq!(b.recover().await.unwrap(), 1);
+    stored_when(&b, &run_id, |r| r.lease.as_ref().is_some_and(|l| l.owner == "b")).await;
+    std::fs::write(dir.path().join("gate"), "").unwrap();
+    let fenced = tokio::time::timeout(Duration::from_secs(30), running).await.unwrap().unwrap();
+    assert_eq!(code(&fenced), "lease_lost", "{:?}", fenced.result);
+    // The step's own result, not its hook action's.
+    let stepped = |e: &&TraceEvent| {
+        e.kind == TraceKind::ToolResult
+            && e.tool.as_deref() == Some("bash")
+            && e.data.as_ref().is_some_and(|d| d["kind"] != "hook")
+    };
+    assert_eq!(fenced.trace.iter().filter(stepped).count(), 0, "A did not run the step");
+    let done = stored_when(&b, &run_id, |r| r.status.is_terminal()).await;
+    assert_eq!(done.status, polpo_loops::LoopRunStatus::Completed, "{:?}", done.error);
+    assert_eq!(std::fs::read_to_string(dir.path().join("out.txt")).unwrap(), "once\n");
+    let effects: Vec<Option<&Value>> =
+        done.trace.iter().filter(stepped).map(|e| e.data.as_ref().and_then(|d| d.get("effect"))).collect();
+    assert_eq!(effects, [None], "B ran the step, a fresh effect: A had recorded no intent");
 }
