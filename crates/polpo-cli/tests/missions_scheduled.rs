@@ -1,7 +1,8 @@
 //! A mission with a `schedule`, through the real `polpo serve` and the strict fake model: one
 //! set a few seconds ahead waits `scheduled`, survives a restart of its server before it is
 //! due, then runs by itself and completes; a schedule that can never fire is refused with its
-//! code and a pointer to `/schedule`, from the REST API and from `polpo missions create`.
+//! code and a pointer to `/schedule`, from the REST API and from `polpo missions create`; a
+//! recurring mission's schedule also fires by hand, through the schedules' trigger route.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -25,7 +26,7 @@ async fn mission(url: &str, id: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scheduled_mission_survives_a_restart_and_runs_by_itself() {
     polpo_llm::install_crypto_provider();
-    let llm = FakeLlm::start([Turn::text("Report written.")]).await.unwrap();
+    let llm = FakeLlm::start([Turn::text("Report written."), Turn::text("Done by hand.")]).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     support::builder_project(dir.path(), json!({"storage": "file"}));
     let first = start(dir.path(), &llm);
@@ -113,4 +114,16 @@ async fn a_scheduled_mission_survives_a_restart_and_runs_by_itself() {
     let tomorrow = (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339();
     let once = client.patch(&url).json(&json!({"schedule": tomorrow})).send().await.unwrap();
     assert_eq!(once.status(), 409, "a recurring mission does not become a one-shot one");
+
+    // Its schedule fires by hand too, once per idempotency key.
+    let trigger = format!("{}/api/v1/schedules/mission-{}/trigger", second.url, draft["data"]["id"].as_str().unwrap());
+    let fired: Value =
+        client.post(&trigger).json(&json!({"idempotencyKey": "k1"})).send().await.unwrap().json().await.unwrap();
+    assert_eq!(fired["data"]["status"], "succeeded", "{fired}");
+    assert_eq!(fired["data"]["result"]["executionCount"], 1, "{fired}");
+    let again: Value =
+        client.post(&trigger).json(&json!({"idempotencyKey": "k1"})).send().await.unwrap().json().await.unwrap();
+    assert_eq!(again["data"], fired["data"], "the same key answers the first trigger");
+    let missing = client.post(format!("{}/api/v1/schedules/mission-nope/trigger", second.url)).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
 }

@@ -230,6 +230,24 @@ impl Scheduler {
         Ok(out)
     }
 
+    /// Schedule `id`: a project file's, else a mission's (`mission-<mission id>`) — only while
+    /// the mission waits `scheduled` or `recurring` when `waiting` (what fires), else also once
+    /// it has run (what its runs are kept under). The one lookup of the trigger and the routes,
+    /// so a mission's schedule is as reachable as a file's.
+    pub async fn schedule(&self, id: &str, waiting: bool) -> Result<Option<Schedule>, SchedulerError> {
+        if let Some(schedule) = self.runs.runtime().loaded().project.schedules.get(id) {
+            return Ok(Some(schedule.clone()));
+        }
+        let Some(mission) = id.strip_prefix("mission-") else { return Ok(None) };
+        let Some(stored) = self.store().missions.get_mission(mission).await? else { return Ok(None) };
+        let waits = matches!(stored.mission.status, MissionStatus::Scheduled | MissionStatus::Recurring);
+        if waiting && !waits {
+            return Ok(None);
+        }
+        // A schedule that no longer parses has nothing to fire or show (a pass logs it).
+        Ok(polpo_orchestrator::mission_schedule(&stored.mission).ok().flatten())
+    }
+
     /// Fire or record `missed` the occurrences of `schedule` since its cursor (the first time,
     /// since `since`); its next occurrence after them, if it has one.
     async fn pass_over(
@@ -545,28 +563,25 @@ impl Scheduler {
     }
 
     /// Fire `schedule_id` now, once per `key`: a second trigger with the same key fires
-    /// nothing and answers the first one's record.
+    /// nothing and answers the first one's record — even once what it fired no longer waits
+    /// (a mission it started is running).
     pub async fn trigger(self: &Arc<Self>, schedule_id: &str, key: &str) -> Result<ScheduleRun, SchedulerError> {
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return Err(SchedulerError::Invalid(format!("an idempotency key must be 1-{MAX_KEY_LEN} bytes")));
         }
-        let loaded = self.runs.runtime().loaded();
-        let schedule = loaded
-            .project
-            .schedules
-            .get(schedule_id)
-            .ok_or_else(|| SchedulerError::NotFound(schedule_id.to_owned()))?;
         let id = trigger_id(key);
-        let running = self.running(schedule).await?;
-        if let Some(run) = self.fire(schedule, self.now(), id.clone(), Some(key.to_owned()), running).await? {
+        let earlier = || async { self.store().records.get_record(&runs_collection(schedule_id), &id).await };
+        if let Some(record) = earlier().await? {
+            return Ok(parse_run(&record)?);
+        }
+        let schedule =
+            self.schedule(schedule_id, true).await?.ok_or_else(|| SchedulerError::NotFound(schedule_id.to_owned()))?;
+        let running = self.running(&schedule).await?;
+        if let Some(run) = self.fire(&schedule, self.now(), id.clone(), Some(key.to_owned()), running).await? {
             return Ok(run);
         }
-        let record = self
-            .store()
-            .records
-            .get_record(&runs_collection(schedule_id), &id)
-            .await?
-            .ok_or_else(|| StoreError::NotFound { kind: "schedule run", id: id.clone() })?;
+        // Another trigger with this key claimed it meanwhile: its record.
+        let record = earlier().await?.ok_or_else(|| StoreError::NotFound { kind: "schedule run", id: id.clone() })?;
         Ok(parse_run(&record)?)
     }
 

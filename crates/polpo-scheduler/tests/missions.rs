@@ -89,3 +89,38 @@ async fn a_recurring_mission_runs_once_per_occurrence_across_servers_until_abort
     assert!(fired.iter().all(|r| r.result.as_ref().unwrap()["missionId"] == json!(id)), "{fired:?}");
     assert!(a.mission_schedules().await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_missions_schedule_fires_on_a_manual_trigger_once_per_key() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([Turn::text("Reported.")]).await.unwrap();
+    let dir = common::project(&[]);
+    let clock = Arc::new(ManualClock::new(start()));
+    let runs = common::runs(&dir, StoreKind::Sqlite, None, &clock, &llm).await;
+    let targets = support::targets(&runs);
+    let orchestrator = targets.orchestrator.clone();
+    let scheduler = Scheduler::new(runs, targets);
+
+    let mission: Mission = serde_json::from_value(json!({
+        "id": "", "name": "launch", "status": "draft", "schedule": "2026-08-01T09:00:00Z",
+        "data": {"tasks": [{"title": "Report", "description": "Report.", "assignTo": "reporter"}]},
+        "createdAt": start(), "updatedAt": start()
+    }))
+    .unwrap();
+    let id = orchestrator.create_mission(mission).await.unwrap().mission.id;
+    let schedule = polpo_orchestrator::mission_schedule_id(&id);
+    assert!(scheduler.schedule(&schedule, true).await.unwrap().is_some(), "a waiting mission's schedule is found");
+
+    let first = scheduler.trigger(&schedule, "now-please").await.unwrap();
+    assert_eq!(first.status, RunState::Succeeded, "{first:?}");
+    assert_eq!(first.result.as_ref().unwrap()["missionId"], json!(id));
+    let started = orchestrator.mission(&id).await.unwrap().mission;
+    assert_eq!((started.status, started.execution_count), (MissionStatus::Active, 1), "fired days early, by hand");
+
+    let again = scheduler.trigger(&schedule, "now-please").await.unwrap();
+    assert_eq!(again, first, "the same key answers the first trigger's run");
+    assert_eq!(orchestrator.mission(&id).await.unwrap().mission.execution_count, 1, "and starts nothing");
+    let refused = scheduler.trigger(&schedule, "another-key").await.unwrap_err();
+    assert_eq!(refused.code(), "schedule_not_found", "a running mission waits for nothing: no schedule to fire");
+    assert_eq!(scheduler.trigger("mission-nope", "k").await.unwrap_err().code(), "schedule_not_found");
+}

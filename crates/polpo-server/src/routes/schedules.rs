@@ -18,7 +18,6 @@ use axum::response::{IntoResponse, Response};
 use polpo_core::schedules::codes::LEGACY_SCHEDULE;
 use polpo_core::schedules::config::is_legacy;
 use polpo_core::schedules::{Schedule, ScheduleConfig, ScheduleStatus, parse_schedule};
-use polpo_core::tasks::MissionStatus;
 use polpo_project::schedules::{read_schedule, remove_schedule, schedule_location, write_schedule};
 use polpo_store::{Cursor, PageRequest};
 use serde::Deserialize;
@@ -55,30 +54,17 @@ fn view(schedule: &Schedule, now: chrono::DateTime<chrono::Utc>) -> Value {
 }
 
 fn find(state: &AppState, id: &str) -> Result<Schedule, ApiError> {
-    state
-        .runtime
-        .loaded()
-        .project
-        .schedules
-        .get(id)
-        .cloned()
-        .ok_or_else(|| ApiError::new(ErrorCode::ScheduleNotFound, format!("schedule `{id}` not found")))
+    state.runtime.loaded().project.schedules.get(id).cloned().ok_or_else(|| not_found(id))
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::new(ErrorCode::ScheduleNotFound, format!("schedule `{id}` not found"))
 }
 
 /// The schedule `id`: a project file's, else a mission's (`mission-<id>`): only while it
 /// waits `scheduled` or `recurring` when `waiting`, else also once it has run (for its runs).
 async fn find_any(state: &AppState, id: &str, waiting: bool) -> Result<Schedule, ApiError> {
-    let not_found = find(state, id);
-    let Some(mission) = id.strip_prefix("mission-") else { return not_found };
-    let waits = |s: MissionStatus| !waiting || matches!(s, MissionStatus::Scheduled | MissionStatus::Recurring);
-    let waiting = match state.orchestrator.mission(mission).await {
-        Ok(m) => waits(m.mission.status).then_some(m.mission),
-        Err(_) => None,
-    };
-    match waiting.map(|m| polpo_orchestrator::mission_schedule(&m)) {
-        Some(Ok(Some(schedule))) => Ok(schedule),
-        _ => not_found,
-    }
+    state.scheduler.schedule(id, waiting).await.map_err(ApiError::from)?.ok_or_else(|| not_found(id))
 }
 
 /// `GET /api/v1/schedules`: every schedule with its next occurrences (in its time zone), the
