@@ -23,7 +23,7 @@ use crate::durable::StoredLoopRun;
 use crate::error::LoopError;
 use crate::executor::LoopExecutor;
 use crate::human::check;
-use crate::record::{LIVE, LOOP_RUNS, LoopRunStatus};
+use crate::record::{LIVE, LOOP_RUNS, LoopRunRecord, LoopRunStatus};
 use polpo_store::{Lease, StoreError};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -51,6 +51,7 @@ impl LoopExecutor {
             }
         }
         let store = self.runs.runtime().store().records.clone();
+        let mut listed = false;
         for _ in 0..CAS_ATTEMPTS {
             let run = self.stored_record(run_id, caller).await?;
             let mut record = run.record;
@@ -60,21 +61,16 @@ impl LoopExecutor {
             };
             check(pending.schema.as_ref(), &output)?;
             pending.answer = Some(output.clone());
-            let now = self.runs.runtime().clock().now();
-            let ttl = chrono::Duration::from_std(self.runs.options().lease_ttl).unwrap_or(chrono::Duration::MAX);
-            record.status = LoopRunStatus::Running;
-            record.lease = Some(Lease {
-                run_id: run_id.to_owned(),
-                owner: self.runs.owner().to_owned(),
-                expires_at: now + ttl,
-                generation: record.lease.as_ref().map_or(0, |l| l.generation) + 1,
-            });
-            // Listed live before it runs again, so a crash before the resume is recovered.
-            store.put_record(LIVE, run_id, json!({}), None).await?;
+            self.claim_here(&mut record);
+            // Listed live (once) before it runs again, so a crash before the resume is recovered.
+            if !listed {
+                store.put_record(LIVE, run_id, json!({}), None).await?;
+                listed = true;
+            }
             let value = serde_json::to_value(&record).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
             match store.put_record(LOOP_RUNS, run_id, value, Some(run.revision)).await {
                 Ok(written) => {
-                    self.resume_answered(StoredLoopRun { record, revision: written.revision, ..run });
+                    self.resume_claimed(StoredLoopRun { record, revision: written.revision, ..run });
                     return Ok(());
                 }
                 Err(StoreError::Conflict(_)) => continue,
@@ -84,19 +80,34 @@ impl LoopExecutor {
         Err(LoopError::Store(StoreError::Conflict(format!("loop run `{run_id}` kept changing; try again"))))
     }
 
-    /// Resume here, in the background, a run this server claimed with its answer stored.
-    fn resume_answered(self: &Arc<Self>, run: StoredLoopRun) {
+    /// `record` claimed for this server, to be written over the revision it was read at:
+    /// `running`, under a lease of this server's with the next fencing generation.
+    pub(crate) fn claim_here(&self, record: &mut LoopRunRecord) {
+        let now = self.runs.runtime().clock().now();
+        let ttl = chrono::Duration::from_std(self.runs.options().lease_ttl).unwrap_or(chrono::Duration::MAX);
+        record.status = LoopRunStatus::Running;
+        record.lease = Some(Lease {
+            run_id: record.id.clone(),
+            owner: self.runs.owner().to_owned(),
+            expires_at: now + ttl,
+            generation: record.lease.as_ref().map_or(0, |l| l.generation) + 1,
+        });
+    }
+
+    /// Resume here, in the background, a run this server claimed (with its answer stored, or
+    /// its unconfirmed effect settled: `reconcile.rs`).
+    pub(crate) fn resume_claimed(self: &Arc<Self>, run: StoredLoopRun) {
         let config = self.runs.runtime().loaded().project.loops.get(&run.record.loop_id).map(|l| l.config.clone());
         let exec = self.clone();
         tokio::spawn(async move {
             let Some(config) = config else {
                 // The loop is gone from the project: the lease lapses and a recovery pass fails the run.
-                tracing::warn!(run = run.record.id, "answered loop run's loop is gone; recovery ends it");
+                tracing::warn!(run = run.record.id, "claimed loop run's loop is gone; recovery ends it");
                 return;
             };
             let finished = exec.resume(run.record, run.revision, &config, &|_| {}).await;
             if let Err(e) = finished.result {
-                tracing::info!(run = finished.run_id, code = e.code(), "answered loop run ended: {e}");
+                tracing::info!(run = finished.run_id, code = e.code(), "claimed loop run ended: {e}");
             }
         });
     }

@@ -407,7 +407,12 @@ impl LoopExecutor {
             Err(e) => {
                 let mut event = TraceEvent::new(TraceKind::LoopError, None).status(TraceStatus::Failed);
                 event.error = Some(e.to_string());
-                run.tracer.emit(event.data(json!({"code": e.code()})));
+                let mut data = json!({"code": e.code()});
+                // What a person needs to settle it (`reconcile.rs`).
+                if let LoopError::EffectUnconfirmed { step, tool, key, started_at } = &e {
+                    data["effect"] = json!({"key": key, "step": step, "tool": tool, "startedAt": started_at});
+                }
+                run.tracer.emit(event.data(data));
                 Err(e)
             }
         };

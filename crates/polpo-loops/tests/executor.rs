@@ -9,7 +9,7 @@ use polpo_engine::runs::{RunManager, RunOptions};
 use polpo_engine::structured::ResponseFormat;
 use polpo_engine::{ChatInput, Loaded, LoopContext, Runtime, Surface};
 use polpo_llm::Providers;
-use polpo_loops::{LoopExecutor, LoopFinished, LoopOptions, LoopRequest, TraceEvent, TraceKind};
+use polpo_loops::{EffectDecision, LoopExecutor, LoopFinished, LoopOptions, LoopRequest, TraceEvent, TraceKind};
 use polpo_store::{StoreKind, SystemClock, open_store};
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
@@ -1089,6 +1089,21 @@ async fn a_side_effecting_tool_step_a_dead_server_started_is_never_run_again_bli
     assert_eq!(lines("stuck.txt"), "y\n", "the step was not run again");
     let stored = stored_when(&exec, &run_id, |r| r.status == polpo_loops::LoopRunStatus::Failed).await;
     assert_eq!(stored.error.unwrap().code, "effect_unconfirmed");
+
+    // A person checked: the line was appended. Settled `applied`, with the output the step
+    // saves, the run resumes from its last checkpoint and completes without running the step.
+    let failed = stored.trace.iter().rev().find(|e| e.kind == TraceKind::LoopError).unwrap();
+    let key = failed.data.as_ref().unwrap()["effect"]["key"].as_str().unwrap().to_owned();
+    let applied = EffectDecision::Applied { result: Some(r#"{"appended": 1}"#.into()) };
+    let refused = again.reconcile(&run_id, None, &format!("{key}-other"), applied.clone()).await.unwrap_err();
+    assert_eq!(refused.code(), "loop_run_not_resumable", "not that run's effect");
+    again.reconcile(&run_id, None, &key, applied.clone()).await.unwrap();
+    let done = stored_when(&again, &run_id, |r| r.status.is_terminal()).await;
+    assert_eq!(done.status, polpo_loops::LoopRunStatus::Completed, "{:?}", done.error);
+    assert_eq!(done.state.context["bash"], json!({"appended": 1}), "the step saved the stated output");
+    assert_eq!(lines("stuck.txt"), "y\n", "the step was not run again");
+    let refused = again.reconcile(&run_id, None, &key, applied).await.unwrap_err();
+    assert_eq!(refused.code(), "loop_run_not_resumable", "settled once");
 }
 
 /// Polled every 5 ms (30 s at most) until file `name` in `dir` has every line of `lines`.
