@@ -20,6 +20,7 @@ mod durable;
 mod error;
 mod executor;
 mod human;
+mod reconcile;
 mod record;
 mod trace;
 
