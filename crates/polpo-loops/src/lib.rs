@@ -30,6 +30,7 @@ pub use durable::{LoopRunPage, StoredLoopRun};
 pub use error::LoopError;
 pub use executor::{DEFAULT_STEP_BUDGET, LoopExecutor, LoopFinished, LoopOptions, LoopRequest, MAX_PROJECTION_BYTES};
 pub use human::HumanDesk;
+pub use reconcile::EffectDecision;
 pub use record::{
     APPROVALS, AgentRun, ApprovalRecord, ApprovalStatus, ApprovalSubject, ApprovedGate, LOOP_RUNS, LoopGateRequest,
     LoopRunRecord, LoopRunStatus, LoopState, PendingHuman, RunFailure, StoredRequest,
