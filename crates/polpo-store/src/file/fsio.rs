@@ -18,10 +18,32 @@ use crate::error::StoreError;
 /// that is not ours).
 const MAX_FILE_BYTES: u64 = 1 << 30;
 
+/// Buffer of [`write_atomic_with`]: its content goes to the file this many bytes at a time.
+pub(crate) const WRITE_BUFFER: usize = 64 * 1024;
+
 /// Replace `path` with `bytes` so that a crash leaves either the old or the new content:
 /// temp file, fsync ([`Staged`]), rename, fsync of the directory.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    Staged::write(path, bytes)?.publish()?;
+    publish_durably(Staged::write(path, bytes)?, path)
+}
+
+/// [`write_atomic`] for content too large to build in memory first (an index rewritten whole):
+/// `fill` writes it through a buffer straight into the temp file.
+pub(crate) fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    let buffered = |f: &mut File| {
+        let mut out = std::io::BufWriter::with_capacity(WRITE_BUFFER, f);
+        fill(&mut out)?;
+        out.flush().map_err(|e| StoreError::io(path, e))
+    };
+    publish_durably(Staged::write_with(path, buffered)?, path)
+}
+
+/// The second half of an atomic replace of `path`: rename, then fsync of the directory.
+fn publish_durably(staged: Staged, path: &Path) -> Result<(), StoreError> {
+    staged.publish()?;
     sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
@@ -137,6 +159,11 @@ impl Staged {
     /// Write `bytes` to a temporary file beside `path` and fsync it (a crash leaves a temp
     /// file that [`remove_stale_temps`] clears).
     pub(crate) fn write(path: &Path, bytes: &[u8]) -> Result<Staged, StoreError> {
+        Staged::write_with(path, |w| w.write_all(bytes).map_err(|e| StoreError::io(path, e)))
+    }
+
+    /// [`Staged::write`] of what `fill` writes to the temp file.
+    fn write_with(path: &Path, fill: impl FnOnce(&mut File) -> Result<(), StoreError>) -> Result<Staged, StoreError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = path.with_file_name(format!(
@@ -150,7 +177,8 @@ impl Staged {
             .create_new(true)
             .open(&staged.tmp)
             .map_err(|e| StoreError::io(&staged.tmp, e))?;
-        f.write_all(bytes).and_then(|()| f.sync_all()).map_err(|e| StoreError::io(&staged.tmp, e))?;
+        fill(&mut f)?;
+        f.sync_all().map_err(|e| StoreError::io(&staged.tmp, e))?;
         Ok(staged)
     }
 

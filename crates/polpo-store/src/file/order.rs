@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -190,14 +190,14 @@ impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
     /// [`COMPACT_AT`] journal lines, and at a clean close. The sorted file is read a line at a
     /// time and its lines copied as they are, merged in key order with the journal's keys:
     /// parsing it whole into keys made each compaction's peak grow with the number of entries
-    /// (tens of thousands of small allocations), and the allocator kept that peak afterwards
-    /// (issue 22).
+    /// (tens of thousands of small allocations), and the allocator kept that peak afterwards;
+    /// so did it the one buffer of the whole file the merge was then built in (issue 22): the
+    /// merge is written to the new file as it goes.
     pub(super) fn compact(&mut self) -> Result<(), StoreError> {
         if self.log_lines == 0 {
             return Ok(());
         }
-        let merged = self.merged()?;
-        fsio::write_atomic(&self.sorted, &merged)?;
+        fsio::write_atomic_with(&self.sorted, |out| self.merge_into(out))?;
         fsio::write_atomic(&self.log, b"")?;
         self.added.clear();
         self.removed.clear();
@@ -207,22 +207,18 @@ impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
 
     /// The sorted file's lines whose keys are not removed, merged with the journal's added
     /// keys (which replace a key both hold), in key order. A last line without its newline is
-    /// skipped, like every reader of the file does.
-    fn merged(&self) -> Result<Vec<u8>, StoreError> {
+    /// skipped, like every reader of the file does. Written to `out` line by line.
+    fn merge_into(&self, out: &mut dyn Write) -> Result<(), StoreError> {
         let path = &self.sorted;
         let old = match File::open(path) {
             Ok(f) => Some(f),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(StoreError::io(path, e)),
         };
-        let old_len = old.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len());
-        // One allocation of about the result's size, rather than a growing buffer's several.
-        let mut out = Vec::with_capacity(usize::try_from(old_len).unwrap_or(0) + self.added.len() * 128);
-        let add = |out: &mut Vec<u8>, ((t, id), fields): (&Key, &F)| -> Result<(), StoreError> {
+        let add = |out: &mut dyn Write, ((t, id), fields): (&Key, &F)| -> Result<(), StoreError> {
             serde_json::to_writer(&mut *out, &Line { t: *t, id: id.clone(), add: Some(fields) })
                 .map_err(|e| StoreError::Invalid(e.to_string()))?;
-            out.push(b'\n');
-            Ok(())
+            out.write_all(b"\n").map_err(|e| StoreError::io(path, e))
         };
         let mut added = self.added.iter().peekable();
         if let Some(old) = old {
@@ -236,15 +232,14 @@ impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
                 let kept = fsio::parse_line::<Line<serde::de::IgnoredAny>>(path, content)?;
                 let key = kept.key();
                 while let Some(entry) = added.next_if(|(k, _)| **k < key) {
-                    add(&mut out, entry)?;
+                    add(out, entry)?;
                 }
                 if kept.add.is_some() && !self.removed.contains(&key) && !self.added.contains_key(&key) {
-                    out.extend_from_slice(&line);
+                    out.write_all(&line).map_err(|e| StoreError::io(path, e))?;
                 }
             }
         }
-        added.try_for_each(|entry| add(&mut out, entry))?;
-        Ok(out)
+        added.try_for_each(|entry| add(out, entry))
     }
 
     /// At a clean close: compact once the journal holds a few lines, so the next open reads
@@ -420,5 +415,38 @@ mod tests {
         let keys = order.before(None, |_| true, 10).unwrap();
         assert_eq!(keys, vec![(4, "d".to_owned()), (1, "a".to_owned())]);
         assert_eq!(order.log_lines, 2, "the NUL-damaged line is dropped, the next kept");
+    }
+
+    #[test]
+    fn a_compaction_larger_than_its_write_buffer_keeps_every_key_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(INDEX_DIR)).unwrap();
+        let mut order = KeyOrder::<u32>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
+        // Odd times, compacted; then even ones merged between them, and every tenth removed:
+        // the sorted files are several times the write buffer. Lines are not synced (6,600
+        // fsyncs take seconds, and durability is not what this checks).
+        let add = |order: &mut KeyOrder<u32>, t: i64| drop(order.add((t, format!("thing-{t:05}")), t as u32).unwrap());
+        for t in (1..6000).step_by(2) {
+            add(&mut order, t);
+        }
+        order.compact().unwrap();
+        for t in (0..6000).step_by(2) {
+            add(&mut order, t);
+        }
+        for t in (0..6000).step_by(10) {
+            drop(order.remove((t, format!("thing-{t:05}"))).unwrap());
+        }
+        order.compact().unwrap();
+        let sorted = std::fs::read(dir.path().join(INDEX_DIR).join("things.sorted")).unwrap();
+        assert!(sorted.len() > 2 * fsio::WRITE_BUFFER, "{} bytes", sorted.len());
+        let lines: Vec<Line<u32>> = fsio::parse_lines(Path::new("things.sorted"), &sorted).unwrap();
+        let expected: Vec<i64> = (0..6000).filter(|t| t % 10 != 0).collect();
+        assert_eq!(lines.iter().map(|l| l.t).collect::<Vec<_>>(), expected);
+        assert!(lines.iter().all(|l| l.add == Some(l.t as u32) && l.id == format!("thing-{:05}", l.t)));
+        let reopened = KeyOrder::<u32>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
+        assert_eq!(
+            reopened.before(None, |_| true, 2).unwrap(),
+            vec![(5999, "thing-05999".to_owned()), (5998, "thing-05998".to_owned())]
+        );
     }
 }
