@@ -130,3 +130,40 @@ fn migrate_rewrites_legacy_files_as_v2_and_a_dry_run_writes_nothing() {
     let again = String::from_utf8(polpo(dir.path(), &["schedules", "migrate"]).stdout).unwrap();
     assert!(again.contains("nothing to migrate"), "{again}");
 }
+
+/// A schedule file added while `polpo dev` runs fires at its time: the reload wakes the
+/// scheduler, which otherwise sleeps a whole pass (30 s) before it reads the project again.
+#[tokio::test]
+async fn dev_fires_a_schedule_added_while_it_runs_at_its_time() {
+    polpo_llm::install_crypto_provider();
+    let llm = FakeLlm::start([Turn::text("Reported soon.")]).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    write_project(dir.path());
+    std::fs::write(dir.path().join(".polpo/agents/reporter/agent.json"), r#"{"model": "openai/fake-model"}"#).unwrap();
+    let base = llm.base_url();
+    let mut server =
+        ServerProcess::start("dev", dir.path(), &[], &[("OPENAI_BASE_URL", base.as_str()), ("OPENAI_API_KEY", "sk")]);
+    let at = (chrono::Utc::now() + chrono::Duration::seconds(3)).to_rfc3339();
+    let soon = serde_json::json!({"timing": {"kind": "once", "at": at},
+        "invocation": {"surface": "agent", "agentName": "reporter", "input": {"prompt": "Report now."}}});
+    std::fs::write(dir.path().join(".polpo/schedules/soon.json"), soon.to_string()).unwrap();
+    server.wait_for("reloaded the project");
+    let runs = format!("{}/api/v1/schedules/soon/runs", server.url);
+    let fired = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        loop {
+            let page: Value = reqwest::get(&runs).await.unwrap().json().await.unwrap();
+            if let Some(run) =
+                page["data"]["runs"].as_array().and_then(|r| r.first()).filter(|r| r["status"] == "succeeded")
+            {
+                return run.clone();
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the new schedule fired well before the scheduler's next full pass");
+    assert_eq!(fired["scheduledFor"].as_str().map(|s| s.starts_with(&at[..19])), Some(true), "{fired}");
+    let asked = llm.requests();
+    assert_eq!(asked.len(), 1);
+    assert!(asked[0].body.to_string().contains("Report now."), "the schedule's prompt reached the model");
+}

@@ -11,6 +11,7 @@ mod worker;
 use super::Global;
 use anyhow::Context as _;
 use polpo_engine::Runtime;
+use polpo_scheduler::Scheduler;
 use polpo_server::auth::ApiKeys;
 use polpo_server::serve::Limits;
 use polpo_server::{AppState, bind_address, router};
@@ -109,10 +110,10 @@ async fn serve(
     println!("  agents: {}", if agents.is_empty() { "(none)".to_owned() } else { agents.join(", ") });
     println!("  storage: {}", storage.as_str());
 
+    let mut state = AppState::with_worker_id(runtime.clone(), keys, args.worker_id);
     if let Some(files) = files {
-        tokio::spawn(watch(root, runtime.clone(), files));
+        tokio::spawn(watch(root, runtime, state.scheduler.clone(), files));
     }
-    let mut state = AppState::with_worker_id(runtime, keys, args.worker_id);
     state.memory = memory;
     // Agents whose memory.learning is on learn from committed turns (outbox drained now).
     polpo_server::learning::start_learning(&mut state);
@@ -169,8 +170,9 @@ async fn shutdown_signal() {
 /// Path, size and modification time of each configuration file.
 type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
 
-/// Reload the project whenever the fingerprint of `.polpo/` changes.
-async fn watch(root: PathBuf, runtime: Arc<Runtime>, mut last: Fingerprint) {
+/// Reload the project whenever the fingerprint of `.polpo/` changes, and wake the scheduler:
+/// a schedule added or moved earlier fires at its time, not after the sleep it was in.
+async fn watch(root: PathBuf, runtime: Arc<Runtime>, scheduler: Arc<Scheduler>, mut last: Fingerprint) {
     loop {
         tokio::time::sleep(RELOAD_POLL).await;
         let now = fingerprint(&root);
@@ -188,6 +190,7 @@ async fn watch(root: PathBuf, runtime: Arc<Runtime>, mut last: Fingerprint) {
             Ok((loaded, providers)) => {
                 let n = loaded.project.agents.len();
                 runtime.rebuild(loaded, providers);
+                scheduler.wake();
                 eprintln!("reloaded the project ({n} agent(s))");
             }
             Err(e) => eprintln!("{e}; still serving the previous version"),
@@ -196,7 +199,8 @@ async fn watch(root: PathBuf, runtime: Arc<Runtime>, mut last: Fingerprint) {
 }
 
 /// Names, sizes and modification times of the configuration files under `.polpo/` (not the
-/// store's own data), so a change to any agent, team, hook pack, loop or the manifest is seen.
+/// store's own data), so a change to any agent, team, hook pack, loop, schedule, connection or
+/// the manifest is seen.
 fn fingerprint(root: &Path) -> Fingerprint {
     let polpo = root.join(".polpo");
     let mut out = Vec::new();
@@ -212,7 +216,8 @@ fn fingerprint(root: &Path) -> Fingerprint {
                     .ok()
                     .and_then(|p| p.components().next())
                     .map(|c| c.as_os_str().to_string_lossy().into_owned());
-                if matches!(top.as_deref(), Some("agents" | "teams" | "hooks" | "loops")) {
+                if matches!(top.as_deref(), Some("agents" | "teams" | "hooks" | "loops" | "schedules" | "connections"))
+                {
                     stack.push(path);
                 }
             } else if path.extension().is_some_and(|e| e == "json" || e == "md" || e == "ts") {
