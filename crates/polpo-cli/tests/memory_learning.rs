@@ -2,7 +2,8 @@
 //! mode gets one candidate from a successful chat turn — none from a failed turn or a turn
 //! handing a client tool call back —, the turn's job survives `polpo serve` being killed
 //! (SIGKILL) while the extraction is in flight and gives exactly one candidate after the
-//! restart, and approving the candidate over REST creates the memory item.
+//! restart, and approving the candidate with `polpo memory candidates approve` (through the
+//! server's REST route) creates the memory item.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -121,17 +122,23 @@ async fn suggest_mode_learns_once_from_a_committed_turn_even_across_a_kill_and_a
     assert_eq!(llm.requests().len(), 5, "one extraction after the restart, nothing else");
     assert_eq!(llm.remaining(), 0);
 
-    // Approving it over REST creates the item, in the user's memory.
+    // Approving it with `polpo memory candidates` (through the server) creates the item, in
+    // the user's memory.
     let id = candidate["id"].as_str().unwrap();
-    let decided: Value = reqwest::Client::new()
-        .post(format!("{}/api/v1/agents/{AGENT}/memory/candidates/{id}/decision", second.url))
-        .json(&json!({"decision": "approve", "reason": "right"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["memory", "candidates"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--url", &second.url]);
+        support::polpo(&all).current_dir(dir.path()).output().unwrap()
+    };
+    let listed = cli(&["list", AGENT, "--status", "pending"]);
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(listed["candidates"][0]["id"], id, "{listed}");
+    let decided = cli(&["approve", AGENT, id, "--reason", "right"]);
+    assert!(decided.status.success(), "{}", String::from_utf8_lossy(&decided.stderr));
+    let decided: Value = serde_json::from_slice(&decided.stdout).unwrap();
+    let decided = json!({"data": decided});
     assert_eq!(decided["data"]["candidate"]["status"], "applied", "{decided}");
     let memory_id = decided["data"]["memoryId"].as_str().unwrap();
     let item = get(&second.url, &format!("/api/v1/agents/{AGENT}/memory/items/{memory_id}")).await;
@@ -147,11 +154,7 @@ async fn suggest_mode_learns_once_from_a_committed_turn_even_across_a_kill_and_a
     let applied = get(&second.url, &format!("/api/v1/agents/{AGENT}/memory/candidates?statuses=applied")).await;
     assert_eq!(applied["data"]["candidates"][0]["memoryId"], memory_id);
     // A second decision is refused: the candidate was applied.
-    let again = reqwest::Client::new()
-        .post(format!("{}/api/v1/agents/{AGENT}/memory/candidates/{id}/decision", second.url))
-        .json(&json!({"decision": "reject"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(again.status(), 409);
+    let again = cli(&["reject", AGENT, id]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("conflict"), "{}", String::from_utf8_lossy(&again.stderr));
 }

@@ -13,9 +13,9 @@ use polpo_store::{
 use std::process::ExitCode;
 use std::sync::Arc;
 
-/// `polpo memory` subcommands.
+/// `polpo memory` subcommands on the items, through the project's store.
 #[derive(Debug, clap::Subcommand)]
-pub enum Command {
+pub enum Items {
     /// Items newest first, one page at a time (`--cursor` from the previous page).
     List {
         #[command(flatten)]
@@ -74,6 +74,19 @@ pub enum Command {
     Reindex,
 }
 
+/// `polpo memory` subcommands: the items, from the project's store; the candidates, from the
+/// running server (which decides on them).
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    #[command(flatten)]
+    Items(Items),
+    /// Review what memory learning proposed, on the running server.
+    Candidates {
+        #[command(subcommand)]
+        command: super::memory_candidates::Command,
+    },
+}
+
 /// Which scope: `--scope project|agent|user|session` with `--subject` (the agent, user or
 /// session id).
 #[derive(Debug, clap::Args)]
@@ -106,6 +119,14 @@ impl ScopeArgs {
 
 /// Run one `polpo memory` command.
 pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Items(command) => run_items(global, command),
+        Command::Candidates { command } => super::memory_candidates::run(global, command),
+    }
+}
+
+/// Run one `polpo memory` command on the items.
+fn run_items(global: &Global, command: Items) -> anyhow::Result<ExitCode> {
     let project = global.load()?;
     let settings = project.settings();
     let url = std::env::var("DATABASE_URL").ok().or_else(|| settings.database_url.clone());
@@ -120,7 +141,7 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         let memory = polpo_assemble::project_memory(settings, store.memory.clone())?;
         let fail = |e: polpo_memory::MemoryError| anyhow!("{}: {e}", e.code());
         match command {
-            Command::List { scope, kinds, limit, cursor, json } => {
+            Items::List { scope, kinds, limit, cursor, json } => {
                 let page = PageRequest { after: cursor.map(Cursor::from_wire), limit };
                 let page = memory.list_page(&scope.filter(kinds)?, &page).await.map_err(fail)?;
                 let next = page.next.as_ref().map(Cursor::as_str);
@@ -132,7 +153,7 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
                     println!("more: --cursor {next}");
                 }
             }
-            Command::Search { query, scope, kinds, limit, json } => {
+            Items::Search { query, scope, kinds, limit, json } => {
                 let request = SearchRequest { query, filter: scope.filter(kinds)?, max_results: Some(limit) };
                 let found = memory.search(&request).await.map_err(fail)?;
                 for warning in &found.warnings {
@@ -143,19 +164,19 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
                 }
                 found.results.iter().for_each(|hit| print_item(&hit.item));
             }
-            Command::Add { content, kind, scope, id } => {
+            Items::Add { content, kind, scope, id } => {
                 let scope = scope.scope()?.unwrap_or_else(MemoryScope::project);
                 let new = NewMemoryItem { id, scope, kind, content, source: "cli".into() };
                 let written = memory.create(new).await.map_err(fail)?;
                 println!("{}", written.item.id);
             }
-            Command::Rm { id, expected_revision } => {
+            Items::Rm { id, expected_revision } => {
                 if !memory.delete(&id, expected_revision).await.map_err(fail)? {
                     return Err(anyhow!("not_found: memory item `{id}` not found"));
                 }
                 println!("forgot {id}");
             }
-            Command::Reindex => match memory.identity() {
+            Items::Reindex => match memory.identity() {
                 Some(_) => {
                     let report = memory.reindex(&MemoryFilter::default()).await.map_err(fail)?;
                     println!("embedded {}, skipped {}", report.embedded, report.skipped);

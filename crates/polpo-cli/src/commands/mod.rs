@@ -13,6 +13,7 @@ pub mod keys;
 pub mod loops;
 pub mod mcp;
 pub mod memory;
+pub mod memory_candidates;
 pub mod migrate;
 pub mod models;
 pub mod remote;

@@ -102,4 +102,21 @@ impl Client {
             self.send(request).await?.json().await.map_err(|e| ServerError::unreachable(&self.url, e))?;
         Ok(reply["data"].take())
     }
+
+    /// [`Client::call`] from a command's synchronous code, its `data` printed as JSON: the
+    /// whole of a subcommand that is one route.
+    pub fn print_call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<std::process::ExitCode> {
+        use anyhow::Context as _;
+        let data = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?
+            .block_on(self.call(method, path, body))?;
+        super::print_json(&data)
+    }
 }

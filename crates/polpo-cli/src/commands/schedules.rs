@@ -6,7 +6,6 @@
 
 use super::remote::Client;
 use super::{Global, print_json};
-use anyhow::Context as _;
 use polpo_core::config::Project;
 use polpo_core::schedules::{Schedule, TimingConfig};
 use polpo_project::ProjectEditor;
@@ -128,13 +127,7 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         }
         local => return run_local(global, local),
     };
-    let body = (!body.is_null()).then_some(body);
-    let data = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?
-        .block_on(client.call(method, &path, body))?;
-    print_json(&data)
+    client.print_call(method, &path, (!body.is_null()).then_some(body))
 }
 
 /// The subcommands answered from the project's files.
