@@ -437,6 +437,43 @@ async fn finished_by_b(url: &str, id: &str, dir: &Path) -> Value {
     done
 }
 
+/// A chat stream `body` of run `id` on a server that lost the run to another: it ends
+/// unfinished (no finish reason), with the run to follow elsewhere, and never says the run
+/// failed (no `loop.error`, no other error).
+fn handed_over(body: &str, id: &str) {
+    let chunks: Vec<Value> =
+        body.lines().filter_map(|l| l.strip_prefix("data: ")).filter_map(|d| serde_json::from_str(d).ok()).collect();
+    let last = chunks.last().unwrap_or_else(|| panic!("no chunk: {body}"));
+    assert_eq!((last["error"]["code"].as_str(), last["error"]["run_id"].as_str()), (Some("run_handed_over"), Some(id)));
+    let errors = chunks.iter().filter(|c| c.get("error").is_some()).count();
+    let finished = chunks.iter().filter(|c| !c["choices"][0]["finish_reason"].is_null()).count();
+    let traced = chunks.iter().flat_map(|c| c["loop_trace"].as_array().cloned().unwrap_or_default());
+    let failed = traced.filter(|e| e["type"] == "loop.error").count();
+    assert_eq!((errors, finished, failed), (1, 0, 0), "{body}");
+}
+
+/// `POST {url}/api/v1/loop-runs/{id}/reconcile` with `body`.
+async fn reconcile(url: &str, id: &str, body: Value) -> reqwest::Response {
+    let to = format!("{url}/api/v1/loop-runs/{id}/reconcile");
+    reqwest::Client::new().post(to).json(&body).send().await.unwrap()
+}
+
+/// The effect key a run stopped `effect_unconfirmed` names in its `loop.error` event.
+fn unconfirmed_key(run: &Value) -> String {
+    let trace = run["trace"].as_array().unwrap();
+    let failed = trace.iter().rev().find(|e| e["type"] == "loop.error").unwrap();
+    failed["data"]["effect"]["key"].as_str().unwrap().to_owned()
+}
+
+/// `hold`'s tool results in `run`'s trace after its last `loop.resume`: whether each reused a
+/// recorded outcome.
+fn holds_after_last_resume(run: &Value) -> Vec<bool> {
+    let trace = run["trace"].as_array().unwrap();
+    let resumed = trace.iter().rposition(|e| e["type"] == "loop.resume").unwrap();
+    let held = trace[resumed..].iter().filter(|e| e["type"] == "tool.result" && e["stepKey"] == "hold");
+    held.map(|e| e["data"]["effect"] == "recorded").collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_a_killed_server_s_loop_run_is_finished_by_the_other_server() {
     on_postgres(|settings| async move {
@@ -451,6 +488,31 @@ async fn postgres_a_killed_server_s_loop_run_is_finished_by_the_other_server() {
         drop(chat);
         let done = finished_by_b(&b.url, &id, dir.path()).await;
         assert_eq!(done["state"]["frontier"], json!(["hold"]), "B started at A's last checkpoint: {done}");
+
+        // A person finds `hold` did not happen and says so (`polpo loops reconcile`, the key
+        // read from the run): B runs it now (the gate lets it through), then `three`, and the
+        // run completes; settled once.
+        let key = unconfirmed_key(&done);
+        let skip = reconcile(&b.url, &id, json!({"key": key, "outcome": "skip"})).await;
+        assert_eq!(skip.status(), 400, "a tool step has no model to tell of a skip");
+        let wrong = reconcile(&b.url, &id, json!({"key": format!("{key}x"), "outcome": "not_applied"})).await;
+        assert_eq!(wrong.status(), 409);
+        assert_eq!(wrong.json::<Value>().await.unwrap()["code"], "loop_run_not_resumable");
+        std::fs::remove_file(dir.path().join("holding")).unwrap();
+        std::fs::write(dir.path().join("gate"), "").unwrap();
+        let settled = support::polpo(&["loops", "reconcile", &id, "not-applied", "--url", &b.url])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(settled.status.success(), "{}", String::from_utf8_lossy(&settled.stderr));
+        assert!(String::from_utf8_lossy(&settled.stdout).contains(&key));
+        let completed = until(&b.url, &id, |r| r["status"] != "running" && r["status"] != "failed").await;
+        assert_eq!(completed["status"], "completed", "{completed}");
+        assert!(dir.path().join("holding").exists(), "`hold` ran again");
+        assert_eq!(holds_after_last_resume(&completed), [false], "run afresh, not a recorded outcome");
+        assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "one\nthree\n");
+        let again = reconcile(&b.url, &id, json!({"key": key, "outcome": "not_applied"})).await;
+        assert_eq!(again.status(), 409, "settled once");
         assert!(llm.requests().is_empty(), "a tool-only loop never asks the model");
     })
     .await;
@@ -475,14 +537,23 @@ async fn postgres_a_server_paused_past_its_loop_lease_writes_nothing_once_it_wak
         std::fs::write(dir.path().join("gate"), "").unwrap();
 
         // A wakes up still in `hold`, whose bash saw the gate too: its next write is refused,
-        // so it stops there — its chat ends with `lease_lost`, `three` is not run again, and the
-        // stored run is exactly what B left.
+        // so it stops there — its chat ends unfinished, the run handed over to B, `three` is
+        // not run again, and the stored run is exactly what B left.
         assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
         let ended = tokio::time::timeout(EVENTUALLY, chat.text()).await.expect("A's chat ends").unwrap();
-        assert!(ended.contains("lease_lost"), "{ended}");
+        handed_over(&ended, &id);
         assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "one\n");
         let after = loop_run(&b.url, &id).await;
         assert_eq!((after["status"].clone(), after["trace"].clone()), (done["status"].clone(), done["trace"].clone()));
+
+        // Reconciled on B: A recorded `hold`'s outcome when it woke, so whatever the person
+        // says, the resumed run reuses it (it is not run a second time) and completes.
+        let settled = reconcile(&b.url, &id, json!({"key": unconfirmed_key(&done), "outcome": "not_applied"})).await;
+        assert_eq!(settled.status(), 202);
+        let completed = until(&b.url, &id, |r| r["status"] != "running" && r["status"] != "failed").await;
+        assert_eq!(completed["status"], "completed", "{completed}");
+        assert_eq!(holds_after_last_resume(&completed), [true], "A's recorded outcome reused");
+        assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "one\nthree\n");
         drop(a);
     })
     .await;
@@ -539,9 +610,10 @@ async fn postgres_a_human_answer_posted_to_the_other_server_completes_the_run_on
         );
         assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "one\n", "the tool step ran once");
 
-        // A's chat, still open, ends: the run went on on B. A wrote nothing after B's answer.
+        // A's chat, still open, ends saying the run went on on B, not failing. A wrote nothing
+        // after B's answer.
         let ended = tokio::time::timeout(EVENTUALLY, chat.text()).await.expect("A's chat ends").unwrap();
-        assert!(ended.contains("lease_lost"), "{ended}");
+        handed_over(&ended, &id);
         let after = loop_run(&a.url, &id).await;
         assert_eq!((after["status"].clone(), after["trace"].clone()), (done["status"].clone(), done["trace"].clone()));
         assert!(llm.requests().is_empty(), "a tool-and-human loop never asks the model");

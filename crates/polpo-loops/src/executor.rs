@@ -404,6 +404,8 @@ impl LoopExecutor {
                 run.tracer.emit(TraceEvent::new(TraceKind::LoopEnd, None).status(TraceStatus::Completed));
                 Ok(last)
             }
+            // Taken over by another server, the run goes on there: its end is not traced here.
+            Err(e) if lost => Err(e),
             Err(e) => {
                 let mut event = TraceEvent::new(TraceKind::LoopError, None).status(TraceStatus::Failed);
                 event.error = Some(e.to_string());

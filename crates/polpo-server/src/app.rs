@@ -76,6 +76,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/loop-runs/{id}", get(routes::loop_runs::get))
         .route("/v1/loop-runs/{id}/cancel", post(routes::loop_runs::cancel))
         .route("/api/v1/loop-runs/{id}/cancel", post(routes::loop_runs::cancel))
+        .route("/v1/loop-runs/{id}/reconcile", post(routes::loop_runs::reconcile))
+        .route("/api/v1/loop-runs/{id}/reconcile", post(routes::loop_runs::reconcile))
         .route("/v1/loop-runs/{id}/approve", post(routes::approvals::approve_run))
         .route("/api/v1/loop-runs/{id}/approve", post(routes::approvals::approve_run))
         .route("/v1/loop-runs/{id}/reject", post(routes::approvals::reject_run))

@@ -4,8 +4,8 @@
 //! Loops are loaded and validated with the whole project; `list`, `validate` and `show` look
 //! at them alone. `run` executes one in this process (the same executor `polpo serve` runs for
 //! a chat with `loop`), printing each `loop_trace` event as a JSON line as it happens; a human
-//! step reads its answer as one JSON line from stdin. `runs` and `resume` ask the running
-//! server (`--url`, `POLPO_API_KEY`) about its stored loop runs.
+//! step reads its answer as one JSON line from stdin. `runs`, `resume` and `reconcile` ask the
+//! running server (`--url`, `POLPO_API_KEY`) about its stored loop runs.
 
 use super::remote::{Client, ServerError};
 use super::{Global, print_json, sorted};
@@ -80,6 +80,33 @@ pub enum Command {
         #[arg(long, value_name = "URL")]
         url: Option<String>,
     },
+    /// Settle the effect a loop run stopped `effect_unconfirmed` on (a crash left it maybe
+    /// done) and resume the run on the running server from its last checkpoint.
+    Reconcile {
+        /// The loop run (`looprun-…`).
+        run: String,
+        /// What the effect did.
+        outcome: EffectOutcome,
+        /// The effect key (default: the one the run's `loop.error` event names).
+        #[arg(long)]
+        key: Option<String>,
+        /// For `applied`: the tool's output the step saves.
+        #[arg(long)]
+        result: Option<String>,
+        /// The server (default: `http://127.0.0.1:<settings.port or 3890>`).
+        #[arg(long, value_name = "URL")]
+        url: Option<String>,
+    },
+}
+
+/// What a person found a loop run's unconfirmed effect did.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum EffectOutcome {
+    /// It happened (`--result` is the step's output).
+    Applied,
+    /// It did not happen: the step runs it now, once, and the run goes on.
+    #[value(alias = "not_applied")]
+    NotApplied,
 }
 
 /// Run a loops subcommand.
@@ -93,6 +120,9 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         Command::Runs { status, url } => return remote(global, url, |c| async move { list_runs(&c, status).await }),
         Command::Resume { run, url } => {
             return remote(global, url, |c| async move { super::approvals::resume(&c, &run).await });
+        }
+        Command::Reconcile { run, outcome, key, result, url } => {
+            return remote(global, url, |c| async move { reconcile(&c, &run, outcome, key, result).await });
         }
         other => other,
     };
@@ -124,7 +154,8 @@ pub fn run(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
         | Command::Compile { .. }
         | Command::Run { .. }
         | Command::Runs { .. }
-        | Command::Resume { .. } => Ok(ExitCode::SUCCESS),
+        | Command::Resume { .. }
+        | Command::Reconcile { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 
@@ -164,6 +195,34 @@ async fn list_runs(client: &Client, status: Option<String>) -> Result<(), Server
             None => return Ok(()),
         }
     }
+}
+
+/// `polpo loops reconcile`: `POST /api/v1/loop-runs/{id}/reconcile`, the key (unless given)
+/// from the run's last `loop.error` event.
+async fn reconcile(
+    client: &Client,
+    id: &str,
+    outcome: EffectOutcome,
+    key: Option<String>,
+    result: Option<String>,
+) -> Result<(), ServerError> {
+    let key = match key {
+        Some(key) => key,
+        None => {
+            let run = client.call(Method::GET, &format!("/api/v1/loop-runs/{id}"), None).await?;
+            let trace = run["trace"].as_array().into_iter().flatten();
+            let failed = trace.rev().find(|e| e["type"] == "loop.error");
+            failed.and_then(|e| e["data"]["effect"]["key"].as_str()).unwrap_or_default().to_owned()
+        }
+    };
+    let outcome = match outcome {
+        EffectOutcome::Applied => "applied",
+        EffectOutcome::NotApplied => "not_applied",
+    };
+    let body = serde_json::json!({"key": key, "outcome": outcome, "result": result});
+    client.call(Method::POST, &format!("/api/v1/loop-runs/{id}/reconcile"), Some(body)).await?;
+    println!("loop run {id} resumed: effect {key} reconciled as {outcome}");
+    Ok(())
 }
 
 /// Ids of the agents whose `assignedLoops` names `l`.

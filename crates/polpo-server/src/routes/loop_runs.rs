@@ -1,14 +1,19 @@
 //! Stored Project Loop runs (inventory §3.2, §6.6): `GET /api/v1/loop-runs` (newest first, a
 //! cursor page, `?status=`), `GET /api/v1/loop-runs/{id}` (status, checkpoint, trace) and
-//! `POST /api/v1/loop-runs/{id}/cancel`. A client key sees its own runs; an admin key all.
+//! `POST /api/v1/loop-runs/{id}/cancel`, `POST /api/v1/loop-runs/{id}/reconcile` (settle an
+//! effect a crash left unconfirmed, then the run resumes). A client key sees its own runs; an
+//! admin key all.
 
 use crate::auth::Caller;
 use crate::error::{ApiError, RestError, ok};
 use crate::state::AppState;
 use axum::Json;
 use axum::extract::{Extension, Path, Query, State};
-use polpo_loops::LoopRunStatus;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use polpo_loops::{EffectDecision, LoopRunStatus};
 use polpo_store::Cursor;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -90,4 +95,40 @@ pub async fn cancel(
 ) -> Result<Json<Value>, RestError> {
     let run = state.loops.cancel(&id, viewer(&caller)).await.map_err(ApiError::from)?;
     Ok(ok(run))
+}
+
+/// `POST /api/v1/loop-runs/{id}/reconcile` body, the engine's reconcile body without `skip`
+/// (a tool step has no model to tell).
+#[derive(Debug, Deserialize)]
+pub struct ReconcileBody {
+    /// The effect key from the run's `loop.error` event (`data.effect.key`).
+    key: String,
+    /// `applied` or `not_applied` (run it now).
+    outcome: String,
+    /// For `applied`: the tool's output the step saves.
+    #[serde(default)]
+    result: Option<String>,
+}
+
+/// `POST /api/v1/loop-runs/{id}/reconcile` `{key, outcome: applied|not_applied, result?}`: a
+/// run stopped `effect_unconfirmed` is settled — the effect happened (`result` is the step's
+/// output) or did not (the step runs it now, once) — and resumes here from its last checkpoint
+/// (202; follow it with `GET /api/v1/loop-runs/{id}`). 409 `loop_run_not_resumable` for a run
+/// or key not waiting for that.
+pub async fn reconcile(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, RestError> {
+    let shape = "reconcile body must be {key, outcome: applied|not_applied, result?}";
+    let body: ReconcileBody = serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("{shape}: {e}")))?;
+    let decision = match body.outcome.as_str() {
+        "applied" => EffectDecision::Applied { result: body.result },
+        "not_applied" => EffectDecision::NotApplied,
+        other => return Err(ApiError::invalid(format!("outcome `{other}` is not applied or not_applied")).into()),
+    };
+    let run = state.loops.reconcile(&id, viewer(&caller), &body.key, decision).await.map_err(ApiError::from)?;
+    let status = json!({"id": run.record.id, "key": body.key, "status": "resuming"});
+    Ok((StatusCode::ACCEPTED, ok(status)).into_response())
 }

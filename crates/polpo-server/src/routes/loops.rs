@@ -33,11 +33,13 @@ use polpo_core::config::Location;
 use polpo_core::loops::router::ExecutionRoute;
 use polpo_core::loops::{LoopConfig, parse_loop};
 use polpo_core::message::{FinishReason, Usage};
+use polpo_engine::runs::RUN_HANDED_OVER;
 use polpo_engine::{ChatInput, RunEvent};
 use polpo_loops::{LoopError, LoopFinished, LoopRequest, TraceEvent};
 use polpo_project::loops::{LoopSource, delete_loop, read_loop_file, write_loop};
 use polpo_project::paths::{LOOPS_DIR, display};
 use polpo_project::{ProjectError, Revision};
+use polpo_store::StoreError;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::convert::Infallible;
@@ -126,6 +128,14 @@ pub async fn chat(
                         send(chunk);
                     }
                     send(c.final_chunk(&FinishReason::Stop, &[], &Usage::default()));
+                }
+                // Taken over by another server (the person answered there, or this one was
+                // paused past its lease): the run goes on there, so this answer is unfinished,
+                // not failed — the engine's hand-over, with the run to follow.
+                Err(LoopError::Store(StoreError::LeaseLost { .. })) => {
+                    let message =
+                        format!("loop run `{id}` goes on on another server; follow it with GET /api/v1/loop-runs/{id}");
+                    send(c.unfinished_chunk(&message, RUN_HANDED_OVER, &id));
                 }
                 Err(e) => send(c.error_chunk(&e.to_string(), e.code())),
             }

@@ -145,6 +145,7 @@ pub const ROUTES: &[Route] = &[
         .returns(200, Body::Envelope("Object")),
     op("get", BOTH, &["/loop-runs/{id}"], "getLoopRun", "loops", "A stored loop run: status, last checkpoint (context, frontier, while counters), trace, output or error, agent-step runs, revision.").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/loop-runs/{id}/cancel"], "cancelLoopRun", "loops", "Stop a loop run wherever it runs and store it `cancelled`; 409 `loop_run_finished` when it already ended.").returns(200, Body::Envelope("Object")),
+    op("post", BOTH, &["/loop-runs/{id}/reconcile"], "reconcileLoopRun", "loops", "Settle the effect a run stopped `effect_unconfirmed` on and resume it from its last checkpoint (202): `{key, outcome, result?}`, the key from its `loop.error` event (`data.effect.key`), `applied` (it happened; `result` is the step's output) or `not_applied` (the step runs it now, once, under the same key); 409 `loop_run_not_resumable` otherwise.").request("Object").returns(202, Body::Envelope("Object")),
     op("get", BOTH, &["/loops"], "listLoops", "loops", "The served loops: `[{id, name, label, description, source: json|ts, revision}]`.").returns(200, Body::Envelope("Object")),
     op("post", BOTH, &["/loops"], "createLoop", "loops", "Create `.polpo/loops/<name>.json` from the canonical config (admin key); 400 `invalid_config` with JSON pointers, 409 `already_exists`.")
         .request("Object")
