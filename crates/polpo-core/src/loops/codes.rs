@@ -20,6 +20,9 @@ pub const UNKNOWN_TOOL: &str = "unknown_tool";
 /// A tool a step names that a ceiling (the loop's, the step's or an agent's `allowedTools`)
 /// excludes, so it could never be used.
 pub const TOOL_OUTSIDE_CEILING: &str = "tool_outside_ceiling";
+/// Two branches of one parallel step can reach human steps: a run waits for one person at a
+/// time (it stores one waiting step, and an answer names none), so such a loop is refused.
+pub const PARALLEL_HUMAN_STEPS: &str = "parallel_human_steps";
 /// A field kept for compatibility under a new name (a warning).
 pub const DEPRECATED_FIELD: &str = "deprecated_field";
 /// A skill an agent step names that an agent running the loop is not assigned (`skills` in

@@ -427,3 +427,22 @@ fn an_approval_timeout_is_an_iso_duration_on_an_approval_rule_and_its_gate_finds
     assert_eq!(gate_timeout(&config, &gate(RuleKind::Policy, "plain")), None);
     assert_eq!(gate_timeout(&config, &gate(RuleKind::Permission, "policy-0")), None, "kinds are apart");
 }
+
+#[test]
+fn two_parallel_branches_reaching_human_steps_are_refused_one_is_not() {
+    let got = problems_of(json!({
+        "start": "fan",
+        "steps": {
+            "fan": {"type": "parallel", "branches": ["left", "right", "quiet"], "next": "single"},
+            "left": {"type": "tool", "tool": "read", "next": "ask-left"},
+            "ask-left": {"type": "human"},
+            "right": {"type": "while", "condition": "true", "body": "ask-right"},
+            "ask-right": {"type": "human"},
+            "quiet": {"type": "tool", "tool": "read"},
+            "single": {"type": "parallel", "branches": ["ask-once", "quiet-too"]},
+            "ask-once": {"type": "human"},
+            "quiet-too": {"type": "tool", "tool": "read"}
+        }
+    }));
+    assert_eq!(got, want(&[("parallel_human_steps", "/steps/fan/branches")]));
+}

@@ -114,6 +114,23 @@ fn check_step(config: &LoopConfig, step_id: &str, step: &Step, out: &mut Vec<Pro
         }
         StepBody::Human(_) => {}
         StepBody::Parallel(parallel) => {
+            let asking: Vec<&str> = parallel
+                .branches
+                .iter()
+                .filter_map(|b| reachable(config, b).into_iter().find(|s| is_human(config, s)))
+                .collect();
+            if asking.len() > 1 {
+                out.push(
+                    Problem::new(
+                        codes::PARALLEL_HUMAN_STEPS,
+                        format!(
+                            "branches of this parallel step reach human steps ({}): a run waits for one person at a time; ask before or after the parallel step",
+                            asking.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+                        ),
+                    )
+                    .at(at("/branches")),
+                );
+            }
             if parallel.branches.is_empty() {
                 out.push(Problem::new(INVALID_VALUE, "a parallel step needs at least one branch").at(at("/branches")));
             }
@@ -228,8 +245,14 @@ fn edges<'a>(step_id: &str, body: &'a StepBody, next: Option<&'a Next>) -> Vec<E
 
 /// Steps no path from `start` reaches, in id order.
 fn unreachable(config: &LoopConfig) -> Vec<&str> {
-    let mut seen = BTreeSet::from([config.start.as_str()]);
-    let mut queue = VecDeque::from([config.start.as_str()]);
+    let seen = reachable(config, &config.start);
+    config.steps.keys().map(String::as_str).filter(|id| !seen.contains(id)).collect()
+}
+
+/// The steps some path from `from` (included) reaches, in id order.
+fn reachable<'a>(config: &'a LoopConfig, from: &'a str) -> BTreeSet<&'a str> {
+    let mut seen = BTreeSet::from([from]);
+    let mut queue = VecDeque::from([from]);
     while let Some(id) = queue.pop_front() {
         let Some(step) = config.steps.get(id) else { continue };
         for edge in edges(id, &step.body, step.next.as_ref()) {
@@ -238,7 +261,12 @@ fn unreachable(config: &LoopConfig) -> Vec<&str> {
             }
         }
     }
-    config.steps.keys().map(String::as_str).filter(|id| !seen.contains(id)).collect()
+    seen
+}
+
+/// Whether `id` is a human step.
+fn is_human(config: &LoopConfig, id: &str) -> bool {
+    config.steps.get(id).is_some_and(|s| matches!(s.body, StepBody::Human(_)))
 }
 
 /// An `invalid_expression` problem, with the column, when a guard does not parse.
