@@ -24,6 +24,7 @@ mod openai;
 pub mod pg;
 mod project;
 mod render;
+pub mod review_flow;
 mod script;
 mod server;
 pub mod site;
