@@ -7,7 +7,7 @@
 
 mod support;
 
-use polpo_testkit::FakeLlm;
+use polpo_testkit::{FakeLlm, review_flow};
 use serde_json::{Value, json};
 use std::time::Duration;
 use support::{Frame, Server};
@@ -15,22 +15,14 @@ use support::{Frame, Server};
 /// Generous bound for "eventually", never a timing assertion.
 const EVENTUALLY: Duration = Duration::from_secs(20);
 
-/// A loop whose tool step writes a draft and whose human step waits for a `decision`.
+/// The `review-flow` loop (a tool step writes a draft, a human step waits for a `decision`).
 fn review_project(dir: &std::path::Path) {
-    let flow = json!({
-        "name": "review-flow",
-        "start": "prepare",
-        "steps": {
-            "prepare": {"type": "tool", "tool": "write", "input": {"path": "draft.txt", "content": "draft-secret-words"}, "next": "review"},
-            "review": {"type": "human", "output": {"schema": {"type": "object", "properties": {"decision": {"type": "string"}}, "required": ["decision"]}}, "next": "end"}
-        }
-    });
-    let agent = json!({"model": "openai/fake-model", "allowedTools": ["write"], "assignedLoops": ["review-flow"]});
+    let agent = json!({"model": "openai/fake-model", "allowedTools": ["write"], "assignedLoops": [review_flow::NAME]});
     polpo_testkit::ProjectFixture::new(dir, json!({"storage": "file"}))
         .unwrap()
         .agent("builder", agent, "You build things.")
         .unwrap()
-        .project_loop("review-flow", flow)
+        .project_loop(review_flow::NAME, review_flow::definition())
         .unwrap();
 }
 
@@ -48,7 +40,8 @@ async fn a_subscriber_sees_a_loop_runs_trace_in_order_with_its_run_id() {
     let mut live = s.stream("/api/v1/events?filter=loop_run:*", &[]).await;
     let mut only_trace = s.stream("/api/v1/events?filter=loop_run:trace", &[]).await;
 
-    let chat = json!({"agent": "builder", "loop": "review-flow", "messages": [{"role": "user", "content": "Review"}]});
+    let chat =
+        json!({"agent": "builder", "loop": review_flow::NAME, "messages": [{"role": "user", "content": "Review"}]});
     let (url, http) = (s.url.clone(), s.http.clone());
     let answered = tokio::spawn(async move {
         let r = http.post(format!("{url}/v1/chat/completions")).json(&chat).send().await.unwrap();
@@ -62,7 +55,7 @@ async fn a_subscriber_sees_a_loop_runs_trace_in_order_with_its_run_id() {
     assert!(run.starts_with("looprun-"), "{asked}");
     assert_eq!(
         (asked["step"].clone(), asked["loop"].clone(), asked["agent"].clone()),
-        (json!("review"), json!("review-flow"), json!("builder"))
+        (json!("review"), json!(review_flow::NAME), json!("builder"))
     );
 
     let r =
@@ -76,26 +69,10 @@ async fn a_subscriber_sees_a_loop_runs_trace_in_order_with_its_run_id() {
     let names: Vec<&str> = frames.iter().map(Frame::name).filter(|n| *n != "loop_run:trace").collect();
     assert_eq!(names, ["loop_run:started", "loop_run:awaiting_human", "loop_run:completed"]);
     let trace: Vec<&Frame> = frames.iter().filter(|f| f.name() == "loop_run:trace").collect();
-    assert!(trace.iter().all(|f| f.json()["loopRunId"] == run.as_str() && f.json()["loop"] == "review-flow"));
-    assert_eq!(
-        trace.iter().map(|f| traced(f)).collect::<Vec<_>>(),
-        [
-            "loop.start ",
-            "step.start prepare",
-            "tool.call prepare",
-            "tool.result prepare",
-            "step.end prepare",
-            "transition review",
-            "step.start review",
-            "human.request review",
-            "human.result review",
-            "step.end review",
-            "transition end",
-            "loop.end ",
-        ]
-    );
+    assert!(trace.iter().all(|f| f.json()["loopRunId"] == run.as_str() && f.json()["loop"] == review_flow::NAME));
+    assert_eq!(trace.iter().map(|f| traced(f)).collect::<Vec<_>>(), review_flow::TRACE);
     let numbered: Vec<String> = trace.iter().map(|f| f.json()["id"].as_str().unwrap().to_owned()).collect();
-    assert_eq!(numbered, (1..=12).map(|n| format!("trace-{n}")).collect::<Vec<_>>());
+    assert_eq!(numbered, (1..=review_flow::TRACE.len()).map(|n| format!("trace-{n}")).collect::<Vec<_>>());
     // The same events as the run's stored trace and the chat's answer.
     let stored = s.get(&format!("/api/v1/loop-runs/{run}"), &[]).await.json()["data"]["trace"].clone();
     let ids = |events: &Value| events.as_array().unwrap().iter().map(|e| e["id"].clone()).collect::<Vec<_>>();
@@ -104,9 +81,9 @@ async fn a_subscriber_sees_a_loop_runs_trace_in_order_with_its_run_id() {
 
     // A turning point names its run; nothing on the feed carries the values the run handled.
     for frame in &frames {
-        assert!(!frame.data.contains("draft-secret-words") && !frame.data.contains("ship-it-now"), "{}", frame.data);
+        assert!(!frame.data.contains(review_flow::DRAFT) && !frame.data.contains("ship-it-now"), "{}", frame.data);
     }
-    assert!(std::fs::read_to_string(s.dir.path().join("draft.txt")).unwrap().contains("draft-secret-words"));
+    assert!(std::fs::read_to_string(s.dir.path().join("draft.txt")).unwrap().contains(review_flow::DRAFT));
 
     // A subscriber narrowing the feed to `loop_run:trace` gets those alone, the same ones.
     let narrowed = only_trace.until(EVENTUALLY, |f| f.json()["type"] == "loop.end").await;
