@@ -18,7 +18,7 @@
 
 mod support;
 
-use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
+use polpo_testkit::{FakeLlm, ProjectFixture, Turn, review_flow};
 use serde_json::{Value, json};
 use std::io::{Read, Write};
 use std::path::Path;
@@ -294,24 +294,16 @@ async fn a_reviewer_approves_and_rejects_gated_loop_runs_in_the_dashboard_then_s
     browser.until("the schedule's next fire time", next, json!([]), None).await;
 }
 
-/// A builder agent for missions, and a loop whose tool step writes a draft and whose human step
-/// waits for a `decision`.
+/// A builder agent for missions, and the `review-flow` loop (a tool step writes a draft, a
+/// human step waits for a `decision`).
 fn work_project(dir: &Path) {
-    let flow = json!({
-        "name": "review-flow",
-        "start": "prepare",
-        "steps": {
-            "prepare": {"type": "tool", "tool": "write", "input": {"path": "draft.txt", "content": "v1"}, "next": "review"},
-            "review": {"type": "human", "output": {"schema": {"type": "object", "properties": {"decision": {"type": "string", "description": "ship or hold"}}, "required": ["decision"]}}, "next": "end"}
-        }
-    });
     let agent =
-        json!({"model": "openai/fake-model", "allowedTools": ["read", "write"], "assignedLoops": ["review-flow"]});
+        json!({"model": "openai/fake-model", "allowedTools": ["read", "write"], "assignedLoops": [review_flow::NAME]});
     ProjectFixture::new(dir, json!({"storage": "file"}))
         .unwrap()
         .agent("builder", agent, "You build things.")
         .unwrap()
-        .project_loop("review-flow", flow)
+        .project_loop(review_flow::NAME, review_flow::definition())
         .unwrap();
 }
 
@@ -388,7 +380,7 @@ async fn a_mission_moves_live_in_the_dashboard_and_a_loop_run_waits_for_a_human_
     browser.until("the task's run", journal, json!([]), None).await;
 
     // A loop run waits on its human step; the approvals view lists it, its trace shows why.
-    let chat = json!({"agent": "builder", "loop": "review-flow", "messages": [{"role": "user", "content": "Review the draft"}]});
+    let chat = json!({"agent": "builder", "loop": review_flow::NAME, "messages": [{"role": "user", "content": "Review the draft"}]});
     let url = server.url.clone();
     let answered = tokio::spawn(async move {
         let r = reqwest::Client::new().post(format!("{url}/v1/chat/completions")).json(&chat).send().await.unwrap();
@@ -421,22 +413,8 @@ async fn a_mission_moves_live_in_the_dashboard_and_a_loop_run_waits_for_a_human_
             json!([]),
         )
         .await;
-    let expected = [
-        "loop.start ",
-        "step.start prepare",
-        "tool.call prepare",
-        "tool.result prepare",
-        "step.end prepare",
-        "transition review",
-        "step.start review",
-        "human.request review",
-        "human.result review",
-        "step.end review",
-        "transition end",
-        "loop.end ",
-    ];
-    assert_eq!(order, json!(expected));
+    assert_eq!(order, json!(review_flow::TRACE));
     let context = browser.text("return document.querySelector('#loop-context').textContent", json!([])).await;
     assert!(context.contains("\"decision\": \"ship\""), "{context}");
-    assert_eq!(std::fs::read_to_string(dir.path().join("draft.txt")).unwrap(), "v1");
+    assert_eq!(std::fs::read_to_string(dir.path().join("draft.txt")).unwrap(), review_flow::DRAFT);
 }
