@@ -39,6 +39,29 @@ pub fn writable(path: &str) -> Result<(), LoopError> {
     Ok(())
 }
 
+/// The top-level entries of `after` that are not `before`'s (what the steps since a checkpoint
+/// wrote, for a checkpoint delta); `None` when `after` lacks one of `before`'s entries, which
+/// entries written over the checkpoint cannot say.
+pub(crate) fn changes(before: &Value, after: &Value) -> Option<Map<String, Value>> {
+    let (before, after) = (before.as_object()?, after.as_object()?);
+    let (mut kept, mut changed) = (0, Map::new());
+    for (key, value) in after {
+        match before.get(key) {
+            Some(old) if old == value => kept += 1,
+            old => {
+                kept += usize::from(old.is_some());
+                changed.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    (kept == before.len()).then_some(changed)
+}
+
+/// Write top-level `entries` over `context` (a checkpoint delta's).
+pub(crate) fn merge(context: &mut Value, entries: Map<String, Value>) {
+    object(context).extend(entries);
+}
+
 /// `value` as an object, replacing anything else with an empty one.
 fn object(value: &mut Value) -> &mut Map<String, Value> {
     if !value.is_object() {
@@ -106,5 +129,19 @@ mod tests {
         assert_eq!(context["repo"]["clone"]["dir"], "d");
         assert_eq!(set(&mut context, "request.metadata.x", json!(1)).unwrap_err().code(), "loop_context_readonly");
         assert_eq!(get(&context, "repo.clone.dir"), Some(&json!("d")));
+    }
+
+    #[test]
+    fn changes_are_the_entries_written_and_merge_puts_them_back() {
+        let before = json!({"request": {}, "a": 1, "b": {"c": 2}});
+        let mut after = before.clone();
+        set(&mut after, "b.d", json!(3)).unwrap();
+        set(&mut after, "e", json!("new")).unwrap();
+        let changed = changes(&before, &after).unwrap();
+        assert_eq!(Value::Object(changed.clone()), json!({"b": {"c": 2, "d": 3}, "e": "new"}));
+        let mut folded = before.clone();
+        merge(&mut folded, changed);
+        assert_eq!(folded, after);
+        assert_eq!(changes(&after, &before), None, "an entry gone cannot be said by a delta");
     }
 }

@@ -152,6 +152,7 @@ impl LoopExecutor {
                     self.runs.runtime().loaded().project.loops.get(&run.record.loop_id).map(|l| l.config.clone());
                 let Some(config) = config else {
                     let mut record = run.record;
+                    record.apply_deltas(store.as_ref()).await?;
                     let error = LoopError::NotFound(record.loop_id.clone());
                     record.status = LoopRunStatus::Failed;
                     record.lease = None;
@@ -201,27 +202,32 @@ impl LoopExecutor {
         self.with_whole_trace(run).await
     }
 
-    /// Stored run `id` as stored (its trace: the entries not stored apart), if `caller` sees
-    /// it: what a compare-and-set write of the record starts from.
+    /// Stored run `id` as stored (its trace: the entries not stored apart) with its
+    /// checkpoint deltas applied, if `caller` sees it: what a compare-and-set write of the
+    /// record starts from.
     pub(crate) async fn stored_record(&self, id: &str, caller: Option<&str>) -> Result<StoredLoopRun, LoopError> {
         let store = &self.runs.runtime().store().records;
-        get_record(store.as_ref(), LOOP_RUNS, id)
+        let mut run = get_record(store.as_ref(), LOOP_RUNS, id)
             .await?
             .map(parse)
             .transpose()?
             .filter(|run| run.record.visible_to(caller))
-            .ok_or_else(|| LoopError::RunNotFound(id.to_owned()))
+            .ok_or_else(|| LoopError::RunNotFound(id.to_owned()))?;
+        run.record.apply_deltas(store.as_ref()).await?;
+        Ok(run)
     }
 
     /// `run` as stored, with its whole trace read back in order (the API's view of it).
     pub(crate) async fn with_whole_trace(&self, mut run: StoredLoopRun) -> Result<StoredLoopRun, LoopError> {
         run.record.trace = run.record.whole_trace(self.runs.runtime().store().records.as_ref()).await?;
         run.record.trace_flushed = 0;
+        run.record.deltas = None;
         Ok(run)
     }
 
     /// Runs `caller` sees, newest first, narrowed to `status`; `limit` per page. Each run's
-    /// trace is as stored, its newest entries only (read one run for the whole).
+    /// trace is as stored, its newest entries only (read one run for the whole); a running
+    /// one's checkpoint deltas are applied.
     pub async fn stored_runs(
         &self,
         caller: Option<&str>,
@@ -231,7 +237,10 @@ impl LoopExecutor {
     ) -> Result<LoopRunPage, LoopError> {
         let store = self.runs.runtime().store().records.clone();
         let keep = |run: &StoredLoopRun| run.record.visible_to(caller) && status.is_none_or(|s| s == run.record.status);
-        let (runs, next) = scan(store.as_ref(), LOOP_RUNS, after, limit, parse, keep).await?;
+        let (mut runs, next) = scan(store.as_ref(), LOOP_RUNS, after, limit, parse, keep).await?;
+        for run in &mut runs {
+            run.record.apply_deltas(store.as_ref()).await?;
+        }
         Ok(LoopRunPage { runs, next })
     }
 

@@ -248,6 +248,7 @@ impl LoopExecutor {
             approval_request_id: None,
             approved_gates: Vec::new(),
             lease: None,
+            deltas: None,
         };
         self.drive(request, record, 0, Vec::new(), config, sink).await
     }
@@ -256,13 +257,18 @@ impl LoopExecutor {
     /// its frontier are not run again.
     pub async fn resume(
         &self,
-        record: LoopRunRecord,
+        mut record: LoopRunRecord,
         revision: u64,
         config: &LoopConfig,
         sink: TraceSink<'_>,
     ) -> LoopFinished {
         let request = LoopRequest::from_record(&record);
-        let trace = match record.whole_trace(self.runs.runtime().store().records.as_ref()).await {
+        let store = self.runs.runtime().store().records.clone();
+        let trace = match record.apply_deltas(store.as_ref()).await {
+            Ok(()) => record.whole_trace(store.as_ref()).await,
+            Err(e) => Err(e),
+        };
+        let trace = match trace {
             Ok(trace) => trace,
             Err(e) => {
                 let run_id = record.id.clone();
@@ -575,22 +581,56 @@ impl Run<'_> {
             agent_runs: lock(&self.agent_runs).clone(),
             approval_request_id: lock(&self.approval_request).clone(),
             approved_gates: self.approved.clone(),
-            // Filled in by the writer, which holds it.
+            // Filled in by the writer, which holds it and appends the deltas.
             lease: None,
+            deltas: None,
         };
         let saved = self.checkpoints.save(record, &self.tracer).await;
         saved.inspect_err(|e| self.tracer.persist_failed(e))
     }
 
-    /// The checkpoint after a top-level step: `context` as it is, `to` next.
-    async fn checkpoint(&self, context: &Value, to: &str) -> Result<(), LoopError> {
-        *lock(&self.saved) = LoopState {
-            context: context.clone(),
-            frontier: if to == END { Vec::new() } else { vec![to.to_owned()] },
-            while_iterations: lock(&self.while_iterations).clone(),
-            executed: self.executed.load(Ordering::Relaxed),
+    /// The checkpoint after a top-level step: `context` as it is, `to` next. Between a tool
+    /// step and a replayable one (`small`), while the writer may, only what changed is appended
+    /// (a delta: see `record.rs`); otherwise the record is written whole, which also makes sure
+    /// the run is still this writer's before the next step.
+    async fn checkpoint(&self, context: &Value, to: &str, small: bool) -> Result<(), LoopError> {
+        let executed = self.executed.load(Ordering::Relaxed);
+        let changed = context::changes(&lock(&self.saved).context, context);
+        let saved = |changed: Option<Map<String, Value>>| {
+            let mut saved = lock(&self.saved);
+            match changed {
+                Some(changed) => context::merge(&mut saved.context, changed),
+                None => saved.context = context.clone(),
+            }
+            saved.frontier = if to == END { Vec::new() } else { vec![to.to_owned()] };
+            saved.while_iterations = lock(&self.while_iterations).clone();
+            saved.executed = executed;
         };
-        self.save(LoopRunStatus::Running, None, None).await
+        let delta = small && self.checkpoints.appendable().await;
+        match changed {
+            Some(changed) if delta => {
+                let appended = self.checkpoints.append(&changed, to, executed, &self.tracer).await;
+                appended.inspect_err(|e| self.tracer.persist_failed(e))?;
+                saved(Some(changed));
+                Ok(())
+            }
+            changed => {
+                saved(changed);
+                self.save(LoopRunStatus::Running, None, None).await
+            }
+        }
+    }
+
+    /// Whether step `id` is a tool step whose call may run again after a crash (its tool, on
+    /// its input as configured, has no effect that must not happen twice): a checkpoint before
+    /// it may be a delta. One before any other step is written whole, a compare-and-set, so a
+    /// takeover or a cancel is seen before the step.
+    async fn replayable(&self, id: &str) -> bool {
+        let Some(StepBody::Tool(step)) = self.config.steps.get(id).map(|s| &s.body) else { return false };
+        let input = self.chat_input(LoopContext::default(), id, Vec::new());
+        let template = step.input.clone().unwrap_or_else(|| json!({}));
+        let effect = self.exec.runs.runtime().tool_effect(&input, &step.tool, &template).await;
+        effect.is_some_and(|e| e.is_replayable())
     }
 
     /// Run from `start` along `next` until `end`, on `context`; `branch`: inside a parallel
@@ -611,7 +651,7 @@ impl Run<'_> {
             while at != END {
                 // A server paused past its lease renews it before starting a step, and stops
                 // when another one claimed the run meanwhile.
-                self.checkpoints.hold().await?;
+                self.checkpoints.hold_lease().await?;
                 lock(&self.frontier).insert(at.clone());
                 let executed = self.executed.fetch_add(1, Ordering::Relaxed);
                 if executed >= self.budget {
@@ -648,7 +688,8 @@ impl Run<'_> {
                     At { step: Some((&at, step)), tool: None, payload: json!({"transition": {"from": at, "to": to}}) };
                 self.govern(LifecycleHook::LoopTransition, &moving, context).await?;
                 if top && to != END {
-                    self.checkpoint(context, &to).await?;
+                    let small = matches!(step.body, StepBody::Tool(_)) && self.replayable(&to).await;
+                    self.checkpoint(context, &to, small).await?;
                 }
                 at = to;
             }

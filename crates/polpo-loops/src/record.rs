@@ -12,6 +12,19 @@
 //! have), so a writer that crashed or lost the run never overwrites another's entries, and
 //! entries past the record's count are ignored: a resume neither duplicates nor loses one.
 //!
+//! A checkpoint after a tool step that leads to a replayable tool step (one whose call may run
+//! again after a crash) does not rewrite the record either: it appends a delta (the context
+//! entries the step wrote, the next step, the step counter, the new trace entries) to the run's
+//! own collection ([`delta_collection`]), named like a trace chunk by its writer's claim,
+//! numbered, in one of [`DELTAS_MAX`] slots reused round robin. The record says whose deltas
+//! continue it and how many of them it already holds ([`DeltaLog`]); a writer rewrites it whole
+//! (folding its deltas in, a compare-and-set that sees a takeover or a cancel) before its slots
+//! come round again, before any other step and when the run stops. Reading a running record
+//! applies the deltas of its own writer's claim after the ones it holds, in order: a writer
+//! that lost the run (another claimed it) appends deltas under its own claim, which no one
+//! applies, and it stops at its next step once its lease lapsed (or before an effect-ledger
+//! intent, which checks the record).
+//!
 //! A run has one executor at a time, across every server on one store: the record carries a
 //! lease ([`Lease`], the engine's: owner, expiry, fencing generation). Each executor's first
 //! write claims it with the next generation, its checkpoints extend it, a renewal rewrites it
@@ -21,6 +34,7 @@
 //! stops; nor does it start a step past its lease without renewing it first. The ids of the
 //! runs not yet ended are kept in [`LIVE`], which the recovery passes of every server read.
 
+use crate::context;
 use crate::error::LoopError;
 use crate::trace::TraceEvent;
 use crate::trace::Tracer;
@@ -29,7 +43,7 @@ use polpo_core::loops::router::ExecutionRoute;
 use polpo_core::message::Message;
 use polpo_store::{Clock, Lease, PageRequest, RecordStore, StoreError};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +63,41 @@ pub(crate) const TRACE_TAIL_MAX: usize = 64;
 /// The collection holding run `run_id`'s older trace entries, in chunks.
 pub(crate) fn trace_collection(run_id: &str) -> String {
     format!("loop_trace.{run_id}")
+}
+
+/// Deltas a writer appends before it rewrites the record whole: bounds what a resume reads
+/// and how many deltas a claim keeps stored (their slots are reused).
+pub(crate) const DELTAS_MAX: u64 = 32;
+
+/// The collection holding run `run_id`'s checkpoint deltas.
+pub(crate) fn delta_collection(run_id: &str) -> String {
+    format!("loop_deltas.{run_id}")
+}
+
+/// Which checkpoint deltas continue a running record: those its writer, whose claim on the run
+/// made revision `epoch`, numbered past `folded` (the ones the record already holds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeltaLog {
+    /// The writer's claim (the revision its first write made).
+    pub epoch: u64,
+    /// Its deltas held by the record.
+    pub folded: u64,
+}
+
+/// The checkpoint after one tool step, as a delta over the one before: numbered `seq` by the
+/// writer whose claim made revision `epoch`.
+#[derive(Debug, Serialize, Deserialize)]
+struct CheckpointDelta<C, E> {
+    epoch: u64,
+    seq: u64,
+    /// The context's top-level entries written since the checkpoint before.
+    context: C,
+    /// The next step (the frontier).
+    next: String,
+    /// Step executions so far.
+    executed: u32,
+    /// The trace entries since the checkpoint before.
+    trace: Vec<E>,
 }
 
 /// A run's state as plain data: what a checkpoint after a step keeps.
@@ -205,6 +254,10 @@ pub struct LoopRunRecord {
     /// lapsed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
+    /// The checkpoint deltas that continue this record while it runs (as stored; none once
+    /// read through the API, which shows them applied).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deltas: Option<DeltaLog>,
 }
 
 // Approval requests are one record for loop gates and hooks' tool calls, kept by the engine,
@@ -287,6 +340,48 @@ impl LoopRunRecord {
     }
 }
 
+impl LoopRunRecord {
+    /// This stored record with the checkpoint deltas that continue it applied (see
+    /// [`DeltaLog`]): its writer's, numbered on from the ones it holds, up to the first missing.
+    /// Only a running record has any: every other status is written whole.
+    pub(crate) async fn apply_deltas(&mut self, store: &dyn RecordStore) -> Result<(), LoopError> {
+        let Some(log) = self.deltas.filter(|_| self.status == LoopRunStatus::Running) else {
+            return Ok(());
+        };
+        let mut found = BTreeMap::new();
+        let mut page = PageRequest::first(200);
+        loop {
+            let listed = store.list_records(&delta_collection(&self.id), &page).await?;
+            for stored in listed.items {
+                let delta: CheckpointDelta<Map<String, Value>, TraceEvent> = serde_json::from_value(stored.value)
+                    .map_err(|e| {
+                        LoopError::RunRecordInvalid(format!("loop run `{}` delta `{}`: {e}", self.id, stored.id))
+                    })?;
+                if delta.epoch == log.epoch && delta.seq > log.folded {
+                    found.insert(delta.seq, delta);
+                }
+            }
+            match listed.next {
+                Some(cursor) => page = PageRequest::after(cursor, 200),
+                None => break,
+            }
+        }
+        let mut folded = log.folded;
+        for (seq, delta) in found {
+            if seq != folded + 1 {
+                break;
+            }
+            folded = seq;
+            context::merge(&mut self.state.context, delta.context);
+            self.state.frontier = vec![delta.next];
+            self.state.executed = delta.executed;
+            self.trace.extend(delta.trace);
+        }
+        self.deltas = Some(DeltaLog { folded, ..log });
+        Ok(())
+    }
+}
+
 /// Trace entries `from`, `from + 1`, … of a run, stored apart by the writer whose claim on
 /// the run made revision `epoch`.
 #[derive(Debug, Serialize, Deserialize)]
@@ -296,16 +391,23 @@ struct TraceChunk<E> {
     events: Vec<E>,
 }
 
+/// A checkpoint that could not be converted to JSON.
+fn invalid(e: serde_json::Error) -> LoopError {
+    LoopError::RunRecordInvalid(e.to_string())
+}
+
 /// A run's record writer, the holder of its lease: every write expects the revision the
 /// previous one made, so a change from elsewhere (a cancel, another server's claim) stops this
 /// writer — `aborted` after a cancel, `lease_lost` after a claim.
+#[derive(Clone)]
 pub(crate) struct Checkpoints {
     store: Arc<dyn RecordStore>,
     clock: Arc<dyn Clock>,
     id: String,
     /// How long the lease lives past each write.
     ttl: Duration,
-    written: tokio::sync::Mutex<Written>,
+    /// Shared with the renewal in flight, which finishes even once its caller stopped waiting.
+    written: Arc<tokio::sync::Mutex<Written>>,
 }
 
 /// What a writer's last write left.
@@ -318,10 +420,14 @@ struct Written {
     flushed: u64,
     /// This writer's lease (its expiry as last written).
     lease: Lease,
-    /// The JSON of the trace entries after the first `flushed`, as the last write stored
-    /// them (or fewer): a checkpoint converts only the entries added since, not the whole
-    /// tail again.
+    /// The JSON of the trace entries after the first `flushed`, as the last writes stored
+    /// them, in the record and its deltas (or fewer): a checkpoint converts only the entries
+    /// added since, not the whole tail again.
     tail: Vec<Value>,
+    /// Deltas this writer appended (the last one's number).
+    logged: u64,
+    /// Of them, those its last write of the record holds.
+    folded: u64,
 }
 
 impl Checkpoints {
@@ -341,8 +447,8 @@ impl Checkpoints {
             expires_at: clock.now(),
             generation: previous.map_or(0, |l| l.generation) + 1,
         };
-        let written = Written { revision, claim: None, flushed, lease, tail: Vec::new() };
-        Self { store, clock, id: id.to_owned(), ttl, written: tokio::sync::Mutex::new(written) }
+        let written = Written { revision, claim: None, flushed, lease, tail: Vec::new(), logged: 0, folded: 0 };
+        Self { store, clock, id: id.to_owned(), ttl, written: Arc::new(tokio::sync::Mutex::new(written)) }
     }
 
     /// The lease's expiry if written now.
@@ -365,14 +471,11 @@ impl Checkpoints {
     /// not yet stored apart reach [`TRACE_TAIL_MAX`], they go first to a chunk of their own
     /// (never on the first write: the writer has no claim yet to name it by).
     pub(crate) async fn save(&self, mut record: LoopRunRecord, tracer: &Tracer<'_>) -> Result<(), LoopError> {
-        let invalid = |e: serde_json::Error| LoopError::RunRecordInvalid(e.to_string());
         let mut written = self.written.lock().await;
         let mut flushed = written.flushed;
         // Taken: a write that fails leaves it empty, and the next one converts the whole tail.
         let mut tail = std::mem::take(&mut written.tail);
-        for event in tracer.since(flushed as usize + tail.len()) {
-            tail.push(serde_json::to_value(&event).map_err(invalid)?);
-        }
+        tracer.json_since(flushed as usize + tail.len(), &mut tail).map_err(invalid)?;
         if let Some(epoch) = written.claim
             && tail.len() >= TRACE_TAIL_MAX
         {
@@ -386,14 +489,19 @@ impl Checkpoints {
         record.trace_flushed = flushed;
         let lease = Lease { expires_at: self.expiry(), ..written.lease.clone() };
         record.lease = record.status.is_held().then(|| lease.clone());
+        // A compare-and-set makes the next revision: the first write's is the writer's claim.
+        let epoch = written.claim.unwrap_or(written.revision + 1);
+        record.deltas = Some(DeltaLog { epoch, folded: written.logged });
         let mut value = serde_json::to_value(&record).map_err(invalid)?;
         value["trace"] = Value::Array(tail);
         match self.store.put_record(LOOP_RUNS, &self.id, value, Some(written.revision)).await {
             Ok(mut stored) => {
+                debug_assert_eq!(written.claim.is_none(), stored.revision == epoch, "a claim is its first revision");
                 written.revision = stored.revision;
                 written.claim.get_or_insert(stored.revision);
                 written.flushed = flushed;
                 written.lease = lease;
+                written.folded = written.logged;
                 // The tail as written, back from the stored record rather than cloned for it.
                 if let Value::Array(tail) = stored.value["trace"].take() {
                     written.tail = tail;
@@ -405,9 +513,62 @@ impl Checkpoints {
         }
     }
 
-    /// Make sure this writer still holds the run before it acts: a lease that lapsed (the
-    /// process was paused past it) is renewed first, refused once another server claimed it.
+    /// Whether the next checkpoint may be a delta ([`Checkpoints::append`]): the run is claimed
+    /// and fewer than [`DELTAS_MAX`] deltas were appended since the record was last written.
+    pub(crate) async fn appendable(&self) -> bool {
+        let written = self.written.lock().await;
+        written.claim.is_some() && written.logged - written.folded < DELTAS_MAX
+    }
+
+    /// Store the checkpoint after a tool step as a delta (see [`DeltaLog`]): the context's
+    /// top-level entries `changed` since the checkpoint before, the `next` step, the step count
+    /// `executed` and `tracer`'s entries not stored yet. Only when [`Checkpoints::appendable`].
+    pub(crate) async fn append(
+        &self,
+        changed: &Map<String, Value>,
+        next: &str,
+        executed: u32,
+        tracer: &Tracer<'_>,
+    ) -> Result<(), LoopError> {
+        let mut written = self.written.lock().await;
+        let Some(epoch) = written.claim else {
+            return Err(LoopError::RunRecordInvalid(format!("loop run `{}`: a delta before its claim", self.id)));
+        };
+        let mut trace = Vec::new();
+        tracer.json_since(written.flushed as usize + written.tail.len(), &mut trace).map_err(invalid)?;
+        let seq = written.logged + 1;
+        let delta = CheckpointDelta { epoch, seq, context: changed, next: next.to_owned(), executed, trace };
+        let value = serde_json::to_value(&delta).map_err(invalid)?;
+        let slot = format!("{epoch:012}-{:03}", seq % DELTAS_MAX);
+        let mut stored = self.store.put_record(&delta_collection(&self.id), &slot, value, None).await?;
+        written.logged = seq;
+        // The entries as written, back from the stored delta rather than cloned for it.
+        if let Value::Array(trace) = stored.value["trace"].take() {
+            written.tail.extend(trace);
+        }
+        Ok(())
+    }
+
+    /// Make sure the run is still this writer's before an effect that must not happen twice
+    /// (a tool call's effect-ledger intent): [`Checkpoints::hold_lease`], and once deltas were
+    /// appended since the record was last written (a delta is compared with nothing), the stored
+    /// record must still be at this writer's revision; refused as [`Checkpoints::save`] is
+    /// otherwise (cancelled, or claimed by another server).
     pub(crate) async fn hold(&self) -> Result<(), LoopError> {
+        self.hold_lease().await?;
+        let written = self.written.lock().await;
+        if written.logged == written.folded {
+            return Ok(());
+        }
+        match self.store.get_record(LOOP_RUNS, &self.id).await? {
+            Some(stored) if stored.revision == written.revision => Ok(()),
+            _ => Err(self.refused(&written.lease).await),
+        }
+    }
+
+    /// Make sure this writer still holds the run before a step: a lease that lapsed (the
+    /// process was paused past it) is renewed first, refused once another server claimed it.
+    pub(crate) async fn hold_lease(&self) -> Result<(), LoopError> {
         self.renew(self.ttl).await
     }
 
@@ -415,9 +576,30 @@ impl Checkpoints {
     /// so less than `within` ago; refused as [`Checkpoints::save`] is when the run was
     /// cancelled or claimed elsewhere since this writer's last write.
     pub(crate) async fn renew(&self, within: Duration) -> Result<(), LoopError> {
-        let mut written = self.written.lock().await;
+        if !self.renewal_due(&*self.written.lock().await, within) {
+            return Ok(());
+        }
+        // Its own task: a renewal whose run ended meanwhile (the wait for it dropped) still
+        // records the revision it wrote, which the run's last write expects.
+        let this = self.clone();
+        match tokio::spawn(async move { this.renew_now(within).await }).await {
+            Ok(renewed) => renewed,
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            // The runtime shuts down.
+            Err(_) => Err(LoopError::Aborted),
+        }
+    }
+
+    /// Whether a lease last written as `written` is to be renewed `within` its time.
+    fn renewal_due(&self, written: &Written, within: Duration) -> bool {
         let since = self.clock.now() + chrono::Duration::from_std(self.ttl.saturating_sub(within)).unwrap_or_default();
-        if written.claim.is_none() || written.lease.expires_at > since {
+        written.claim.is_some() && written.lease.expires_at <= since
+    }
+
+    /// [`Checkpoints::renew`] itself.
+    async fn renew_now(&self, within: Duration) -> Result<(), LoopError> {
+        let mut written = self.written.lock().await;
+        if !self.renewal_due(&written, within) {
             return Ok(());
         }
         let mut stored = match self.store.get_record(LOOP_RUNS, &self.id).await? {
@@ -437,6 +619,144 @@ impl Checkpoints {
             }
             Err(StoreError::Conflict(_)) => Err(self.refused(&written.lease).await),
             Err(e) => Err(LoopError::Store(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::TraceKind;
+    use polpo_store::{FileStore, SqliteStore, SystemClock};
+    use serde_json::json;
+
+    const TTL: Duration = Duration::from_secs(60);
+
+    /// A real file store and a real SQLite store under `dir`.
+    async fn stores(dir: &std::path::Path) -> Vec<(&'static str, Arc<dyn RecordStore>)> {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let file = FileStore::open(&dir.join("file"), clock.clone()).await.unwrap();
+        let sqlite = SqliteStore::open(&dir.join("polpo.db"), clock).await.unwrap();
+        vec![("file", Arc::new(file)), ("sqlite", Arc::new(sqlite))]
+    }
+
+    fn record(id: &str) -> LoopRunRecord {
+        LoopRunRecord {
+            id: id.to_owned(),
+            loop_id: "flow".into(),
+            agent: "bot".into(),
+            status: LoopRunStatus::Running,
+            owner: None,
+            user: None,
+            request: StoredRequest { messages: Vec::new(), metadata: Value::Null, allowed_tools: None, route: None },
+            state: LoopState { context: json!({"request": {}}), frontier: vec!["s0".into()], ..LoopState::default() },
+            trace: Vec::new(),
+            trace_flushed: 0,
+            human: None,
+            output: None,
+            error: None,
+            agent_runs: Vec::new(),
+            approval_request_id: None,
+            approved_gates: Vec::new(),
+            lease: None,
+            deltas: None,
+        }
+    }
+
+    fn writer(store: &Arc<dyn RecordStore>, id: &str, (revision, flushed): (u64, u64), owner: &str) -> Checkpoints {
+        Checkpoints::new(store.clone(), Arc::new(SystemClock), id, (revision, flushed), (owner, None, TTL))
+    }
+
+    /// Steps `from..to` of a tool loop (each writes `r<i>`, traces one entry), checkpointed as a
+    /// run does: a delta while the writer may, else the record whole.
+    async fn steps(writer: &Checkpoints, tracer: &Tracer<'_>, record: &mut LoopRunRecord, from: u32, to: u32) {
+        for i in from..to {
+            tracer.emit(TraceEvent::new(TraceKind::StepEnd, Some(&format!("s{i}"))));
+            let mut changed = Map::new();
+            changed.insert(format!("r{i}"), json!(i));
+            context::merge(&mut record.state.context, changed.clone());
+            record.state.frontier = vec![format!("s{}", i + 1)];
+            record.state.executed = i + 1;
+            if writer.appendable().await {
+                writer.append(&changed, &format!("s{}", i + 1), i + 1, tracer).await.unwrap();
+            } else {
+                writer.save(record.clone(), tracer).await.unwrap();
+            }
+        }
+    }
+
+    /// Stored run `id` as a resume reads it: deltas applied, whole trace.
+    async fn read(store: &dyn RecordStore, id: &str) -> (LoopRunRecord, u64, Vec<TraceEvent>) {
+        let stored = store.get_record(LOOP_RUNS, id).await.unwrap().unwrap();
+        let mut record: LoopRunRecord = serde_json::from_value(stored.value).unwrap();
+        record.apply_deltas(store).await.unwrap();
+        let trace = record.whole_trace(store).await.unwrap();
+        (record, stored.revision, trace)
+    }
+
+    #[tokio::test]
+    async fn a_record_with_its_deltas_applied_is_the_record_written_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, store) in stores(dir.path()).await {
+            let (clock, sink) = (|| 0, |_: &TraceEvent| {});
+            let tracer = Tracer::new("flow", &clock, &sink);
+            let writer = writer(&store, "looprun-1", (0, 0), "a");
+            let mut written = record("looprun-1");
+            writer.save(written.clone(), &tracer).await.unwrap();
+            // Past the delta slots (which wrap round) and the trace entries a record keeps.
+            steps(&writer, &tracer, &mut written, 0, 2 * DELTAS_MAX as u32 + 7).await;
+            let stored = store.get_record(LOOP_RUNS, "looprun-1").await.unwrap().unwrap();
+            assert_eq!(
+                stored.value["state"]["executed"],
+                json!(2 * DELTAS_MAX + 2),
+                "{name}: the last steps are deltas"
+            );
+            let (folded, _, trace) = read(store.as_ref(), "looprun-1").await;
+            writer.save(written.clone(), &tracer).await.unwrap();
+            let (whole, _, whole_trace) = read(store.as_ref(), "looprun-1").await;
+            assert_eq!(folded.state, whole.state, "{name}");
+            assert_eq!(folded.state, written.state, "{name}");
+            assert_eq!(trace, whole_trace, "{name}");
+            assert_eq!(trace.len(), 2 * DELTAS_MAX as usize + 7, "{name}");
+            assert_eq!(trace.last().unwrap().id, format!("trace-{}", trace.len()), "{name}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_writer_that_lost_the_run_has_its_deltas_ignored_and_is_fenced() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, store) in stores(dir.path()).await {
+            let (clock, sink) = (|| 0, |_: &TraceEvent| {});
+            let tracer = Tracer::new("flow", &clock, &sink);
+            let stale = writer(&store, "looprun-2", (0, 0), "a");
+            let mut written = record("looprun-2");
+            stale.save(written.clone(), &tracer).await.unwrap();
+            steps(&stale, &tracer, &mut written, 0, 3).await;
+
+            // Another server takes the run over from what is stored, deltas applied.
+            let (mut taken, revision, trace) = read(store.as_ref(), "looprun-2").await;
+            assert_eq!(taken.state, written.state, "{name}: the takeover starts after step 3");
+            let other = writer(&store, "looprun-2", (revision, taken.trace_flushed), "b");
+            let other_tracer = Tracer::new("flow", &clock, &sink);
+            other_tracer.continue_after(trace);
+            taken.trace = Vec::new();
+            other.save(taken.clone(), &other_tracer).await.unwrap();
+
+            // The former writer, unaware, appends the checkpoint of a step it ran: stored, not applied.
+            steps(&stale, &tracer, &mut written, 3, 4).await;
+            let (after, _, _) = read(store.as_ref(), "looprun-2").await;
+            assert_eq!(after.state, taken.state, "{name}: the stale writer's delta is ignored");
+            for refused in [stale.hold().await, stale.save(written.clone(), &tracer).await] {
+                assert_eq!(refused.unwrap_err().code(), "lease_lost", "{name}");
+            }
+
+            // The new writer's own deltas continue the record.
+            steps(&other, &other_tracer, &mut taken, 3, 5).await;
+            let (after, _, trace) = read(store.as_ref(), "looprun-2").await;
+            assert_eq!(after.state, taken.state, "{name}");
+            assert_eq!(after.state.context["r4"], json!(4), "{name}");
+            assert_eq!(trace.len(), 5, "{name}");
+            assert!(other.hold().await.is_ok(), "{name}: the new writer holds the run");
         }
     }
 }

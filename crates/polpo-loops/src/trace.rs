@@ -294,9 +294,13 @@ impl<'a> Tracer<'a> {
         *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = events;
     }
 
-    /// The events after the first `n`, for a checkpoint.
-    pub(crate) fn since(&self, n: usize) -> Vec<TraceEvent> {
-        self.kept.lock().unwrap_or_else(|p| p.into_inner()).get(n..).map(<[_]>::to_vec).unwrap_or_default()
+    /// The JSON of the events after the first `n`, appended to `out`, for a checkpoint.
+    pub(crate) fn json_since(&self, n: usize, out: &mut Vec<Value>) -> Result<(), serde_json::Error> {
+        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        for event in kept.get(n..).unwrap_or_default() {
+            out.push(serde_json::to_value(event)?);
+        }
+        Ok(())
     }
 
     /// Every event recorded, in order.

@@ -703,6 +703,43 @@ async fn bench_tool_loop(storage: &str, length: u32, repeat: u32) {
     );
 }
 
+/// Checkpoints between two tool steps are deltas, which do not extend the run's lease: runs
+/// slower than their lease (32 at once on a short one) still complete, their lease renewed as
+/// it lapses, with their whole trace and context stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_longer_than_their_lease_complete_with_delta_checkpoints() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let length = 40;
+    let steps: serde_json::Map<String, Value> = (0..length)
+        .map(|i| {
+            let next = if i + 1 < length { format!("s{}", i + 1) } else { "end".into() };
+            let step = json!({"type": "tool", "tool": "read", "input": {"path": "f.txt"}, "saveAs": format!("r{i}"), "next": next});
+            (format!("s{i}"), step)
+        })
+        .collect();
+    let settings = json!({"storage": "file", "chatExecution": "inline"});
+    let (dir, runtime) =
+        runtime_with(&llm, settings, json!({}), &[("flow", json!({"start": "s0", "steps": steps}))], &[]).await;
+    let runs = RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_millis(200) });
+    let exec = Arc::new(LoopExecutor::new(runs, LoopOptions { step_budget: length + 1 }));
+    std::fs::write(dir.path().join("f.txt"), "data").unwrap();
+    let mut req = request(json!({}));
+    req.loop_id = Some("flow".into());
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            let (exec, req) = (exec.clone(), req.clone());
+            tokio::spawn(async move { run(&exec, &req).await })
+        })
+        .collect();
+    for client in clients {
+        let finished = client.await.unwrap();
+        assert_eq!(code(&finished), "ok", "{:?}", finished.result);
+        let stored = exec.stored_run(&finished.run_id, None).await.unwrap();
+        assert!(stored.record.state.context[format!("r{}", length - 1)].as_str().unwrap().contains("data"));
+        assert_eq!(stored.record.trace, finished.trace);
+    }
+}
+
 /// `cargo test -p polpo-loops --test executor -- --ignored --nocapture bench`
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark"]
