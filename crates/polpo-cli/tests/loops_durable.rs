@@ -438,8 +438,8 @@ async fn finished_by_b(url: &str, id: &str, dir: &Path) -> Value {
 }
 
 /// A chat stream `body` of run `id` on a server that lost the run to another: it ends
-/// unfinished (no finish reason), with the run to follow elsewhere, and never says the run
-/// failed (no `loop.error`, no other error).
+/// unfinished (no finish reason, no `[DONE]`), with the run to follow elsewhere, and never says
+/// the run failed (no `loop.error`, no other error).
 fn handed_over(body: &str, id: &str) {
     let chunks: Vec<Value> =
         body.lines().filter_map(|l| l.strip_prefix("data: ")).filter_map(|d| serde_json::from_str(d).ok()).collect();
@@ -450,6 +450,7 @@ fn handed_over(body: &str, id: &str) {
     let traced = chunks.iter().flat_map(|c| c["loop_trace"].as_array().cloned().unwrap_or_default());
     let failed = traced.filter(|e| e["type"] == "loop.error").count();
     assert_eq!((errors, finished, failed), (1, 0, 0), "{body}");
+    assert!(!body.contains("[DONE]"), "{body}");
 }
 
 /// `POST {url}/api/v1/loop-runs/{id}/reconcile` with `body`.
@@ -546,13 +547,15 @@ async fn postgres_a_server_paused_past_its_loop_lease_writes_nothing_once_it_wak
         let after = loop_run(&b.url, &id).await;
         assert_eq!((after["status"].clone(), after["trace"].clone()), (done["status"].clone(), done["trace"].clone()));
 
-        // Reconciled on B: A recorded `hold`'s outcome when it woke, so whatever the person
-        // says, the resumed run reuses it (it is not run a second time) and completes.
-        let settled = reconcile(&b.url, &id, json!({"key": unconfirmed_key(&done), "outcome": "not_applied"})).await;
+        // The person says `hold` happened (its bash did run on A): settled on B, the resumed run
+        // reuses an outcome — the stated one, or A's own if A recorded it as it woke before it
+        // stopped — and `hold` is not run a second time; the run completes.
+        let applied = json!({"key": unconfirmed_key(&done), "outcome": "applied", "result": "held on a"});
+        let settled = reconcile(&b.url, &id, applied).await;
         assert_eq!(settled.status(), 202);
         let completed = until(&b.url, &id, |r| r["status"] != "running" && r["status"] != "failed").await;
         assert_eq!(completed["status"], "completed", "{completed}");
-        assert_eq!(holds_after_last_resume(&completed), [true], "A's recorded outcome reused");
+        assert_eq!(holds_after_last_resume(&completed), [true], "an outcome reused, not run again");
         assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "one\nthree\n");
         drop(a);
     })
@@ -617,6 +620,62 @@ async fn postgres_a_human_answer_posted_to_the_other_server_completes_the_run_on
         let after = loop_run(&a.url, &id).await;
         assert_eq!((after["status"].clone(), after["trace"].clone()), (done["status"].clone(), done["trace"].clone()));
         assert!(llm.requests().is_empty(), "a tool-and-human loop never asks the model");
+    })
+    .await;
+}
+
+/// As above with a non-streaming chat on A: once the answer posted to B resumed the run there,
+/// A's response is `503 run_handed_over` naming the run (and not to be retried), not a failure;
+/// B completes the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_non_streaming_chat_whose_run_went_on_elsewhere_answers_run_handed_over() {
+    on_postgres(|settings| async move {
+        polpo_llm::install_crypto_provider();
+        let llm = FakeLlm::start([]).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        project(dir.path(), settings);
+        let base = llm.base_url();
+        let env = lease_env(&base);
+        let a = ServerProcess::start("serve", dir.path(), &["--worker-id", "a"], &env);
+        let b = ServerProcess::start("serve", dir.path(), &["--worker-id", "b"], &env);
+        let body = json!({"agent": "builder", "loop": "append-then-ask",
+            "messages": [{"role": "user", "content": "Append and ask"}]});
+        let url = a.url.clone();
+        let chat = tokio::spawn(async move {
+            reqwest::Client::new().post(format!("{url}/v1/chat/completions")).json(&body).send().await.unwrap()
+        });
+        // The run's id, from B's listing once it waits (the answer's headers come at its end).
+        let listed = tokio::time::timeout(EVENTUALLY, async {
+            let mut every = tokio::time::interval(Duration::from_millis(10));
+            loop {
+                every.tick().await;
+                let page = reqwest::get(format!("{}/api/v1/loop-runs?status=awaiting_human", b.url)).await.unwrap();
+                let page: Value = page.json().await.unwrap();
+                if let Some(id) = page["data"]["loopRuns"][0]["id"].as_str() {
+                    return id.to_owned();
+                }
+            }
+        });
+        let id = listed.await.expect("the run waits for a person");
+        let answered = reqwest::Client::new()
+            .post(format!("{}/api/v1/loop-runs/{id}/human", b.url))
+            .json(&json!({"output": {"ok": true}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answered.status(), 200);
+
+        let response = tokio::time::timeout(EVENTUALLY, chat).await.expect("A answers").unwrap();
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers()["x-should-retry"], "false");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(
+            (body["error"]["code"].as_str(), body["loop_run_id"].as_str()),
+            (Some("run_handed_over"), Some(id.as_str()))
+        );
+        let done = until(&b.url, &id, |r| r["status"] != "awaiting_human" && r["status"] != "running").await;
+        assert_eq!(done["status"], "completed", "{done}");
+        assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "one\n");
     })
     .await;
 }

@@ -129,13 +129,11 @@ pub async fn chat(
                     }
                     send(c.final_chunk(&FinishReason::Stop, &[], &Usage::default()));
                 }
-                // Taken over by another server (the person answered there, or this one was
-                // paused past its lease): the run goes on there, so this answer is unfinished,
-                // not failed — the engine's hand-over, with the run to follow.
-                Err(LoopError::Store(StoreError::LeaseLost { .. })) => {
-                    let message =
-                        format!("loop run `{id}` goes on on another server; follow it with GET /api/v1/loop-runs/{id}");
-                    send(c.unfinished_chunk(&message, RUN_HANDED_OVER, &id));
+                // Taken over by another server: this answer is unfinished, not failed.
+                // No `[DONE]` either, so no client takes the text so far for the whole answer.
+                Err(e) if handed_over(e) => {
+                    send(c.unfinished_chunk(&elsewhere(&id), RUN_HANDED_OVER, &id));
+                    return;
                 }
                 Err(e) => send(c.error_chunk(&e.to_string(), e.code())),
             }
@@ -187,11 +185,33 @@ fn answer(completion: &Completion, finished: LoopFinished, route: Option<&Execut
             axum::Json(body).into_response()
         }
         Err(e) => {
-            let error = ApiError::from(e);
+            let moved = handed_over(&e);
+            let error = match moved {
+                true => ApiError::new(ErrorCode::RunHandedOver, elsewhere(&finished.run_id)),
+                false => ApiError::from(e),
+            };
             let body = json!({"error": {"message": error.message, "type": "loop_error", "code": error.code}, "loop_run_id": finished.run_id, "loop_trace": trace});
-            (error.status, axum::Json(body)).into_response()
+            let mut response = (error.status, axum::Json(body)).into_response();
+            if moved {
+                // A retry would start a second run while this one goes on (OpenAI SDKs retry
+                // 5xx unless told not to).
+                response.headers_mut().insert("x-should-retry", HeaderValue::from_static("false"));
+            }
+            response
         }
     }
+}
+
+/// Whether a run ended here because another server took it over (the person answered there,
+/// or this one was paused past its lease): it goes on there, so the chat is handed over, not
+/// failed — as the engine's runs handed over (`run_handed_over`), with the run to follow.
+fn handed_over(e: &LoopError) -> bool {
+    matches!(e, LoopError::Store(StoreError::LeaseLost { .. }))
+}
+
+/// What a chat whose run `id` went on on another server says.
+fn elsewhere(id: &str) -> String {
+    format!("loop run `{id}` goes on on another server; follow it with GET /api/v1/loop-runs/{id}")
 }
 
 /// A step output as answer text: a string as is, anything else as JSON.
