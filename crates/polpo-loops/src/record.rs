@@ -87,7 +87,7 @@ pub struct DeltaLog {
 /// The checkpoint after one tool step, as a delta over the one before: numbered `seq` by the
 /// writer whose claim made revision `epoch`.
 #[derive(Debug, Serialize, Deserialize)]
-struct CheckpointDelta<C, E> {
+struct CheckpointDelta<C> {
     epoch: u64,
     seq: u64,
     /// The context's top-level entries written since the checkpoint before.
@@ -96,8 +96,9 @@ struct CheckpointDelta<C, E> {
     next: String,
     /// Step executions so far.
     executed: u32,
-    /// The trace entries since the checkpoint before.
-    trace: Vec<E>,
+    /// The trace entries since the checkpoint before, as the text of their JSON array: one
+    /// string is what the store copies and writes, not a tree of entries per step.
+    trace: String,
 }
 
 /// A run's state as plain data: what a checkpoint after a step keeps.
@@ -353,10 +354,10 @@ impl LoopRunRecord {
         loop {
             let listed = store.list_records(&delta_collection(&self.id), &page).await?;
             for stored in listed.items {
-                let delta: CheckpointDelta<Map<String, Value>, TraceEvent> = serde_json::from_value(stored.value)
-                    .map_err(|e| {
-                        LoopError::RunRecordInvalid(format!("loop run `{}` delta `{}`: {e}", self.id, stored.id))
-                    })?;
+                let unreadable =
+                    |e| LoopError::RunRecordInvalid(format!("loop run `{}` delta `{}`: {e}", self.id, stored.id));
+                let delta: CheckpointDelta<Map<String, Value>> =
+                    serde_json::from_value(stored.value).map_err(unreadable)?;
                 if delta.epoch == log.epoch && delta.seq > log.folded {
                     found.insert(delta.seq, delta);
                 }
@@ -372,10 +373,12 @@ impl LoopRunRecord {
                 break;
             }
             folded = seq;
+            let events: Vec<TraceEvent> = serde_json::from_str(&delta.trace)
+                .map_err(|e| LoopError::RunRecordInvalid(format!("loop run `{}` delta {seq}'s trace: {e}", self.id)))?;
             context::merge(&mut self.state.context, delta.context);
             self.state.frontier = vec![delta.next];
             self.state.executed = delta.executed;
-            self.trace.extend(delta.trace);
+            self.trace.extend(events);
         }
         self.deltas = Some(DeltaLog { folded, ..log });
         Ok(())
@@ -420,10 +423,12 @@ struct Written {
     flushed: u64,
     /// This writer's lease (its expiry as last written).
     lease: Lease,
-    /// The JSON of the trace entries after the first `flushed`, as the last writes stored
-    /// them, in the record and its deltas (or fewer): a checkpoint converts only the entries
-    /// added since, not the whole tail again.
+    /// The JSON of the trace entries after the first `flushed`, as the last write of the record
+    /// stored them (or fewer): a checkpoint converts only the entries added since, not the
+    /// whole tail again.
     tail: Vec<Value>,
+    /// Trace entries after those stored in the deltas since the record was last written.
+    in_deltas: usize,
     /// Deltas this writer appended (the last one's number).
     logged: u64,
     /// Of them, those its last write of the record holds.
@@ -447,7 +452,8 @@ impl Checkpoints {
             expires_at: clock.now(),
             generation: previous.map_or(0, |l| l.generation) + 1,
         };
-        let written = Written { revision, claim: None, flushed, lease, tail: Vec::new(), logged: 0, folded: 0 };
+        let written =
+            Written { revision, claim: None, flushed, lease, tail: Vec::new(), in_deltas: 0, logged: 0, folded: 0 };
         Self { store, clock, id: id.to_owned(), ttl, written: Arc::new(tokio::sync::Mutex::new(written)) }
     }
 
@@ -502,6 +508,7 @@ impl Checkpoints {
                 written.flushed = flushed;
                 written.lease = lease;
                 written.folded = written.logged;
+                written.in_deltas = 0;
                 // The tail as written, back from the stored record rather than cloned for it.
                 if let Value::Array(tail) = stored.value["trace"].take() {
                     written.tail = tail;
@@ -534,18 +541,15 @@ impl Checkpoints {
         let Some(epoch) = written.claim else {
             return Err(LoopError::RunRecordInvalid(format!("loop run `{}`: a delta before its claim", self.id)));
         };
-        let mut trace = Vec::new();
-        tracer.json_since(written.flushed as usize + written.tail.len(), &mut trace).map_err(invalid)?;
+        let stored = written.flushed as usize + written.tail.len() + written.in_deltas;
+        let (trace, entries) = tracer.json_text_since(stored).map_err(invalid)?;
         let seq = written.logged + 1;
         let delta = CheckpointDelta { epoch, seq, context: changed, next: next.to_owned(), executed, trace };
         let value = serde_json::to_value(&delta).map_err(invalid)?;
         let slot = format!("{epoch:012}-{:03}", seq % DELTAS_MAX);
-        let mut stored = self.store.put_record(&delta_collection(&self.id), &slot, value, None).await?;
+        self.store.put_record(&delta_collection(&self.id), &slot, value, None).await?;
         written.logged = seq;
-        // The entries as written, back from the stored delta rather than cloned for it.
-        if let Value::Array(trace) = stored.value["trace"].take() {
-            written.tail.extend(trace);
-        }
+        written.in_deltas += entries;
         Ok(())
     }
 

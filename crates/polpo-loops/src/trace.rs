@@ -303,6 +303,14 @@ impl<'a> Tracer<'a> {
         Ok(())
     }
 
+    /// The text of the JSON array of the events after the first `n`, and how many they are,
+    /// for a checkpoint delta.
+    pub(crate) fn json_text_since(&self, n: usize) -> Result<(String, usize), serde_json::Error> {
+        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let events = kept.get(n..).unwrap_or_default();
+        Ok((serde_json::to_string(events)?, events.len()))
+    }
+
     /// Every event recorded, in order.
     pub(crate) fn into_events(self) -> Vec<TraceEvent> {
         self.kept.into_inner().unwrap_or_else(|p| p.into_inner())
