@@ -164,7 +164,7 @@ impl Browser {
     /// step, so a view re-rendered by a live event between finding and clicking cannot fail it.
     async fn click_when_shown(&self, what: &str, css: &str) {
         let click = "const e = document.querySelector(arguments[0]); if (!e) return false; e.click(); return true";
-        self.until(what, click, json!([css]), None).await;
+        self.until(what, click, json!([css])).await;
     }
 
     /// The page's answer to `script` as text.
@@ -177,14 +177,10 @@ impl Browser {
         self.command(&format!("/element/{element}/value"), json!({"text": text})).await;
     }
 
-    /// Polls `script` until it returns `true` (bounded by [`EVENTUALLY`]); `refresh` is
-    /// clicked between tries, as a person would to see new state.
-    async fn until(&self, what: &str, script: &str, args: Value, refresh: Option<&str>) {
+    /// Polls `script` until it returns `true` (bounded by [`EVENTUALLY`]).
+    async fn until(&self, what: &str, script: &str, args: Value) {
         let done = tokio::time::timeout(EVENTUALLY, async {
             while self.eval(script, args.clone()).await != Value::Bool(true) {
-                if let Some(css) = refresh {
-                    self.click(css).await;
-                }
                 tokio::task::yield_now().await;
             }
         });
@@ -251,17 +247,19 @@ async fn a_reviewer_approves_and_rejects_gated_loop_runs_in_the_dashboard_then_s
 
     // The server wants a key: the page asks for one, then lists the pending approval.
     browser.open(&format!("{}/#approvals", server.url)).await;
-    browser.until("the API key form", "return !document.querySelector('#key-form').hidden", json!([]), None).await;
+    browser.until("the API key form", "return !document.querySelector('#key-form').hidden", json!([])).await;
     browser.type_into("#key-input", "sk-review").await;
     browser.click("#key-form button").await;
     let row = "return [...document.querySelectorAll('#approval-list li.approval')].some((li) => li.dataset.id === arguments[0] && li.textContent.includes('a person signs off the release'))";
-    browser.until("the pending approval", row, json!([approval]), None).await;
+    browser.until("the pending approval", row, json!([approval])).await;
     assert!(!dir.path().join("log.txt").exists(), "the gated step waits for the reviewer");
 
     browser.click("#approval-list li.approval button.approve").await;
     let gone = "return document.querySelector('#approval-list li.approval') === null && document.querySelector('#approval-list').textContent.includes('No pending approvals')";
-    browser.until("no pending approval", gone, json!([]), None).await;
-    browser.until("the loop run completed", RUN_LISTED, json!([run, "completed"]), Some("#approvals-refresh")).await;
+    browser.until("no pending approval", gone, json!([])).await;
+    // Followed from the live feed (loop_run:completed), with no refresh clicked: a test clicking
+    // it in a loop spent the key's rate limit, and the next view's reads were refused `429`.
+    browser.until("the loop run completed", RUN_LISTED, json!([run, "completed"])).await;
     assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "shipped\n");
     let decided: Value =
         api.get(format!("{}/api/v1/approvals/{approval}", server.url)).send().await.unwrap().json().await.unwrap();
@@ -275,23 +273,22 @@ async fn a_reviewer_approves_and_rejects_gated_loop_runs_in_the_dashboard_then_s
             "the second pending approval",
             "return document.querySelector('#approval-list li.approval button.reject') !== null",
             json!([]),
-            None,
         )
         .await;
     browser.click("#approval-list li.approval button.reject").await;
     browser.command("/alert/text", json!({"text": "not on a leap day"})).await;
     browser.command("/alert/accept", json!({})).await;
-    browser.until("the loop run rejected", RUN_LISTED, json!([other, "approval_rejected"]), None).await;
-    browser.until("no pending approval", gone, json!([]), None).await;
+    browser.until("the loop run rejected", RUN_LISTED, json!([other, "approval_rejected"])).await;
+    browser.until("no pending approval", gone, json!([])).await;
     assert_eq!(std::fs::read_to_string(dir.path().join("log.txt")).unwrap(), "shipped\n");
 
     // The agent's skills and the schedules with their next fire times.
     browser.open(&format!("{}/#agents/releaser", server.url)).await;
     let skills = "return document.querySelector('#agent-detail').textContent.includes('Skillsrelease-notes (Writes the notes.)')";
-    browser.until("the agent's skill", skills, json!([]), None).await;
+    browser.until("the agent's skill", skills, json!([])).await;
     browser.open(&format!("{}/#schedules", server.url)).await;
     let next = "const li = document.querySelector('#schedule-list li.schedule'); return !!li && li.dataset.id === 'leap-release' && /next: \\d{4}-02-29T03:00:00/.test(li.textContent)";
-    browser.until("the schedule's next fire time", next, json!([]), None).await;
+    browser.until("the schedule's next fire time", next, json!([])).await;
 }
 
 /// A builder agent for missions, and the `review-flow` loop (a tool step writes a draft, a
@@ -346,18 +343,18 @@ async fn a_mission_moves_live_in_the_dashboard_and_a_loop_run_waits_for_a_human_
     // The draft mission is listed with its planned tasks, none done.
     browser.open(&format!("{}/#missions", server.url)).await;
     browser.eval("window.dashboardMarker = 'the same page'", json!([])).await;
-    browser.until("the draft mission at 0/2", MISSION_ROW, json!([mission, "draft", 0, 2]), None).await;
+    browser.until("the draft mission at 0/2", MISSION_ROW, json!([mission, "draft", 0, 2])).await;
     browser.click(&format!("#mission-list li.mission[data-id='{mission}'] a")).await;
     browser.click_when_shown("the Execute button", "#mission-detail button.execute").await;
 
     // Draft runs and passes its checks; the checkpoint pauses the mission: the bar moved by itself.
-    browser.until("the mission paused at 1/2", MISSION_ROW, json!([mission, "paused", 1, 2]), None).await;
+    browser.until("the mission paused at 1/2", MISSION_ROW, json!([mission, "paused", 1, 2])).await;
     let waiting = "const li = document.querySelector('#mission-detail li.stop.checkpoint'); return !!li && li.dataset.name === 'sign-off' && li.textContent.includes('waiting: resume the mission') && li.textContent.includes('an editor reads the draft')";
-    browser.until("the checkpoint waiting", waiting, json!([]), None).await;
+    browser.until("the checkpoint waiting", waiting, json!([])).await;
     browser.click_when_shown("the Resume button", "#mission-detail button.resume").await;
-    browser.until("the mission completed at 2/2", MISSION_ROW, json!([mission, "completed", 2, 2]), None).await;
+    browser.until("the mission completed at 2/2", MISSION_ROW, json!([mission, "completed", 2, 2])).await;
     let report = "const d = document.querySelector('#mission-detail'); return d.textContent.includes('All passedyes') && d.textContent.includes('Average score4.00') && d.querySelectorAll('table.mission-tasks tr[data-status=\"done\"]').length === 2";
-    browser.until("the mission report", report, json!([]), None).await;
+    browser.until("the mission report", report, json!([])).await;
     assert_eq!(
         browser.eval("return window.dashboardMarker", json!([])).await,
         "the same page",
@@ -372,12 +369,12 @@ async fn a_mission_moves_live_in_the_dashboard_and_a_loop_run_waits_for_a_human_
     browser.click("#nav-tasks").await;
     browser.click_when_shown("the Draft task", &format!("#task-list li.task[data-id='{draft}'] a")).await;
     let checks = "const d = document.querySelector('#task-detail'); const review = d && d.querySelector('li.check.passed[data-type=\"llm_review\"]'); return !!review && !!d.querySelector('li.check.passed[data-type=\"test\"]') && [...review.querySelectorAll('table.scores tr')].some((tr) => tr.textContent === 'clarity4') && review.textContent.includes('3 reviewers') && d.textContent.includes('Retries0 of 2') && d.textContent.includes('Draft the notes.')";
-    browser.until("the Draft task's assessment", checks, json!([]), None).await;
+    browser.until("the Draft task's assessment", checks, json!([])).await;
     let run = browser.text("return document.querySelector('#task-detail a.run-link').textContent", json!([])).await;
     assert!(run.starts_with(&format!("run task-{draft}-")), "{run}");
     browser.click("#task-detail a.run-link").await;
     let journal = "return document.querySelector('#run-info').textContent.includes('Statuscompleted') && document.querySelector('#run-events').textContent.includes('run.completed')";
-    browser.until("the task's run", journal, json!([]), None).await;
+    browser.until("the task's run", journal, json!([])).await;
 
     // A loop run waits on its human step; the approvals view lists it, its trace shows why.
     let chat = json!({"agent": "builder", "loop": review_flow::NAME, "messages": [{"role": "user", "content": "Review the draft"}]});
@@ -389,21 +386,21 @@ async fn a_mission_moves_live_in_the_dashboard_and_a_loop_run_waits_for_a_human_
     browser.open(&format!("{}/#approvals", server.url)).await;
     // Listed, and once shown followed, from the live feed (loop_run:* events): no refresh clicked.
     let listed = "return !!document.querySelector('#loop-run-list li.loop-run[data-status=\"awaiting_human\"] a')";
-    browser.until("the loop run awaiting a person", listed, json!([]), None).await;
+    browser.until("the loop run awaiting a person", listed, json!([])).await;
     browser.click_when_shown("the loop run", "#loop-run-list li.loop-run[data-status='awaiting_human'] a").await;
     let form = "return !!document.querySelector('#loop-run-detail form.human-form[data-step=\"review\"] input[name=\"decision\"]') && !!document.querySelector('#loop-trace li.trace-event[data-type=\"human.request\"]')";
-    browser.until("the human step's form", form, json!([]), None).await;
+    browser.until("the human step's form", form, json!([])).await;
 
     // Sent empty, the server refuses the answer against output.schema and the form says so.
     browser.click("#loop-run-detail form.human-form button").await;
     let refused = "const e = document.querySelector('#loop-run-detail .human-error'); return !!e && !e.hidden && e.textContent.includes('loop_human_output_invalid') && e.textContent.includes('decision')";
-    browser.until("the refusal", refused, json!([]), None).await;
+    browser.until("the refusal", refused, json!([])).await;
     assert!(!answered.is_finished(), "a refused answer does not resume the run");
     browser.type_into("#loop-run-detail form.human-form input[name='decision']", "ship").await;
     browser.click("#loop-run-detail form.human-form button").await;
     let done =
         "const d = document.querySelector('#loop-run-detail'); return !!d && d.textContent.includes('Statuscompleted')";
-    browser.until("the loop run completed", done, json!([]), None).await;
+    browser.until("the loop run completed", done, json!([])).await;
     let (status, body) = answered.await.unwrap();
     assert_eq!(status, 200, "{body}");
 

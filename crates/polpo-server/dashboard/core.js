@@ -61,13 +61,20 @@ function path(template, params, query) {
   return q.toString() ? p + '?' + q : p;
 }
 
-/** fetch with the key; a 401 asks for a key, any other failure throws the server's message. */
-async function request(method, template, { params, query, body, headers, signal } = {}) {
+/** fetch with the key; a 401 asks for a key, any other failure throws the server's message. A
+ * read refused `429` (the key's rate limit) is asked again once, after the server's
+ * `Retry-After` (at most 10 s): a view reloaded by a burst of live events catches up by itself. */
+async function request(method, template, { params, query, body, headers, signal } = {}, retried = false) {
   const h = new Headers(headers);
   const key = sessionStorage.getItem(KEY);
   if (key) h.set('authorization', 'Bearer ' + key);
   if (body !== undefined) h.set('content-type', 'application/json');
   const r = await fetch(path(template, params, query), { method, headers: h, signal, body: body === undefined ? undefined : JSON.stringify(body) });
+  if (r.status === 429 && method === 'GET' && !retried) {
+    const wait = Math.min(Math.max(Number(r.headers.get('retry-after')) || 1, 1), 10);
+    await new Promise((done) => setTimeout(done, wait * 1000));
+    return request(method, template, { params, query, body, headers, signal }, true);
+  }
   if (r.status === 401) {
     askForKey(key ? 'The API key was refused.' : '');
     throw Object.assign(new Error('API key required'), { unauthorized: true });
