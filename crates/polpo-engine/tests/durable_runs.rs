@@ -41,6 +41,11 @@ struct Setup {
 
 impl Setup {
     async fn new(kind: StoreKind, llm: &FakeLlm) -> Self {
+        Self::with_clock(kind, llm, Arc::new(SystemClock)).await
+    }
+
+    /// [`Setup::new`] on a store that tells time by `clock` (lease expiry included).
+    async fn with_clock(kind: StoreKind, llm: &FakeLlm, clock: Arc<dyn polpo_store::Clock>) -> Self {
         polpo_llm::install_crypto_provider();
         let dir = tempfile::tempdir().unwrap();
         let storage = kind.as_str();
@@ -69,7 +74,7 @@ impl Setup {
             _ => None,
         };
         let url = schema.as_ref().map(PgSchema::url);
-        let store = open_store(kind, dir.path(), url.as_deref(), Arc::new(SystemClock)).await.unwrap();
+        let store = open_store(kind, dir.path(), url.as_deref(), clock).await.unwrap();
         let runtime =
             Arc::new(Runtime::new(Loaded::new(project).unwrap(), Providers::new(BTreeMap::new(), env), store));
         let runs = RunManager::new(runtime, RunOptions { lease_ttl: Duration::from_secs(5) });
@@ -884,6 +889,33 @@ async fn a_gate_fails_closed_when_its_checkpoint_is_too_large() {
     s.finish().await;
 }
 
+/// A run still executing here whose lease lapsed (its renewal late on a loaded machine) is
+/// not taken over by this server's own recovery pass: the claim would fence its executor off,
+/// which would stop and be resumed from its checkpoint, redoing its model calls (seen in CI as
+/// a scripted model asked once more than scripted). It finishes as if nothing happened.
+async fn recovery_leaves_a_run_executing_here_alone_when_its_lease_lapsed(kind: StoreKind) {
+    let llm = FakeLlm::start([Turn::tool_calls(vec![("bash", gated_append("go", "once"))]), Turn::text("Done once.")])
+        .await
+        .unwrap();
+    let clock = Arc::new(polpo_store::ManualClock::new(chrono::Utc::now()));
+    let s = Setup::with_clock(kind, &llm, clock.clone()).await;
+    let run = s.start("Append once").await;
+    s.read_until(&run, 0, "tool.started").await;
+
+    // The store's time passes the lease (5 s) while the tool runs: lapsed, as a late renewal
+    // leaves it; then this server's recovery pass runs.
+    clock.advance(chrono::Duration::seconds(60));
+    assert!(s.runs.recover().await.unwrap().is_empty(), "nothing to take over");
+    std::fs::write(s.path("go"), "").unwrap();
+    let journal = s.journal(&run).await;
+    assert_eq!(ending(&journal).0, "run.completed", "{:?}", types(&journal));
+    assert_eq!(journal.last().unwrap().data["content"], "Done once.");
+    assert!(!types(&journal).contains(&"run.resumed"), "{:?}", types(&journal));
+    assert_eq!(std::fs::read_to_string(s.path("log.txt")).unwrap(), "once\n");
+    assert_eq!(llm.requests().len(), 2, "each model call once");
+    s.finish().await;
+}
+
 macro_rules! on_backends {
     ($($name:ident),* $(,)?) => {
         mod file {
@@ -917,4 +949,5 @@ on_backends!(
     an_unconfirmed_write_in_a_correction_cycle_pauses_with_the_gate_code,
     a_gated_run_checkpoints_its_budget_and_decision,
     a_gate_in_a_parallel_branch_is_refused_before_the_run_exists,
+    recovery_leaves_a_run_executing_here_alone_when_its_lease_lapsed,
 );

@@ -54,6 +54,8 @@ pub const LEASE_TTL_ENV: &str = "POLPO_RUN_LEASE_MS";
 /// How often a follower of a paused run checks whether it was reconciled (the reconciling
 /// process may be another one).
 const PAUSED_POLL: Duration = Duration::from_secs(1);
+/// How many lapsed leases a recovery pass looks through for this process's own.
+const RENEW_BATCH: u32 = 1000;
 
 /// How runs hold their leases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -704,6 +706,7 @@ impl RunManager {
     /// whose approval was decided but could not be resumed then are resumed too.
     pub async fn recover(self: &Arc<Self>) -> Result<Vec<String>, StoreError> {
         let store = self.runtime.store().clone();
+        self.renew_lapsed().await?;
         let mut taken = Vec::new();
         while !self.closing.is_cancelled()
             && let Some(lease) = store.runs.claim_next_run(&self.owner, self.options.lease_ttl).await?
@@ -728,6 +731,28 @@ impl RunManager {
         }
         self.resume_decided_pauses().await?;
         Ok(taken)
+    }
+
+    /// Renew the lapsed leases of runs still executing here (their renewal came late: a
+    /// loaded machine, a long pause of the process) before claiming: a claim of one of them
+    /// would fence off its own executor, which would stop at its next write and be resumed
+    /// from its checkpoint, its work since then done twice. A lease another server claimed
+    /// meanwhile is not ours to renew (`lease_lost`): that executor stops on its own.
+    async fn renew_lapsed(&self) -> Result<(), StoreError> {
+        if self.active().is_empty() {
+            return Ok(());
+        }
+        let store = self.runtime.store();
+        for lease in store.runs.expired_runs(RENEW_BATCH).await? {
+            if lease.owner == self.owner && self.is_active(&lease.run_id) {
+                match store.runs.renew_lease(&lease.run_id, &self.owner, self.options.lease_ttl).await {
+                    Ok(_) => {}
+                    Err(e) if e.code() == "lease_lost" => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Hand this process's runs over because it is stopping (SIGTERM, Ctrl-C): every executing
