@@ -240,6 +240,8 @@ impl LoopExecutor {
         let (mut runs, next) = scan(store.as_ref(), LOOP_RUNS, after, limit, parse, keep).await?;
         for run in &mut runs {
             run.record.apply_deltas(store.as_ref()).await?;
+            // Applied: the storage detail is not part of the API's view.
+            run.record.deltas = None;
         }
         Ok(LoopRunPage { runs, next })
     }
