@@ -5,6 +5,10 @@ macro_rules! sql_records {
     ($store:ty, $row:ty) => {
         #[async_trait]
         impl RecordStore for $store {
+            /// One statement, whatever `expected_revision` asks: the revision check, the write and
+            /// the new revision in a single round trip (a conditional update, or an insert that
+            /// does nothing or updates on the key), so a checkpoint costs one statement and the
+            /// old value is never read back. Only a refused write reads the revision it met.
             async fn put_record(
                 &self,
                 collection: &str,
@@ -14,29 +18,46 @@ macro_rules! sql_records {
             ) -> Result<Record, StoreError> {
                 model::check_record_write(collection, id, &value)?;
                 let now = self.now();
-                let mut tx = self.tx().await?;
-                let current = lock_record(&mut tx, collection, id).await?;
-                let next = model::next_record(current.as_ref(), collection, id, value, expected_revision, now)?;
-                let write = match current {
-                    Some(_) => sqlx::query(
-                        "UPDATE records SET revision = $3, value = $4, updated_at = $5 WHERE collection = $1 AND id = $2",
+                let write = match expected_revision {
+                    Some(0) => sqlx::query(
+                        "INSERT INTO records (collection, id, revision, value, updated_at, created_at) \
+                         VALUES ($1, $2, 1, $3, $4, $4) ON CONFLICT (collection, id) DO NOTHING \
+                         RETURNING revision, created_at",
                     ),
-                    // A concurrent creator makes this a unique violation: `conflict`.
+                    Some(_) => sqlx::query(
+                        "UPDATE records SET revision = revision + 1, value = $3, updated_at = $4 \
+                         WHERE collection = $1 AND id = $2 AND revision = $5 RETURNING revision, created_at",
+                    ),
                     None => sqlx::query(
                         "INSERT INTO records (collection, id, revision, value, updated_at, created_at) \
-                         VALUES ($1, $2, $3, $4, $5, $5)",
+                         VALUES ($1, $2, 1, $3, $4, $4) ON CONFLICT (collection, id) DO UPDATE SET \
+                         revision = records.revision + 1, value = excluded.value, updated_at = excluded.updated_at \
+                         RETURNING revision, created_at",
                     ),
                 };
-                write
-                    .bind(collection)
-                    .bind(id)
-                    .bind(to_db(next.revision))
-                    .bind(to_text(&next.value)?)
-                    .bind(now.timestamp_millis())
-                    .execute(&mut *tx)
-                    .await?;
-                tx.commit().await?;
-                Ok(next)
+                let mut write =
+                    write.bind(collection).bind(id).bind(to_text(&value)?).bind(now.timestamp_millis());
+                if let Some(expected @ 1..) = expected_revision {
+                    write = write.bind(to_db(expected));
+                }
+                let Some(row) = write.fetch_optional(&self.pool).await? else {
+                    let actual: Option<i64> =
+                        sqlx::query_scalar("SELECT revision FROM records WHERE collection = $1 AND id = $2")
+                            .bind(collection)
+                            .bind(id)
+                            .fetch_optional(&self.pool)
+                            .await?;
+                    let (expected, actual) = (expected_revision.unwrap_or_default(), actual.map_or(0, from_db));
+                    return Err(StoreError::stale_revision("record", &format!("{collection}/{id}"), expected, actual));
+                };
+                Ok(Record {
+                    collection: collection.to_owned(),
+                    id: id.to_owned(),
+                    revision: from_db(row.try_get("revision")?),
+                    value,
+                    created_at: from_millis(row.try_get("created_at")?),
+                    updated_at: now,
+                })
             }
 
             async fn get_record(&self, collection: &str, id: &str) -> Result<Option<Record>, StoreError> {
