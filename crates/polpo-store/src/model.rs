@@ -586,11 +586,29 @@ fn check_title(title: String) -> Result<String, StoreError> {
 
 /// Refuse a value whose JSON form exceeds `limit` bytes.
 pub(crate) fn check_size<T: Serialize>(what: &str, value: &T, limit: usize) -> Result<(), StoreError> {
-    let len = serde_json::to_vec(value).map_err(|e| StoreError::Invalid(e.to_string()))?.len();
-    if len > limit {
-        return Err(StoreError::Invalid(format!("{what} exceeds {limit} bytes")));
+    match serde_json::to_writer(&mut Budget { left: limit }, value) {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_io() => Err(StoreError::Invalid(format!("{what} exceeds {limit} bytes"))),
+        Err(e) => Err(StoreError::Invalid(e.to_string())),
     }
-    Ok(())
+}
+
+/// Bytes a serialisation may still write: the size check counts them instead of building the
+/// serialised copy (every write would make one more, of the whole value, just to measure it),
+/// and an oversized value stops at the limit rather than being serialised whole.
+struct Budget {
+    left: usize,
+}
+
+impl std::io::Write for Budget {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.left = self.left.checked_sub(buf.len()).ok_or_else(|| std::io::Error::other("over the size limit"))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Apply a title/metadata change to a session.
@@ -760,6 +778,15 @@ mod tests {
         assert!(cut);
         assert!(r.len() <= MAX_REASONING_BYTES && r.len() > MAX_REASONING_BYTES - 4);
         assert_eq!(cap_reasoning(Some("short".into())), (Some("short".into()), false));
+    }
+
+    #[test]
+    fn a_value_is_refused_one_byte_past_its_size_limit() {
+        let value = serde_json::json!({"text": "x".repeat(100)});
+        let len = serde_json::to_vec(&value).unwrap().len();
+        check_size("record", &value, len).unwrap();
+        let err = check_size("record", &value, len - 1).unwrap_err();
+        assert_eq!(err.to_string(), format!("invalid input: record exceeds {} bytes", len - 1));
     }
 
     #[test]
