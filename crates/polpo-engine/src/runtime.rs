@@ -30,7 +30,7 @@ use polpo_core::problem::Problem;
 use polpo_core::redact::Redactor;
 use polpo_core::tool::ToolEffect;
 use polpo_llm::{ModelProvider, Providers, ResolveError};
-use polpo_store::{Clock, IdGen, NewMessage, NewSession, Session, Store};
+use polpo_store::{Clock, IdGen, Lease, NewMessage, NewSession, Session, Store};
 use polpo_tools::{Tool, ToolContext, ToolSource};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -58,6 +58,9 @@ pub struct PreparedChat {
     unwritten: Option<NewSession>,
     /// Which way model routing sent this request; `None` when the agent did not opt in.
     route: Option<ModelRoute>,
+    /// A durable run's lease: the turn's messages are appended to the session only while it
+    /// still holds the run (`None`: a turn in its caller's request).
+    fence: Option<Lease>,
 }
 
 impl PreparedChat {
@@ -104,8 +107,16 @@ impl PreparedChat {
 
     /// Run as a durable run: with `tools` (the agent's, `write` ones behind the effect
     /// ledger), with the `maxTurns` left after the `turns_used` a resumed run already spent
-    /// (at least one, to finish), and pausing as `run` when a hook's `ask` waits for a reviewer.
-    pub(crate) fn durable(mut self, tools: Vec<Arc<dyn Tool>>, turns_used: u32, run: Arc<dyn Pausable>) -> Self {
+    /// (at least one, to finish), pausing as `run` when a hook's `ask` waits for a reviewer, and
+    /// storing its messages as the holder of `fence`.
+    pub(crate) fn durable(
+        mut self,
+        tools: Vec<Arc<dyn Tool>>,
+        turns_used: u32,
+        run: Arc<dyn Pausable>,
+        fence: Lease,
+    ) -> Self {
+        self.fence = Some(fence);
         // A hook's `ask` pauses the run until a reviewer decides.
         if let Some(desk) = &self.invocation.approvals {
             let desk = ApprovalDesk { waiting: Waiting::Durable(run), ..(**desk).clone() };
@@ -133,6 +144,7 @@ impl PreparedChat {
             control,
             route: _,
             unwritten,
+            fence,
         } = self;
         let stored = identity.session_id.is_some();
         let run_id = identity.run_id;
@@ -168,7 +180,9 @@ impl PreparedChat {
                 Some(new) => runtime.store.sessions.create_session_with_messages(new, to_store).await.inspect(|c| {
                     events.session_created(&c.session);
                 }),
-                None => runtime.store.sessions.append_messages(&session.id, to_store, None).await,
+                None => {
+                    runtime.store.sessions.append_messages_fenced(&session.id, to_store, None, fence.as_ref()).await
+                }
             };
             match written {
                 Ok(appended) => {
@@ -677,6 +691,7 @@ impl Runtime {
             control: None,
             route,
             unwritten: None,
+            fence: None,
         }
     }
 

@@ -53,6 +53,20 @@ pub trait SessionStore: Send + Sync {
         session_id: &str,
         messages: Vec<NewMessage>,
         expected_revision: Option<u64>,
+    ) -> Result<MessagesAppended, StoreError> {
+        self.append_messages_fenced(session_id, messages, expected_revision, None).await
+    }
+
+    /// [`SessionStore::append_messages`] as the holder of run lease `fence` (`lease_lost`,
+    /// nothing appended, once the run was granted again since; checked with the write): how a
+    /// durable run stores its turn, so a server that lost the run while it was paused cannot
+    /// add its late answer to the conversation the run's new holder continues.
+    async fn append_messages_fenced(
+        &self,
+        session_id: &str,
+        messages: Vec<NewMessage>,
+        expected_revision: Option<u64>,
+        fence: Option<&Lease>,
     ) -> Result<MessagesAppended, StoreError>;
 
     /// Messages oldest first, one page at a time.

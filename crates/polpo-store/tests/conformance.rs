@@ -530,6 +530,28 @@ async fn a_run_created_leased_is_never_claimable_before_its_lease_lapses(t: &Tes
     assert_eq!(code(r.renew_lease(&created.id, "starter", ttl).await), "lease_lost");
 }
 
+/// A durable run's turn is appended to its session only while the run's lease holds: a server
+/// that lost the run while paused cannot add its late answer to the conversation the new
+/// holder continues.
+async fn a_runs_messages_are_appended_only_while_its_lease_holds(t: &TestStore) {
+    let (r, s) = (t.store.runs.clone(), &t.store.sessions);
+    let ttl = Duration::from_secs(60);
+    let session = s.create_session(session("coder")).await.unwrap();
+    let (created, first) = r.create_leased_run(run("coder"), "a", ttl).await.unwrap();
+    let say = |text: &str| vec![NewMessage::new(Message::user(text))];
+    s.append_messages_fenced(&session.id, say("asked"), None, Some(&first)).await.unwrap();
+
+    t.clock.advance(Span::seconds(61));
+    let second = r.claim_next_run("b", ttl).await.unwrap().unwrap();
+    assert_eq!((second.run_id.as_str(), second.generation), (created.id.as_str(), 2));
+    let late = s.append_messages_fenced(&session.id, say("late answer from a"), None, Some(&first)).await;
+    assert_eq!(code(late), "lease_lost");
+    s.append_messages_fenced(&session.id, say("answer from b"), None, Some(&second)).await.unwrap();
+    let stored = s.list_messages(&session.id, &PageRequest::first(10)).await.unwrap().items;
+    let texts: Vec<_> = stored.iter().map(|m| m.message.text_content()).collect();
+    assert_eq!(texts, ["asked", "answer from b"]);
+}
+
 async fn the_effect_ledger_lets_an_effect_happen_once(t: &TestStore) {
     let e = &t.store.effects;
     let key = "run-1/call_7:write_file";
@@ -689,6 +711,7 @@ conformance!(
     leases_are_exclusive_until_they_expire,
     workers_claim_each_run_once_until_its_lease_lapses,
     a_run_created_leased_is_never_claimable_before_its_lease_lapses,
+    a_runs_messages_are_appended_only_while_its_lease_holds,
     the_effect_ledger_lets_an_effect_happen_once,
     records_are_revisioned_documents_per_collection,
     tasks_round_trip_and_move_only_along_the_table,

@@ -342,7 +342,8 @@ impl RunManager {
             })
             .collect();
         let pausable = Arc::new(approval::PauseHere { state: state.clone(), cancel: cancel.clone() });
-        let prepared = prepared.durable(wrapped, state.turns_used(), pausable).controlled_by(state.clone());
+        let prepared =
+            prepared.durable(wrapped, state.turns_used(), pausable, lease.clone()).controlled_by(state.clone());
         let active = Arc::new(Active { cancel: cancel.clone(), state: state.clone() });
         self.active().insert(run_id.clone(), active);
         // Launched during a shutdown (after it cancelled the active runs): hand it over at once.
@@ -419,6 +420,10 @@ impl RunManager {
         };
         state.close();
         renewal.abort();
+        // The turn's messages refused by the fence: another process holds the run.
+        if matches!(&result, Err(ChatError::Store(StoreError::LeaseLost { .. }))) {
+            lost.cancel();
+        }
         if lost.is_cancelled() {
             self.active().remove(&run_id);
             return;

@@ -12,7 +12,8 @@ use super::order::{Key, LogSync};
 use super::{FileStore, Inner, Journal, SessionGuard, SessionLock, fsio, owned};
 use crate::error::StoreError;
 use crate::model::{
-    self, ImportOutcome, MessagesAppended, NewMessage, NewSession, Session, SessionFilter, SessionPatch, StoredMessage,
+    self, ImportOutcome, Lease, MessagesAppended, NewMessage, NewSession, Session, SessionFilter, SessionPatch,
+    StoredMessage,
 };
 use crate::page::{Cursor, Page, PageRequest};
 use crate::traits::SessionStore;
@@ -322,14 +323,21 @@ impl SessionStore for FileStore {
         self.blocking(move |s| s.update_session(&id, patch, expected_revision)).await
     }
 
-    async fn append_messages(
+    async fn append_messages_fenced(
         &self,
         session_id: &str,
         messages: Vec<NewMessage>,
         expected_revision: Option<u64>,
+        fence: Option<&Lease>,
     ) -> Result<MessagesAppended, StoreError> {
-        let id = owned(session_id);
-        self.blocking(move |s| s.append_messages(&id, messages, expected_revision)).await
+        let (id, fence) = (owned(session_id), fence.cloned());
+        self.blocking(move |s| {
+            if let Some(f) = &fence {
+                s.check_fence(&f.run_id, fence.as_ref())?;
+            }
+            s.append_messages(&id, messages, expected_revision)
+        })
+        .await
     }
 
     async fn list_messages(&self, session_id: &str, page: &PageRequest) -> Result<Page<StoredMessage>, StoreError> {

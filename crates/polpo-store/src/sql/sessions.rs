@@ -81,14 +81,18 @@ macro_rules! sql_sessions {
                 Ok(s)
             }
 
-            async fn append_messages(
+            async fn append_messages_fenced(
                 &self,
                 session_id: &str,
                 messages: Vec<NewMessage>,
                 expected_revision: Option<u64>,
+                fence: Option<&Lease>,
             ) -> Result<MessagesAppended, StoreError> {
                 let now = self.now();
                 let mut tx = self.tx().await?;
+                if let Some(f) = fence {
+                    Self::lock_fence(&mut tx, &f.run_id, fence).await?;
+                }
                 let mut session = Self::lock_session(&mut tx, session_id).await?;
                 model::check_revision("session", session_id, expected_revision, session.revision)?;
                 let stored = model::apply_append(&mut session, messages, now, self.ids())?;
