@@ -11,6 +11,37 @@ use commands::Global;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// jemalloc instead of glibc's malloc for everything Rust allocates (#22, README Performance):
+/// measured on `polpo bench` and `bench_http`, ≈ 15–35 % more runs/s, and with
+/// [`ALLOCATOR_OPTIONS`] its resident memory grows less over 50,000 runs. C libraries (SQLite)
+/// keep glibc's malloc.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, which it reads at start-up from its `malloc_conf` symbol (`_rjem_` is
+/// tikv-jemalloc-sys's prefix): unused dirty pages go back to the system after 1 s instead of
+/// 10 s. Measured (#22): RSS growth from 5,000 to 50,000 chat completions 1.5–3.0 MiB instead of
+/// 3.6–7.8 with the defaults, for at most ≈ 5 % of their runs/s; `background_thread:true` grew more
+/// (12–31 MiB). `MALLOC_CONF`-style overrides still work through `_RJEM_MALLOC_CONF`.
+#[allow(unsafe_code)]
+#[unsafe(export_name = "_rjem_malloc_conf")]
+static ALLOCATOR_OPTIONS: &u8 = &b"dirty_decay_ms:1000\0"[0];
+
+/// Hands jemalloc's free pages back to the system. Registered with polpo-server, which calls
+/// it once a large peak of connections has drained: jemalloc otherwise keeps what they used
+/// (14–17 MiB after 2,000 idle connections) until the process allocates again.
+#[allow(unsafe_code)]
+fn purge_allocator() {
+    // `arena.<MALLCTL_ARENAS_ALL>.purge`: every arena's unused dirty pages.
+    const PURGE_ALL_ARENAS: &[u8] = b"arena.4096.purge\0";
+    let null = std::ptr::null_mut();
+    // SAFETY: the name is NUL-terminated and this control neither reads nor writes a value
+    // (null pointers, length 0); jemalloc takes its own locks, any thread may call it.
+    unsafe {
+        tikv_jemalloc_sys::mallctl(PURGE_ALL_ARENAS.as_ptr().cast(), null, null.cast(), null, 0);
+    }
+}
+
 /// Polpo: build, run and manage AI agents kept as files in a `.polpo/` folder.
 #[derive(Debug, Parser)]
 #[command(name = "polpo", version, propagate_version = true)]
@@ -126,6 +157,7 @@ fn dispatch(global: &Global, command: Command) -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
+    polpo_server::memory::set_release(purge_allocator);
     let cli = Cli::parse();
     let global = Global { project: cli.project };
     match dispatch(&global, cli.command) {
