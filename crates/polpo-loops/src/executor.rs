@@ -230,26 +230,7 @@ impl LoopExecutor {
     ) -> LoopFinished {
         let context = json!({ REQUEST: {"metadata": request.metadata, "user": request.user} });
         let state = LoopState { context, frontier: vec![config.start.clone()], ..LoopState::default() };
-        let record = LoopRunRecord {
-            id: run_id.to_owned(),
-            loop_id: loop_id.to_owned(),
-            agent: request.agent.clone(),
-            status: LoopRunStatus::Running,
-            owner: request.owner.clone(),
-            user: request.user.clone(),
-            request: request.stored(),
-            state,
-            trace: Vec::new(),
-            trace_flushed: 0,
-            human: None,
-            output: None,
-            error: None,
-            agent_runs: Vec::new(),
-            approval_request_id: None,
-            approved_gates: Vec::new(),
-            lease: None,
-            deltas: None,
-        };
+        let record = run_record(run_id, loop_id, request, state);
         self.drive(request, record, 0, Vec::new(), config, sink).await
     }
 
@@ -563,27 +544,17 @@ impl Run<'_> {
         human: Option<PendingHuman>,
         error: Option<RunFailure>,
     ) -> Result<(), LoopError> {
+        // The trace, the lease and the deltas are the writer's: it knows which trace entries
+        // are stored apart, holds the lease and appends the deltas.
         let record = LoopRunRecord {
-            id: self.run_id.to_owned(),
-            loop_id: self.loop_id.to_owned(),
-            agent: self.request.agent.clone(),
             status,
-            owner: self.request.owner.clone(),
-            user: self.request.user.clone(),
-            request: self.request.stored(),
-            state: lock(&self.saved).clone(),
-            // Filled in by the writer, which knows which entries are stored apart.
-            trace: Vec::new(),
-            trace_flushed: 0,
             human,
             output: lock(&self.last).clone(),
             error,
             agent_runs: lock(&self.agent_runs).clone(),
             approval_request_id: lock(&self.approval_request).clone(),
             approved_gates: self.approved.clone(),
-            // Filled in by the writer, which holds it and appends the deltas.
-            lease: None,
-            deltas: None,
+            ..run_record(self.run_id, self.loop_id, self.request, lock(&self.saved).clone())
         };
         let saved = self.checkpoints.save(record, &self.tracer).await;
         saved.inspect_err(|e| self.tracer.persist_failed(e))
@@ -1348,4 +1319,29 @@ fn project(
 fn schema_name(step: &str) -> String {
     let name: String = step.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').take(64).collect();
     if name.is_empty() { "step_output".into() } else { name }
+}
+
+/// Run `run_id` of loop `loop_id` for `request`, at `state`, `running` with nothing else
+/// known yet: what a start stores, and what every later write of the run fills in.
+fn run_record(run_id: &str, loop_id: &str, request: &LoopRequest, state: LoopState) -> LoopRunRecord {
+    LoopRunRecord {
+        id: run_id.to_owned(),
+        loop_id: loop_id.to_owned(),
+        agent: request.agent.clone(),
+        status: LoopRunStatus::Running,
+        owner: request.owner.clone(),
+        user: request.user.clone(),
+        request: request.stored(),
+        state,
+        trace: Vec::new(),
+        trace_flushed: 0,
+        human: None,
+        output: None,
+        error: None,
+        agent_runs: Vec::new(),
+        approval_request_id: None,
+        approved_gates: Vec::new(),
+        lease: None,
+        deltas: None,
+    }
 }
