@@ -4,6 +4,7 @@
 //! effect a crash left unconfirmed, then the run resumes). A client key sees its own runs; an
 //! admin key all.
 
+use super::runs::ReconcileBody;
 use crate::auth::Caller;
 use crate::error::{ApiError, RestError, ok};
 use crate::state::AppState;
@@ -13,7 +14,6 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use polpo_loops::{EffectDecision, LoopRunStatus};
 use polpo_store::Cursor;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 
@@ -95,19 +95,6 @@ pub async fn cancel(
 ) -> Result<Json<Value>, RestError> {
     let run = state.loops.cancel(&id, viewer(&caller)).await.map_err(ApiError::from)?;
     Ok(ok(run))
-}
-
-/// `POST /api/v1/loop-runs/{id}/reconcile` body, the engine's reconcile body without `skip`
-/// (a tool step has no model to tell).
-#[derive(Debug, Deserialize)]
-pub struct ReconcileBody {
-    /// The effect key from the run's `loop.error` event (`data.effect.key`).
-    key: String,
-    /// `applied` or `not_applied` (run it now).
-    outcome: String,
-    /// For `applied`: the tool's output the step saves.
-    #[serde(default)]
-    result: Option<String>,
 }
 
 /// `POST /api/v1/loop-runs/{id}/reconcile` `{key, outcome: applied|not_applied, result?}`: a

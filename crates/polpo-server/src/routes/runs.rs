@@ -180,16 +180,18 @@ pub async fn abort(
     Ok(ok(json!({"runId": id, "status": "cancelling"})).into_response())
 }
 
-/// `POST /v1/runs/{id}/reconcile` body.
+/// `POST /v1/runs/{id}/reconcile` body, and a loop run's (`POST /v1/loop-runs/{id}/reconcile`,
+/// which has no `skip`: a tool step has no model to tell).
 #[derive(Debug, Deserialize)]
 pub struct ReconcileBody {
-    /// The effect key from the `run.paused` event (`data.detail.key`).
-    key: String,
+    /// The effect key: a run's `run.paused` event's `data.detail.key`, a loop run's
+    /// `loop.error` event's `data.effect.key`.
+    pub(crate) key: String,
     /// `applied`, `not_applied` (run it now) or `skip` (do not run it).
-    outcome: String,
-    /// For `applied`: the tool result the model sees.
+    pub(crate) outcome: String,
+    /// For `applied`: the tool result the model sees (a loop run: the output the step saves).
     #[serde(default)]
-    result: Option<String>,
+    pub(crate) result: Option<String>,
 }
 
 /// `POST /v1/runs/{id}/reconcile`: decide an effect a crash left unconfirmed and resume the
