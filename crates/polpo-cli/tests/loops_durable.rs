@@ -394,12 +394,23 @@ fn relay_project(dir: &Path, settings: Value) {
         .unwrap();
 }
 
+/// Servers `a` and `b` (`--worker-id a|b`) on the project in `dir`, with `env`.
+fn servers_a_and_b(dir: &Path, env: &[(&str, &str)]) -> (ServerProcess, ServerProcess) {
+    let a = ServerProcess::start("serve", dir, &["--worker-id", "a"], env);
+    (a, ServerProcess::start("serve", dir, &["--worker-id", "b"], env))
+}
+
+/// `POST {url}/api/v1/loop-runs/{id}/human` with `output`: a person's answer.
+async fn answer_human(url: &str, id: &str, output: Value) -> reqwest::Response {
+    let to = format!("{url}/api/v1/loop-runs/{id}/human");
+    reqwest::Client::new().post(to).json(&json!({"output": output})).send().await.unwrap()
+}
+
 /// Servers `a` and `b` (`--worker-id a|b`) on one store, and the relay loop started on `a`,
 /// stored past its first step (checkpointed with `hold` next) while `hold` waits: the run id
 /// and `a`'s open chat.
 async fn relay_on_a(dir: &Path, env: &[(&str, &str)]) -> (ServerProcess, ServerProcess, String, reqwest::Response) {
-    let a = ServerProcess::start("serve", dir, &["--worker-id", "a"], env);
-    let b = ServerProcess::start("serve", dir, &["--worker-id", "b"], env);
+    let (a, b) = servers_a_and_b(dir, env);
     let body = json!({"agent": "builder", "loop": "relay", "stream": true,
         "messages": [{"role": "user", "content": "Relay"}]});
     let chat = reqwest::Client::new().post(format!("{}/v1/chat/completions", a.url)).json(&body).send().await.unwrap();
@@ -576,22 +587,17 @@ async fn postgres_a_human_answer_posted_to_the_other_server_completes_the_run_on
         project(dir.path(), settings);
         let base = llm.base_url();
         let env = lease_env(&base);
-        let a = ServerProcess::start("serve", dir.path(), &["--worker-id", "a"], &env);
-        let b = ServerProcess::start("serve", dir.path(), &["--worker-id", "b"], &env);
+        let (a, b) = servers_a_and_b(dir.path(), &env);
         let (id, chat) = start_loop(&a.url).await;
         let waiting = until(&b.url, &id, |r| r["status"] == "awaiting_human").await;
         assert!(waiting.get("lease").is_none(), "a run waiting for a person holds no lease: {waiting}");
 
-        let client = reqwest::Client::new();
-        let answer = |url: &str, output: Value| {
-            client.post(format!("{url}/api/v1/loop-runs/{id}/human")).json(&json!({"output": output})).send()
-        };
-        let refused = answer(&b.url, json!({"ok": "yes"})).await.unwrap();
+        let refused = answer_human(&b.url, &id, json!({"ok": "yes"})).await;
         assert_eq!(refused.status(), 400);
         assert_eq!(refused.json::<Value>().await.unwrap()["code"], "loop_human_output_invalid");
-        let accepted = answer(&b.url, json!({"ok": true})).await.unwrap();
+        let accepted = answer_human(&b.url, &id, json!({"ok": true})).await;
         assert_eq!(accepted.status(), 200);
-        let again = answer(&a.url, json!({"ok": false})).await.unwrap();
+        let again = answer_human(&a.url, &id, json!({"ok": false})).await;
         assert_eq!(again.status(), 404, "answered once");
 
         let done = until(&b.url, &id, |r| r["status"] != "awaiting_human" && r["status"] != "running").await;
@@ -636,8 +642,7 @@ async fn postgres_a_non_streaming_chat_whose_run_went_on_elsewhere_answers_run_h
         project(dir.path(), settings);
         let base = llm.base_url();
         let env = lease_env(&base);
-        let a = ServerProcess::start("serve", dir.path(), &["--worker-id", "a"], &env);
-        let b = ServerProcess::start("serve", dir.path(), &["--worker-id", "b"], &env);
+        let (a, b) = servers_a_and_b(dir.path(), &env);
         let body = json!({"agent": "builder", "loop": "append-then-ask",
             "messages": [{"role": "user", "content": "Append and ask"}]});
         let url = a.url.clone();
@@ -657,13 +662,7 @@ async fn postgres_a_non_streaming_chat_whose_run_went_on_elsewhere_answers_run_h
             }
         });
         let id = listed.await.expect("the run waits for a person");
-        let answered = reqwest::Client::new()
-            .post(format!("{}/api/v1/loop-runs/{id}/human", b.url))
-            .json(&json!({"output": {"ok": true}}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answered.status(), 200);
+        assert_eq!(answer_human(&b.url, &id, json!({"ok": true})).await.status(), 200);
 
         let response = tokio::time::timeout(EVENTUALLY, chat).await.expect("A answers").unwrap();
         assert_eq!(response.status(), 503);

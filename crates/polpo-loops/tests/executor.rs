@@ -636,16 +636,22 @@ async fn bench_tool_steps(storage: &str) {
     }
 }
 
-/// One [`bench_tool_steps`] figure: a `length`-step loop run `repeat` times.
-async fn bench_tool_loop(storage: &str, length: u32, repeat: u32) {
-    let llm = FakeLlm::start([]).await.unwrap();
-    let steps: serde_json::Map<String, Value> = (0..length)
+/// The steps of a loop of `length` `read` tool steps, `s0` to `s{length-1}`, each saving its
+/// output as `r<i>`.
+fn read_chain(length: u32) -> serde_json::Map<String, Value> {
+    (0..length)
         .map(|i| {
             let next = if i + 1 < length { format!("s{}", i + 1) } else { "end".into() };
             let step = json!({"type": "tool", "tool": "read", "input": {"path": "f.txt"}, "saveAs": format!("r{i}"), "next": next});
             (format!("s{i}"), step)
         })
-        .collect();
+        .collect()
+}
+
+/// One [`bench_tool_steps`] figure: a `length`-step loop run `repeat` times.
+async fn bench_tool_loop(storage: &str, length: u32, repeat: u32) {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let steps = read_chain(length);
     let settings = json!({"storage": storage, "chatExecution": "inline"});
     let (dir, runtime) =
         runtime_with(&llm, settings, json!({}), &[("bench", json!({"start": "s0", "steps": steps}))], &[]).await;
@@ -710,13 +716,7 @@ async fn bench_tool_loop(storage: &str, length: u32, repeat: u32) {
 async fn runs_longer_than_their_lease_complete_with_delta_checkpoints() {
     let llm = FakeLlm::start([]).await.unwrap();
     let length = 40;
-    let steps: serde_json::Map<String, Value> = (0..length)
-        .map(|i| {
-            let next = if i + 1 < length { format!("s{}", i + 1) } else { "end".into() };
-            let step = json!({"type": "tool", "tool": "read", "input": {"path": "f.txt"}, "saveAs": format!("r{i}"), "next": next});
-            (format!("s{i}"), step)
-        })
-        .collect();
+    let steps = read_chain(length);
     let settings = json!({"storage": "file", "chatExecution": "inline"});
     let (dir, runtime) =
         runtime_with(&llm, settings, json!({}), &[("flow", json!({"start": "s0", "steps": steps}))], &[]).await;

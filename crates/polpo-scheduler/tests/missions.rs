@@ -22,6 +22,16 @@ fn start() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-07-28T08:00:00Z").unwrap().with_timezone(&Utc)
 }
 
+/// A draft mission `name` with `schedule` whose plan is one task for the reporter.
+fn reporting(name: &str, schedule: &str) -> Mission {
+    serde_json::from_value(json!({
+        "id": "", "name": name, "status": "draft", "schedule": schedule,
+        "data": {"tasks": [{"title": "Report", "description": "Report.", "assignTo": "reporter"}]},
+        "createdAt": start(), "updatedAt": start()
+    }))
+    .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_recurring_mission_runs_once_per_occurrence_across_servers_until_aborted() {
     polpo_llm::install_crypto_provider();
@@ -38,13 +48,7 @@ async fn a_recurring_mission_runs_once_per_occurrence_across_servers_until_abort
     let a = Scheduler::new(runs_a.clone(), targets);
     let b = support::scheduler(runs_b);
 
-    let mission: Mission = serde_json::from_value(json!({
-        "id": "", "name": "daily", "status": "draft", "schedule": "* * * * * *",
-        "data": {"tasks": [{"title": "Report", "description": "Report.", "assignTo": "reporter"}]},
-        "createdAt": start(), "updatedAt": start()
-    }))
-    .unwrap();
-    let id = orchestrator.create_mission(mission).await.unwrap().mission.id;
+    let id = orchestrator.create_mission(reporting("daily", "* * * * * *")).await.unwrap().mission.id;
     assert_eq!(orchestrator.mission(&id).await.unwrap().mission.status, MissionStatus::Recurring);
     let tick = || async {
         let (x, y) = tokio::join!(a.tick(), b.tick());
@@ -101,13 +105,7 @@ async fn a_scheduled_missions_schedule_fires_on_a_manual_trigger_once_per_key() 
     let orchestrator = targets.orchestrator.clone();
     let scheduler = Scheduler::new(runs, targets);
 
-    let mission: Mission = serde_json::from_value(json!({
-        "id": "", "name": "launch", "status": "draft", "schedule": "2026-08-01T09:00:00Z",
-        "data": {"tasks": [{"title": "Report", "description": "Report.", "assignTo": "reporter"}]},
-        "createdAt": start(), "updatedAt": start()
-    }))
-    .unwrap();
-    let id = orchestrator.create_mission(mission).await.unwrap().mission.id;
+    let id = orchestrator.create_mission(reporting("launch", "2026-08-01T09:00:00Z")).await.unwrap().mission.id;
     let schedule = polpo_orchestrator::mission_schedule_id(&id);
     assert!(scheduler.schedule(&schedule, true).await.unwrap().is_some(), "a waiting mission's schedule is found");
 
