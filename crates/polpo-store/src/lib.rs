@@ -44,6 +44,7 @@ pub mod learning;
 pub mod memory;
 pub mod model;
 pub mod page;
+pub mod record_log;
 pub mod shared;
 pub mod sql;
 pub mod traits;
