@@ -63,6 +63,7 @@ pub use memory::{
 };
 pub use model::*;
 pub use page::{Cursor, Page, PageRequest};
+pub use record_log::LogEntry;
 pub use shared::{EventFeed, FeedEvent, NewFeedEvent, RunCommand, RunCommands, Shared, Signal, Signals};
 pub use sql::{PgStore, SqliteStore};
 pub use traits::{EffectLedger, MissionStore, RecordStore, RunStore, SessionStore, TaskStore};
