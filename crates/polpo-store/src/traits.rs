@@ -239,6 +239,27 @@ pub trait RecordStore: Send + Sync {
 
     /// Write a record verbatim (see [`SessionStore::import_session`]).
     async fn import_record(&self, record: &Record) -> Result<ImportOutcome, StoreError>;
+
+    /// Append entry number `seq` to log `log` of `collection`, durable once it returns. A log
+    /// is for state written at a high rate (a loop run's checkpoint after every step), where
+    /// rewriting a whole record each time costs far more than an append. Its one writer
+    /// numbers the entries 1, 2, … in order; a crash loses at most an append that had not
+    /// returned (a torn last entry is ignored when read).
+    async fn append_log(
+        &self,
+        collection: &str,
+        log: &str,
+        seq: u64,
+        entry: &crate::record_log::LogEntry,
+    ) -> Result<(), StoreError>;
+
+    /// Log `log`'s entries in the order appended (none when it does not exist).
+    async fn read_log(&self, collection: &str, log: &str) -> Result<Vec<Value>, StoreError>;
+
+    /// Empty log `log` (nothing to do when it does not exist), so it stops growing once its
+    /// entries are held elsewhere. Not durable by itself: after a crash, entries cleared since
+    /// the last append may be read again, so readers tell entries apart by their content.
+    async fn clear_log(&self, collection: &str, log: &str) -> Result<(), StoreError>;
 }
 
 /// The effect ledger: a write tool's effect is performed at most once per idempotency key.
