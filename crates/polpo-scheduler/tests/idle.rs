@@ -60,6 +60,18 @@ impl RecordStore for Counted {
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.inner.import_record(record).await
     }
+    async fn append_log(&self, c: &str, log: &str, seq: u64, entry: &LogEntry) -> Result<(), StoreError> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.append_log(c, log, seq, entry).await
+    }
+    async fn read_log(&self, c: &str, log: &str) -> Result<Vec<Value>, StoreError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.inner.read_log(c, log).await
+    }
+    async fn clear_log(&self, c: &str, log: &str) -> Result<(), StoreError> {
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        self.inner.clear_log(c, log).await
+    }
 }
 
 fn schedule(expression: &str) -> Value {
