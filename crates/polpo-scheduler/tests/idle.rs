@@ -18,7 +18,7 @@ use polpo_engine::{Loaded, Runtime};
 use polpo_llm::Providers;
 use polpo_scheduler::PASS_EVERY;
 use polpo_store::{
-    ImportOutcome, Page, PageRequest, Record, RecordStore, StoreError, StoreKind, SystemClock, open_store,
+    ImportOutcome, LogEntry, Page, PageRequest, Record, RecordStore, StoreError, StoreKind, SystemClock, open_store,
 };
 use polpo_testkit::{FakeLlm, Turn};
 use serde_json::{Value, json};
