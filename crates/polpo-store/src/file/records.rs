@@ -1,6 +1,10 @@
-//! Revisioned records in the file backend, one JSON file each, a collection read on first use.
+//! Revisioned records in the file backend, one JSON file each, a collection read on first use;
+//! and record logs, one JSONL file each beside the collection's records
+//! (`records/<collection>/<log>.jsonl`), appended to and read without the index.
 
-use std::path::PathBuf;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use serde_json::Value;
@@ -10,11 +14,16 @@ use super::{FileStore, Index, Inner, RECORDS, fsio, owned};
 use crate::error::StoreError;
 use crate::model::{self, ImportOutcome, Record};
 use crate::page::{Page, PageRequest};
+use crate::record_log::{LogEntry, check_log};
 use crate::traits::RecordStore;
 
 impl Inner {
     fn record_path(&self, collection: &str, id: &str) -> PathBuf {
         self.dir.join(RECORDS).join(collection).join(format!("{id}.json"))
+    }
+
+    fn log_path(&self, collection: &str, log: &str) -> PathBuf {
+        self.dir.join(RECORDS).join(collection).join(format!("{log}.jsonl"))
     }
 
     /// Read `collection`'s records on its first use (collections are not read at open); a name
@@ -153,5 +162,67 @@ impl RecordStore for FileStore {
     async fn import_record(&self, record: &Record) -> Result<ImportOutcome, StoreError> {
         let record = record.clone();
         self.blocking(move |s| s.import_record(&record)).await
+    }
+
+    /// One line appended and fdatasynced (see [`append_line`]); the lines' order is the
+    /// entries' (its one writer appends them in order), so `_seq` is not stored.
+    async fn append_log(&self, collection: &str, log: &str, _seq: u64, entry: &LogEntry) -> Result<(), StoreError> {
+        check_log(collection, log)?;
+        let (path, entry) = (self.inner.log_path(collection, log), entry.clone());
+        self.blocking(move |_| append_line(&path, &entry)).await
+    }
+
+    async fn read_log(&self, collection: &str, log: &str) -> Result<Vec<Value>, StoreError> {
+        check_log(collection, log)?;
+        let path = self.inner.log_path(collection, log);
+        self.blocking(move |_| match fsio::read_bounded(&path)? {
+            Some(bytes) => fsio::parse_lines(&path, &bytes),
+            None => Ok(Vec::new()),
+        })
+        .await
+    }
+
+    async fn clear_log(&self, collection: &str, log: &str) -> Result<(), StoreError> {
+        check_log(collection, log)?;
+        let path = self.inner.log_path(collection, log);
+        self.blocking(move |_| clear_file(&path)).await
+    }
+}
+
+/// Append `entry` as one line to the log at `path`: one write, then an fdatasync; a log new (or
+/// emptied) before the write also has its directory entry fsynced, its folder made on first
+/// use. A write that fails is cut off again, so a later append never continues a torn line.
+/// Holds no lock: a log has one writer.
+fn append_line(path: &Path, entry: &LogEntry) -> Result<(), StoreError> {
+    let io = |e| StoreError::io(path, e);
+    let open = |path: &Path| OpenOptions::new().append(true).create(true).open(path);
+    let mut file = match open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fsio::create_dir_durable(path.parent().unwrap_or(Path::new(".")))?;
+            open(path).map_err(io)?
+        }
+        opened => opened.map_err(io)?,
+    };
+    let before = file.metadata().map_err(io)?.len();
+    let mut line = Vec::with_capacity(entry.as_str().len() + 1);
+    line.extend_from_slice(entry.as_str().as_bytes());
+    line.push(b'\n');
+    if let Err(e) = file.write_all(&line).and_then(|()| file.sync_data()) {
+        // Best effort: the append failed either way.
+        let _ = file.set_len(before);
+        return Err(io(e));
+    }
+    if before == 0 {
+        fsio::sync_dir(path.parent().unwrap_or(Path::new(".")))?;
+    }
+    Ok(())
+}
+
+/// Empty the log at `path` if it exists (see [`RecordStore::clear_log`]: not fsynced).
+fn clear_file(path: &Path) -> Result<(), StoreError> {
+    match File::options().write(true).open(path) {
+        Ok(file) => file.set_len(0).map_err(|e| StoreError::io(path, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StoreError::io(path, e)),
     }
 }

@@ -134,6 +134,60 @@ macro_rules! sql_records {
                 let existing = self.get_record(&r.collection, &r.id).await?.ok_or_else(|| StoreError::not_found("record", &r.id))?;
                 model::same_import("record", &r.id, &existing, r)
             }
+
+            /// One row per entry, a record of the log's collection named by
+            /// [`sql_entry_id`](crate::record_log::sql_entry_id): one statement, the entry's text
+            /// bound as it is. Appending a number again replaces it (a retried append).
+            async fn append_log(
+                &self,
+                collection: &str,
+                log: &str,
+                seq: u64,
+                entry: &crate::record_log::LogEntry,
+            ) -> Result<(), StoreError> {
+                crate::record_log::check_log(collection, log)?;
+                let now = self.now().timestamp_millis();
+                sqlx::query(
+                    "INSERT INTO records (collection, id, revision, value, updated_at, created_at) \
+                     VALUES ($1, $2, 1, $3, $4, $4) ON CONFLICT (collection, id) DO UPDATE SET \
+                     revision = records.revision + 1, value = excluded.value, updated_at = excluded.updated_at",
+                )
+                .bind(collection)
+                .bind(crate::record_log::sql_entry_id(log, seq))
+                .bind(entry.as_str())
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn read_log(&self, collection: &str, log: &str) -> Result<Vec<Value>, StoreError> {
+                crate::record_log::check_log(collection, log)?;
+                let rows = sqlx::query(
+                    "SELECT id, value FROM records WHERE collection = $1 AND substr(id, 1, length($2)) = $2",
+                )
+                .bind(collection)
+                .bind(crate::record_log::sql_entry_prefix(log))
+                .fetch_all(&self.pool)
+                .await?;
+                let mut entries = rows
+                    .iter()
+                    .map(|row| Ok((row.try_get::<String, _>("id")?, from_text(row.try_get::<&str, _>("value")?)?)))
+                    .collect::<Result<Vec<(String, Value)>, StoreError>>()?;
+                // Sorted here, by bytes, whatever the database's collation.
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                Ok(entries.into_iter().map(|(_, value)| value).collect())
+            }
+
+            async fn clear_log(&self, collection: &str, log: &str) -> Result<(), StoreError> {
+                crate::record_log::check_log(collection, log)?;
+                sqlx::query("DELETE FROM records WHERE collection = $1 AND substr(id, 1, length($2)) = $2")
+                    .bind(collection)
+                    .bind(crate::record_log::sql_entry_prefix(log))
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
         }
 
     };
