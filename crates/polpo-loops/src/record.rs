@@ -13,13 +13,14 @@
 //! entries past the record's count are ignored: a resume neither duplicates nor loses one.
 //!
 //! A checkpoint after a tool step that leads to a replayable tool step (one whose call may run
-//! again after a crash) does not rewrite the record either: it appends a delta (the context
-//! entries the step wrote, the next step, the step counter, the new trace entries) to the run's
-//! own collection ([`delta_collection`]), named like a trace chunk by its writer's claim,
-//! numbered, in one of [`DELTAS_MAX`] slots reused round robin. The record says whose deltas
-//! continue it and how many of them it already holds ([`DeltaLog`]); a writer rewrites it whole
-//! (folding its deltas in, a compare-and-set that sees a takeover or a cancel) before its slots
-//! come round again, before any other step and when the run stops. Reading a running record
+//! again after a crash) does not rewrite the record either: it appends a numbered delta (the
+//! context entries the step wrote, the next step, the step counter, the new trace entries) to a
+//! record log ([`RecordStore::append_log`]: one line and an fdatasync on the file store) of the
+//! run's own collection ([`delta_collection`]), named like a trace chunk by its writer's claim.
+//! The record says whose deltas continue it and how many of them it already holds
+//! ([`DeltaLog`]); a writer rewrites it whole (folding its deltas in, a compare-and-set that sees
+//! a takeover or a cancel) after at most [`DELTAS_MAX`] deltas, before any other step and when
+//! the run stops, and then empties its log. Reading a running record
 //! applies the deltas of its own writer's claim after the ones it holds, in order: a writer
 //! that lost the run (another claimed it) appends deltas under its own claim, which no one
 //! applies, and it stops at its next step once its lease lapsed (or before an effect-ledger
@@ -41,7 +42,7 @@ use crate::trace::Tracer;
 use polpo_core::loops::governance::Gate;
 use polpo_core::loops::router::ExecutionRoute;
 use polpo_core::message::Message;
-use polpo_store::{Clock, Lease, PageRequest, RecordStore, StoreError};
+use polpo_store::{Clock, Lease, LogEntry, PageRequest, RecordStore, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -66,12 +67,17 @@ pub(crate) fn trace_collection(run_id: &str) -> String {
 }
 
 /// Deltas a writer appends before it rewrites the record whole: bounds what a resume reads
-/// and how many deltas a claim keeps stored (their slots are reused).
+/// and how long a claim's log grows before it is emptied.
 pub(crate) const DELTAS_MAX: u64 = 32;
 
 /// The collection holding run `run_id`'s checkpoint deltas.
 pub(crate) fn delta_collection(run_id: &str) -> String {
     format!("loop_deltas.{run_id}")
+}
+
+/// The record log of the deltas of the writer whose claim made revision `epoch`.
+fn delta_log(epoch: u64) -> String {
+    format!("{epoch:012}")
 }
 
 /// Which checkpoint deltas continue a running record: those its writer, whose claim on the run
@@ -349,22 +355,14 @@ impl LoopRunRecord {
         let Some(log) = self.deltas.filter(|_| self.status == LoopRunStatus::Running) else {
             return Ok(());
         };
+        // Entries the record holds already may be there still (a log is emptied after the record
+        // is written, and an emptying is not durable by itself): the numbers tell.
         let mut found = BTreeMap::new();
-        let mut page = PageRequest::first(200);
-        loop {
-            let listed = store.list_records(&delta_collection(&self.id), &page).await?;
-            for stored in listed.items {
-                let unreadable =
-                    |e| LoopError::RunRecordInvalid(format!("loop run `{}` delta `{}`: {e}", self.id, stored.id));
-                let delta: CheckpointDelta<Map<String, Value>> =
-                    serde_json::from_value(stored.value).map_err(unreadable)?;
-                if delta.epoch == log.epoch && delta.seq > log.folded {
-                    found.insert(delta.seq, delta);
-                }
-            }
-            match listed.next {
-                Some(cursor) => page = PageRequest::after(cursor, 200),
-                None => break,
+        for entry in store.read_log(&delta_collection(&self.id), &delta_log(log.epoch)).await? {
+            let delta: CheckpointDelta<Map<String, Value>> = serde_json::from_value(entry)
+                .map_err(|e| LoopError::RunRecordInvalid(format!("loop run `{}` delta: {e}", self.id)))?;
+            if delta.epoch == log.epoch && delta.seq > log.folded {
+                found.insert(delta.seq, delta);
             }
         }
         let mut folded = log.folded;
@@ -507,11 +505,16 @@ impl Checkpoints {
                 written.claim.get_or_insert(stored.revision);
                 written.flushed = flushed;
                 written.lease = lease;
+                let emptied = written.folded < written.logged;
                 written.folded = written.logged;
                 written.in_deltas = 0;
                 // The tail as written, back from the stored record rather than cloned for it.
                 if let Value::Array(tail) = stored.value["trace"].take() {
                     written.tail = tail;
+                }
+                // The record holds the deltas now: the log need not keep them.
+                if emptied {
+                    self.store.clear_log(&delta_collection(&self.id), &delta_log(epoch)).await?;
                 }
                 Ok(())
             }
@@ -545,9 +548,8 @@ impl Checkpoints {
         let (trace, entries) = tracer.json_text_since(stored).map_err(invalid)?;
         let seq = written.logged + 1;
         let delta = CheckpointDelta { epoch, seq, context: changed, next: next.to_owned(), executed, trace };
-        let value = serde_json::to_value(&delta).map_err(invalid)?;
-        let slot = format!("{epoch:012}-{:03}", seq % DELTAS_MAX);
-        self.store.put_record(&delta_collection(&self.id), &slot, value, None).await?;
+        let entry = LogEntry::of(&delta)?;
+        self.store.append_log(&delta_collection(&self.id), &delta_log(epoch), seq, &entry).await?;
         written.logged = seq;
         written.in_deltas += entries;
         Ok(())
@@ -707,7 +709,7 @@ mod tests {
             let writer = writer(&store, "looprun-1", (0, 0), "a");
             let mut written = record("looprun-1");
             writer.save(written.clone(), &tracer).await.unwrap();
-            // Past the delta slots (which wrap round) and the trace entries a record keeps.
+            // Past a log of deltas emptied twice and the trace entries a record keeps.
             steps(&writer, &tracer, &mut written, 0, 2 * DELTAS_MAX as u32 + 7).await;
             let stored = store.get_record(LOOP_RUNS, "looprun-1").await.unwrap().unwrap();
             assert_eq!(
@@ -716,7 +718,15 @@ mod tests {
                 "{name}: the last steps are deltas"
             );
             let (folded, _, trace) = read(store.as_ref(), "looprun-1").await;
+            let (collection, log) = (delta_collection("looprun-1"), delta_log(1));
+            let unfolded = store.read_log(&collection, &log).await.unwrap();
+            assert_eq!(unfolded.len(), 5, "{name}: the log holds the deltas since the record was written");
             writer.save(written.clone(), &tracer).await.unwrap();
+            assert!(store.read_log(&collection, &log).await.unwrap().is_empty(), "{name}: emptied once folded");
+            // An emptying lost in a crash: the entries come back, and the record holds them already.
+            for (seq, entry) in (2 * DELTAS_MAX + 3..).zip(&unfolded) {
+                store.append_log(&collection, &log, seq, &LogEntry::of(entry).unwrap()).await.unwrap();
+            }
             let (whole, _, whole_trace) = read(store.as_ref(), "looprun-1").await;
             assert_eq!(folded.state, whole.state, "{name}");
             assert_eq!(folded.state, written.state, "{name}");
