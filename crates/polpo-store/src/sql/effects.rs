@@ -75,7 +75,7 @@ macro_rules! sql_effects {
 
             async fn import_effect(&self, e: &Effect) -> Result<ImportOutcome, StoreError> {
                 model::validate_effect_key(&e.key)?;
-                let inserted = sqlx::query(
+                let write = sqlx::query(
                     "INSERT INTO effects (key, status, result, created_at, completed_at) VALUES ($1, $2, $3, $4, $5) \
                      ON CONFLICT (key) DO NOTHING",
                 )
@@ -83,9 +83,8 @@ macro_rules! sql_effects {
                 .bind(e.status.as_str())
                 .bind(e.result.as_ref().map(to_text).transpose()?)
                 .bind(e.created_at.timestamp_millis())
-                .bind(e.completed_at.map(|c| c.timestamp_millis()))
-                .execute(&self.pool)
-                .await?;
+                .bind(e.completed_at.map(|c| c.timestamp_millis()));
+                let inserted = self.write_execute(write).await?;
                 if inserted.rows_affected() > 0 {
                     return Ok(ImportOutcome::Imported);
                 }

@@ -105,10 +105,7 @@ macro_rules! sql_memory {
         }
 
         /// Read an item inside a write transaction, locking its row until commit.
-        async fn lock_memory_item(
-            tx: &mut sqlx::Transaction<'static, <$row as sqlx::Row>::Database>,
-            id: &str,
-        ) -> Result<Option<MemoryItem>, StoreError> {
+        async fn lock_memory_item(tx: &mut WriteTx, id: &str) -> Result<Option<MemoryItem>, StoreError> {
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "UPDATE memory_items SET revision = revision WHERE id = $1 RETURNING {ITEM_FIELDS}"
             )))
@@ -125,20 +122,21 @@ macro_rules! sql_memory {
             async fn create_memory_item(&self, new: NewMemoryItem) -> Result<MemoryItem, StoreError> {
                 let item = mem::item_from_new(new, self.now(), self.ids())?;
                 // A taken id is a unique violation: `conflict`.
-                sqlx::query(
-                    "INSERT INTO memory_items \
+                self.write_execute(
+                    sqlx::query(
+                        "INSERT INTO memory_items \
                      (id, scope_kind, scope_subject, kind, content, source, revision, created_at, updated_at) \
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)",
+                    )
+                    .bind(&item.id)
+                    .bind(item.scope.kind.as_str())
+                    .bind(item.scope.subject())
+                    .bind(&item.kind)
+                    .bind(&item.content)
+                    .bind(&item.source)
+                    .bind(to_db(item.revision))
+                    .bind(item.created_at.timestamp_millis()),
                 )
-                .bind(&item.id)
-                .bind(item.scope.kind.as_str())
-                .bind(item.scope.subject())
-                .bind(&item.kind)
-                .bind(&item.content)
-                .bind(&item.source)
-                .bind(to_db(item.revision))
-                .bind(item.created_at.timestamp_millis())
-                .execute(&self.pool)
                 .await?;
                 Ok(item)
             }

@@ -44,6 +44,10 @@ fn migrator(migrations: &[(i64, &'static str, &'static str)]) -> Migrator {
     m
 }
 
+/// Messages inserted by one statement (3 parameters each, well under SQLite's and
+/// PostgreSQL's limits on parameters per statement).
+const MESSAGES_PER_INSERT: usize = 100;
+
 /// Counters are unsigned in the API and signed in SQL.
 fn to_db(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -61,8 +65,11 @@ fn from_text<T: DeserializeOwned>(text: &str) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Database(format!("stored JSON does not parse: {e}")))
 }
 
-/// The store logic shared by both SQL backends. `$store` has `pool`, `clock` and
-/// `async fn tx(&self)` starting a write transaction; `$row` is the driver's row type. The
+/// The store logic shared by both SQL backends. `$store` has `pool` (for reads), `clock`,
+/// `async fn tx(&self)` starting a write (a `WriteTx`, the type the invoking module names so:
+/// dereferences to the driver's connection, ends with `commit` or `rollback`) and
+/// `write_execute` / `write_fetch_optional` running one write statement on its own; `$row` is
+/// the driver's row type. The
 /// invoking module also defines `CLAIM_NEXT_RUN` (the claim query, which differs in locking),
 /// `FENCE_LOCK` (reads a run's lease generation, locking the row where the database can)
 /// and `ANNOUNCE_RUN` / `ANNOUNCE_EVENTS` (SQL run after a run is created / events are
@@ -162,7 +169,7 @@ macro_rules! sql_store_impl {
 
         /// Read a record inside a write transaction, locking its row until commit.
         async fn lock_record(
-            tx: &mut sqlx::Transaction<'static, <$row as sqlx::Row>::Database>,
+            tx: &mut WriteTx,
             collection: &str,
             id: &str,
         ) -> Result<Option<Record>, StoreError> {
@@ -220,7 +227,7 @@ macro_rules! sql_store_impl {
 
             /// Read a session inside a write transaction, locking its row until commit.
             async fn lock_session(
-                tx: &mut sqlx::Transaction<'static, <$row as sqlx::Row>::Database>,
+                tx: &mut WriteTx,
                 id: &str,
             ) -> Result<Session, StoreError> {
                 let row = sqlx::query(
@@ -235,7 +242,7 @@ macro_rules! sql_store_impl {
             }
 
             async fn write_session(
-                tx: &mut sqlx::Transaction<'static, <$row as sqlx::Row>::Database>,
+                tx: &mut WriteTx,
                 s: &Session,
             ) -> Result<(), StoreError> {
                 sqlx::query(
@@ -258,7 +265,7 @@ macro_rules! sql_store_impl {
             /// (`FENCE_LOCK`: a shared row lock where the database has one), so the write
             /// that follows cannot land after a later grant.
             async fn lock_fence(
-                tx: &mut sqlx::Transaction<'static, <$row as sqlx::Row>::Database>,
+                tx: &mut WriteTx,
                 run_id: &str,
                 fence: Option<&Lease>,
             ) -> Result<(), StoreError> {

@@ -108,9 +108,25 @@ impl PgStore {
         Ok(listener)
     }
 
-    async fn tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    async fn tx(&self) -> Result<WriteTx, sqlx::Error> {
         self.pool.begin().await
     }
+
+    /// One write statement on its own: autocommit on a pooled connection.
+    async fn write_execute(&self, query: PgQuery<'_>) -> Result<sqlx::postgres::PgQueryResult, StoreError> {
+        Ok(query.execute(&self.pool).await?)
+    }
+
+    /// One write statement on its own returning at most a row: autocommit on a pooled connection.
+    async fn write_fetch_optional(&self, query: PgQuery<'_>) -> Result<Option<sqlx::postgres::PgRow>, StoreError> {
+        Ok(query.fetch_optional(&self.pool).await?)
+    }
 }
+
+/// A write: a transaction on a pooled connection (PostgreSQL runs concurrent writers itself).
+type WriteTx = sqlx::Transaction<'static, sqlx::Postgres>;
+
+/// A query with its arguments bound.
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 super::sql_store_impl!(PgStore, sqlx::postgres::PgRow);

@@ -9,7 +9,7 @@ macro_rules! sql_runs {
             /// creation path of `create_run` and `create_leased_run`.
             async fn insert_run(
                 &self,
-                tx: &mut sqlx::Transaction<'static, <$row as sqlx::Row>::Database>,
+                tx: &mut WriteTx,
                 new: NewRun,
                 generation: u64,
             ) -> Result<Run, StoreError> {
@@ -405,15 +405,14 @@ macro_rules! sql_runs {
             async fn renew_lease(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<Lease, StoreError> {
                 let ttl = model::lease_ttl(ttl)?;
                 let expires_at = self.now() + ttl;
-                sqlx::query(
+                let write = sqlx::query(
                     "UPDATE run_leases SET expires_at = $3 WHERE run_id = $1 AND owner = $2 \
                      RETURNING run_id, owner, expires_at, generation",
                 )
                 .bind(run_id)
                 .bind(owner)
-                .bind(expires_at.timestamp_millis())
-                .fetch_optional(&self.pool)
-                .await?
+                .bind(expires_at.timestamp_millis());
+                self.write_fetch_optional(write).await?
                 .as_ref()
                 .map(lease_from_row)
                 .transpose()?
@@ -421,11 +420,10 @@ macro_rules! sql_runs {
             }
 
             async fn release_lease(&self, run_id: &str, owner: &str) -> Result<(), StoreError> {
-                sqlx::query("DELETE FROM run_leases WHERE run_id = $1 AND owner = $2")
+                let write = sqlx::query("DELETE FROM run_leases WHERE run_id = $1 AND owner = $2")
                     .bind(run_id)
-                    .bind(owner)
-                    .execute(&self.pool)
-                    .await?;
+                    .bind(owner);
+                self.write_execute(write).await?;
                 Ok(())
             }
 

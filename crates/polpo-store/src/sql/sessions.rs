@@ -17,11 +17,10 @@ macro_rules! sql_sessions {
             ) -> Result<MessagesAppended, StoreError> {
                 let now = self.now();
                 let mut session = model::session_from_new(new, now, self.ids())?;
-                if messages.is_empty() {
-                    Self::insert_session(&self.pool, &session, false).await?;
-                    return Ok(MessagesAppended { session, messages: Vec::new() });
-                }
-                let stored = model::apply_append(&mut session, messages, now, self.ids())?;
+                let stored = match messages.is_empty() {
+                    true => Vec::new(),
+                    false => model::apply_append(&mut session, messages, now, self.ids())?,
+                };
                 let mut tx = self.tx().await?;
                 Self::insert_session(&mut *tx, &session, false).await?;
                 Self::insert_messages(&mut tx, &session.id, &stored).await?;
@@ -197,19 +196,25 @@ macro_rules! sql_sessions {
                 Ok(inserted.rows_affected())
             }
 
-            /// Insert `messages` of session `session_id` inside a write transaction.
+            /// Insert `messages` of session `session_id` inside a write transaction: one
+            /// statement per [`MESSAGES_PER_INSERT`](crate::sql::MESSAGES_PER_INSERT) messages, as
+            /// each statement is a round trip to the database (SQLite's runs one writer at a time).
             async fn insert_messages(
-                tx: &mut sqlx::Transaction<'static, <$row as sqlx::Row>::Database>,
+                tx: &mut WriteTx,
                 session_id: &str,
                 messages: &[StoredMessage],
             ) -> Result<(), StoreError> {
-                for m in messages {
-                    sqlx::query("INSERT INTO messages (session_id, seq, body) VALUES ($1, $2, $3)")
-                        .bind(session_id)
-                        .bind(to_db(m.seq))
-                        .bind(to_text(m)?)
-                        .execute(&mut **tx)
-                        .await?;
+                for chunk in messages.chunks(crate::sql::MESSAGES_PER_INSERT) {
+                    let rows = chunk
+                        .iter()
+                        .map(|m| Ok((to_db(m.seq), to_text(m)?)))
+                        .collect::<Result<Vec<_>, StoreError>>()?;
+                    let mut insert =
+                        sqlx::QueryBuilder::<<$row as sqlx::Row>::Database>::new("INSERT INTO messages (session_id, seq, body) ");
+                    insert.push_values(rows, |mut row, (seq, body)| {
+                        row.push_bind(session_id.to_owned()).push_bind(seq).push_bind(body);
+                    });
+                    insert.build().execute(&mut **tx).await?;
                 }
                 Ok(())
             }

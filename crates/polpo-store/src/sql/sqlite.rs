@@ -1,18 +1,27 @@
 //! SQLite backend: one file (`.polpo/polpo.db`) in WAL mode with full fsync, so an acknowledged
-//! write survives a crash and readers never block the writer.
+//! write survives a crash and readers never block the writer. Reads use a small pool; every
+//! write goes through the one [`writer`] connection, which commits concurrent writes together.
+
+mod writer;
 
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::ConnectOptions;
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteQueryResult,
+    SqliteSynchronous,
+};
 
 use crate::clock::{Clock, IdGen, Seams};
 
 /// The SQLite backend.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
+    /// Reads (WAL: they never wait for the writer).
     pool: SqlitePool,
+    writer: writer::Writer,
     clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGen>,
 }
@@ -28,8 +37,8 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
     (8, "task_agent", include_str!("../../migrations/sqlite/0008_task_agent.sql")),
 ];
 
-/// The oldest running run without a live lease. SQLite has one writer at a time (the
-/// transaction is `BEGIN IMMEDIATE`), so no row locking is needed.
+/// The oldest running run without a live lease. Writes run one at a time (on the store's one
+/// writer connection, and SQLite lets one connection write), so no row locking is needed.
 const CLAIM_NEXT_RUN: &str = "WITH next AS ( \
        SELECT r.id FROM runs r LEFT JOIN run_leases l ON l.run_id = r.id \
        WHERE r.status = 'running' AND (l.run_id IS NULL OR l.expires_at <= $3) \
@@ -39,14 +48,14 @@ const CLAIM_NEXT_RUN: &str = "WITH next AS ( \
      WHERE run_leases.expires_at <= $3 \
      RETURNING run_id, owner, expires_at, generation";
 
-/// A run's lease generation for a fenced write; the transaction already holds the only write
-/// lock (`BEGIN IMMEDIATE`), so no claim can come between the check and the write.
+/// A run's lease generation for a fenced write; the write already holds the writer connection
+/// inside the group's `BEGIN IMMEDIATE`, so no claim can come between the check and the write.
 const FENCE_LOCK: &str = "SELECT lease_generation FROM runs WHERE id = $1";
 
-/// Ready tasks to claim; one claimer at a time already (`BEGIN IMMEDIATE`), so no row locks.
+/// Ready tasks to claim; one claimer at a time already (one writer), so no row locks.
 const CLAIM_READY_TASKS: &str = super::work::claim_ready_sql!("", "SELECT value FROM json_each($3)");
 
-/// Claimers already take turns (`BEGIN IMMEDIATE`): no lock to take.
+/// Claimers already take turns (one writer): no lock to take.
 const CLAIM_LOCK: Option<&str> = None;
 
 /// Nobody else shares a SQLite file across machines: nothing to wake.
@@ -68,16 +77,42 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(30));
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options.clone()).await?;
         super::migrator(MIGRATIONS).run(&pool).await?;
-        Ok(SqliteStore { pool, clock, ids })
+        let writer = writer::Writer::new(options.connect().await?);
+        Ok(SqliteStore { pool, writer, clock, ids })
     }
 
-    /// A write transaction. `BEGIN IMMEDIATE` takes the write lock up front, so two writers
-    /// queue on the busy timeout instead of failing to upgrade a read lock.
-    async fn tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
-        self.pool.begin_with("BEGIN IMMEDIATE").await
+    /// A write: the writer connection, in its own savepoint of the group transaction
+    /// (`BEGIN IMMEDIATE`, so another process writing to the file is waited for up front
+    /// instead of failing to upgrade a read lock).
+    async fn tx(&self) -> Result<WriteTx, StoreError> {
+        self.writer.begin().await
+    }
+
+    /// One write statement on its own, through the writer like any write.
+    async fn write_execute(&self, query: SqliteQuery<'_>) -> Result<SqliteQueryResult, StoreError> {
+        let mut tx = self.tx().await?;
+        let done = query.execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    /// One write statement on its own returning at most a row, through the writer.
+    async fn write_fetch_optional(
+        &self,
+        query: SqliteQuery<'_>,
+    ) -> Result<Option<sqlx::sqlite::SqliteRow>, StoreError> {
+        let mut tx = self.tx().await?;
+        let row = query.fetch_optional(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(row)
     }
 }
+
+use writer::WriteTx;
+
+/// A query with its arguments bound.
+type SqliteQuery<'q> = sqlx::query::Query<'q, sqlx::Sqlite, SqliteArguments>;
 
 super::sql_store_impl!(SqliteStore, sqlx::sqlite::SqliteRow);

@@ -305,11 +305,10 @@ macro_rules! sql_work {
                 }
 
                 async fn release_task(&self, id: &str, worker: &str) -> Result<(), StoreError> {
-                    sqlx::query("UPDATE tasks SET claimed_by = NULL, claim_expires_at = NULL WHERE id = $1 AND claimed_by = $2")
+                    let write = sqlx::query("UPDATE tasks SET claimed_by = NULL, claim_expires_at = NULL WHERE id = $1 AND claimed_by = $2")
                         .bind(id)
-                        .bind(worker)
-                        .execute(&self.pool)
-                        .await?;
+                        .bind(worker);
+                    self.write_execute(write).await?;
                     Ok(())
                 }
 
@@ -364,7 +363,7 @@ macro_rules! sql_work {
                     let stored = work::new_mission(mission, self.now(), self.ids())?;
                     let m = &stored.mission;
                     // A taken id or name is a unique violation: `conflict`.
-                    sqlx::query(
+                    let write = sqlx::query(
                         "INSERT INTO missions (id, name, status, created_at, revision, body) VALUES ($1, $2, $3, $4, $5, $6)",
                     )
                     .bind(&m.id)
@@ -372,9 +371,8 @@ macro_rules! sql_work {
                     .bind(m.status.as_str())
                     .bind(m.created_at.timestamp_millis())
                     .bind(to_db(stored.revision))
-                    .bind(to_text(m)?)
-                    .execute(&self.pool)
-                    .await?;
+                    .bind(to_text(m)?);
+                    self.write_execute(write).await?;
                     Ok(stored)
                 }
 
@@ -429,7 +427,7 @@ macro_rules! sql_work {
                 async fn import_mission(&self, stored: &StoredMission) -> Result<ImportOutcome, StoreError> {
                     work::check_mission_import(stored)?;
                     let m = &stored.mission;
-                    let inserted = sqlx::query(
+                    let write = sqlx::query(
                         "INSERT INTO missions (id, name, status, created_at, revision, body) VALUES ($1, $2, $3, $4, $5, $6) \
                          ON CONFLICT (id) DO NOTHING",
                     )
@@ -438,9 +436,8 @@ macro_rules! sql_work {
                     .bind(m.status.as_str())
                     .bind(m.created_at.timestamp_millis())
                     .bind(to_db(stored.revision))
-                    .bind(to_text(m)?)
-                    .execute(&self.pool)
-                    .await?;
+                    .bind(to_text(m)?);
+                    let inserted = self.write_execute(write).await?;
                     if inserted.rows_affected() > 0 {
                         return Ok(ImportOutcome::Imported);
                     }
