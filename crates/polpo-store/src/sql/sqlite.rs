@@ -90,23 +90,26 @@ impl SqliteStore {
         self.writer.begin().await
     }
 
-    /// One write statement on its own, through the writer like any write.
+    /// One write statement on its own, through the writer: alone when nothing else is being
+    /// written (one round trip, as autocommit), else in the group.
     async fn write_execute(&self, query: SqliteQuery<'_>) -> Result<SqliteQueryResult, StoreError> {
-        let mut tx = self.tx().await?;
-        let done = query.execute(&mut *tx).await?;
+        let mut tx = self.writer.begin_one().await?;
+        let done = query.execute(&mut *tx).await;
+        // A refused statement (a taken key) left nothing behind: the group goes on.
         tx.commit().await?;
-        Ok(done)
+        Ok(done?)
     }
 
-    /// One write statement on its own returning at most a row, through the writer.
+    /// One write statement on its own returning at most a row, through the writer (as
+    /// [`write_execute`](Self::write_execute)).
     async fn write_fetch_optional(
         &self,
         query: SqliteQuery<'_>,
     ) -> Result<Option<sqlx::sqlite::SqliteRow>, StoreError> {
-        let mut tx = self.tx().await?;
-        let row = query.fetch_optional(&mut *tx).await?;
+        let mut tx = self.writer.begin_one().await?;
+        let row = query.fetch_optional(&mut *tx).await;
         tx.commit().await?;
-        Ok(row)
+        Ok(row?)
     }
 }
 

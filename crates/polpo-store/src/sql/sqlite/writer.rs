@@ -24,6 +24,7 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sqlx::sqlite::SqliteConnection;
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
@@ -46,8 +47,11 @@ struct Group {
     open: bool,
     /// Finished writes in the open transaction, each waiting to hear how its commit ended.
     members: Vec<oneshot::Sender<Outcome>>,
-    /// A write was dropped inside its savepoint: the next holder rolls it back first.
+    /// A write was dropped before its end: the next holder undoes it first.
     abandoned: bool,
+    /// The write in progress runs in a savepoint (it joined a group with earlier writes in
+    /// it); the first write of a group needs none, as undoing it is rolling the group back.
+    savepoint: bool,
     /// One of the writer's own statements (`BEGIN`, `SAVEPOINT`, `RELEASE`, …) was dropped
     /// before it answered, so whether a transaction is open is not known: the next holder
     /// rolls back whatever is open and fails the group.
@@ -77,7 +81,10 @@ impl Group {
             return;
         }
         self.abandoned = false;
-        if let Err(e) = self.run(UNDO).await {
+        if !self.savepoint {
+            let dropped = sqlx::Error::Protocol("the write was dropped before its end".into());
+            self.fail(&dropped).await;
+        } else if let Err(e) = self.run(UNDO).await {
             self.fail(&e).await;
         }
     }
@@ -115,6 +122,8 @@ impl Group {
 #[derive(Clone)]
 pub(crate) struct Writer {
     group: Arc<Mutex<Group>>,
+    /// Writes waiting for the connection: a statement on its own runs alone only when none is.
+    queued: Arc<AtomicUsize>,
 }
 
 impl fmt::Debug for Writer {
@@ -126,17 +135,38 @@ impl fmt::Debug for Writer {
 impl Writer {
     /// The writer over `conn`, a connection to the store's database used for nothing else.
     pub(crate) fn new(conn: SqliteConnection) -> Self {
-        let group = Group { conn, open: false, members: Vec::new(), abandoned: false, unsure: false };
-        Writer { group: Arc::new(Mutex::new(group)) }
+        let group = Group { conn, open: false, members: Vec::new(), abandoned: false, savepoint: false, unsure: false };
+        Writer { group: Arc::new(Mutex::new(group)), queued: Arc::new(AtomicUsize::new(0)) }
     }
 
-    /// Wait for the connection, then start a write: a savepoint in the group transaction.
+    /// Wait for the connection, then start a write: a savepoint in the group transaction (or
+    /// the transaction itself, for a group's first write).
     pub(crate) async fn begin(&self) -> Result<WriteTx, StoreError> {
-        let mut group = Arc::clone(&self.group).lock_owned().await;
+        self.start(false).await
+    }
+
+    /// Start a write of one statement. When no other write is under way or waiting, it runs
+    /// on its own (autocommit: SQLite commits the statement, with its fsync, before it
+    /// answers); otherwise it joins the group like any write. One statement needs no
+    /// savepoint: SQLite undoes a failed statement by itself.
+    pub(crate) async fn begin_one(&self) -> Result<WriteTx, StoreError> {
+        self.start(true).await
+    }
+
+    async fn start(&self, one_statement: bool) -> Result<WriteTx, StoreError> {
+        let mut group = {
+            let _queued = Queued::join(&self.queued);
+            Arc::clone(&self.group).lock_owned().await
+        };
         // Armed from here: a caller dropped while the transaction or savepoint starts leaves
         // the connection unsure, for a spawned task to settle.
         let mut unfinished = Unfinished::new(self);
         group.settle().await;
+        if one_statement && !group.open && self.queued.load(Ordering::Acquire) == 0 {
+            unfinished.disarm();
+            return Ok(WriteTx { group, unfinished, solo: true });
+        }
+        group.savepoint = group.open && !one_statement;
         if !group.open {
             if let Err(e) = group.run("BEGIN IMMEDIATE").await {
                 unfinished.disarm();
@@ -144,13 +174,17 @@ impl Writer {
             }
             group.open = true;
         }
-        if let Err(e) = group.run(SAVEPOINT).await {
+        if group.savepoint
+            && let Err(e) = group.run(SAVEPOINT).await
+        {
             group.fail(&e).await;
             unfinished.disarm();
             return Err(e.into());
         }
+        // A statement of one write that fails leaves nothing to undo (SQLite undid it), but
+        // one cut off by a drop may still run: undone like any abandoned write.
         group.abandoned = true;
-        Ok(WriteTx { group, unfinished })
+        Ok(WriteTx { group, unfinished, solo: false })
     }
 
     /// Finish the group without waiting: roll back an abandoned savepoint and commit what the
@@ -189,6 +223,22 @@ impl Writer {
             // Every member is told before its sender is dropped; this is only a guard.
             Err(_) => Err(StoreError::Database("the write's transaction ended unreported".into())),
         }
+    }
+}
+
+/// Counts a write in [`Writer::queued`] while it waits for the connection.
+struct Queued<'a>(&'a AtomicUsize);
+
+impl<'a> Queued<'a> {
+    fn join(queued: &'a AtomicUsize) -> Self {
+        queued.fetch_add(1, Ordering::AcqRel);
+        Queued(queued)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -231,14 +281,21 @@ pub(crate) struct WriteTx {
     /// Declared first, so the connection is given back before `unfinished` acts on a drop.
     group: OwnedMutexGuard<Group>,
     unfinished: Unfinished,
+    /// A statement on its own (autocommit): committed when it answered, nothing to end.
+    solo: bool,
 }
 
 impl WriteTx {
     /// Keep the write: release its savepoint, give the connection to the next writer and
     /// return once the group transaction holding it has committed (durably).
     pub(crate) async fn commit(self) -> Result<(), StoreError> {
-        let WriteTx { mut group, mut unfinished } = self;
-        if let Err(e) = group.run(RELEASE).await {
+        let WriteTx { mut group, mut unfinished, solo } = self;
+        if solo {
+            return Ok(());
+        }
+        if group.savepoint
+            && let Err(e) = group.run(RELEASE).await
+        {
             group.fail(&e).await;
             unfinished.disarm();
             return Err(e.into());
@@ -254,7 +311,10 @@ impl WriteTx {
     /// Undo the write (only this one: the group's other writes stay) and commit the group
     /// now, so the write lock is not held for nobody.
     pub(crate) async fn rollback(self) -> Result<(), StoreError> {
-        let WriteTx { mut group, mut unfinished } = self;
+        let WriteTx { mut group, mut unfinished, solo } = self;
+        if solo {
+            return Ok(());
+        }
         group.settle().await;
         group.commit().await;
         unfinished.disarm();
@@ -286,6 +346,7 @@ mod tests {
     use nix::unistd::Pid;
     use polpo_core::message::Message;
 
+    use crate::memory::{MemoryItemStore, MemoryScope, NewMemoryItem};
     use crate::model::{NewMessage, NewSession};
     use crate::traits::SessionStore;
     use crate::{SqliteStore, StoreError, SystemClock};
@@ -339,6 +400,44 @@ mod tests {
                 assert_eq!(store.get_session(&sessions[i].id).await.unwrap().unwrap().message_count, 0);
             }
         }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_refused_statement_in_a_group_leaves_its_neighbours() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path()).await;
+        let item = |id: &str| NewMemoryItem {
+            id: Some(id.into()),
+            scope: MemoryScope::project(),
+            kind: "fact".into(),
+            content: format!("fact {id}"),
+            source: "test".into(),
+        };
+        store.create_memory_item(item("taken")).await.unwrap();
+        let held = Arc::clone(&store.writer.group).lock_owned().await;
+        let creates: Vec<_> = ["a", "taken", "b"]
+            .into_iter()
+            .map(|id| {
+                let (store, new) = (store.clone(), item(id));
+                tokio::spawn(async move { store.create_memory_item(new).await })
+            })
+            .collect();
+        let_them_queue().await;
+        drop(held);
+        let results: Vec<_> = futures_join(creates).await;
+        assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+        assert!(matches!(results[1], Err(StoreError::Conflict(_))), "{results:?}");
+        for id in ["a", "b", "taken"] {
+            assert!(store.get_memory_item(id).await.unwrap().is_some(), "{id}");
+        }
+    }
+
+    async fn futures_join<T>(tasks: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
+        let mut done = Vec::new();
+        for task in tasks {
+            done.push(task.await.unwrap());
+        }
+        done
     }
 
     #[tokio::test(flavor = "current_thread")]
