@@ -40,7 +40,7 @@ macro_rules! sql_records {
                 if let Some(expected @ 1..) = expected_revision {
                     write = write.bind(to_db(expected));
                 }
-                let Some(row) = write.fetch_optional(&self.pool).await? else {
+                let Some(row) = self.write_fetch_optional(write).await? else {
                     let actual: Option<i64> =
                         sqlx::query_scalar("SELECT revision FROM records WHERE collection = $1 AND id = $2")
                             .bind(collection)
