@@ -116,7 +116,7 @@ macro_rules! sql_records {
 
             async fn import_record(&self, r: &Record) -> Result<ImportOutcome, StoreError> {
                 model::check_record_write(&r.collection, &r.id, &r.value)?;
-                let inserted = sqlx::query(
+                let write = sqlx::query(
                     "INSERT INTO records (collection, id, revision, value, created_at, updated_at) \
                      VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (collection, id) DO NOTHING",
                 )
@@ -125,9 +125,8 @@ macro_rules! sql_records {
                 .bind(to_db(r.revision))
                 .bind(to_text(&r.value)?)
                 .bind(r.created_at.timestamp_millis())
-                .bind(r.updated_at.timestamp_millis())
-                .execute(&self.pool)
-                .await?;
+                .bind(r.updated_at.timestamp_millis());
+                let inserted = self.write_execute(write).await?;
                 if inserted.rows_affected() > 0 {
                     return Ok(ImportOutcome::Imported);
                 }
