@@ -146,7 +146,7 @@ macro_rules! sql_records {
             ) -> Result<(), StoreError> {
                 crate::record_log::check_log(collection, log)?;
                 let now = self.now().timestamp_millis();
-                sqlx::query(
+                let write = sqlx::query(
                     "INSERT INTO records (collection, id, revision, value, updated_at, created_at) \
                      VALUES ($1, $2, 1, $3, $4, $4) ON CONFLICT (collection, id) DO UPDATE SET \
                      revision = records.revision + 1, value = excluded.value, updated_at = excluded.updated_at",
@@ -154,9 +154,8 @@ macro_rules! sql_records {
                 .bind(collection)
                 .bind(crate::record_log::sql_entry_id(log, seq))
                 .bind(entry.as_str())
-                .bind(now)
-                .execute(&self.pool)
-                .await?;
+                .bind(now);
+                self.write_execute(write).await?;
                 Ok(())
             }
 
