@@ -179,11 +179,10 @@ macro_rules! sql_records {
 
             async fn clear_log(&self, collection: &str, log: &str) -> Result<(), StoreError> {
                 crate::record_log::check_log(collection, log)?;
-                sqlx::query("DELETE FROM records WHERE collection = $1 AND substr(id, 1, length($2)) = $2")
+                let write = sqlx::query("DELETE FROM records WHERE collection = $1 AND substr(id, 1, length($2)) = $2")
                     .bind(collection)
-                    .bind(crate::record_log::sql_entry_prefix(log))
-                    .execute(&self.pool)
-                    .await?;
+                    .bind(crate::record_log::sql_entry_prefix(log));
+                self.write_execute(write).await?;
                 Ok(())
             }
         }
