@@ -34,6 +34,8 @@ use crate::error::StoreError;
 /// The savepoint each write runs in, inside the group transaction.
 const SAVEPOINT: &str = "SAVEPOINT polpo_write";
 const RELEASE: &str = "RELEASE polpo_write";
+/// Release a write's savepoint and open the next write's in the same round trip.
+const RELEASE_AND_NEXT: &str = "RELEASE polpo_write; SAVEPOINT polpo_write";
 const UNDO: &str = "ROLLBACK TO polpo_write; RELEASE polpo_write";
 
 /// How a group's commit ended, told to each of its writes (an error as its message: every
@@ -52,6 +54,9 @@ struct Group {
     /// The write in progress runs in a savepoint (it joined a group with earlier writes in
     /// it); the first write of a group needs none, as undoing it is rolling the group back.
     savepoint: bool,
+    /// A savepoint is open that no write has used yet (opened with the previous write's
+    /// release, as writers were waiting): the next write runs in it.
+    spare: bool,
     /// One of the writer's own statements (`BEGIN`, `SAVEPOINT`, `RELEASE`, …) was dropped
     /// before it answered, so whether a transaction is open is not known: the next holder
     /// rolls back whatever is open and fails the group.
@@ -81,6 +86,7 @@ impl Group {
             return;
         }
         self.abandoned = false;
+        self.spare = false;
         if !self.savepoint {
             let dropped = sqlx::Error::Protocol("the write was dropped before its end".into());
             self.fail(&dropped).await;
@@ -111,6 +117,7 @@ impl Group {
 
     fn end(&mut self, outcome: &Outcome) {
         self.open = false;
+        self.spare = false;
         for member in self.members.drain(..) {
             // A member that stopped waiting (its caller was dropped) has nobody to tell.
             let _ = member.send(outcome.clone());
@@ -135,7 +142,15 @@ impl fmt::Debug for Writer {
 impl Writer {
     /// The writer over `conn`, a connection to the store's database used for nothing else.
     pub(crate) fn new(conn: SqliteConnection) -> Self {
-        let group = Group { conn, open: false, members: Vec::new(), abandoned: false, savepoint: false, unsure: false };
+        let group = Group {
+            conn,
+            open: false,
+            members: Vec::new(),
+            abandoned: false,
+            savepoint: false,
+            spare: false,
+            unsure: false,
+        };
         Writer { group: Arc::new(Mutex::new(group)), queued: Arc::new(AtomicUsize::new(0)) }
     }
 
@@ -166,7 +181,9 @@ impl Writer {
             unfinished.disarm();
             return Ok(WriteTx { group, unfinished, solo: true });
         }
-        group.savepoint = group.open && !one_statement;
+        // One statement needs no savepoint of its own, but one left spare is used and released
+        // (its changes must not be undone as an unused savepoint's).
+        group.savepoint = group.open && (!one_statement || group.spare);
         if !group.open {
             if let Err(e) = group.run("BEGIN IMMEDIATE").await {
                 unfinished.disarm();
@@ -174,7 +191,9 @@ impl Writer {
             }
             group.open = true;
         }
+        let spare = std::mem::take(&mut group.spare);
         if group.savepoint
+            && !spare
             && let Err(e) = group.run(SAVEPOINT).await
         {
             group.fail(&e).await;
@@ -293,14 +312,17 @@ impl WriteTx {
         if solo {
             return Ok(());
         }
+        // With writers waiting, the next one's savepoint is opened in the same round trip.
+        let next = unfinished.writer.queued.load(Ordering::Acquire) > 0;
         if group.savepoint
-            && let Err(e) = group.run(RELEASE).await
+            && let Err(e) = group.run(if next { RELEASE_AND_NEXT } else { RELEASE }).await
         {
             group.fail(&e).await;
             unfinished.disarm();
             return Err(e.into());
         }
         group.abandoned = false;
+        group.spare = group.savepoint && next;
         let (tell, outcome) = oneshot::channel();
         group.members.push(tell);
         drop(group);
