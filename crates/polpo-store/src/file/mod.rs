@@ -7,7 +7,7 @@
 //! .polpo/.index/runs.open                          (the unfinished runs, see open_runs.rs)
 //! .polpo/runs/<id>/run.json + events.jsonl + checkpoint.json + lease.json
 //! .polpo/effects/<sha256(key)>.json
-//! .polpo/records/<collection>/<id>.json
+//! .polpo/records/<collection>/<id>.json + <log>.jsonl   (record logs, see records.rs)
 //! .polpo/tasks/<id>.json, .polpo/missions/<id>.json
 //! .polpo/.runtime/store.lock
 //! ```
