@@ -330,6 +330,7 @@ impl LoopExecutor {
             agent_runs: Mutex::new(record.agent_runs.clone()),
             approved: record.approved_gates.clone(),
             approval_request: Mutex::new(record.approval_request_id.clone()),
+            replayable: Mutex::default(),
         };
         if revision == 0 {
             run.tracer.emit(
@@ -490,6 +491,9 @@ struct Run<'a> {
     approved: Vec<ApprovedGate>,
     /// The approval request the run last waited on.
     approval_request: Mutex<Option<String>>,
+    /// [`Run::replayable`]'s answers so far: a step's tool and configured input do not change
+    /// during the run, so each step is asked about once, not before each of its executions.
+    replayable: Mutex<HashMap<String, bool>>,
 }
 
 /// Where a lifecycle point is: the step (id and definition), the tool and its resolved
@@ -597,11 +601,16 @@ impl Run<'_> {
     /// it may be a delta. One before any other step is written whole, a compare-and-set, so a
     /// takeover or a cancel is seen before the step.
     async fn replayable(&self, id: &str) -> bool {
+        if let Some(known) = lock(&self.replayable).get(id) {
+            return *known;
+        }
         let Some(StepBody::Tool(step)) = self.config.steps.get(id).map(|s| &s.body) else { return false };
         let input = self.chat_input(LoopContext::default(), id, Vec::new());
         let template = step.input.clone().unwrap_or_else(|| json!({}));
         let effect = self.exec.runs.runtime().tool_effect(&input, &step.tool, &template).await;
-        effect.is_some_and(|e| e.is_replayable())
+        let replayable = effect.is_some_and(|e| e.is_replayable());
+        lock(&self.replayable).insert(id.to_owned(), replayable);
+        replayable
     }
 
     /// Run from `start` along `next` until `end`, on `context`; `branch`: inside a parallel
@@ -655,9 +664,11 @@ impl Run<'_> {
                     event.data = transition.label.as_ref().map(|label| json!({"label": label}));
                 }
                 self.tracer.emit(event);
-                let moving =
-                    At { step: Some((&at, step)), tool: None, payload: json!({"transition": {"from": at, "to": to}}) };
-                self.govern(LifecycleHook::LoopTransition, &moving, context).await?;
+                if self.governed(LifecycleHook::LoopTransition) {
+                    let payload = json!({"transition": {"from": at, "to": to}});
+                    let moving = At { step: Some((&at, step)), tool: None, payload };
+                    self.govern(LifecycleHook::LoopTransition, &moving, context).await?;
+                }
                 if top && to != END {
                     let small = matches!(step.body, StepBody::Tool(_)) && self.replayable(&to).await;
                     self.checkpoint(context, &to, small).await?;
@@ -713,6 +724,7 @@ impl Run<'_> {
             },
         };
         let done = match done {
+            Ok(()) if !self.governed(LifecycleHook::StepAfter) => Ok(()),
             Ok(()) => {
                 let output = context::get(context, &alias).cloned().unwrap_or(Value::Null);
                 let at = At { step: Some((id, step)), tool: None, payload: json!({"output": output}) };
@@ -965,16 +977,16 @@ impl Run<'_> {
         match outcome {
             Ok(output) => {
                 self.tracer.emit(result.status(TraceStatus::Completed));
-                context::set(context, alias, output.clone())?;
-                if hook.is_none() {
-                    let at = At {
-                        step: step.map(|(s, _)| (id, s)),
-                        tool: Some((tool, &arguments)),
-                        payload: json!({"output": output}),
-                    };
-                    self.govern(LifecycleHook::ToolAfter, &at, context).await?;
+                if hook.is_some() || !self.governed(LifecycleHook::ToolAfter) {
+                    return context::set(context, alias, output);
                 }
-                Ok(())
+                context::set(context, alias, output.clone())?;
+                let at = At {
+                    step: step.map(|(s, _)| (id, s)),
+                    tool: Some((tool, &arguments)),
+                    payload: json!({"output": output}),
+                };
+                self.govern(LifecycleHook::ToolAfter, &at, context).await
             }
             Err(e) => {
                 result.error = Some(e.to_string());
@@ -1063,6 +1075,14 @@ impl Run<'_> {
         called
     }
 
+    /// Whether lifecycle point `hook` has anything to evaluate (permissions, policies or hook
+    /// actions there): a point without is passed without building its payload (a step's
+    /// output copied, per step).
+    fn governed(&self, hook: LifecycleHook) -> bool {
+        let actions = self.config.hooks.as_ref().is_some_and(|h| h.contains_key(hook.as_str()));
+        self.config.permissions.is_some() || self.config.policies.is_some() || actions
+    }
+
     /// Permissions, then policies, then hook actions at lifecycle point `hook` (inventory
     /// §6.4), each rule reported as `permission.result`/`policy.result`. A matching deny (or an
     /// allow-list nothing matched) fails the run; a matching approval not yet approved stops it
@@ -1074,10 +1094,10 @@ impl Run<'_> {
         context: &'s mut Value,
     ) -> BoxFuture<'s, Result<(), LoopError>> {
         async move {
-            let actions = self.config.hooks.as_ref().and_then(|h| h.get(hook.as_str())).map(Vec::as_slice);
-            if self.config.permissions.is_none() && self.config.policies.is_none() && actions.is_none() {
+            if !self.governed(hook) {
                 return Ok(());
             }
+            let actions = self.config.hooks.as_ref().and_then(|h| h.get(hook.as_str())).map(Vec::as_slice);
             let mut scope = context.clone();
             scope["loop"] = json!({"name": self.loop_id});
             if let Some((id, step)) = at.step {

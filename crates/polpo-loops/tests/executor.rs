@@ -812,6 +812,39 @@ async fn a_matching_deny_and_an_allow_list_that_names_nothing_here_stop_the_tool
     assert_eq!(std::fs::read_to_string(dir.path().join("out.txt")).unwrap(), "saved");
 }
 
+/// Rules at `tool:after`, `step:after` and `loop:transition` see the point's payload (the
+/// step's output, the transition's ends): each stops the run on what it reads there, and the
+/// same rules on other values let it complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_and_transition_rules_read_the_output_and_transition_payloads() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let config = |policy: Value| {
+        json!({"start": "look", "policies": [policy], "steps": {
+            "look": {"type": "tool", "tool": "read", "input": {"path": "level.txt"}, "saveAs": "seen",
+                     "next": [{"when": "seen == '1\thigh'", "to": "alarm"}, {"to": "end"}]},
+            "alarm": {"type": "tool", "tool": "read", "input": {"path": "level.txt"}, "next": "end"}
+        }})
+    };
+    // `read` numbers its lines: the output of a file holding `high` is "1<tab>high".
+    let rules = [
+        json!({"id": "high-out", "hook": "tool:after", "effect": "deny", "when": "output == '1\thigh'"}),
+        json!({"id": "high-step", "hook": "step:after", "effect": "deny", "when": "output == '1\thigh'"}),
+        json!({"id": "to-alarm", "hook": "loop:transition", "effect": "deny", "when": "transition.from == 'look' && transition.to == 'alarm'"}),
+    ];
+    for rule in rules {
+        let id = rule["id"].as_str().unwrap().to_owned();
+        for (level, want, matched) in [("high", "loop_policy_denied", true), ("low", "ok", false)] {
+            let (dir, exec) = executor(&llm, json!({}), &[("flow", config(rule.clone()))], 100).await;
+            std::fs::write(dir.path().join("level.txt"), level).unwrap();
+            let finished = run(&exec, &request(json!({}))).await;
+            assert_eq!(code(&finished), want, "{id} on {level}: {:?}", finished.result);
+            let result =
+                finished.trace.iter().find(|e| e.kind == TraceKind::PolicyResult).expect("the rule is reported");
+            assert_eq!(result.data.as_ref().unwrap()["matched"], json!(matched), "{id} on {level}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hook_actions_save_their_output_and_a_failure_fails_closed_unless_on_error_continue() {
     let llm = FakeLlm::start([]).await.unwrap();
