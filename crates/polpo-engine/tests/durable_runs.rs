@@ -95,9 +95,14 @@ impl Setup {
 
     /// Events from `after` until the first of type `until` (included), or the stream's end.
     async fn read_until(&self, run: &str, after: u64, until: &str) -> Vec<RunEvent> {
+        self.read_until_within(run, after, until, EVENTUALLY).await
+    }
+
+    /// [`Setup::read_until`], failing only after `limit`.
+    async fn read_until_within(&self, run: &str, after: u64, until: &str, limit: Duration) -> Vec<RunEvent> {
         let mut stream = Box::pin(self.runs.events(run, after));
         let mut out = Vec::new();
-        tokio::time::timeout(EVENTUALLY, async {
+        tokio::time::timeout(limit, async {
             while let Some(e) = stream.next().await {
                 let e = e.unwrap();
                 let done = e.event_type == until;
@@ -877,7 +882,9 @@ async fn a_gate_fails_closed_when_its_checkpoint_is_too_large() {
     store.runs.put_checkpoint(&run.id, seq, state).await.unwrap();
 
     s.runs.recover().await.unwrap();
-    let journal = s.journal(&run.id).await;
+    // The resume reads and measures a 64 MiB checkpoint: ≈ 10 s of CPU in a debug build alone,
+    // so a loaded CI machine gets more than the usual bound (seen failing at 20 s).
+    let journal = s.read_until_within(&run.id, 0, "run.paused", Duration::from_secs(180)).await;
     assert_eq!(
         ending(&journal),
         ("run.failed".into(), Some("termination_gate_checkpoint_too_large".into())),
