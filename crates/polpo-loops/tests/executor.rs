@@ -636,6 +636,17 @@ async fn bench_tool_steps(storage: &str) {
     }
 }
 
+/// CPU time this process has used so far, all threads, user and system (Linux: `/proc/self/stat`,
+/// in clock ticks of 10 ms; `None` elsewhere).
+fn process_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which may hold spaces, inside parentheses): utime
+    // and stime are the 12th and 13th.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let ticks = fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
 /// The steps of a loop of `length` `read` tool steps, `s0` to `s{length-1}`, each saving its
 /// output as `r<i>`.
 fn read_chain(length: u32) -> serde_json::Map<String, Value> {
@@ -660,29 +671,33 @@ async fn bench_tool_loop(storage: &str, length: u32, repeat: u32) {
     std::fs::write(dir.path().join("f.txt"), "data").unwrap();
     let req = request(json!({}));
     assert_eq!(code(&run(&exec, &req).await), "ok", "warm-up");
-    let started = std::time::Instant::now();
+    let (started, cpu) = (std::time::Instant::now(), process_cpu());
     for _ in 0..repeat {
         assert_eq!(code(&run(&exec, &req).await), "ok");
     }
-    let looped = started.elapsed();
+    let (looped, looped_cpu) = (started.elapsed(), process_cpu().zip(cpu).map(|(end, start)| end - start));
 
     let mut input = ChatInput::new("bot", Vec::new());
     input.surface = Surface::Loop;
     input.loop_context = Some(LoopContext { loop_id: "bench".into(), step: "s0".into(), ..LoopContext::default() });
     let cancel = CancellationToken::new();
-    let started = std::time::Instant::now();
+    let (started, cpu) = (std::time::Instant::now(), process_cpu());
     for _ in 0..repeat * length {
         let read = runtime.call_tool(&input, "read", json!({"path": "f.txt"}), &cancel, &|_| {}).await.unwrap();
         assert!(read.unwrap().contains("data"), "the direct call reads the file");
     }
-    let direct = started.elapsed();
+    let (direct, direct_cpu) = (started.elapsed(), process_cpu().zip(cpu).map(|(end, start)| end - start));
 
-    let per_step = looped / (repeat * length);
-    let tool = direct / (repeat * length);
+    let steps = repeat * length;
+    let (per_step, tool) = (looped / steps, direct / steps);
+    // The same difference in CPU time (every thread of the process), which the wake-up latency
+    // of an idle machine does not inflate.
+    let own_cpu = looped_cpu.zip(direct_cpu).map(|(looped, direct)| (looped / steps).saturating_sub(direct / steps));
     println!(
-        "{storage}: {length}-step tool-only loop x {repeat}: {:.0} steps/s, {per_step:?} per step; `read` alone {tool:?}; executor's own cost {:?} per step",
-        f64::from(repeat * length) / looped.as_secs_f64(),
-        per_step.saturating_sub(tool)
+        "{storage}: {length}-step tool-only loop x {repeat}: {:.0} steps/s, {per_step:?} per step; `read` alone {tool:?}; executor's own cost {:?} per step, {} of CPU",
+        f64::from(steps) / looped.as_secs_f64(),
+        per_step.saturating_sub(tool),
+        own_cpu.map_or_else(|| "unknown".to_owned(), |cpu| format!("{cpu:?}"))
     );
 
     const CONCURRENT: u32 = 32;
