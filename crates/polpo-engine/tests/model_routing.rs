@@ -67,7 +67,7 @@ async fn ask(rt: &Arc<Runtime>, input: ChatInput) -> (String, Option<Value>) {
     let run_id = out.run_id.clone();
     let (backlog, _) = rt.events().subscribe_after(Some(0));
     let route = backlog.into_iter().find_map(|d| match d {
-        Delivery::Event(e) if e.event == "model:routed" && e.data["runId"] == run_id.as_str() => Some(e.data.clone()),
+        Delivery::Event(e) if e.event == "model:routed" && e.payload()["runId"] == run_id.as_str() => Some(e.payload()),
         _ => None,
     });
     (out.outcome.content.unwrap_or_default(), route)

@@ -28,7 +28,7 @@ async fn take(sub: &mut Subscription, n: usize) -> Vec<(u64, serde_json::Value)>
     while got.len() < n {
         let delivery = tokio::time::timeout(Duration::from_secs(20), sub.recv()).await.expect("an event").expect("bus");
         match delivery {
-            Delivery::Event(e) => got.push((e.id, e.data.clone())),
+            Delivery::Event(e) => got.push((e.id, e.payload())),
             Delivery::Lost(l) => panic!("nothing may be lost here: {l:?}"),
         }
     }
@@ -63,7 +63,7 @@ async fn every_server_shows_every_event_in_one_order_and_resumes_by_id() {
     let resumed: Vec<(u64, serde_json::Value)> = backlog
         .into_iter()
         .map(|d| match d {
-            Delivery::Event(e) => (e.id, e.data.clone()),
+            Delivery::Event(e) => (e.id, e.payload()),
             Delivery::Lost(l) => panic!("lost {l:?}"),
         })
         .collect();

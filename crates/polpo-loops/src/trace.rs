@@ -214,10 +214,7 @@ impl Announce {
             TraceKind::LoopError => LOOP_RUN_FAILED,
             _ => "",
         };
-        let mut data = serde_json::to_value(event).unwrap_or_else(|_| json!({}));
-        data["loopRunId"] = json!(self.run_id);
-        data["agent"] = json!(self.agent);
-        self.bus.publish(LOOP_RUN_TRACE, data);
+        self.bus.publish(LOOP_RUN_TRACE, Announced { event, loop_run_id: &self.run_id, agent: &self.agent });
         if !turn.is_empty() {
             let mut data = self.about(&event.loop_id);
             data["traceId"] = json!(event.id);
@@ -238,6 +235,17 @@ impl Announce {
     fn about(&self, loop_id: &str) -> Value {
         json!({"loopRunId": self.run_id, "loop": loop_id, "agent": self.agent})
     }
+}
+
+/// A trace event as the bus announces it: the event and who its run is, written straight to
+/// the bus's JSON text (a step announces several; no `Value` tree is built for them).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Announced<'a> {
+    #[serde(flatten)]
+    event: &'a TraceEvent,
+    loop_run_id: &'a str,
+    agent: &'a str,
 }
 
 /// Numbers, stamps and forwards a run's trace events (to the sink and the bus), and keeps them

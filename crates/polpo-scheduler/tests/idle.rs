@@ -127,8 +127,8 @@ async fn an_idle_scheduler_reads_nothing_and_an_edit_wakes_it() {
         if let Some(Delivery::Event(e)) = delivery
             && e.event == "schedule:fired"
         {
-            assert_eq!(e.data["scheduleId"], "tick", "{e:?}");
-            fired.push(e.data["scheduledFor"].as_str().unwrap().parse::<chrono::DateTime<chrono::Utc>>().unwrap());
+            assert_eq!(e.payload()["scheduleId"], "tick", "{e:?}");
+            fired.push(e.payload()["scheduledFor"].as_str().unwrap().parse::<chrono::DateTime<chrono::Utc>>().unwrap());
         }
     }
     assert_eq!(fired[1] - fired[0], chrono::Duration::seconds(1), "consecutive seconds: {fired:?}");

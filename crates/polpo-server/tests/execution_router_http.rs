@@ -49,7 +49,7 @@ fn routes(s: &Server) -> Vec<Value> {
     backlog
         .into_iter()
         .filter_map(|d| match d {
-            Delivery::Event(e) if e.event == "execution:routed" => Some(e.data.clone()),
+            Delivery::Event(e) if e.event == "execution:routed" => Some(e.payload()),
             _ => None,
         })
         .collect()

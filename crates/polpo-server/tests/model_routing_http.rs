@@ -46,7 +46,7 @@ async fn request_labels_route_and_the_response_model_is_unchanged() {
     let routes: Vec<Value> = backlog
         .into_iter()
         .filter_map(|d| match d {
-            Delivery::Event(e) if e.event == "model:routed" => Some(e.data["via"].clone()),
+            Delivery::Event(e) if e.event == "model:routed" => Some(e.payload()["via"].clone()),
             _ => None,
         })
         .collect();

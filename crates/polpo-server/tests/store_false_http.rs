@@ -69,7 +69,7 @@ fn bus_events(s: &Server) -> Vec<(String, Value)> {
     replay
         .into_iter()
         .filter_map(|d| match d {
-            Delivery::Event(e) => Some((e.event.clone(), e.data.clone())),
+            Delivery::Event(e) => Some((e.event.clone(), e.payload())),
             Delivery::Lost(_) => None,
         })
         .collect()

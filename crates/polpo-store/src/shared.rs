@@ -75,8 +75,8 @@ pub struct FeedEvent {
     pub ts: DateTime<Utc>,
     /// The event name, e.g. `run:completed`.
     pub event: String,
-    /// The payload.
-    pub data: Value,
+    /// The payload, a JSON object's text (kept as the bus writes it and SSE sends it).
+    pub data: String,
 }
 
 /// An event to publish on the feed.
@@ -86,8 +86,8 @@ pub struct NewFeedEvent {
     pub ts: DateTime<Utc>,
     /// The event name.
     pub event: String,
-    /// The payload.
-    pub data: Value,
+    /// The payload, a JSON object's text.
+    pub data: String,
 }
 
 /// Events kept in the feed; older ones are pruned as new ones arrive (a client resuming from

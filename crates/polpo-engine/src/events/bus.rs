@@ -13,8 +13,10 @@
 //!   slow subscriber falls behind the live channel, it receives an [`EventsLost`] marker
 //!   (`events_lost`) and then continues from the oldest event still kept.
 //!
-//! Publishing costs one short lock, a ring push and a channel send that does nothing when no
-//! one listens.
+//! Publishing costs the payload's serialization, one short lock, a ring push and a channel send
+//! that does nothing when no one listens. Payloads are kept as JSON text, written once when
+//! published: most events are never read, and those that are leave as text (an SSE `data:`
+//! line, a feed row), so a tree of `Value`s would only be built, kept in the ring and freed.
 //!
 //! **Shared by several servers** ([`EventBus::share`], PostgreSQL): events are published to
 //! the store's feed instead, which numbers them for every server at once, and each server's
@@ -31,7 +33,7 @@ use crate::turn::outcome::RunOutcome;
 use chrono::{DateTime, Utc};
 use polpo_store::{Clock, EventFeed, FeedEvent, NewFeedEvent, Signal, Signals, SystemClock};
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use tokio::sync::{broadcast, mpsc};
@@ -44,7 +46,7 @@ pub const MAX_PAYLOAD_BYTES: usize = 16 * 1024;
 pub const EVENTS_LOST: &str = "events_lost";
 
 /// One runtime event as subscribers see it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BusEvent {
     /// Position in this runtime's event order (the SSE `id:`).
     pub id: u64,
@@ -52,8 +54,16 @@ pub struct BusEvent {
     pub ts: DateTime<Utc>,
     /// The reference's event name, e.g. `session:created`.
     pub event: String,
-    /// The payload (a JSON object), bounded in size.
-    pub data: Value,
+    /// The payload: a JSON object's text, bounded in size.
+    pub data: String,
+}
+
+impl BusEvent {
+    /// The payload parsed (`Null` if it were not JSON, which [`EventBus::publish`] never
+    /// stores): for the rare reader that looks inside.
+    pub fn payload(&self) -> Value {
+        serde_json::from_str(&self.data).unwrap_or(Value::Null)
+    }
 }
 
 /// Events a subscriber will never see: the ids after `after` and before `next_id`.
@@ -143,15 +153,12 @@ impl EventBus {
         Self { inner: Arc::new(inner) }
     }
 
-    /// Publish `data` as event `name` and return its id; `None` on a shared bus, where the
-    /// feed numbers it (it reaches subscribers, here too, once the feed has it). Strings in
-    /// `data` beyond the payload bound are cut and the payload gets `"truncated": true`.
-    pub fn publish(&self, name: &str, mut data: Value) -> Option<u64> {
-        if bound(&mut data, self.inner.max_payload)
-            && let Value::Object(map) = &mut data
-        {
-            map.insert("truncated".into(), Value::Bool(true));
-        }
+    /// Publish `data` (anything that serializes as a JSON object: a `Value`, a typed event)
+    /// as event `name` and return its id; `None` on a shared bus, where the feed numbers it
+    /// (it reaches subscribers, here too, once the feed has it). Strings in `data` beyond the
+    /// payload bound are cut and the payload gets `"truncated": true`.
+    pub fn publish(&self, name: &str, data: impl Serialize) -> Option<u64> {
+        let data = payload_text(&data, self.inner.max_payload);
         let ts = self.inner.clock.now();
         if let Some(feed) = self.inner.feed.get() {
             let _ = feed.send(NewFeedEvent { ts, event: name.to_owned(), data });
@@ -359,6 +366,47 @@ impl Subscription {
     }
 }
 
+/// `data` as JSON text, its strings cut so their bytes total at most `max` (and then flagged
+/// `"truncated": true`). Written straight to text; only a payload whose text outgrows `max`
+/// (its strings may still fit: keys, numbers and escapes count in the text) is built as a
+/// `Value` to be cut, and the writing stops at `max` bytes, so a huge tool result costs at
+/// most that much before the cut.
+fn payload_text(data: &impl Serialize, max: usize) -> String {
+    let mut text = Capped { buf: Vec::with_capacity(256), max };
+    if serde_json::to_writer(&mut text, data).is_ok()
+        && let Ok(text) = String::from_utf8(text.buf)
+    {
+        return text;
+    }
+    let mut value = serde_json::to_value(data).unwrap_or_else(|_| json!({}));
+    if bound(&mut value, max)
+        && let Value::Object(map) = &mut value
+    {
+        map.insert("truncated".into(), Value::Bool(true));
+    }
+    value.to_string()
+}
+
+/// A buffer that refuses to grow past `max` bytes.
+struct Capped {
+    buf: Vec<u8>,
+    max: usize,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + bytes.len() > self.max {
+            return Err(std::io::ErrorKind::FileTooLarge.into());
+        }
+        self.buf.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Cut strings in `v` so their bytes total at most `budget`; true when something was cut.
 fn bound(v: &mut Value, budget: usize) -> bool {
     fn walk(v: &mut Value, left: &mut usize) -> bool {
@@ -396,22 +444,38 @@ fn scrubbed(mut v: Value) -> Value {
 /// one function per lifecycle point, so the runtime calls one line where something happens.
 pub(crate) struct RunEvents<'a> {
     bus: &'a EventBus,
-    ids: Map<String, Value>,
+    ids: RunIds,
+}
+
+/// The ids every event of a chat run carries.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RunIds {
+    run_id: String,
+    session_id: String,
+    agent: String,
+}
+
+/// A run event's payload: the run's ids, then the event's own fields (written in one go to the
+/// bus's text, with no merged map built per event).
+#[derive(Serialize)]
+struct RunPayload<'a> {
+    #[serde(flatten)]
+    ids: &'a RunIds,
+    #[serde(flatten)]
+    fields: Value,
 }
 
 impl<'a> RunEvents<'a> {
     /// Events of run `run_id` of `agent` in session `session_id`.
     pub(crate) fn new(bus: &'a EventBus, run_id: &str, session_id: &str, agent: &str) -> Self {
-        let ids = json!({"runId": run_id, "sessionId": session_id, "agent": agent});
-        Self { bus, ids: ids.as_object().cloned().unwrap_or_default() }
+        let ids = RunIds { run_id: run_id.to_owned(), session_id: session_id.to_owned(), agent: agent.to_owned() };
+        Self { bus, ids }
     }
 
+    /// `fields` (an object) with the run's ids, as `kind`'s bus event.
     fn publish(&self, kind: EventKind, fields: Value) {
-        let mut data = self.ids.clone();
-        if let Value::Object(fields) = fields {
-            data.extend(fields);
-        }
-        self.bus.publish(kind.bus_name().unwrap_or_default(), Value::Object(data));
+        self.bus.publish(kind.bus_name().unwrap_or_default(), RunPayload { ids: &self.ids, fields });
     }
 
     /// `session:created` for a session made by this request.
@@ -650,10 +714,35 @@ mod tests {
         bus.publish("tool:completed", json!({"tool": "read", "result": "é".repeat(20_000)}));
         let (backlog, _) = bus.subscribe_after(Some(0));
         let e = backlog[0].clone().event();
-        assert_eq!(e.data["truncated"], true);
-        assert!(e.data["result"].as_str().unwrap().len() <= MAX_PAYLOAD_BYTES);
+        assert_eq!(e.payload()["truncated"], true);
+        assert!(e.payload()["result"].as_str().unwrap().len() <= MAX_PAYLOAD_BYTES);
         bus.publish("tick", json!({"small": "x"}));
-        assert!(bus.subscribe_after(Some(1)).0[0].clone().event().data.get("truncated").is_none());
+        assert!(bus.subscribe_after(Some(1)).0[0].clone().event().payload().get("truncated").is_none());
+        // Text beyond the bound whose strings fit (numbers, keys) is kept whole, not flagged.
+        let numbers: Vec<u64> = (0..4_000).map(|i| 1_000_000 + i).collect();
+        bus.publish("tick", json!({"numbers": numbers}));
+        let whole = bus.subscribe_after(Some(2)).0[0].clone().event();
+        assert!(whole.data.len() > MAX_PAYLOAD_BYTES);
+        assert_eq!(whole.payload(), json!({"numbers": numbers}));
+    }
+
+    #[test]
+    fn typed_payloads_are_published_as_their_json() {
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Step<'a> {
+            step_key: &'a str,
+            output: &'a str,
+        }
+        let bus = EventBus::starting_at(4, 1);
+        bus.publish("loop:trace", Step { step_key: "fetch", output: "ok" });
+        bus.publish("loop:trace", Step { step_key: "big", output: &"x".repeat(MAX_PAYLOAD_BYTES * 2) });
+        let (backlog, _) = bus.subscribe_after(Some(0));
+        let events: Vec<Arc<BusEvent>> = backlog.into_iter().map(Delivery::event).collect();
+        assert_eq!(events[0].data, r#"{"stepKey":"fetch","output":"ok"}"#);
+        let big = events[1].payload();
+        assert_eq!((big["stepKey"].as_str(), big["truncated"].as_bool()), (Some("big"), Some(true)));
+        assert_eq!(big["output"].as_str().map(str::len), Some(MAX_PAYLOAD_BYTES - 3));
     }
 
     #[test]
@@ -677,10 +766,10 @@ mod tests {
         let events: Vec<Arc<BusEvent>> = backlog.into_iter().map(Delivery::event).collect();
         let names: Vec<&str> = events.iter().map(|e| e.event.as_str()).collect();
         assert_eq!(names, ["tool:started", "tool:completed", "run:failed"]);
-        assert_eq!(events[0].data["runId"], "chat-1");
-        assert_eq!(events[0].data["sessionId"], "s-1");
-        let all = serde_json::to_string(&events).unwrap();
+        assert_eq!(events[0].payload()["runId"], "chat-1");
+        assert_eq!(events[0].payload()["sessionId"], "s-1");
+        let all: String = events.iter().map(|e| e.data.as_str()).collect();
         assert!(!all.contains("k-123456") && !all.contains("sk-abc") && !all.contains("Bearer abc"), "{all}");
-        assert_eq!(events[2].data["code"], "invalid_request");
+        assert_eq!(events[2].payload()["code"], "invalid_request");
     }
 }

@@ -119,7 +119,7 @@ fn frame(delivery: &Delivery, filters: &[String]) -> Option<Event> {
             if !filters.is_empty() && !filters.iter().any(|g| glob_matches(g, &e.event)) {
                 return None;
             }
-            Some(Event::default().id(e.id.to_string()).event(e.event.as_str()).data(e.data.to_string()))
+            Some(Event::default().id(e.id.to_string()).event(e.event.as_str()).data(e.data.as_str()))
         }
         Delivery::Lost(lost) => {
             Some(Event::default().event(EVENTS_LOST).data(serde_json::to_string(lost).unwrap_or_default()))

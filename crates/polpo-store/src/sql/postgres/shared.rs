@@ -138,7 +138,7 @@ fn feed_from_row(row: &PgRow) -> Result<FeedEvent, StoreError> {
         id: from_db(row.try_get("id")?),
         ts: from_millis(row.try_get("ts")?),
         event: row.try_get("event")?,
-        data: from_text(row.try_get::<&str, _>("data")?)?,
+        data: row.try_get("data")?,
     })
 }
 
@@ -159,7 +159,7 @@ impl EventFeed for PgStore {
                 .bind(id)
                 .bind(event.ts.timestamp_millis())
                 .bind(&event.event)
-                .bind(to_text(&event.data)?)
+                .bind(&event.data)
                 .execute(&mut *tx)
                 .await?;
         }
