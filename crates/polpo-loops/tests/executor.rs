@@ -647,6 +647,16 @@ fn process_cpu() -> Option<Duration> {
     Some(Duration::from_millis(ticks * 10))
 }
 
+/// A point to measure from: the wall clock and [`process_cpu`].
+fn mark() -> (std::time::Instant, Option<Duration>) {
+    (std::time::Instant::now(), process_cpu())
+}
+
+/// Wall and CPU time since `from`.
+fn since((wall, cpu): (std::time::Instant, Option<Duration>)) -> (Duration, Option<Duration>) {
+    (wall.elapsed(), process_cpu().zip(cpu).map(|(end, start)| end - start))
+}
+
 /// The steps of a loop of `length` `read` tool steps, `s0` to `s{length-1}`, each saving its
 /// output as `r<i>`.
 fn read_chain(length: u32) -> serde_json::Map<String, Value> {
@@ -671,22 +681,22 @@ async fn bench_tool_loop(storage: &str, length: u32, repeat: u32) {
     std::fs::write(dir.path().join("f.txt"), "data").unwrap();
     let req = request(json!({}));
     assert_eq!(code(&run(&exec, &req).await), "ok", "warm-up");
-    let (started, cpu) = (std::time::Instant::now(), process_cpu());
+    let started = mark();
     for _ in 0..repeat {
         assert_eq!(code(&run(&exec, &req).await), "ok");
     }
-    let (looped, looped_cpu) = (started.elapsed(), process_cpu().zip(cpu).map(|(end, start)| end - start));
+    let (looped, looped_cpu) = since(started);
 
     let mut input = ChatInput::new("bot", Vec::new());
     input.surface = Surface::Loop;
     input.loop_context = Some(LoopContext { loop_id: "bench".into(), step: "s0".into(), ..LoopContext::default() });
     let cancel = CancellationToken::new();
-    let (started, cpu) = (std::time::Instant::now(), process_cpu());
+    let started = mark();
     for _ in 0..repeat * length {
         let read = runtime.call_tool(&input, "read", json!({"path": "f.txt"}), &cancel, &|_| {}).await.unwrap();
         assert!(read.unwrap().contains("data"), "the direct call reads the file");
     }
-    let (direct, direct_cpu) = (started.elapsed(), process_cpu().zip(cpu).map(|(end, start)| end - start));
+    let (direct, direct_cpu) = since(started);
 
     let steps = repeat * length;
     let (per_step, tool) = (looped / steps, direct / steps);
