@@ -394,12 +394,19 @@ struct Capped {
 }
 
 impl std::io::Write for Capped {
+    #[inline]
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.write_all(bytes).map(|()| bytes.len())
+    }
+
+    // The serializer writes token by token: one inlined check and copy each.
+    #[inline]
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         if self.buf.len() + bytes.len() > self.max {
             return Err(std::io::ErrorKind::FileTooLarge.into());
         }
         self.buf.extend_from_slice(bytes);
-        Ok(bytes.len())
+        Ok(())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
