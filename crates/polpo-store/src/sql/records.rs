@@ -1,5 +1,14 @@
 //! `RecordStore` over SQL: revisioned records per collection.
 
+/// `$head` over the entries of one record log (`$1` the collection, `$2` the log's id prefix,
+/// compared by bytes whatever the database's collation): the one predicate its reads and its
+/// clearing share.
+macro_rules! log_entries {
+    ($head:literal) => {
+        concat!($head, " WHERE collection = $1 AND substr(id, 1, length($2)) = $2")
+    };
+}
+
 /// Stamped out per driver by `sql_store_impl!` in the parent module.
 macro_rules! sql_records {
     ($store:ty, $row:ty) => {
@@ -161,13 +170,11 @@ macro_rules! sql_records {
 
             async fn read_log(&self, collection: &str, log: &str) -> Result<Vec<Value>, StoreError> {
                 crate::record_log::check_log(collection, log)?;
-                let rows = sqlx::query(
-                    "SELECT id, value FROM records WHERE collection = $1 AND substr(id, 1, length($2)) = $2",
-                )
-                .bind(collection)
-                .bind(crate::record_log::sql_entry_prefix(log))
-                .fetch_all(&self.pool)
-                .await?;
+                let rows = sqlx::query(crate::sql::records::log_entries!("SELECT id, value FROM records"))
+                    .bind(collection)
+                    .bind(crate::record_log::sql_entry_prefix(log))
+                    .fetch_all(&self.pool)
+                    .await?;
                 let mut entries = rows
                     .iter()
                     .map(|row| Ok((row.try_get::<String, _>("id")?, from_text(row.try_get::<&str, _>("value")?)?)))
@@ -179,7 +186,7 @@ macro_rules! sql_records {
 
             async fn clear_log(&self, collection: &str, log: &str) -> Result<(), StoreError> {
                 crate::record_log::check_log(collection, log)?;
-                let write = sqlx::query("DELETE FROM records WHERE collection = $1 AND substr(id, 1, length($2)) = $2")
+                let write = sqlx::query(crate::sql::records::log_entries!("DELETE FROM records"))
                     .bind(collection)
                     .bind(crate::record_log::sql_entry_prefix(log));
                 self.write_execute(write).await?;
@@ -189,4 +196,5 @@ macro_rules! sql_records {
 
     };
 }
+pub(crate) use log_entries;
 pub(crate) use sql_records;
