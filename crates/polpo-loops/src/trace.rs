@@ -237,15 +237,17 @@ impl Announce {
     }
 }
 
-/// A trace event as the bus announces it: the event and who its run is, written straight to
-/// the bus's JSON text (a step announces several; no `Value` tree is built for them).
+/// A trace event as the bus announces it: who its run is, then the event, written straight to
+/// the bus's JSON text (a step announces several; no `Value` tree is built for them). The ids
+/// come first so that the bus's size bound, which cuts strings in order, cuts a long error
+/// message and never the run's ids.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct Announced<'a> {
-    #[serde(flatten)]
-    event: &'a TraceEvent,
     loop_run_id: &'a str,
     agent: &'a str,
+    #[serde(flatten)]
+    event: &'a TraceEvent,
 }
 
 /// Numbers, stamps and forwards a run's trace events (to the sink and the bus), and keeps them
@@ -322,5 +324,29 @@ impl<'a> Tracer<'a> {
     /// Every event recorded, in order.
     pub(crate) fn into_events(self) -> Vec<TraceEvent> {
         self.kept.into_inner().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use polpo_engine::Delivery;
+    use polpo_engine::events::bus::MAX_PAYLOAD_BYTES;
+
+    #[test]
+    fn an_announced_trace_event_keeps_its_run_ids_when_its_error_is_cut() {
+        let bus = EventBus::starting_at(8, 1);
+        let announce = Announce { bus: bus.clone(), run_id: "lr-1".into(), agent: "coder".into() };
+        let mut event = TraceEvent::new(TraceKind::StepEnd, Some("fetch")).status(TraceStatus::Failed);
+        event.loop_id = "flow".into();
+        event.error = Some("x".repeat(MAX_PAYLOAD_BYTES * 2));
+        announce.trace(&event);
+        let (backlog, _) = bus.subscribe_after(Some(0));
+        let Some(Delivery::Event(e)) = backlog.first() else { panic!("announced: {backlog:?}") };
+        let data = e.payload();
+        assert_eq!((data["loopRunId"].as_str(), data["agent"].as_str()), (Some("lr-1"), Some("coder")));
+        assert_eq!((data["stepKey"].as_str(), data["truncated"].as_bool()), (Some("fetch"), Some(true)));
+        assert!(data["error"].as_str().unwrap().len() < MAX_PAYLOAD_BYTES);
     }
 }
