@@ -367,10 +367,11 @@ impl Subscription {
 }
 
 /// `data` as JSON text, its strings cut so their bytes total at most `max` (and then flagged
-/// `"truncated": true`). Written straight to text; only a payload whose text outgrows `max`
-/// (its strings may still fit: keys, numbers and escapes count in the text) is built as a
-/// `Value` to be cut, and the writing stops at `max` bytes, so a huge tool result costs at
-/// most that much before the cut.
+/// `"truncated": true`). Written straight to text; the writing stops at `max` bytes, and only
+/// a payload whose text outgrows `max` (its strings may still fit: keys, numbers and escapes
+/// count in the text) is then built as a `Value` to be cut — a whole copy of it, so a huge
+/// tool result costs its size once more here (a serializer that cuts strings as it writes
+/// would not).
 fn payload_text(data: &impl Serialize, max: usize) -> String {
     let mut text = Capped { buf: Vec::with_capacity(256), max };
     if serde_json::to_writer(&mut text, data).is_ok()
