@@ -54,9 +54,14 @@ fn figures(out: &Output) -> serde_json::Map<String, Value> {
 }
 
 fn assert_sound(map: &serde_json::Map<String, Value>) {
+    assert_fields(map, &[]);
+}
+
+/// The documented fields and `extra` ones, exactly, with figures that were really measured.
+fn assert_fields(map: &serde_json::Map<String, Value>, extra: &[&str]) {
     let mut keys: Vec<&str> = map.keys().map(String::as_str).collect();
     keys.sort_unstable();
-    let mut expected = FIELDS.to_vec();
+    let mut expected = [FIELDS.as_slice(), extra].concat();
     expected.sort_unstable();
     assert_eq!(keys, expected, "exactly the documented fields: {map:?}");
     assert_eq!(map["errors"], 0, "{map:?}");
@@ -90,6 +95,24 @@ fn sqlite_store_and_a_project_whose_store_is_never_touched() {
     let before = tree(dir.path());
     assert_sound(&figures(&bench(dir.path(), &["--json", "--store", "sqlite"])));
     assert_eq!(tree(dir.path()), before, "the bench wrote into the user's project");
+}
+
+#[test]
+fn stored_sessions_are_in_the_store_the_cold_start_opens() {
+    // The bench fills its store first, then starts cold on it and pages the session list through
+    // the server; the bench itself fails when the page does not show the stored sessions.
+    for store in ["file", "sqlite"] {
+        let dir = tempfile::tempdir().unwrap();
+        let map = figures(&bench(dir.path(), &["--json", "--store", store, "--stored-sessions", "45"]));
+        assert_fields(&map, &["stored_sessions", "page_ms"]);
+        assert_eq!(map["stored_sessions"], 45, "{map:?}");
+        assert!(map["page_ms"].as_f64().unwrap() > 0.0, "{map:?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let table = bench(dir.path(), &["--stored-sessions", "3"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("cold start to first run (3 stored sessions)"), "{table}");
+    assert!(table.contains("first page of 20 sessions"), "{table}");
 }
 
 #[test]

@@ -16,6 +16,11 @@
 //! over those runs and the process's peak RSS (`/proc/self/status`: server, fake and client are
 //! one process); runs/s with `--concurrency` clients for `--duration` seconds; `cold_ms` from
 //! loading the project to the first answered run; and the runs that failed or answered wrong.
+//!
+//! `--stored-sessions N` first fills the bench store with N finished chats (written through the
+//! store itself, as a server that served them would have left them), so `cold_ms` and the first
+//! page of the session list (`page_ms`, through the server's route) show what start-up and
+//! listing cost with that much history: both must not grow with it.
 
 mod fake;
 
@@ -44,6 +49,10 @@ pub struct Args {
     /// The store the bench sessions go to (in a temporary folder, never the project's).
     #[arg(long, value_enum, default_value_t = Store::File)]
     store: Store,
+    /// Finished chats put into the bench store before the cold start (adds `stored_sessions` and
+    /// `page_ms`, the first page of 20 sessions through the server, to the figures).
+    #[arg(long, default_value_t = 0)]
+    stored_sessions: usize,
     /// One JSON line: `p50_ms, p99_ms, runs_per_s, peak_rss_kb, rss_growth_kb, cold_ms, errors`.
     #[arg(long)]
     json: bool,
@@ -83,6 +92,9 @@ struct Report {
     peak_rss_kb: u64,
     rss_growth_kb: i64,
     cold_ms: f64,
+    /// Time of the first `GET /api/v1/chat/sessions?limit=20` after the cold start (ms), when
+    /// sessions were stored first.
+    page_ms: Option<f64>,
     errors: u64,
     /// The first failure, to say why `errors` is not 0.
     first_error: Option<String>,
@@ -98,18 +110,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = rt.block_on(measure(&args))?;
     if args.json {
         // One line, for scripts and CI logs to collect.
-        println!(
-            "{}",
-            json!({
-                "p50_ms": percentile(&report.overheads, 0.50),
-                "p99_ms": percentile(&report.overheads, 0.99),
-                "runs_per_s": report.runs_per_s,
-                "peak_rss_kb": report.peak_rss_kb,
-                "rss_growth_kb": report.rss_growth_kb,
-                "cold_ms": report.cold_ms,
-                "errors": report.errors,
-            })
-        );
+        let mut line = json!({
+            "p50_ms": percentile(&report.overheads, 0.50),
+            "p99_ms": percentile(&report.overheads, 0.99),
+            "runs_per_s": report.runs_per_s,
+            "peak_rss_kb": report.peak_rss_kb,
+            "rss_growth_kb": report.rss_growth_kb,
+            "cold_ms": report.cold_ms,
+            "errors": report.errors,
+        });
+        if let Some(page_ms) = report.page_ms {
+            line["stored_sessions"] = json!(args.stored_sessions);
+            line["page_ms"] = json!(page_ms);
+        }
+        println!("{line}");
     } else {
         print_table(&args, &report);
     }
@@ -124,6 +138,9 @@ async fn measure(args: &Args) -> anyhow::Result<Report> {
     let fake = fake::start().await.context("cannot start the bench model")?;
     let dir = tempfile::tempdir().context("cannot create the bench project folder")?;
     write_project(dir.path(), fake.addr, args.store).context("cannot write the bench project")?;
+    if args.stored_sessions > 0 {
+        store_sessions(dir.path(), args.store, args.stored_sessions).await?;
+    }
 
     let cold = Instant::now();
     let project = polpo_project::load_project(dir.path()).map_err(|problems| {
@@ -143,6 +160,10 @@ async fn measure(args: &Args) -> anyhow::Result<Report> {
     let mut tally = Tally::default();
     tally.add(one_run(&http, &url).await);
     let cold_ms = ms(cold.elapsed());
+    let page_ms = match args.stored_sessions {
+        0 => None,
+        stored => Some(first_page(&http, &url, stored).await?),
+    };
 
     // Sequential: the cost of one run with nothing else going on, and what memory keeps.
     let rss_before = proc_status_kb("VmRSS");
@@ -191,6 +212,7 @@ async fn measure(args: &Args) -> anyhow::Result<Report> {
         peak_rss_kb,
         rss_growth_kb,
         cold_ms,
+        page_ms,
         errors: tally.errors,
         first_error: tally.first_error,
     })
@@ -213,6 +235,57 @@ fn write_project(root: &Path, model: std::net::SocketAddr, store: Store) -> std:
     std::fs::write(agent.join("agent.json"), config.to_string())?;
     std::fs::write(agent.join("instructions.md"), "You read files when asked and say what they contain.")?;
     std::fs::write(root.join(fake::FILE), format!("{}\n", fake::MARKER))
+}
+
+/// Fill the bench store with `count` finished chats (a question and its answer each), through the
+/// store's own writes, 32 at a time; the store is closed again before the cold start.
+async fn store_sessions(root: &Path, store: Store, count: usize) -> anyhow::Result<()> {
+    use polpo_core::message::Message;
+    use polpo_store::{NewMessage, NewSession};
+    let kind = polpo_store::StoreKind::parse(store.as_str())?;
+    let opened = polpo_store::open_store(kind, root, None, Arc::new(polpo_store::SystemClock))
+        .await
+        .context("cannot open the bench store to fill it")?;
+    let sessions = opened.sessions.clone();
+    const WRITERS: usize = 32;
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let sessions = sessions.clone();
+            tokio::spawn(async move {
+                for i in (w..count).step_by(WRITERS) {
+                    let new = NewSession { agent: "bench".into(), ..Default::default() };
+                    let turn = vec![
+                        NewMessage::new(Message::user(format!("Read {} and tell me what it says. ({i})", fake::FILE))),
+                        NewMessage::new(Message::assistant(fake::ANSWER)),
+                    ];
+                    sessions.create_session_with_messages(new, turn).await?;
+                }
+                Ok::<_, polpo_store::StoreError>(())
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.context("a store filler stopped")?.context("cannot store a bench session")?;
+    }
+    Ok(())
+}
+
+/// The first page of 20 sessions through the server's list route: its time (ms), after checking
+/// it is a full page with a cursor to the next (so the stored sessions are really there).
+async fn first_page(http: &reqwest::Client, chat_url: &str, stored: usize) -> anyhow::Result<f64> {
+    let url = chat_url.replace("/v1/chat/completions", "/api/v1/chat/sessions?limit=20");
+    let started = Instant::now();
+    let response = http.get(&url).send().await.context("the session list failed")?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await.context("the session list is not JSON")?;
+    let page_ms = ms(started.elapsed());
+    let page = &body["data"];
+    let listed = page["sessions"].as_array().map_or(0, Vec::len);
+    // The stored sessions and the cold start's own run: a full page, and more after it.
+    if !status.is_success() || listed != 20.min(stored + 1) || (stored >= 20 && page["nextCursor"].is_null()) {
+        return Err(anyhow!("the session list answered HTTP {status} with {listed} session(s), not {stored} stored"));
+    }
+    Ok(page_ms)
 }
 
 /// Runs that succeeded and failed, with the first failure's reason.
@@ -310,6 +383,13 @@ fn print_table(args: &Args, r: &Report) {
     );
     println!("  {:<34} {:>9} kB", "peak RSS", r.peak_rss_kb);
     println!("  {:<34} {:>9} kB", format!("RSS growth over {} runs", args.runs), r.rss_growth_kb);
-    println!("  {:<34} {:>9.1} ms", "cold start to first run", r.cold_ms);
+    match r.page_ms {
+        None => println!("  {:<34} {:>9.1} ms", "cold start to first run", r.cold_ms),
+        Some(page_ms) => {
+            let stored = format!("{} stored sessions", args.stored_sessions);
+            println!("  {:<34} {:>9.1} ms", format!("cold start to first run ({stored})"), r.cold_ms);
+            println!("  {:<34} {:>9.1} ms", "first page of 20 sessions", page_ms);
+        }
+    }
     println!("  {:<34} {:>12}", "errors", r.errors);
 }
