@@ -13,7 +13,10 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -56,8 +59,48 @@ pub async fn start() -> std::io::Result<Fake> {
     Ok(Fake { addr, counters })
 }
 
+/// The parts of a chat completion request the fake reads. Tool schemas are skipped, not built
+/// into trees: the fake shares the bench's CPU with the server it measures, so it must cost
+/// little beside it (a real provider's parsing runs on its own machines).
+#[derive(Deserialize)]
+struct Request<'a> {
+    #[serde(borrow, default)]
+    model: Option<Cow<'a, str>>,
+    #[serde(default)]
+    messages: Option<Vec<Value>>,
+    #[serde(borrow, default)]
+    tools: Vec<ToolSpec<'a>>,
+    #[serde(default)]
+    tool_choice: Option<IgnoredAny>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+}
+
+/// One entry of `tools`: its type and function name (the schema is skipped).
+#[derive(Deserialize)]
+struct ToolSpec<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+    #[serde(borrow)]
+    function: FunctionSpec<'a>,
+}
+
+#[derive(Deserialize)]
+struct FunctionSpec<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+}
+
+#[derive(Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
 async fn answer(State(counters): State<Arc<Counters>>, body: Bytes) -> Response {
-    let request: Value = match serde_json::from_slice(&body) {
+    let request: Request = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return refuse(&format!("We could not parse the JSON body of your request: {e}")),
     };
@@ -65,8 +108,8 @@ async fn answer(State(counters): State<Arc<Counters>>, body: Bytes) -> Response 
         return refuse(&problem);
     }
     let n = counters.calls.fetch_add(1, Ordering::Relaxed);
-    counters.tool_schemas.store(request["tools"].as_array().map_or(0, Vec::len), Ordering::Relaxed);
-    let messages = request["messages"].as_array().map(Vec::as_slice).unwrap_or_default();
+    counters.tool_schemas.store(request.tools.len(), Ordering::Relaxed);
+    let messages = request.messages.as_deref().unwrap_or_default();
     let reply = match messages.last() {
         Some(last) if last["role"] == "tool" => {
             // The answer names the marker only when the tool result really carried it, so a
@@ -76,9 +119,9 @@ async fn answer(State(counters): State<Arc<Counters>>, body: Bytes) -> Response 
         }
         _ => Reply::Read(format!("call_{n}")),
     };
-    let model = request["model"].as_str().unwrap_or_default();
-    if request["stream"] == true {
-        let usage = request["stream_options"]["include_usage"] == true;
+    let model = request.model.as_deref().unwrap_or_default();
+    if request.stream {
+        let usage = request.stream_options.is_some_and(|o| o.include_usage);
         let body = frames(&reply, model, n, usage);
         ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], body).into_response()
     } else {
@@ -104,11 +147,11 @@ impl Reply {
 }
 
 /// Why the real API would refuse `request` (the checks that matter for this scenario).
-fn problem(request: &Value) -> Option<String> {
-    if request["model"].as_str().is_none_or(str::is_empty) {
+fn problem(request: &Request) -> Option<String> {
+    if request.model.as_deref().is_none_or(str::is_empty) {
         return Some("you must provide a model parameter".into());
     }
-    let messages = request["messages"].as_array().filter(|m| !m.is_empty());
+    let messages = request.messages.as_ref().filter(|m| !m.is_empty());
     let Some(messages) = messages else { return Some("'messages' must be a non-empty array".into()) };
     if let Some((i, _)) = messages
         .iter()
@@ -131,13 +174,13 @@ fn problem(request: &Value) -> Option<String> {
             ));
         }
     }
-    let tools = request["tools"].as_array().map(Vec::as_slice).unwrap_or_default();
-    if request.get("tool_choice").is_some_and(|c| !c.is_null()) && tools.is_empty() {
+    let tools = &request.tools;
+    if request.tool_choice.is_some() && tools.is_empty() {
         return Some(
             "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.".into(),
         );
     }
-    if !tools.iter().any(|t| t["type"] == "function" && t["function"]["name"] == "read") {
+    if !tools.iter().any(|t| t.kind == "function" && t.function.name == "read") {
         return Some("the bench scenario needs the `read` tool among 'tools'".into());
     }
     None
@@ -204,16 +247,22 @@ mod tests {
                "tools": [{"type": "function", "function": {"name": "read", "parameters": {"type": "object"}}}], "tool_choice": "auto"})
     }
 
+    /// What the fake finds wrong with `body`, parsed as it parses requests.
+    fn problem_of(body: &Value) -> Option<String> {
+        let text = body.to_string();
+        problem(&serde_json::from_str(&text).unwrap())
+    }
+
     #[test]
     fn refuses_what_the_real_api_refuses() {
-        assert!(problem(&request(json!([{"role": "user", "content": "hi"}]))).is_none());
+        assert!(problem_of(&request(json!([{"role": "user", "content": "hi"}]))).is_none());
         let orphan = json!([{"role": "user", "content": "hi"}, {"role": "tool", "tool_call_id": "x", "content": "c"}]);
-        assert!(problem(&request(orphan)).unwrap().contains("role 'tool'"));
-        assert!(
-            problem(&json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto"}))
-                .is_some()
-        );
-        assert!(problem(&json!({"messages": [{"role": "user", "content": "hi"}]})).is_some());
+        assert!(problem_of(&request(orphan)).unwrap().contains("role 'tool'"));
+        let no_tools = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto"});
+        assert!(problem_of(&no_tools).unwrap().contains("tool_choice"));
+        let null_choice = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "tool_choice": null});
+        assert!(problem_of(&null_choice).unwrap().contains("`read` tool"), "a null tool_choice is no choice");
+        assert!(problem_of(&json!({"messages": [{"role": "user", "content": "hi"}]})).unwrap().contains("model"));
     }
 
     #[test]
