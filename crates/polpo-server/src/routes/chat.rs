@@ -251,8 +251,11 @@ async fn deliver(
     chunks: Option<UnboundedSender<Event>>,
     done: oneshot::Sender<Delivered>,
 ) {
-    let send = |v: &Value, seq: Option<u64>| {
-        if let Some(tx) = &chunks {
+    // Chunks are built only for a streamed answer: a non-streamed one is the `Answer` alone.
+    let send = |chunk: &dyn Fn() -> Option<Value>, seq: Option<u64>| {
+        if let Some(tx) = &chunks
+            && let Some(v) = chunk()
+        {
             let event = Event::default().data(v.to_string());
             let _ = tx.send(match seq {
                 Some(seq) => event.id(seq.to_string()),
@@ -260,7 +263,7 @@ async fn deliver(
             });
         }
     };
-    send(&completion.role_chunk(), None);
+    send(&|| Some(completion.role_chunk()), None);
     let mut approval = None;
     let finished = loop {
         match invoked.next().await {
@@ -268,9 +271,7 @@ async fn deliver(
                 if let RunEvent::ApprovalRequested { approval_id, .. } = &event {
                     approval = Some(approval_id.clone());
                 }
-                if let Some(chunk) = completion.event_chunk(&event) {
-                    send(&chunk, seq);
-                }
+                send(&|| completion.event_chunk(&event), seq);
             }
             Some(Progress::Finished(finished)) => break finished,
             None => {
@@ -288,18 +289,25 @@ async fn deliver(
     let settlement = match &answer {
         Ok(answer) => {
             send_answer(&completion, answer, overhead, seq, &send);
-            Settlement::Answered(serde_json::to_value(answer).unwrap_or_default())
+            // The response kept for the idempotency key is built only when there is one.
+            let kept = if claim.is_some() { serde_json::to_value(answer).unwrap_or_default() } else { Value::Null };
+            Settlement::Answered(kept)
         }
         Err(f) if handed_over => {
-            send(&completion.unfinished_chunk(&f.message, &f.code, invoked.run_id()), seq);
+            send(&|| Some(completion.unfinished_chunk(&f.message, &f.code, invoked.run_id())), seq);
             Settlement::HandedOver
         }
         Err(f) => {
-            let mut chunk = completion.error_chunk(&f.message, &f.code);
-            if let Some(approval) = &approval {
-                chunk["error"]["approval_id"] = approval.clone().into();
-            }
-            send(&chunk, seq);
+            send(
+                &|| {
+                    let mut chunk = completion.error_chunk(&f.message, &f.code);
+                    if let Some(approval) = &approval {
+                        chunk["error"]["approval_id"] = approval.clone().into();
+                    }
+                    Some(chunk)
+                },
+                seq,
+            );
             Settlement::Failed
         }
     };
@@ -323,16 +331,19 @@ fn send_answer(
     answer: &Answer,
     overhead: Option<Overhead>,
     seq: Option<u64>,
-    send: &impl Fn(&Value, Option<u64>),
+    send: &impl Fn(&dyn Fn() -> Option<Value>, Option<u64>),
 ) {
-    if let Some(chunk) = answer.suggestions_chunk() {
-        send(&chunk, seq);
-    }
-    let mut last = completion.final_chunk(&answer.finish_reason, &answer.tool_calls, &answer.usage);
-    if let Some(overhead) = overhead {
-        last["polpo"] = json!({"overhead_ms": millis(overhead)});
-    }
-    send(&last, seq);
+    send(&|| answer.suggestions_chunk(), seq);
+    send(
+        &|| {
+            let mut last = completion.final_chunk(&answer.finish_reason, &answer.tool_calls, &answer.usage);
+            if let Some(overhead) = overhead {
+                last["polpo"] = json!({"overhead_ms": millis(overhead)});
+            }
+            Some(last)
+        },
+        seq,
+    );
 }
 
 fn millis(overhead: Overhead) -> f64 {
