@@ -116,6 +116,18 @@ fn stored_sessions_are_in_the_store_the_cold_start_opens() {
 }
 
 #[test]
+fn unstored_runs_write_no_session() {
+    // `store: false` runs leave nothing: the page after the cold start holds only the stored
+    // sessions (the bench fails when it finds another count).
+    let dir = tempfile::tempdir().unwrap();
+    let map = figures(&bench(dir.path(), &["--json", "--unstored", "--stored-sessions", "5"]));
+    assert_fields(&map, &["stored_sessions", "page_ms"]);
+    let table = bench(dir.path(), &["--unstored"]);
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("store: false (nothing written)"), "{table}");
+}
+
+#[test]
 fn the_table_names_every_figure_and_bad_counts_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let out = bench(dir.path(), &[]);

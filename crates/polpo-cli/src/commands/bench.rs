@@ -25,6 +25,7 @@
 mod fake;
 
 use anyhow::{Context as _, anyhow};
+use axum::body::Bytes;
 use polpo_server::auth::ApiKeys;
 use polpo_server::serve::Limits;
 use polpo_server::{AppState, router};
@@ -53,6 +54,10 @@ pub struct Args {
     /// `page_ms`, the first page of 20 sessions through the server, to the figures).
     #[arg(long, default_value_t = 0)]
     stored_sessions: usize,
+    /// Every run asks `store: false` (OpenAI's stateless chat: the client sends the whole
+    /// conversation and nothing is written), to see the runtime without its store.
+    #[arg(long)]
+    unstored: bool,
     /// One JSON line: `p50_ms, p99_ms, runs_per_s, peak_rss_kb, rss_growth_kb, cold_ms, errors`.
     #[arg(long)]
     json: bool,
@@ -157,12 +162,19 @@ async fn measure(args: &Args) -> anyhow::Result<Report> {
             let _ = stopped.await;
         }));
     let http = reqwest::Client::new();
+    // One body for every run, serialised once: the client shares the CPU with the server.
+    let mut request = json!({"agent": "bench", "messages": [{"role": "user", "content": format!("Read {} and tell me what it says.", fake::FILE)}]});
+    if args.unstored {
+        request["store"] = json!(false);
+    }
+    let body = Bytes::from(request.to_string());
     let mut tally = Tally::default();
-    tally.add(one_run(&http, &url).await);
+    tally.add(one_run(&http, &url, &body).await);
     let cold_ms = ms(cold.elapsed());
     let page_ms = match args.stored_sessions {
         0 => None,
-        stored => Some(first_page(&http, &url, stored).await?),
+        // An unstored cold run leaves no session of its own.
+        stored => Some(first_page(&http, &url, stored, stored + usize::from(!args.unstored)).await?),
     };
 
     // Sequential: the cost of one run with nothing else going on, and what memory keeps.
@@ -170,7 +182,7 @@ async fn measure(args: &Args) -> anyhow::Result<Report> {
     let calls_before = fake.counters.calls.load(std::sync::atomic::Ordering::Relaxed);
     let mut overheads = Vec::with_capacity(args.runs);
     for _ in 0..args.runs {
-        if let Some(overhead) = tally.add(one_run(&http, &url).await) {
+        if let Some(overhead) = tally.add(one_run(&http, &url, &body).await) {
             overheads.push(overhead);
         }
     }
@@ -183,11 +195,11 @@ async fn measure(args: &Args) -> anyhow::Result<Report> {
     let started = Instant::now();
     let clients: Vec<_> = (0..args.concurrency)
         .map(|_| {
-            let (http, url) = (http.clone(), url.clone());
+            let (http, url, body) = (http.clone(), url.clone(), body.clone());
             tokio::spawn(async move {
                 let mut tally = Tally::default();
                 while Instant::now() < deadline {
-                    tally.add(one_run(&http, &url).await);
+                    tally.add(one_run(&http, &url, &body).await);
                 }
                 tally
             })
@@ -271,8 +283,9 @@ async fn store_sessions(root: &Path, store: Store, count: usize) -> anyhow::Resu
 }
 
 /// The first page of 20 sessions through the server's list route: its time (ms), after checking
-/// it is a full page with a cursor to the next (so the stored sessions are really there).
-async fn first_page(http: &reqwest::Client, chat_url: &str, stored: usize) -> anyhow::Result<f64> {
+/// it is a full page with a cursor to the next (so the stored sessions are really there):
+/// `stored` filled in, `total` with the cold start's own.
+async fn first_page(http: &reqwest::Client, chat_url: &str, stored: usize, total: usize) -> anyhow::Result<f64> {
     let url = chat_url.replace("/v1/chat/completions", "/api/v1/chat/sessions?limit=20");
     let started = Instant::now();
     let response = http.get(&url).send().await.context("the session list failed")?;
@@ -281,8 +294,7 @@ async fn first_page(http: &reqwest::Client, chat_url: &str, stored: usize) -> an
     let page_ms = ms(started.elapsed());
     let page = &body["data"];
     let listed = page["sessions"].as_array().map_or(0, Vec::len);
-    // The stored sessions and the cold start's own run: a full page, and more after it.
-    if !status.is_success() || listed != 20.min(stored + 1) || (stored >= 20 && page["nextCursor"].is_null()) {
+    if !status.is_success() || listed != 20.min(total) || (total > 20 && page["nextCursor"].is_null()) {
         return Err(anyhow!("the session list answered HTTP {status} with {listed} session(s), not {stored} stored"));
     }
     Ok(page_ms)
@@ -323,9 +335,9 @@ impl Tally {
 
 /// One run over HTTP: its `x-polpo-overhead-ms`, or why it failed (an error status, a missing
 /// figure, or an answer other than the one a run that really read the file gets).
-async fn one_run(http: &reqwest::Client, url: &str) -> Result<f64, String> {
-    let body = json!({"agent": "bench", "messages": [{"role": "user", "content": format!("Read {} and tell me what it says.", fake::FILE)}]});
-    let response = http.post(url).json(&body).send().await.map_err(|e| format!("request failed: {e}"))?;
+async fn one_run(http: &reqwest::Client, url: &str, body: &Bytes) -> Result<f64, String> {
+    let request = http.post(url).header(reqwest::header::CONTENT_TYPE, "application/json").body(body.clone());
+    let response = request.send().await.map_err(|e| format!("request failed: {e}"))?;
     let status = response.status();
     let overhead = response.headers().get("x-polpo-overhead-ms").and_then(|v| v.to_str().ok()?.parse::<f64>().ok());
     let text = response.text().await.map_err(|e| format!("response failed: {e}"))?;
@@ -368,10 +380,14 @@ fn print_table(args: &Args, r: &Report) {
     let profile = if cfg!(debug_assertions) { " (debug build: figures are not representative)" } else { "" };
     println!("polpo bench{profile}");
     println!(
-        "  scenario: read a file → {:.0} model calls + 1 tool, {} tool schemas per call, {} store",
+        "  scenario: read a file → {:.0} model calls + 1 tool, {} tool schemas per call, {}",
         r.turns_per_run,
         r.tool_schemas,
-        args.store.as_str()
+        if args.unstored {
+            "store: false (nothing written)".to_owned()
+        } else {
+            format!("{} store", args.store.as_str())
+        }
     );
     println!("  {:<34} {:>12} {:>12}", "runtime's own time", "p50", "p99");
     println!("  {:<34} {:>9.3} ms {:>9.3} ms", format!("per run ({} runs)", args.runs), p50, p99);

@@ -214,7 +214,7 @@ fn read_call(id: &str) -> Value {
 }
 
 /// The answer as SSE `chat.completion.chunk`s, usage chunk when asked, then `[DONE]`.
-fn frames(reply: &Reply, model: &str, n: u64, include_usage: bool) -> String {
+fn frames(reply: &Reply, model: &str, n: u64, include_usage: bool) -> Vec<u8> {
     let chunk = |choices: Value| json!({"id": format!("chatcmpl-bench-{n}"), "object": "chat.completion.chunk", "created": 0, "model": model, "choices": choices});
     let delta = |delta: Value, finish: Value| chunk(json!([{"index": 0, "delta": delta, "finish_reason": finish}]));
     let mut out = vec![delta(json!({"role": "assistant", "content": ""}), Value::Null)];
@@ -232,8 +232,15 @@ fn frames(reply: &Reply, model: &str, n: u64, include_usage: bool) -> String {
         last["usage"] = usage();
         out.push(last);
     }
-    let mut body: String = out.iter().map(|c| format!("data: {c}\n\n")).collect();
-    body.push_str("data: [DONE]\n\n");
+    // Written straight as JSON bytes (not through `Display`, a formatter call per piece).
+    let mut body = Vec::with_capacity(256 * (out.len() + 1));
+    for chunk in &out {
+        body.extend_from_slice(b"data: ");
+        // Writing a `Value` into a `Vec` cannot fail.
+        let _ = serde_json::to_writer(&mut body, chunk);
+        body.extend_from_slice(b"\n\n");
+    }
+    body.extend_from_slice(b"data: [DONE]\n\n");
     body
 }
 
@@ -267,13 +274,14 @@ mod tests {
 
     #[test]
     fn a_streamed_tool_call_then_usage_then_done() {
-        let body = frames(&Reply::Read("call_1".into()), "m", 1, true);
+        let body = String::from_utf8(frames(&Reply::Read("call_1".into()), "m", 1, true)).unwrap();
         let data: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
         assert_eq!(data.last(), Some(&"[DONE]"));
         let chunks: Vec<Value> = data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap()).collect();
         assert_eq!(chunks[1]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "read");
         assert_eq!(chunks[2]["choices"][0]["finish_reason"], "tool_calls");
         assert_eq!(chunks[3]["usage"]["total_tokens"], 912);
-        assert!(!frames(&Reply::Text(ANSWER.into()), "m", 2, false).contains("usage"));
+        let text = String::from_utf8(frames(&Reply::Text(ANSWER.into()), "m", 2, false)).unwrap();
+        assert!(!text.contains("usage"));
     }
 }
