@@ -47,8 +47,10 @@ impl ModelProvider for AnthropicProvider {
         let format = request.response_format.as_ref().and_then(FormatTool::new);
         let decoder: Option<Box<dyn WireDecoder>> =
             if self.stream { Some(Box::new(Decoder { format: format.clone(), ..Decoder::default() })) } else { None };
-        decode::call(&self.transport, &self.url, &body, decoder, move |body| events_from_body(body, format.as_ref()))
-            .await
+        decode::call(&self.transport, &self.url, crate::http::encode(&body)?, decoder, move |body| {
+            events_from_body(body, format.as_ref())
+        })
+        .await
     }
 }
 

@@ -41,7 +41,7 @@ pub(crate) trait WireDecoder: Send + 'static {
 pub(crate) async fn call(
     transport: &Transport,
     url: &str,
-    body: &(impl serde::Serialize + ?Sized),
+    body: bytes::Bytes,
     streaming: Option<Box<dyn WireDecoder>>,
     from_body: impl FnOnce(serde_json::Value) -> Result<Vec<ModelEvent>, LlmError>,
 ) -> Result<ModelStream, LlmError> {

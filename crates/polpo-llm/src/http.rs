@@ -13,6 +13,16 @@ const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// Longest provider error message quoted in an `LlmError`.
 const MAX_QUOTED_CHARS: usize = 500;
 
+/// `body` as the JSON bytes of a request.
+pub(crate) fn encode(body: &(impl serde::Serialize + ?Sized)) -> Result<Bytes, LlmError> {
+    serde_json::to_vec(body).map(Bytes::from).map_err(cannot_encode)
+}
+
+/// The error of a request body that cannot be written as JSON.
+pub(crate) fn cannot_encode(e: serde_json::Error) -> LlmError {
+    LlmError::new(LlmErrorKind::InvalidRequest, format!("cannot encode request: {e}"))
+}
+
 /// POSTs JSON to one provider and turns HTTP failures into classified [`LlmError`]s.
 pub(crate) struct Transport {
     client: reqwest::Client,
@@ -68,15 +78,7 @@ impl Transport {
     /// POST `body` to `url`, retrying 429, 5xx and connection failures with exponential
     /// backoff and jitter (or the provider's `Retry-After`, up to a bound). Retries happen only
     /// here, before any byte of a successful body is read, so nothing is ever delivered twice.
-    pub async fn post(
-        &self,
-        url: &str,
-        body: &(impl serde::Serialize + ?Sized),
-    ) -> Result<reqwest::Response, LlmError> {
-        let body = Bytes::from(
-            serde_json::to_vec(body)
-                .map_err(|e| LlmError::new(LlmErrorKind::InvalidRequest, format!("cannot encode request: {e}")))?,
-        );
+    pub async fn post(&self, url: &str, body: Bytes) -> Result<reqwest::Response, LlmError> {
         let mut attempt: u32 = 0;
         loop {
             let sent = self.client.post(url).headers(self.headers.clone()).body(body.clone()).send().await;

@@ -31,6 +31,7 @@ mod http;
 mod openai;
 mod registry;
 mod sse;
+mod wire_tools;
 
 pub use anthropic::AnthropicProvider;
 pub use config::{ApiKey, HttpPolicy, ProviderConfig, WireApi, builtin_provider_names};

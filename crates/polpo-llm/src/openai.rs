@@ -6,8 +6,9 @@
 
 use crate::config::{ApiKey, ProviderConfig};
 use crate::decode::{self, Step, ToolCalls, WireDecoder};
-use crate::http::{Transport, classify, provider_message};
+use crate::http::{Transport, cannot_encode, classify, provider_message};
 use crate::sse::SseEvent;
+use crate::wire_tools::WireTools;
 use crate::{LlmError, LlmErrorKind, ModelEvent, ModelProvider, ModelRequest, ModelStream, ToolChoice};
 use polpo_core::message::{FinishReason, Message, Role, Usage};
 use serde::Serialize;
@@ -18,6 +19,7 @@ pub struct OpenAiProvider {
     transport: Transport,
     url: String,
     stream: bool,
+    tools: WireTools,
 }
 
 impl OpenAiProvider {
@@ -29,6 +31,7 @@ impl OpenAiProvider {
             transport,
             url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
             stream: config.stream,
+            tools: WireTools::default(),
         })
     }
 }
@@ -36,15 +39,16 @@ impl OpenAiProvider {
 #[async_trait::async_trait]
 impl ModelProvider for OpenAiProvider {
     async fn stream(&self, request: ModelRequest) -> Result<ModelStream, LlmError> {
-        let body = request_body(&request, self.stream);
+        let body = request_bytes(&request, self.stream, &self.tools).map_err(cannot_encode)?;
         let decoder: Option<Box<dyn WireDecoder>> = if self.stream { Some(Box::new(Decoder::default())) } else { None };
-        decode::call(&self.transport, &self.url, &body, decoder, events_from_body).await
+        decode::call(&self.transport, &self.url, body.into(), decoder, events_from_body).await
     }
 }
 
 /// The JSON body of a chat-completions request, borrowing the request: it is serialised
 /// straight to bytes, without first copying every message and tool schema into a
-/// `serde_json::Value` (that copy was the largest cost of a model call in the profile).
+/// `serde_json::Value` (that copy was the largest cost of a model call in the profile). The
+/// tools are not in it: [`request_bytes`] appends their JSON, written once per spec.
 #[derive(Serialize)]
 pub(crate) struct RequestBody<'a> {
     model: &'a str,
@@ -53,8 +57,6 @@ pub(crate) struct RequestBody<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<Vec<WireTool<'a>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<WireToolChoice<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -138,21 +140,6 @@ pub(crate) fn request_body(request: &ModelRequest, stream: bool) -> RequestBody<
         messages: &request.messages,
         stream,
         stream_options: stream.then_some(StreamOptions { include_usage: true }),
-        tools: with_tools.then(|| {
-            request
-                .tools
-                .iter()
-                .map(|t| WireTool {
-                    r#type: "function",
-                    function: WireFunction {
-                        name: &t.name,
-                        description: Some(&t.description),
-                        parameters: Some(&t.parameters),
-                        arguments: None,
-                    },
-                })
-                .collect()
-        }),
         tool_choice: with_tools.then(|| match &request.tool_choice {
             ToolChoice::Auto => WireToolChoice::Mode("auto"),
             ToolChoice::None => WireToolChoice::Mode("none"),
@@ -164,6 +151,30 @@ pub(crate) fn request_body(request: &ModelRequest, stream: bool) -> RequestBody<
         max_tokens: request.max_output_tokens,
         temperature: request.temperature,
     }
+}
+
+/// The bytes of a chat-completions request: [`request_body`], then `"tools"`, each spec's JSON
+/// taken from `cache` (written on first use).
+pub(crate) fn request_bytes(request: &ModelRequest, stream: bool, cache: &WireTools) -> serde_json::Result<Vec<u8>> {
+    let mut body = serde_json::to_vec(&request_body(request, stream))?;
+    if !request.tools.is_empty() {
+        // The body is a JSON object: its last byte is the closing brace the tools go before.
+        body.pop();
+        body.extend_from_slice(br#","tools":["#);
+        cache.write_all(&request.tools, &mut body, |t| {
+            serde_json::to_vec(&WireTool {
+                r#type: "function",
+                function: WireFunction {
+                    name: &t.name,
+                    description: Some(&t.description),
+                    parameters: Some(&t.parameters),
+                    arguments: None,
+                },
+            })
+        })?;
+        body.extend_from_slice(b"]}");
+    }
+    Ok(body)
 }
 
 fn wire_message(m: &Message) -> WireMessage<'_> {
@@ -381,9 +392,11 @@ mod tests {
             max_output_tokens: Some(50),
             temperature: Some(0.25),
         };
-        assert_eq!(
-            serde_json::to_value(request_body(&request, true)).unwrap(),
-            json!({
+        let cache = WireTools::default();
+        let bytes = |request: &ModelRequest, stream| {
+            serde_json::from_slice::<Value>(&request_bytes(request, stream, &cache).unwrap()).unwrap()
+        };
+        let expected = json!({
                 "model": "gpt-x",
                 "messages": [
                     {"role": "system", "content": "Be brief."},
@@ -398,10 +411,11 @@ mod tests {
                 "reasoning_effort": "low",
                 "max_tokens": 50,
                 "temperature": 0.25,
-            })
-        );
+        });
+        assert_eq!(bytes(&request, true), expected);
+        assert_eq!(bytes(&request, true), expected, "the same again, its tool's JSON from the cache");
         let bare = ModelRequest { tools: Vec::new(), reasoning: Some("off".into()), temperature: None, ..request };
-        let body = serde_json::to_value(request_body(&bare, false)).unwrap();
+        let body = bytes(&bare, false);
         for absent in ["stream_options", "tools", "tool_choice", "reasoning_effort", "temperature"] {
             assert!(body.get(absent).is_none(), "{absent} in {body}");
         }
