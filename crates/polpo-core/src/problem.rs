@@ -78,7 +78,22 @@ pub fn pointer_token(token: &str) -> String {
 
 /// Append a token to a JSON pointer.
 pub fn pointer_push(base: &str, token: &str) -> String {
-    format!("{base}/{}", pointer_token(token))
+    let mut pointer = base.to_owned();
+    pointer_append(&mut pointer, token);
+    pointer
+}
+
+/// Append a token to the JSON pointer `pointer` in place: a walk over a tree keeps one buffer
+/// and cuts it back after each child, instead of a new string per node.
+pub fn pointer_append(pointer: &mut String, token: &str) {
+    pointer.push('/');
+    for c in token.chars() {
+        match c {
+            '~' => pointer.push_str("~0"),
+            '/' => pointer.push_str("~1"),
+            c => pointer.push(c),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,10 +10,11 @@ use super::limits::{MAX_ENVELOPE_BYTES, MAX_ENVELOPE_STRING_BYTES};
 use super::pack::{ExecutionMode, HookEvent, Scope};
 use super::secrets::{contains_token, is_secret_name};
 use super::set::ScopedHook;
-use crate::problem::pointer_push;
+use crate::problem::pointer_append;
 use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+use std::fmt::Write as _;
 
 /// The envelope format version; bumped on any incompatible change.
 pub const ENVELOPE_VERSION: u32 = 1;
@@ -131,26 +132,33 @@ pub fn build_envelope(
 pub fn redact(value: &mut Value, secrets: &[String]) -> (Vec<String>, Vec<String>) {
     let mut redacted = Vec::new();
     let mut truncated = Vec::new();
-    scrub(value, "", secrets, &mut redacted, &mut truncated);
+    scrub(value, &mut String::new(), secrets, &mut redacted, &mut truncated);
     (redacted, truncated)
 }
 
-fn scrub(v: &mut Value, ptr: &str, secrets: &[String], redacted: &mut Vec<String>, truncated: &mut Vec<String>) {
+/// [`redact`] at `ptr`, the pointer of `v`: one buffer for the whole walk, grown by each
+/// child's token and cut back after it (a pointer is copied only when something is reported).
+fn scrub(v: &mut Value, ptr: &mut String, secrets: &[String], redacted: &mut Vec<String>, truncated: &mut Vec<String>) {
+    let parent = ptr.len();
     match v {
         Value::Object(map) => {
             for (k, child) in map.iter_mut() {
-                let here = pointer_push(ptr, k);
+                pointer_append(ptr, k);
                 if is_secret_name(k) && !child.is_null() {
                     *child = Value::String(REDACTED.into());
-                    redacted.push(here);
+                    redacted.push(ptr.clone());
                 } else {
-                    scrub(child, &here, secrets, redacted, truncated);
+                    scrub(child, ptr, secrets, redacted, truncated);
                 }
+                ptr.truncate(parent);
             }
         }
         Value::Array(items) => {
             for (i, child) in items.iter_mut().enumerate() {
-                scrub(child, &pointer_push(ptr, &i.to_string()), secrets, redacted, truncated);
+                // An index needs no escaping; writing into a `String` cannot fail.
+                let _ = write!(ptr, "/{i}");
+                scrub(child, ptr, secrets, redacted, truncated);
+                ptr.truncate(parent);
             }
         }
         Value::String(s) => {
@@ -166,7 +174,7 @@ fn scrub(v: &mut Value, ptr: &str, secrets: &[String], redacted: &mut Vec<String
                 changed = true;
             }
             if changed {
-                redacted.push(ptr.to_string());
+                redacted.push(ptr.clone());
             }
             if s.len() > MAX_ENVELOPE_STRING_BYTES {
                 let mut cut = MAX_ENVELOPE_STRING_BYTES;
@@ -174,7 +182,7 @@ fn scrub(v: &mut Value, ptr: &str, secrets: &[String], redacted: &mut Vec<String
                     cut -= 1;
                 }
                 s.truncate(cut);
-                truncated.push(ptr.to_string());
+                truncated.push(ptr.clone());
             }
         }
         _ => {}
@@ -251,6 +259,16 @@ mod tests {
         assert!(e.redacted.contains(&"/tool/input/apiKey".to_string()));
         assert!(e.redacted.contains(&"/tool/input/list/0".to_string()));
         assert_eq!(e.version, ENVELOPE_VERSION);
+    }
+
+    #[test]
+    fn reported_pointers_are_exact_after_siblings_and_escaped() {
+        let mut v = json!({"a/b": [{"x": 1}, {"m~n": "ghp_0123456789abcdefABCDEF"}], "next": {"token": "t", "ok": "fine"},
+                           "long": "é".repeat(MAX_ENVELOPE_STRING_BYTES)});
+        let (redacted, truncated) = redact(&mut v, &[]);
+        assert_eq!(redacted, ["/a~1b/1/m~0n", "/next/token"]);
+        assert_eq!(truncated, ["/long"]);
+        assert_eq!(v["next"]["ok"], "fine");
     }
 
     #[test]
