@@ -73,7 +73,9 @@ impl fmt::Display for Problem {
 
 /// Escape one reference token for a JSON pointer (RFC 6901: `~` → `~0`, `/` → `~1`).
 pub fn pointer_token(token: &str) -> String {
-    token.replace('~', "~0").replace('/', "~1")
+    let mut escaped = String::with_capacity(token.len());
+    escape_token(&mut escaped, token);
+    escaped
 }
 
 /// Append a token to a JSON pointer.
@@ -87,11 +89,16 @@ pub fn pointer_push(base: &str, token: &str) -> String {
 /// and cuts it back after each child, instead of a new string per node.
 pub fn pointer_append(pointer: &mut String, token: &str) {
     pointer.push('/');
+    escape_token(pointer, token);
+}
+
+/// Write `token` escaped ([`pointer_token`]) at the end of `out`.
+fn escape_token(out: &mut String, token: &str) {
     for c in token.chars() {
         match c {
-            '~' => pointer.push_str("~0"),
-            '/' => pointer.push_str("~1"),
-            c => pointer.push(c),
+            '~' => out.push_str("~0"),
+            '/' => out.push_str("~1"),
+            c => out.push(c),
         }
     }
 }
