@@ -286,33 +286,32 @@ async fn deliver(
     let handed_over = finished.handed_over();
     let Finished { result, seq, overhead } = finished;
     let answer = result.map(|a| Answer::new(&completion, &a, invoked.run_id()));
-    let settlement = match &answer {
-        Ok(answer) => {
-            send_answer(&completion, answer, overhead, seq, &send);
-            // The response kept for the idempotency key is built only when there is one.
-            let kept = if claim.is_some() { serde_json::to_value(answer).unwrap_or_default() } else { Value::Null };
-            Settlement::Answered(kept)
-        }
+    match &answer {
+        Ok(answer) => send_answer(&completion, answer, overhead, seq, &send),
         Err(f) if handed_over => {
             send(&|| Some(completion.unfinished_chunk(&f.message, &f.code, invoked.run_id())), seq);
-            Settlement::HandedOver
         }
-        Err(f) => {
-            send(
-                &|| {
-                    let mut chunk = completion.error_chunk(&f.message, &f.code);
-                    if let Some(approval) = &approval {
-                        chunk["error"]["approval_id"] = approval.clone().into();
-                    }
-                    Some(chunk)
-                },
-                seq,
-            );
-            Settlement::Failed
-        }
-    };
+        Err(f) => send(
+            &|| {
+                let mut chunk = completion.error_chunk(&f.message, &f.code);
+                if let Some(approval) = &approval {
+                    chunk["error"]["approval_id"] = approval.clone().into();
+                }
+                Some(chunk)
+            },
+            seq,
+        ),
+    }
+    // The response kept for an idempotency key is built only when a key was claimed.
     let unremembered = match claim {
-        Some(claim) => claim.settle(settlement).await.err(),
+        Some(claim) => {
+            let settlement = match &answer {
+                Ok(answer) => Settlement::Answered(serde_json::to_value(answer).unwrap_or_default()),
+                Err(_) if handed_over => Settlement::HandedOver,
+                Err(_) => Settlement::Failed,
+            };
+            claim.settle(settlement).await.err()
+        }
         None => None,
     };
     if let Some(e) = &unremembered {
