@@ -163,7 +163,7 @@ async fn measure(args: &Args) -> anyhow::Result<Report> {
         }));
     let http = reqwest::Client::new();
     // One body for every run, serialised once: the client shares the CPU with the server.
-    let mut request = json!({"agent": "bench", "messages": [{"role": "user", "content": format!("Read {} and tell me what it says.", fake::FILE)}]});
+    let mut request = json!({"agent": "bench", "messages": [{"role": "user", "content": question()}]});
     if args.unstored {
         request["store"] = json!(false);
     }
@@ -249,6 +249,11 @@ fn write_project(root: &Path, model: std::net::SocketAddr, store: Store) -> std:
     std::fs::write(root.join(fake::FILE), format!("{}\n", fake::MARKER))
 }
 
+/// What the user asks in every bench run (and in every stored chat).
+fn question() -> String {
+    format!("Read {} and tell me what it says.", fake::FILE)
+}
+
 /// Fill the bench store with `count` finished chats (a question and its answer each), through the
 /// store's own writes, 32 at a time; the store is closed again before the cold start.
 async fn store_sessions(root: &Path, store: Store, count: usize) -> anyhow::Result<()> {
@@ -267,7 +272,7 @@ async fn store_sessions(root: &Path, store: Store, count: usize) -> anyhow::Resu
                 for i in (w..count).step_by(WRITERS) {
                     let new = NewSession { agent: "bench".into(), ..Default::default() };
                     let turn = vec![
-                        NewMessage::new(Message::user(format!("Read {} and tell me what it says. ({i})", fake::FILE))),
+                        NewMessage::new(Message::user(format!("{} ({i})", question()))),
                         NewMessage::new(Message::assistant(fake::ANSWER)),
                     ];
                     sessions.create_session_with_messages(new, turn).await?;
