@@ -20,8 +20,10 @@ use support::{ServerProcess, on_postgres};
 /// Generous bound for "eventually", never a timing assertion.
 const EVENTUALLY: Duration = Duration::from_secs(60);
 
-/// Leases lapse after 1 s, so a dead or paused server's loop run is taken over quickly.
-const LEASE_MS: &str = "1000";
+/// Leases lapse after 2 s, so a dead or paused server's loop run is taken over quickly — and a
+/// live one starved of CPU for a second on a loaded 2-core machine (seen: its run taken over in
+/// the middle of its first step) still renews its lease in time.
+const LEASE_MS: &str = "2000";
 
 /// The environment of a server of these tests: the fake model at `base`, and short leases.
 fn lease_env(base: &str) -> [(&'static str, &str); 3] {
@@ -103,7 +105,7 @@ async fn killed_while_a_human_step_waits_the_run_resumes_without_rerunning_the_t
     let dir = tempfile::tempdir().unwrap();
     project(dir.path(), settings);
     let base = llm.base_url();
-    // The killed server's lease on the run lapses after a second: then the next one takes it.
+    // The killed server's lease on the run lapses after two seconds: then the next one takes it.
     let env = lease_env(&base);
 
     let first = ServerProcess::start("serve", dir.path(), &[], &env);
