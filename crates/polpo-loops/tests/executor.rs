@@ -19,6 +19,11 @@ use std::time::Duration;
 use tempfile::TempDir;
 use tokio_util::sync::CancellationToken;
 
+/// The allocator `polpo` ships with (polpo-cli's `main`): the benchmarks at the end of this file
+/// measure what a user's server spends per loop step, not glibc's malloc.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// A project whose agent `bot` has `loops` assigned (the first is its default), run by an
 /// executor with `budget` step executions.
 async fn executor(llm: &FakeLlm, agent: Value, loops: &[(&str, Value)], budget: u32) -> (TempDir, LoopExecutor) {
