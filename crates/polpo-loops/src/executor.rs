@@ -189,7 +189,7 @@ impl LoopExecutor {
 
     /// The loop `request` selects: its `loop` (which must be assigned to the agent), else the
     /// agent's `defaultLoop`; and the request checked against what loops support.
-    pub fn select(&self, request: &LoopRequest) -> Result<(String, LoopConfig), LoopError> {
+    pub fn select(&self, request: &LoopRequest) -> Result<(String, Arc<LoopConfig>), LoopError> {
         request.check()?;
         let loaded = self.runs.runtime().loaded();
         let agent = loaded

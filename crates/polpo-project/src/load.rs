@@ -20,6 +20,7 @@ use polpo_loop_ts::Positions;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Team of legacy `{agent, teamName}` entries that name none.
 pub const DEFAULT_TEAM: &str = "default";
@@ -277,7 +278,7 @@ impl Loader {
             let found = if file.ends_with(".json") {
                 self.named_file(LOOPS_DIR, file, "loop", parse_loop).map(|(id, config, source)| Loop {
                     id,
-                    config,
+                    config: Arc::new(config),
                     source,
                 })
             } else if let Some(id) = file.strip_suffix(".ts").filter(|id| json.contains(id)) {
@@ -303,7 +304,7 @@ impl Loader {
         let compiled = self.keep(polpo_loop_ts::compile(&source, &at.file))?;
         let config = compiled.config(&at);
         self.ts_positions.insert(at.file.clone(), compiled.positions);
-        Some(Loop { id, config: self.keep(config)?, source: at })
+        Some(Loop { id, config: Arc::new(self.keep(config)?), source: at })
     }
 
     /// `schedules/<id>.json` files, v2 or legacy mission-shaped.

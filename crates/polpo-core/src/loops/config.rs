@@ -17,6 +17,7 @@ use crate::problem::{Problem, pointer_push};
 use serde::{Deserialize, Serialize};
 use serde_json::{Number, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// The `next` value that ends the loop.
 pub const END: &str = "end";
@@ -180,8 +181,8 @@ string_enum! {
 pub struct Loop {
     /// The id: `<name>` of `loops/<name>.json`.
     pub id: String,
-    /// The file.
-    pub config: LoopConfig,
+    /// The file, shared: every run of the loop reads it, none copies it.
+    pub config: Arc<LoopConfig>,
     /// Where the config was read from, for locating problems.
     pub source: Location,
 }

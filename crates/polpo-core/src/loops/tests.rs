@@ -49,7 +49,7 @@ fn file(id: &str) -> Location {
 }
 
 fn parsed(id: &str, value: &Value) -> Loop {
-    Loop { id: id.into(), config: parse_loop(value, &file(id)).unwrap(), source: file(id) }
+    Loop { id: id.into(), config: std::sync::Arc::new(parse_loop(value, &file(id)).unwrap()), source: file(id) }
 }
 
 fn project(agents: &[(&str, Value)], loops: Vec<Loop>) -> Project {
