@@ -200,8 +200,9 @@ pub(crate) struct Announce {
 }
 
 impl Announce {
-    /// `event` as [`LOOP_RUN_TRACE`], then as its turning point's own name if it is one.
-    fn trace(&self, event: &TraceEvent) {
+    /// `event` (`json`: its JSON text) as [`LOOP_RUN_TRACE`], then as its turning point's own
+    /// name if it is one.
+    fn trace(&self, event: &TraceEvent, json: &str) {
         let lost = || event.data.as_ref().and_then(|d| d.get("code")) == Some(&json!("lease_lost"));
         if event.kind == TraceKind::LoopError && lost() {
             return;
@@ -214,7 +215,18 @@ impl Announce {
             TraceKind::LoopError => LOOP_RUN_FAILED,
             _ => "",
         };
-        self.bus.publish(LOOP_RUN_TRACE, Announced { event, loop_run_id: &self.run_id, agent: &self.agent });
+        // The event's text after the run's ids, as [`Announced`] would write it; one too long
+        // for the bus goes through it, which cuts its strings.
+        let mut text = String::with_capacity(json.len() + self.run_id.len() + self.agent.len() + 32);
+        text.push_str("{\"loopRunId\":");
+        text.push_str(&json_string(&self.run_id));
+        text.push_str(",\"agent\":");
+        text.push_str(&json_string(&self.agent));
+        text.push(',');
+        text.push_str(json.strip_prefix('{').unwrap_or(json));
+        if self.bus.publish_json(LOOP_RUN_TRACE, text).is_err() {
+            self.bus.publish(LOOP_RUN_TRACE, Announced { event, loop_run_id: &self.run_id, agent: &self.agent });
+        }
         if !turn.is_empty() {
             let mut data = self.about(&event.loop_id);
             data["traceId"] = json!(event.id);
@@ -258,7 +270,23 @@ pub(crate) struct Tracer<'a> {
     clock: &'a (dyn Fn() -> i64 + Send + Sync),
     sink: TraceSink<'a>,
     announce: Option<Announce>,
-    kept: std::sync::Mutex<Vec<TraceEvent>>,
+    kept: std::sync::Mutex<Kept>,
+}
+
+/// A run's trace events, each with its JSON text: written once when the event happens, then
+/// copied to the bus and to the checkpoint delta that stores it (a step's five events are not
+/// serialised again for each).
+#[derive(Default)]
+struct Kept {
+    events: Vec<TraceEvent>,
+    /// `texts[i]` is `events[i]`'s JSON; empty for a stored run's earlier events (and for one
+    /// that could not be written), which are serialised when asked for.
+    texts: Vec<String>,
+}
+
+/// `s` as a JSON string literal.
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
 }
 
 impl<'a> Tracer<'a> {
@@ -279,10 +307,13 @@ impl<'a> Tracer<'a> {
         event.ts = (self.clock)();
         event.loop_id.clone_from(&self.loop_id);
         (self.sink)(&event);
+        let json = serde_json::to_string(&event).unwrap_or_default();
         if let Some(announce) = &self.announce {
-            announce.trace(&event);
+            announce.trace(&event, &json);
         }
-        self.kept.lock().unwrap_or_else(|p| p.into_inner()).push(event);
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.events.push(event);
+        kept.texts.push(json);
     }
 
     /// Announce that a checkpoint could not store the trace: [`LOOP_RUN_TRACE_PERSIST_FAILED`],
@@ -301,29 +332,43 @@ impl<'a> Tracer<'a> {
     /// Continue a stored run's trace: `events` are kept and numbering goes on after them.
     pub(crate) fn continue_after(&self, events: Vec<TraceEvent>) {
         self.next.store(events.len() as u64 + 1, Ordering::Relaxed);
-        *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = events;
+        let texts = vec![String::new(); events.len()];
+        *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Kept { events, texts };
     }
 
     /// The JSON of the events after the first `n`, appended to `out`, for a checkpoint.
     pub(crate) fn json_since(&self, n: usize, out: &mut Vec<Value>) -> Result<(), serde_json::Error> {
         let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        for event in kept.get(n..).unwrap_or_default() {
+        for event in kept.events.get(n..).unwrap_or_default() {
             out.push(serde_json::to_value(event)?);
         }
         Ok(())
     }
 
     /// The text of the JSON array of the events after the first `n`, and how many they are,
-    /// for a checkpoint delta.
+    /// for a checkpoint delta: the texts [`Tracer::emit`] wrote, joined.
     pub(crate) fn json_text_since(&self, n: usize) -> Result<(String, usize), serde_json::Error> {
         let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        let events = kept.get(n..).unwrap_or_default();
-        Ok((serde_json::to_string(events)?, events.len()))
+        let (events, texts) = (kept.events.get(n..).unwrap_or_default(), kept.texts.get(n..).unwrap_or_default());
+        let mut array = String::with_capacity(texts.iter().map(|t| t.len() + 1).sum::<usize>() + 2);
+        array.push('[');
+        for (i, (event, text)) in events.iter().zip(texts).enumerate() {
+            if i > 0 {
+                array.push(',');
+            }
+            if text.is_empty() {
+                array.push_str(&serde_json::to_string(event)?);
+            } else {
+                array.push_str(text);
+            }
+        }
+        array.push(']');
+        Ok((array, events.len()))
     }
 
     /// Every event recorded, in order.
     pub(crate) fn into_events(self) -> Vec<TraceEvent> {
-        self.kept.into_inner().unwrap_or_else(|p| p.into_inner())
+        self.kept.into_inner().unwrap_or_else(|p| p.into_inner()).events
     }
 }
 
@@ -341,12 +386,28 @@ mod tests {
         let mut event = TraceEvent::new(TraceKind::StepEnd, Some("fetch")).status(TraceStatus::Failed);
         event.loop_id = "flow".into();
         event.error = Some("x".repeat(MAX_PAYLOAD_BYTES * 2));
-        announce.trace(&event);
+        announce.trace(&event, &serde_json::to_string(&event).unwrap());
         let (backlog, _) = bus.subscribe_after(Some(0));
         let Some(Delivery::Event(e)) = backlog.first() else { panic!("announced: {backlog:?}") };
         let data = e.payload();
         assert_eq!((data["loopRunId"].as_str(), data["agent"].as_str()), (Some("lr-1"), Some("coder")));
         assert_eq!((data["stepKey"].as_str(), data["truncated"].as_bool()), (Some("fetch"), Some(true)));
         assert!(data["error"].as_str().unwrap().len() < MAX_PAYLOAD_BYTES);
+    }
+
+    /// The payload written from the event's own text is the one the typed form would give:
+    /// the run's ids first, then every field of the event, strings escaped.
+    #[test]
+    fn an_announced_trace_event_is_its_text_after_the_run_ids() {
+        let bus = EventBus::starting_at(8, 1);
+        let announce = Announce { bus: bus.clone(), run_id: "lr-\"1".into(), agent: "co\\der".into() };
+        let mut event = TraceEvent::new(TraceKind::ToolResult, Some("fetch")).status(TraceStatus::Completed);
+        event.loop_id = "flow".into();
+        event.data = Some(serde_json::json!({"effect": "recorded", "n": [1, 2]}));
+        announce.trace(&event, &serde_json::to_string(&event).unwrap());
+        let (backlog, _) = bus.subscribe_after(Some(0));
+        let Some(Delivery::Event(e)) = backlog.first() else { panic!("announced: {backlog:?}") };
+        let typed = Announced { loop_run_id: &announce.run_id, agent: &announce.agent, event: &event };
+        assert_eq!(e.payload(), serde_json::to_value(typed).unwrap());
     }
 }

@@ -25,6 +25,31 @@ impl LogEntry {
         Ok(Self(text))
     }
 
+    /// `value` (a JSON object) with one more member, `key`, whose value is `json`: JSON text
+    /// its writer serialised already, copied as it is rather than escaped into a string (a loop
+    /// checkpoint's trace events, written once when they happened). `json` must be compact JSON,
+    /// which the caller writes with serde: one holding a newline is refused (an entry is one
+    /// line). Bounded as [`LogEntry::of`].
+    pub fn of_with<T: Serialize + ?Sized>(value: &T, key: &str, json: &str) -> Result<Self, StoreError> {
+        let invalid = |e: serde_json::Error| StoreError::Invalid(e.to_string());
+        let mut text = serde_json::to_string(value).map_err(invalid)?;
+        if !text.ends_with('}') || json.is_empty() || json.contains('\n') {
+            return Err(StoreError::Invalid(format!("log entry member `{key}`: not an object and compact JSON")));
+        }
+        text.pop();
+        if !text.ends_with('{') {
+            text.push(',');
+        }
+        text.push_str(&serde_json::to_string(key).map_err(invalid)?);
+        text.push(':');
+        text.push_str(json);
+        text.push('}');
+        if text.len() > MAX_RECORD_BYTES {
+            return Err(StoreError::Invalid(format!("log entry exceeds {MAX_RECORD_BYTES} bytes")));
+        }
+        Ok(Self(text))
+    }
+
     /// The entry's JSON text (one line, no newline).
     pub fn as_str(&self) -> &str {
         &self.0
@@ -47,4 +72,37 @@ pub(crate) fn sql_entry_id(log: &str, seq: u64) -> String {
 /// What every id of `log`'s entries starts with (see [`sql_entry_id`]).
 pub(crate) fn sql_entry_prefix(log: &str) -> String {
     format!("{log}.")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn parsed(entry: &LogEntry) -> Value {
+        serde_json::from_str(entry.as_str()).unwrap()
+    }
+
+    #[test]
+    fn a_member_written_already_is_copied_in_as_json() {
+        let entry = LogEntry::of_with(&json!({"seq": 1, "s": "a\"b"}), "trace", r#"[{"id":"t-1"},"x"]"#).unwrap();
+        assert_eq!(parsed(&entry), json!({"seq": 1, "s": "a\"b", "trace": [{"id": "t-1"}, "x"]}));
+        let alone = LogEntry::of_with(&json!({}), "trace", "[]").unwrap();
+        assert_eq!(parsed(&alone), json!({"trace": []}));
+        assert!(!entry.as_str().contains('\n'), "one line");
+    }
+
+    #[test]
+    fn a_member_that_would_break_the_line_or_no_object_is_refused() {
+        for (value, member) in [(json!({}), "[\n1]"), (json!({}), ""), (json!([1]), "[]"), (json!("s"), "[]")] {
+            assert_eq!(
+                LogEntry::of_with(&value, "trace", member).unwrap_err().code(),
+                "invalid_input",
+                "{value} {member:?}"
+            );
+        }
+        let big = format!("\"{}\"", "x".repeat(MAX_RECORD_BYTES));
+        assert_eq!(LogEntry::of_with(&json!({}), "trace", &big).unwrap_err().code(), "invalid_input");
+    }
 }
