@@ -93,7 +93,7 @@ pub struct DeltaLog {
 /// The checkpoint after one tool step, as a delta over the one before: numbered `seq` by the
 /// writer whose claim made revision `epoch`.
 #[derive(Debug, Serialize, Deserialize)]
-struct CheckpointDelta<C> {
+struct CheckpointDelta<C, T> {
     epoch: u64,
     seq: u64,
     /// The context's top-level entries written since the checkpoint before.
@@ -102,9 +102,11 @@ struct CheckpointDelta<C> {
     next: String,
     /// Step executions so far.
     executed: u32,
-    /// The trace entries since the checkpoint before, as the text of their JSON array: one
-    /// string is what the store copies and writes, not a tree of entries per step.
-    trace: String,
+    /// The trace entries since the checkpoint before, a JSON array: written from the texts the
+    /// tracer made of them (see [`LogEntry::of_with`]), not as a tree of entries per step. Deltas
+    /// written before it was one hold the array's text as a string, read as well.
+    #[serde(skip_serializing)]
+    trace: T,
 }
 
 /// A run's state as plain data: what a checkpoint after a step keeps.
@@ -359,7 +361,7 @@ impl LoopRunRecord {
         // is written, and an emptying is not durable by itself): the numbers tell.
         let mut found = BTreeMap::new();
         for entry in store.read_log(&delta_collection(&self.id), &delta_log(log.epoch)).await? {
-            let delta: CheckpointDelta<Map<String, Value>> = serde_json::from_value(entry)
+            let delta: CheckpointDelta<Map<String, Value>, Value> = serde_json::from_value(entry)
                 .map_err(|e| LoopError::RunRecordInvalid(format!("loop run `{}` delta: {e}", self.id)))?;
             if delta.epoch == log.epoch && delta.seq > log.folded {
                 found.insert(delta.seq, delta);
@@ -371,7 +373,11 @@ impl LoopRunRecord {
                 break;
             }
             folded = seq;
-            let events: Vec<TraceEvent> = serde_json::from_str(&delta.trace)
+            let events: Result<Vec<TraceEvent>, _> = match delta.trace {
+                Value::String(text) => serde_json::from_str(&text),
+                array => serde_json::from_value(array),
+            };
+            let events = events
                 .map_err(|e| LoopError::RunRecordInvalid(format!("loop run `{}` delta {seq}'s trace: {e}", self.id)))?;
             context::merge(&mut self.state.context, delta.context);
             self.state.frontier = vec![delta.next];
@@ -498,18 +504,26 @@ impl Checkpoints {
         record.deltas = Some(DeltaLog { epoch, folded: written.logged });
         let mut value = serde_json::to_value(&record).map_err(invalid)?;
         value["trace"] = Value::Array(tail);
-        match self.store.put_record(LOOP_RUNS, &self.id, value, Some(written.revision)).await {
-            Ok(mut stored) => {
-                debug_assert_eq!(written.claim.is_none(), stored.revision == epoch, "a claim is its first revision");
-                written.revision = stored.revision;
-                written.claim.get_or_insert(stored.revision);
+        // The tail as written comes back from the stored record rather than cloned for it — but
+        // not after a run's last write, which nothing continues: the store keeps it uncopied.
+        let expected = Some(written.revision);
+        let stored = if record.status.is_terminal() {
+            self.store.put_record_revision(LOOP_RUNS, &self.id, value, expected).await.map(|revision| (revision, None))
+        } else {
+            let stored = self.store.put_record(LOOP_RUNS, &self.id, value, expected).await;
+            stored.map(|mut stored| (stored.revision, Some(stored.value["trace"].take())))
+        };
+        match stored {
+            Ok((revision, tail)) => {
+                debug_assert_eq!(written.claim.is_none(), revision == epoch, "a claim is its first revision");
+                written.revision = revision;
+                written.claim.get_or_insert(revision);
                 written.flushed = flushed;
                 written.lease = lease;
                 let emptied = written.folded < written.logged;
                 written.folded = written.logged;
                 written.in_deltas = 0;
-                // The tail as written, back from the stored record rather than cloned for it.
-                if let Value::Array(tail) = stored.value["trace"].take() {
+                if let Some(Value::Array(tail)) = tail {
                     written.tail = tail;
                 }
                 // The record holds the deltas now: the log need not keep them.
@@ -547,8 +561,8 @@ impl Checkpoints {
         let stored = written.flushed as usize + written.tail.len() + written.in_deltas;
         let (trace, entries) = tracer.json_text_since(stored).map_err(invalid)?;
         let seq = written.logged + 1;
-        let delta = CheckpointDelta { epoch, seq, context: changed, next: next.to_owned(), executed, trace };
-        let entry = LogEntry::of(&delta)?;
+        let delta = CheckpointDelta { epoch, seq, context: changed, next: next.to_owned(), executed, trace: () };
+        let entry = LogEntry::of_with(&delta, "trace", &trace)?;
         self.store.append_log(&delta_collection(&self.id), &delta_log(epoch), seq, &entry).await?;
         written.logged = seq;
         written.in_deltas += entries;
@@ -733,6 +747,33 @@ mod tests {
             assert_eq!(trace, whole_trace, "{name}");
             assert_eq!(trace.len(), 2 * DELTAS_MAX as usize + 7, "{name}");
             assert_eq!(trace.last().unwrap().id, format!("trace-{}", trace.len()), "{name}");
+        }
+    }
+
+    /// Deltas written before their trace was stored as an array held its text as a string:
+    /// a run stopped then still resumes with every step's trace.
+    #[tokio::test]
+    async fn deltas_holding_their_trace_as_text_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, store) in stores(dir.path()).await {
+            let (clock, sink) = (|| 0, |_: &TraceEvent| {});
+            let tracer = Tracer::new("flow", &clock, &sink);
+            let writer = writer(&store, "looprun-3", (0, 0), "a");
+            let mut written = record("looprun-3");
+            writer.save(written.clone(), &tracer).await.unwrap();
+            steps(&writer, &tracer, &mut written, 0, 3).await;
+            let (current, _, trace) = read(store.as_ref(), "looprun-3").await;
+            let (collection, log) = (delta_collection("looprun-3"), delta_log(1));
+            let entries = store.read_log(&collection, &log).await.unwrap();
+            assert!(entries.iter().all(|e| e["trace"].is_array()), "{name}: written as an array");
+            store.clear_log(&collection, &log).await.unwrap();
+            for (seq, mut entry) in (1..).zip(entries) {
+                entry["trace"] = Value::String(entry["trace"].to_string());
+                store.append_log(&collection, &log, seq, &LogEntry::of(&entry).unwrap()).await.unwrap();
+            }
+            let (old, _, old_trace) = read(store.as_ref(), "looprun-3").await;
+            assert_eq!(old.state, current.state, "{name}");
+            assert_eq!((old_trace.len(), &old_trace), (3, &trace), "{name}");
         }
     }
 

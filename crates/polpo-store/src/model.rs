@@ -434,9 +434,45 @@ pub const MAX_RECORD_BYTES: usize = 16 * 1024 * 1024;
 
 /// What a write expects of the record's current state.
 pub(crate) fn check_record_write(collection: &str, id: &str, value: &Value) -> Result<(), StoreError> {
-    validate_id("collection", collection)?;
-    validate_id("record", id)?;
+    check_record_ids(collection, id)?;
     check_size("record", value, MAX_RECORD_BYTES)
+}
+
+/// A record write's collection and id, checked before they name a file or a row.
+pub(crate) fn check_record_ids(collection: &str, id: &str) -> Result<(), StoreError> {
+    validate_id("collection", collection)?;
+    validate_id("record", id)
+}
+
+/// A record's value as the compact JSON text a SQL store binds, refused as
+/// [`check_record_write`] refuses it once it passes [`MAX_RECORD_BYTES`]: one serialisation
+/// measures and writes it (not one to measure, then one to write), and stops at the bound.
+pub(crate) fn record_text(value: &Value) -> Result<String, StoreError> {
+    let mut text = Capped { buf: Vec::new(), left: MAX_RECORD_BYTES };
+    match serde_json::to_writer(&mut text, value) {
+        // serde_json writes only UTF-8.
+        Ok(()) => String::from_utf8(text.buf).map_err(|e| StoreError::Invalid(e.to_string())),
+        Err(e) if e.is_io() => Err(StoreError::Invalid(format!("record exceeds {MAX_RECORD_BYTES} bytes"))),
+        Err(e) => Err(StoreError::Invalid(e.to_string())),
+    }
+}
+
+/// A buffer that refuses to grow past `left` more bytes.
+struct Capped {
+    buf: Vec<u8>,
+    left: usize,
+}
+
+impl std::io::Write for Capped {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.left = self.left.checked_sub(bytes.len()).ok_or_else(|| std::io::Error::other("over the size limit"))?;
+        self.buf.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The record after a write over `current` (None: it does not exist), honouring

@@ -220,6 +220,19 @@ pub trait RecordStore: Send + Sync {
         expected_revision: Option<u64>,
     ) -> Result<Record, StoreError>;
 
+    /// [`RecordStore::put_record`] for a writer that needs only the new revision back (a loop
+    /// run's last write, whose trace and context are large): a store that keeps its records in
+    /// memory keeps this one as it is, without a copy to hand back.
+    async fn put_record_revision(
+        &self,
+        collection: &str,
+        id: &str,
+        value: Value,
+        expected_revision: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        self.put_record(collection, id, value, expected_revision).await.map(|record| record.revision)
+    }
+
     /// The record, or `None`.
     async fn get_record(&self, collection: &str, id: &str) -> Result<Option<Record>, StoreError>;
 

@@ -600,6 +600,14 @@ async fn records_are_revisioned_documents_per_collection(t: &TestStore) {
     assert_eq!(code(if a.is_ok() { b } else { a }), "conflict");
     assert_eq!(r.get_record("tasks", "t1").await.unwrap().unwrap().revision, 4);
 
+    // A write that asks only for the new revision stores the same record.
+    assert_eq!(r.put_record_revision("tasks", "t1", json!({"by": "c"}), Some(4)).await.unwrap(), 5);
+    let read = r.get_record("tasks", "t1").await.unwrap().unwrap();
+    assert_eq!((read.revision, read.value), (5, json!({"by": "c"})));
+    assert_eq!(code(r.put_record_revision("tasks", "t1", json!({}), Some(4)).await), "conflict");
+    let written = r.put_record("tasks", "t1", json!({"by": "a"}), Some(5)).await.unwrap();
+    assert_eq!(r.get_record("tasks", "t1").await.unwrap(), Some(written));
+
     for i in 0..7 {
         t.clock.advance(Span::milliseconds(1));
         r.put_record("missions", &format!("m{i}"), json!({"i": i}), None).await.unwrap();
@@ -618,10 +626,31 @@ async fn records_are_revisioned_documents_per_collection(t: &TestStore) {
     assert_eq!(r.collections().await.unwrap(), vec!["missions".to_owned(), "tasks".to_owned()]);
 
     assert_eq!(code(r.delete_record("tasks", "t1", Some(1)).await), "conflict");
-    assert!(r.delete_record("tasks", "t1", Some(4)).await.unwrap());
+    assert!(r.delete_record("tasks", "t1", Some(6)).await.unwrap());
     assert!(!r.delete_record("tasks", "t1", None).await.unwrap());
     assert_eq!(r.collections().await.unwrap(), vec!["missions".to_owned()]);
     assert_eq!(code(r.put_record("tasks", "../x", json!({}), None).await), "invalid_input");
+
+    // A value whose JSON passes the bound is refused whatever the write expects (a stale
+    // revision too: its size is what the writer must fix); one just under it is stored.
+    let over = json!("x".repeat(polpo_store::MAX_RECORD_BYTES));
+    let m0 = r.get_record("missions", "m0").await.unwrap();
+    for expected in [None, Some(0), Some(1), Some(9)] {
+        assert_eq!(code(r.put_record("missions", "m0", over.clone(), expected).await), "invalid_input", "{expected:?}");
+        assert_eq!(
+            code(r.put_record("missions", "big", over.clone(), expected).await),
+            "invalid_input",
+            "{expected:?}"
+        );
+    }
+    assert_eq!(r.get_record("missions", "m0").await.unwrap(), m0, "unchanged");
+    assert_eq!(r.get_record("missions", "big").await.unwrap(), None, "not created");
+    let under = json!("x".repeat(polpo_store::MAX_RECORD_BYTES - 2));
+    let stored = r.put_record("missions", "big", under.clone(), Some(0)).await.unwrap();
+    assert_eq!(
+        r.get_record("missions", "big").await.unwrap().map(|b| (b.revision, b.value)),
+        Some((stored.revision, under))
+    );
 }
 
 async fn everything_survives_a_reopen(t: TestStore) -> TestStore {

@@ -45,7 +45,8 @@ impl Inner {
         Ok(())
     }
 
-    fn write_record(&self, idx: &mut Index, record: Record) -> Result<Record, StoreError> {
+    /// Write `record` and keep it in the index.
+    fn write_record(&self, idx: &mut Index, record: Record) -> Result<(), StoreError> {
         let path = self.record_path(&record.collection, &record.id);
         // A collection holding a record has its folder already: an update (a loop run's
         // checkpoint) costs the file's write, not a folder's creation and fsync as well.
@@ -54,25 +55,41 @@ impl Inner {
         {
             fsio::create_dir_durable(dir)?;
         }
-        fsio::write_json(&path, &record)?;
-        idx.records.entry(record.collection.clone()).or_default().insert(record.id.clone(), record.clone());
-        Ok(record)
+        let bytes = fsio::json_bytes(&record)?;
+        // The value's compact JSON is no longer than the whole record written pretty: only a
+        // record written longer than the bound may hold a value past it.
+        if bytes.len() > model::MAX_RECORD_BYTES {
+            model::check_size("record", &record.value, model::MAX_RECORD_BYTES)?;
+        }
+        fsio::write_atomic(&path, &bytes)?;
+        idx.records.entry(record.collection.clone()).or_default().insert(record.id.clone(), record);
+        Ok(())
     }
 
-    fn put_record(
+    /// Write `value` over `collection/id` (see [`RecordStore::put_record`]): what `answer`
+    /// takes of the new record before the index keeps it (a copy, or only its revision).
+    fn put_record<T>(
         &self,
         collection: &str,
         id: &str,
         value: Value,
         expected: Option<u64>,
-    ) -> Result<Record, StoreError> {
-        model::check_record_write(collection, id, &value)?;
+        answer: impl FnOnce(&Record) -> T,
+    ) -> Result<T, StoreError> {
+        // The value's size is checked as it is written (see `write_record`).
+        model::check_record_ids(collection, id)?;
         let now = self.now();
         let mut idx = self.index();
         self.load_collection(&mut idx, collection)?;
         let current = idx.records.get(collection).and_then(|c| c.get(id));
+        if expected.is_some_and(|e| e != current.map_or(0, |r| r.revision)) {
+            // A refused write says first that its value is too large, as on every store.
+            model::check_size("record", &value, model::MAX_RECORD_BYTES)?;
+        }
         let next = model::next_record(current, collection, id, value, expected, now)?;
-        self.write_record(&mut idx, next)
+        let answer = answer(&next);
+        self.write_record(&mut idx, next)?;
+        Ok(answer)
     }
 
     fn delete_record(&self, collection: &str, id: &str, expected: Option<u64>) -> Result<bool, StoreError> {
@@ -114,7 +131,19 @@ impl RecordStore for FileStore {
         expected_revision: Option<u64>,
     ) -> Result<Record, StoreError> {
         let (collection, id) = (owned(collection), owned(id));
-        self.blocking(move |s| s.put_record(&collection, &id, value, expected_revision)).await
+        self.blocking(move |s| s.put_record(&collection, &id, value, expected_revision, Record::clone)).await
+    }
+
+    /// The record moves into the index as it is, no copy made.
+    async fn put_record_revision(
+        &self,
+        collection: &str,
+        id: &str,
+        value: Value,
+        expected_revision: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        let (collection, id) = (owned(collection), owned(id));
+        self.blocking(move |s| s.put_record(&collection, &id, value, expected_revision, |r| r.revision)).await
     }
 
     async fn get_record(&self, collection: &str, id: &str) -> Result<Option<Record>, StoreError> {

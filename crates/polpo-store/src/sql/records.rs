@@ -25,7 +25,8 @@ macro_rules! sql_records {
                 value: Value,
                 expected_revision: Option<u64>,
             ) -> Result<Record, StoreError> {
-                model::check_record_write(collection, id, &value)?;
+                model::check_record_ids(collection, id)?;
+                let text = model::record_text(&value)?;
                 let now = self.now();
                 let write = match expected_revision {
                     Some(0) => sqlx::query(
@@ -45,7 +46,7 @@ macro_rules! sql_records {
                     ),
                 };
                 let mut write =
-                    write.bind(collection).bind(id).bind(to_text(&value)?).bind(now.timestamp_millis());
+                    write.bind(collection).bind(id).bind(text).bind(now.timestamp_millis());
                 if let Some(expected @ 1..) = expected_revision {
                     write = write.bind(to_db(expected));
                 }
