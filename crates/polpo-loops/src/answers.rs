@@ -64,7 +64,7 @@ impl LoopExecutor {
             self.claim_here(&mut record);
             // Listed live (once) before it runs again, so a crash before the resume is recovered.
             if !listed {
-                store.put_record(LIVE, run_id, json!({}), None).await?;
+                store.put_record_revision(LIVE, run_id, json!({}), None).await?;
                 listed = true;
             }
             let value = serde_json::to_value(&record).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;

@@ -355,7 +355,7 @@ impl LoopExecutor {
         }
         let walked = async {
             // Listed as live before the run's first write, so a crash after it is recovered.
-            records.put_record(LIVE, run_id, json!({}), None).await?;
+            records.put_record_revision(LIVE, run_id, json!({}), None).await?;
             // The first write creates the record, or claims a stored one for this process.
             run.save(LoopRunStatus::Running, answered, None).await?;
             let nowhere = At { step: None, tool: None, payload: json!({}) };

@@ -66,7 +66,7 @@ impl LoopExecutor {
         self.claim_here(&mut record);
         let store = self.runs.runtime().store().records.clone();
         // Listed live before it runs again, so a crash before the resume is recovered.
-        store.put_record(LIVE, run_id, json!({}), None).await?;
+        store.put_record_revision(LIVE, run_id, json!({}), None).await?;
         let value = serde_json::to_value(&record).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
         let written = match store.put_record(LOOP_RUNS, run_id, value, Some(run.revision)).await {
             Ok(written) => written,

@@ -493,7 +493,7 @@ impl Checkpoints {
             flushed += chunk.events.len() as u64;
             let value = serde_json::to_value(&chunk).map_err(invalid)?;
             let name = format!("{:012}-{epoch:012}", chunk.from);
-            self.store.put_record(&trace_collection(&self.id), &name, value, None).await?;
+            self.store.put_record_revision(&trace_collection(&self.id), &name, value, None).await?;
         }
         record.trace = Vec::new();
         record.trace_flushed = flushed;
@@ -631,9 +631,9 @@ impl Checkpoints {
         }
         let lease = Lease { expires_at: self.expiry(), ..written.lease.clone() };
         stored.value["lease"] = serde_json::to_value(&lease).map_err(|e| LoopError::RunRecordInvalid(e.to_string()))?;
-        match self.store.put_record(LOOP_RUNS, &self.id, stored.value, Some(written.revision)).await {
-            Ok(renewed) => {
-                written.revision = renewed.revision;
+        match self.store.put_record_revision(LOOP_RUNS, &self.id, stored.value, Some(written.revision)).await {
+            Ok(revision) => {
+                written.revision = revision;
                 written.lease = lease;
                 Ok(())
             }
