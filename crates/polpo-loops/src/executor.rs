@@ -316,11 +316,11 @@ impl LoopExecutor {
             request,
             run_id,
             loop_id,
-            tracer: Tracer::new(loop_id, &clock, sink).announced(Announce {
-                bus: self.runs.runtime().events().clone(),
-                run_id: run_id.to_owned(),
-                agent: request.agent.clone(),
-            }),
+            tracer: Tracer::new(loop_id, &clock, sink).announced(Announce::new(
+                self.runs.runtime().events().clone(),
+                run_id.to_owned(),
+                request.agent.clone(),
+            )),
             executed: AtomicU32::new(record.state.executed),
             frontier: Mutex::default(),
             while_iterations: Mutex::new(record.state.while_iterations.clone()),

@@ -192,14 +192,22 @@ pub type TraceSink<'a> = &'a (dyn Fn(&TraceEvent) + Send + Sync);
 /// Where a run's trace is announced: the runtime's live event bus, and who the run is.
 pub(crate) struct Announce {
     /// The runtime's bus.
-    pub(crate) bus: EventBus,
+    bus: EventBus,
     /// The loop run id.
-    pub(crate) run_id: String,
+    run_id: String,
     /// The agent whose loop runs.
-    pub(crate) agent: String,
+    agent: String,
+    /// `{"loopRunId":…,"agent":…,`: what every announced event's text starts with.
+    ids: String,
 }
 
 impl Announce {
+    /// Announce run `run_id` of `agent`'s loop on `bus`.
+    pub(crate) fn new(bus: EventBus, run_id: String, agent: String) -> Self {
+        let ids = format!("{{\"loopRunId\":{},\"agent\":{},", json_string(&run_id), json_string(&agent));
+        Self { bus, run_id, agent, ids }
+    }
+
     /// `event` (`json`: its JSON text) as [`LOOP_RUN_TRACE`], then as its turning point's own
     /// name if it is one.
     fn trace(&self, event: &TraceEvent, json: &str) {
@@ -217,12 +225,8 @@ impl Announce {
         };
         // The event's text after the run's ids, as [`Announced`] would write it; one too long
         // for the bus goes through it, which cuts its strings.
-        let mut text = String::with_capacity(json.len() + self.run_id.len() + self.agent.len() + 32);
-        text.push_str("{\"loopRunId\":");
-        text.push_str(&json_string(&self.run_id));
-        text.push_str(",\"agent\":");
-        text.push_str(&json_string(&self.agent));
-        text.push(',');
+        let mut text = String::with_capacity(self.ids.len() + json.len());
+        text.push_str(&self.ids);
         text.push_str(json.strip_prefix('{').unwrap_or(json));
         if self.bus.publish_json(LOOP_RUN_TRACE, text).is_err() {
             self.bus.publish(LOOP_RUN_TRACE, Announced { event, loop_run_id: &self.run_id, agent: &self.agent });
@@ -382,7 +386,7 @@ mod tests {
     #[test]
     fn an_announced_trace_event_keeps_its_run_ids_when_its_error_is_cut() {
         let bus = EventBus::starting_at(8, 1);
-        let announce = Announce { bus: bus.clone(), run_id: "lr-1".into(), agent: "coder".into() };
+        let announce = Announce::new(bus.clone(), "lr-1".into(), "coder".into());
         let mut event = TraceEvent::new(TraceKind::StepEnd, Some("fetch")).status(TraceStatus::Failed);
         event.loop_id = "flow".into();
         event.error = Some("x".repeat(MAX_PAYLOAD_BYTES * 2));
@@ -400,7 +404,7 @@ mod tests {
     #[test]
     fn an_announced_trace_event_is_its_text_after_the_run_ids() {
         let bus = EventBus::starting_at(8, 1);
-        let announce = Announce { bus: bus.clone(), run_id: "lr-\"1".into(), agent: "co\\der".into() };
+        let announce = Announce::new(bus.clone(), "lr-\"1".into(), "co\\der".into());
         let mut event = TraceEvent::new(TraceKind::ToolResult, Some("fetch")).status(TraceStatus::Completed);
         event.loop_id = "flow".into();
         event.data = Some(serde_json::json!({"effect": "recorded", "n": [1, 2]}));
