@@ -448,31 +448,10 @@ pub(crate) fn check_record_ids(collection: &str, id: &str) -> Result<(), StoreEr
 /// [`check_record_write`] refuses it once it passes [`MAX_RECORD_BYTES`]: one serialisation
 /// measures and writes it (not one to measure, then one to write), and stops at the bound.
 pub(crate) fn record_text(value: &Value) -> Result<String, StoreError> {
-    let mut text = Capped { buf: Vec::new(), left: MAX_RECORD_BYTES };
-    match serde_json::to_writer(&mut text, value) {
-        // serde_json writes only UTF-8.
-        Ok(()) => String::from_utf8(text.buf).map_err(|e| StoreError::Invalid(e.to_string())),
-        Err(e) if e.is_io() => Err(StoreError::Invalid(format!("record exceeds {MAX_RECORD_BYTES} bytes"))),
-        Err(e) => Err(StoreError::Invalid(e.to_string())),
-    }
-}
-
-/// A buffer that refuses to grow past `left` more bytes.
-struct Capped {
-    buf: Vec<u8>,
-    left: usize,
-}
-
-impl std::io::Write for Capped {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.left = self.left.checked_sub(bytes.len()).ok_or_else(|| std::io::Error::other("over the size limit"))?;
-        self.buf.extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    let mut text = Budget { left: MAX_RECORD_BYTES, out: Vec::new() };
+    bounded("record", value, MAX_RECORD_BYTES, &mut text)?;
+    // serde_json writes only UTF-8.
+    String::from_utf8(text.out).map_err(|e| StoreError::Invalid(e.to_string()))
 }
 
 /// The record after a write over `current` (None: it does not exist), honouring
@@ -622,23 +601,36 @@ fn check_title(title: String) -> Result<String, StoreError> {
 
 /// Refuse a value whose JSON form exceeds `limit` bytes.
 pub(crate) fn check_size<T: Serialize>(what: &str, value: &T, limit: usize) -> Result<(), StoreError> {
-    match serde_json::to_writer(&mut Budget { left: limit }, value) {
+    bounded(what, value, limit, &mut Budget { left: limit, out: std::io::sink() })
+}
+
+/// `value` serialised into `budget`, refused once it passes `limit` bytes.
+fn bounded<T: Serialize, W: std::io::Write>(
+    what: &str,
+    value: &T,
+    limit: usize,
+    budget: &mut Budget<W>,
+) -> Result<(), StoreError> {
+    match serde_json::to_writer(budget, value) {
         Ok(()) => Ok(()),
         Err(e) if e.is_io() => Err(StoreError::Invalid(format!("{what} exceeds {limit} bytes"))),
         Err(e) => Err(StoreError::Invalid(e.to_string())),
     }
 }
 
-/// Bytes a serialisation may still write: the size check counts them instead of building the
-/// serialised copy (every write would make one more, of the whole value, just to measure it),
-/// and an oversized value stops at the limit rather than being serialised whole.
-struct Budget {
+/// Bytes a serialisation may still write, and where they go: the size check counts them into
+/// a sink instead of building the serialised copy (every write would make one more, of the
+/// whole value, just to measure it), a SQL write keeps them as the text it binds; an oversized
+/// value stops at the limit rather than being serialised whole.
+struct Budget<W> {
     left: usize,
+    out: W,
 }
 
-impl std::io::Write for Budget {
+impl<W: std::io::Write> std::io::Write for Budget<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.left = self.left.checked_sub(buf.len()).ok_or_else(|| std::io::Error::other("over the size limit"))?;
+        self.out.write_all(buf)?;
         Ok(buf.len())
     }
 
