@@ -224,11 +224,14 @@ impl Announce {
             _ => "",
         };
         // The event's text after the run's ids, as [`Announced`] would write it; one too long
-        // for the bus goes through it, which cuts its strings.
-        let mut text = String::with_capacity(self.ids.len() + json.len());
-        text.push_str(&self.ids);
-        text.push_str(json.strip_prefix('{').unwrap_or(json));
-        if self.bus.publish_json(LOOP_RUN_TRACE, text).is_err() {
+        // for the bus (or not written) goes through it, which cuts its strings.
+        let published = json.strip_prefix('{').is_some_and(|fields| {
+            let mut text = String::with_capacity(self.ids.len() + fields.len());
+            text.push_str(&self.ids);
+            text.push_str(fields);
+            self.bus.publish_json(LOOP_RUN_TRACE, text).is_ok()
+        });
+        if !published {
             self.bus.publish(LOOP_RUN_TRACE, Announced { event, loop_run_id: &self.run_id, agent: &self.agent });
         }
         if !turn.is_empty() {
@@ -412,6 +415,11 @@ mod tests {
         let (backlog, _) = bus.subscribe_after(Some(0));
         let Some(Delivery::Event(e)) = backlog.first() else { panic!("announced: {backlog:?}") };
         let typed = Announced { loop_run_id: &announce.run_id, agent: &announce.agent, event: &event };
-        assert_eq!(e.payload(), serde_json::to_value(typed).unwrap());
+        assert_eq!(e.payload(), serde_json::to_value(&typed).unwrap());
+        // An event whose text could not be written is announced from the event itself.
+        announce.trace(&event, "");
+        let (backlog, _) = bus.subscribe_after(Some(1));
+        let Some(Delivery::Event(e)) = backlog.first() else { panic!("announced: {backlog:?}") };
+        assert_eq!(e.payload(), serde_json::to_value(&typed).unwrap());
     }
 }
