@@ -125,7 +125,8 @@ macro_rules! sql_records {
             }
 
             async fn import_record(&self, r: &Record) -> Result<ImportOutcome, StoreError> {
-                model::check_record_write(&r.collection, &r.id, &r.value)?;
+                model::check_record_ids(&r.collection, &r.id)?;
+                let text = model::record_text(&r.value)?;
                 let write = sqlx::query(
                     "INSERT INTO records (collection, id, revision, value, created_at, updated_at) \
                      VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (collection, id) DO NOTHING",
@@ -133,7 +134,7 @@ macro_rules! sql_records {
                 .bind(&r.collection)
                 .bind(&r.id)
                 .bind(to_db(r.revision))
-                .bind(to_text(&r.value)?)
+                .bind(text)
                 .bind(r.created_at.timestamp_millis())
                 .bind(r.updated_at.timestamp_millis());
                 let inserted = self.write_execute(write).await?;
