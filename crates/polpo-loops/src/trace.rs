@@ -394,9 +394,7 @@ mod tests {
         event.loop_id = "flow".into();
         event.error = Some("x".repeat(MAX_PAYLOAD_BYTES * 2));
         announce.trace(&event, &serde_json::to_string(&event).unwrap());
-        let (backlog, _) = bus.subscribe_after(Some(0));
-        let Some(Delivery::Event(e)) = backlog.first() else { panic!("announced: {backlog:?}") };
-        let data = e.payload();
+        let data = announced_after(&bus, 0);
         assert_eq!((data["loopRunId"].as_str(), data["agent"].as_str()), (Some("lr-1"), Some("coder")));
         assert_eq!((data["stepKey"].as_str(), data["truncated"].as_bool()), (Some("fetch"), Some(true)));
         assert!(data["error"].as_str().unwrap().len() < MAX_PAYLOAD_BYTES);
@@ -412,14 +410,17 @@ mod tests {
         event.loop_id = "flow".into();
         event.data = Some(serde_json::json!({"effect": "recorded", "n": [1, 2]}));
         announce.trace(&event, &serde_json::to_string(&event).unwrap());
-        let (backlog, _) = bus.subscribe_after(Some(0));
-        let Some(Delivery::Event(e)) = backlog.first() else { panic!("announced: {backlog:?}") };
         let typed = Announced { loop_run_id: &announce.run_id, agent: &announce.agent, event: &event };
-        assert_eq!(e.payload(), serde_json::to_value(&typed).unwrap());
+        assert_eq!(announced_after(&bus, 0), serde_json::to_value(&typed).unwrap());
         // An event whose text could not be written is announced from the event itself.
         announce.trace(&event, "");
-        let (backlog, _) = bus.subscribe_after(Some(1));
+        assert_eq!(announced_after(&bus, 1), serde_json::to_value(&typed).unwrap());
+    }
+
+    /// The payload of the first event `bus` published after id `after`.
+    fn announced_after(bus: &EventBus, after: u64) -> Value {
+        let (backlog, _) = bus.subscribe_after(Some(after));
         let Some(Delivery::Event(e)) = backlog.first() else { panic!("announced: {backlog:?}") };
-        assert_eq!(e.payload(), serde_json::to_value(&typed).unwrap());
+        e.payload()
     }
 }
