@@ -1,5 +1,6 @@
 //! PostgreSQL as the shared state of several workers: two processes claiming from one run
-//! queue never get the same run, and a created run wakes a listening worker.
+//! queue never get the same run, a created run wakes a listening worker, the live event feed
+//! keeps its order, and a server stalled inside a transaction cannot hold the others.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -8,10 +9,12 @@ mod support;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
+use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use polpo_store::{NewRun, RunStore, SystemClock};
+use polpo_store::shared::FEED_KEEP;
+use polpo_store::{EventFeed, NewFeedEvent, NewRun, RunStore, SystemClock};
 use sqlx::Row;
 
 const WORKER_ENV: &str = "POLPO_STORE_CLAIM_WORKER";
@@ -157,5 +160,71 @@ async fn a_new_run_wakes_a_listening_worker() {
     .await;
     assert!(woke.is_ok(), "the worker was not woken");
     assert_eq!(worker.claim_next_run("worker", TTL).await.unwrap().unwrap().run_id, run.id);
+    support::drop_schema(&schema).await;
+}
+
+fn feed_event(n: usize) -> NewFeedEvent {
+    NewFeedEvent { ts: chrono::Utc::now(), event: "test:event".into(), data: format!("{{\"n\":{n}}}") }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_feed_hands_out_ids_in_order_and_keeps_only_the_newest_events() {
+    let schema = support::create_schema().await;
+    let store = support::pg_store(&schema, Arc::new(SystemClock)).await.unwrap();
+    let (_, start) = store.feed_tail(1).await.unwrap();
+    let batch = 100;
+    let mut last = start;
+    let mut published = 0;
+    while published < FEED_KEEP as usize + 3 * 256 {
+        let events = (published..published + batch).map(feed_event).collect();
+        let now = store.publish_feed(events).await.unwrap();
+        assert_eq!(now, last + batch as u64, "a batch takes the next {batch} ids");
+        last = now;
+        published += batch;
+    }
+    let kept = store.feed_after(0, 1000).await.unwrap();
+    let oldest = kept[0].id;
+    assert!(oldest > start + 1, "the oldest events were pruned");
+    assert!(last - oldest < FEED_KEEP + 256, "at most a prune step more than FEED_KEEP kept: {}", last - oldest);
+    assert!(last - oldest >= FEED_KEEP - 1, "the newest FEED_KEEP events are kept: {}", last - oldest);
+    // Each event sits at its own id, in the order it was published.
+    for (i, event) in kept.iter().enumerate() {
+        assert_eq!(event.id, oldest + i as u64);
+        let n = (event.id - start - 1) as usize;
+        assert_eq!(event.data, format!("{{\"n\":{n}}}"));
+        assert_eq!(event.event, "test:event");
+    }
+    let (tail, tail_last) = store.feed_tail(3).await.unwrap();
+    assert_eq!(tail_last, last);
+    assert_eq!(tail.last().unwrap().id, last);
+    support::drop_schema(&schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_stalled_inside_a_transaction_does_not_hold_other_servers_forever() {
+    let schema = support::create_schema().await;
+    let default = support::pg_store(&schema, Arc::new(SystemClock)).await.unwrap();
+    let shown: String =
+        sqlx::query("SHOW idle_in_transaction_session_timeout").fetch_one(default.pool()).await.unwrap().get(0);
+    assert_eq!(shown, "10s", "a store's transactions cannot idle forever by default");
+
+    // A URL's own setting wins (here a short one, so the test need not wait ten seconds).
+    let options = sqlx::postgres::PgConnectOptions::from_str(&support::database_url())
+        .unwrap()
+        .options([("search_path", schema.as_str()), ("idle_in_transaction_session_timeout", "1s")]);
+    let stalled = polpo_store::PgStore::connect_with(options, Arc::new(SystemClock)).await.unwrap();
+    let shown: String =
+        sqlx::query("SHOW idle_in_transaction_session_timeout").fetch_one(stalled.pool()).await.unwrap().get(0);
+    assert_eq!(shown, "1s");
+    // A server stopped in the middle of a write: it holds the feed's counter row and never
+    // sends its next statement.
+    let mut held = stalled.pool().begin().await.unwrap();
+    sqlx::query("SELECT last_id FROM feed_counter FOR UPDATE").execute(&mut *held).await.unwrap();
+    // Every other server's events wait for that lock only until the database ends the session.
+    let published = tokio::time::timeout(Duration::from_secs(60), default.publish_feed(vec![feed_event(0)])).await;
+    assert!(published.expect("the stalled transaction held the feed").is_ok());
+    // The stalled server, waking, finds its write refused, not half done.
+    let woke = sqlx::query("UPDATE feed_counter SET last_id = last_id + 1").execute(&mut *held).await;
+    assert!(woke.is_err() || held.commit().await.is_err(), "a transaction past the timeout cannot commit");
     support::drop_schema(&schema).await;
 }

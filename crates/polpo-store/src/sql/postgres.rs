@@ -69,6 +69,14 @@ pub const RUN_EVENTS_CHANNEL: &str = "polpo_run_events";
 /// Announce appended events on [`RUN_EVENTS_CHANNEL`].
 const ANNOUNCE_EVENTS: Option<&str> = Some("SELECT pg_notify('polpo_run_events', $1)");
 
+/// How long the database lets one of this store's transactions sit idle between statements
+/// before it ends the session (unless the URL's `options` set it): a process stopped or starved
+/// in the middle of a write would otherwise hold its row locks — a run's record, a lease —
+/// for as long as its connection lives, and every other server waiting on them (a takeover
+/// included) with it. The store's transactions only ever wait on their own statements, so a
+/// live process is never near it; a stalled one finds its write refused when it wakes.
+const IDLE_IN_TRANSACTION_TIMEOUT: &str = "10s";
+
 impl PgStore {
     /// Connect to `url` and apply pending migrations. Times and new ids come from `seams` (a
     /// plain clock: UUID v7 ids).
@@ -82,6 +90,10 @@ impl PgStore {
     /// and apply pending migrations.
     pub async fn connect_with(options: PgConnectOptions, seams: impl Into<Seams>) -> Result<Self, StoreError> {
         let Seams { clock, ids } = seams.into();
+        let options = match options.get_options() {
+            Some(set) if set.contains("idle_in_transaction_session_timeout") => options,
+            _ => options.options([("idle_in_transaction_session_timeout", IDLE_IN_TRANSACTION_TIMEOUT)]),
+        };
         let pool = PgPoolOptions::new().max_connections(8).connect_with(options).await?;
         super::migrator(MIGRATIONS).run(&pool).await?;
         Ok(PgStore { pool, clock, ids })

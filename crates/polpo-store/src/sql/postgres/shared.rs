@@ -146,32 +146,30 @@ fn feed_from_row(row: &PgRow) -> Result<FeedEvent, StoreError> {
 impl EventFeed for PgStore {
     async fn publish_feed(&self, events: Vec<NewFeedEvent>) -> Result<u64, StoreError> {
         let n = to_db(events.len() as u64);
-        let mut tx = self.pool.begin().await?;
-        // The counter row stays locked until commit: the next publisher waits, so ids become
-        // visible in the order they were handed out.
-        let last: i64 = sqlx::query("UPDATE feed_counter SET last_id = last_id + $1 RETURNING last_id")
-            .bind(n)
-            .fetch_one(&mut *tx)
-            .await?
-            .try_get("last_id")?;
-        for (event, id) in events.iter().zip(last - n + 1..) {
-            sqlx::query("INSERT INTO feed_events (id, ts, event, data) VALUES ($1, $2, $3, $4)")
-                .bind(id)
-                .bind(event.ts.timestamp_millis())
-                .bind(&event.event)
-                .bind(&event.data)
-                .execute(&mut *tx)
-                .await?;
+        let (mut ts, mut names, mut data) = (Vec::with_capacity(events.len()), Vec::new(), Vec::new());
+        for event in events {
+            ts.push(event.ts.timestamp_millis());
+            names.push(event.event);
+            data.push(event.data);
         }
-        // Pruned when the ids cross a multiple of 256, so the cost is spread thin.
-        if n > 0 && (last - n) / 256 != last / 256 {
-            sqlx::query("DELETE FROM feed_events WHERE id <= $1")
-                .bind(last - to_db(FEED_KEEP))
-                .execute(&mut *tx)
-                .await?;
-        }
-        sqlx::query("SELECT pg_notify('polpo_feed', $1)").bind(last.to_string()).execute(&mut *tx).await?;
-        tx.commit().await?;
+        // One statement, so one implicit transaction the database itself runs to its end: the
+        // counter row stays locked until commit (the next publisher waits, so ids become visible
+        // in the order they were handed out), but never across a round trip to this process —
+        // a publisher paused between statements (stopped, starved, swapped out) would otherwise
+        // hold every other server's live events until its connection died. The feed is pruned
+        // when the ids cross a multiple of 256, so the cost is spread thin; the NOTIFY is sent
+        // at commit.
+        let last: i64 = sqlx::query(
+            "WITH counter AS (UPDATE feed_counter SET last_id = last_id + $1 RETURNING last_id),              added AS (INSERT INTO feed_events (id, ts, event, data)                 SELECT counter.last_id - $1 + e.n, e.ts, e.event, e.data FROM counter,                 unnest($2::BIGINT[], $3::TEXT[], $4::TEXT[]) WITH ORDINALITY AS e(ts, event, data, n)),              pruned AS (DELETE FROM feed_events WHERE id <= (SELECT last_id FROM counter) - $5                 AND (SELECT (last_id - $1) / 256 <> last_id / 256 FROM counter))              SELECT last_id, pg_notify('polpo_feed', last_id::TEXT) FROM counter",
+        )
+        .bind(n)
+        .bind(ts)
+        .bind(names)
+        .bind(data)
+        .bind(to_db(FEED_KEEP))
+        .fetch_one(&self.pool)
+        .await?
+        .try_get("last_id")?;
         Ok(from_db(last))
     }
 
