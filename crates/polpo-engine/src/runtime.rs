@@ -583,7 +583,9 @@ impl Runtime {
         let run_id = input.run_id.clone().unwrap_or_default();
         let mut invocation = self.invocation(&loaded, agent, provider, input, &run_id, cancel)?;
         invocation.tools = self.agent_tool_set(agent, &invocation.tool_context).await;
-        Ok(crate::tools::exec::call_direct(&invocation, name, arguments, sink).await)
+        // Boxed: the call's future (gates, hooks, the tool) is kilobytes, and a caller that
+        // held it inline would copy it at every level it is awaited through.
+        Ok(Box::pin(crate::tools::exec::call_direct(&invocation, name, arguments, sink)).await)
     }
 
     /// How a call of `input`'s agent's tool `name` with `arguments` touches the world (`None`:

@@ -711,7 +711,9 @@ impl Run<'_> {
             Err(e) => Err(e),
             Ok(()) => match &step.body {
                 StepBody::Agent(agent) => match projection.transpose() {
-                    Ok(projection) => self.agent(id, step, agent, projection, context, branch).await,
+                    // Boxed: an agent step's future (a whole durable run) is kilobytes, and
+                    // every tool step would otherwise carry and copy its room.
+                    Ok(projection) => Box::pin(self.agent(id, step, agent, projection, context, branch)).await,
                     Err(e) => Err(e),
                 },
                 StepBody::Tool(tool) => {
