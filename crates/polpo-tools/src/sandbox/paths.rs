@@ -10,9 +10,10 @@
 //! resolve immediately before use to keep that window small.
 
 use crate::{ToolContext, ToolError};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
 
 /// Symlink hops allowed in one resolution (the kernel's own limit).
 const MAX_SYMLINK_HOPS: usize = 40;
@@ -56,7 +57,7 @@ impl PathRules {
 
     /// True when the real path `path` lies under an allowed root and under no protected path.
     pub fn permits(&self, path: &Path) -> bool {
-        self.roots.iter().any(|root| path.starts_with(root)) && !self.is_protected(path)
+        self.roots.iter().any(|root| lies_under(path, root)) && !self.is_protected(path)
     }
 
     /// The allowed roots, as real paths.
@@ -71,8 +72,28 @@ impl PathRules {
 
     /// True when the real path `path` is a protected path or lies under one.
     pub fn is_protected(&self, path: &Path) -> bool {
-        self.protected.iter().any(|p| path.starts_with(p))
+        self.protected.iter().any(|p| lies_under(path, p))
     }
+}
+
+/// `Path::starts_with` (component by component) for a `root` that [`resolve_real_path`] made:
+/// on a `path` written the same plain way — no `//`, no `.` component — a comparison of bytes
+/// that ends at a separator says the same, without parsing either into components.
+fn lies_under(path: &Path, root: &Path) -> bool {
+    let (bytes, prefix) = (path.as_os_str().as_bytes(), root.as_os_str().as_bytes());
+    if !is_plain(bytes) || !is_plain(prefix) {
+        return path.starts_with(root);
+    }
+    match bytes.strip_prefix(prefix) {
+        Some(rest) => prefix == b"/" || rest.is_empty() || rest[0] == b'/',
+        None => false,
+    }
+}
+
+/// True when `path` is absolute with no empty (`//`, a trailing `/`) or `.` component, so its
+/// bytes between separators are its components.
+fn is_plain(path: &[u8]) -> bool {
+    path == b"/" || (path.first() == Some(&b'/') && path[1..].split(|&b| b == b'/').all(|c| !c.is_empty() && c != b"."))
 }
 
 fn real_paths<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Result<Vec<PathBuf>, ToolError> {
@@ -88,6 +109,10 @@ fn real_paths<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Result<Vec<PathB
 }
 
 fn absolute(path: &Path) -> Result<PathBuf, ToolError> {
+    // The usual case, an absolute path written plainly, is already what `absolute` would make.
+    if is_plain(path.as_os_str().as_bytes()) {
+        return Ok(path.to_path_buf());
+    }
     std::path::absolute(path)
         .map_err(|e| ToolError::new("invalid_path", format!("cannot make {} absolute: {e}", path.display())))
 }
@@ -97,48 +122,80 @@ fn absolute(path: &Path) -> Result<PathBuf, ToolError> {
 /// that do not exist yet and for dangling symlinks (which resolve to their target's path, so a
 /// write through them is checked where it would land).
 pub fn resolve_real_path(path: &Path) -> io::Result<PathBuf> {
-    let mut pending: Vec<OsString> = Vec::new();
-    push_components(&mut pending, path);
-    let mut resolved = PathBuf::from("/");
+    // Walked as bytes: `rest` is what is left to follow (a symlink's target is put in front of
+    // it), `resolved` the real path so far, which never holds `.`, `..`, `//` or a trailing `/`.
+    let mut rest = path.as_os_str().as_bytes().to_vec();
+    let mut at = 0;
+    let mut resolved = Vec::with_capacity(rest.len() + 1);
+    resolved.push(b'/');
     let mut hops = 0usize;
-    while let Some(part) = pending.pop() {
-        match part.to_str() {
-            Some("/") => resolved = PathBuf::from("/"),
-            Some(".") => {}
-            Some("..") => {
-                resolved.pop();
+    while at < rest.len() {
+        let end = rest[at..].iter().position(|&b| b == b'/').map_or(rest.len(), |i| at + i);
+        let start = at;
+        at = end + 1;
+        match &rest[start..end] {
+            b"" | b"." => {}
+            b".." => {
+                let parent = resolved.iter().rposition(|&b| b == b'/').unwrap_or(0);
+                resolved.truncate(parent.max(1));
             }
-            _ => {
-                let candidate = resolved.join(&part);
-                match std::fs::symlink_metadata(&candidate) {
+            name => {
+                let before = resolved.len();
+                if before > 1 {
+                    resolved.push(b'/');
+                }
+                resolved.extend_from_slice(name);
+                let candidate = Path::new(OsStr::from_bytes(&resolved));
+                match std::fs::symlink_metadata(candidate) {
                     Ok(meta) if meta.file_type().is_symlink() => {
                         hops += 1;
                         if hops > MAX_SYMLINK_HOPS {
                             return Err(io::Error::other("too many levels of symbolic links"));
                         }
-                        // A relative target is relative to the link's directory, which is `resolved`.
-                        push_components(&mut pending, &std::fs::read_link(&candidate)?);
+                        let mut target = std::fs::read_link(candidate)?.into_os_string().into_vec();
+                        // A relative target is relative to the link's directory, which is
+                        // `resolved` without the link; an absolute one starts again at `/`.
+                        resolved.truncate(if target.first() == Some(&b'/') { 1 } else { before });
+                        target.push(b'/');
+                        target.extend_from_slice(rest.get(at..).unwrap_or_default());
+                        (rest, at) = (target, 0);
                     }
-                    Ok(_) => resolved = candidate,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => resolved = candidate,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                     Err(e) => return Err(e),
                 }
             }
         }
     }
-    Ok(resolved)
+    Ok(PathBuf::from(OsString::from_vec(resolved)))
 }
 
-/// Pushes `path`'s components so that the first one is popped first.
-fn push_components(pending: &mut Vec<OsString>, path: &Path) {
-    let parts: Vec<OsString> = path
-        .components()
-        .map(|c| match c {
-            Component::RootDir | Component::Prefix(_) => OsString::from("/"),
-            Component::CurDir => OsString::from("."),
-            Component::ParentDir => OsString::from(".."),
-            Component::Normal(name) => name.to_owned(),
-        })
-        .collect();
-    pending.extend(parts.into_iter().rev());
+#[cfg(test)]
+mod tests {
+    use super::lies_under;
+    use std::path::Path;
+
+    #[test]
+    fn lying_under_a_root_is_decided_by_whole_components() {
+        let cases = [
+            ("/ws/x", "/ws", true),
+            ("/ws", "/ws", true),
+            ("/wsx", "/ws", false),
+            ("/w", "/ws", false),
+            ("/anything", "/", true),
+            ("/", "/", true),
+            ("/ws/x", "/ws/x/y", false),
+            // Not written plainly: decided component by component, as `Path::starts_with` does.
+            ("/ws/./x", "/ws", true),
+            ("/ws//x", "/ws", true),
+            ("/p/./.polpo/hooks", "/p/.polpo", true),
+            ("/p/.polpo/", "/p/.polpo", true),
+            ("/ws/x", "/ws/", true),
+            ("ws/x", "/ws", false),
+        ];
+        for (path, root, under) in cases {
+            assert_eq!(lies_under(Path::new(path), Path::new(root)), under, "{path} under {root}");
+            assert_eq!(Path::new(path).starts_with(root), under, "{path} under {root} (std)");
+        }
+    }
 }
