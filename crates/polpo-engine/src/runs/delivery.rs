@@ -147,12 +147,14 @@ impl RunManager {
             prepared = prepared.controlled_by(run);
             registered = Some(Registered { manager: self.clone(), run_id: run_id.clone() });
         }
-        tokio::spawn(async move {
+        // Boxed before it is spawned: the run's future (its whole turn loop) is kilobytes, and
+        // the spawn would otherwise copy it through every layer down to the task's cell.
+        tokio::spawn(Box::pin(async move {
             let result = meter.scope(run_attached(prepared, &tx)).await;
             // No longer steerable once it has an answer (also when the task is dropped).
             drop(registered);
             let _ = tx.send(Progress::Finished(Finished { result, seq: None, overhead: Some(meter.read()) }));
-        });
+        }));
         Ok(Invoked { run_id, session_id, mode, progress, attached: Some(cancel.drop_guard()), followed: false })
     }
 

@@ -353,7 +353,8 @@ impl RunManager {
         // Commands sent from other servers before this one took the run.
         self.deliver_commands_later(&run_id);
         let manager = self.clone();
-        self.tasks.spawn(async move { manager.drive(prepared, state, resumed, lease, lost).await });
+        // Boxed before it is spawned: a durable run's future is kilobytes (see `invoke`).
+        self.tasks.spawn(Box::pin(async move { manager.drive(prepared, state, resumed, lease, lost).await }));
     }
 
     /// Execute a launched run to its end, renewing its lease, and record how it ended. `lost`
