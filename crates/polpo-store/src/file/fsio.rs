@@ -100,18 +100,27 @@ pub(crate) fn create_subdirs_durable(parent: &Path, names: &[&str]) -> Result<()
     sync_dir(parent)
 }
 
-/// Make a new entry directory holding an empty `file`, clearing a directory of the same name
-/// that a crash left behind (one without its header, so ignored at load). Nothing is fsynced:
-/// the caller's header write (an atomic rename, which fsyncs `dir`) and an fsync of `dir`'s
-/// parent make both durable.
-pub(crate) fn fresh_dir_with_empty_file(dir: &Path, file: &Path) -> Result<(), StoreError> {
+/// Make a new entry directory, clearing a directory of the same name that a crash left behind
+/// (one without its header, so ignored at load). Nothing is fsynced: the caller's header write
+/// (an atomic rename, which fsyncs `dir`) and an fsync of `dir`'s parent make it durable.
+pub(crate) fn fresh_dir(dir: &Path) -> Result<(), StoreError> {
     match fs::create_dir(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             fs::remove_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
-            fs::create_dir(dir).map_err(|e| StoreError::io(dir, e))?;
+            fs::create_dir(dir).map_err(|e| StoreError::io(dir, e))
         }
-        other => other.map_err(|e| StoreError::io(dir, e))?,
+        other => other.map_err(|e| StoreError::io(dir, e)),
     }
+}
+
+/// [`fresh_dir`] holding an empty `file`.
+pub(crate) fn fresh_dir_with_empty_file(dir: &Path, file: &Path) -> Result<(), StoreError> {
+    fresh_dir(dir)?;
+    create_empty(file)
+}
+
+/// Create `file` empty (truncating one that exists); durable once its directory is fsynced.
+pub(crate) fn create_empty(file: &Path) -> Result<(), StoreError> {
     File::create(file).map_err(|e| StoreError::io(file, e))?;
     Ok(())
 }

@@ -64,6 +64,19 @@ impl Journal {
         self.record(written)
     }
 
+    /// A new journal at `path` (in a fresh directory) holding `items`, written and fsynced like
+    /// [`Journal::append`]; the append creates the file, so it is opened once, not created empty
+    /// and opened again. With no items the file is created empty.
+    pub(crate) fn create<T: Serialize>(path: &Path, items: &[T]) -> Result<Journal, StoreError> {
+        let mut journal = Journal::default();
+        if items.is_empty() {
+            fsio::create_empty(path)?;
+        } else {
+            journal.append(path, items)?;
+        }
+        Ok(journal)
+    }
+
     /// The file half of [`Journal::append`], done without the index lock (the caller holds the
     /// journal's own write lock): the lines' lengths, or the error and the offsets rebuilt from
     /// the file.

@@ -258,11 +258,8 @@ impl Inner {
             return model::same_import("run", &run.id, &stored_checkpoint.as_ref(), &checkpoint);
         }
         idx.add_run_keys(run)?;
-        fsio::fresh_dir_with_empty_file(&dir, &journal_path)?;
-        let mut journal = Journal::default();
-        if !events.is_empty() {
-            journal.append(&journal_path, events)?;
-        }
+        fsio::fresh_dir(&dir)?;
+        let journal = Journal::create(&journal_path, events)?;
         if let Some(c) = checkpoint {
             fsio::write_json(&dir.join("checkpoint.json"), c)?;
         }

@@ -124,11 +124,8 @@ impl Inner {
     ) -> Result<Journal, StoreError> {
         let dir = self.session_dir(&session.id);
         let journal_path = dir.join("messages.jsonl");
-        fsio::fresh_dir_with_empty_file(&dir, &journal_path)?;
-        let mut journal = Journal::default();
-        if !messages.is_empty() {
-            journal.append(&journal_path, messages)?;
-        }
+        fsio::fresh_dir(&dir)?;
+        let journal = Journal::create(&journal_path, messages)?;
         let header = fsio::Staged::write(&dir.join("session.json"), &fsio::json_bytes(session)?)?;
         // The header goes last, after the key: without it a half-written directory is never
         // read as a session, and a session is never found that lists cannot find.
