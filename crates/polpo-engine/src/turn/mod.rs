@@ -154,9 +154,11 @@ pub async fn run_turns_controlled(
                         if cancel.is_cancelled() {
                             return Err(EngineError::Aborted);
                         }
-                        for result in
-                            crate::tools::execute(inv, hooks, base_turn + turn, &server, &conversation, sink).await?
-                        {
+                        // Boxed (as in `answer_pending_calls`): the calls' future (gates, hooks,
+                        // tools) is kilobytes, and every turn's would otherwise carry and copy it.
+                        let executed =
+                            crate::tools::execute(inv, hooks, base_turn + turn, &server, &conversation, sink);
+                        for result in Box::pin(executed).await? {
                             Arc::make_mut(&mut conversation).push(result.clone());
                             sink(RunEvent::MessageAppended { message: result });
                         }
@@ -180,7 +182,10 @@ pub async fn run_turns_controlled(
         };
 
         let rendering = formatting || repaired;
-        if !rendering && let Judgement::Retry(feedback) = termination.judge(inv, base_turn + turn, &text, sink).await? {
+        // Boxed: the gate's judgement (hooks, a verifier's model call) is kilobytes of future.
+        let judged =
+            if rendering { None } else { Some(Box::pin(termination.judge(inv, base_turn + turn, &text, sink)).await?) };
+        if let Some(Judgement::Retry(feedback)) = judged {
             // The rejected candidate stays in the history (the model needs it), but it
             // was never streamed; the feedback is model-visible.
             Arc::make_mut(&mut conversation).push(feedback.clone());
@@ -270,7 +275,7 @@ async fn answer_pending_calls(
     }
     // Through the runtime's own tools too (a resumed `polpo_tool_load`), judged against the
     // conversation up to the assistant message that made the calls.
-    crate::tools::execute(inv, hooks, turn, &missing, &conversation[..=last], sink).await
+    Box::pin(crate::tools::execute(inv, hooks, turn, &missing, &conversation[..=last], sink)).await
 }
 
 fn outcome(
