@@ -146,7 +146,10 @@ fn feed_from_row(row: &PgRow) -> Result<FeedEvent, StoreError> {
 impl EventFeed for PgStore {
     async fn publish_feed(&self, events: Vec<NewFeedEvent>) -> Result<u64, StoreError> {
         let n = to_db(events.len() as u64);
-        let (mut ts, mut names, mut data) = (Vec::with_capacity(events.len()), Vec::new(), Vec::new());
+        let n_events = events.len();
+        let mut ts = Vec::with_capacity(n_events);
+        let mut names = Vec::with_capacity(n_events);
+        let mut data = Vec::with_capacity(n_events);
         for event in events {
             ts.push(event.ts.timestamp_millis());
             names.push(event.event);
