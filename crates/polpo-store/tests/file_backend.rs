@@ -181,6 +181,60 @@ async fn concurrent_appends_to_one_session_stay_gap_free_while_other_sessions_wr
     }
 }
 
+/// Concurrent creates share their fsyncs, yet each is answered on its own: a session whose
+/// directory cannot be made, or whose id is taken (on disk, or by a create at the same time),
+/// fails alone, and its id can be created again once nothing stands in the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_creates_succeed_or_fail_each_on_its_own() {
+    let root = tempfile::tempdir().unwrap();
+    let store = open(root.path()).await;
+    let new = |id: &str| NewSession { id: Some(id.into()), agent: "a".into(), ..Default::default() };
+    store.sessions.create_session(new("taken")).await.unwrap();
+    // A file where the session's directory must go: its files cannot be written.
+    let blocked = root.path().join(".polpo/sessions/blocked");
+    std::fs::write(&blocked, b"in the way").unwrap();
+
+    let mut ids: Vec<String> = (0..60).map(|i| format!("s-{i:02}")).collect();
+    ids.extend(["dup", "dup", "taken", "blocked"].map(String::from));
+    let creates: Vec<_> = ids
+        .iter()
+        .map(|id| {
+            let (sessions, new) = (store.sessions.clone(), new(id));
+            let first = vec![NewMessage::new(Message::user(format!("first of {id}")))];
+            tokio::spawn(async move { sessions.create_session_with_messages(new, first).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for (id, create) in ids.iter().zip(creates) {
+        answers
+            .push((id.clone(), create.await.unwrap().map(|c| (c.session.id, c.messages.len())).map_err(|e| e.code())));
+    }
+    let fresh = answers.iter().filter(|(id, _)| id.starts_with("s-"));
+    assert!(fresh.clone().all(|(id, a)| *a == Ok((id.clone(), 1))), "{answers:?}");
+    let of = |wanted: &str| answers.iter().filter(|(id, _)| id == wanted).map(|(_, a)| a.clone()).collect::<Vec<_>>();
+    let mut dup = of("dup");
+    dup.sort();
+    assert_eq!(dup, [Ok(("dup".into(), 1)), Err("conflict")]);
+    assert_eq!(of("taken"), [Err("conflict")]);
+    assert_eq!(of("blocked"), [Err("io_error")]);
+
+    std::fs::remove_file(&blocked).unwrap();
+    let retried = store.sessions.create_session(new("blocked")).await.unwrap();
+    assert_eq!(retried.id, "blocked", "a failed create gave its id back");
+    drop(store);
+
+    let store = open(root.path()).await;
+    let mut listed = listed(&store, 100, &SessionFilter::default()).await;
+    listed.sort();
+    let mut expected: Vec<String> = (0..60).map(|i| format!("s-{i:02}")).collect();
+    expected.extend(["blocked", "dup", "taken"].map(String::from));
+    expected.sort();
+    assert_eq!(listed, expected);
+    for id in expected.iter().filter(|id| id.starts_with("s-") || *id == "dup") {
+        assert_eq!(texts(&store, id).await, [format!("first of {id}")]);
+    }
+}
+
 #[tokio::test]
 async fn open_store_picks_the_backend_from_settings() {
     let root = tempfile::tempdir().unwrap();
