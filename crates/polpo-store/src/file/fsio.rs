@@ -1,7 +1,6 @@
 //! Durable file primitives for the file backend: atomic replace (temp, fsync, rename, fsync
-//! dir), fsynced journal appends, journal reads that survive a torn last line, shared fsyncs
-//! ([`SharedSync`]) of the files and directories many writers append to, and whole file-system
-//! syncs ([`FileSystems`]) for batches of new sessions.
+//! dir), fsynced journal appends, journal reads that survive a torn last line, and shared
+//! fsyncs ([`SharedSync`]) of the files and directories every new session writes to.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -126,56 +125,6 @@ pub(crate) fn create_empty(file: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The file systems that hold some directories, each synced whole by [`FileSystems::sync`]:
-/// one `syncfs(2)` makes every file and directory entry a batch of new sessions wrote durable
-/// (their journals, staged headers, directories and listing keys), where fsyncing each of
-/// them cost five system calls a session and, on a disk, as many waits. Each file system is
-/// opened once, with the store, so a write-back error since then is reported to the next sync
-/// (Linux ≥ 5.8 keeps them per open file).
-#[derive(Debug)]
-pub(crate) struct FileSystems {
-    /// One open directory on each distinct file system.
-    handles: Vec<(PathBuf, File)>,
-}
-
-impl FileSystems {
-    /// The file systems of `dirs` (which exist), each once.
-    pub(crate) fn of(dirs: &[&Path]) -> Result<Self, StoreError> {
-        use std::os::unix::fs::MetadataExt;
-        let mut handles: Vec<(PathBuf, File)> = Vec::new();
-        let mut devices = Vec::new();
-        for dir in dirs {
-            let handle = File::open(dir).map_err(|e| StoreError::io(dir, e))?;
-            let device = handle.metadata().map_err(|e| StoreError::io(dir, e))?.dev();
-            if !devices.contains(&device) {
-                devices.push(device);
-                handles.push((dir.to_path_buf(), handle));
-            }
-        }
-        Ok(FileSystems { handles })
-    }
-
-    /// Make everything written so far to these file systems durable.
-    pub(crate) fn sync(&self) -> Result<(), StoreError> {
-        for (dir, handle) in &self.handles {
-            sync_file_system(handle).map_err(|e| StoreError::io(dir, e))?;
-        }
-        Ok(())
-    }
-}
-
-#[cfg(any(target_os = "linux", target_os = "android"))]
-fn sync_file_system(handle: &File) -> std::io::Result<()> {
-    nix::unistd::syncfs(handle).map_err(std::io::Error::from)
-}
-
-/// Without `syncfs(2)`: `sync(2)` (every file system), which only some systems wait for.
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn sync_file_system(_: &File) -> std::io::Result<()> {
-    nix::unistd::sync();
-    Ok(())
-}
-
 /// Persist directory entries (creations, renames, deletions) in `dir`.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     polpo_project::fsx::sync_dir(dir).map_err(|e| StoreError::io(dir, e))
@@ -222,23 +171,8 @@ impl Staged {
         Staged::write_with(path, |w| w.write_all(bytes).map_err(|e| StoreError::io(path, e)))
     }
 
-    /// [`Staged::write`] without the fsync: durable once the file system is synced.
-    pub(crate) fn write_unsynced(path: &Path, bytes: &[u8]) -> Result<Staged, StoreError> {
-        Staged::create(path, |w| w.write_all(bytes).map_err(|e| StoreError::io(path, e))).map(|(staged, _)| staged)
-    }
-
     /// [`Staged::write`] of what `fill` writes to the temp file.
     fn write_with(path: &Path, fill: impl FnOnce(&mut File) -> Result<(), StoreError>) -> Result<Staged, StoreError> {
-        let (staged, file) = Staged::create(path, fill)?;
-        file.sync_all().map_err(|e| StoreError::io(&staged.tmp, e))?;
-        Ok(staged)
-    }
-
-    /// A temp file beside `path` holding what `fill` wrote, and the file still open.
-    fn create(
-        path: &Path,
-        fill: impl FnOnce(&mut File) -> Result<(), StoreError>,
-    ) -> Result<(Staged, File), StoreError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = path.with_file_name(format!(
@@ -253,7 +187,8 @@ impl Staged {
             .open(&staged.tmp)
             .map_err(|e| StoreError::io(&staged.tmp, e))?;
         fill(&mut f)?;
-        Ok((staged, f))
+        f.sync_all().map_err(|e| StoreError::io(&staged.tmp, e))?;
+        Ok(staged)
     }
 
     /// Rename the file to its name; the caller fsyncs the directory to make that durable.

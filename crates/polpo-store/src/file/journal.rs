@@ -77,14 +77,6 @@ impl Journal {
         Ok(journal)
     }
 
-    /// [`Journal::create`] without the fsync: durable once the file system is synced.
-    pub(crate) fn create_unsynced<T: Serialize>(path: &Path, items: &[T]) -> Result<Journal, StoreError> {
-        let (_, lengths) = fsio::write_lines(path, items)?;
-        let mut journal = Journal::default();
-        journal.record(Ok(lengths))?;
-        Ok(journal)
-    }
-
     /// The file half of [`Journal::append`], done without the index lock (the caller holds the
     /// journal's own write lock): the lines' lengths, or the error and the offsets rebuilt from
     /// the file.

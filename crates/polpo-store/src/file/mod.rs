@@ -12,10 +12,6 @@
 //! .polpo/.runtime/store.lock
 //! ```
 //!
-//! New sessions are written in batches (the ones created at the same time), each batch made
-//! durable by two `syncfs(2)` of the store's file system rather than five fsyncs a session
-//! (see `sessions.rs`).
-//!
 //! The journals are the truth for what was appended: an append fsyncs only its journal line,
 //! and a header (`session.json`, `run.json`) that lags behind is brought up to date at close
 //! (sessions) or reconciled from the journal when it is next read (counts, title, times; a
@@ -79,11 +75,6 @@ struct Inner {
     order: Mutex<order::KeyOrder<sessions::SessionFields>>,
     /// The fsync of `sessions/`, shared by the sessions created or deleted at the same time.
     sessions_sync: fsio::SharedSync,
-    /// The file systems of `sessions/` and `.index/`, synced whole once the files of a batch
-    /// of new sessions are written.
-    file_systems: fsio::FileSystems,
-    /// New sessions waiting to be written, written a batch at a time (see `sessions.rs`).
-    creates: Arc<Mutex<sessions::CreateQueue>>,
     /// Typed memory items, read on their first use (see `memory.rs`).
     memory: memory::MemoryFiles,
     _lock: lock::StoreLock,
@@ -188,7 +179,6 @@ impl Inner {
         let sessions_dir = dir.join(SESSIONS);
         let order = order::KeyOrder::open(&dir, SESSIONS, || sessions::session_keys(&sessions_dir))?;
         let index = Index::load(&dir)?;
-        let file_systems = fsio::FileSystems::of(&[&sessions_dir, &dir.join(order::INDEX_DIR)])?;
         Ok(Inner {
             dir,
             clock,
@@ -197,8 +187,6 @@ impl Inner {
             index: Mutex::new(index),
             order: Mutex::new(order),
             sessions_sync: fsio::SharedSync::new(sessions_dir),
-            file_systems,
-            creates: Arc::default(),
             memory: memory::MemoryFiles::default(),
             _lock: lock,
         })
@@ -361,14 +349,6 @@ impl Index {
         self.session_locks.remove(id);
         self.stale_headers.remove(id);
         self.sessions.remove(id)
-    }
-
-    /// Undo the reservation of a new session whose files could not be written.
-    fn unreserve_session(&mut self, id: &str) {
-        if !self.sessions.contains_key(id) {
-            self.session_locks.remove(id);
-            self.stale_headers.remove(id);
-        }
     }
 
     /// Open the store's indexes: the run order, the unfinished runs (read, reconciled with

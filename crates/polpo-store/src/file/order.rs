@@ -123,33 +123,28 @@ impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
         }
     }
 
-    /// Write `lines` to the journal in one write, not yet durable: the returned [`LogSync`]
-    /// makes them so.
-    fn append(&mut self, lines: Vec<Line<F>>) -> Result<LogSync, StoreError> {
-        fsio::write_lines(&self.log, &lines)?;
-        self.log_lines += lines.len();
-        for line in lines {
-            self.apply(line);
-        }
+    /// Write `line` to the journal, not yet durable: the returned [`LogSync`] makes it so.
+    fn append(&mut self, line: Line<F>) -> Result<LogSync, StoreError> {
+        fsio::write_lines(&self.log, std::slice::from_ref(&line))?;
+        self.log_lines += 1;
+        self.apply(line);
         if self.log_lines >= COMPACT_AT {
             self.compact()?;
         }
         Ok(LogSync(Arc::clone(&self.log_sync)))
     }
 
-    /// Add entries' keys, before their files are written (until they are, lists skip them:
-    /// the entries are still being created). Durable once the returned [`LogSync`] has synced
-    /// (or the file system was synced after this returned), which the caller does after
-    /// releasing the order's lock and before writing the entries' headers. A batch of new
-    /// sessions adds its keys with one write.
-    pub(super) fn add(&mut self, keys: impl IntoIterator<Item = (Key, F)>) -> Result<LogSync, StoreError> {
-        self.append(keys.into_iter().map(|((t, id), fields)| Line { t, id, add: Some(fields) }).collect())
+    /// Add an entry's key, before its files are written (until they are, lists skip it: the
+    /// entry is still being created). Durable once the returned [`LogSync`] has synced, which
+    /// the caller does after releasing the order's lock and before writing the entry's header.
+    pub(super) fn add(&mut self, (t, id): Key, fields: F) -> Result<LogSync, StoreError> {
+        self.append(Line { t, id, add: Some(fields) })
     }
 
     /// Remove a deleted entry's key (after its header is gone); durable once the returned
     /// [`LogSync`] has synced (until then a crash leaves the key, which lists skip).
     pub(super) fn remove(&mut self, (t, id): Key) -> Result<LogSync, StoreError> {
-        self.append(vec![Line { t, id, add: None }])
+        self.append(Line { t, id, add: None })
     }
 
     /// Up to `n` keys whose fields `keep` accepts, newest first, strictly before `before` (from the
@@ -263,12 +258,6 @@ impl LogSync {
     /// Return once the journal line is durable (a shared fsync, see [`fsio::SharedSync`]).
     pub(super) fn sync(self) -> Result<(), StoreError> {
         self.0.sync()
-    }
-
-    /// Return once `sync`, which makes the journal durable with more (a sync of the whole
-    /// file system), has succeeded.
-    pub(super) fn synced_with(self, sync: impl FnOnce() -> Result<(), StoreError>) -> Result<(), StoreError> {
-        sync()
     }
 }
 
@@ -414,7 +403,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join(INDEX_DIR)).unwrap();
         let mut order = KeyOrder::<u8>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
-        order.add([((1, "a".into()), 1)]).unwrap().sync().unwrap();
+        order.add((1, "a".into()), 1).unwrap().sync().unwrap();
         drop(order);
         // A later line flushed, the one before it not: NULs where it was.
         let log = dir.path().join(INDEX_DIR).join("things.log");
@@ -436,8 +425,7 @@ mod tests {
         // Odd times, compacted; then even ones merged between them, and every tenth removed:
         // the sorted files are several times the write buffer. Lines are not synced (6,600
         // fsyncs take seconds, and durability is not what this checks).
-        let add =
-            |order: &mut KeyOrder<u32>, t: i64| drop(order.add([((t, format!("thing-{t:05}")), t as u32)]).unwrap());
+        let add = |order: &mut KeyOrder<u32>, t: i64| drop(order.add((t, format!("thing-{t:05}")), t as u32).unwrap());
         for t in (1..6000).step_by(2) {
             add(&mut order, t);
         }

@@ -406,7 +406,7 @@ impl Index {
     /// Durably add a new run's listing key, and its id to the open runs when it is unfinished,
     /// before its files are written.
     fn add_run_keys(&mut self, run: &Run) -> Result<(), StoreError> {
-        self.run_order.add([(key_of(run), RunFields::of(run))])?.sync()?;
+        self.run_order.add(key_of(run), RunFields::of(run))?.sync()?;
         if !run.status.is_terminal() {
             self.open_runs.add(&run.id)?;
         }

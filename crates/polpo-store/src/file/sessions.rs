@@ -4,7 +4,7 @@ use async_trait::async_trait;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -45,82 +45,6 @@ fn key_of(session: &Session) -> Key {
     (session.created_at.timestamp_millis(), session.id.clone())
 }
 
-/// New sessions waiting to be written. Concurrent creates are written a batch at a time by one
-/// blocking thread (the first create that finds no batch being written starts it): a batch
-/// writes its listing keys with one write and is made durable by two syncs of the file system
-/// whatever its size (see `Inner::write_new_sessions`), and no thread waits on another's
-/// fsync. Each create used to take a blocking thread of its own, fsync its journal, header
-/// and directory, and sleep twice on the fsyncs it shared with the others (issue 22).
-#[derive(Debug, Default)]
-pub(super) struct CreateQueue {
-    waiting: Vec<QueuedCreate>,
-    /// Whether a blocking thread is writing batches (and will take `waiting` next).
-    writing: bool,
-}
-
-/// One create waiting in the [`CreateQueue`], answered through `reply`.
-#[derive(Debug)]
-struct QueuedCreate {
-    new: NewSession,
-    messages: Vec<NewMessage>,
-    reply: Reply,
-}
-
-/// Where a queued create is answered.
-type Reply = tokio::sync::oneshot::Sender<Result<MessagesAppended, StoreError>>;
-
-/// Write the queued new sessions a batch at a time until none is left (on a blocking thread):
-/// the sessions that arrive while a batch is written make the next one. The store is held
-/// only while a batch is written (someone waiting for it holds it too), never while answering
-/// or after the last answer.
-fn write_queued_sessions(queue: &Mutex<CreateQueue>, inner: &Weak<Inner>) {
-    /// Lets the next create start a writer if this one panics.
-    struct Stopped<'a>(&'a Mutex<CreateQueue>);
-    impl Drop for Stopped<'_> {
-        fn drop(&mut self) {
-            if std::thread::panicking() {
-                self.0.lock().unwrap_or_else(PoisonError::into_inner).writing = false;
-            }
-        }
-    }
-    let _stopped = Stopped(queue);
-    loop {
-        let batch = {
-            let mut queue = queue.lock().unwrap_or_else(PoisonError::into_inner);
-            if queue.waiting.is_empty() {
-                queue.writing = false;
-                return;
-            }
-            std::mem::take(&mut queue.waiting)
-        };
-        // Whoever queued the batch still holds the store; were it gone, dropping the batch
-        // answers each create that the writer stopped.
-        let Some(store) = inner.upgrade() else { continue };
-        let answers = store.create_sessions(batch);
-        drop(store);
-        for (reply, answer) in answers {
-            let _ = reply.send(answer);
-        }
-    }
-}
-
-/// A new session whose id is reserved (`guard`), to be written with its first messages.
-struct NewEntry<'a> {
-    guard: SessionGuard,
-    session: &'a Session,
-    messages: &'a [StoredMessage],
-}
-
-/// The same failure for each of the sessions of a batch that shared the failed write.
-fn again(e: &StoreError) -> StoreError {
-    match e {
-        StoreError::Io { path, source } => {
-            StoreError::Io { path: path.clone(), source: std::io::Error::new(source.kind(), source.to_string()) }
-        }
-        other => StoreError::Io { path: std::path::PathBuf::new(), source: std::io::Error::other(other.to_string()) },
-    }
-}
-
 /// Every session's key, read from the session directories: builds the session order once
 /// for a store that predates it.
 pub(super) fn session_keys(sessions_dir: &Path) -> Result<BTreeMap<Key, SessionFields>, StoreError> {
@@ -149,123 +73,77 @@ impl Inner {
         Ok(Some(lock.blocking_lock_owned()))
     }
 
-    /// Write the new sessions reserved in `entries` and make them visible, each answered on
-    /// its own: a session whose files could not be written has its reservation given back, so
-    /// its id can be created again. Shared by create (a batch of the sessions waiting, see
-    /// [`CreateQueue`]) and import (one). Their listing keys are written with one write and
-    /// made durable first, so a crash never leaves a session that lists cannot find.
-    fn add_new_sessions(&self, entries: Vec<NewEntry<'_>>) -> Vec<Result<(), StoreError>> {
-        // The keys are written under the order's lock and synced after it (see `write_new_sessions`).
-        let keys = self.order().add(entries.iter().map(|e| (key_of(e.session), SessionFields::of(e.session))));
-        let written = match keys {
-            Ok(keys) => self.write_new_sessions(&entries, keys),
-            Err(e) => entries.iter().map(|_| Err(again(&e))).collect(),
-        };
-        let mut results = Vec::with_capacity(entries.len());
+    /// Undo a reservation whose files could not be written.
+    fn unreserve_session(&self, id: &str) {
         let mut idx = self.index();
-        for (entry, written) in entries.into_iter().zip(written) {
-            let id = &entry.session.id;
-            match written {
-                Ok(journal) => {
-                    idx.messages.insert(id.clone(), journal);
-                    idx.sessions.insert(id.clone(), entry.session.clone());
-                    self.cached(&mut idx, id);
-                    results.push(Ok(()));
-                }
-                Err(e) => {
-                    idx.unreserve_session(id);
-                    results.push(Err(e));
-                }
+        if !idx.sessions.contains_key(id) {
+            idx.session_locks.remove(id);
+            idx.stale_headers.remove(id);
+        }
+    }
+
+    /// Write a session reserved by `guard` and make it visible; on failure the reservation is
+    /// given back, so the id can be created again. Shared by create and import. Its listing key
+    /// is made durable first, so a crash never leaves a session that lists cannot find.
+    fn add_new_session(
+        &self,
+        guard: SessionGuard,
+        session: &Session,
+        messages: &[StoredMessage],
+    ) -> Result<(), StoreError> {
+        // The key is written under the order's lock and synced after it (see `write_new_session`).
+        let key = self.order().add(key_of(session), SessionFields::of(session));
+        let written = key.and_then(|key| self.write_new_session(session, messages, key));
+        let journal = match written {
+            Ok(j) => j,
+            Err(e) => {
+                self.unreserve_session(&session.id);
+                return Err(e);
             }
-            drop(entry.guard);
-        }
-        results
+        };
+        let mut idx = self.index();
+        idx.messages.insert(session.id.clone(), journal);
+        idx.sessions.insert(session.id.clone(), session.clone());
+        self.cached(&mut idx, &session.id);
+        drop(idx);
+        drop(guard);
+        Ok(())
     }
 
-    /// Write new sessions' directories: for each the journal and a staged header; once those
-    /// and the listing `keys` are durable (one sync of the file systems for the batch), the
-    /// headers by rename, made durable by a second sync. A directory left by a crash
-    /// mid-create or mid-delete (no header, so never read as a session) is cleared first, so
-    /// no old journal leaks in. A session is acknowledged only after both syncs: its header,
-    /// journal, directory and key are on disk, and a crash before leaves no header, so nothing
-    /// half-written is ever read. Writing them one after another with an fsync each, in one
-    /// thread, halved the throughput on a disk, where concurrent fsyncs share a journal commit.
-    fn write_new_sessions(&self, entries: &[NewEntry<'_>], keys: LogSync) -> Vec<Result<Journal, StoreError>> {
-        let staged: Vec<_> = entries.iter().map(|e| self.stage_new_session(e.session, e.messages)).collect();
-        // The headers go last, after the keys: without one a half-written directory is never
-        // read as a session, and a session is never found that lists cannot find. One sync of
-        // the file system makes the keys, `sessions/<id>`, the journals and the staged headers
-        // durable at once.
-        if let Err(e) = keys.synced_with(|| self.file_systems.sync()) {
-            return staged.iter().map(|_| Err(again(&e))).collect();
-        }
-        let mut published: Vec<_> = staged
-            .into_iter()
-            .map(|staged| {
-                let (journal, header) = staged?;
-                header.publish()?;
-                Ok(journal)
-            })
-            .collect();
-        // And a second one the renames.
-        if published.iter().any(Result::is_ok)
-            && let Err(e) = self.file_systems.sync()
-        {
-            published = published.into_iter().map(|p| p.and(Err(again(&e)))).collect();
-        }
-        published
-    }
-
-    /// A new session's journal, written, and its header staged (not yet visible), in a fresh
-    /// directory; nothing fsynced (the batch syncs the file system once).
-    fn stage_new_session(
+    /// Write a new session's directory: the journal and a staged header (each fsynced), then,
+    /// once the listing `key` is durable, the header by rename and the directory entries. A
+    /// directory left by a crash mid-create or mid-delete (no header, so never read as a
+    /// session) is cleared first, so no old journal leaks in. The key's fsync and the one of
+    /// `sessions/` are shared with the sessions created at the same time ([`fsio::SharedSync`]),
+    /// so concurrent creates cost three fsyncs of their own each, not five in a queue.
+    fn write_new_session(
         &self,
         session: &Session,
         messages: &[StoredMessage],
-    ) -> Result<(Journal, fsio::Staged), StoreError> {
+        key: LogSync,
+    ) -> Result<Journal, StoreError> {
         let dir = self.session_dir(&session.id);
+        let journal_path = dir.join("messages.jsonl");
         fsio::fresh_dir(&dir)?;
-        let journal = Journal::create_unsynced(&dir.join("messages.jsonl"), messages)?;
-        let header = fsio::Staged::write_unsynced(&dir.join("session.json"), &fsio::json_bytes(session)?)?;
-        Ok((journal, header))
+        let journal = Journal::create(&journal_path, messages)?;
+        let header = fsio::Staged::write(&dir.join("session.json"), &fsio::json_bytes(session)?)?;
+        // The header goes last, after the key: without it a half-written directory is never
+        // read as a session, and a session is never found that lists cannot find.
+        key.sync()?;
+        header.publish()?;
+        fsio::sync_dir(&dir)?;
+        self.sessions_sync.sync()?;
+        Ok(journal)
     }
 
-    /// Create a batch of new sessions with their first messages, each written with its
-    /// journal and header (so the header is never stale and the journal needs no second
-    /// fsync). Returns each answer with where to send it: the caller sends them once it holds
-    /// the store no more, so a client that drops the store on its answer closes it at once.
-    fn create_sessions(&self, batch: Vec<QueuedCreate>) -> Vec<(Reply, Result<MessagesAppended, StoreError>)> {
-        let now = self.now();
-        let mut answers = Vec::with_capacity(batch.len());
-        let (mut guards, mut created, mut replies) = (Vec::new(), Vec::new(), Vec::new());
-        for QueuedCreate { new, messages, reply } in batch {
-            match self.reserve_new_session(new, messages, now) {
-                Ok((guard, made)) => {
-                    guards.push(guard);
-                    created.push(made);
-                    replies.push(reply);
-                }
-                Err(e) => answers.push((reply, Err(e))),
-            }
-        }
-        let entries = guards
-            .into_iter()
-            .zip(&created)
-            .map(|(guard, made)| NewEntry { guard, session: &made.session, messages: &made.messages })
-            .collect();
-        let results = self.add_new_sessions(entries);
-        let written = created.into_iter().zip(results).map(|(made, result)| result.map(|()| made));
-        answers.extend(replies.into_iter().zip(written));
-        answers
-    }
-
-    /// A new session made from `new` and its first `messages`, its id reserved.
-    fn reserve_new_session(
+    /// A new session written with its first messages: one directory, journal and header, so
+    /// the header is never stale and the journal needs no second fsync.
+    fn create_session_with_messages(
         &self,
         new: NewSession,
         messages: Vec<NewMessage>,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(SessionGuard, MessagesAppended), StoreError> {
+    ) -> Result<MessagesAppended, StoreError> {
+        let now = self.now();
         let mut session = model::session_from_new(new, now, self.ids())?;
         let stored = if messages.is_empty() {
             Vec::new()
@@ -274,7 +152,8 @@ impl Inner {
         };
         let exists = || StoreError::Conflict(format!("session `{}` already exists", session.id));
         let guard = self.reserve_session(&session.id)?.ok_or_else(exists)?;
-        Ok((guard, MessagesAppended { session, messages: stored }))
+        self.add_new_session(guard, &session, &stored)?;
+        Ok(MessagesAppended { session, messages: stored })
     }
 
     fn update_session(&self, id: &str, patch: SessionPatch, expected: Option<u64>) -> Result<Session, StoreError> {
@@ -386,8 +265,7 @@ impl Inner {
     fn import_session(&self, session: &Session, messages: &[StoredMessage]) -> Result<ImportOutcome, StoreError> {
         model::check_session_import(session, messages)?;
         if let Some(guard) = self.reserve_session(&session.id)? {
-            let entry = NewEntry { guard, session, messages };
-            self.add_new_sessions(vec![entry]).into_iter().try_for_each(|written| written)?;
+            self.add_new_session(guard, session, messages)?;
             return Ok(ImportOutcome::Imported);
         }
         let _guard = self.lock_session(&session.id)?.ok_or_else(|| {
@@ -411,31 +289,15 @@ impl Inner {
 #[async_trait]
 impl SessionStore for FileStore {
     async fn create_session(&self, new: NewSession) -> Result<Session, StoreError> {
-        self.create_session_with_messages(new, Vec::new()).await.map(|created| created.session)
+        self.blocking(move |s| s.create_session_with_messages(new, Vec::new())).await.map(|created| created.session)
     }
 
-    /// Queued and written in a batch with the sessions created at the same time (see
-    /// [`CreateQueue`]): one blocking thread writes them all and syncs them together.
     async fn create_session_with_messages(
         &self,
         new: NewSession,
         messages: Vec<NewMessage>,
     ) -> Result<MessagesAppended, StoreError> {
-        let (reply, created) = tokio::sync::oneshot::channel();
-        let queued = QueuedCreate { new, messages, reply };
-        let start = {
-            let mut queue = self.inner.creates.lock().unwrap_or_else(PoisonError::into_inner);
-            queue.waiting.push(queued);
-            !std::mem::replace(&mut queue.writing, true)
-        };
-        if start {
-            let (queue, inner) = (Arc::clone(&self.inner.creates), Arc::downgrade(&self.inner));
-            tokio::task::spawn_blocking(move || write_queued_sessions(&queue, &inner));
-        }
-        created.await.map_err(|_| StoreError::Io {
-            path: self.inner.dir.join(super::SESSIONS),
-            source: std::io::Error::other("the writer of new sessions stopped"),
-        })?
+        self.blocking(move |s| s.create_session_with_messages(new, messages)).await
     }
 
     async fn get_session(&self, id: &str) -> Result<Option<Session>, StoreError> {
