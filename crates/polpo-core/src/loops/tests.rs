@@ -102,7 +102,7 @@ fn problems_of(value: Value) -> Vec<(String, String)> {
 fn the_readme_router_flow_parses_validates_and_round_trips() {
     let value = router_flow();
     let lp = parsed("router-flow", &value);
-    assert_eq!(serde_json::to_value(&lp.config).unwrap(), value, "absent stays absent, nothing added");
+    assert_eq!(serde_json::to_value(&*lp.config).unwrap(), value, "absent stays absent, nothing added");
     let p = project(
         &[(
             "router",
