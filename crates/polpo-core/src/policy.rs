@@ -34,7 +34,7 @@ pub enum PolicyLayer {
 /// True when `pattern` admits the tool `name`: case-insensitive exact match, a trailing `*`
 /// as a prefix wildcard, and `"*"` for every tool.
 pub fn pattern_matches(pattern: &str, name: &str) -> bool {
-    let pattern = pattern.trim();
+    let pattern = trimmed(pattern);
     match pattern.strip_suffix('*') {
         Some(prefix) => {
             name.len() >= prefix.len()
@@ -42,6 +42,17 @@ pub fn pattern_matches(pattern: &str, name: &str) -> bool {
                 && name[..prefix.len()].eq_ignore_ascii_case(prefix)
         }
         None => pattern.eq_ignore_ascii_case(name),
+    }
+}
+
+/// `pattern` without surrounding whitespace. Asked for every tool under every layer of every
+/// run: a pattern that starts and ends with a visible ASCII character (every pattern written
+/// plainly) is returned as it is, without `str::trim`'s decoding of characters at both ends.
+fn trimmed(pattern: &str) -> &str {
+    let plain = |b: &u8| b.is_ascii() && !matches!(b, b' ' | b'\t'..=b'\r');
+    match (pattern.as_bytes().first(), pattern.as_bytes().last()) {
+        (Some(first), Some(last)) if plain(first) && plain(last) => pattern,
+        _ => pattern.trim(),
     }
 }
 
@@ -105,6 +116,15 @@ mod tests {
         v.iter().map(|x| x.to_string()).collect()
     }
 
+    /// The shortcut for plainly written patterns trims exactly what `str::trim` trims.
+    #[test]
+    fn trimmed_equals_str_trim() {
+        for p in ["read", " read", "read\u{b}", "\u{a0}read", "read\u{3000}", "\u{85}", "", " ", "é", "x*", "\tsite_* "]
+        {
+            assert_eq!(trimmed(p), p.trim(), "{p:?}");
+        }
+    }
+
     #[test]
     fn patterns_are_case_insensitive_with_trailing_wildcard() {
         assert!(pattern_matches("READ", "read"));
@@ -151,6 +171,12 @@ mod tests {
     }
 
     proptest! {
+        /// The shortcut agrees with `str::trim` on any text, whitespace of every kind around it.
+        #[test]
+        fn trimmed_is_trim(text in "[ \t\n\u{b}\u{c}\r\u{85}\u{a0}\u{2003}\u{3000}a-z*é]{0,8}") {
+            prop_assert_eq!(trimmed(&text), text.trim());
+        }
+
         /// Adding any layer never allows a tool that was denied before.
         #[test]
         fn narrowing_never_widens(

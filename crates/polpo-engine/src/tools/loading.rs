@@ -56,7 +56,8 @@ pub fn is_progressive(inv: &Invocation) -> bool {
     match inv.tool_loading {
         ToolLoadingMode::Direct => false,
         ToolLoadingMode::Progressive => true,
-        ToolLoadingMode::Auto => catalog(inv).count() > AUTO_PROGRESSIVE_ABOVE,
+        // Asked before every model call and tool call: stops at the first tool past the bound.
+        ToolLoadingMode::Auto => catalog(inv).nth(AUTO_PROGRESSIVE_ABOVE).is_some(),
     }
 }
 
