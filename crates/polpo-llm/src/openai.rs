@@ -11,8 +11,10 @@ use crate::sse::SseEvent;
 use crate::wire_tools::WireTools;
 use crate::{LlmError, LlmErrorKind, ModelEvent, ModelProvider, ModelRequest, ModelStream, ToolChoice};
 use polpo_core::message::{FinishReason, Message, Role, Usage};
-use serde::Serialize;
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// A model behind an OpenAI-compatible chat-completions endpoint.
 pub struct OpenAiProvider {
@@ -250,30 +252,19 @@ impl WireDecoder for Decoder {
             self.close(out)?;
             return Ok(Step::Done);
         }
-        let chunk = decode::json(&event.data)?;
-        if let Some(error) = embedded_error(&chunk) {
-            return Err(error);
-        }
-        if let Some(u) = usage(&chunk) {
-            self.usage = Some(u);
-        }
-        let Some(choice) = chunk["choices"].get(0) else { return Ok(Step::More) };
-        let delta = &choice["delta"];
-        if let Some(r) = reasoning_text(delta) {
-            out.push(ModelEvent::ReasoningDelta(r.to_owned()));
-        }
-        if let Some(t) = delta["content"].as_str().filter(|t| !t.is_empty()) {
-            out.push(ModelEvent::TextDelta(t.to_owned()));
-        }
-        for (position, call) in delta["tool_calls"].as_array().into_iter().flatten().enumerate() {
-            let index = call["index"].as_u64().map_or(position, |i| i as usize);
-            let id = call["id"].as_str().map(str::to_owned);
-            let name = call["function"]["name"].as_str().map(str::to_owned);
-            let arguments = call["function"]["arguments"].as_str().unwrap_or("");
-            out.push(self.tools.delta(index, id, name, arguments)?);
-        }
-        if let Some(reason) = choice["finish_reason"].as_str() {
-            self.finish = Some(finish_reason(reason));
+        // A model streams a chunk per token, so this runs per token: the typed read below
+        // builds no map of every field (a `Value` tree cost ≈ 10 k instructions a chunk). A
+        // chunk it cannot read (an error object, a field of another type than OpenAI's) is read
+        // as a `Value`, as leniently as before.
+        match serde_json::from_str::<WireChunk>(&event.data) {
+            Ok(chunk) if chunk.error.is_none() => self.apply(ChunkFields::of_wire(&chunk), out)?,
+            _ => {
+                let chunk = decode::json(&event.data)?;
+                if let Some(error) = embedded_error(&chunk) {
+                    return Err(error);
+                }
+                self.apply(ChunkFields::of_value(&chunk), out)?;
+            }
         }
         Ok(Step::More)
     }
@@ -287,6 +278,171 @@ impl WireDecoder for Decoder {
         }
         self.close(out)
     }
+}
+
+impl Decoder {
+    /// What one chunk adds: usage, reasoning and text deltas, tool-call fragments, the reason
+    /// the answer ends.
+    fn apply(&mut self, chunk: ChunkFields<'_>, out: &mut Vec<ModelEvent>) -> Result<(), LlmError> {
+        if let Some(usage) = chunk.usage {
+            self.usage = Some(usage);
+        }
+        if let Some(r) = chunk.reasoning.filter(|t| !t.is_empty()) {
+            out.push(ModelEvent::ReasoningDelta(r.to_owned()));
+        }
+        if let Some(t) = chunk.content.filter(|t| !t.is_empty()) {
+            out.push(ModelEvent::TextDelta(t.to_owned()));
+        }
+        for (position, call) in chunk.calls.into_iter().enumerate() {
+            let index = call.index.map_or(position, |i| i as usize);
+            out.push(self.tools.delta(
+                index,
+                call.id.map(str::to_owned),
+                call.name.map(str::to_owned),
+                call.arguments,
+            )?);
+        }
+        if let Some(reason) = chunk.finish {
+            self.finish = Some(finish_reason(reason));
+        }
+        Ok(())
+    }
+}
+
+/// The fields of a streamed chunk the decoder acts on, read from its first choice.
+#[derive(Default)]
+struct ChunkFields<'a> {
+    usage: Option<Usage>,
+    /// `reasoning_content`, else `reasoning`, of the delta.
+    reasoning: Option<&'a str>,
+    content: Option<&'a str>,
+    calls: Vec<CallFields<'a>>,
+    finish: Option<&'a str>,
+}
+
+/// One tool-call fragment of a delta.
+struct CallFields<'a> {
+    index: Option<u64>,
+    id: Option<&'a str>,
+    name: Option<&'a str>,
+    arguments: &'a str,
+}
+
+impl<'a> ChunkFields<'a> {
+    fn of_value(chunk: &'a Value) -> Self {
+        let usage = usage(chunk);
+        let Some(choice) = chunk["choices"].get(0) else { return ChunkFields { usage, ..ChunkFields::default() } };
+        let delta = &choice["delta"];
+        ChunkFields {
+            usage,
+            reasoning: delta["reasoning_content"].as_str().or(delta["reasoning"].as_str()),
+            content: delta["content"].as_str(),
+            calls: delta["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|call| CallFields {
+                    index: call["index"].as_u64(),
+                    id: call["id"].as_str(),
+                    name: call["function"]["name"].as_str(),
+                    arguments: call["function"]["arguments"].as_str().unwrap_or(""),
+                })
+                .collect(),
+            finish: choice["finish_reason"].as_str(),
+        }
+    }
+
+    fn of_wire(chunk: &'a WireChunk<'a>) -> Self {
+        let usage = chunk.usage.as_ref().map(|u| Usage {
+            input_tokens: u.prompt_tokens.unwrap_or(0),
+            output_tokens: u.completion_tokens.unwrap_or(0),
+        });
+        let Some(choice) = chunk.choices.as_deref().and_then(<[_]>::first) else {
+            return ChunkFields { usage, ..ChunkFields::default() };
+        };
+        let delta = choice.delta.as_ref();
+        let text = |field: fn(&'a WireDelta<'a>) -> &'a Option<Cow<'a, str>>| delta.and_then(|d| field(d).as_deref());
+        ChunkFields {
+            usage,
+            reasoning: text(|d| &d.reasoning_content).or(text(|d| &d.reasoning)),
+            content: text(|d| &d.content),
+            calls: delta
+                .and_then(|d| d.tool_calls.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .map(|call| {
+                    let function = call.function.as_ref();
+                    CallFields {
+                        index: call.index,
+                        id: call.id.as_deref(),
+                        name: function.and_then(|f| f.name.as_deref()),
+                        arguments: function.and_then(|f| f.arguments.as_deref()).unwrap_or(""),
+                    }
+                })
+                .collect(),
+            finish: choice.finish_reason.as_deref(),
+        }
+    }
+}
+
+/// A streamed `chat.completion.chunk` as OpenAI types it: only the fields the decoder reads
+/// (the rest is skipped), strings borrowed from the event when they hold no escapes. `null`
+/// reads as absent, as in the `Value` path.
+#[derive(Deserialize)]
+struct WireChunk<'a> {
+    #[serde(default, borrow)]
+    choices: Option<Vec<WireChoice<'a>>>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+    /// Present and not `null`: the chunk is read as a `Value` for its error.
+    #[serde(default)]
+    error: Option<IgnoredAny>,
+}
+
+#[derive(Deserialize)]
+struct WireChoice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<WireDelta<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct WireDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    tool_calls: Option<Vec<WireCallDelta<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct WireCallDelta<'a> {
+    #[serde(default)]
+    index: Option<u64>,
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    function: Option<WireFunctionDelta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct WireFunctionDelta<'a> {
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
 }
 
 /// A complete `chat.completion` body as the same events a stream would give.
@@ -346,6 +502,46 @@ mod tests {
                 ModelEvent::TextDelta("ok".into()),
                 ModelEvent::Finish(FinishReason::Stop)
             ]
+        );
+    }
+
+    /// The typed read of a chunk and the `Value` read give the same events, chunk by chunk,
+    /// for every shape providers send: escapes, empty and missing fields, `null`s, unknown
+    /// fields, fragments without an index, and fields of another type (which the typed read
+    /// leaves to the `Value` read).
+    #[test]
+    fn typed_and_value_reads_of_a_chunk_agree() {
+        let chunks = [
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","system_fingerprint":"fp","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"say \"hi\"\n\u00e9 ✓"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":"","reasoning":"ignored: the first field is a string"}}]}"#,
+            r#"{"choices":[{"delta":{"reasoning_content":null,"reasoning":"think"}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"id":"b","type":"function","function":{"name":"grep","arguments":""}},{"id":null,"function":{"name":null,"arguments":"{\"q\":"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"arguments":"1}"}}]},"finish_reason":"tool_calls"}]}"#,
+            r#"{"choices":[{"delta":{"content":[{"type":"text","text":"parts"}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":2.0,"function":{"name":"x"}}]}}]}"#,
+            r#"{"choices":[{"delta":{}},{"delta":{"content":"second choice"}}]}"#,
+            r#"{"choices":[{"finish_reason":"length"}],"usage":null}"#,
+            r#"{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":3,"total_tokens":12,"prompt_tokens_details":{"cached_tokens":0}}}"#,
+            r#"{"choices":null,"usage":{"prompt_tokens":-1}}"#,
+            r#"{"choices":[{"delta":"not an object","finish_reason":7}],"error":null}"#,
+        ];
+        let (mut typed, mut valued) = (Decoder::default(), Decoder::default());
+        for data in chunks {
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            typed.event(SseEvent { data: data.to_owned(), ..SseEvent::default() }, &mut a).unwrap();
+            let value: Value = serde_json::from_str(data).unwrap();
+            valued.apply(ChunkFields::of_value(&value), &mut b).unwrap();
+            assert_eq!(a, b, "{data}");
+            assert_eq!(typed.usage, valued.usage, "{data}");
+            assert_eq!(typed.finish, valued.finish, "{data}");
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        typed.close(&mut a).unwrap();
+        valued.close(&mut b).unwrap();
+        assert_eq!(a, b);
+        assert!(
+            a.iter().any(|e| matches!(e, ModelEvent::ToolCall(c) if c.name == "grep" && c.arguments == "{\"q\":1}"))
         );
     }
 
