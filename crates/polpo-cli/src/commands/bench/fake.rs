@@ -66,8 +66,8 @@ pub async fn start() -> std::io::Result<Fake> {
 struct Request<'a> {
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
-    #[serde(default)]
-    messages: Option<Vec<Value>>,
+    #[serde(borrow, default)]
+    messages: Option<Vec<MessageSpec<'a>>>,
     #[serde(borrow, default)]
     tools: Vec<ToolSpec<'a>>,
     #[serde(default)]
@@ -76,6 +76,28 @@ struct Request<'a> {
     stream: bool,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
+}
+
+/// One entry of `messages`: what the checks and the answer read of it, typed (a field of
+/// another type than the API's is refused as unparsable, as the real API refuses it).
+#[derive(Deserialize)]
+struct MessageSpec<'a> {
+    #[serde(borrow, default)]
+    role: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tool_call_id: Option<Cow<'a, str>>,
+    /// Text, parts or `null`: only a tool result's text is read.
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(borrow, default)]
+    tool_calls: Option<Vec<CallSpec<'a>>>,
+}
+
+/// One call of an assistant message: its id (the rest is skipped).
+#[derive(Deserialize)]
+struct CallSpec<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
 }
 
 /// One entry of `tools`: its type and function name (the schema is skipped).
@@ -111,10 +133,10 @@ async fn answer(State(counters): State<Arc<Counters>>, body: Bytes) -> Response 
     counters.tool_schemas.store(request.tools.len(), Ordering::Relaxed);
     let messages = request.messages.as_deref().unwrap_or_default();
     let reply = match messages.last() {
-        Some(last) if last["role"] == "tool" => {
+        Some(last) if last.role.as_deref() == Some("tool") => {
             // The answer names the marker only when the tool result really carried it, so a
             // run whose `read` failed is counted as an error by the bench.
-            let content = last["content"].as_str().unwrap_or_default();
+            let content = last.content.as_ref().and_then(Value::as_str).unwrap_or_default();
             Reply::Text(if content.contains(MARKER) { ANSWER.to_owned() } else { format!("read failed: {content}") })
         }
         _ => Reply::Read(format!("call_{n}")),
@@ -156,18 +178,18 @@ fn problem(request: &Request) -> Option<String> {
     if let Some((i, _)) = messages
         .iter()
         .enumerate()
-        .find(|(_, m)| !matches!(m["role"].as_str(), Some("system" | "user" | "assistant" | "tool" | "developer")))
+        .find(|(_, m)| !matches!(m.role.as_deref(), Some("system" | "user" | "assistant" | "tool" | "developer")))
     {
         return Some(format!("Invalid value for 'messages[{i}].role'"));
     }
     // A tool result must answer a call the assistant made just before.
-    for (i, m) in messages.iter().enumerate().filter(|(_, m)| m["role"] == "tool") {
-        let id = m["tool_call_id"].as_str().unwrap_or_default();
+    for (i, m) in messages.iter().enumerate().filter(|(_, m)| m.role.as_deref() == Some("tool")) {
+        let id = m.tool_call_id.as_deref().unwrap_or_default();
         let called = messages[..i]
             .iter()
             .rev()
-            .find(|p| p["role"] == "assistant")
-            .is_some_and(|p| p["tool_calls"].as_array().into_iter().flatten().any(|c| c["id"] == id));
+            .find(|p| p.role.as_deref() == Some("assistant"))
+            .is_some_and(|p| p.tool_calls.iter().flatten().any(|c| c.id.as_deref() == Some(id)));
         if !called {
             return Some(format!(
                 "Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls' (messages[{i}])."
