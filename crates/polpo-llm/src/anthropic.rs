@@ -22,7 +22,7 @@ const DEFAULT_MAX_TOKENS: u32 = 4096;
 /// A model behind the Anthropic Messages API.
 pub struct AnthropicProvider {
     transport: Transport,
-    url: String,
+    url: reqwest::Url,
     stream: bool,
 }
 
@@ -32,11 +32,7 @@ impl AnthropicProvider {
         let mut config = config.clone();
         config.headers.entry("anthropic-version".into()).or_insert_with(|| ANTHROPIC_VERSION.into());
         let transport = Transport::new(&config, api_key, |key| vec![("x-api-key", key.expose().to_owned())])?;
-        Ok(Self {
-            transport,
-            url: format!("{}/v1/messages", config.base_url.trim_end_matches('/')),
-            stream: config.stream,
-        })
+        Ok(Self { transport, url: crate::http::endpoint(&config.base_url, "/v1/messages")?, stream: config.stream })
     }
 }
 

@@ -40,7 +40,7 @@ pub(crate) trait WireDecoder: Send + 'static {
 /// events.
 pub(crate) async fn call(
     transport: &Transport,
-    url: &str,
+    url: &reqwest::Url,
     body: bytes::Bytes,
     streaming: Option<Box<dyn WireDecoder>>,
     from_body: impl FnOnce(serde_json::Value) -> Result<Vec<ModelEvent>, LlmError>,

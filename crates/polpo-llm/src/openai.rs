@@ -19,7 +19,7 @@ use std::borrow::Cow;
 /// A model behind an OpenAI-compatible chat-completions endpoint.
 pub struct OpenAiProvider {
     transport: Transport,
-    url: String,
+    url: reqwest::Url,
     stream: bool,
     tools: WireTools,
 }
@@ -31,7 +31,7 @@ impl OpenAiProvider {
             Transport::new(config, api_key, |key| vec![("authorization", format!("Bearer {}", key.expose()))])?;
         Ok(Self {
             transport,
-            url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
+            url: crate::http::endpoint(&config.base_url, "/chat/completions")?,
             stream: config.stream,
             tools: WireTools::default(),
         })

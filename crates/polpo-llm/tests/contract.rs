@@ -368,6 +368,24 @@ async fn each_error_class_is_recognised_on_both_wires() {
     }
 }
 
+/// A `baseUrl` that is not a URL is refused when the provider is built, as an invalid
+/// request (never retried as an unreachable provider), without quoting the URL, which may
+/// carry credentials.
+#[test]
+fn an_invalid_base_url_is_refused_when_the_provider_is_built() {
+    for wire in WIRES {
+        let config = ProviderConfig::new(wire, "http://user:hunter2@[not-a-host");
+        let error = match wire {
+            WireApi::OpenAiChat => OpenAiProvider::new(&config, None).err(),
+            WireApi::AnthropicMessages => AnthropicProvider::new(&config, None).err(),
+        };
+        let error = error.expect("an invalid baseUrl is refused");
+        assert_eq!(error.kind, LlmErrorKind::InvalidRequest, "{wire:?}");
+        assert!(error.message.contains("baseUrl"), "{error}");
+        assert!(!error.message.contains("hunter2"), "{error}");
+    }
+}
+
 #[tokio::test]
 async fn a_missing_key_is_named_in_the_auth_error() {
     let fake = FakeLlm::start([Turn::error(401, r#"{"error":{"message":"missing key"}}"#)]).await.unwrap();
