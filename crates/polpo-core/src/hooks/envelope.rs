@@ -10,6 +10,7 @@ use super::limits::{MAX_ENVELOPE_BYTES, MAX_ENVELOPE_STRING_BYTES};
 use super::pack::{ExecutionMode, HookEvent, Scope};
 use super::secrets::{contains_token, is_secret_name};
 use super::set::ScopedHook;
+use crate::message::{Content, ContentPart, Message};
 use crate::problem::pointer_append;
 use serde::Serialize;
 use serde_json::Value;
@@ -134,6 +135,42 @@ pub fn redact(value: &mut Value, secrets: &[String]) -> (Vec<String>, Vec<String
     let mut truncated = Vec::new();
     scrub(value, &mut String::new(), secrets, &mut redacted, &mut truncated);
     (redacted, truncated)
+}
+
+/// Whether [`redact`] without vault values would change `message` as it serialises: a
+/// token-shaped string, one longer than the envelope bound, or (in a file part) a secret-named
+/// field. A caller that publishes every stored message writes the ones it would not change as
+/// they are, and builds and scrubs a `Value` only for the others. The message's own field
+/// names are fixed and none is secret-named.
+pub fn message_needs_redaction(message: &Message) -> bool {
+    let text = |s: &str| s.len() > MAX_ENVELOPE_STRING_BYTES || contains_token(s);
+    let content = match &message.content {
+        None => false,
+        Some(Content::Text(t)) => text(t),
+        Some(Content::Parts(parts)) => parts.iter().any(|part| match part {
+            ContentPart::Text { text: t } => text(t),
+            ContentPart::ImageUrl { image_url } => {
+                text(&image_url.url) || image_url.detail.as_deref().is_some_and(text)
+            }
+            ContentPart::File { file } => value_needs_redaction(file),
+        }),
+    };
+    content
+        || message.tool_calls.iter().any(|c| text(&c.id) || text(&c.name) || text(&c.arguments))
+        || message.tool_call_id.as_deref().is_some_and(text)
+        || message.name.as_deref().is_some_and(text)
+}
+
+/// [`message_needs_redaction`] for a free-form value, as [`scrub`] walks it.
+fn value_needs_redaction(v: &Value) -> bool {
+    match v {
+        Value::Object(map) => {
+            map.iter().any(|(k, child)| (is_secret_name(k) && !child.is_null()) || value_needs_redaction(child))
+        }
+        Value::Array(items) => items.iter().any(value_needs_redaction),
+        Value::String(s) => s.len() > MAX_ENVELOPE_STRING_BYTES || contains_token(s),
+        _ => false,
+    }
 }
 
 /// [`redact`] at `ptr`, the pointer of `v`: one buffer for the whole walk, grown by each

@@ -22,7 +22,7 @@ pub mod set;
 pub mod validate;
 
 pub use decision::{AskTimeout, Decision, FailureCause, HookFailure, HookOutcome, parse_output};
-pub use envelope::{Envelope, InvocationInfo, build_envelope, redact};
+pub use envelope::{Envelope, InvocationInfo, build_envelope, message_needs_redaction, redact};
 pub use fold::{
     Authorization, Flow, GateFold, GateVerdict, StopFold, StopVerdict, ToolAfterFold, ToolAfterVerdict, ToolBeforeFold,
     ToolBeforeVerdict, authorize,

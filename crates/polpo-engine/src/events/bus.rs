@@ -482,11 +482,22 @@ struct RunIds {
 /// A run event's payload: the run's ids, then the event's own fields (written in one go to the
 /// bus's text, with no merged map built per event).
 #[derive(Serialize)]
-struct RunPayload<'a> {
+struct RunPayload<'a, F> {
     #[serde(flatten)]
     ids: &'a RunIds,
     #[serde(flatten)]
-    fields: Value,
+    fields: F,
+}
+
+/// A `message:added` event's own fields, written straight from the stored message when
+/// scrubbing would not change it (no `Value` tree built per message).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct MessageAdded<'a> {
+    message_id: &'a str,
+    seq: u64,
+    role: polpo_core::message::Role,
+    message: &'a polpo_core::message::Message,
 }
 
 impl<'a> RunEvents<'a> {
@@ -497,7 +508,7 @@ impl<'a> RunEvents<'a> {
     }
 
     /// `fields` (an object) with the run's ids, as `kind`'s bus event.
-    fn publish(&self, kind: EventKind, fields: Value) {
+    fn publish(&self, kind: EventKind, fields: impl Serialize) {
         self.bus.publish(kind.bus_name().unwrap_or_default(), RunPayload { ids: &self.ids, fields });
     }
 
@@ -537,6 +548,11 @@ impl<'a> RunEvents<'a> {
     /// `message:added` for each message the store accepted, in order.
     pub(crate) fn messages_added(&self, stored: &[polpo_store::StoredMessage]) {
         for m in stored {
+            if !polpo_core::hooks::message_needs_redaction(&m.message) {
+                let fields = MessageAdded { message_id: &m.id, seq: m.seq, role: m.message.role, message: &m.message };
+                self.publish(EventKind::MessageAdded, fields);
+                continue;
+            }
             let message = serde_json::to_value(&m.message).unwrap_or(Value::Null);
             self.publish(
                 EventKind::MessageAdded,
@@ -579,6 +595,62 @@ mod tests {
             .await
             .expect("a delivery within 5 s")
             .expect("bus alive")
+    }
+
+    /// A stored message is announced as its scrubbed `Value` would be, byte for byte: written
+    /// straight from the message when scrubbing changes nothing, scrubbed when a string is
+    /// token-shaped or too long, or a file part has a secret-named field; no token reaches the
+    /// bus either way.
+    #[test]
+    fn message_added_is_the_scrubbed_message_whichever_way_it_is_written() {
+        use polpo_core::message::{Content, ContentPart, ImageUrl, Message, ToolCall};
+        let token = "sk-abcdefghijklmnopqrstuvwx";
+        let call = |arguments: &str| ToolCall { id: "call_1".into(), name: "read".into(), arguments: arguments.into() };
+        let parts = |part: ContentPart| Message { content: Some(Content::Parts(vec![part])), ..Message::user("") };
+        let file = |file: Value| parts(ContentPart::File { file });
+        let messages = [
+            Message::user("plain \"quoted\" text\n with é"),
+            Message::user(format!("line\n{token}")),
+            Message::user("x".repeat(polpo_core::hooks::limits::MAX_ENVELOPE_STRING_BYTES + 1)),
+            Message { tool_calls: vec![call(r#"{"path":"f.txt"}"#)], ..Message::assistant("") },
+            Message {
+                content: None,
+                tool_calls: vec![call(&format!(r#"{{"key":"{token}"}}"#))],
+                ..Message::assistant("")
+            },
+            Message::tool_result("call_1", "Bearer abc"),
+            Message { name: Some("bob".into()), ..Message::user("hi") },
+            parts(ContentPart::ImageUrl {
+                image_url: ImageUrl { url: "https://x/y.png".into(), detail: Some("low".into()) },
+            }),
+            file(json!({"file_id": "f1", "meta": {"n": [1, null]}})),
+            file(json!({"file_id": "f1", "api_token": "t"})),
+            file(json!({"file_id": "f1", "password": null})),
+        ];
+        let bus = EventBus::starting_at(64, 1);
+        let events = RunEvents::new(&bus, "run-1", "s-1", "coder");
+        for (i, message) in messages.into_iter().enumerate() {
+            let stored = polpo_store::StoredMessage {
+                id: format!("m{i}"),
+                session_id: "s-1".into(),
+                seq: i as u64 + 1,
+                ts: chrono::Utc::now(),
+                message,
+                reasoning: None,
+                reasoning_truncated: false,
+                turn_id: None,
+                usage: None,
+            };
+            events.messages_added(std::slice::from_ref(&stored));
+            let scrubbed = scrubbed(serde_json::to_value(&stored.message).unwrap());
+            let fields =
+                json!({"messageId": stored.id, "seq": stored.seq, "role": stored.message.role, "message": scrubbed});
+            let expected = payload_text(&RunPayload { ids: &events.ids, fields }, MAX_PAYLOAD_BYTES);
+            let (backlog, _) = bus.subscribe_after(Some(i as u64));
+            let published = backlog.into_iter().next().expect("published").event();
+            assert_eq!(published.data, expected, "message {i}");
+            assert!(!published.data.contains(token) && !published.data.contains("Bearer abc"), "message {i}");
+        }
     }
 
     #[tokio::test]
