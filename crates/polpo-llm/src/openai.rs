@@ -335,7 +335,7 @@ impl<'a> ChunkFields<'a> {
         let delta = &choice["delta"];
         ChunkFields {
             usage,
-            reasoning: delta["reasoning_content"].as_str().or(delta["reasoning"].as_str()),
+            reasoning: reasoning_text(delta),
             content: delta["content"].as_str(),
             calls: delta["tool_calls"]
                 .as_array()

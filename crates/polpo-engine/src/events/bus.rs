@@ -489,15 +489,15 @@ struct RunPayload<'a, F> {
     fields: F,
 }
 
-/// A `message:added` event's own fields, written straight from the stored message when
-/// scrubbing would not change it (no `Value` tree built per message).
+/// A `message:added` event's own fields; `message` is the stored message itself when
+/// scrubbing would not change it (no `Value` tree built per message), else its scrubbed `Value`.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
-struct MessageAdded<'a> {
+struct MessageAdded<'a, M> {
     message_id: &'a str,
     seq: u64,
     role: polpo_core::message::Role,
-    message: &'a polpo_core::message::Message,
+    message: M,
 }
 
 impl<'a> RunEvents<'a> {
@@ -548,16 +548,13 @@ impl<'a> RunEvents<'a> {
     /// `message:added` for each message the store accepted, in order.
     pub(crate) fn messages_added(&self, stored: &[polpo_store::StoredMessage]) {
         for m in stored {
-            if !polpo_core::hooks::message_needs_redaction(&m.message) {
-                let fields = MessageAdded { message_id: &m.id, seq: m.seq, role: m.message.role, message: &m.message };
-                self.publish(EventKind::MessageAdded, fields);
-                continue;
+            let (message_id, seq, role) = (m.id.as_str(), m.seq, m.message.role);
+            if polpo_core::hooks::message_needs_redaction(&m.message) {
+                let message = scrubbed(serde_json::to_value(&m.message).unwrap_or(Value::Null));
+                self.publish(EventKind::MessageAdded, MessageAdded { message_id, seq, role, message });
+            } else {
+                self.publish(EventKind::MessageAdded, MessageAdded { message_id, seq, role, message: &m.message });
             }
-            let message = serde_json::to_value(&m.message).unwrap_or(Value::Null);
-            self.publish(
-                EventKind::MessageAdded,
-                json!({"messageId": m.id, "seq": m.seq, "role": m.message.role, "message": scrubbed(message)}),
-            );
         }
     }
 
