@@ -48,10 +48,17 @@ impl SseDecoder {
             }
             match bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
                 Some(end) => {
-                    self.extend_line(&bytes[..end])?;
                     self.after_cr = bytes[end] == b'\r';
+                    if self.line.is_empty() {
+                        // The whole line is in this chunk (a provider's chunk usually holds
+                        // whole events): read where it lies, not copied into the line buffer.
+                        check_line(end)?;
+                        self.field(&bytes[..end], out)?;
+                    } else {
+                        self.extend_line(&bytes[..end])?;
+                        self.end_line(out)?;
+                    }
                     bytes = &bytes[end + 1..];
-                    self.end_line(out)?;
                 }
                 None => {
                     self.extend_line(bytes)?;
@@ -72,19 +79,28 @@ impl SseDecoder {
     }
 
     fn extend_line(&mut self, part: &[u8]) -> Result<(), LlmError> {
-        if self.line.len() + part.len() > MAX_LINE_BYTES {
-            return Err(LlmError::new(
-                LlmErrorKind::InvalidResponse,
-                format!("stream line longer than {MAX_LINE_BYTES} bytes"),
-            ));
-        }
+        check_line(self.line.len() + part.len())?;
         self.line.extend_from_slice(part);
         Ok(())
     }
 
+    /// Read the line gathered across chunks; the buffer is kept for the next one.
     fn end_line(&mut self, out: &mut Vec<SseEvent>) -> Result<(), LlmError> {
         let line = std::mem::take(&mut self.line);
-        let line = String::from_utf8_lossy(&line);
+        let read = self.field(&line, out);
+        self.line = line;
+        self.line.clear();
+        read
+    }
+
+    /// One line, without its end: a field, a comment, or the blank line that dispatches.
+    fn field(&mut self, line: &[u8], out: &mut Vec<SseEvent>) -> Result<(), LlmError> {
+        // `from_utf8` first: its ASCII fast path is quicker than the lossy decoder's, which
+        // then only runs on a line that is not UTF-8 (its bad bytes become U+FFFD).
+        let line = match std::str::from_utf8(line) {
+            Ok(line) => std::borrow::Cow::Borrowed(line),
+            Err(_) => String::from_utf8_lossy(line),
+        };
         if line.is_empty() {
             self.dispatch(out);
             return Ok(());
@@ -123,9 +139,21 @@ impl SseDecoder {
     }
 }
 
+/// Refuse a line of `len` bytes past [`MAX_LINE_BYTES`].
+fn check_line(len: usize) -> Result<(), LlmError> {
+    if len > MAX_LINE_BYTES {
+        return Err(LlmError::new(
+            LlmErrorKind::InvalidResponse,
+            format!("stream line longer than {MAX_LINE_BYTES} bytes"),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn decode(chunks: &[&[u8]]) -> Vec<SseEvent> {
         let mut d = SseDecoder::default();
@@ -158,9 +186,62 @@ mod tests {
 
     #[test]
     fn oversized_lines_are_refused() {
-        let mut d = SseDecoder::default();
-        let big = vec![b'a'; MAX_LINE_BYTES + 1];
-        let err = d.push(&big, &mut Vec::new()).unwrap_err();
-        assert_eq!(err.kind, LlmErrorKind::InvalidResponse);
+        let mut big = vec![b'a'; MAX_LINE_BYTES + 1];
+        // Still open, and complete in one chunk (read where it lies).
+        for tail in [&b""[..], b"\n"] {
+            big.extend_from_slice(tail);
+            let err = SseDecoder::default().push(&big, &mut Vec::new()).unwrap_err();
+            assert_eq!(err.kind, LlmErrorKind::InvalidResponse);
+        }
+        // Exactly at the bound, complete: accepted.
+        let mut line = b"data: ".to_vec();
+        line.resize(MAX_LINE_BYTES, b'x');
+        line.extend_from_slice(b"\n\n");
+        let mut out = Vec::new();
+        SseDecoder::default().push(&line, &mut out).unwrap();
+        assert_eq!(out[0].data.len(), MAX_LINE_BYTES - "data: ".len());
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_become_replacement_characters() {
+        let events = decode(&[b"data: a\xffb\n\n"]);
+        assert_eq!(events, vec![SseEvent { data: "a\u{fffd}b".into(), ..SseEvent::default() }]);
+    }
+
+    proptest! {
+        /// A stream decodes to the same events whether lines arrive whole in one chunk, cut at
+        /// random places or byte by byte (every line then gathered in the buffer): the two
+        /// ways of reading a line agree, whatever the line ends, fields and bytes.
+        #[test]
+        fn every_chunking_decodes_alike(
+            lines in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec!["data", "data:", "data: ", "event: ", "id:", ":", "", "retry: "]),
+                    proptest::collection::vec(any::<u8>().prop_filter("not an end", |b| *b != b'\n' && *b != b'\r'), 0..12),
+                    proptest::sample::select(vec!["\n", "\r", "\r\n", "\n\n", "\r\r"]),
+                ),
+                0..12,
+            ),
+            cuts in proptest::collection::vec(0usize..200, 0..6),
+        ) {
+            let mut stream = Vec::new();
+            for (field, value, end) in &lines {
+                stream.extend_from_slice(field.as_bytes());
+                stream.extend_from_slice(value);
+                stream.extend_from_slice(end.as_bytes());
+            }
+            let whole = decode(&[&stream]);
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(stream.len())).collect();
+            cuts.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for cut in cuts.into_iter().chain([stream.len()]) {
+                pieces.push(&stream[from..cut]);
+                from = cut;
+            }
+            prop_assert_eq!(&decode(&pieces), &whole);
+            let bytewise: Vec<&[u8]> = stream.chunks(1).collect();
+            prop_assert_eq!(&decode(&bytewise), &whole);
+        }
     }
 }
