@@ -42,8 +42,13 @@ use tokio_util::sync::CancellationToken;
 /// Most stored messages replayed into one model call's history.
 pub const MAX_HISTORY_MESSAGES: usize = 2000;
 
-/// A chat request that passed every check and is ready to run.
-pub struct PreparedChat {
+/// A chat request that passed every check and is ready to run. Boxed: it holds the whole
+/// invocation (kilobytes), and it moves from `prepare` through every layer down to the task
+/// that runs it, so a pointer moves instead of a copy at each.
+pub struct PreparedChat(Box<Prepared>);
+
+/// What a [`PreparedChat`] holds.
+struct Prepared {
     runtime: Arc<Runtime>,
     invocation: Invocation,
     identity: Identity,
@@ -66,42 +71,42 @@ pub struct PreparedChat {
 impl PreparedChat {
     /// The session this turn belongs to (already stored when new).
     pub fn session(&self) -> &Session {
-        &self.session
+        &self.0.session
     }
 
     /// The run id this turn reports under.
     pub fn run_id(&self) -> &str {
-        &self.identity.run_id
+        &self.0.identity.run_id
     }
 
     /// Who invoked the agent, as hooks and custom tools see it.
     pub fn identity(&self) -> &Identity {
-        &self.identity
+        &self.0.identity
     }
 
     /// Which way model routing sent this request (`None`: the agent did not opt in).
     pub fn route(&self) -> Option<&ModelRoute> {
-        self.route.as_ref()
+        self.0.route.as_ref()
     }
 
     /// The request's new messages (what follows the stored history).
     pub(crate) fn new_messages(&self) -> &[Message] {
-        &self.new_messages
+        &self.0.new_messages
     }
 
     /// Cancels the turn: its model call, its tools.
     pub(crate) fn cancel(&self) -> &CancellationToken {
-        &self.cancel
+        &self.0.cancel
     }
 
     /// The agent's server tools.
     pub(crate) fn tools(&self) -> &ToolSet {
-        &self.invocation.tools
+        &self.0.invocation.tools
     }
 
     /// Run under `control`: it delivers steering at safe boundaries and keeps the gate state.
     pub(crate) fn controlled_by(mut self, control: Arc<dyn RunControl>) -> Self {
-        self.control = Some(control);
+        self.0.control = Some(control);
         self
     }
 
@@ -116,14 +121,14 @@ impl PreparedChat {
         run: Arc<dyn Pausable>,
         fence: Lease,
     ) -> Self {
-        self.fence = Some(fence);
+        self.0.fence = Some(fence);
         // A hook's `ask` pauses the run until a reviewer decides.
-        if let Some(desk) = &self.invocation.approvals {
+        if let Some(desk) = &self.0.invocation.approvals {
             let desk = ApprovalDesk { waiting: Waiting::Durable(run), ..(**desk).clone() };
-            self.invocation.approvals = Some(Arc::new(desk));
+            self.0.invocation.approvals = Some(Arc::new(desk));
         }
-        self.invocation.tools = Arc::new(ToolSet::new(tools));
-        self.invocation.max_turns = self.invocation.max_turns.saturating_sub(turns_used).max(1);
+        self.0.invocation.tools = Arc::new(ToolSet::new(tools));
+        self.0.invocation.max_turns = self.0.invocation.max_turns.saturating_sub(turns_used).max(1);
         self
     }
 
@@ -133,7 +138,7 @@ impl PreparedChat {
     /// Nothing is stored when the turn fails before producing anything, so a client may retry
     /// with the same messages; a run that used up `maxTurns` keeps its transcript.
     pub async fn run(self, sink: EventSink<'_>) -> Result<ChatOutput, ChatError> {
-        let Self {
+        let Prepared {
             runtime,
             invocation,
             identity,
@@ -145,7 +150,7 @@ impl PreparedChat {
             route: _,
             unwritten,
             fence,
-        } = self;
+        } = *self.0;
         let stored = identity.session_id.is_some();
         let run_id = identity.run_id;
         let events = RunEvents::new(&runtime.bus, &run_id, &session.id, &invocation.agent);
@@ -547,7 +552,7 @@ impl Runtime {
         }
         let mut prepared =
             self.prepared(invocation, input, run_id, session, history, new_messages, cancel.clone(), route);
-        prepared.unwritten = unwritten;
+        prepared.0.unwritten = unwritten;
         Ok(prepared)
     }
 
@@ -682,7 +687,7 @@ impl Runtime {
                 deadlines: self.approval_deadlines.clone(),
             }));
         }
-        PreparedChat {
+        PreparedChat(Box::new(Prepared {
             runtime: self.clone(),
             invocation,
             identity,
@@ -694,7 +699,7 @@ impl Runtime {
             route,
             unwritten: None,
             fence: None,
-        }
+        }))
     }
 
     /// Find or create the session and split the request into stored history and new messages.
