@@ -42,7 +42,7 @@ use crate::trace::Tracer;
 use polpo_core::loops::governance::Gate;
 use polpo_core::loops::router::ExecutionRoute;
 use polpo_core::message::Message;
-use polpo_store::{Clock, Lease, LogEntry, PageRequest, RecordStore, StoreError};
+use polpo_store::{Clock, JsonText, Lease, PageRequest, RecordStore, StoreError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -103,7 +103,7 @@ struct CheckpointDelta<C, T> {
     /// Step executions so far.
     executed: u32,
     /// The trace entries since the checkpoint before, a JSON array: written from the texts the
-    /// tracer made of them (see [`LogEntry::of_with`]), not as a tree of entries per step. Deltas
+    /// tracer made of them (see [`JsonText::of_with`]), not as a tree of entries per step. Deltas
     /// written before it was one hold the array's text as a string, read as well.
     #[serde(skip_serializing)]
     trace: T,
@@ -233,9 +233,6 @@ pub struct LoopRunRecord {
     pub request: StoredRequest,
     /// The last checkpoint: context, the frontier a resume starts from, counters.
     pub state: LoopState,
-    /// The trace so far, whole when read through the API; as stored, only the entries after
-    /// the first `trace_flushed`.
-    pub trace: Vec<TraceEvent>,
     /// How many of the trace's first entries are stored apart, in the chunks of
     /// [`trace_collection`] (0 when the record holds the whole trace).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -267,6 +264,10 @@ pub struct LoopRunRecord {
     /// read through the API, which shows them applied).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deltas: Option<DeltaLog>,
+    /// The trace so far, whole when read through the API; as stored, only the entries after
+    /// the first `trace_flushed`. The last member: a checkpoint writes the record with it
+    /// empty, then puts the entries' text in its place (`record_text`).
+    pub trace: Vec<TraceEvent>,
 }
 
 // Approval requests are one record for loop gates and hooks' tool calls, kept by the engine,
@@ -323,7 +324,7 @@ impl LoopRunRecord {
         loop {
             let found = store.list_records(&trace_collection(&self.id), &page).await?;
             for stored in found.items {
-                let chunk: TraceChunk<TraceEvent> = serde_json::from_value(stored.value).map_err(|e| {
+                let chunk: TraceChunk<Vec<TraceEvent>> = serde_json::from_value(stored.value).map_err(|e| {
                     LoopError::RunRecordInvalid(format!("loop run `{}` trace chunk `{}`: {e}", self.id, stored.id))
                 })?;
                 for (seq, event) in (chunk.from..).zip(chunk.events).take_while(|(seq, _)| *seq <= flushed) {
@@ -395,7 +396,24 @@ impl LoopRunRecord {
 struct TraceChunk<E> {
     epoch: u64,
     from: u64,
-    events: Vec<E>,
+    /// The entries, a JSON array: written from the texts the tracer made of them (see
+    /// [`JsonText::of_with`]).
+    #[serde(skip_serializing)]
+    events: E,
+}
+
+/// `record`'s JSON text with `trace`, the JSON array of its trace entries as the tracer wrote
+/// them, as its `trace`: the record is serialised with its own trace empty, which is its last
+/// member (see [`LoopRunRecord`]), that member cut off and the text put in its place.
+fn record_text(record: &LoopRunRecord, trace: &str) -> Result<JsonText, LoopError> {
+    const EMPTY_TRACE: &str = ",\"trace\":[]}";
+    let mut text = serde_json::to_string(record).map_err(invalid)?;
+    if !record.trace.is_empty() || !text.ends_with(EMPTY_TRACE) {
+        return Err(LoopError::RunRecordInvalid("a loop run's record must end with its empty trace".into()));
+    }
+    text.truncate(text.len() - EMPTY_TRACE.len());
+    text.push('}');
+    Ok(JsonText::object_with(text, "trace", trace)?)
 }
 
 /// A checkpoint that could not be converted to JSON.
@@ -427,10 +445,8 @@ struct Written {
     flushed: u64,
     /// This writer's lease (its expiry as last written).
     lease: Lease,
-    /// The JSON of the trace entries after the first `flushed`, as the last write of the record
-    /// stored them (or fewer): a checkpoint converts only the entries added since, not the
-    /// whole tail again.
-    tail: Vec<Value>,
+    /// Trace entries the record holds after the first `flushed`.
+    tail: usize,
     /// Trace entries after those stored in the deltas since the record was last written.
     in_deltas: usize,
     /// Deltas this writer appended (the last one's number).
@@ -456,8 +472,7 @@ impl Checkpoints {
             expires_at: clock.now(),
             generation: previous.map_or(0, |l| l.generation) + 1,
         };
-        let written =
-            Written { revision, claim: None, flushed, lease, tail: Vec::new(), in_deltas: 0, logged: 0, folded: 0 };
+        let written = Written { revision, claim: None, flushed, lease, tail: 0, in_deltas: 0, logged: 0, folded: 0 };
         Self { store, clock, id: id.to_owned(), ttl, written: Arc::new(tokio::sync::Mutex::new(written)) }
     }
 
@@ -479,21 +494,23 @@ impl Checkpoints {
     /// Write `record`, with `tracer`'s entries and this writer's lease (given up when its
     /// status has no executor), over the revision this writer last wrote. Once the entries
     /// not yet stored apart reach [`TRACE_TAIL_MAX`], they go first to a chunk of their own
-    /// (never on the first write: the writer has no claim yet to name it by).
+    /// (never on the first write: the writer has no claim yet to name it by). Written as text
+    /// ([`RecordStore::put_record_text`]): the trace entries as the tracer wrote them when they
+    /// happened, the rest of the record serialised once.
     pub(crate) async fn save(&self, mut record: LoopRunRecord, tracer: &Tracer<'_>) -> Result<(), LoopError> {
         let mut written = self.written.lock().await;
         let mut flushed = written.flushed;
-        // Taken: a write that fails leaves it empty, and the next one converts the whole tail.
-        let mut tail = std::mem::take(&mut written.tail);
-        tracer.json_since(flushed as usize + tail.len(), &mut tail).map_err(invalid)?;
+        let (mut trace, mut tail) = tracer.json_text_since(flushed as usize).map_err(invalid)?;
         if let Some(epoch) = written.claim
-            && tail.len() >= TRACE_TAIL_MAX
+            && tail >= TRACE_TAIL_MAX
         {
-            let chunk = TraceChunk { epoch, from: flushed + 1, events: std::mem::take(&mut tail) };
-            flushed += chunk.events.len() as u64;
-            let value = serde_json::to_value(&chunk).map_err(invalid)?;
-            let name = format!("{:012}-{epoch:012}", chunk.from);
-            self.store.put_record_revision(&trace_collection(&self.id), &name, value, None).await?;
+            let from = flushed + 1;
+            let chunk = JsonText::of_with(&TraceChunk { epoch, from, events: () }, "events", &trace)?;
+            self.store
+                .put_record_text(&trace_collection(&self.id), &format!("{from:012}-{epoch:012}"), chunk, None)
+                .await?;
+            flushed += tail as u64;
+            (trace, tail) = ("[]".to_owned(), 0);
         }
         record.trace = Vec::new();
         record.trace_flushed = flushed;
@@ -502,30 +519,18 @@ impl Checkpoints {
         // A compare-and-set makes the next revision: the first write's is the writer's claim.
         let epoch = written.claim.unwrap_or(written.revision + 1);
         record.deltas = Some(DeltaLog { epoch, folded: written.logged });
-        let mut value = serde_json::to_value(&record).map_err(invalid)?;
-        value["trace"] = Value::Array(tail);
-        // The tail as written comes back from the stored record rather than cloned for it — but
-        // not after a run's last write, which nothing continues: the store keeps it uncopied.
-        let expected = Some(written.revision);
-        let stored = if record.status.is_terminal() {
-            self.store.put_record_revision(LOOP_RUNS, &self.id, value, expected).await.map(|revision| (revision, None))
-        } else {
-            let stored = self.store.put_record(LOOP_RUNS, &self.id, value, expected).await;
-            stored.map(|mut stored| (stored.revision, Some(stored.value["trace"].take())))
-        };
-        match stored {
-            Ok((revision, tail)) => {
+        let text = record_text(&record, &trace)?;
+        match self.store.put_record_text(LOOP_RUNS, &self.id, text, Some(written.revision)).await {
+            Ok(revision) => {
                 debug_assert_eq!(written.claim.is_none(), revision == epoch, "a claim is its first revision");
                 written.revision = revision;
                 written.claim.get_or_insert(revision);
                 written.flushed = flushed;
+                written.tail = tail;
                 written.lease = lease;
                 let emptied = written.folded < written.logged;
                 written.folded = written.logged;
                 written.in_deltas = 0;
-                if let Some(Value::Array(tail)) = tail {
-                    written.tail = tail;
-                }
                 // The record holds the deltas now: the log need not keep them.
                 if emptied {
                     self.store.clear_log(&delta_collection(&self.id), &delta_log(epoch)).await?;
@@ -558,11 +563,11 @@ impl Checkpoints {
         let Some(epoch) = written.claim else {
             return Err(LoopError::RunRecordInvalid(format!("loop run `{}`: a delta before its claim", self.id)));
         };
-        let stored = written.flushed as usize + written.tail.len() + written.in_deltas;
+        let stored = written.flushed as usize + written.tail + written.in_deltas;
         let (trace, entries) = tracer.json_text_since(stored).map_err(invalid)?;
         let seq = written.logged + 1;
         let delta = CheckpointDelta { epoch, seq, context: changed, next: next.to_owned(), executed, trace: () };
-        let entry = LogEntry::of_with(&delta, "trace", &trace)?;
+        let entry = JsonText::of_with(&delta, "trace", &trace)?;
         self.store.append_log(&delta_collection(&self.id), &delta_log(epoch), seq, &entry).await?;
         written.logged = seq;
         written.in_deltas += entries;
@@ -683,6 +688,31 @@ mod tests {
         }
     }
 
+    /// A checkpoint's text is the record serialised with its trace: the same members, in the
+    /// same order, the trace entries as the tracer wrote them.
+    #[test]
+    fn a_record_written_as_text_is_the_record_serialised_with_its_trace() {
+        let clock = || 7;
+        let tracer = Tracer::new("flow", &clock, &|_| {});
+        tracer.emit(TraceEvent::new(TraceKind::StepEnd, Some("s0")).data(json!({"text": "é \"q\""})));
+        tracer.emit(TraceEvent::new(TraceKind::LoopEnd, None));
+        let mut full = record("looprun-1");
+        full.lease = Some(Lease {
+            run_id: "looprun-1".into(),
+            owner: "a".into(),
+            expires_at: chrono::Utc::now(),
+            generation: 2,
+        });
+        full.deltas = Some(DeltaLog { epoch: 2, folded: 1 });
+        let (trace, n) = tracer.json_text_since(0).unwrap();
+        let text = record_text(&full, &trace).unwrap();
+        full.trace = tracer.into_events();
+        assert_eq!(n, full.trace.len());
+        assert_eq!(text.as_str(), serde_json::to_string(&full).unwrap());
+        // A record whose trace is not empty (the writer forgot to take it) is refused.
+        assert_eq!(record_text(&full, &trace).unwrap_err().code(), "loop_run_record_invalid");
+    }
+
     fn writer(store: &Arc<dyn RecordStore>, id: &str, (revision, flushed): (u64, u64), owner: &str) -> Checkpoints {
         Checkpoints::new(store.clone(), Arc::new(SystemClock), id, (revision, flushed), (owner, None, TTL))
     }
@@ -739,7 +769,7 @@ mod tests {
             assert!(store.read_log(&collection, &log).await.unwrap().is_empty(), "{name}: emptied once folded");
             // An emptying lost in a crash: the entries come back, and the record holds them already.
             for (seq, entry) in (2 * DELTAS_MAX + 3..).zip(&unfolded) {
-                store.append_log(&collection, &log, seq, &LogEntry::of(entry).unwrap()).await.unwrap();
+                store.append_log(&collection, &log, seq, &JsonText::of(entry).unwrap()).await.unwrap();
             }
             let (whole, _, whole_trace) = read(store.as_ref(), "looprun-1").await;
             assert_eq!(folded.state, whole.state, "{name}");
@@ -769,7 +799,7 @@ mod tests {
             store.clear_log(&collection, &log).await.unwrap();
             for (seq, mut entry) in (1..).zip(entries) {
                 entry["trace"] = Value::String(entry["trace"].to_string());
-                store.append_log(&collection, &log, seq, &LogEntry::of(&entry).unwrap()).await.unwrap();
+                store.append_log(&collection, &log, seq, &JsonText::of(&entry).unwrap()).await.unwrap();
             }
             let (old, _, old_trace) = read(store.as_ref(), "looprun-3").await;
             assert_eq!(old.state, current.state, "{name}");

@@ -343,17 +343,9 @@ impl<'a> Tracer<'a> {
         *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Kept { events, texts };
     }
 
-    /// The JSON of the events after the first `n`, appended to `out`, for a checkpoint.
-    pub(crate) fn json_since(&self, n: usize, out: &mut Vec<Value>) -> Result<(), serde_json::Error> {
-        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        for event in kept.events.get(n..).unwrap_or_default() {
-            out.push(serde_json::to_value(event)?);
-        }
-        Ok(())
-    }
-
     /// The text of the JSON array of the events after the first `n`, and how many they are,
-    /// for a checkpoint delta: the texts [`Tracer::emit`] wrote, joined.
+    /// for a checkpoint (its delta, its record, a trace chunk): the texts [`Tracer::emit`]
+    /// wrote, joined.
     pub(crate) fn json_text_since(&self, n: usize) -> Result<(String, usize), serde_json::Error> {
         let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
         let (events, texts) = (kept.events.get(n..).unwrap_or_default(), kept.texts.get(n..).unwrap_or_default());

@@ -18,7 +18,7 @@ use polpo_engine::{Loaded, Runtime};
 use polpo_llm::Providers;
 use polpo_scheduler::PASS_EVERY;
 use polpo_store::{
-    ImportOutcome, LogEntry, Page, PageRequest, Record, RecordStore, StoreError, StoreKind, SystemClock, open_store,
+    ImportOutcome, JsonText, Page, PageRequest, Record, RecordStore, StoreError, StoreKind, SystemClock, open_store,
 };
 use polpo_testkit::{FakeLlm, Turn};
 use serde_json::{Value, json};
@@ -60,7 +60,7 @@ impl RecordStore for Counted {
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.inner.import_record(record).await
     }
-    async fn append_log(&self, c: &str, log: &str, seq: u64, entry: &LogEntry) -> Result<(), StoreError> {
+    async fn append_log(&self, c: &str, log: &str, seq: u64, entry: &JsonText) -> Result<(), StoreError> {
         self.writes.fetch_add(1, Ordering::SeqCst);
         self.inner.append_log(c, log, seq, entry).await
     }

@@ -40,6 +40,7 @@ pub mod clock;
 pub mod copy;
 pub mod error;
 pub mod file;
+pub mod json_text;
 pub mod learning;
 pub mod memory;
 pub mod model;
@@ -57,13 +58,13 @@ pub use clock::{Clock, IdGen, ManualClock, Seams, SequentialIds, SystemClock, Uu
 pub use copy::{CopyReport, copy_store};
 pub use error::StoreError;
 pub use file::{FileStore, SESSION_CACHE};
+pub use json_text::JsonText;
 pub use learning::{AuditEntry, CandidateStatus, LearningJob, LearningStore, MemoryCandidate, SourceTurn};
 pub use memory::{
     MemoryFilter, MemoryItem, MemoryItemPatch, MemoryItemStore, MemoryScope, NewMemoryItem, ScopeKind, ScoredItem,
 };
 pub use model::*;
 pub use page::{Cursor, Page, PageRequest};
-pub use record_log::LogEntry;
 pub use shared::{EventFeed, FeedEvent, NewFeedEvent, RunCommand, RunCommands, Shared, Signal, Signals};
 pub use sql::{PgStore, SqliteStore};
 pub use traits::{EffectLedger, MissionStore, RecordStore, RunStore, SessionStore, TaskStore};

@@ -8,6 +8,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::StoreError;
+use crate::json_text::JsonText;
 use crate::model::{
     Checkpoint, Effect, EffectClaim, ImportOutcome, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent,
     NewSession, Record, Run, RunEvent, RunFilter, RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,
@@ -233,6 +234,22 @@ pub trait RecordStore: Send + Sync {
         self.put_record(collection, id, value, expected_revision).await.map(|record| record.revision)
     }
 
+    /// [`RecordStore::put_record_revision`] for a writer that holds the value as JSON text
+    /// already (a loop run's checkpoint, whose trace events were written as JSON when they
+    /// happened): the SQL stores bind the text as it is, the file store writes it as it is and
+    /// keeps it, reading it into a tree only when the record is read. The default reads the
+    /// text into a [`Value`] and writes that.
+    async fn put_record_text(
+        &self,
+        collection: &str,
+        id: &str,
+        text: JsonText,
+        expected_revision: Option<u64>,
+    ) -> Result<u64, StoreError> {
+        let value = serde_json::from_str(text.as_str()).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        self.put_record_revision(collection, id, value, expected_revision).await
+    }
+
     /// The record, or `None`.
     async fn get_record(&self, collection: &str, id: &str) -> Result<Option<Record>, StoreError>;
 
@@ -258,13 +275,7 @@ pub trait RecordStore: Send + Sync {
     /// rewriting a whole record each time costs far more than an append. Its one writer
     /// numbers the entries 1, 2, … in order; a crash loses at most an append that had not
     /// returned (a torn last entry is ignored when read).
-    async fn append_log(
-        &self,
-        collection: &str,
-        log: &str,
-        seq: u64,
-        entry: &crate::record_log::LogEntry,
-    ) -> Result<(), StoreError>;
+    async fn append_log(&self, collection: &str, log: &str, seq: u64, entry: &JsonText) -> Result<(), StoreError>;
 
     /// Log `log`'s entries in the order appended (none when it does not exist).
     async fn read_log(&self, collection: &str, log: &str) -> Result<Vec<Value>, StoreError>;

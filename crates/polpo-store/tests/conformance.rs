@@ -20,7 +20,7 @@ use learning_suite::*;
 use memory_suite::*;
 use polpo_core::message::{Message, Role, ToolCall, Usage};
 use polpo_store::{
-    EffectClaim, EffectStatus, MAX_REASONING_BYTES, NewMessage, NewRun, NewRunEvent, NewSession, PageRequest,
+    EffectClaim, EffectStatus, JsonText, MAX_REASONING_BYTES, NewMessage, NewRun, NewRunEvent, NewSession, PageRequest,
     RunFilter, RunStatus, SessionFilter, SessionPatch, StoreError,
 };
 use serde_json::json;
@@ -653,6 +653,44 @@ async fn records_are_revisioned_documents_per_collection(t: &TestStore) {
     );
 }
 
+/// A record written from JSON text ([`RecordStore::put_record_text`], a loop run's checkpoint)
+/// is the record its value would have made: read, listed, revisioned, written over either way.
+async fn records_written_as_text_are_the_records_their_values_make(t: &TestStore) {
+    let r = t.store.records.clone();
+    let value = json!({"status": "running", "n": 1.5, "text": "é \"quoted\" \u{1}", "trace": [{"kind": "loop:start"}]});
+    let text = |v: &serde_json::Value| JsonText::of(v).unwrap();
+    assert_eq!(r.put_record_text("runs", "r1", text(&value), Some(0)).await.unwrap(), 1);
+    assert_eq!(
+        code(r.put_record_text("runs", "r1", text(&json!({})), Some(0)).await),
+        "conflict",
+        "Some(0) only creates"
+    );
+    let read = r.get_record("runs", "r1").await.unwrap().unwrap();
+    assert_eq!((read.revision, &read.value, read.created_at), (1, &value, support::start_time()));
+    // The members' order is the text's.
+    let keys: Vec<&String> = read.value.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["status", "n", "text", "trace"]);
+
+    t.clock.advance(Span::seconds(1));
+    let next = json!({"status": "done"});
+    assert_eq!(code(r.put_record_text("runs", "r1", text(&next), Some(5)).await), "conflict", "a stale revision");
+    assert_eq!(r.put_record_text("runs", "r1", text(&next), Some(1)).await.unwrap(), 2);
+    let read = r.get_record("runs", "r1").await.unwrap().unwrap();
+    assert_eq!((read.revision, &read.value, read.updated_at - read.created_at), (2, &next, Span::seconds(1)));
+    let listed = r.list_records("runs", &PageRequest::first(10)).await.unwrap();
+    assert_eq!(listed.items, vec![read.clone()]);
+
+    // Written over by a value, and by text again.
+    let by_value = r.put_record("runs", "r1", json!({"status": "again"}), Some(2)).await.unwrap();
+    assert_eq!(r.get_record("runs", "r1").await.unwrap(), Some(by_value));
+    assert_eq!(r.put_record_text("runs", "r1", text(&value), None).await.unwrap(), 4);
+    assert_eq!(r.get_record("runs", "r1").await.unwrap().unwrap().value, value);
+    assert_eq!(code(r.put_record_text("runs", "../x", text(&value), None).await), "invalid_input");
+    assert_eq!(code(r.delete_record("runs", "r1", Some(3)).await), "conflict");
+    assert!(r.delete_record("runs", "r1", Some(4)).await.unwrap());
+    assert_eq!(r.get_record("runs", "r1").await.unwrap(), None);
+}
+
 async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
     let sid = t
         .store
@@ -671,6 +709,9 @@ async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
     t.store.effects.record_effect_intent("k").await.unwrap();
     t.store.records.put_record("tasks", "t1", json!({"a": 1}), None).await.unwrap();
     let record = t.store.records.get_record("tasks", "t1").await.unwrap();
+    let text = JsonText::of(&json!({"b": [1, "two"], "a": null})).unwrap();
+    t.store.records.put_record_text("tasks", "t2", text, None).await.unwrap();
+    let from_text = t.store.records.get_record("tasks", "t2").await.unwrap();
     let mission = work_suite::a_mission_with_a_claimed_task(&t).await;
     let before = (
         t.store.sessions.get_session(&sid).await.unwrap(),
@@ -691,6 +732,7 @@ async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
     );
     assert_eq!(before, after);
     assert_eq!(t.store.records.get_record("tasks", "t1").await.unwrap(), record);
+    assert_eq!(t.store.records.get_record("tasks", "t2").await.unwrap(), from_text, "a record written as text too");
     assert_eq!(work_suite::a_mission_with_a_claimed_task_reread(&t, &mission.0).await, mission);
     assert_eq!(
         code(t.store.runs.claim_run(&rid, "other", Duration::from_secs(60)).await),
@@ -743,6 +785,7 @@ conformance!(
     a_runs_messages_are_appended_only_while_its_lease_holds,
     the_effect_ledger_lets_an_effect_happen_once,
     records_are_revisioned_documents_per_collection,
+    records_written_as_text_are_the_records_their_values_make,
     tasks_round_trip_and_move_only_along_the_table,
     tasks_list_by_mission_and_status_page_by_page,
     a_batch_of_tasks_is_created_whole_or_not_at_all,

@@ -6,12 +6,12 @@
 
 mod support;
 
-use polpo_store::{LogEntry, StoreKind};
+use polpo_store::{JsonText, StoreKind};
 use serde_json::{Value, json};
 use support::{Location, TestStore};
 
-fn entry(value: Value) -> LogEntry {
-    LogEntry::of(&value).unwrap()
+fn entry(value: Value) -> JsonText {
+    JsonText::of(&value).unwrap()
 }
 
 async fn a_log_reads_back_in_order_until_cleared(kind: StoreKind) {

@@ -53,7 +53,7 @@ use sha2::{Digest, Sha256};
 
 use crate::clock::{Clock, IdGen, Seams, now_ms};
 use crate::error::StoreError;
-use crate::model::{Lease, Record, Run, Session, StoredMessage};
+use crate::model::{Lease, Run, Session, StoredMessage};
 use journal::Journal;
 
 /// The file backend. Cheap to clone; all clones share one index and one lock.
@@ -111,7 +111,7 @@ struct Index {
     /// One append lock per run (made on its first append), held across its journal fsync.
     run_locks: HashMap<String, SessionLock>,
     /// Records by collection, then id, for the collections read so far.
-    records: BTreeMap<String, ordered::Ordered<Record>>,
+    records: BTreeMap<String, ordered::Ordered<records::Held>>,
     /// Record collections on disk not read yet: each is read whole on its first use, so open
     /// does not grow with the number of records. Only these names are ever read from disk.
     unread_collections: HashSet<String>,

@@ -84,6 +84,7 @@ macro_rules! sql_store_impl {
 
         use crate::clock::{from_millis, now_ms};
         use crate::error::StoreError;
+        use crate::json_text::JsonText;
         use crate::model::{
             self, Checkpoint, Effect, EffectClaim, EffectStatus, ImportOutcome, Lease, MessagesAppended, NewMessage, NewRun, NewRunEvent, NewSession,
             Record, Run, RunEvent, RunFilter, RunStatus, Session, SessionFilter, SessionPatch, StoredMessage,

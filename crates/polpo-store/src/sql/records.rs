@@ -14,10 +14,8 @@ macro_rules! sql_records {
     ($store:ty, $row:ty) => {
         #[async_trait]
         impl RecordStore for $store {
-            /// One statement, whatever `expected_revision` asks: the revision check, the write and
-            /// the new revision in a single round trip (a conditional update, or an insert that
-            /// does nothing or updates on the key), so a checkpoint costs one statement and the
-            /// old value is never read back. Only a refused write reads the revision it met.
+            /// One statement (see `write_record_text`); the value is converted to text once,
+            /// its size measured as it is written.
             async fn put_record(
                 &self,
                 collection: &str,
@@ -27,47 +25,22 @@ macro_rules! sql_records {
             ) -> Result<Record, StoreError> {
                 model::check_record_ids(collection, id)?;
                 let text = model::record_text(&value)?;
-                let now = self.now();
-                let write = match expected_revision {
-                    Some(0) => sqlx::query(
-                        "INSERT INTO records (collection, id, revision, value, updated_at, created_at) \
-                         VALUES ($1, $2, 1, $3, $4, $4) ON CONFLICT (collection, id) DO NOTHING \
-                         RETURNING revision, created_at",
-                    ),
-                    Some(_) => sqlx::query(
-                        "UPDATE records SET revision = revision + 1, value = $3, updated_at = $4 \
-                         WHERE collection = $1 AND id = $2 AND revision = $5 RETURNING revision, created_at",
-                    ),
-                    None => sqlx::query(
-                        "INSERT INTO records (collection, id, revision, value, updated_at, created_at) \
-                         VALUES ($1, $2, 1, $3, $4, $4) ON CONFLICT (collection, id) DO UPDATE SET \
-                         revision = records.revision + 1, value = excluded.value, updated_at = excluded.updated_at \
-                         RETURNING revision, created_at",
-                    ),
-                };
-                let mut write =
-                    write.bind(collection).bind(id).bind(text).bind(now.timestamp_millis());
-                if let Some(expected @ 1..) = expected_revision {
-                    write = write.bind(to_db(expected));
-                }
-                let Some(row) = self.write_fetch_optional(write).await? else {
-                    let actual: Option<i64> =
-                        sqlx::query_scalar("SELECT revision FROM records WHERE collection = $1 AND id = $2")
-                            .bind(collection)
-                            .bind(id)
-                            .fetch_optional(&self.pool)
-                            .await?;
-                    let (expected, actual) = (expected_revision.unwrap_or_default(), actual.map_or(0, from_db));
-                    return Err(StoreError::stale_revision("record", &format!("{collection}/{id}"), expected, actual));
-                };
-                Ok(Record {
-                    collection: collection.to_owned(),
-                    id: id.to_owned(),
-                    revision: from_db(row.try_get("revision")?),
-                    value,
-                    created_at: from_millis(row.try_get("created_at")?),
-                    updated_at: now,
-                })
+                let (revision, created_at, updated_at) =
+                    self.write_record_text(collection, id, text, expected_revision).await?;
+                Ok(Record { collection: collection.to_owned(), id: id.to_owned(), revision, value, created_at, updated_at })
+            }
+
+            /// The text bound as it is (bounded when it was made).
+            async fn put_record_text(
+                &self,
+                collection: &str,
+                id: &str,
+                text: JsonText,
+                expected_revision: Option<u64>,
+            ) -> Result<u64, StoreError> {
+                model::check_record_ids(collection, id)?;
+                let (revision, ..) = self.write_record_text(collection, id, text.into_string(), expected_revision).await?;
+                Ok(revision)
             }
 
             async fn get_record(&self, collection: &str, id: &str) -> Result<Option<Record>, StoreError> {
@@ -153,7 +126,7 @@ macro_rules! sql_records {
                 collection: &str,
                 log: &str,
                 seq: u64,
-                entry: &crate::record_log::LogEntry,
+                entry: &JsonText,
             ) -> Result<(), StoreError> {
                 crate::record_log::check_log(collection, log)?;
                 let now = self.now().timestamp_millis();
@@ -196,6 +169,57 @@ macro_rules! sql_records {
             }
         }
 
+
+        impl $store {
+            /// Write `text` over `collection/id` in one statement, whatever `expected_revision`
+            /// asks: the revision check, the write and the new revision in a single round trip
+            /// (a conditional update, or an insert that does nothing or updates on the key), so
+            /// a checkpoint costs one statement and the old value is never read back. Only a
+            /// refused write reads the revision it met. The new revision, creation and write
+            /// times.
+            async fn write_record_text(
+                &self,
+                collection: &str,
+                id: &str,
+                text: String,
+                expected_revision: Option<u64>,
+            ) -> Result<(u64, chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>), StoreError> {
+                let now = self.now();
+                let write = match expected_revision {
+                    Some(0) => sqlx::query(
+                        "INSERT INTO records (collection, id, revision, value, updated_at, created_at) \
+                         VALUES ($1, $2, 1, $3, $4, $4) ON CONFLICT (collection, id) DO NOTHING \
+                         RETURNING revision, created_at",
+                    ),
+                    Some(_) => sqlx::query(
+                        "UPDATE records SET revision = revision + 1, value = $3, updated_at = $4 \
+                         WHERE collection = $1 AND id = $2 AND revision = $5 RETURNING revision, created_at",
+                    ),
+                    None => sqlx::query(
+                        "INSERT INTO records (collection, id, revision, value, updated_at, created_at) \
+                         VALUES ($1, $2, 1, $3, $4, $4) ON CONFLICT (collection, id) DO UPDATE SET \
+                         revision = records.revision + 1, value = excluded.value, updated_at = excluded.updated_at \
+                         RETURNING revision, created_at",
+                    ),
+                };
+                let mut write =
+                    write.bind(collection).bind(id).bind(text).bind(now.timestamp_millis());
+                if let Some(expected @ 1..) = expected_revision {
+                    write = write.bind(to_db(expected));
+                }
+                let Some(row) = self.write_fetch_optional(write).await? else {
+                    let actual: Option<i64> =
+                        sqlx::query_scalar("SELECT revision FROM records WHERE collection = $1 AND id = $2")
+                            .bind(collection)
+                            .bind(id)
+                            .fetch_optional(&self.pool)
+                            .await?;
+                    let (expected, actual) = (expected_revision.unwrap_or_default(), actual.map_or(0, from_db));
+                    return Err(StoreError::stale_revision("record", &format!("{collection}/{id}"), expected, actual));
+                };
+                Ok((from_db(row.try_get("revision")?), from_millis(row.try_get("created_at")?), now))
+            }
+        }
     };
 }
 pub(crate) use log_entries;
