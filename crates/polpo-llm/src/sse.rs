@@ -46,7 +46,7 @@ impl SseDecoder {
                     continue;
                 }
             }
-            match bytes.iter().position(|&b| b == b'\n' || b == b'\r') {
+            match memchr::memchr2(b'\n', b'\r', bytes) {
                 Some(end) => {
                     self.after_cr = bytes[end] == b'\r';
                     if self.line.is_empty() {
