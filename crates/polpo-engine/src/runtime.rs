@@ -815,7 +815,7 @@ impl Runtime {
             })?;
             let verifier = VerifierAgent {
                 agent: id.clone(),
-                system_prompt: polpo_core::prompt::system_prompt(agent),
+                system_prompt: loaded.system_prompt(agent),
                 provider: self.provider_for(loaded, agent)?,
                 policy: ToolPolicy::unrestricted().narrow(PolicyLayer::Agent, agent.config.allowed_tools.as_deref()),
             };
@@ -852,7 +852,7 @@ impl Runtime {
             ),
         };
         let activated = polpo_skills::activation_prompt(&loaded.project.root, &agent.id, &skills, &input.skills)?;
-        let mut system_prompt = polpo_core::prompt::system_prompt(agent);
+        let mut system_prompt = loaded.system_prompt(agent);
         if let Some(section) = activated {
             system_prompt = format!("{}\n\n{section}", system_prompt.trim_end());
         }
