@@ -1,6 +1,6 @@
 //! A project as the runtime serves it: the validated configuration and what is derived from it
-//! once (hook sets and system prompts per agent), swapped whole on reload. Built from a loaded project without
-//! reading any file: the hook packs came with it.
+//! once (hook sets and system prompts per agent), swapped whole on reload. Built from a loaded
+//! project without reading any file: the hook packs came with it.
 
 use crate::hooks::LoopContext;
 use polpo_core::config::{Agent, Project};
@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A project as the runtime serves it: configuration plus what was derived from it once
-/// (hook sets and system prompts per agent). Swapped whole on reload, so a request never sees half of an edit.
+/// (hook sets and system prompts per agent). Swapped whole on reload, so a request never sees
+/// half of an edit.
 pub struct Loaded {
     /// The validated project (with its hook packs).
     pub project: Project,
