@@ -500,7 +500,7 @@ impl Checkpoints {
     pub(crate) async fn save(&self, mut record: LoopRunRecord, tracer: &Tracer<'_>) -> Result<(), LoopError> {
         let mut written = self.written.lock().await;
         let mut flushed = written.flushed;
-        let (mut trace, mut tail) = tracer.json_text_since(flushed as usize).map_err(invalid)?;
+        let (mut trace, mut tail) = tracer.json_text_since(flushed as usize);
         if let Some(epoch) = written.claim
             && tail >= TRACE_TAIL_MAX
         {
@@ -564,7 +564,7 @@ impl Checkpoints {
             return Err(LoopError::RunRecordInvalid(format!("loop run `{}`: a delta before its claim", self.id)));
         };
         let stored = written.flushed as usize + written.tail + written.in_deltas;
-        let (trace, entries) = tracer.json_text_since(stored).map_err(invalid)?;
+        let (trace, entries) = tracer.json_text_since(stored);
         let seq = written.logged + 1;
         let delta = CheckpointDelta { epoch, seq, context: changed, next: next.to_owned(), executed, trace: () };
         let entry = JsonText::of_with(&delta, "trace", &trace)?;
@@ -704,7 +704,7 @@ mod tests {
             generation: 2,
         });
         full.deltas = Some(DeltaLog { epoch: 2, folded: 1 });
-        let (trace, n) = tracer.json_text_since(0).unwrap();
+        let (trace, n) = tracer.json_text_since(0);
         let text = record_text(&full, &trace).unwrap();
         full.trace = tracer.into_events();
         assert_eq!(n, full.trace.len());

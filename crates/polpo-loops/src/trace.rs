@@ -184,6 +184,101 @@ impl TraceEvent {
         self.data = Some(data);
         self
     }
+
+    /// The event's JSON text, member for member what its `Serialize` writes (a test holds the
+    /// two equal), written without serde's per-member calls: a run writes five of these a step,
+    /// and escaping member names that never change was most of their cost.
+    fn json_text(&self) -> String {
+        let mut out = String::with_capacity(160);
+        out.push_str("{\"id\":");
+        push_json_str(&mut out, &self.id);
+        out.push_str(",\"type\":\"");
+        out.push_str(self.kind.name());
+        out.push_str("\",\"ts\":");
+        out.push_str(itoa::Buffer::new().format(self.ts));
+        out.push_str(",\"loop\":");
+        push_json_str(&mut out, &self.loop_id);
+        let optional = [
+            (",\"stepKey\":", &self.step_key),
+            (",\"step\":", &self.step),
+            (",\"tool\":", &self.tool),
+            (",\"human\":", &self.human),
+            (",\"fromStepKey\":", &self.from_step_key),
+            (",\"toStepKey\":", &self.to_step_key),
+            (",\"from\":", &self.from),
+            (",\"to\":", &self.to),
+        ];
+        for (name, value) in optional {
+            if let Some(value) = value {
+                out.push_str(name);
+                push_json_str(&mut out, value);
+            }
+        }
+        if let Some(status) = self.status {
+            out.push_str(",\"status\":\"");
+            out.push_str(status.name());
+            out.push('"');
+        }
+        for (name, value) in [(",\"when\":", &self.when), (",\"error\":", &self.error)] {
+            if let Some(value) = value {
+                out.push_str(name);
+                push_json_str(&mut out, value);
+            }
+        }
+        if let Some(data) = &self.data {
+            out.push_str(",\"data\":");
+            out.push_str(&serde_json::to_string(data).unwrap_or_default());
+        }
+        out.push('}');
+        out
+    }
+}
+
+impl TraceKind {
+    /// The wire name (`step.start`, …), as its `Serialize` writes it.
+    fn name(self) -> &'static str {
+        match self {
+            TraceKind::LoopStart => "loop.start",
+            TraceKind::LoopResume => "loop.resume",
+            TraceKind::PermissionResult => "permission.result",
+            TraceKind::PolicyResult => "policy.result",
+            TraceKind::ApprovalRequired => "approval.required",
+            TraceKind::StepStart => "step.start",
+            TraceKind::StepEnd => "step.end",
+            TraceKind::StepSkip => "step.skip",
+            TraceKind::ToolCall => "tool.call",
+            TraceKind::ToolResult => "tool.result",
+            TraceKind::HumanRequest => "human.request",
+            TraceKind::HumanResult => "human.result",
+            TraceKind::Transition => "transition",
+            TraceKind::LoopEnd => "loop.end",
+            TraceKind::LoopError => "loop.error",
+        }
+    }
+}
+
+impl TraceStatus {
+    /// The wire name (`started`, …), as its `Serialize` writes it.
+    fn name(self) -> &'static str {
+        match self {
+            TraceStatus::Started => "started",
+            TraceStatus::Completed => "completed",
+            TraceStatus::Skipped => "skipped",
+            TraceStatus::Failed => "failed",
+        }
+    }
+}
+
+/// `s` as a JSON string literal appended to `out`: as is between quotes when nothing in it
+/// needs escaping (ids, step keys, tool names: nearly always), else as serde_json escapes it.
+fn push_json_str(out: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&json_string(s));
+    }
 }
 
 /// Where a run's trace goes as it happens (a stream, the CLI, a test).
@@ -286,8 +381,7 @@ pub(crate) struct Tracer<'a> {
 #[derive(Default)]
 struct Kept {
     events: Vec<TraceEvent>,
-    /// `texts[i]` is `events[i]`'s JSON; empty for a stored run's earlier events (and for one
-    /// that could not be written), which are serialised when asked for.
+    /// `texts[i]` is `events[i]`'s JSON text.
     texts: Vec<String>,
 }
 
@@ -310,11 +404,15 @@ impl<'a> Tracer<'a> {
 
     /// Record `event`.
     pub(crate) fn emit(&self, mut event: TraceEvent) {
-        event.id = format!("trace-{}", self.next.fetch_add(1, Ordering::Relaxed));
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut id = String::with_capacity(12);
+        id.push_str("trace-");
+        id.push_str(itoa::Buffer::new().format(n));
+        event.id = id;
         event.ts = (self.clock)();
         event.loop_id.clone_from(&self.loop_id);
         (self.sink)(&event);
-        let json = serde_json::to_string(&event).unwrap_or_default();
+        let json = event.json_text();
         if let Some(announce) = &self.announce {
             announce.trace(&event, &json);
         }
@@ -339,30 +437,26 @@ impl<'a> Tracer<'a> {
     /// Continue a stored run's trace: `events` are kept and numbering goes on after them.
     pub(crate) fn continue_after(&self, events: Vec<TraceEvent>) {
         self.next.store(events.len() as u64 + 1, Ordering::Relaxed);
-        let texts = vec![String::new(); events.len()];
+        let texts = events.iter().map(TraceEvent::json_text).collect();
         *self.kept.lock().unwrap_or_else(|p| p.into_inner()) = Kept { events, texts };
     }
 
     /// The text of the JSON array of the events after the first `n`, and how many they are,
     /// for a checkpoint (its delta, its record, a trace chunk): the texts [`Tracer::emit`]
     /// wrote, joined.
-    pub(crate) fn json_text_since(&self, n: usize) -> Result<(String, usize), serde_json::Error> {
+    pub(crate) fn json_text_since(&self, n: usize) -> (String, usize) {
         let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
-        let (events, texts) = (kept.events.get(n..).unwrap_or_default(), kept.texts.get(n..).unwrap_or_default());
+        let texts = kept.texts.get(n..).unwrap_or_default();
         let mut array = String::with_capacity(texts.iter().map(|t| t.len() + 1).sum::<usize>() + 2);
         array.push('[');
-        for (i, (event, text)) in events.iter().zip(texts).enumerate() {
+        for (i, text) in texts.iter().enumerate() {
             if i > 0 {
                 array.push(',');
             }
-            if text.is_empty() {
-                array.push_str(&serde_json::to_string(event)?);
-            } else {
-                array.push_str(text);
-            }
+            array.push_str(text);
         }
         array.push(']');
-        Ok((array, events.len()))
+        (array, texts.len())
     }
 
     /// Every event recorded, in order.
@@ -377,6 +471,7 @@ mod tests {
     use super::*;
     use polpo_engine::Delivery;
     use polpo_engine::events::bus::MAX_PAYLOAD_BYTES;
+    use proptest::strategy::Strategy;
 
     #[test]
     fn an_announced_trace_event_keeps_its_run_ids_when_its_error_is_cut() {
@@ -385,7 +480,7 @@ mod tests {
         let mut event = TraceEvent::new(TraceKind::StepEnd, Some("fetch")).status(TraceStatus::Failed);
         event.loop_id = "flow".into();
         event.error = Some("x".repeat(MAX_PAYLOAD_BYTES * 2));
-        announce.trace(&event, &serde_json::to_string(&event).unwrap());
+        announce.trace(&event, &event.json_text());
         let data = announced_after(&bus, 0);
         assert_eq!((data["loopRunId"].as_str(), data["agent"].as_str()), (Some("lr-1"), Some("coder")));
         assert_eq!((data["stepKey"].as_str(), data["truncated"].as_bool()), (Some("fetch"), Some(true)));
@@ -401,12 +496,67 @@ mod tests {
         let mut event = TraceEvent::new(TraceKind::ToolResult, Some("fetch")).status(TraceStatus::Completed);
         event.loop_id = "flow".into();
         event.data = Some(serde_json::json!({"effect": "recorded", "n": [1, 2]}));
-        announce.trace(&event, &serde_json::to_string(&event).unwrap());
+        announce.trace(&event, &event.json_text());
         let typed = Announced { loop_run_id: &announce.run_id, agent: &announce.agent, event: &event };
         assert_eq!(announced_after(&bus, 0), serde_json::to_value(&typed).unwrap());
         // An event whose text could not be written is announced from the event itself.
         announce.trace(&event, "");
         assert_eq!(announced_after(&bus, 1), serde_json::to_value(&typed).unwrap());
+    }
+
+    const KINDS: [TraceKind; 15] = [
+        TraceKind::LoopStart,
+        TraceKind::LoopResume,
+        TraceKind::PermissionResult,
+        TraceKind::PolicyResult,
+        TraceKind::ApprovalRequired,
+        TraceKind::StepStart,
+        TraceKind::StepEnd,
+        TraceKind::StepSkip,
+        TraceKind::ToolCall,
+        TraceKind::ToolResult,
+        TraceKind::HumanRequest,
+        TraceKind::HumanResult,
+        TraceKind::Transition,
+        TraceKind::LoopEnd,
+        TraceKind::LoopError,
+    ];
+    const STATUSES: [TraceStatus; 4] =
+        [TraceStatus::Started, TraceStatus::Completed, TraceStatus::Skipped, TraceStatus::Failed];
+
+    /// Strings as a trace meets them: plain names, and ones with quotes, backslashes, control
+    /// characters and non-ASCII, which must be escaped exactly as serde_json escapes them.
+    fn text() -> impl Strategy<Value = String> {
+        proptest::prop_oneof![
+            "[a-z0-9_.-]{0,12}",
+            "\\PC{0,12}",
+            proptest::collection::vec(0u8..0x80, 0..12).prop_map(|b| b.into_iter().map(char::from).collect::<String>()),
+        ]
+    }
+
+    fn optional() -> impl Strategy<Value = Option<String>> {
+        proptest::option::of(text())
+    }
+
+    proptest::proptest! {
+        /// The hand-written text is byte for byte what the derived `Serialize` writes (member
+        /// order, omitted members, names, escaping), for every kind, status and field.
+        #[test]
+        fn an_event_text_is_what_serde_writes(
+            kind in 0..KINDS.len(), status in proptest::option::of(0..STATUSES.len()),
+            id in text(), ts in proptest::num::i64::ANY, loop_id in text(),
+            steps in (optional(), optional(), optional(), optional()),
+            moves in (optional(), optional(), optional(), optional()),
+            guards in (optional(), optional()), data in proptest::option::of(text()),
+        ) {
+            let mut event = TraceEvent::new(KINDS[kind], None);
+            (event.id, event.ts, event.loop_id, event.status) = (id, ts, loop_id, status.map(|s| STATUSES[s]));
+            (event.step_key, event.step, event.tool, event.human) = steps;
+            (event.from_step_key, event.to_step_key, event.from, event.to) = moves;
+            (event.when, event.error) = guards;
+            event.data = data.map(|d| serde_json::json!({"label": d, "n": [1, null, 2.5], "k": {"x": true}}));
+            proptest::prop_assert_eq!(event.json_text(), serde_json::to_string(&event).unwrap());
+        }
     }
 
     /// The payload of the first event `bus` published after id `after`.
