@@ -1,48 +1,75 @@
 //! A project as the runtime serves it: the validated configuration and what is derived from it
-//! once (hook sets and system prompts per agent), swapped whole on reload. Built from a loaded
+//! once (hook sets, system prompts and tool contexts per agent), swapped whole on reload. Built from a loaded
 //! project without reading any file: the hook packs came with it.
 
 use crate::hooks::LoopContext;
+use crate::runtime::tool_context;
 use polpo_core::config::{Agent, Project};
 use polpo_core::hooks::HookSet;
 use polpo_core::problem::Problem;
+use polpo_tools::ToolContext;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
 
 /// A project as the runtime serves it: configuration plus what was derived from it once
-/// (hook sets and system prompts per agent). Swapped whole on reload, so a request never sees
-/// half of an edit.
+/// (hook sets, system prompts and tool contexts per agent). Swapped whole on reload, so a
+/// request never sees half of an edit.
 pub struct Loaded {
     /// The validated project (with its hook packs).
     pub project: Project,
     /// Each agent's resolved hooks (absent: the agent has none).
     hooks: BTreeMap<String, Arc<HookSet>>,
-    /// Each agent's system prompt (its instructions and identity), made once: every run and
-    /// every loop tool step starts from it.
-    prompts: BTreeMap<String, String>,
+    /// What every run and every loop tool step of each agent starts from, made once.
+    derived: BTreeMap<String, Derived>,
+}
+
+/// What an agent's invocations start from, made from its configuration at load.
+struct Derived {
+    /// Its system prompt (instructions and identity).
+    prompt: String,
+    /// Where its tools run ([`tool_context`]), with a cancellation token of its own that no
+    /// call uses: each call gets a child of its request's.
+    tool_context: ToolContext,
 }
 
 impl Loaded {
     /// Resolve every agent's hook packs; a project whose packs do not resolve is refused.
     pub fn new(project: Project) -> Result<Self, Vec<Problem>> {
         let mut hooks = BTreeMap::new();
-        let mut prompts = BTreeMap::new();
+        let mut derived = BTreeMap::new();
         for (id, agent) in &project.agents {
-            prompts.insert(id.clone(), polpo_core::prompt::system_prompt(agent));
+            let prompt = polpo_core::prompt::system_prompt(agent);
+            let tool_context = tool_context(&project, agent, &CancellationToken::new());
+            derived.insert(id.clone(), Derived { prompt, tool_context });
             let set = polpo_project::hooks::resolve_agent_hooks(&project, agent, &[])?;
             if !set.is_empty() {
                 hooks.insert(id.clone(), Arc::new(set));
             }
         }
-        Ok(Self { project, hooks, prompts })
+        Ok(Self { project, hooks, derived })
     }
 
-    /// `agent`'s system prompt ([`polpo_core::prompt::system_prompt`]): as made at load when
-    /// `agent` is this project's own (not a copy a caller changed), else made now.
+    /// What was made at load for `agent`, when it is this project's own (not a copy a caller
+    /// changed under the same id, which gets its own made per call).
+    fn derived(&self, agent: &Agent) -> Option<&Derived> {
+        let loaded = self.project.agent(&agent.id)?;
+        self.derived.get(&agent.id).filter(|_| std::ptr::eq(loaded, agent))
+    }
+
+    /// `agent`'s system prompt ([`polpo_core::prompt::system_prompt`]).
     pub fn system_prompt(&self, agent: &Agent) -> String {
-        match (self.project.agent(&agent.id), self.prompts.get(&agent.id)) {
-            (Some(loaded), Some(prompt)) if std::ptr::eq(loaded, agent) => prompt.clone(),
-            _ => polpo_core::prompt::system_prompt(agent),
+        match self.derived(agent) {
+            Some(derived) => derived.prompt.clone(),
+            None => polpo_core::prompt::system_prompt(agent),
+        }
+    }
+
+    /// Where `agent`'s tools run for one call cancelled with `cancel` ([`tool_context`]).
+    pub fn tool_context(&self, agent: &Agent, cancel: &CancellationToken) -> ToolContext {
+        match self.derived(agent) {
+            Some(derived) => ToolContext { cancel: cancel.child_token(), ..derived.tool_context.clone() },
+            None => tool_context(&self.project, agent, cancel),
         }
     }
 
@@ -88,5 +115,30 @@ mod tests {
         let mut changed = agent.clone();
         changed.instructions = "You review.".into();
         assert!(loaded.system_prompt(&changed).starts_with("You review."));
+    }
+
+    /// A call's tool context is the one made at load, cancelled with its own request only; an
+    /// agent a caller changed (other `allowedPaths`, same id) gets the context its fields make.
+    #[test]
+    fn tool_contexts_are_made_once_and_cancelled_per_call() {
+        let dir = tempfile::tempdir().unwrap();
+        ProjectFixture::new(dir.path(), json!({}))
+            .unwrap()
+            .agent("helper", json!({"model": "openai/m", "allowedPaths": ["src"], "skills": []}), "You help.")
+            .unwrap();
+        let loaded = Loaded::new(polpo_project::load_project(dir.path()).unwrap()).unwrap();
+        let agent = loaded.agent("helper").unwrap();
+        let (first, second) = (CancellationToken::new(), CancellationToken::new());
+        let (a, b) = (loaded.tool_context(agent, &first), loaded.tool_context(agent, &second));
+        let fresh = tool_context(&loaded.project, agent, &first);
+        assert_eq!(format!("{:?}", ToolContext { cancel: fresh.cancel.clone(), ..a.clone() }), format!("{fresh:?}"));
+        assert_eq!(a.allowed_paths, vec![loaded.project.root.join("src")]);
+        assert_eq!(a.protected_paths, vec![loaded.project.root.join(".polpo")]);
+        first.cancel();
+        assert!(a.cancel.is_cancelled() && !b.cancel.is_cancelled());
+        let mut changed = agent.clone();
+        changed.config.allowed_paths = Some(vec!["docs".into()]);
+        let own = loaded.tool_context(&changed, &second);
+        assert_eq!(own.allowed_paths, vec![loaded.project.root.join("docs")]);
     }
 }

@@ -605,7 +605,7 @@ impl Runtime {
         }
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent)?;
-        let context = tool_context(&loaded.project, agent, &CancellationToken::new());
+        let context = loaded.tool_context(agent, &CancellationToken::new());
         self.agent_tool_set(agent, &context).await.get(name).map(|tool| tool.call_effect(arguments))
     }
 
@@ -903,7 +903,7 @@ impl Runtime {
             tool_context: ToolContext {
                 redactor: self.redactor.clone(),
                 skills: skill_access(&loaded.project, &skills),
-                ..tool_context(&loaded.project, agent, cancel)
+                ..loaded.tool_context(agent, cancel)
             },
             hooks,
             approvals: None,
