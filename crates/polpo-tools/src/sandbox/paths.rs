@@ -122,6 +122,14 @@ fn absolute(path: &Path) -> Result<PathBuf, ToolError> {
 /// that do not exist yet and for dangling symlinks (which resolve to their target's path, so a
 /// write through them is checked where it would land).
 pub fn resolve_real_path(path: &Path) -> io::Result<PathBuf> {
+    if has_no_symlink(path) {
+        return Ok(path.to_path_buf());
+    }
+    walk_real_path(path)
+}
+
+/// [`resolve_real_path`], component by component.
+fn walk_real_path(path: &Path) -> io::Result<PathBuf> {
     // Walked as bytes: `rest` is what is left to follow (a symlink's target is put in front of
     // it), `resolved` the real path so far, which never holds `.`, `..`, `//` or a trailing `/`.
     let mut rest = path.as_os_str().as_bytes().to_vec();
@@ -170,10 +178,44 @@ pub fn resolve_real_path(path: &Path) -> io::Result<PathBuf> {
     Ok(PathBuf::from(OsString::from_vec(resolved)))
 }
 
+/// True when `path` is already its own real path: written plainly (absolute, no `.`, `..` or
+/// empty component) and existing with no symlink anywhere on it, which one `openat2` with
+/// `RESOLVE_NO_SYMLINKS` tells in a single walk, where [`resolve_real_path`]'s walk asks the
+/// kernel once per component (each time from the root). `false` — the walk decides — when
+/// the path is not plain, a part of it is missing or a symlink, or `openat2` is unavailable.
+fn has_no_symlink(path: &Path) -> bool {
+    use nix::fcntl::{AT_FDCWD, OFlag, OpenHow, ResolveFlag, openat2};
+    let bytes = path.as_os_str().as_bytes();
+    if !is_plain(bytes) || bytes.split(|&b| b == b'/').any(|c| c == b"..") {
+        return false;
+    }
+    let how = OpenHow::new().flags(OFlag::O_PATH | OFlag::O_CLOEXEC).resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    openat2(AT_FDCWD, path, how).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::lies_under;
-    use std::path::Path;
+    #![allow(clippy::unwrap_used)]
+    use super::{has_no_symlink, lies_under};
+    use std::path::{Path, PathBuf};
+
+    /// The one-call answer is taken only for a path that is its own real path; every other
+    /// goes to the walk (`tests/real_paths.rs` holds the two to the same results).
+    #[test]
+    fn only_a_plain_existing_path_without_symlinks_skips_the_walk() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::fs::write(root.join("d/f"), "x").unwrap();
+        std::os::unix::fs::symlink(root.join("d"), root.join("link")).unwrap();
+        assert!(has_no_symlink(&root.join("d/f")));
+        assert!(has_no_symlink(&root.join("d")));
+        for other in ["link", "link/f", "d/missing", "d/../d/f", "d/./f", "d//f", "d/f/"] {
+            let path = PathBuf::from(format!("{}/{other}", root.display()));
+            assert!(!has_no_symlink(&path), "{other}");
+        }
+        assert!(!has_no_symlink(Path::new("d/f")), "a relative path");
+    }
 
     #[test]
     fn lying_under_a_root_is_decided_by_whole_components() {
