@@ -300,11 +300,11 @@ impl Inner {
     }
 
     fn session_dir(&self, id: &str) -> PathBuf {
-        self.dir.join(SESSIONS).join(id)
+        path_under(&self.dir, &[SESSIONS, id], "")
     }
 
     fn run_dir(&self, id: &str) -> PathBuf {
-        self.dir.join(RUNS).join(id)
+        path_under(&self.dir, &[RUNS, id], "")
     }
 
     fn effect_path(&self, key: &str) -> PathBuf {
@@ -401,6 +401,24 @@ impl Index {
 }
 
 /// The `*.json` files of a directory, after clearing crash leftovers.
+/// `dir/<parts, joined by '/'><suffix>` in one allocation: such a path is made for every
+/// write, and `Path::join` copies and parses the whole path again for each part. The parts are
+/// folder names and validated ids (no `/`, never `.` or `..`).
+fn path_under(dir: &Path, parts: &[&str], suffix: &str) -> PathBuf {
+    let dir = dir.as_os_str();
+    let len = dir.len() + parts.iter().map(|p| p.len() + 1).sum::<usize>() + suffix.len();
+    let mut path = std::ffi::OsString::with_capacity(len);
+    path.push(dir);
+    for part in parts {
+        if !path.as_encoded_bytes().ends_with(b"/") {
+            path.push("/");
+        }
+        path.push(part);
+    }
+    path.push(suffix);
+    PathBuf::from(path)
+}
+
 fn json_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
     fsio::remove_stale_temps(dir)?;
     let mut out = Vec::new();
@@ -426,4 +444,24 @@ fn subdirs(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
 
 fn owned(s: &str) -> String {
     s.to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_under;
+    use std::path::Path;
+
+    /// The path made in one piece is the one `Path::join` makes, whatever the folder's form.
+    #[test]
+    fn paths_under_the_store_are_the_joined_ones() {
+        for dir in ["/data/.polpo", "/data/.polpo/", "rel", "/"] {
+            let dir = Path::new(dir);
+            assert_eq!(path_under(dir, &["runs", "r-1"], ""), dir.join("runs").join("r-1"));
+            assert_eq!(
+                path_under(dir, &["records", "loop_runs", "looprun-7"], ".json"),
+                dir.join("records").join("loop_runs").join("looprun-7.json")
+            );
+            assert_eq!(path_under(dir, &[], ".x"), Path::new(&format!("{}.x", dir.display())));
+        }
+    }
 }

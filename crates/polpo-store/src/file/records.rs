@@ -66,11 +66,11 @@ fn record_file(record: &Record, text: &str) -> Result<Vec<u8>, StoreError> {
 
 impl Inner {
     fn record_path(&self, collection: &str, id: &str) -> PathBuf {
-        self.dir.join(RECORDS).join(collection).join(format!("{id}.json"))
+        super::path_under(&self.dir, &[RECORDS, collection, id], ".json")
     }
 
     fn log_path(&self, collection: &str, log: &str) -> PathBuf {
-        self.dir.join(RECORDS).join(collection).join(format!("{log}.jsonl"))
+        super::path_under(&self.dir, &[RECORDS, collection, log], ".jsonl")
     }
 
     /// Read `collection`'s records on its first use (collections are not read at open); a name
