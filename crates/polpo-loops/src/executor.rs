@@ -717,8 +717,15 @@ impl Run<'_> {
                     Err(e) => Err(e),
                 },
                 StepBody::Tool(tool) => {
-                    let template = tool.input.clone().unwrap_or_else(|| json!({}));
-                    self.call(id, Some((step, place)), &alias, &tool.tool, &template, context, None).await
+                    let empty;
+                    let template = match &tool.input {
+                        Some(input) => input,
+                        None => {
+                            empty = json!({});
+                            &empty
+                        }
+                    };
+                    self.call(id, Some((step, place)), &alias, &tool.tool, template, context, None).await
                 }
                 StepBody::Human(human) => self.human(id, human, context).await,
                 StepBody::Parallel(parallel) => self.parallel(place, parallel, context).await,
@@ -762,7 +769,13 @@ impl Run<'_> {
         input.user.clone_from(&self.request.user);
         input.metadata.clone_from(&self.request.metadata);
         input.owner.clone_from(&self.request.owner);
-        input.run_id = Some(format!("{}-{step}-{}", self.run_id, self.executed.load(Ordering::Relaxed)));
+        // `{run}-{step}-{executed}`, made for every step (without `format!`'s machinery).
+        let executed = self.executed.load(Ordering::Relaxed);
+        let mut run_id = String::with_capacity(self.run_id.len() + step.len() + 12);
+        for part in [self.run_id, "-", step, "-", itoa::Buffer::new().format(executed)] {
+            run_id.push_str(part);
+        }
+        input.run_id = Some(run_id);
         input
     }
 
@@ -1275,7 +1288,10 @@ impl Run<'_> {
 /// (a checkpoint stores that count, so a resume reaches the same places), elsewhere its
 /// position within its walk (a walk is sequential, so parallel branches cannot disturb it).
 fn place(trail: &str, position: u32) -> String {
-    format!("{trail}{position}")
+    let mut place = String::with_capacity(trail.len() + 10);
+    place.push_str(trail);
+    place.push_str(itoa::Buffer::new().format(position));
+    place
 }
 
 /// The effect-ledger key of a side-effecting tool step `step` at `place` in run `run_id`
