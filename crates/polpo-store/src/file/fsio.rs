@@ -174,10 +174,12 @@ impl Staged {
     /// [`Staged::write`] of what `fill` writes to the temp file.
     fn write_with(path: &Path, fill: impl FnOnce(&mut File) -> Result<(), StoreError>) -> Result<Staged, StoreError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
+        // The process id is asked once: `std::process::id` is a system call every time.
+        static PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = path.with_file_name(format!(
             ".{name}.tmp-{}-{}",
-            std::process::id(),
+            PID.get_or_init(std::process::id),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         ));
         let staged = Staged { tmp, path: path.to_owned() };
