@@ -1,6 +1,6 @@
 //! A project as the runtime serves it: the validated configuration and what is derived from it
-//! once (hook sets, system prompts and tool contexts per agent), swapped whole on reload. Built from a loaded
-//! project without reading any file: the hook packs came with it.
+//! once (hook sets, system prompts and tool contexts per agent), swapped whole on reload. Built
+//! from a loaded project without reading any file: the hook packs came with it.
 
 use crate::hooks::LoopContext;
 use crate::runtime::tool_context;

@@ -400,7 +400,6 @@ impl Index {
     }
 }
 
-/// The `*.json` files of a directory, after clearing crash leftovers.
 /// `dir/<parts, joined by '/'><suffix>` in one allocation: such a path is made for every
 /// write, and `Path::join` copies and parses the whole path again for each part. The parts are
 /// folder names and validated ids (no `/`, never `.` or `..`).
@@ -410,7 +409,7 @@ fn path_under(dir: &Path, parts: &[&str], suffix: &str) -> PathBuf {
     let mut path = std::ffi::OsString::with_capacity(len);
     path.push(dir);
     for part in parts {
-        if !path.as_encoded_bytes().ends_with(b"/") {
+        if !path.is_empty() && !path.as_encoded_bytes().ends_with(b"/") {
             path.push("/");
         }
         path.push(part);
@@ -419,6 +418,7 @@ fn path_under(dir: &Path, parts: &[&str], suffix: &str) -> PathBuf {
     PathBuf::from(path)
 }
 
+/// The `*.json` files of a directory, after clearing crash leftovers.
 fn json_files(dir: &Path) -> Result<Vec<PathBuf>, StoreError> {
     fsio::remove_stale_temps(dir)?;
     let mut out = Vec::new();
@@ -454,14 +454,14 @@ mod tests {
     /// The path made in one piece is the one `Path::join` makes, whatever the folder's form.
     #[test]
     fn paths_under_the_store_are_the_joined_ones() {
-        for dir in ["/data/.polpo", "/data/.polpo/", "rel", "/"] {
+        for dir in ["/data/.polpo", "/data/.polpo/", "rel", "/", ""] {
             let dir = Path::new(dir);
             assert_eq!(path_under(dir, &["runs", "r-1"], ""), dir.join("runs").join("r-1"));
             assert_eq!(
                 path_under(dir, &["records", "loop_runs", "looprun-7"], ".json"),
                 dir.join("records").join("loop_runs").join("looprun-7.json")
             );
-            assert_eq!(path_under(dir, &[], ".x"), Path::new(&format!("{}.x", dir.display())));
+            assert_eq!(path_under(dir, &["a"], ".x"), dir.join("a.x"));
         }
     }
 }
