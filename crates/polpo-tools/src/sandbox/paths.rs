@@ -184,13 +184,25 @@ fn walk_real_path(path: &Path) -> io::Result<PathBuf> {
 /// kernel once per component (each time from the root). `false` — the walk decides — when
 /// the path is not plain, a part of it is missing or a symlink, or `openat2` is unavailable.
 fn has_no_symlink(path: &Path) -> bool {
+    use nix::errno::Errno;
     use nix::fcntl::{AT_FDCWD, OFlag, OpenHow, ResolveFlag, openat2};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    // Set once the kernel answers that it has no `openat2` (before Linux 5.6, or filtered out):
+    // every path is then walked, without a failing call first.
+    static UNAVAILABLE: AtomicBool = AtomicBool::new(false);
     let bytes = path.as_os_str().as_bytes();
-    if !is_plain(bytes) || bytes.split(|&b| b == b'/').any(|c| c == b"..") {
+    if UNAVAILABLE.load(Ordering::Relaxed) || !is_plain(bytes) || bytes.split(|&b| b == b'/').any(|c| c == b"..") {
         return false;
     }
     let how = OpenHow::new().flags(OFlag::O_PATH | OFlag::O_CLOEXEC).resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
-    openat2(AT_FDCWD, path, how).is_ok()
+    match openat2(AT_FDCWD, path, how) {
+        Ok(_) => true,
+        Err(Errno::ENOSYS) => {
+            UNAVAILABLE.store(true, Ordering::Relaxed);
+            false
+        }
+        Err(_) => false,
+    }
 }
 
 #[cfg(test)]
