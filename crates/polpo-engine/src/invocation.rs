@@ -120,18 +120,6 @@ impl Invocation {
         Ok(())
     }
 
-    /// The tool specs the model sees in direct mode: allowed server tools, then interaction
-    /// tools, then client tools.
-    pub fn visible_tools(&self) -> Vec<Arc<ToolSpec>> {
-        self.tools
-            .specs()
-            .filter(|s| self.policy.allows(&s.name))
-            .cloned()
-            .chain(self.interaction_tools())
-            .chain(self.client_tools.iter().cloned())
-            .collect()
-    }
-
     /// Runtime-provided client tools this invocation offers (`ask_user_question`).
     pub fn interaction_tools(&self) -> Option<Arc<ToolSpec>> {
         self.interactions.ask_user_question.then(ask_user_spec)

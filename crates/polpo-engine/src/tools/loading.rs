@@ -63,8 +63,20 @@ pub fn is_progressive(inv: &Invocation) -> bool {
 
 /// The tool specs of the next model call over `conversation`.
 pub fn visible_tools(inv: &Invocation, conversation: &[Message]) -> Vec<Arc<ToolSpec>> {
-    if !is_progressive(inv) {
-        return inv.visible_tools();
+    // Direct: the authorized catalog, then interaction tools, then client tools. `auto` is
+    // decided on the catalog it would show, walked once (the policy asked about each tool once
+    // per model call, not twice).
+    let direct = match inv.tool_loading {
+        ToolLoadingMode::Progressive => None,
+        ToolLoadingMode::Direct => Some(catalog(inv).cloned().collect::<Vec<_>>()),
+        ToolLoadingMode::Auto => {
+            Some(catalog(inv).cloned().collect()).filter(|c: &Vec<_>| c.len() <= AUTO_PROGRESSIVE_ABOVE)
+        }
+    };
+    if let Some(mut specs) = direct {
+        specs.extend(inv.interaction_tools());
+        specs.extend(inv.client_tools.iter().cloned());
+        return specs;
     }
     let loaded = loaded_tools(inv, conversation);
     let forced = match &inv.tool_choice {
