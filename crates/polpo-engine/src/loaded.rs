@@ -3,12 +3,12 @@
 //! from a loaded project without reading any file: the hook packs came with it.
 
 use crate::hooks::LoopContext;
-use crate::runtime::tool_context;
 use polpo_core::config::{Agent, Project};
 use polpo_core::hooks::HookSet;
 use polpo_core::problem::Problem;
 use polpo_tools::ToolContext;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
@@ -90,6 +90,38 @@ impl Loaded {
         let set = polpo_project::hooks::resolve_agent_hooks(&self.project, agent, &ctx.assignments())?;
         Ok((!set.is_empty()).then(|| Arc::new(set)))
     }
+}
+
+/// Where the agent's tools run: the project's work dir, confined to `allowedPaths`, with the
+/// agent's memory file, cancelled with the request. Public for the tools started outside a
+/// request under the same confinement (`polpo mcp list` connecting an agent's MCP servers).
+pub fn tool_context(project: &Project, agent: &Agent, cancel: &CancellationToken) -> ToolContext {
+    let workspace: PathBuf = match project.settings().work_dir.as_deref() {
+        Some(dir) => project.root.join(dir),
+        None => project.root.clone(),
+    };
+    let polpo_dir = project.root.join(".polpo");
+    let mut ctx = ToolContext::new(workspace.clone());
+    ctx.allowed_paths = agent.config.allowed_paths.iter().flatten().map(|p| workspace.join(p)).collect();
+    // The project's own folder (agents, hooks, sessions, keys) is never the agent's to read or
+    // edit, whatever the workspace or allowedPaths say; only the memory tools reach their file.
+    ctx.protected_paths = vec![polpo_dir.clone()];
+    ctx.sandbox = project.settings().sandbox.as_ref().map(Into::into).unwrap_or_default();
+    ctx.memory_file = Some(polpo_dir.join("memory").join(format!("{}.md", agent.id)));
+    ctx.skills = skill_access(project, assigned_skills(agent));
+    ctx.cancel = cancel.child_token();
+    ctx.agent = agent.id.clone();
+    ctx
+}
+
+/// The skills assigned to `agent` (`skills` in its agent.json).
+pub(crate) fn assigned_skills(agent: &Agent) -> &[String] {
+    agent.config.skills.as_deref().unwrap_or_default()
+}
+
+/// What `skill_list` and `skill_read` may reach: these skills of the project (`None`: no skills).
+pub(crate) fn skill_access(project: &Project, names: &[String]) -> Option<polpo_tools::SkillAccess> {
+    (!names.is_empty()).then(|| polpo_tools::SkillAccess { root: project.root.clone(), names: names.to_vec() })
 }
 
 #[cfg(test)]

@@ -14,14 +14,14 @@ use crate::events::{EventSink, RunEvent};
 use crate::hooks::{HookRuntime, InvocationHooks, VerifierAgent, invocation_info, system_clock};
 use crate::interaction::{Interactions, Suggestion};
 use crate::invocation::Invocation;
-use crate::loaded::Loaded;
+use crate::loaded::{Loaded, assigned_skills, skill_access};
 use crate::request::{ChatError, ChatInput, ChatOutput, DeliveryMode, Identity};
 use crate::routing::ModelRoute;
 use crate::tools::exec::DirectCallError;
 use crate::tools::set::ToolSet;
 use crate::turn::{RunControl, RunOutcome, run_turns_controlled};
 use chrono::{DateTime, Utc};
-use polpo_core::config::{Agent, ChatExecution, Project, ToolLoadingMode};
+use polpo_core::config::{Agent, ChatExecution, ToolLoadingMode};
 use polpo_core::hooks::{Handler, HookSet};
 use polpo_core::message::{Message, Role};
 use polpo_core::model::ModelSelection;
@@ -34,7 +34,6 @@ use polpo_store::{Clock, IdGen, Lease, NewMessage, NewSession, Session, Store};
 use polpo_tools::{Tool, ToolContext, ToolSource};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -918,33 +917,6 @@ impl Runtime {
     }
 }
 
-/// Where the agent's tools run: the project's work dir, confined to `allowedPaths`, with the
-/// agent's memory file, cancelled with the request. Public for the tools started outside a
-/// request under the same confinement (`polpo mcp list` connecting an agent's MCP servers).
-pub fn tool_context(project: &Project, agent: &Agent, cancel: &CancellationToken) -> ToolContext {
-    let workspace: PathBuf = match project.settings().work_dir.as_deref() {
-        Some(dir) => project.root.join(dir),
-        None => project.root.clone(),
-    };
-    let polpo_dir = project.root.join(".polpo");
-    let mut ctx = ToolContext::new(workspace.clone());
-    ctx.allowed_paths = agent.config.allowed_paths.iter().flatten().map(|p| workspace.join(p)).collect();
-    // The project's own folder (agents, hooks, sessions, keys) is never the agent's to read or
-    // edit, whatever the workspace or allowedPaths say; only the memory tools reach their file.
-    ctx.protected_paths = vec![polpo_dir.clone()];
-    ctx.sandbox = project.settings().sandbox.as_ref().map(Into::into).unwrap_or_default();
-    ctx.memory_file = Some(polpo_dir.join("memory").join(format!("{}.md", agent.id)));
-    ctx.skills = skill_access(project, assigned_skills(agent));
-    ctx.cancel = cancel.child_token();
-    ctx.agent = agent.id.clone();
-    ctx
-}
-
-/// The skills assigned to `agent` (`skills` in its agent.json).
-fn assigned_skills(agent: &Agent) -> &[String] {
-    agent.config.skills.as_deref().unwrap_or_default()
-}
-
 /// The skills one invocation of `agent` may use: its assigned ones, narrowed to a loop step's
 /// `skills` when the step names some; never one the agent is not assigned.
 fn invocation_skills(agent: &Agent, loop_context: Option<&crate::hooks::LoopContext>) -> Vec<String> {
@@ -953,11 +925,6 @@ fn invocation_skills(agent: &Agent, loop_context: Option<&crate::hooks::LoopCont
         Some(step) => assigned.iter().filter(|s| step.contains(s)).cloned().collect(),
         None => assigned.to_vec(),
     }
-}
-
-/// What `skill_list` and `skill_read` may reach: these skills of the project (`None`: no skills).
-fn skill_access(project: &Project, names: &[String]) -> Option<polpo_tools::SkillAccess> {
-    (!names.is_empty()).then(|| polpo_tools::SkillAccess { root: project.root.clone(), names: names.to_vec() })
 }
 
 /// A configured static allowlist, with `skill_list` and `skill_read` added when the agent has

@@ -62,7 +62,7 @@ async fn list(runtime: &polpo_engine::Runtime, only: Option<&str>, as_json: bool
     }
     let mut rows = Vec::new();
     for agent in project.agents.values().filter(|a| only.is_none_or(|id| a.id == id)) {
-        let ctx = polpo_engine::runtime::tool_context(project, agent, &CancellationToken::new());
+        let ctx = polpo_engine::loaded::tool_context(project, agent, &CancellationToken::new());
         for server in polpo_assemble::MCP.status(agent, &ctx, true).await {
             rows.push((agent.id.clone(), server));
         }
