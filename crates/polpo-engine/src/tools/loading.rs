@@ -51,26 +51,39 @@ fn catalog(inv: &Invocation) -> impl Iterator<Item = &Arc<ToolSpec>> {
     inv.tools.specs().filter(|s| inv.policy.allows(&s.name))
 }
 
+/// The first tools of the authorized catalog, as many as `auto` decides on: one past
+/// [`AUTO_PROGRESSIVE_ABOVE`] at most, so the walk stops at the first tool past the bound.
+fn auto_window(inv: &Invocation) -> impl Iterator<Item = &Arc<ToolSpec>> {
+    catalog(inv).take(AUTO_PROGRESSIVE_ABOVE + 1)
+}
+
+/// `auto`'s rule: direct while the authorized catalog (counted by [`auto_window`]) holds at
+/// most [`AUTO_PROGRESSIVE_ABOVE`] tools.
+fn auto_shows_directly(counted: usize) -> bool {
+    counted <= AUTO_PROGRESSIVE_ABOVE
+}
+
 /// Whether this invocation shows its tools progressively (`auto` resolved by catalog size).
 pub fn is_progressive(inv: &Invocation) -> bool {
     match inv.tool_loading {
         ToolLoadingMode::Direct => false,
         ToolLoadingMode::Progressive => true,
-        // Asked before every model call and tool call: stops at the first tool past the bound.
-        ToolLoadingMode::Auto => catalog(inv).nth(AUTO_PROGRESSIVE_ABOVE).is_some(),
+        // Asked before every model call and tool call.
+        ToolLoadingMode::Auto => !auto_shows_directly(auto_window(inv).count()),
     }
 }
 
 /// The tool specs of the next model call over `conversation`.
 pub fn visible_tools(inv: &Invocation, conversation: &[Message]) -> Vec<Arc<ToolSpec>> {
     // Direct: the authorized catalog, then interaction tools, then client tools. `auto` is
-    // decided on the catalog it would show, walked once (the policy asked about each tool once
-    // per model call, not twice).
+    // decided on the tools it would show, walked once (the policy asked about each tool once
+    // per model call, not twice): when they are within the bound, they are the whole catalog.
     let direct = match inv.tool_loading {
         ToolLoadingMode::Progressive => None,
         ToolLoadingMode::Direct => Some(catalog(inv).cloned().collect::<Vec<_>>()),
         ToolLoadingMode::Auto => {
-            Some(catalog(inv).cloned().collect()).filter(|c: &Vec<_>| c.len() <= AUTO_PROGRESSIVE_ABOVE)
+            let shown: Vec<_> = auto_window(inv).cloned().collect();
+            auto_shows_directly(shown.len()).then_some(shown)
         }
     };
     if let Some(mut specs) = direct {
