@@ -722,6 +722,10 @@ async fn everything_survives_a_reopen(t: TestStore) -> TestStore {
         t.store.sessions.list_messages(&sid, &PageRequest::default()).await.unwrap().items,
     );
     let t = t.reopen().await;
+    // Not read since the reopen: taking its id must still find it, and leave it as it was.
+    let taken = NewSession { id: Some(sid.clone()), ..session("other") };
+    let again = t.store.sessions.create_session_with_messages(taken, vec![NewMessage::new(Message::user("x"))]).await;
+    assert_eq!(code(again), "conflict", "a create never overwrites a stored session it has not read yet");
     let after = (
         t.store.sessions.get_session(&sid).await.unwrap(),
         t.store.runs.get_run(&rid).await.unwrap(),

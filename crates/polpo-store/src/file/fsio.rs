@@ -7,7 +7,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -104,12 +104,25 @@ pub(crate) fn create_subdirs_durable(parent: &Path, names: &[&str]) -> Result<()
 /// (one without its header, so ignored at load). Nothing is fsynced: the caller's header write
 /// (an atomic rename, which fsyncs `dir`) and an fsync of `dir`'s parent make it durable.
 pub(crate) fn fresh_dir(dir: &Path) -> Result<(), StoreError> {
+    claim_dir(dir, None).map(drop)
+}
+
+/// [`fresh_dir`] for an entry that may exist already: when `dir` is there and holds `header`,
+/// nothing is touched and the answer is `false`. The `mkdir` is the existence check, so a new
+/// entry costs no lookup of its own.
+pub(crate) fn claim_dir(dir: &Path, header: Option<&Path>) -> Result<bool, StoreError> {
     match fs::create_dir(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            if let Some(header) = header
+                && header.try_exists().map_err(|e| StoreError::io(header, e))?
+            {
+                return Ok(false);
+            }
             fs::remove_dir_all(dir).map_err(|e| StoreError::io(dir, e))?;
-            fs::create_dir(dir).map_err(|e| StoreError::io(dir, e))
+            fs::create_dir(dir).map_err(|e| StoreError::io(dir, e))?;
+            Ok(true)
         }
-        other => other.map_err(|e| StoreError::io(dir, e)),
+        other => other.map(|()| true).map_err(|e| StoreError::io(dir, e)),
     }
 }
 
@@ -143,6 +156,15 @@ pub(crate) fn append_lines<T: Serialize>(path: &Path, items: &[T]) -> Result<Vec
 /// by anyone, makes them durable) but not yet durable. Returns the open file and each line's
 /// length.
 pub(crate) fn write_lines<T: Serialize>(path: &Path, items: &[T]) -> Result<(File, Vec<u64>), StoreError> {
+    let (buf, lengths) = json_lines(items)?;
+    let mut f = open_append(path)?;
+    f.write_all(&buf).map_err(|e| StoreError::io(path, e))?;
+    Ok((f, lengths))
+}
+
+/// `items` as JSON lines in one buffer (so one `write_all` can tear only the last), with each
+/// line's length in bytes, newline included.
+pub(crate) fn json_lines<T: Serialize>(items: &[T]) -> Result<(Vec<u8>, Vec<u64>), StoreError> {
     let mut buf = Vec::new();
     let mut lengths = Vec::with_capacity(items.len());
     for item in items {
@@ -151,9 +173,12 @@ pub(crate) fn write_lines<T: Serialize>(path: &Path, items: &[T]) -> Result<(Fil
         buf.push(b'\n');
         lengths.push((buf.len() - before) as u64);
     }
-    let mut f = OpenOptions::new().append(true).create(true).open(path).map_err(|e| StoreError::io(path, e))?;
-    f.write_all(&buf).map_err(|e| StoreError::io(path, e))?;
-    Ok((f, lengths))
+    Ok((buf, lengths))
+}
+
+/// Open `path` for appending, creating it if missing.
+pub(crate) fn open_append(path: &Path) -> Result<File, StoreError> {
+    OpenOptions::new().append(true).create(true).open(path).map_err(|e| StoreError::io(path, e))
 }
 
 /// A new file written and fsynced under a temporary name beside `path`, not yet visible: the
@@ -220,6 +245,9 @@ impl Drop for Staged {
 /// returns only once an fsync that began after its write has succeeded, so an acknowledged
 /// write is as durable as with its own fsync; with N writers at once it costs about two fsyncs
 /// instead of N queued ones. A failed fsync fails every writer of its batch.
+///
+/// The file stays open between fsyncs (two system calls fewer a batch); a writer that replaces
+/// the file by rename calls [`SharedSync::forget`], so later batches open the new one.
 #[derive(Debug)]
 pub(crate) struct SharedSync {
     path: PathBuf,
@@ -240,6 +268,14 @@ struct Batches {
     finished: u64,
     /// Failed batches: the error, and how many of their writers have yet to collect it.
     failed: HashMap<u64, (std::io::ErrorKind, String, usize)>,
+    /// Writers waiting for a batch in progress: a leader with none wakes nobody (a condvar's
+    /// `notify_all` is a system call even when no one waits).
+    waiting: usize,
+    /// The path, opened by an earlier batch's leader.
+    file: Option<Arc<File>>,
+    /// Counts [`SharedSync::forget`] calls: a leader that opened the path keeps the handle only
+    /// if none came since it looked, so a handle on a replaced file is never kept.
+    opened_as_of: u64,
 }
 
 impl SharedSync {
@@ -250,6 +286,15 @@ impl SharedSync {
 
     fn lock(&self) -> MutexGuard<'_, Batches> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The path was replaced (renamed over): the next batch opens it again instead of syncing
+    /// the handle kept on the file it replaced. Call it before any writer of the new file
+    /// joins a batch (for the session order, under its lock, before the next append).
+    pub(crate) fn forget(&self) {
+        let mut batches = self.lock();
+        batches.file = None;
+        batches.opened_as_of += 1;
     }
 
     /// Return once an fsync of the path that began after this call has succeeded (see
@@ -278,21 +323,39 @@ impl SharedSync {
                 batches.syncing = true;
                 let followers = std::mem::take(&mut batches.joined) - 1;
                 batches.open += 1;
+                let (kept, as_of) = (batches.file.clone(), batches.opened_as_of);
                 drop(batches);
-                let synced = File::open(&self.path).and_then(|f| f.sync_all());
+                let (synced, opened) = match kept {
+                    Some(file) => (file.sync_all(), None),
+                    None => match File::open(&self.path) {
+                        Ok(file) => (file.sync_all(), Some(file)),
+                        Err(e) => (Err(e), None),
+                    },
+                };
                 let mut batches = self.lock();
                 batches.syncing = false;
                 batches.finished = mine + 1;
+                if let Some(file) = opened
+                    && synced.is_ok()
+                    && batches.opened_as_of == as_of
+                {
+                    batches.file = Some(Arc::new(file));
+                }
                 if let Err(e) = &synced
                     && followers > 0
                 {
                     batches.failed.insert(mine, (e.kind(), e.to_string(), followers));
                 }
+                let wake = batches.waiting > 0;
                 drop(batches);
-                self.done.notify_all();
+                if wake {
+                    self.done.notify_all();
+                }
                 return synced.map_err(|e| StoreError::io(&self.path, e));
             }
+            batches.waiting += 1;
             batches = self.done.wait(batches).unwrap_or_else(PoisonError::into_inner);
+            batches.waiting -= 1;
         }
     }
 }
@@ -417,6 +480,19 @@ mod tests {
         });
         assert_eq!(failed, 16);
         assert!(missing.lock().failed.is_empty(), "every writer collected its batch's error");
+    }
+
+    #[test]
+    fn a_shared_sync_keeps_its_file_open_until_told_the_file_was_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("j.jsonl");
+        fs::write(&p, "1\n").unwrap();
+        let shared = SharedSync::new(p.clone());
+        shared.sync().unwrap();
+        fs::remove_file(&p).unwrap();
+        shared.sync().expect("the handle opened by the first fsync is kept");
+        shared.forget();
+        assert_eq!(shared.sync().unwrap_err().code(), "io_error", "after forget the path is opened again");
     }
 
     #[test]

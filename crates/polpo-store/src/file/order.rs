@@ -74,6 +74,9 @@ pub(super) struct KeyOrder<F> {
     log_lines: usize,
     /// The journal's fsync, shared by the writers waiting on it.
     log_sync: Arc<fsio::SharedSync>,
+    /// The journal, open for appending since the first append after open or compaction
+    /// (an append is then one system call, not three).
+    log_file: Option<File>,
 }
 
 impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
@@ -102,6 +105,7 @@ impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
             removed: BTreeSet::new(),
             log_lines: lines.len(),
             log_sync,
+            log_file: None,
         };
         for line in lines {
             order.apply(line);
@@ -125,7 +129,15 @@ impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
 
     /// Write `line` to the journal, not yet durable: the returned [`LogSync`] makes it so.
     fn append(&mut self, line: Line<F>) -> Result<LogSync, StoreError> {
-        fsio::write_lines(&self.log, std::slice::from_ref(&line))?;
+        let (bytes, _) = fsio::json_lines(std::slice::from_ref(&line))?;
+        let file = match &mut self.log_file {
+            Some(file) => file,
+            None => self.log_file.insert(fsio::open_append(&self.log)?),
+        };
+        if let Err(e) = file.write_all(&bytes) {
+            self.log_file = None;
+            return Err(StoreError::io(&self.log, e));
+        }
         self.log_lines += 1;
         self.apply(line);
         if self.log_lines >= COMPACT_AT {
@@ -198,6 +210,10 @@ impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
             return Ok(());
         }
         fsio::write_atomic_with(&self.sorted, |out| self.merge_into(out))?;
+        // The journal is replaced: appends and fsyncs go to the new file from now on (let go
+        // of the old one first, so a failure after the rename cannot leave appends on it).
+        self.log_file = None;
+        self.log_sync.forget();
         fsio::write_atomic(&self.log, b"")?;
         self.added.clear();
         self.removed.clear();
@@ -415,6 +431,22 @@ mod tests {
         let keys = order.before(None, |_| true, 10).unwrap();
         assert_eq!(keys, vec![(4, "d".to_owned()), (1, "a".to_owned())]);
         assert_eq!(order.log_lines, 2, "the NUL-damaged line is dropped, the next kept");
+    }
+
+    #[test]
+    fn keys_added_after_a_compaction_reach_the_new_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(INDEX_DIR)).unwrap();
+        let mut order = KeyOrder::<u8>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
+        order.add((1, "a".into()), 1).unwrap().sync().unwrap();
+        order.compact().unwrap();
+        // The journal kept open for appends and fsyncs was replaced by the compaction.
+        order.add((2, "b".into()), 2).unwrap().sync().unwrap();
+        drop(order);
+        let log = std::fs::read_to_string(dir.path().join(INDEX_DIR).join("things.log")).unwrap();
+        assert_eq!(log, "{\"t\":2,\"id\":\"b\",\"add\":2}\n");
+        let reopened = KeyOrder::<u8>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
+        assert_eq!(reopened.before(None, |_| true, 10).unwrap(), vec![(2, "b".to_owned()), (1, "a".to_owned())]);
     }
 
     #[test]

@@ -61,10 +61,16 @@ pub(super) fn session_keys(sessions_dir: &Path) -> Result<BTreeMap<Key, SessionF
 impl Inner {
     /// Claim a new session id: its lock goes into the index (so a second create or an import of
     /// the same id conflicts) and is held while the files are written outside the index lock;
-    /// `None` when the session exists (on disk or being created).
-    fn reserve_session(&self, id: &str) -> Result<Option<SessionGuard>, StoreError> {
+    /// `None` when the session exists (in memory, being created, or — with `look_on_disk` —
+    /// on disk). Without `look_on_disk` a session on disk that is not in memory is found when
+    /// its directory is claimed ([`Inner::add_new_session`]): a new id costs no lookup.
+    fn reserve_session(&self, id: &str, look_on_disk: bool) -> Result<Option<SessionGuard>, StoreError> {
         let mut idx = self.index();
-        if idx.session_locks.contains_key(id) || self.load_session(&mut idx, id)? {
+        let known = match look_on_disk {
+            true => self.load_session(&mut idx, id)?,
+            false => idx.sessions.contains_key(id),
+        };
+        if known || idx.session_locks.contains_key(id) {
             return Ok(None);
         }
         let lock = SessionLock::default();
@@ -83,17 +89,24 @@ impl Inner {
     }
 
     /// Write a session reserved by `guard` and make it visible; on failure the reservation is
-    /// given back, so the id can be created again. Shared by create and import. Its listing key
-    /// is made durable first, so a crash never leaves a session that lists cannot find.
+    /// given back, so the id can be created again. Shared by create and import. Its directory
+    /// is claimed first (a conflict when the session is on disk already, see
+    /// [`Inner::reserve_session`]); its listing key is made durable before its header, so a
+    /// crash never leaves a session that lists cannot find.
     fn add_new_session(
         &self,
         guard: SessionGuard,
         session: &Session,
         messages: &[StoredMessage],
     ) -> Result<(), StoreError> {
+        let dir = self.session_dir(&session.id);
+        let claimed = fsio::claim_dir(&dir, Some(&dir.join("session.json"))).and_then(|claimed| match claimed {
+            true => Ok(()),
+            false => Err(StoreError::Conflict(format!("session `{}` already exists", session.id))),
+        });
         // The key is written under the order's lock and synced after it (see `write_new_session`).
-        let key = self.order().add(key_of(session), SessionFields::of(session));
-        let written = key.and_then(|key| self.write_new_session(session, messages, key));
+        let key = claimed.and_then(|()| self.order().add(key_of(session), SessionFields::of(session)));
+        let written = key.and_then(|key| self.write_new_session(&dir, session, messages, key));
         let journal = match written {
             Ok(j) => j,
             Err(e) => {
@@ -110,28 +123,28 @@ impl Inner {
         Ok(())
     }
 
-    /// Write a new session's directory: the journal and a staged header (each fsynced), then,
-    /// once the listing `key` is durable, the header by rename and the directory entries. A
-    /// directory left by a crash mid-create or mid-delete (no header, so never read as a
-    /// session) is cleared first, so no old journal leaks in. The key's fsync and the one of
-    /// `sessions/` are shared with the sessions created at the same time ([`fsio::SharedSync`]),
-    /// so concurrent creates cost three fsyncs of their own each, not five in a queue.
+    /// Write a new session's directory `dir` (claimed, empty): the journal and a staged header
+    /// (each fsynced), then, once the listing `key` is durable, the header by rename and the
+    /// directory entries. A directory left by a crash mid-create or mid-delete (no header, so
+    /// never read as a session) was cleared when claimed, so no old journal leaks in. The
+    /// key's fsync and the one of `sessions/` are shared with the sessions created at the same
+    /// time ([`fsio::SharedSync`]), so concurrent creates cost three fsyncs of their own each,
+    /// not five in a queue.
     fn write_new_session(
         &self,
+        dir: &Path,
         session: &Session,
         messages: &[StoredMessage],
         key: LogSync,
     ) -> Result<Journal, StoreError> {
-        let dir = self.session_dir(&session.id);
         let journal_path = dir.join("messages.jsonl");
-        fsio::fresh_dir(&dir)?;
         let journal = Journal::create(&journal_path, messages)?;
         let header = fsio::Staged::write(&dir.join("session.json"), &fsio::json_bytes(session)?)?;
         // The header goes last, after the key: without it a half-written directory is never
         // read as a session, and a session is never found that lists cannot find.
         key.sync()?;
         header.publish()?;
-        fsio::sync_dir(&dir)?;
+        fsio::sync_dir(dir)?;
         self.sessions_sync.sync()?;
         Ok(journal)
     }
@@ -151,7 +164,7 @@ impl Inner {
             model::apply_append(&mut session, messages, now, self.ids())?
         };
         let exists = || StoreError::Conflict(format!("session `{}` already exists", session.id));
-        let guard = self.reserve_session(&session.id)?.ok_or_else(exists)?;
+        let guard = self.reserve_session(&session.id, false)?.ok_or_else(exists)?;
         self.add_new_session(guard, &session, &stored)?;
         Ok(MessagesAppended { session, messages: stored })
     }
@@ -264,7 +277,7 @@ impl Inner {
 
     fn import_session(&self, session: &Session, messages: &[StoredMessage]) -> Result<ImportOutcome, StoreError> {
         model::check_session_import(session, messages)?;
-        if let Some(guard) = self.reserve_session(&session.id)? {
+        if let Some(guard) = self.reserve_session(&session.id, true)? {
             self.add_new_session(guard, session, messages)?;
             return Ok(ImportOutcome::Imported);
         }
