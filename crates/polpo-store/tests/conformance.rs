@@ -103,6 +103,46 @@ async fn sessions_round_trip(t: &TestStore) {
     assert_eq!(titled.title, long_title, "an explicit title is kept whole");
 }
 
+async fn a_session_created_with_its_messages_reads_back_whole(t: &TestStore) {
+    let s = &t.store.sessions;
+    // More than one insert statement's worth (100), so the first ones go with the session's
+    // row and the rest after them.
+    let first: Vec<NewMessage> = (0..103)
+        .map(|i| match i % 2 {
+            0 => NewMessage::new(Message::user(format!("question {i} with a 'quote' and a $1"))),
+            _ => NewMessage {
+                turn_id: Some(format!("turn-{i}")),
+                ..NewMessage::new(Message::assistant(format!("answer {i}")))
+            },
+        })
+        .collect();
+    let created = s
+        .create_session_with_messages(NewSession { title: Some("t".into()), ..session("coder") }, first)
+        .await
+        .unwrap();
+    assert_eq!(created.session.message_count, 103);
+    assert_eq!(s.get_session(&created.session.id).await.unwrap().as_ref(), Some(&created.session));
+    let mut read = Vec::new();
+    let mut page = PageRequest::first(40);
+    loop {
+        let got = s.list_messages(&created.session.id, &page).await.unwrap();
+        read.extend(got.items);
+        match got.next {
+            Some(next) => page.after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(read, created.messages, "every message as the create returned it, in order");
+    assert_eq!(read.iter().map(|m| m.seq).collect::<Vec<_>>(), (1..=103).collect::<Vec<_>>());
+
+    // A taken id writes nothing: neither a row nor a message.
+    let taken = NewSession { id: Some(created.session.id.clone()), ..session("other") };
+    let again = s.create_session_with_messages(taken, vec![NewMessage::new(Message::user("late"))]).await;
+    assert_eq!(code(again), "conflict");
+    assert_eq!(s.get_session(&created.session.id).await.unwrap().as_ref(), Some(&created.session));
+    assert_eq!(s.list_messages(&created.session.id, &PageRequest::first(200)).await.unwrap().items, created.messages);
+}
+
 async fn messages_keep_order_and_everything_stored_beside_them(t: &TestStore) {
     let s = &t.store.sessions;
     let id = s.create_session(session("coder")).await.unwrap().id;
@@ -776,6 +816,7 @@ macro_rules! conformance {
 conformance!(
     sessions_round_trip,
     sessions_keep_their_owner_and_list_by_it,
+    a_session_created_with_its_messages_reads_back_whole,
     messages_keep_order_and_everything_stored_beside_them,
     pagination_has_no_duplicates_and_no_gaps,
     stale_revisions_and_taken_ids_conflict,

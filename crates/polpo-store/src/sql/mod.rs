@@ -71,8 +71,9 @@ fn from_text<T: DeserializeOwned>(text: &str) -> Result<T, StoreError> {
 /// `write_execute` / `write_fetch_optional` running one write statement on its own; `$row` is
 /// the driver's row type. The
 /// invoking module also defines `CLAIM_NEXT_RUN` (the claim query, which differs in locking),
-/// `FENCE_LOCK` (reads a run's lease generation, locking the row where the database can)
-/// and `ANNOUNCE_RUN` / `ANNOUNCE_EVENTS` (SQL run after a run is created / events are
+/// `FENCE_LOCK` (reads a run's lease generation, locking the row where the database can),
+/// `SESSION_THEN_MESSAGES` (the text before and between a session's insert and its messages'
+/// for one query text) and `ANNOUNCE_RUN` / `ANNOUNCE_EVENTS` (SQL run after a run is created / events are
 /// appended, to wake waiting workers and stream followers, if the database can).
 macro_rules! sql_store_impl {
     ($store:ty, $row:ty) => {

@@ -1,5 +1,14 @@
 //! `SessionStore` over SQL: sessions and their messages.
 
+/// A session row's insert, its columns bound as `$1`…`$10` (`bind_session`).
+macro_rules! insert_session_sql {
+    () => {
+        "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision, owner) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+    };
+}
+pub(crate) use insert_session_sql;
+
 /// Stamped out per driver by `sql_store_impl!` in the parent module.
 macro_rules! sql_sessions {
     ($store:ty, $row:ty) => {
@@ -22,8 +31,9 @@ macro_rules! sql_sessions {
                     false => model::apply_append(&mut session, messages, now, self.ids())?,
                 };
                 let mut tx = self.tx().await?;
-                Self::insert_session(&mut *tx, &session, false).await?;
-                Self::insert_messages(&mut tx, &session.id, &stored).await?;
+                let (first, rest) = stored.split_at(stored.len().min(crate::sql::MESSAGES_PER_INSERT));
+                Self::insert_new_session(&mut tx, &session, first).await?;
+                Self::insert_messages(&mut tx, &session.id, rest).await?;
                 tx.commit().await?;
                 Ok(MessagesAppended { session, messages: stored })
             }
@@ -174,13 +184,52 @@ macro_rules! sql_sessions {
                 E: sqlx::Executor<'e, Database = <$row as sqlx::Row>::Database>,
             {
                 let sql = if skip_taken {
-                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision, owner) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING"
+                    concat!(crate::sql::sessions::insert_session_sql!(), " ON CONFLICT (id) DO NOTHING")
                 } else {
-                    "INSERT INTO sessions (id, agent, title, user_id, metadata, created_at, updated_at, message_count, revision, owner) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                    crate::sql::sessions::insert_session_sql!()
                 };
-                let inserted = sqlx::query(sql)
+                let inserted = Self::bind_session(sqlx::query(sql), s)?.execute(executor).await?;
+                Ok(inserted.rows_affected())
+            }
+
+            /// A new session's row and its first `messages` (at most
+            /// [`MESSAGES_PER_INSERT`](crate::sql::MESSAGES_PER_INSERT)) in one query text
+            /// (`SESSION_THEN_MESSAGES`): one round trip to the database instead of two.
+            async fn insert_new_session(
+                tx: &mut WriteTx,
+                s: &Session,
+                messages: &[StoredMessage],
+            ) -> Result<(), StoreError> {
+                if messages.is_empty() {
+                    Self::insert_session(&mut **tx, s, false).await?;
+                    return Ok(());
+                }
+                let (before, between) = SESSION_THEN_MESSAGES;
+                let mut sql = String::with_capacity(256 + 24 * messages.len());
+                sql.push_str(before);
+                sql.push_str(crate::sql::sessions::insert_session_sql!());
+                sql.push_str(between);
+                sql.push_str("INSERT INTO messages (session_id, seq, body) VALUES ");
+                // The session's ten parameters first; each message's seq and body after them.
+                for i in 0..messages.len() {
+                    use std::fmt::Write as _;
+                    let sep = if i == 0 { "" } else { ", " };
+                    let _ = write!(sql, "{sep}($1, ${}, ${})", 11 + 2 * i, 12 + 2 * i);
+                }
+                let mut query = Self::bind_session(sqlx::query(sqlx::AssertSqlSafe(sql)), s)?;
+                for m in messages {
+                    query = query.bind(to_db(m.seq)).bind(to_text(m)?);
+                }
+                query.execute(&mut **tx).await?;
+                Ok(())
+            }
+
+            /// Bind a session's columns as `$1`…`$10`, in `insert_session_sql!`'s order.
+            fn bind_session<'q>(
+                query: sqlx::query::Query<'q, <$row as sqlx::Row>::Database, <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments>,
+                s: &'q Session,
+            ) -> Result<sqlx::query::Query<'q, <$row as sqlx::Row>::Database, <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments>, StoreError> {
+                Ok(query
                     .bind(&s.id)
                     .bind(&s.agent)
                     .bind(&s.title)
@@ -190,10 +239,7 @@ macro_rules! sql_sessions {
                     .bind(s.updated_at.timestamp_millis())
                     .bind(to_db(s.message_count))
                     .bind(to_db(s.revision))
-                    .bind(&s.owner)
-                    .execute(executor)
-                    .await?;
-                Ok(inserted.rows_affected())
+                    .bind(&s.owner))
             }
 
             /// Insert `messages` of session `session_id` inside a write transaction: one
