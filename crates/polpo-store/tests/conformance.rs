@@ -103,7 +103,7 @@ async fn sessions_round_trip(t: &TestStore) {
     assert_eq!(titled.title, long_title, "an explicit title is kept whole");
 }
 
-async fn a_session_created_with_its_messages_reads_back_whole(t: &TestStore) {
+async fn sessions_created_and_appended_with_many_messages_read_back_whole(t: &TestStore) {
     let s = &t.store.sessions;
     // More than one insert statement's worth (100), so the first ones go with the session's
     // row and the rest after them.
@@ -135,12 +135,22 @@ async fn a_session_created_with_its_messages_reads_back_whole(t: &TestStore) {
     assert_eq!(read, created.messages, "every message as the create returned it, in order");
     assert_eq!(read.iter().map(|m| m.seq).collect::<Vec<_>>(), (1..=103).collect::<Vec<_>>());
 
+    // An append past one statement's worth too: the header and every message.
+    let more: Vec<NewMessage> = (0..101).map(|i| NewMessage::new(Message::user(format!("more {i}")))).collect();
+    let appended = s.append_messages(&created.session.id, more, Some(created.session.revision)).await.unwrap();
+    assert_eq!(appended.session.message_count, 204);
+    assert_eq!(s.get_session(&created.session.id).await.unwrap().as_ref(), Some(&appended.session));
+    let all = s.list_messages(&created.session.id, &PageRequest::first(300)).await.unwrap().items;
+    assert_eq!(all[103..], appended.messages[..]);
+
     // A taken id writes nothing: neither a row nor a message.
     let taken = NewSession { id: Some(created.session.id.clone()), ..session("other") };
     let again = s.create_session_with_messages(taken, vec![NewMessage::new(Message::user("late"))]).await;
     assert_eq!(code(again), "conflict");
-    assert_eq!(s.get_session(&created.session.id).await.unwrap().as_ref(), Some(&created.session));
-    assert_eq!(s.list_messages(&created.session.id, &PageRequest::first(200)).await.unwrap().items, created.messages);
+    assert_eq!(s.get_session(&created.session.id).await.unwrap().as_ref(), Some(&appended.session));
+    let after = s.list_messages(&created.session.id, &PageRequest::first(300)).await.unwrap().items;
+    assert_eq!(after, all, "nothing of the refused create was written");
+    assert_eq!(after[..103], created.messages[..]);
 }
 
 async fn messages_keep_order_and_everything_stored_beside_them(t: &TestStore) {
@@ -816,7 +826,7 @@ macro_rules! conformance {
 conformance!(
     sessions_round_trip,
     sessions_keep_their_owner_and_list_by_it,
-    a_session_created_with_its_messages_reads_back_whole,
+    sessions_created_and_appended_with_many_messages_read_back_whole,
     messages_keep_order_and_everything_stored_beside_them,
     pagination_has_no_duplicates_and_no_gaps,
     stale_revisions_and_taken_ids_conflict,

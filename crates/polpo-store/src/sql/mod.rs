@@ -72,8 +72,7 @@ fn from_text<T: DeserializeOwned>(text: &str) -> Result<T, StoreError> {
 /// the driver's row type. The
 /// invoking module also defines `CLAIM_NEXT_RUN` (the claim query, which differs in locking),
 /// `FENCE_LOCK` (reads a run's lease generation, locking the row where the database can),
-/// `SESSION_THEN_MESSAGES` (the text before and between a session's insert and its messages'
-/// for one query text) and `ANNOUNCE_RUN` / `ANNOUNCE_EVENTS` (SQL run after a run is created / events are
+/// `TWO_WRITES` (the text before and between two writes made one query text) and `ANNOUNCE_RUN` / `ANNOUNCE_EVENTS` (SQL run after a run is created / events are
 /// appended, to wake waiting workers and stream followers, if the database can).
 macro_rules! sql_store_impl {
     ($store:ty, $row:ty) => {
@@ -247,19 +246,23 @@ macro_rules! sql_store_impl {
                 tx: &mut WriteTx,
                 s: &Session,
             ) -> Result<(), StoreError> {
-                sqlx::query(
-                    "UPDATE sessions SET title = $2, metadata = $3, updated_at = $4, message_count = $5, revision = $6 \
-                     WHERE id = $1",
-                )
-                .bind(&s.id)
-                .bind(&s.title)
-                .bind(to_text(&s.metadata)?)
-                .bind(s.updated_at.timestamp_millis())
-                .bind(to_db(s.message_count))
-                .bind(to_db(s.revision))
-                .execute(&mut **tx)
-                .await?;
+                let query = sqlx::query(crate::sql::sessions::update_session_sql!());
+                Self::bind_session_update(query, s)?.execute(&mut **tx).await?;
                 Ok(())
+            }
+
+            /// Bind a session header's columns as `$1`…`$6`, in `update_session_sql!`'s order.
+            fn bind_session_update<'q>(
+                query: sqlx::query::Query<'q, <$row as sqlx::Row>::Database, <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments>,
+                s: &'q Session,
+            ) -> Result<sqlx::query::Query<'q, <$row as sqlx::Row>::Database, <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments>, StoreError> {
+                Ok(query
+                    .bind(&s.id)
+                    .bind(&s.title)
+                    .bind(to_text(&s.metadata)?)
+                    .bind(s.updated_at.timestamp_millis())
+                    .bind(to_db(s.message_count))
+                    .bind(to_db(s.revision)))
             }
 
             /// Inside a write transaction, check that `fence` (if any) still holds run

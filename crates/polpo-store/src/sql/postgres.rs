@@ -42,10 +42,10 @@ const CLAIM_NEXT_RUN: &str = "WITH next AS ( \
      WHERE run_leases.expires_at <= $3 \
      RETURNING run_id, owner, expires_at, generation";
 
-/// How a new session's insert and its first messages' insert make one statement, so they cost
-/// one round trip to the server: a data-modifying `WITH` (the messages' foreign key is checked
-/// at the statement's end, when the session row is there).
-const SESSION_THEN_MESSAGES: (&str, &str) = ("WITH new_session AS (", ") ");
+/// How two writes (a session's row and its messages) make one statement, so they cost one
+/// round trip to the server: the first as a data-modifying `WITH` (the messages' foreign key
+/// is checked at the statement's end, when the session row is there).
+const TWO_WRITES: (&str, &str) = ("WITH first_write AS (", ") ");
 
 /// A run's lease generation for a fenced write, with a shared lock on the run row until
 /// commit: a claim (which updates the row) waits for the write, or the write sees its grant.

@@ -9,6 +9,32 @@ macro_rules! insert_session_sql {
 }
 pub(crate) use insert_session_sql;
 
+/// A session header's update, its columns bound as `$1`…`$6` (`bind_session_update`).
+macro_rules! update_session_sql {
+    () => {
+        "UPDATE sessions SET title = $2, metadata = $3, updated_at = $4, message_count = $5, revision = $6 WHERE id = $1"
+    };
+}
+pub(crate) use update_session_sql;
+
+/// The insert of `count` messages of session `$1`, their seq and body numbered from `$from`.
+pub(crate) fn insert_messages_sql(count: usize, from: usize) -> String {
+    use std::fmt::Write as _;
+    let mut sql = String::with_capacity(60 + 16 * count);
+    sql.push_str("INSERT INTO messages (session_id, seq, body) VALUES ");
+    for i in 0..count {
+        let sep = if i == 0 { "" } else { ", " };
+        let _ = write!(sql, "{sep}($1, ${}, ${})", from + 2 * i, from + 1 + 2 * i);
+    }
+    sql
+}
+
+/// Two writes as one query text, joined the driver's way (its `TWO_WRITES`: the text before
+/// the first and between the two).
+pub(crate) fn joined((before, between): (&str, &str), first: &str, second: &str) -> String {
+    [before, first, between, second].concat()
+}
+
 /// Stamped out per driver by `sql_store_impl!` in the parent module.
 macro_rules! sql_sessions {
     ($store:ty, $row:ty) => {
@@ -105,8 +131,9 @@ macro_rules! sql_sessions {
                 let mut session = Self::lock_session(&mut tx, session_id).await?;
                 model::check_revision("session", session_id, expected_revision, session.revision)?;
                 let stored = model::apply_append(&mut session, messages, now, self.ids())?;
-                Self::insert_messages(&mut tx, session_id, &stored).await?;
-                Self::write_session(&mut tx, &session).await?;
+                let (first, rest) = stored.split_at(stored.len().min(crate::sql::MESSAGES_PER_INSERT));
+                Self::insert_messages_and_write_session(&mut tx, &session, first).await?;
+                Self::insert_messages(&mut tx, session_id, rest).await?;
                 tx.commit().await?;
                 Ok(MessagesAppended { session, messages: stored })
             }
@@ -194,7 +221,7 @@ macro_rules! sql_sessions {
 
             /// A new session's row and its first `messages` (at most
             /// [`MESSAGES_PER_INSERT`](crate::sql::MESSAGES_PER_INSERT)) in one query text
-            /// (`SESSION_THEN_MESSAGES`): one round trip to the database instead of two.
+            /// (`TWO_WRITES`): one round trip to the database instead of two.
             async fn insert_new_session(
                 tx: &mut WriteTx,
                 s: &Session,
@@ -204,24 +231,42 @@ macro_rules! sql_sessions {
                     Self::insert_session(&mut **tx, s, false).await?;
                     return Ok(());
                 }
-                let (before, between) = SESSION_THEN_MESSAGES;
-                let mut sql = String::with_capacity(256 + 24 * messages.len());
-                sql.push_str(before);
-                sql.push_str(crate::sql::sessions::insert_session_sql!());
-                sql.push_str(between);
-                sql.push_str("INSERT INTO messages (session_id, seq, body) VALUES ");
                 // The session's ten parameters first; each message's seq and body after them.
-                for i in 0..messages.len() {
-                    use std::fmt::Write as _;
-                    let sep = if i == 0 { "" } else { ", " };
-                    let _ = write!(sql, "{sep}($1, ${}, ${})", 11 + 2 * i, 12 + 2 * i);
+                let messages_sql = crate::sql::sessions::insert_messages_sql(messages.len(), 11);
+                let sql = crate::sql::sessions::joined(TWO_WRITES, crate::sql::sessions::insert_session_sql!(), &messages_sql);
+                let query = Self::bind_session(sqlx::query(sqlx::AssertSqlSafe(sql)), s)?;
+                Self::bind_messages(query, messages)?.execute(&mut **tx).await?;
+                Ok(())
+            }
+
+            /// An append's first `messages` (at most
+            /// [`MESSAGES_PER_INSERT`](crate::sql::MESSAGES_PER_INSERT)) and the session's new
+            /// header in one query text (`TWO_WRITES`): one round trip instead of two.
+            async fn insert_messages_and_write_session(
+                tx: &mut WriteTx,
+                s: &Session,
+                messages: &[StoredMessage],
+            ) -> Result<(), StoreError> {
+                if messages.is_empty() {
+                    return Self::write_session(tx, s).await;
                 }
-                let mut query = Self::bind_session(sqlx::query(sqlx::AssertSqlSafe(sql)), s)?;
+                // The header's six parameters first; each message's seq and body after them.
+                let messages_sql = crate::sql::sessions::insert_messages_sql(messages.len(), 7);
+                let sql = crate::sql::sessions::joined(TWO_WRITES, &messages_sql, crate::sql::sessions::update_session_sql!());
+                let query = Self::bind_session_update(sqlx::query(sqlx::AssertSqlSafe(sql)), s)?;
+                Self::bind_messages(query, messages)?.execute(&mut **tx).await?;
+                Ok(())
+            }
+
+            /// Bind each message's seq and body, in order, after the parameters bound so far.
+            fn bind_messages<'q>(
+                mut query: sqlx::query::Query<'q, <$row as sqlx::Row>::Database, <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments>,
+                messages: &[StoredMessage],
+            ) -> Result<sqlx::query::Query<'q, <$row as sqlx::Row>::Database, <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments>, StoreError> {
                 for m in messages {
                     query = query.bind(to_db(m.seq)).bind(to_text(m)?);
                 }
-                query.execute(&mut **tx).await?;
-                Ok(())
+                Ok(query)
             }
 
             /// Bind a session's columns as `$1`…`$10`, in `insert_session_sql!`'s order.

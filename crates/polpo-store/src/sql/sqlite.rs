@@ -48,10 +48,10 @@ const CLAIM_NEXT_RUN: &str = "WITH next AS ( \
      WHERE run_leases.expires_at <= $3 \
      RETURNING run_id, owner, expires_at, generation";
 
-/// How a new session's insert and its first messages' insert make one query text, so they
-/// cost one round trip to the connection's thread: SQLite runs the two statements of one text
-/// in turn (numbered parameters count across them).
-const SESSION_THEN_MESSAGES: (&str, &str) = ("", "; ");
+/// How two writes (a session's row and its messages) make one query text, so they cost one
+/// round trip to the connection's thread: SQLite runs the two statements of one text in turn
+/// (numbered parameters count across them).
+const TWO_WRITES: (&str, &str) = ("", "; ");
 
 /// A run's lease generation for a fenced write; the write already holds the writer connection
 /// inside the group's `BEGIN IMMEDIATE`, so no claim can come between the check and the write.
