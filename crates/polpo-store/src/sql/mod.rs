@@ -72,11 +72,19 @@ fn from_text<T: DeserializeOwned>(text: &str) -> Result<T, StoreError> {
 /// the driver's row type. The
 /// invoking module also defines `CLAIM_NEXT_RUN` (the claim query, which differs in locking),
 /// `FENCE_LOCK` (reads a run's lease generation, locking the row where the database can),
-/// `TWO_WRITES` (the text before and between two writes made one query text) and `ANNOUNCE_RUN` / `ANNOUNCE_EVENTS` (SQL run after a run is created / events are
-/// appended, to wake waiting workers and stream followers, if the database can).
+/// `TWO_WRITES` (the text before and between two writes made one query text) and
+/// `ANNOUNCE_RUN` / `ANNOUNCE_EVENTS` (SQL run after a run is created / events are appended,
+/// to wake waiting workers and stream followers, if the database can).
 macro_rules! sql_store_impl {
     ($store:ty, $row:ty) => {
         use std::time::Duration;
+
+        /// A query of the driver with its arguments bound, as the shared code builds them.
+        type BoundQuery<'q> = sqlx::query::Query<
+            'q,
+            <$row as sqlx::Row>::Database,
+            <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments,
+        >;
 
         use async_trait::async_trait;
         use serde_json::Value;
@@ -253,9 +261,9 @@ macro_rules! sql_store_impl {
 
             /// Bind a session header's columns as `$1`…`$6`, in `update_session_sql!`'s order.
             fn bind_session_update<'q>(
-                query: sqlx::query::Query<'q, <$row as sqlx::Row>::Database, <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments>,
+                query: BoundQuery<'q>,
                 s: &'q Session,
-            ) -> Result<sqlx::query::Query<'q, <$row as sqlx::Row>::Database, <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments>, StoreError> {
+            ) -> Result<BoundQuery<'q>, StoreError> {
                 Ok(query
                     .bind(&s.id)
                     .bind(&s.title)

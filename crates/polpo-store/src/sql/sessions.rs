@@ -260,9 +260,9 @@ macro_rules! sql_sessions {
 
             /// Bind each message's seq and body, in order, after the parameters bound so far.
             fn bind_messages<'q>(
-                mut query: sqlx::query::Query<'q, <$row as sqlx::Row>::Database, <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments>,
+                mut query: BoundQuery<'q>,
                 messages: &[StoredMessage],
-            ) -> Result<sqlx::query::Query<'q, <$row as sqlx::Row>::Database, <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments>, StoreError> {
+            ) -> Result<BoundQuery<'q>, StoreError> {
                 for m in messages {
                     query = query.bind(to_db(m.seq)).bind(to_text(m)?);
                 }
@@ -271,9 +271,9 @@ macro_rules! sql_sessions {
 
             /// Bind a session's columns as `$1`…`$10`, in `insert_session_sql!`'s order.
             fn bind_session<'q>(
-                query: sqlx::query::Query<'q, <$row as sqlx::Row>::Database, <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments>,
+                query: BoundQuery<'q>,
                 s: &'q Session,
-            ) -> Result<sqlx::query::Query<'q, <$row as sqlx::Row>::Database, <<$row as sqlx::Row>::Database as sqlx::Database>::Arguments>, StoreError> {
+            ) -> Result<BoundQuery<'q>, StoreError> {
                 Ok(query
                     .bind(&s.id)
                     .bind(&s.agent)
@@ -296,16 +296,9 @@ macro_rules! sql_sessions {
                 messages: &[StoredMessage],
             ) -> Result<(), StoreError> {
                 for chunk in messages.chunks(crate::sql::MESSAGES_PER_INSERT) {
-                    let rows = chunk
-                        .iter()
-                        .map(|m| Ok((to_db(m.seq), to_text(m)?)))
-                        .collect::<Result<Vec<_>, StoreError>>()?;
-                    let mut insert =
-                        sqlx::QueryBuilder::<<$row as sqlx::Row>::Database>::new("INSERT INTO messages (session_id, seq, body) ");
-                    insert.push_values(rows, |mut row, (seq, body)| {
-                        row.push_bind(session_id.to_owned()).push_bind(seq).push_bind(body);
-                    });
-                    insert.build().execute(&mut **tx).await?;
+                    let sql = crate::sql::sessions::insert_messages_sql(chunk.len(), 2);
+                    let query = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(session_id);
+                    Self::bind_messages(query, chunk)?.execute(&mut **tx).await?;
                 }
                 Ok(())
             }
