@@ -250,29 +250,6 @@ macro_rules! sql_store_impl {
                 session_from_row(&row)
             }
 
-            async fn write_session(
-                tx: &mut WriteTx,
-                s: &Session,
-            ) -> Result<(), StoreError> {
-                let query = sqlx::query(crate::sql::sessions::update_session_sql!());
-                Self::bind_session_update(query, s)?.execute(&mut **tx).await?;
-                Ok(())
-            }
-
-            /// Bind a session header's columns as `$1`…`$6`, in `update_session_sql!`'s order.
-            fn bind_session_update<'q>(
-                query: BoundQuery<'q>,
-                s: &'q Session,
-            ) -> Result<BoundQuery<'q>, StoreError> {
-                Ok(query
-                    .bind(&s.id)
-                    .bind(&s.title)
-                    .bind(to_text(&s.metadata)?)
-                    .bind(s.updated_at.timestamp_millis())
-                    .bind(to_db(s.message_count))
-                    .bind(to_db(s.revision)))
-            }
-
             /// Inside a write transaction, check that `fence` (if any) still holds run
             /// `run_id`'s lease, and keep the run row from being claimed until commit
             /// (`FENCE_LOCK`: a shared row lock where the database has one), so the write

@@ -269,6 +269,31 @@ macro_rules! sql_sessions {
                 Ok(query)
             }
 
+            /// Write session `s`'s header (title, metadata, counts, revision) inside a write
+            /// transaction.
+            async fn write_session(
+                tx: &mut WriteTx,
+                s: &Session,
+            ) -> Result<(), StoreError> {
+                let query = sqlx::query(crate::sql::sessions::update_session_sql!());
+                Self::bind_session_update(query, s)?.execute(&mut **tx).await?;
+                Ok(())
+            }
+
+            /// Bind a session header's columns as `$1`…`$6`, in `update_session_sql!`'s order.
+            fn bind_session_update<'q>(
+                query: BoundQuery<'q>,
+                s: &'q Session,
+            ) -> Result<BoundQuery<'q>, StoreError> {
+                Ok(query
+                    .bind(&s.id)
+                    .bind(&s.title)
+                    .bind(to_text(&s.metadata)?)
+                    .bind(s.updated_at.timestamp_millis())
+                    .bind(to_db(s.message_count))
+                    .bind(to_db(s.revision)))
+            }
+
             /// Bind a session's columns as `$1`…`$10`, in `insert_session_sql!`'s order.
             fn bind_session<'q>(
                 query: BoundQuery<'q>,
