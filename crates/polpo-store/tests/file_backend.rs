@@ -418,6 +418,76 @@ async fn record_collections_read_on_first_use_after_a_reopen_show_every_record()
     assert!(store.records.get_record("../notes", "a").await.unwrap().is_none());
 }
 
+/// Every id of `collection`, newest first, read in pages of `size`.
+async fn record_ids(store: &dyn polpo_store::RecordStore, collection: &str, size: u32) -> Vec<String> {
+    let (mut ids, mut page) = (Vec::new(), PageRequest::first(size));
+    loop {
+        let found = store.list_records(collection, &page).await.unwrap();
+        assert!(found.items.len() <= size as usize);
+        ids.extend(found.items.into_iter().map(|r| r.id));
+        match found.next {
+            Some(cursor) => page = PageRequest::after(cursor, size),
+            None => return ids,
+        }
+    }
+}
+
+#[tokio::test]
+async fn records_past_the_cache_and_collections_past_the_open_orders_read_list_and_write_as_before() {
+    use polpo_store::RecordStore;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join(".polpo");
+    let clock = Arc::new(polpo_store::ManualClock::new(chrono::Utc::now()));
+    // A cache of two records: every record below is read back from its file at least once.
+    let store = FileStore::open_with_cache(&dir, clock.clone(), 2).await.unwrap();
+    let notes: Vec<String> = (0..12).map(|i| format!("n{i:02}")).collect();
+    for id in &notes {
+        clock.advance(chrono::Duration::milliseconds(1));
+        store.put_record("notes", id, json!({"id": id}), Some(0)).await.unwrap();
+    }
+    // More collections than keep their order open at once.
+    for c in 0..70 {
+        store.put_record(&format!("c{c:02}"), "only", json!({"c": c}), None).await.unwrap();
+    }
+    let newest_first: Vec<String> = notes.iter().rev().cloned().collect();
+    assert_eq!(record_ids(&store, "notes", 5).await, newest_first);
+    // A record no longer held is written over its revision on disk, and refused at another.
+    assert_eq!(store.put_record("notes", "n00", json!({"v": 2}), Some(1)).await.unwrap().revision, 2);
+    assert!(store.put_record("notes", "n01", json!({"v": 2}), Some(2)).await.is_err(), "n01 is at revision 1");
+    assert!(store.put_record("notes", "n02", json!({}), Some(0)).await.is_err(), "n02 exists");
+    assert!(store.delete_record("notes", "n05", Some(1)).await.unwrap());
+    assert!(store.get_record("notes", "n05").await.unwrap().is_none());
+    for c in 0..70 {
+        let collection = format!("c{c:02}");
+        assert_eq!(record_ids(&store, &collection, 20).await, ["only"]);
+        assert_eq!(store.get_record(&collection, "only").await.unwrap().unwrap().value, json!({"c": c}));
+    }
+    drop(store);
+
+    let store = FileStore::open_with_cache(&dir, clock.clone(), 2).await.unwrap();
+    let kept: Vec<String> = newest_first.iter().filter(|id| *id != "n05").cloned().collect();
+    assert_eq!(record_ids(&store, "notes", 4).await, kept);
+    let n00 = store.get_record("notes", "n00").await.unwrap().unwrap();
+    assert_eq!((n00.revision, n00.value), (2, json!({"v": 2})));
+    // A record whose file is gone (a crash between its key and its file) is not listed, and
+    // can be written again: listed once.
+    std::fs::remove_file(dir.join("records/notes/n07.json")).unwrap();
+    let kept: Vec<String> = kept.into_iter().filter(|id| id != "n07").collect();
+    assert_eq!(record_ids(&store, "notes", 3).await, kept);
+    clock.advance(chrono::Duration::milliseconds(1));
+    store.put_record("notes", "n07", json!({"again": true}), Some(0)).await.unwrap();
+    let again: Vec<String> = std::iter::once("n07".to_owned()).chain(kept.iter().cloned()).collect();
+    assert_eq!(record_ids(&store, "notes", 3).await, again);
+    drop(store);
+
+    // A store written before collections had their listing order builds it on first use.
+    for name in [".order.sorted", ".order.log"] {
+        std::fs::remove_file(dir.join("records/notes").join(name)).unwrap();
+    }
+    let store = FileStore::open_with_cache(&dir, clock, 2).await.unwrap();
+    assert_eq!(record_ids(&store, "notes", 5).await, again);
+}
+
 /// The ids of a page of runs (newest first).
 async fn run_ids(store: &polpo_store::Store, filter: &RunFilter, page: &PageRequest) -> (Vec<String>, Option<Cursor>) {
     let page = store.runs.list_runs(filter, page).await.unwrap();

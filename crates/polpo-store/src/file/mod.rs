@@ -8,6 +8,7 @@
 //! .polpo/runs/<id>/run.json + events.jsonl + checkpoint.json + lease.json
 //! .polpo/effects/<sha256(key)>.json
 //! .polpo/records/<collection>/<id>.json + <log>.jsonl   (record logs, see records.rs)
+//! .polpo/records/<collection>/.order.sorted + .order.log (listing order of its records)
 //! .polpo/tasks/<id>.json, .polpo/missions/<id>.json
 //! .polpo/.runtime/store.lock
 //! ```
@@ -24,8 +25,9 @@
 //! in use (header, journal offsets, lock), at most [`SESSION_CACHE`] idle sessions and a
 //! bounded number of finished runs (least recently used dropped first, a lagging session
 //! header written durably as it goes), and the orders under `.index/` (see `order.rs`) list
-//! them a page at a time. Effects are read by key when asked for. A record collection is read
-//! whole on its first use; tasks and missions on the first use of either. Journals are read
+//! them a page at a time. Effects are read by key when asked for. Records are read by id when
+//! first asked for (a bounded cache keeps the ones used lately) and listed a page at a time
+//! through their collection's own order; tasks and missions on the first use of either. Journals are read
 //! from disk. The index mutex is held only to look up and update entries: session writes hold
 //! a per-session lock across their fsyncs, so one session's writes stay ordered and different
 //! sessions write in parallel. The `flock` keeps a second process out.
@@ -44,7 +46,7 @@ mod runs;
 mod sessions;
 mod work;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -110,11 +112,8 @@ struct Index {
     events: HashMap<String, Journal>,
     /// One append lock per run (made on its first append), held across its journal fsync.
     run_locks: HashMap<String, SessionLock>,
-    /// Records by collection, then id, for the collections read so far.
-    records: BTreeMap<String, ordered::Ordered<records::Held>>,
-    /// Record collections on disk not read yet: each is read whole on its first use, so open
-    /// does not grow with the number of records. Only these names are ever read from disk.
-    unread_collections: HashSet<String>,
+    /// The records and record collections in use (see `records.rs`): nothing read at open.
+    records: records::Records,
     /// Whether tasks and missions have been read (on the first use of either).
     work_loaded: bool,
     /// Tasks by id, with what claims look at instead of every task.
@@ -137,7 +136,8 @@ impl FileStore {
     }
 
     /// [`FileStore::open`] keeping at most `session_cache` idle sessions in memory (at least
-    /// one), for hosts that want a smaller or larger cache than [`SESSION_CACHE`].
+    /// one), and as many records, for hosts that want a smaller or larger cache than
+    /// [`SESSION_CACHE`].
     pub async fn open_with_cache(
         data_dir: &Path,
         seams: impl Into<Seams>,
@@ -177,8 +177,10 @@ impl Inner {
             &[SESSIONS, RUNS, EFFECTS, RECORDS, work::TASKS, work::MISSIONS, order::INDEX_DIR],
         )?;
         let sessions_dir = dir.join(SESSIONS);
-        let order = order::KeyOrder::open(&dir, SESSIONS, || sessions::session_keys(&sessions_dir))?;
-        let index = Index::load(&dir)?;
+        let index_dir = dir.join(order::INDEX_DIR);
+        fsio::remove_stale_temps(&index_dir)?;
+        let order = order::KeyOrder::open(&index_dir, SESSIONS, || sessions::session_keys(&sessions_dir))?;
+        let index = Index::load(&dir, session_cache)?;
         Ok(Inner {
             dir,
             clock,
@@ -325,6 +327,7 @@ impl Drop for Inner {
                 }
             }
         }
+        idx.records.close();
         if let Err(e) = idx.run_order.close() {
             tracing::warn!(error = %e, "could not compact the run index at close");
         }
@@ -353,10 +356,10 @@ impl Index {
 
     /// Open the store's indexes: the run order, the unfinished runs (read, reconciled with
     /// their journals after a possible crash, and cached; ids found missing or finished are
-    /// dropped) and the names of the record collections. Nothing else is read.
-    fn load(dir: &Path) -> Result<Index, StoreError> {
+    /// dropped). Nothing else is read. `cache`: how many records are kept in memory.
+    fn load(dir: &Path, cache: usize) -> Result<Index, StoreError> {
         let runs_dir = dir.join(RUNS);
-        let run_order = order::KeyOrder::open(dir, RUNS, || runs::run_keys(&runs_dir))?;
+        let run_order = order::KeyOrder::open(&dir.join(order::INDEX_DIR), RUNS, || runs::run_keys(&runs_dir))?;
         let open_runs = open_runs::OpenRuns::open(dir, || runs::unfinished_runs(&runs_dir))?;
         let mut index = Index {
             sessions: HashMap::new(),
@@ -372,8 +375,7 @@ impl Index {
             stale_headers: HashSet::new(),
             events: HashMap::new(),
             run_locks: HashMap::new(),
-            records: BTreeMap::new(),
-            unread_collections: HashSet::new(),
+            records: records::Records::new(cache),
             work_loaded: false,
             tasks: work::TaskIndex::default(),
             missions: ordered::Ordered::default(),
@@ -391,11 +393,6 @@ impl Index {
             }
         }
         index.open_runs.drop_all(&gone)?;
-        for collection in subdirs(&dir.join(RECORDS))? {
-            if let Some(name) = collection.file_name().and_then(|n| n.to_str()) {
-                index.unread_collections.insert(name.to_owned());
-            }
-        }
         Ok(index)
     }
 }

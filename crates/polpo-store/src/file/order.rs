@@ -80,16 +80,14 @@ pub(super) struct KeyOrder<F> {
 }
 
 impl<F: Serialize + DeserializeOwned + Clone> KeyOrder<F> {
-    /// Open order `name` under `data_dir`, building it once with `build` (every key there is)
-    /// when the store predates it (the only time open reads every entry), and read the journal.
+    /// Open order `name` with its files in `dir` (which exists), building it once with `build`
+    /// (every key there is) when the store predates it (the only time open reads every entry),
+    /// and read the journal. Temp files a crash left in `dir` are the caller's to sweep.
     pub(super) fn open(
-        data_dir: &Path,
+        dir: &Path,
         name: &str,
         build: impl FnOnce() -> Result<BTreeMap<Key, F>, StoreError>,
     ) -> Result<Self, StoreError> {
-        // The directory is made when the store opens (see `Inner::open`).
-        let dir = data_dir.join(INDEX_DIR);
-        fsio::remove_stale_temps(&dir)?;
         let (sorted, log) = (dir.join(format!("{name}.sorted")), dir.join(format!("{name}.log")));
         if !sorted.exists() {
             fsio::write_atomic(&sorted, &render(build()?)?)?;
@@ -418,7 +416,7 @@ mod tests {
     fn lines_a_crash_left_as_nul_bytes_are_dropped_and_others_kept() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join(INDEX_DIR)).unwrap();
-        let mut order = KeyOrder::<u8>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
+        let mut order = KeyOrder::<u8>::open(&dir.path().join(INDEX_DIR), "things", || Ok(BTreeMap::new())).unwrap();
         order.add((1, "a".into()), 1).unwrap().sync().unwrap();
         drop(order);
         // A later line flushed, the one before it not: NULs where it was.
@@ -427,7 +425,7 @@ mod tests {
         bytes.extend([0u8; 20]);
         bytes.extend(b"{\"t\":3,\"id\":\"c\",\"add\":1}\n{\"t\":4,\"id\":\"d\",\"add\":1}\n");
         std::fs::write(&log, bytes).unwrap();
-        let order = KeyOrder::<u8>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
+        let order = KeyOrder::<u8>::open(&dir.path().join(INDEX_DIR), "things", || Ok(BTreeMap::new())).unwrap();
         let keys = order.before(None, |_| true, 10).unwrap();
         assert_eq!(keys, vec![(4, "d".to_owned()), (1, "a".to_owned())]);
         assert_eq!(order.log_lines, 2, "the NUL-damaged line is dropped, the next kept");
@@ -437,7 +435,7 @@ mod tests {
     fn keys_added_after_a_compaction_reach_the_new_journal() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join(INDEX_DIR)).unwrap();
-        let mut order = KeyOrder::<u8>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
+        let mut order = KeyOrder::<u8>::open(&dir.path().join(INDEX_DIR), "things", || Ok(BTreeMap::new())).unwrap();
         order.add((1, "a".into()), 1).unwrap().sync().unwrap();
         order.compact().unwrap();
         // The journal kept open for appends and fsyncs was replaced by the compaction.
@@ -445,7 +443,7 @@ mod tests {
         drop(order);
         let log = std::fs::read_to_string(dir.path().join(INDEX_DIR).join("things.log")).unwrap();
         assert_eq!(log, "{\"t\":2,\"id\":\"b\",\"add\":2}\n");
-        let reopened = KeyOrder::<u8>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
+        let reopened = KeyOrder::<u8>::open(&dir.path().join(INDEX_DIR), "things", || Ok(BTreeMap::new())).unwrap();
         assert_eq!(reopened.before(None, |_| true, 10).unwrap(), vec![(2, "b".to_owned()), (1, "a".to_owned())]);
     }
 
@@ -453,7 +451,7 @@ mod tests {
     fn a_compaction_larger_than_its_write_buffer_keeps_every_key_in_order() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join(INDEX_DIR)).unwrap();
-        let mut order = KeyOrder::<u32>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
+        let mut order = KeyOrder::<u32>::open(&dir.path().join(INDEX_DIR), "things", || Ok(BTreeMap::new())).unwrap();
         // Odd times, compacted; then even ones merged between them, and every tenth removed:
         // the sorted files are several times the write buffer. Lines are not synced (6,600
         // fsyncs take seconds, and durability is not what this checks).
@@ -475,7 +473,7 @@ mod tests {
         let expected: Vec<i64> = (0..6000).filter(|t| t % 10 != 0).collect();
         assert_eq!(lines.iter().map(|l| l.t).collect::<Vec<_>>(), expected);
         assert!(lines.iter().all(|l| l.add == Some(l.t as u32) && l.id == format!("thing-{:05}", l.t)));
-        let reopened = KeyOrder::<u32>::open(dir.path(), "things", || Ok(BTreeMap::new())).unwrap();
+        let reopened = KeyOrder::<u32>::open(&dir.path().join(INDEX_DIR), "things", || Ok(BTreeMap::new())).unwrap();
         assert_eq!(
             reopened.before(None, |_| true, 2).unwrap(),
             vec![(5999, "thing-05999".to_owned()), (5998, "thing-05998".to_owned())]

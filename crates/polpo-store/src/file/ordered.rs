@@ -1,24 +1,17 @@
-//! A collection the file backend keeps in memory once read (tasks, missions, records), by id and in
-//! listing order, so a page walks only the keys before its cursor instead of sorting the
-//! whole collection for every page.
+//! A collection the file backend keeps in memory once read (tasks, missions, memory items), by
+//! id and in listing order, so a page walks only the keys before its cursor instead of sorting
+//! the whole collection for every page.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 
 use crate::error::StoreError;
-use crate::model::Record;
 use crate::page::{Cursor, Page, PageRequest};
 use crate::work::{StoredMission, StoredTask};
 
 /// What a collection is listed by: newest first by (creation time in ms, id).
 pub(super) trait Listed {
     fn list_key(&self) -> (i64, String);
-}
-
-impl Listed for Record {
-    fn list_key(&self) -> (i64, String) {
-        (self.created_at.timestamp_millis(), self.id.clone())
-    }
 }
 
 impl Listed for StoredTask {
@@ -70,10 +63,6 @@ impl<T: Listed> Ordered<T> {
 
     pub(super) fn contains_key(&self, id: &str) -> bool {
         self.by_id.contains_key(id)
-    }
-
-    pub(super) fn is_empty(&self) -> bool {
-        self.by_id.is_empty()
     }
 
     pub(super) fn values(&self) -> impl Iterator<Item = &T> {

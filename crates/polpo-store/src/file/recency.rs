@@ -1,5 +1,5 @@
-//! The order in which cached sessions were last used, so the file store can drop the least
-//! recently used ones and keep its session cache bounded over long runs.
+//! The order in which cached sessions (or runs, records, record orders) were last used, so the
+//! file store can drop the least recently used ones and keep its caches bounded over long runs.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -26,6 +26,11 @@ impl Recency {
         if let Some(tick) = self.by_id.remove(id) {
             self.order.remove(&tick);
         }
+    }
+
+    /// How many ids are tracked.
+    pub(super) fn len(&self) -> usize {
+        self.by_id.len()
     }
 
     /// The tracked ids, least recently used first.

@@ -1,20 +1,25 @@
-//! Revisioned records in the file backend, one JSON file each, a collection read on first use;
-//! and record logs, one JSONL file each beside the collection's records
+//! Revisioned records in the file backend, one JSON file each, read by id when first asked
+//! for and listed through their collection's listing order (`records/<collection>/.order.*`,
+//! see `order.rs`), so neither opening the store nor a list nor memory grows with the records
+//! stored; and record logs, one JSONL file each beside the collection's records
 //! (`records/<collection>/<log>.jsonl`), appended to and read without the index.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
 
-use super::ordered::{Listed, Ordered};
-use super::{FileStore, Index, Inner, RECORDS, fsio, owned};
+use super::order::{Key, KeyOrder};
+use super::recency::Recency;
+use super::{FileStore, Inner, RECORDS, fsio, owned};
 use crate::error::StoreError;
 use crate::json_text::JsonText;
 use crate::model::{self, ImportOutcome, Record};
-use crate::page::{Page, PageRequest};
+use crate::page::{Cursor, Page, PageRequest};
 use crate::record_log::check_log;
 use crate::traits::RecordStore;
 
@@ -39,12 +44,6 @@ impl Held {
     }
 }
 
-impl Listed for Held {
-    fn list_key(&self) -> (i64, String) {
-        self.record.list_key()
-    }
-}
-
 /// The file of `record` whose value is `text`: [`Record`]'s members around the text as it is,
 /// compact, one line.
 fn record_file(record: &Record, text: &str) -> Result<Vec<u8>, StoreError> {
@@ -64,6 +63,95 @@ fn record_file(record: &Record, text: &str) -> Result<Vec<u8>, StoreError> {
     Ok(bytes)
 }
 
+/// How many collections keep their listing order open (a journal handle and the keys it
+/// added since its last compaction); the least recently used is closed past that.
+const ORDERS_OPEN: usize = 64;
+
+/// The name of a collection's listing order, its files in the collection's folder (`.order.sorted`,
+/// `.order.log`: ids never start with '.', so no record or log is named so).
+const ORDER: &str = ".order";
+
+/// What a collection's listing order keeps beside each key: nothing, since a record list does
+/// not filter (an empty object, not `()`, which would be written as a removal's `null`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Unfiltered {}
+
+/// The record collections in use: the records read or written lately and the listing orders
+/// opened (at most [`ORDERS_OPEN`]). Nothing is read at open: a record is read from its file
+/// when first asked for, a list reads its collection's order and then only the records of its
+/// page.
+#[derive(Debug)]
+pub(super) struct Records {
+    /// How many records are kept in memory, across collections (the store's cache size, see
+    /// [`crate::FileStore::open_with_cache`]): the ones written or read lately, a running
+    /// loop's record among them (written after every step). Every other record stays on disk
+    /// until asked for, so memory does not grow with the records stored.
+    held_max: usize,
+    held: HashMap<String, HashMap<String, Held>>,
+    /// `collection/id` of every held record, by last use.
+    held_recency: Recency,
+    orders: HashMap<String, KeyOrder<Unfiltered>>,
+    /// Collections with an open order, by last use.
+    order_recency: Recency,
+}
+
+impl Records {
+    /// No record held yet, at most `held_max` later.
+    pub(super) fn new(held_max: usize) -> Self {
+        Records {
+            held_max,
+            held: HashMap::new(),
+            held_recency: Recency::default(),
+            orders: HashMap::new(),
+            order_recency: Recency::default(),
+        }
+    }
+
+    fn get(&self, collection: &str, id: &str) -> Option<&Held> {
+        self.held.get(collection)?.get(id)
+    }
+
+    /// Keep `held` in memory as the latest used, dropping the least recently used records
+    /// past `held_max` (their files are up to date: every write is written through).
+    fn hold(&mut self, held: Held) {
+        let (collection, id) = (held.record.collection.clone(), held.record.id.clone());
+        self.held_recency.touch(&held_key(&collection, &id));
+        self.held.entry(collection).or_default().insert(id, held);
+        let excess = self.held_recency.len().saturating_sub(self.held_max);
+        let victims: Vec<String> = self.held_recency.oldest_first().take(excess).map(str::to_owned).collect();
+        for victim in victims {
+            if let Some((collection, id)) = victim.split_once('/') {
+                self.drop_held(collection, id);
+            }
+        }
+    }
+
+    /// Stop holding `collection/id` (evicted or deleted).
+    fn drop_held(&mut self, collection: &str, id: &str) {
+        self.held_recency.forget(&held_key(collection, id));
+        if let Some(records) = self.held.get_mut(collection) {
+            records.remove(id);
+            if records.is_empty() {
+                self.held.remove(collection);
+            }
+        }
+    }
+
+    /// Compact the open orders whose journals grew (a clean close).
+    pub(super) fn close(&mut self) {
+        for (collection, order) in &mut self.orders {
+            if let Err(e) = order.close() {
+                tracing::warn!(collection, error = %e, "could not compact a record collection's index at close");
+            }
+        }
+    }
+}
+
+/// The recency key of record `collection/id` (neither holds a '/').
+fn held_key(collection: &str, id: &str) -> String {
+    format!("{collection}/{id}")
+}
+
 impl Inner {
     fn record_path(&self, collection: &str, id: &str) -> PathBuf {
         super::path_under(&self.dir, &[RECORDS, collection, id], ".json")
@@ -73,35 +161,70 @@ impl Inner {
         super::path_under(&self.dir, &[RECORDS, collection, log], ".jsonl")
     }
 
-    /// Read `collection`'s records on its first use (collections are not read at open); a name
-    /// not found on disk at open is never read, so no untrusted name reaches the file system.
-    fn load_collection(&self, idx: &mut Index, collection: &str) -> Result<(), StoreError> {
-        if !idx.unread_collections.contains(collection) {
-            return Ok(());
-        }
-        let mut loaded = Ordered::default();
-        for path in super::json_files(&self.dir.join(RECORDS).join(collection))? {
-            if let Some(record) = fsio::read_json::<Record>(&path)? {
-                loaded.insert(record.id.clone(), Held { record, text: None });
-            }
-        }
-        idx.unread_collections.remove(collection);
-        if !loaded.is_empty() {
-            idx.records.insert(collection.to_owned(), loaded);
-        }
-        Ok(())
+    fn collection_dir(&self, collection: &str) -> PathBuf {
+        super::path_under(&self.dir, &[RECORDS, collection], "")
     }
 
-    /// Write `held` and keep it in the index.
-    fn write_record(&self, idx: &mut Index, held: Held) -> Result<(), StoreError> {
+    /// Record `collection/id`, held in memory once read: `false` when it does not exist, as
+    /// for ids no record can have (checked first, so no other name reaches the file system).
+    fn load_record(&self, records: &mut Records, collection: &str, id: &str) -> Result<bool, StoreError> {
+        if model::check_record_ids(collection, id).is_err() {
+            return Ok(false);
+        }
+        if records.get(collection, id).is_some() {
+            records.held_recency.touch(&held_key(collection, id));
+            return Ok(true);
+        }
+        match fsio::read_json::<Record>(&self.record_path(collection, id))? {
+            Some(record) => {
+                records.hold(Held { record, text: None });
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// `collection`'s listing order, opened on first use (and built from its records' files
+    /// once, for a collection written before it had one); its folder is made if `create`,
+    /// else `None` when the collection has no folder (nothing was ever written to it).
+    fn record_order<'r>(
+        &self,
+        records: &'r mut Records,
+        collection: &str,
+        create: bool,
+    ) -> Result<Option<&'r mut KeyOrder<Unfiltered>>, StoreError> {
+        if !records.orders.contains_key(collection) {
+            let dir = self.collection_dir(collection);
+            match create {
+                true => fsio::create_dir_durable(&dir)?,
+                false if !dir.is_dir() => return Ok(None),
+                false => {}
+            }
+            let order = KeyOrder::open(&dir, ORDER, || record_keys(&dir))?;
+            records.orders.insert(collection.to_owned(), order);
+            records.order_recency.touch(collection);
+            let excess = records.order_recency.len().saturating_sub(ORDERS_OPEN);
+            let victims: Vec<String> = records.order_recency.oldest_first().take(excess).map(str::to_owned).collect();
+            for victim in victims {
+                records.order_recency.forget(&victim);
+                records.orders.remove(&victim);
+            }
+        } else {
+            records.order_recency.touch(collection);
+        }
+        Ok(records.orders.get_mut(collection))
+    }
+
+    /// Write `held` through to its file and hold it. A record new to its collection has its
+    /// listing key made durable first, so a crash never leaves a record that lists cannot find
+    /// (a key whose record is missing, or was created at another time, is skipped by lists).
+    fn write_record(&self, records: &mut Records, held: Held, new: bool) -> Result<(), StoreError> {
         let record = &held.record;
-        let path = self.record_path(&record.collection, &record.id);
-        // A collection holding a record has its folder already: an update (a loop run's
-        // checkpoint) costs the file's write, not a folder's creation and fsync as well.
-        if !idx.records.contains_key(&record.collection)
-            && let Some(dir) = path.parent()
-        {
-            fsio::create_dir_durable(dir)?;
+        if new {
+            let key = (record.created_at.timestamp_millis(), record.id.clone());
+            if let Some(order) = self.record_order(records, &record.collection, true)? {
+                order.add(key, Unfiltered {})?.sync()?;
+            }
         }
         let bytes = match &held.text {
             // Bounded when it was made.
@@ -116,9 +239,8 @@ impl Inner {
                 bytes
             }
         };
-        fsio::write_atomic(&path, &bytes)?;
-        let (collection, id) = (record.collection.clone(), record.id.clone());
-        idx.records.entry(collection).or_default().insert(id, held);
+        fsio::write_atomic(&self.record_path(&record.collection, &record.id), &bytes)?;
+        records.hold(held);
         Ok(())
     }
 
@@ -136,31 +258,68 @@ impl Inner {
         model::check_record_ids(collection, id)?;
         let now = self.now();
         let mut idx = self.index();
-        self.load_collection(&mut idx, collection)?;
-        let current = idx.records.get(collection).and_then(|c| c.get(id)).map(|held| &held.record);
+        let records = &mut idx.records;
+        let exists = self.load_record(records, collection, id)?;
+        let current = records.get(collection, id).map(|held| &held.record);
         if expected.is_some_and(|e| e != current.map_or(0, |r| r.revision)) {
             // A refused write says first that its value is too large, as on every store.
             model::check_size("record", &value, model::MAX_RECORD_BYTES)?;
         }
         let next = model::next_record(current, collection, id, value, expected, now)?;
         let answer = answer(&next);
-        self.write_record(&mut idx, Held { record: next, text })?;
+        self.write_record(records, Held { record: next, text }, !exists)?;
         Ok(answer)
+    }
+
+    fn get_record(&self, collection: &str, id: &str) -> Result<Option<Record>, StoreError> {
+        let mut idx = self.index();
+        if !self.load_record(&mut idx.records, collection, id)? {
+            return Ok(None);
+        }
+        idx.records.get(collection, id).map(Held::record).transpose()
+    }
+
+    /// A page of `collection` newest first: keys from its order, then only those records read.
+    fn list_records(&self, collection: &str, page: &PageRequest) -> Result<Page<Record>, StoreError> {
+        let mut before = page.after.as_ref().map(Cursor::time_key).transpose()?;
+        let size = page.size();
+        let mut items = Vec::with_capacity(size + 1);
+        let mut idx = self.index();
+        let records = &mut idx.records;
+        // A name no collection can have lists nothing, and reaches no file system call.
+        while items.len() <= size && model::validate_id("collection", collection).is_ok() {
+            let Some(order) = self.record_order(records, collection, false)? else { break };
+            let keys = order.before(before.as_ref(), |_| true, size + 1 - items.len())?;
+            let Some(last) = keys.last().cloned() else { break };
+            for (ms, id) in keys {
+                if self.load_record(records, collection, &id)?
+                    && let Some(held) = records.get(collection, &id)
+                    && held.record.created_at.timestamp_millis() == ms
+                {
+                    items.push(held.record()?);
+                }
+            }
+            before = Some(last);
+        }
+        Ok(Page::from_overfetch(items, size, |r| Cursor::at_time(r.created_at.timestamp_millis(), &r.id)))
     }
 
     fn delete_record(&self, collection: &str, id: &str, expected: Option<u64>) -> Result<bool, StoreError> {
         let mut idx = self.index();
-        self.load_collection(&mut idx, collection)?;
-        let Some(current) = idx.records.get(collection).and_then(|c| c.get(id)) else { return Ok(false) };
-        model::check_revision("record", &format!("{collection}/{id}"), expected, current.record.revision)?;
+        let records = &mut idx.records;
+        if !self.load_record(records, collection, id)? {
+            return Ok(false);
+        }
+        let Some(current) = records.get(collection, id).map(|held| &held.record) else { return Ok(false) };
+        model::check_revision("record", &format!("{collection}/{id}"), expected, current.revision)?;
+        let key = (current.created_at.timestamp_millis(), id.to_owned());
         let path = self.record_path(collection, id);
         std::fs::remove_file(&path).map_err(|e| StoreError::io(&path, e))?;
-        fsio::sync_dir(&self.dir.join(RECORDS).join(collection))?;
-        if let Some(c) = idx.records.get_mut(collection) {
-            c.remove(id);
-            if c.is_empty() {
-                idx.records.remove(collection);
-            }
+        records.drop_held(collection, id);
+        fsio::sync_dir(&self.collection_dir(collection))?;
+        // After the file: until the removal is durable, lists skip the key of a missing record.
+        if let Some(order) = self.record_order(records, collection, false)? {
+            order.remove(key)?.sync()?;
         }
         Ok(true)
     }
@@ -168,13 +327,48 @@ impl Inner {
     fn import_record(&self, record: &Record) -> Result<ImportOutcome, StoreError> {
         model::check_record_write(&record.collection, &record.id, &record.value)?;
         let mut idx = self.index();
-        self.load_collection(&mut idx, &record.collection)?;
-        if let Some(existing) = idx.records.get(&record.collection).and_then(|c| c.get(&record.id)) {
+        let records = &mut idx.records;
+        if self.load_record(records, &record.collection, &record.id)?
+            && let Some(existing) = records.get(&record.collection, &record.id)
+        {
             return model::same_import("record", &record.id, &existing.record()?, record);
         }
-        self.write_record(&mut idx, Held { record: record.clone(), text: None })?;
+        self.write_record(records, Held { record: record.clone(), text: None }, true)?;
         Ok(ImportOutcome::Imported)
     }
+
+    /// The collections holding a record: the folders under `records/` with a record file.
+    fn collections(&self) -> Result<Vec<String>, StoreError> {
+        let mut names = Vec::new();
+        for dir in super::subdirs(&self.dir.join(RECORDS))? {
+            let holds_one = std::fs::read_dir(&dir)
+                .map_err(|e| StoreError::io(&dir, e))?
+                .filter_map(Result::ok)
+                .any(|entry| is_record_file(&entry.path()));
+            if let Some(name) = dir.file_name().and_then(|n| n.to_str()).filter(|_| holds_one) {
+                names.push(name.to_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+}
+
+/// Whether `path` is a record's file (`<id>.json`; not a temp file, a log or the order).
+fn is_record_file(path: &Path) -> bool {
+    path.extension().is_some_and(|x| x == "json")
+}
+
+/// Every key of the collection in `dir`, read from its records' files: builds its listing order
+/// once, for a collection written before it had one (temp files a crash left are swept too).
+fn record_keys(dir: &Path) -> Result<BTreeMap<Key, Unfiltered>, StoreError> {
+    let mut keys = BTreeMap::new();
+    for path in super::json_files(dir)? {
+        if let Some(record) = fsio::read_json::<Record>(&path)? {
+            keys.insert((record.created_at.timestamp_millis(), record.id), Unfiltered {});
+        }
+    }
+    Ok(keys)
 }
 
 #[async_trait]
@@ -219,24 +413,12 @@ impl RecordStore for FileStore {
 
     async fn get_record(&self, collection: &str, id: &str) -> Result<Option<Record>, StoreError> {
         let (collection, id) = (owned(collection), owned(id));
-        self.blocking(move |s| {
-            let mut idx = s.index();
-            s.load_collection(&mut idx, &collection)?;
-            idx.records.get(&collection).and_then(|c| c.get(&id)).map(Held::record).transpose()
-        })
-        .await
+        self.blocking(move |s| s.get_record(&collection, &id)).await
     }
 
     async fn list_records(&self, collection: &str, page: &PageRequest) -> Result<Page<Record>, StoreError> {
         let (collection, page) = (owned(collection), page.clone());
-        self.blocking(move |s| {
-            let mut idx = s.index();
-            s.load_collection(&mut idx, &collection)?;
-            let page = idx.records.get(&collection).unwrap_or(&Ordered::default()).page(&page, |_| true)?;
-            let items = page.items.iter().map(Held::record).collect::<Result<_, _>>()?;
-            Ok(Page { items, next: page.next })
-        })
-        .await
+        self.blocking(move |s| s.list_records(&collection, &page)).await
     }
 
     async fn delete_record(
@@ -250,15 +432,7 @@ impl RecordStore for FileStore {
     }
 
     async fn collections(&self) -> Result<Vec<String>, StoreError> {
-        self.blocking(|s| {
-            let mut idx = s.index();
-            let unread: Vec<String> = idx.unread_collections.iter().cloned().collect();
-            for collection in unread {
-                s.load_collection(&mut idx, &collection)?;
-            }
-            Ok(idx.records.keys().cloned().collect())
-        })
-        .await
+        self.blocking(|s| s.collections()).await
     }
 
     async fn import_record(&self, record: &Record) -> Result<ImportOutcome, StoreError> {
@@ -320,10 +494,12 @@ fn append_line(path: &Path, entry: &JsonText) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Empty the log at `path` if it exists (see [`RecordStore::clear_log`]: not fsynced).
+/// Empty the log at `path` by removing its file, if it exists (see [`RecordStore::clear_log`]:
+/// not fsynced): a log read without its file is empty, and one emptied for good (a loop run's
+/// deltas once it ended) leaves no file behind.
 fn clear_file(path: &Path) -> Result<(), StoreError> {
-    match File::options().write(true).open(path) {
-        Ok(file) => file.set_len(0).map_err(|e| StoreError::io(path, e)),
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(StoreError::io(path, e)),
     }
