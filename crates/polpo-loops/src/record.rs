@@ -15,8 +15,8 @@
 //! A checkpoint after a tool step that leads to a replayable tool step (one whose call may run
 //! again after a crash) does not rewrite the record either: it appends a numbered delta (the
 //! context entries the step wrote, the next step, the step counter, the new trace entries) to a
-//! record log ([`RecordStore::append_log`]: one line and an fdatasync on the file store) of the
-//! run's own collection ([`delta_collection`]), named like a trace chunk by its writer's claim.
+//! record log ([`RecordStore::append_log`]: one line and an fdatasync on the file store) in
+//! the collection every run's deltas share ([`DELTAS`]), named by the run and its writer's claim.
 //! The record says whose deltas continue it and how many of them it already holds
 //! ([`DeltaLog`]); a writer rewrites it whole (folding its deltas in, a compare-and-set that sees
 //! a takeover or a cancel) after at most [`DELTAS_MAX`] deltas, before any other step and when
@@ -70,14 +70,19 @@ pub(crate) fn trace_collection(run_id: &str) -> String {
 /// and how long a claim's log grows before it is emptied.
 pub(crate) const DELTAS_MAX: u64 = 32;
 
-/// The collection holding run `run_id`'s checkpoint deltas.
-pub(crate) fn delta_collection(run_id: &str) -> String {
-    format!("loop_deltas.{run_id}")
-}
+/// The collection holding every run's checkpoint deltas, a record log per run and writer
+/// (see [`delta_log`]): on the file store one folder, whose log files are removed once their
+/// deltas are folded into the record, not a folder left behind by every run.
+pub(crate) const DELTAS: &str = "loop_deltas";
 
-/// The record log of the deltas of the writer whose claim made revision `epoch`.
-fn delta_log(epoch: u64) -> String {
-    format!("{epoch:012}")
+/// The collection and record log of the deltas of run `run_id`'s writer whose claim made
+/// revision `epoch`; `shared`: in [`DELTAS`], else where runs written before it kept them (a
+/// collection of their own, `loop_deltas.<run id>`), for a record stopped mid-run then.
+fn delta_log(run_id: &str, epoch: u64, shared: bool) -> (String, String) {
+    match shared {
+        true => (DELTAS.to_owned(), format!("{run_id}.{epoch:012}")),
+        false => (format!("{DELTAS}.{run_id}"), format!("{epoch:012}")),
+    }
 }
 
 /// Which checkpoint deltas continue a running record: those its writer, whose claim on the run
@@ -88,6 +93,10 @@ pub struct DeltaLog {
     pub epoch: u64,
     /// Its deltas held by the record.
     pub folded: u64,
+    /// Whether they are in the shared [`DELTAS`] collection (every record written since it
+    /// exists; `false`, the default, for one written before: see [`delta_log`]).
+    #[serde(default)]
+    pub shared: bool,
 }
 
 /// The checkpoint after one tool step, as a delta over the one before: numbered `seq` by the
@@ -361,7 +370,8 @@ impl LoopRunRecord {
         // Entries the record holds already may be there still (a log is emptied after the record
         // is written, and an emptying is not durable by itself): the numbers tell.
         let mut found = BTreeMap::new();
-        for entry in store.read_log(&delta_collection(&self.id), &delta_log(log.epoch)).await? {
+        let (collection, name) = delta_log(&self.id, log.epoch, log.shared);
+        for entry in store.read_log(&collection, &name).await? {
             let delta: CheckpointDelta<Map<String, Value>, Value> = serde_json::from_value(entry)
                 .map_err(|e| LoopError::RunRecordInvalid(format!("loop run `{}` delta: {e}", self.id)))?;
             if delta.epoch == log.epoch && delta.seq > log.folded {
@@ -518,7 +528,7 @@ impl Checkpoints {
         record.lease = record.status.is_held().then(|| lease.clone());
         // A compare-and-set makes the next revision: the first write's is the writer's claim.
         let epoch = written.claim.unwrap_or(written.revision + 1);
-        record.deltas = Some(DeltaLog { epoch, folded: written.logged });
+        record.deltas = Some(DeltaLog { epoch, folded: written.logged, shared: true });
         let text = record_text(&record, &trace)?;
         match self.store.put_record_text(LOOP_RUNS, &self.id, text, Some(written.revision)).await {
             Ok(revision) => {
@@ -533,7 +543,8 @@ impl Checkpoints {
                 written.in_deltas = 0;
                 // The record holds the deltas now: the log need not keep them.
                 if emptied {
-                    self.store.clear_log(&delta_collection(&self.id), &delta_log(epoch)).await?;
+                    let (collection, log) = delta_log(&self.id, epoch, true);
+                    self.store.clear_log(&collection, &log).await?;
                 }
                 Ok(())
             }
@@ -568,7 +579,8 @@ impl Checkpoints {
         let seq = written.logged + 1;
         let delta = CheckpointDelta { epoch, seq, context: changed, next: next.to_owned(), executed, trace: () };
         let entry = JsonText::of_with(&delta, "trace", &trace)?;
-        self.store.append_log(&delta_collection(&self.id), &delta_log(epoch), seq, &entry).await?;
+        let (collection, log) = delta_log(&self.id, epoch, true);
+        self.store.append_log(&collection, &log, seq, &entry).await?;
         written.logged = seq;
         written.in_deltas += entries;
         Ok(())
@@ -703,7 +715,7 @@ mod tests {
             expires_at: chrono::Utc::now(),
             generation: 2,
         });
-        full.deltas = Some(DeltaLog { epoch: 2, folded: 1 });
+        full.deltas = Some(DeltaLog { epoch: 2, folded: 1, shared: true });
         let (trace, n) = tracer.json_text_since(0);
         let text = record_text(&full, &trace).unwrap();
         full.trace = tracer.into_events();
@@ -762,7 +774,7 @@ mod tests {
                 "{name}: the last steps are deltas"
             );
             let (folded, _, trace) = read(store.as_ref(), "looprun-1").await;
-            let (collection, log) = (delta_collection("looprun-1"), delta_log(1));
+            let (collection, log) = delta_log("looprun-1", 1, true);
             let unfolded = store.read_log(&collection, &log).await.unwrap();
             assert_eq!(unfolded.len(), 5, "{name}: the log holds the deltas since the record was written");
             writer.save(written.clone(), &tracer).await.unwrap();
@@ -793,7 +805,7 @@ mod tests {
             writer.save(written.clone(), &tracer).await.unwrap();
             steps(&writer, &tracer, &mut written, 0, 3).await;
             let (current, _, trace) = read(store.as_ref(), "looprun-3").await;
-            let (collection, log) = (delta_collection("looprun-3"), delta_log(1));
+            let (collection, log) = delta_log("looprun-3", 1, true);
             let entries = store.read_log(&collection, &log).await.unwrap();
             assert!(entries.iter().all(|e| e["trace"].is_array()), "{name}: written as an array");
             store.clear_log(&collection, &log).await.unwrap();
@@ -804,6 +816,36 @@ mod tests {
             let (old, _, old_trace) = read(store.as_ref(), "looprun-3").await;
             assert_eq!(old.state, current.state, "{name}");
             assert_eq!((old_trace.len(), &old_trace), (3, &trace), "{name}");
+        }
+    }
+
+    /// A run stopped by a version that kept its deltas in a collection of its own (its record
+    /// without `shared`) resumes from them.
+    #[tokio::test]
+    async fn deltas_kept_where_runs_written_before_kept_them_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, store) in stores(dir.path()).await {
+            let (clock, sink) = (|| 0, |_: &TraceEvent| {});
+            let tracer = Tracer::new("flow", &clock, &sink);
+            let writer = writer(&store, "looprun-4", (0, 0), "a");
+            let mut written = record("looprun-4");
+            writer.save(written.clone(), &tracer).await.unwrap();
+            steps(&writer, &tracer, &mut written, 0, 3).await;
+            let (current, _, trace) = read(store.as_ref(), "looprun-4").await;
+            assert_eq!(current.state, written.state, "{name}");
+            let ((shared, log), (former, former_log)) =
+                (delta_log("looprun-4", 1, true), delta_log("looprun-4", 1, false));
+            assert_eq!((former.as_str(), former_log.as_str()), ("loop_deltas.looprun-4", "000000000001"));
+            for (seq, entry) in (1..).zip(store.read_log(&shared, &log).await.unwrap()) {
+                store.append_log(&former, &former_log, seq, &JsonText::of(&entry).unwrap()).await.unwrap();
+            }
+            store.clear_log(&shared, &log).await.unwrap();
+            let mut stored = store.get_record(LOOP_RUNS, "looprun-4").await.unwrap().unwrap();
+            stored.value["deltas"].as_object_mut().unwrap().remove("shared");
+            store.put_record(LOOP_RUNS, "looprun-4", stored.value, Some(stored.revision)).await.unwrap();
+            let (old, _, old_trace) = read(store.as_ref(), "looprun-4").await;
+            assert_eq!(old.state, written.state, "{name}: the deltas were applied");
+            assert_eq!(old_trace, trace, "{name}");
         }
     }
 

@@ -10,7 +10,7 @@ use polpo_engine::structured::ResponseFormat;
 use polpo_engine::{ChatInput, Loaded, LoopContext, Runtime, Surface};
 use polpo_llm::Providers;
 use polpo_loops::{EffectDecision, LoopExecutor, LoopFinished, LoopOptions, LoopRequest, TraceEvent, TraceKind};
-use polpo_store::{StoreKind, SystemClock, open_store};
+use polpo_store::{PageRequest, StoreKind, SystemClock, open_store};
 use polpo_testkit::{FakeLlm, ProjectFixture, Turn};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -715,10 +715,22 @@ async fn bench_tool_loop(storage: &str, length: u32, repeat: u32) {
         own_cpu.map_or_else(|| "unknown".to_owned(), |cpu| format!("{cpu:?}"))
     );
 
-    const CONCURRENT: u32 = 32;
     let total = repeat * 2;
-    let next = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let started = std::time::Instant::now();
+    run_concurrently(&exec, &req, total).await;
+    println!(
+        "{storage}: {length}-step tool-only loop, {CONCURRENT} at once: {total} runs in {:?} = {:.1} loop runs/s",
+        started.elapsed(),
+        f64::from(total) / started.elapsed().as_secs_f64()
+    );
+}
+
+/// How many loop runs [`run_concurrently`] keeps in flight.
+const CONCURRENT: u32 = 32;
+
+/// Run `req` `total` times, [`CONCURRENT`] at once, each to the end.
+async fn run_concurrently(exec: &Arc<LoopExecutor>, req: &LoopRequest, total: u32) {
+    let next = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let clients: Vec<_> = (0..CONCURRENT)
         .map(|_| {
             let (exec, next, req) = (exec.clone(), next.clone(), req.clone());
@@ -732,10 +744,42 @@ async fn bench_tool_loop(storage: &str, length: u32, repeat: u32) {
     for client in clients {
         client.await.unwrap();
     }
+}
+
+/// This process's resident memory in MiB (Linux; 0 elsewhere).
+fn rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().strip_suffix("kB"));
+    kb.and_then(|v| v.trim().parse::<f64>().ok()).unwrap_or(0.0) / 1024.0
+}
+
+/// Memory over many loop runs on the file store: resident memory after 2,000 10-step runs (32 at
+/// once) and after 20,000 more. Every run leaves its record behind; memory holds only the
+/// records used lately. `TMPDIR=/dev/shm cargo test --release -p polpo-loops --test executor
+/// -- --ignored --nocapture bench_memory_over_loop_runs_file_store`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark"]
+async fn bench_memory_over_loop_runs_file_store() {
+    let llm = FakeLlm::start([]).await.unwrap();
+    let settings = json!({"storage": "file", "chatExecution": "inline"});
+    let (dir, runtime) =
+        runtime_with(&llm, settings, json!({}), &[("bench", json!({"start": "s0", "steps": read_chain(10)}))], &[])
+            .await;
+    let runs = RunManager::new(runtime.clone(), RunOptions { lease_ttl: Duration::from_secs(5) });
+    let exec = Arc::new(LoopExecutor::new(runs, LoopOptions { step_budget: 11 }));
+    std::fs::write(dir.path().join("f.txt"), "data").unwrap();
+    let req = request(json!({}));
+    run_concurrently(&exec, &req, 2_000).await;
+    let before = rss_mib();
+    let started = std::time::Instant::now();
+    run_concurrently(&exec, &req, 20_000).await;
+    let after = rss_mib();
+    let listed = runtime.store().records.list_records("loop_runs", &PageRequest::first(5)).await;
+    assert_eq!(listed.unwrap().items.len(), 5, "the runs are stored");
     println!(
-        "{storage}: {length}-step tool-only loop, {CONCURRENT} at once: {total} runs in {:?} = {:.1} loop runs/s",
-        started.elapsed(),
-        f64::from(total) / started.elapsed().as_secs_f64()
+        "file: RSS after 2,000 10-step loop runs {before:.1} MiB, after 20,000 more {after:.1} MiB ({:+.1} MiB; {:.0} loop runs/s)",
+        after - before,
+        20_000.0 / started.elapsed().as_secs_f64()
     );
 }
 
