@@ -31,6 +31,8 @@ use crate::traits::RecordStore;
 pub(super) struct Held {
     record: Record,
     text: Option<String>,
+    /// The size of its file: what it counts against [`HELD_BYTES`].
+    size: usize,
 }
 
 impl Held {
@@ -63,6 +65,11 @@ fn record_file(record: &Record, text: &str) -> Result<Vec<u8>, StoreError> {
     Ok(bytes)
 }
 
+/// How many bytes of records (counted as their files' sizes) the file store keeps in memory at
+/// most, whatever their number: a record may be up to [`model::MAX_RECORD_BYTES`], so a bound
+/// on their number alone would not bound memory. The record in use is kept even when larger.
+const HELD_BYTES: usize = 32 << 20;
+
 /// How many collections keep their listing order open (a journal handle and the keys it
 /// added since its last compaction); the least recently used is closed past that.
 const ORDERS_OPEN: usize = 64;
@@ -88,6 +95,8 @@ pub(super) struct Records {
     /// until asked for, so memory does not grow with the records stored.
     held_max: usize,
     held: HashMap<String, HashMap<String, Held>>,
+    /// The sizes of the held records, summed (at most [`HELD_BYTES`] beyond the latest).
+    held_bytes: usize,
     /// `collection/id` of every held record, by last use.
     held_recency: Recency,
     orders: HashMap<String, KeyOrder<Unfiltered>>,
@@ -101,6 +110,7 @@ impl Records {
         Records {
             held_max,
             held: HashMap::new(),
+            held_bytes: 0,
             held_recency: Recency::default(),
             orders: HashMap::new(),
             order_recency: Recency::default(),
@@ -111,26 +121,34 @@ impl Records {
         self.held.get(collection)?.get(id)
     }
 
-    /// Keep `held` in memory as the latest used, dropping the least recently used records
-    /// past `held_max` (their files are up to date: every write is written through).
-    fn hold(&mut self, held: Held) {
+    /// Keep `held`, whose file is `size` bytes, in memory as the latest used, dropping the
+    /// least recently used records past `held_max` records or [`HELD_BYTES`] (their files are
+    /// up to date: every write is written through).
+    fn hold(&mut self, mut held: Held, size: usize) {
         let (collection, id) = (held.record.collection.clone(), held.record.id.clone());
+        held.size = size;
+        self.drop_held(&collection, &id);
         self.held_recency.touch(&held_key(&collection, &id));
+        self.held_bytes += size;
         self.held.entry(collection).or_default().insert(id, held);
-        let excess = self.held_recency.len().saturating_sub(self.held_max);
-        let victims: Vec<String> = self.held_recency.oldest_first().take(excess).map(str::to_owned).collect();
-        for victim in victims {
-            if let Some((collection, id)) = victim.split_once('/') {
-                self.drop_held(collection, id);
+        while self.held_recency.len() > 1
+            && (self.held_recency.len() > self.held_max || self.held_bytes - size > HELD_BYTES)
+        {
+            let Some(victim) = self.held_recency.oldest_first().next().map(str::to_owned) else { break };
+            match victim.split_once('/') {
+                Some((collection, id)) => self.drop_held(collection, id),
+                None => self.held_recency.forget(&victim),
             }
         }
     }
 
-    /// Stop holding `collection/id` (evicted or deleted).
+    /// Stop holding `collection/id` (evicted, written over or deleted).
     fn drop_held(&mut self, collection: &str, id: &str) {
         self.held_recency.forget(&held_key(collection, id));
         if let Some(records) = self.held.get_mut(collection) {
-            records.remove(id);
+            if let Some(dropped) = records.remove(id) {
+                self.held_bytes -= dropped.size;
+            }
             if records.is_empty() {
                 self.held.remove(collection);
             }
@@ -175,13 +193,12 @@ impl Inner {
             records.held_recency.touch(&held_key(collection, id));
             return Ok(true);
         }
-        match fsio::read_json::<Record>(&self.record_path(collection, id))? {
-            Some(record) => {
-                records.hold(Held { record, text: None });
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        let path = self.record_path(collection, id);
+        let Some(bytes) = fsio::read_bounded(&path)? else { return Ok(false) };
+        let record = serde_json::from_slice::<Record>(&bytes)
+            .map_err(|e| StoreError::Corrupt { path: path.clone(), message: e.to_string() })?;
+        records.hold(Held { record, text: None, size: 0 }, bytes.len());
+        Ok(true)
     }
 
     /// `collection`'s listing order, opened on first use (and built from its records' files
@@ -240,7 +257,7 @@ impl Inner {
             }
         };
         fsio::write_atomic(&self.record_path(&record.collection, &record.id), &bytes)?;
-        records.hold(held);
+        records.hold(held, bytes.len());
         Ok(())
     }
 
@@ -267,7 +284,7 @@ impl Inner {
         }
         let next = model::next_record(current, collection, id, value, expected, now)?;
         let answer = answer(&next);
-        self.write_record(records, Held { record: next, text }, !exists)?;
+        self.write_record(records, Held { record: next, text, size: 0 }, !exists)?;
         Ok(answer)
     }
 
@@ -333,7 +350,7 @@ impl Inner {
         {
             return model::same_import("record", &record.id, &existing.record()?, record);
         }
-        self.write_record(records, Held { record: record.clone(), text: None }, true)?;
+        self.write_record(records, Held { record: record.clone(), text: None, size: 0 }, true)?;
         Ok(ImportOutcome::Imported)
     }
 
@@ -502,5 +519,48 @@ fn clear_file(path: &Path) -> Result<(), StoreError> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(StoreError::io(path, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(collection: &str, id: &str) -> Held {
+        let now = chrono::Utc::now();
+        let record = model::next_record(None, collection, id, Value::Null, None, now).unwrap();
+        Held { record, text: None, size: 0 }
+    }
+
+    fn ids(records: &Records) -> Vec<String> {
+        records.held_recency.oldest_first().map(str::to_owned).collect()
+    }
+
+    /// Memory holds at most `held_max` records and [`HELD_BYTES`] beyond the latest, the least
+    /// recently used dropped first; a record written over counts once.
+    #[test]
+    fn held_records_are_bounded_by_number_and_by_bytes() {
+        let mut records = Records::new(3);
+        for id in ["a", "b", "c", "d"] {
+            records.hold(held("notes", id), 10);
+        }
+        assert_eq!(ids(&records), ["notes/b", "notes/c", "notes/d"]);
+        records.hold(held("notes", "b"), 20);
+        assert_eq!(ids(&records), ["notes/c", "notes/d", "notes/b"]);
+        assert_eq!(records.held_bytes, 40, "b counted at its new size only");
+        assert!(records.get("notes", "a").is_none() && records.get("notes", "b").is_some());
+
+        let mut records = Records::new(100);
+        let big = HELD_BYTES / 2 + 1;
+        for id in ["a", "b", "c"] {
+            records.hold(held("runs", id), big);
+        }
+        assert_eq!(ids(&records), ["runs/b", "runs/c"], "two halves and a byte are past the bound");
+        records.hold(held("runs", "huge"), 2 * HELD_BYTES);
+        assert_eq!(ids(&records), ["runs/c", "runs/huge"], "the record in use is kept whatever its size");
+        for id in ["c", "huge"] {
+            records.drop_held("runs", id);
+        }
+        assert_eq!((records.held_bytes, records.held.len()), (0, 0));
     }
 }
