@@ -93,7 +93,8 @@ async fn run_and_record_templates(t: &TestStore) -> (Run, Record) {
 
 /// File store: `RUNS_AND_RECORDS` finished run directories (`run.json` + `events.jsonl`) and as
 /// many record files, with the bytes the store writes, each copy with its own id and creation
-/// time. The run index is not written here: the next open builds it (the upgrade path).
+/// time. Neither the run index nor the collection's listing order is written here: the next
+/// open, and the collection's first list, build them (the upgrade path).
 fn copy_run_and_record_files(polpo: &Path, run: &Run, record: &Record) {
     let runs = polpo.join("runs");
     let journal = std::fs::read_to_string(runs.join(&run.id).join("events.jsonl")).unwrap();
@@ -117,6 +118,9 @@ fn copy_run_and_record_files(polpo: &Path, run: &Run, record: &Record) {
     }
     for file in ["runs.sorted", "runs.log", "runs.open"] {
         std::fs::remove_file(polpo.join(".index").join(file)).unwrap();
+    }
+    for file in [".order.sorted", ".order.log"] {
+        std::fs::remove_file(records.join(file)).unwrap();
     }
 }
 
