@@ -463,6 +463,13 @@ async fn records_past_the_cache_and_collections_past_the_open_orders_read_list_a
         assert_eq!(store.get_record(&collection, "only").await.unwrap().unwrap().value, json!({"c": c}));
     }
     drop(store);
+    // A key no record can have (its order edited by hand) names no file and is not listed.
+    let mut log = std::fs::OpenOptions::new().append(true).open(dir.join("records/notes/.order.log")).unwrap();
+    writeln!(log, r#"{{"t":1,"id":"../../escape","add":{{}}}}"#).unwrap();
+    drop(log);
+    let at = "1970-01-01T00:00:00.001Z";
+    let outside = json!({"collection": "notes", "id": "../../escape", "revision": 1, "value": {}, "createdAt": at, "updatedAt": at});
+    std::fs::write(dir.join("escape.json"), outside.to_string()).unwrap();
 
     let store = FileStore::open_with_cache(&dir, clock.clone(), 2).await.unwrap();
     let kept: Vec<String> = newest_first.iter().filter(|id| *id != "n05").cloned().collect();

@@ -193,12 +193,22 @@ impl Inner {
             records.held_recency.touch(&held_key(collection, id));
             return Ok(true);
         }
+        match self.read_record(collection, id)? {
+            Some((record, size)) => {
+                records.hold(Held { record, text: None, size: 0 }, size);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Record `collection/id` (valid ids) as its file holds it, and the file's size.
+    fn read_record(&self, collection: &str, id: &str) -> Result<Option<(Record, usize)>, StoreError> {
         let path = self.record_path(collection, id);
-        let Some(bytes) = fsio::read_bounded(&path)? else { return Ok(false) };
+        let Some(bytes) = fsio::read_bounded(&path)? else { return Ok(None) };
         let record = serde_json::from_slice::<Record>(&bytes)
             .map_err(|e| StoreError::Corrupt { path: path.clone(), message: e.to_string() })?;
-        records.hold(Held { record, text: None, size: 0 }, bytes.len());
-        Ok(true)
+        Ok(Some((record, bytes.len())))
     }
 
     /// `collection`'s listing order, opened on first use (and built from its records' files
@@ -296,7 +306,9 @@ impl Inner {
         idx.records.get(collection, id).map(Held::record).transpose()
     }
 
-    /// A page of `collection` newest first: keys from its order, then only those records read.
+    /// A page of `collection` newest first: keys from its order, then only those records read
+    /// (from memory when held; from their files otherwise, not held for it: a walk through a
+    /// whole collection does not push out the records in use).
     fn list_records(&self, collection: &str, page: &PageRequest) -> Result<Page<Record>, StoreError> {
         let mut before = page.after.as_ref().map(Cursor::time_key).transpose()?;
         let size = page.size();
@@ -309,12 +321,13 @@ impl Inner {
             let keys = order.before(before.as_ref(), |_| true, size + 1 - items.len())?;
             let Some(last) = keys.last().cloned() else { break };
             for (ms, id) in keys {
-                if self.load_record(records, collection, &id)?
-                    && let Some(held) = records.get(collection, &id)
-                    && held.record.created_at.timestamp_millis() == ms
-                {
-                    items.push(held.record()?);
-                }
+                let record = match records.get(collection, &id) {
+                    Some(held) => Some(held.record()?),
+                    // An id no record can have (an order file edited by hand) names no file.
+                    None if model::check_record_ids(collection, &id).is_err() => None,
+                    None => self.read_record(collection, &id)?.map(|(record, _)| record),
+                };
+                items.extend(record.filter(|r| r.created_at.timestamp_millis() == ms));
             }
             before = Some(last);
         }
