@@ -27,8 +27,8 @@
 //! header written durably as it goes), and the orders under `.index/` (see `order.rs`) list
 //! them a page at a time. Effects are read by key when asked for. Records are read by id when
 //! first asked for (a bounded cache keeps the ones used lately) and listed a page at a time
-//! through their collection's own order; tasks and missions on the first use of either. Journals are read
-//! from disk. The index mutex is held only to look up and update entries: session writes hold
+//! through their collection's own order; tasks and missions on the first use of either.
+//! Journals are read from disk. The index mutex is held only to look up and update entries: session writes hold
 //! a per-session lock across their fsyncs, so one session's writes stay ordered and different
 //! sessions write in parallel. The `flock` keeps a second process out.
 

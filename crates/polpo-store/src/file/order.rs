@@ -1,5 +1,6 @@
-//! Listing orders in the file backend (sessions, runs), under `.polpo/.index/`, so that opening
-//! the store reads no session or run and a list reads only its page. Each order `<name>` is:
+//! Listing orders in the file backend (sessions and runs under `.polpo/.index/`, each record
+//! collection in its own folder), so that opening the store reads no session, run or record
+//! and a list reads only its page. Each order `<name>` is:
 //!
 //! - `<name>.sorted`: (creation time, id) keys in ascending order, one JSON line each with
 //!   the fields a list filters on (fixed at creation). Written whole and atomically (at

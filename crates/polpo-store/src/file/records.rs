@@ -212,8 +212,10 @@ impl Inner {
     }
 
     /// `collection`'s listing order, opened on first use (and built from its records' files
-    /// once, for a collection written before it had one); its folder is made if `create`,
-    /// else `None` when the collection has no folder (nothing was ever written to it).
+    /// once, for a collection written before it had one, sweeping the temp files a crash left
+    /// there; later ones stay, never read: a collection's folder is not listed again); its
+    /// folder is made if `create`, else `None` when the collection has no folder (nothing was
+    /// ever written to it).
     fn record_order<'r>(
         &self,
         records: &'r mut Records,
