@@ -121,7 +121,13 @@ fn check_at(value: &Value, shape: &Shape, pointer: &str, out: &mut Vec<Problem>)
         },
         Shape::Enum(names) => match value.as_str() {
             Some(s) if names.contains(&s) => {}
-            _ => out.push(invalid(pointer, format!("expected one of {}, found {}", list(names), brief(value)))),
+            Some(_) => out.push(invalid(pointer, format!("expected one of {}, found {}", list(names), brief(value)))),
+            // `"version": 1` where the string "1" is expected: say which kind, or the message
+            // reads "expected one of `1`, found 1".
+            None => out.push(invalid(
+                pointer,
+                format!("expected one of {} (a string), found {} ({})", list(names), brief(value), kind(value)),
+            )),
         },
         Shape::Array(item) => match value.as_array() {
             Some(items) => {
@@ -289,6 +295,15 @@ mod tests {
             ("unknown_field", "/colour"),
         ];
         assert_eq!(got, want.map(|(c, p)| (c.to_string(), p.to_string())));
+    }
+
+    #[test]
+    fn a_name_given_as_another_kind_says_a_string_is_expected() {
+        static VERSION: Shape = Shape::Object(&[&[Field::required("version", Shape::Enum(&["1"]))]]);
+        let p = check(&json!({"version": 1}), &VERSION);
+        assert_eq!(p[0].message, "expected one of `1` (a string), found 1 (a number)");
+        let p = check(&json!({"version": "2"}), &VERSION);
+        assert_eq!(p[0].message, "expected one of `1`, found \"2\"");
     }
 
     #[test]
