@@ -43,7 +43,7 @@ fn a_ts_loop_is_loaded_as_the_json_it_compiles_to() {
     let written = serde_json::json!({"version": "1", "kind": "graph", "context": "shared", "start": "a", "steps": {
         "a": {"type": "agent", "systemPrompt": "hi", "next": [{"when": "a.ok == true", "to": "b"}, {"to": "end"}]},
         "b": {"type": "agent", "systemPrompt": "done"}}});
-    assert_eq!(serde_json::to_value(&project.loops["flow"].config).unwrap(), written);
+    assert_eq!(serde_json::to_value(&*project.loops["flow"].config).unwrap(), written);
     assert_eq!(project.loops["flow"].source.file, ".polpo/loops/flow.ts");
 }
 
