@@ -278,3 +278,37 @@ async fn polpo_loops_run_prints_the_trace_live_and_takes_the_human_answer_from_s
     assert!(stderr.contains("loop_human_output_invalid"), "the invalid answer was refused: {stderr}");
     assert_eq!(std::fs::read_to_string(dir.path().join("repo.txt")).unwrap(), "acme/cli");
 }
+
+/// A tool step asks no model: a loop of tool steps runs on a machine without the agent's
+/// provider key, and an agent step there is refused with why (`provider_not_configured`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_only_loop_runs_without_a_model_key_and_an_agent_step_says_why_it_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    let save =
+        json!({"type": "tool", "tool": "write", "input": {"path": "saved.txt", "content": "kept"}, "next": "end"});
+    let ask = json!({"type": "agent", "systemPrompt": "Say hi.", "next": "end"});
+    ProjectFixture::new(dir.path(), json!({"storage": "file"}))
+        .unwrap()
+        .agent(
+            "keeper",
+            json!({"model": "openai/gpt-4o-mini", "allowedTools": ["write"], "assignedLoops": ["save", "ask"]}),
+            "You keep things.",
+        )
+        .unwrap()
+        .project_loop("save", json!({"start": "save", "steps": {"save": save}}))
+        .unwrap()
+        .project_loop("ask", json!({"start": "ask", "steps": {"ask": ask}}))
+        .unwrap();
+    let run = |lp: &str| {
+        let mut cmd = polpo(&["loops", "run", "keeper", lp, "--project"]);
+        cmd.arg(dir.path()).env_remove("OPENAI_API_KEY").env_remove("OPENAI_BASE_URL");
+        cmd.output().unwrap()
+    };
+    let saved = run("save");
+    let (stdout, stderr) = (String::from_utf8_lossy(&saved.stdout), String::from_utf8_lossy(&saved.stderr));
+    assert!(saved.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("saved.txt")).unwrap(), "kept");
+    let asked = run("ask");
+    assert!(!asked.status.success());
+    assert!(String::from_utf8_lossy(&asked.stderr).contains("provider_not_configured"), "{asked:?}");
+}

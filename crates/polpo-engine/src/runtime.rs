@@ -583,7 +583,14 @@ impl Runtime {
     ) -> Result<Result<String, DirectCallError>, ChatError> {
         let loaded = self.loaded();
         let agent = loaded.agent(&input.agent).ok_or_else(|| ChatError::AgentNotFound(input.agent.clone()))?;
-        let provider = self.provider_for_input(&loaded, agent, input)?;
+        let provider = match self.provider_for_input(&loaded, agent, input) {
+            // A direct call asks no model: a tool step runs on a machine without the agent's
+            // provider key, and only a call that asks the model gets the refusal.
+            Err(ChatError::Model(ResolveError::Model(e))) if e.kind == polpo_llm::LlmErrorKind::NotConfigured => {
+                Arc::new(Unconfigured(e))
+            }
+            resolved => resolved?,
+        };
         let run_id = input.run_id.clone().unwrap_or_default();
         let mut invocation = self.invocation(&loaded, agent, provider, input, &run_id, cancel)?;
         invocation.tools = self.agent_tool_set(agent, &invocation.tool_context).await;
@@ -937,6 +944,17 @@ fn admit_skill_tools(layer: Option<&[String]>, has_skills: bool) -> Option<Vec<S
         }
         patterns
     })
+}
+
+/// The model of an agent whose provider has no key, for a call that asks no model
+/// ([`Runtime::call_tool`]): every request is refused with why, as a chat would have been.
+struct Unconfigured(polpo_llm::LlmError);
+
+#[async_trait::async_trait]
+impl ModelProvider for Unconfigured {
+    async fn stream(&self, _request: polpo_llm::ModelRequest) -> Result<polpo_llm::ModelStream, polpo_llm::LlmError> {
+        Err(self.0.clone())
+    }
 }
 
 /// Compile-time guard: the server spawns these futures, so they must stay `Send` (a closure
