@@ -75,9 +75,14 @@ pub(crate) fn json_bytes<T: Serialize>(value: &T) -> Result<Vec<u8>, StoreError>
 
 /// Read a JSON document; `None` when the file does not exist.
 pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, StoreError> {
+    Ok(read_json_sized(path)?.map(|(value, _)| value))
+}
+
+/// [`read_json`] with the file's size in bytes (what a cache counts it as).
+pub(crate) fn read_json_sized<T: DeserializeOwned>(path: &Path) -> Result<Option<(T, usize)>, StoreError> {
     let Some(bytes) = read_bounded(path)? else { return Ok(None) };
     serde_json::from_slice(&bytes)
-        .map(Some)
+        .map(|value| Some((value, bytes.len())))
         .map_err(|e| StoreError::Corrupt { path: path.to_owned(), message: e.to_string() })
 }
 

@@ -121,12 +121,11 @@ impl Records {
         self.held.get(collection)?.get(id)
     }
 
-    /// Keep `held`, whose file is `size` bytes, in memory as the latest used, dropping the
-    /// least recently used records past `held_max` records or [`HELD_BYTES`] (their files are
-    /// up to date: every write is written through).
-    fn hold(&mut self, mut held: Held, size: usize) {
-        let (collection, id) = (held.record.collection.clone(), held.record.id.clone());
-        held.size = size;
+    /// Keep `held` in memory as the latest used, dropping the least recently used records
+    /// past `held_max` records or [`HELD_BYTES`] (their files are up to date: every write is
+    /// written through).
+    fn hold(&mut self, held: Held) {
+        let (collection, id, size) = (held.record.collection.clone(), held.record.id.clone(), held.size);
         self.drop_held(&collection, &id);
         self.held_recency.touch(&held_key(&collection, &id));
         self.held_bytes += size;
@@ -195,7 +194,7 @@ impl Inner {
         }
         match self.read_record(collection, id)? {
             Some((record, size)) => {
-                records.hold(Held { record, text: None, size: 0 }, size);
+                records.hold(Held { record, text: None, size });
                 Ok(true)
             }
             None => Ok(false),
@@ -204,11 +203,7 @@ impl Inner {
 
     /// Record `collection/id` (valid ids) as its file holds it, and the file's size.
     fn read_record(&self, collection: &str, id: &str) -> Result<Option<(Record, usize)>, StoreError> {
-        let path = self.record_path(collection, id);
-        let Some(bytes) = fsio::read_bounded(&path)? else { return Ok(None) };
-        let record = serde_json::from_slice::<Record>(&bytes)
-            .map_err(|e| StoreError::Corrupt { path: path.clone(), message: e.to_string() })?;
-        Ok(Some((record, bytes.len())))
+        fsio::read_json_sized(&self.record_path(collection, id))
     }
 
     /// `collection`'s listing order, opened on first use (and built from its records' files
@@ -231,35 +226,38 @@ impl Inner {
             }
             let order = KeyOrder::open(&dir, ORDER, || record_keys(&dir))?;
             records.orders.insert(collection.to_owned(), order);
-            records.order_recency.touch(collection);
-            let excess = records.order_recency.len().saturating_sub(ORDERS_OPEN);
-            let victims: Vec<String> = records.order_recency.oldest_first().take(excess).map(str::to_owned).collect();
-            for victim in victims {
-                records.order_recency.forget(&victim);
-                records.orders.remove(&victim);
-            }
-        } else {
-            records.order_recency.touch(collection);
+        }
+        records.order_recency.touch(collection);
+        let excess = records.order_recency.len().saturating_sub(ORDERS_OPEN);
+        let victims: Vec<String> = records.order_recency.oldest_first().take(excess).map(str::to_owned).collect();
+        for victim in victims {
+            records.order_recency.forget(&victim);
+            records.orders.remove(&victim);
         }
         Ok(records.orders.get_mut(collection))
     }
 
-    /// Write `held` through to its file and hold it. A record new to its collection has its
-    /// listing key made durable first, so a crash never leaves a record that lists cannot find
-    /// (a key whose record is missing, or was created at another time, is skipped by lists).
-    fn write_record(&self, records: &mut Records, held: Held, new: bool) -> Result<(), StoreError> {
-        let record = &held.record;
+    /// Write `record` (its value `text` when given, see [`Held`]) through to its file and hold
+    /// it. A record new to its collection has its listing key made durable first, so a crash
+    /// never leaves a record that lists cannot find (a key whose record is missing, or was
+    /// created at another time, is skipped by lists).
+    fn write_record(
+        &self,
+        records: &mut Records,
+        (record, text): (Record, Option<String>),
+        new: bool,
+    ) -> Result<(), StoreError> {
         if new {
             let key = (record.created_at.timestamp_millis(), record.id.clone());
             if let Some(order) = self.record_order(records, &record.collection, true)? {
                 order.add(key, Unfiltered {})?.sync()?;
             }
         }
-        let bytes = match &held.text {
+        let bytes = match &text {
             // Bounded when it was made.
-            Some(text) => record_file(record, text)?,
+            Some(text) => record_file(&record, text)?,
             None => {
-                let bytes = fsio::json_bytes(record)?;
+                let bytes = fsio::json_bytes(&record)?;
                 // The value's compact JSON is no longer than the whole record written pretty:
                 // only a record written longer than the bound may hold a value past it.
                 if bytes.len() > model::MAX_RECORD_BYTES {
@@ -269,7 +267,7 @@ impl Inner {
             }
         };
         fsio::write_atomic(&self.record_path(&record.collection, &record.id), &bytes)?;
-        records.hold(held, bytes.len());
+        records.hold(Held { record, text, size: bytes.len() });
         Ok(())
     }
 
@@ -296,7 +294,7 @@ impl Inner {
         }
         let next = model::next_record(current, collection, id, value, expected, now)?;
         let answer = answer(&next);
-        self.write_record(records, Held { record: next, text, size: 0 }, !exists)?;
+        self.write_record(records, (next, text), !exists)?;
         Ok(answer)
     }
 
@@ -315,10 +313,11 @@ impl Inner {
         let mut before = page.after.as_ref().map(Cursor::time_key).transpose()?;
         let size = page.size();
         let mut items = Vec::with_capacity(size + 1);
+        // A name no collection can have lists nothing, and reaches no file system call.
+        let valid = model::validate_id("collection", collection).is_ok();
         let mut idx = self.index();
         let records = &mut idx.records;
-        // A name no collection can have lists nothing, and reaches no file system call.
-        while items.len() <= size && model::validate_id("collection", collection).is_ok() {
+        while valid && items.len() <= size {
             let Some(order) = self.record_order(records, collection, false)? else { break };
             let keys = order.before(before.as_ref(), |_| true, size + 1 - items.len())?;
             let Some(last) = keys.last().cloned() else { break };
@@ -365,7 +364,7 @@ impl Inner {
         {
             return model::same_import("record", &record.id, &existing.record()?, record);
         }
-        self.write_record(records, Held { record: record.clone(), text: None, size: 0 }, true)?;
+        self.write_record(records, (record.clone(), None), true)?;
         Ok(ImportOutcome::Imported)
     }
 
@@ -541,10 +540,10 @@ fn clear_file(path: &Path) -> Result<(), StoreError> {
 mod tests {
     use super::*;
 
-    fn held(collection: &str, id: &str) -> Held {
+    fn held(collection: &str, id: &str, size: usize) -> Held {
         let now = chrono::Utc::now();
         let record = model::next_record(None, collection, id, Value::Null, None, now).unwrap();
-        Held { record, text: None, size: 0 }
+        Held { record, text: None, size }
     }
 
     fn ids(records: &Records) -> Vec<String> {
@@ -557,10 +556,10 @@ mod tests {
     fn held_records_are_bounded_by_number_and_by_bytes() {
         let mut records = Records::new(3);
         for id in ["a", "b", "c", "d"] {
-            records.hold(held("notes", id), 10);
+            records.hold(held("notes", id, 10));
         }
         assert_eq!(ids(&records), ["notes/b", "notes/c", "notes/d"]);
-        records.hold(held("notes", "b"), 20);
+        records.hold(held("notes", "b", 20));
         assert_eq!(ids(&records), ["notes/c", "notes/d", "notes/b"]);
         assert_eq!(records.held_bytes, 40, "b counted at its new size only");
         assert!(records.get("notes", "a").is_none() && records.get("notes", "b").is_some());
@@ -568,10 +567,10 @@ mod tests {
         let mut records = Records::new(100);
         let big = HELD_BYTES / 2 + 1;
         for id in ["a", "b", "c"] {
-            records.hold(held("runs", id), big);
+            records.hold(held("runs", id, big));
         }
         assert_eq!(ids(&records), ["runs/b", "runs/c"], "two halves and a byte are past the bound");
-        records.hold(held("runs", "huge"), 2 * HELD_BYTES);
+        records.hold(held("runs", "huge", 2 * HELD_BYTES));
         assert_eq!(ids(&records), ["runs/c", "runs/huge"], "the record in use is kept whatever its size");
         for id in ["c", "huge"] {
             records.drop_held("runs", id);
