@@ -756,6 +756,23 @@ mod tests {
         (record, stored.revision, trace)
     }
 
+    /// Run `id` claimed by a writer, then three tool steps checkpointed as deltas: the record as
+    /// its writer last wrote it, and the stored record read back (deltas applied) with its whole
+    /// trace.
+    async fn three_delta_steps(
+        store: &Arc<dyn RecordStore>,
+        id: &str,
+    ) -> (LoopRunRecord, LoopRunRecord, Vec<TraceEvent>) {
+        let (clock, sink) = (|| 0, |_: &TraceEvent| {});
+        let tracer = Tracer::new("flow", &clock, &sink);
+        let writer = writer(store, id, (0, 0), "a");
+        let mut written = record(id);
+        writer.save(written.clone(), &tracer).await.unwrap();
+        steps(&writer, &tracer, &mut written, 0, 3).await;
+        let (current, _, trace) = read(store.as_ref(), id).await;
+        (written, current, trace)
+    }
+
     #[tokio::test]
     async fn a_record_with_its_deltas_applied_is_the_record_written_whole() {
         let dir = tempfile::tempdir().unwrap();
@@ -798,13 +815,7 @@ mod tests {
     async fn deltas_holding_their_trace_as_text_are_read() {
         let dir = tempfile::tempdir().unwrap();
         for (name, store) in stores(dir.path()).await {
-            let (clock, sink) = (|| 0, |_: &TraceEvent| {});
-            let tracer = Tracer::new("flow", &clock, &sink);
-            let writer = writer(&store, "looprun-3", (0, 0), "a");
-            let mut written = record("looprun-3");
-            writer.save(written.clone(), &tracer).await.unwrap();
-            steps(&writer, &tracer, &mut written, 0, 3).await;
-            let (current, _, trace) = read(store.as_ref(), "looprun-3").await;
+            let (_, current, trace) = three_delta_steps(&store, "looprun-3").await;
             let (collection, log) = delta_log("looprun-3", 1, true);
             let entries = store.read_log(&collection, &log).await.unwrap();
             assert!(entries.iter().all(|e| e["trace"].is_array()), "{name}: written as an array");
@@ -825,13 +836,7 @@ mod tests {
     async fn deltas_kept_where_runs_written_before_kept_them_are_read() {
         let dir = tempfile::tempdir().unwrap();
         for (name, store) in stores(dir.path()).await {
-            let (clock, sink) = (|| 0, |_: &TraceEvent| {});
-            let tracer = Tracer::new("flow", &clock, &sink);
-            let writer = writer(&store, "looprun-4", (0, 0), "a");
-            let mut written = record("looprun-4");
-            writer.save(written.clone(), &tracer).await.unwrap();
-            steps(&writer, &tracer, &mut written, 0, 3).await;
-            let (current, _, trace) = read(store.as_ref(), "looprun-4").await;
+            let (written, current, trace) = three_delta_steps(&store, "looprun-4").await;
             assert_eq!(current.state, written.state, "{name}");
             let ((shared, log), (former, former_log)) =
                 (delta_log("looprun-4", 1, true), delta_log("looprun-4", 1, false));

@@ -249,18 +249,27 @@ async fn open_store_picks_the_backend_from_settings() {
     FileStore::open(&root.path().join(".polpo"), Arc::new(SystemClock)).await.unwrap();
 }
 
-/// Ids of every session a listing returns, paging `n` at a time by cursor.
-async fn listed(store: &polpo_store::Store, n: u32, filter: &SessionFilter) -> Vec<String> {
-    let mut ids = Vec::new();
-    let mut page = PageRequest::first(n);
+/// Every item `list` returns, paging `n` at a time by cursor (no page longer than `n`).
+async fn every_page<T, Fut>(n: u32, list: impl Fn(PageRequest) -> Fut) -> Vec<T>
+where
+    Fut: std::future::Future<Output = polpo_store::Page<T>>,
+{
+    let (mut items, mut page) = (Vec::new(), PageRequest::first(n));
     loop {
-        let got = store.sessions.list_sessions(filter, &page).await.unwrap();
-        ids.extend(got.items.into_iter().map(|s| s.id));
-        match got.next {
-            Some(c) => page = PageRequest::after(c, n),
-            None => return ids,
+        let found = list(page).await;
+        assert!(found.items.len() <= n as usize);
+        items.extend(found.items);
+        match found.next {
+            Some(cursor) => page = PageRequest::after(cursor, n),
+            None => return items,
         }
     }
+}
+
+/// Ids of every session a listing returns, paging `n` at a time by cursor.
+async fn listed(store: &polpo_store::Store, n: u32, filter: &SessionFilter) -> Vec<String> {
+    let sessions = every_page(n, |page| async move { store.sessions.list_sessions(filter, &page).await.unwrap() });
+    sessions.await.into_iter().map(|s| s.id).collect()
 }
 
 #[tokio::test]
@@ -420,16 +429,8 @@ async fn record_collections_read_on_first_use_after_a_reopen_show_every_record()
 
 /// Every id of `collection`, newest first, read in pages of `size`.
 async fn record_ids(store: &dyn polpo_store::RecordStore, collection: &str, size: u32) -> Vec<String> {
-    let (mut ids, mut page) = (Vec::new(), PageRequest::first(size));
-    loop {
-        let found = store.list_records(collection, &page).await.unwrap();
-        assert!(found.items.len() <= size as usize);
-        ids.extend(found.items.into_iter().map(|r| r.id));
-        match found.next {
-            Some(cursor) => page = PageRequest::after(cursor, size),
-            None => return ids,
-        }
-    }
+    let records = every_page(size, |page| async move { store.list_records(collection, &page).await.unwrap() });
+    records.await.into_iter().map(|r| r.id).collect()
 }
 
 #[tokio::test]
