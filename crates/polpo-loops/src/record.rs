@@ -15,8 +15,12 @@
 //! A checkpoint after a tool step that leads to a replayable tool step (one whose call may run
 //! again after a crash) does not rewrite the record either: it appends a numbered delta (the
 //! context entries the step wrote, the next step, the step counter, the new trace entries) to a
-//! record log ([`RecordStore::append_log`]: one line and an fdatasync on the file store) in
-//! the collection every run's deltas share ([`DELTAS`]), named by the run and its writer's claim.
+//! record log in the collection every run's deltas share ([`DELTAS`]), named by the run and its
+//! writer's claim. A delta only saves running a replayable step again, so it is appended as
+//! [`RecordStore::append_log_unsynced`] (on the file store, one line written on the run's own
+//! thread, no fdatasync): it outlives the process (SIGKILL) once written; a machine's crash may
+//! lose the deltas since the record was last written whole, and the resume runs those
+//! replayable steps again.
 //! The record says whose deltas continue it and how many of them it already holds
 //! ([`DeltaLog`]); a writer rewrites it whole (folding its deltas in, a compare-and-set that sees
 //! a takeover or a cancel) after at most [`DELTAS_MAX`] deltas, before any other step and when
@@ -580,7 +584,7 @@ impl Checkpoints {
         let delta = CheckpointDelta { epoch, seq, context: changed, next: next.to_owned(), executed, trace: () };
         let entry = JsonText::of_with(&delta, "trace", &trace)?;
         let (collection, log) = delta_log(&self.id, epoch, true);
-        self.store.append_log(&collection, &log, seq, &entry).await?;
+        self.store.append_log_unsynced(&collection, &log, seq, &entry).await?;
         written.logged = seq;
         written.in_deltas += entries;
         Ok(())
@@ -807,6 +811,31 @@ mod tests {
             assert_eq!(trace.len(), 2 * DELTAS_MAX as usize + 7, "{name}");
             assert_eq!(trace.last().unwrap().id, format!("trace-{}", trace.len()), "{name}");
         }
+    }
+
+    /// Deltas are appended without an fdatasync: a machine's crash may leave the file with a
+    /// stretch the disk never got. The run reads as of the deltas before it (the steps after
+    /// them are replayable, and run again), not as an error.
+    #[tokio::test]
+    async fn deltas_a_machine_crash_never_wrote_end_the_run_at_the_ones_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let store: Arc<dyn RecordStore> = Arc::new(FileStore::open(&dir.path().join("file"), clock).await.unwrap());
+        let (_, after_three, _) = three_delta_steps(&store, "looprun-5").await;
+        let path = dir.path().join("file/records/loop_deltas/looprun-5.000000000001.jsonl");
+        let lines = std::fs::read(&path).unwrap();
+        let second_end = lines.iter().enumerate().filter(|(_, b)| **b == b'\n').nth(1).unwrap().0;
+        let mut crashed = lines[..=second_end].to_vec();
+        crashed.extend(std::iter::repeat_n(0u8, lines.len() - second_end - 2));
+        crashed.push(b'\n');
+        std::fs::write(&path, crashed).unwrap();
+
+        let (read_back, _, trace) = read(store.as_ref(), "looprun-5").await;
+        assert_eq!(read_back.state.executed, 2, "as of the second step");
+        assert_eq!(read_back.state.frontier, ["s2"], "the third runs again");
+        assert!(read_back.state.context.get("r2").is_none() && read_back.state.context["r1"] == json!(1));
+        assert_eq!(trace.len(), 2);
+        assert_eq!(after_three.state.executed, 3, "all three were read before the crash");
     }
 
     /// Deltas written before their trace was stored as an array held its text as a string:

@@ -277,6 +277,24 @@ pub trait RecordStore: Send + Sync {
     /// returned (a torn last entry is ignored when read).
     async fn append_log(&self, collection: &str, log: &str, seq: u64, entry: &JsonText) -> Result<(), StoreError>;
 
+    /// [`RecordStore::append_log`] for an entry whose loss a machine's crash may cost but a
+    /// process's must not: one that only saves doing again what may be done again (a loop
+    /// run's checkpoint before a replayable step). Once it returns, the entry outlives this
+    /// process (a SIGKILL, a panic); a crash of the machine may lose the entries appended
+    /// since the log's last durable write, and a reader then gets the entries before them.
+    /// The file store writes the line on the caller's thread, without an fdatasync (no
+    /// hand-over to a blocking thread, which costs more than the write on a fast disk); the
+    /// others append as [`RecordStore::append_log`] does.
+    async fn append_log_unsynced(
+        &self,
+        collection: &str,
+        log: &str,
+        seq: u64,
+        entry: &JsonText,
+    ) -> Result<(), StoreError> {
+        self.append_log(collection, log, seq, entry).await
+    }
+
     /// Log `log`'s entries in the order appended (none when it does not exist).
     async fn read_log(&self, collection: &str, log: &str) -> Result<Vec<Value>, StoreError>;
 

@@ -476,31 +476,56 @@ impl RecordStore for FileStore {
     async fn append_log(&self, collection: &str, log: &str, _seq: u64, entry: &JsonText) -> Result<(), StoreError> {
         check_log(collection, log)?;
         let (path, entry) = (self.inner.log_path(collection, log), entry.clone());
-        self.blocking(move |_| append_line(&path, &entry)).await
+        self.blocking(move |_| append_line(&path, &entry, Synced::Yes)).await
     }
 
+    /// One line written to the page cache here, on the caller's thread (see [`append_line`]).
+    async fn append_log_unsynced(
+        &self,
+        collection: &str,
+        log: &str,
+        _seq: u64,
+        entry: &JsonText,
+    ) -> Result<(), StoreError> {
+        check_log(collection, log)?;
+        append_line(&self.inner.log_path(collection, log), entry, Synced::No)
+    }
+
+    /// The lines up to the first that is not a JSON entry: what a machine's crash can leave of
+    /// lines appended without an fdatasync (a torn line, or a stretch the disk never got) ends
+    /// the log, as a write-ahead log's replay ends at its first bad record.
     async fn read_log(&self, collection: &str, log: &str) -> Result<Vec<Value>, StoreError> {
         check_log(collection, log)?;
         let path = self.inner.log_path(collection, log);
         self.blocking(move |_| match fsio::read_bounded(&path)? {
-            Some(bytes) => fsio::parse_lines(&path, &bytes),
+            Some(bytes) => Ok(log_entries(&path, &bytes)),
             None => Ok(Vec::new()),
         })
         .await
     }
 
+    /// The log's file removed on the caller's thread, as an unsynced append is written: a
+    /// removal is not fsynced either (see [`clear_file`]).
     async fn clear_log(&self, collection: &str, log: &str) -> Result<(), StoreError> {
         check_log(collection, log)?;
-        let path = self.inner.log_path(collection, log);
-        self.blocking(move |_| clear_file(&path)).await
+        clear_file(&self.inner.log_path(collection, log))
     }
 }
 
-/// Append `entry` as one line to the log at `path`: one write, then an fdatasync; a log new (or
-/// emptied) before the write also has its directory entry fsynced, its folder made on first
-/// use. A write that fails is cut off again, so a later append never continues a torn line.
-/// Holds no lock: a log has one writer.
-fn append_line(path: &Path, entry: &JsonText) -> Result<(), StoreError> {
+/// Whether [`append_line`] waits for the disk.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Synced {
+    /// An fdatasync after the write (and a directory fsync for a new file).
+    Yes,
+    /// The write only: lost by a machine's crash, not by the process's.
+    No,
+}
+
+/// Append `entry` as one line to the log at `path`: one write, then (`Synced::Yes`) an
+/// fdatasync, a log new (or emptied) before the write also having its directory entry fsynced;
+/// its folder made on first use. A write that fails is cut off again, so a later append never
+/// continues a torn line. Holds no lock: a log has one writer.
+fn append_line(path: &Path, entry: &JsonText, synced: Synced) -> Result<(), StoreError> {
     let io = |e| StoreError::io(path, e);
     let open = |path: &Path| OpenOptions::new().append(true).create(true).open(path);
     let mut file = match open(path) {
@@ -514,15 +539,33 @@ fn append_line(path: &Path, entry: &JsonText) -> Result<(), StoreError> {
     let mut line = Vec::with_capacity(entry.as_str().len() + 1);
     line.extend_from_slice(entry.as_str().as_bytes());
     line.push(b'\n');
-    if let Err(e) = file.write_all(&line).and_then(|()| file.sync_data()) {
+    let written = file.write_all(&line).and_then(|()| if synced == Synced::Yes { file.sync_data() } else { Ok(()) });
+    if let Err(e) = written {
         // Best effort: the append failed either way.
         let _ = file.set_len(before);
         return Err(io(e));
     }
-    if before == 0 {
+    if before == 0 && synced == Synced::Yes {
         fsio::sync_dir(path.parent().unwrap_or(Path::new(".")))?;
     }
     Ok(())
+}
+
+/// A log's entries, from its bytes: its complete lines up to the first that is not JSON (see
+/// [`RecordStore::read_log`] on the file store), the rest dropped with a warning.
+fn log_entries(path: &Path, bytes: &[u8]) -> Vec<Value> {
+    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(&bytes[..0], |last| &bytes[..=last]);
+    let mut entries = Vec::new();
+    for line in complete.split(|&b| b == b'\n').filter(|line| !line.is_empty()) {
+        match serde_json::from_slice(line) {
+            Ok(entry) => entries.push(entry),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "log read up to a line that is not an entry ({e}): the rest is dropped");
+                break;
+            }
+        }
+    }
+    entries
 }
 
 /// Empty the log at `path` by removing its file, if it exists (see [`RecordStore::clear_log`]:
