@@ -284,7 +284,10 @@ pub trait RecordStore: Send + Sync {
     /// since the log's last durable write, and a reader then gets the entries before them.
     /// The file store writes the line on the caller's thread, without an fdatasync (no
     /// hand-over to a blocking thread, which costs more than the write on a fast disk); the
-    /// others append as [`RecordStore::append_log`] does.
+    /// others append as [`RecordStore::append_log`] does. A log is meant to be appended one
+    /// way: an `append_log` after unsynced ones makes their lines durable with its own, but
+    /// on the file store not the log file's name, which only a synced append creating the
+    /// file makes durable.
     async fn append_log_unsynced(
         &self,
         collection: &str,
@@ -295,7 +298,9 @@ pub trait RecordStore: Send + Sync {
         self.append_log(collection, log, seq, entry).await
     }
 
-    /// Log `log`'s entries in the order appended (none when it does not exist).
+    /// Log `log`'s entries in the order appended (none when it does not exist), up to the
+    /// first a crash left unreadable (a torn line, or one appended unsynced that the disk
+    /// never got).
     async fn read_log(&self, collection: &str, log: &str) -> Result<Vec<Value>, StoreError>;
 
     /// Empty log `log` (nothing to do when it does not exist), so it stops growing once its
