@@ -369,11 +369,14 @@ impl SharedSync {
 /// without its newline is a write torn by a crash, never acknowledged, and is skipped. A bad
 /// complete line is corruption.
 pub(crate) fn parse_lines<T: DeserializeOwned>(path: &Path, bytes: &[u8]) -> Result<Vec<T>, StoreError> {
-    let complete = match bytes.iter().rposition(|&b| b == b'\n') {
-        Some(last) => &bytes[..=last],
-        None => &bytes[..0],
-    };
-    complete.split(|&b| b == b'\n').filter(|line| !line.is_empty()).map(|line| parse_line(path, line)).collect()
+    complete_lines(bytes).map(|line| parse_line(path, line)).collect()
+}
+
+/// The non-empty lines of `bytes` that end in a newline (without it): a trailing fragment is a
+/// write torn by a crash.
+pub(crate) fn complete_lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(&bytes[..0], |last| &bytes[..last]);
+    complete.split(|&b| b == b'\n').filter(|line| !line.is_empty())
 }
 
 /// Parse one journal line.

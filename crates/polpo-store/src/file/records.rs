@@ -554,9 +554,8 @@ fn append_line(path: &Path, entry: &JsonText, synced: Synced) -> Result<(), Stor
 /// A log's entries, from its bytes: its complete lines up to the first that is not JSON (see
 /// [`RecordStore::read_log`] on the file store), the rest dropped with a warning.
 fn log_entries(path: &Path, bytes: &[u8]) -> Vec<Value> {
-    let complete = bytes.iter().rposition(|&b| b == b'\n').map_or(&bytes[..0], |last| &bytes[..=last]);
     let mut entries = Vec::new();
-    for line in complete.split(|&b| b == b'\n').filter(|line| !line.is_empty()) {
+    for line in fsio::complete_lines(bytes) {
         match serde_json::from_slice(line) {
             Ok(entry) => entries.push(entry),
             Err(e) => {
